@@ -1,0 +1,53 @@
+# Every target sets itself up on a fresh machine: venv, the project, Kafka's jars, Chromium.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+KAFKA_STAMP := .cache/kafka/.resolved
+PYTEST_ARGS ?=
+SCENARIO ?= demo-storm
+
+.PHONY: setup test lint unit demo broker clean chromium
+
+setup: $(STAMP) $(KAFKA_STAMP) chromium
+	@echo "setup: ready (venv in $(VENV), Kafka jars in .cache/kafka)"
+
+$(STAMP): pyproject.toml
+	@echo "setup: creating $(VENV) and installing the project (first time takes a few minutes)"
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	@$(BIN)/pip install -q --upgrade pip
+	@$(BIN)/pip install -q -e '.[dev,container]'
+	@touch $(STAMP)
+
+$(KAFKA_STAMP): $(STAMP)
+	@echo "setup: resolving Apache Kafka's artifacts from Maven Central (cached in .cache/kafka)"
+	@$(BIN)/harness broker --fetch-only
+	@touch $(KAFKA_STAMP)
+
+# Browser tests drive Debian's Chromium; Playwright never downloads a browser of its own.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "setup: installing Debian's chromium for the browser tests"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	  || echo "setup: could not install chromium; browser tests will be skipped"; }
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: setup lint
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest -m unit $(PYTEST_ARGS)
+
+demo: setup
+	$(BIN)/harness run $(SCENARIO)
+
+broker: setup
+	$(BIN)/harness broker
+
+clean:
+	rm -rf $(VENV) .cache runs
