@@ -1,0 +1,67 @@
+"""The PySpark conformance stage: history → independent model + checks → verdict, report.
+
+`analyze_run(run_dir)` is the Python API the scenario runner calls; `harness analyze`
+is the same from the command line. Never imports `harness.quota`: the checker carries its
+own model (analysis.model), so an enforcer bug cannot certify itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["analyze_run"]
+
+
+def analyze_run(
+    run_dir: str | Path,
+    spark: SparkSession | None = None,
+    spark_master: str | None = None,
+    progress: Callable[[str], None] | None = None,
+    report: bool = True,
+) -> dict[str, Any]:
+    """Check one run; writes report/verdict.json, junit.xml (and report.html); returns the verdict."""
+    import time
+
+    from analysis.frames import unpersist
+    from analysis.load import load_run
+    from analysis.session import build_session
+    from analysis.verdict import build_verdict, run_checks, write_junit, write_verdict
+
+    say = progress or (lambda _msg: None)
+    own = spark is None
+    t_start = time.monotonic()
+    if spark is None:
+        say("starting Spark (local JVM, ~10 s)…")
+        spark = build_session(spark_master)
+    try:
+        say(f"loading {run_dir}…")
+        run = load_run(spark, run_dir)
+        n_events = run.history.count()
+        say(f"{n_events} events in {len(run.files)} files; target {run.target}; "
+            f"{len(run.timeline.changes)} config change(s)")  # fmt: skip
+        say("checks…")
+        results = run_checks(run, progress=say)
+        verdict = build_verdict(run, results, {"events": n_events})
+        report_dir = Path(run_dir) / "report"
+        outputs = {
+            "verdict": str(write_verdict(report_dir, verdict)),
+            "junit": str(write_junit(report_dir, verdict)),
+        }
+        if report:
+            say("report…")
+            from analysis.report import write_report
+
+            outputs["html"] = str(write_report(run, verdict, report_dir / "report.html"))
+        verdict["outputs"] = outputs
+        verdict["analysis_seconds"] = round(time.monotonic() - t_start, 2)
+        write_verdict(report_dir, verdict)
+        unpersist(run)
+        return verdict
+    finally:
+        if own:
+            spark.stop()

@@ -1,0 +1,26 @@
+"""All checks, one module per family; `ALL_CHECKS` in the order the report shows them."""
+
+from __future__ import annotations
+
+from analysis.checks import (
+    clients,
+    concurrency,
+    delays,
+    model_replay,
+    processors,
+    rate_spans,
+    requests,
+)
+from analysis.checks.base import FAIL, PASS, UNKNOWN, Check, CheckResult, merge, run_check
+
+ALL_CHECKS: list[Check] = [
+    *model_replay.CHECKS,
+    *concurrency.CHECKS,
+    *rate_spans.CHECKS,
+    *delays.CHECKS,
+    *processors.CHECKS,
+    *requests.CHECKS,
+    *clients.CHECKS,
+]
+
+__all__ = ["ALL_CHECKS", "FAIL", "PASS", "UNKNOWN", "Check", "CheckResult", "merge", "run_check"]

@@ -1,0 +1,326 @@
+"""Client-side checks: both ends agree, the load was really offered, steady clients fared.
+
+- agreement: join the client's attempt and the acceptor's connection on (client_ip,
+  client_port); a reject / throttle_close must be an EOF at the client and never served;
+  a delayed-then-admitted connection's ready latency is at least the acceptor's delay.
+- offered load: every intended arrival is a connect_invoke or a connect_fail
+  reason=not_offered; below 95 % offered (overall, or in a phase with an intended_rate)
+  the checks that need that load are `unknown`, not `pass`.
+- fairness: steady clients' request latency p99 during storm phases vs before the storm;
+  judged against run.json expect.fairness_p99_ratio only when set.
+- client concurrency (target broker): connections served at once per IP, seen from the
+  client (ready → closed lies inside the broker's count interval), ≤ the per-IP max.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from analysis.checks.base import FAIL, PASS, UNKNOWN, Check, CheckResult, fmt, witness
+from analysis.frames import MS, acceptor_conns, client_conns
+from analysis.model import INT_MAX
+
+if TYPE_CHECKING:
+    from analysis.load import Run
+
+OFFERED_MIN = 0.95
+
+
+def check_agreement(run: Run) -> CheckResult:
+    from pyspark.sql import functions as F
+
+    if not run.has_source("client"):
+        return CheckResult(
+            "client_acceptor_agreement", UNKNOWN, observed="no client history",
+            expected="client and acceptor records of each connection agree",
+            explanation="without client rows the two ends cannot be compared",
+        )  # fmt: skip
+    a = acceptor_conns(run).where(F.col("outcome").isNotNull()).alias("a")
+    c = client_conns(run).alias("c")
+    j = a.join(
+        c,
+        (F.col("a.client_ip") == F.col("c.client_ip"))
+        & (F.col("a.client_port") == F.col("c.client_port"))
+        & (F.col("c.attempt_ns") <= F.col("a.accept_ns"))
+        & (F.col("c.attempt_ns") >= F.col("a.accept_ns") - F.lit(120_000 * MS)),
+    )
+    tol = float(run.expect.get("delay_tolerance_ms") or 2.0)
+    dropped = F.col("a.outcome").isin("reject", "throttle_close")
+    served_but_dropped = dropped & (
+        F.col("c.ready_ns").isNotNull()
+        | F.col("c.closed_outcome").isin("served", "delayed_served")
+    )
+    dropped_no_eof = dropped & F.col("c.eof_ns").isNull() & F.col("c.closed_ns").isNotNull()
+    too_fast = (
+        (F.col("a.outcome") == "admit")
+        & (F.col("a.delay_ms") > 0)
+        & (F.col("c.ready_latency_ms") < F.col("a.delay_ms") - F.lit(tol))
+    )
+    j = j.withColumn(
+        "why",
+        F.when(served_but_dropped, F.concat(F.lit("acceptor "), F.col("a.outcome"),
+                                            F.lit(" but the client was served")))
+        .when(dropped_no_eof, F.concat(F.lit("acceptor "), F.col("a.outcome"),
+                                       F.lit(" but the client saw no EOF")))
+        .when(too_fast, F.concat(F.lit("client ready after "), F.col("c.ready_latency_ms").cast("string"),
+                                 F.lit(" ms < acceptor delay "), F.col("a.delay_ms").cast("string"),
+                                 F.lit(" ms"))),
+    )  # fmt: skip
+    stats = j.agg(
+        F.count(F.lit(1)).alias("joined"),
+        F.sum(F.when(F.col("why").isNotNull(), 1).otherwise(0)).alias("bad"),
+    ).first()
+    assert stats is not None
+    total = a.count()
+    joined, bad = int(stats["joined"] or 0), int(stats["bad"] or 0)
+    rows = (
+        j.where(F.col("why").isNotNull())
+        .select("a.conn_id", "a.client_ip", "a.client_port", "a.listener", "a.accept_ts",
+                "a.accept_ns", "why")
+        .orderBy("accept_ns").limit(10).collect()
+    )  # fmt: skip
+    wit = [witness(r.asDict(), r["why"]) for r in rows]
+    if joined == 0:
+        verdict = UNKNOWN
+    else:
+        verdict = FAIL if bad else PASS
+    return CheckResult(
+        "client_acceptor_agreement",
+        verdict,
+        observed=f"{joined}/{total} acceptor connections matched a client attempt; {bad} disagree",
+        expected=(
+            "reject/throttle_close ↔ client EOF, never served; ready latency ≥ acceptor delay"
+        ),
+        tolerance=f"{fmt(tol)} ms on latency vs delay",
+        witnesses=wit,
+        explanation=(
+            "the two ends of each connection were joined on (client_ip, client_port)"
+            + ("; no connection could be matched" if joined == 0 else "")
+        ),
+    )
+
+
+def _phases(run: Run) -> list[dict[str, Any]]:
+    from pyspark.sql import functions as F
+
+    rows = (
+        run.events("phase_start", "phase_end", source="harness")
+        .select("event", "mono_ns", "detail")
+        .orderBy("mono_ns")
+        .collect()
+    )
+    open_: dict[str, dict[str, Any]] = {}
+    phases: list[dict[str, Any]] = []
+    end_default = run.history.agg(F.max("mono_ns")).first()
+    last_ns = int(end_default[0]) if end_default and end_default[0] is not None else 0
+    for r in rows:
+        try:
+            d = json.loads(r["detail"] or "{}")
+        except json.JSONDecodeError:
+            d = {}
+        name = str(d.get("name") or d.get("profile") or "phase")
+        if r["event"] == "phase_start":
+            open_[name] = {**d, "name": name, "start": int(r["mono_ns"])}
+        elif name in open_:
+            p = open_.pop(name)
+            p["end"] = int(r["mono_ns"])
+            phases.append(p)
+    for p in open_.values():
+        p["end"] = last_ns
+        phases.append(p)
+    return sorted(phases, key=lambda p: p["start"])
+
+
+def phases(run: Run) -> list[dict[str, Any]]:
+    return run.cached("phases", lambda: _phases(run))  # type: ignore[no-any-return]
+
+
+def offered_stats(run: Run) -> dict[str, Any]:
+    def build() -> dict[str, Any]:
+        from pyspark.sql import functions as F
+
+        c = run.events("connect_invoke", "connect_fail", source="client")
+        intended_col = F.get_json_object("detail", "$.intended_mono_ns").cast("long")
+        c = c.withColumn("intended", intended_col).withColumn(
+            "profile", F.get_json_object("detail", "$.profile")
+        )
+        not_offered = (F.col("event") == "connect_fail") & (F.col("reason") == "not_offered")
+        row = c.agg(
+            F.sum(F.when(F.col("event") == "connect_invoke", 1).otherwise(0)).alias("offered"),
+            F.sum(F.when(not_offered, 1).otherwise(0)).alias("not_offered"),
+        ).first()
+        offered = int(row["offered"] or 0) if row else 0
+        missed = int(row["not_offered"] or 0) if row else 0
+        short_phases = []
+        for p in phases(run):
+            rate = float(p.get("intended_rate") or 0)
+            if rate <= 0:
+                continue
+            dur = max((p["end"] - p["start"]) / 1e9, 1e-9)
+            q = c.where(
+                (F.col("event") == "connect_invoke")
+                & (F.coalesce("intended", "mono_ns") >= p["start"])
+                & (F.coalesce("intended", "mono_ns") < p["end"])
+            )
+            if p.get("profile"):
+                q = q.where(F.col("profile") == p["profile"])
+            got = q.count()
+            achieved = got / dur
+            p_stats = {"phase": p["name"], "intended_rate": rate, "offered_rate": achieved}
+            if achieved < OFFERED_MIN * rate:
+                short_phases.append(p_stats)
+        return {"offered": offered, "not_offered": missed, "short_phases": short_phases}
+
+    return run.cached("offered", build)  # type: ignore[no-any-return]
+
+
+def check_offered_load(run: Run) -> CheckResult:
+    if not run.has_source("client"):
+        return CheckResult(
+            "offered_load", UNKNOWN, observed="no client history",
+            expected=f"offered ≥ {OFFERED_MIN:.0%} of intended arrivals",
+            explanation="without client rows nobody can say the storm was really offered",
+        )  # fmt: skip
+    s = offered_stats(run)
+    intended = s["offered"] + s["not_offered"]
+    ratio = s["offered"] / intended if intended else 0.0
+    short = s["short_phases"]
+    ok = intended > 0 and ratio >= OFFERED_MIN and not short
+    parts = [f"offered {s['offered']}/{intended} intended arrivals ({ratio:.1%})"]
+    for p in short:
+        parts.append(
+            f"phase {p['phase']}: {p['offered_rate']:.1f}/s offered vs {p['intended_rate']:.1f}/s intended"
+        )
+    return CheckResult(
+        "offered_load",
+        PASS if ok else UNKNOWN,
+        observed="; ".join(parts),
+        expected=f"offered ≥ {OFFERED_MIN:.0%} of intended, overall and in every phase with a rate",
+        tolerance=f"{1 - OFFERED_MIN:.0%}",
+        explanation=(
+            "the generator offered the load the scenario intended"
+            if ok
+            else "the generator fell short of its intended arrivals; checks that need the load "
+            "cannot pass on this run (they are unknown)"
+        ),
+        data={"short": not ok},
+    )
+
+
+def check_fairness(run: Run) -> CheckResult:
+    from pyspark.sql import functions as F
+
+    bound = run.expect.get("fairness_p99_ratio")
+    if not run.has_source("client"):
+        return CheckResult("steady_fairness", UNKNOWN, observed="no client history",
+                           expected="steady clients' p99 ratio", explanation="no client rows")  # fmt: skip
+    storms = [p for p in phases(run) if str(p.get("profile") or p["name"]) != "steady"]
+    steady = client_conns(run).where(F.col("profile") == "steady").select(
+        "client_ip", "client_port", "attempt_ns"
+    )
+    if not storms:
+        return CheckResult(
+            "steady_fairness", UNKNOWN if bound else PASS, observed="no storm phase in the history",
+            expected="steady p99 during storm / before storm" + (f" ≤ {bound}" if bound else ""),
+            explanation="no phase_start rows with a non-steady profile: nothing to compare",
+        )  # fmt: skip
+    first_storm = min(p["start"] for p in storms)
+    req = run.events("request_ok", source="client").select(
+        "client_ip", "client_port", "mono_ns", "latency_ms"
+    )
+    req = req.join(F.broadcast(steady), ["client_ip", "client_port"]).where(
+        F.col("mono_ns") >= F.col("attempt_ns")
+    )
+    in_storm = F.lit(False)
+    for p in storms:
+        in_storm = in_storm | ((F.col("mono_ns") >= p["start"]) & (F.col("mono_ns") < p["end"]))
+    row = req.agg(
+        F.percentile_approx(F.when(F.col("mono_ns") < first_storm, F.col("latency_ms")), 0.99, 10000).alias("base"),
+        F.percentile_approx(F.when(in_storm, F.col("latency_ms")), 0.99, 10000).alias("storm"),
+        F.sum(F.when(F.col("mono_ns") < first_storm, 1).otherwise(0)).alias("n_base"),
+        F.sum(F.when(in_storm, 1).otherwise(0)).alias("n_storm"),
+    ).first()  # fmt: skip
+    assert row is not None
+    base, storm = row["base"], row["storm"]
+    if not base or storm is None:
+        return CheckResult(
+            "steady_fairness", UNKNOWN if bound else PASS,
+            observed=f"steady requests: {row['n_base'] or 0} before storm, {row['n_storm'] or 0} during",
+            expected="steady requests both before and during the storm",
+            explanation="not enough steady-client requests to compare latencies",
+        )  # fmt: skip
+    ratio = float(storm) / float(base)
+    observed = (
+        f"steady p99 {fmt(base, 2)} ms before → {fmt(storm, 2)} ms during storm "
+        f"(ratio {ratio:.2f}; n={row['n_base']}/{row['n_storm']})"
+    )
+    if bound is None:
+        return CheckResult(
+            "steady_fairness", PASS, observed=observed,
+            expected="reported only (expect.fairness_p99_ratio not set)",
+            explanation="not judged: the scenario did not state a fairness bound",
+            data={"ratio": ratio},
+        )  # fmt: skip
+    return CheckResult(
+        "steady_fairness",
+        FAIL if ratio > float(bound) else PASS,
+        observed=observed,
+        expected=f"p99 ratio ≤ {bound} (run.json expect.fairness_p99_ratio)",
+        tolerance="p99 by percentile_approx (accuracy 1/10000)",
+        explanation="how much the storm cost the well-behaved steady clients",
+        data={"ratio": ratio},
+    )
+
+
+def check_client_ip_concurrency(run: Run) -> CheckResult:
+    """Target broker: served connections open at once per IP, from the client's view."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    tl = run.timeline
+    if not any(lim.max_connections_per_ip < INT_MAX or lim.per_ip_overrides for lim in tl.limits):
+        from analysis.checks.base import not_limited
+
+        return not_limited("client_ip_concurrency", run, "max.connections.per.ip")
+    cc = client_conns(run).where(F.col("ready_ns").isNotNull() & F.col("closed_ns").isNotNull())
+    up = cc.select("client_ip", "client_port", "connect_ok_ts", F.col("ready_ns").alias("ns"), F.lit(1).alias("d"))
+    down = cc.select("client_ip", "client_port", "connect_ok_ts", F.col("closed_ns").alias("ns"), F.lit(-1).alias("d"))  # fmt: skip
+    w = Window.partitionBy("client_ip").orderBy("ns", "d").rowsBetween(Window.unboundedPreceding, 0)
+    ev = up.unionByName(down).withColumn("count", F.sum("d").over(w)).where(F.col("d") == 1)
+    from analysis.checks.concurrency import _keyed_limit
+
+    ev = ev.withColumn(
+        "limit",
+        _keyed_limit(run, F.col("ns"), F.col("client_ip"),
+                     lambda x: {k: float(v) for k, v in x.per_ip_overrides.items()},
+                     lambda x: x.max_connections_per_ip),
+    )  # fmt: skip
+    n_bad = ev.where(F.col("count") > F.col("limit")).count()
+    peak = ev.agg(F.max("count")).first()
+    wit = [
+        witness(r.asDict() | {"mono_ns": r["ns"]},
+                f"{r['count']} served at once from {r['client_ip']} > {fmt(r['limit'])}")
+        for r in ev.where(F.col("count") > F.col("limit")).orderBy("ns").limit(10).collect()
+    ]  # fmt: skip
+    return CheckResult(
+        "client_ip_concurrency",
+        FAIL if n_bad else PASS,
+        observed=f"peak {peak[0] if peak else 0} served at once per IP; {n_bad} over",
+        expected="served connections at once per IP ≤ max.connections.per.ip (client view)",
+        tolerance="none: the client's ready→closed lies inside the broker's count interval",
+        witnesses=wit,
+        explanation="from the client side only: a lower bound on the broker's own count",
+    )
+
+
+CHECKS = [
+    Check("client_acceptor_agreement", "clients", check_agreement, False,
+          doc="client outcomes agree with the acceptor's records"),
+    Check("offered_load", "clients", check_offered_load, False, ("acceptor", "broker"),
+          doc="the generator offered ≥ 95 % of its intended arrivals"),
+    Check("steady_fairness", "clients", check_fairness, True, ("acceptor", "broker"),
+          doc="steady clients' p99 during storms vs baseline"),
+    Check("client_ip_concurrency", "clients", check_client_ip_concurrency, True, ("broker",),
+          doc="target broker: served connections per IP ≤ per-IP max (client view)"),
+]  # fmt: skip

@@ -1,0 +1,172 @@
+"""Model-free: no wait longer than the quota window, and none on the protected listener.
+
+Kafka caps every connection-rate throttle at w (`boundedThrottleTime`): a broker/listener
+rate delay and a per-IP throttle are both ≤ quota.window.size. A per-IP throttled socket
+is closed at the first acceptor loop with now > end (select timeout 500 ms), so its hold
+time may exceed the throttle by up to that loop plus the stated slack. The protected
+inter-broker listener never records in, nor waits for, the broker-wide rate.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from analysis.checks.base import FAIL, PASS, Check, CheckResult, fmt, witness
+from analysis.frames import MS, acceptor_conns
+
+if TYPE_CHECKING:
+    from analysis.load import Run
+
+ACCEPTOR_LOOP_MS = 500.0
+
+
+def _window_ms(run: Run) -> float:
+    return float(max(lim.window_ms for lim in run.timeline.limits))
+
+
+def check_rate_delay_within_window(run: Run) -> CheckResult:
+    from pyspark.sql import functions as F
+
+    w = _window_ms(run)
+    bound = w + run.slack_ms
+    conns = acceptor_conns(run)
+    stats = conns.agg(
+        F.max("delay_ms").alias("max_recorded"),
+        F.sum(F.when(F.col("delay_ms") > 0, 1).otherwise(0)).alias("delayed"),
+        F.max(
+            F.when(F.col("delay_ms") > 0, (F.col("t1_ns") - F.col("accept_ns")) / MS)
+        ).alias("max_wait"),
+    ).first()
+    assert stats is not None
+    # a recorded throttle is Kafka's number: it must not exceed w itself; the actual wait
+    # (accept -> IP step) may also include a slot wait, so only a delayed connection that
+    # waited longer than w + slack *without* a count limit in play is a witness.
+    count_limited = run.timeline.ever(lambda x: x.max_connections) or any(
+        lim.listener_max for lim in run.timeline.limits
+    )
+    too_long = F.col("delay_ms") > F.lit(w + 0.5)
+    if not count_limited:
+        too_long = too_long | (
+            (F.col("delay_ms") > 0) & ((F.col("t1_ns") - F.col("accept_ns")) / MS > F.lit(bound))
+        )
+    bad = conns.where(too_long)
+    n_bad = bad.count()
+    rows = bad.orderBy("accept_ns").limit(10).collect()
+    wit = [
+        witness(
+            r.asDict(),
+            f"rate delay {fmt(r['delay_ms'])} ms recorded, waited "
+            f"{fmt(((r['t1_ns'] or r['accept_ns']) - r['accept_ns']) / MS)} ms; window is {fmt(w)} ms",
+        )
+        for r in rows
+    ]
+    delayed = int(stats["delayed"] or 0)
+    return CheckResult(
+        "rate_delay_within_window",
+        FAIL if n_bad else PASS,
+        observed=(
+            f"{delayed} delayed connections; max recorded delay {fmt(stats['max_recorded'])} ms, "
+            f"max wait accept→admit {fmt(stats['max_wait'])} ms; {n_bad} over the cap"
+        ),
+        expected=f"recorded delay ≤ w = {fmt(w)} ms; wait ≤ w + slack = {fmt(bound)} ms",
+        tolerance=f"0.5 ms on the recorded value; slack {fmt(run.slack_ms)} ms on the wait"
+        + (" (wait not judged: a count limit may legitimately extend it)" if count_limited else ""),
+        witnesses=wit,
+        explanation=(
+            "broker/listener rate delays are capped at the quota window (boundedThrottleTime)"
+            + (f"; {n_bad} connection(s) waited longer" if n_bad else "")
+        ),
+    )
+
+
+def check_ip_throttle_within_window(run: Run) -> CheckResult:
+    from pyspark.sql import functions as F
+
+    w = _window_ms(run)
+    hold_bound = w + ACCEPTOR_LOOP_MS + run.slack_ms
+    conns = acceptor_conns(run).where(F.col("outcome") == "throttle_close")
+    hold = (F.col("throttle_close_ns") - F.col("throttle_start_ns")) / MS
+    stats = conns.agg(
+        F.count(F.lit(1)).alias("n"),
+        F.max("throttle_ms").alias("max_ms"),
+        F.max(hold).alias("max_hold"),
+    ).first()
+    assert stats is not None
+    bad = conns.where(
+        (F.col("throttle_ms") > F.lit(w + 0.5))
+        | (hold > F.lit(hold_bound))
+        | (hold < F.col("throttle_ms") - F.lit(run.slack_ms))
+        | (F.col("register_ns").isNotNull())
+    )
+    n_bad = bad.count()
+    rows = bad.orderBy("accept_ns").limit(10).collect()
+    wit = []
+    for r in rows:
+        held = None
+        if r["throttle_start_ns"] is not None and r["throttle_close_ns"] is not None:
+            held = (r["throttle_close_ns"] - r["throttle_start_ns"]) / MS
+        why = f"IP throttle {fmt(r['throttle_ms'])} ms, socket held {fmt(held)} ms"
+        if r["register_ns"] is not None:
+            why += "; it was registered with a processor (must never be)"
+        wit.append(witness(r.asDict(), why))
+    return CheckResult(
+        "ip_throttle_within_window",
+        FAIL if n_bad else PASS,
+        observed=(
+            f"{int(stats['n'] or 0)} throttle-closes; max throttle {fmt(stats['max_ms'])} ms, "
+            f"max hold {fmt(stats['max_hold'])} ms; {n_bad} out of bounds"
+        ),
+        expected=(
+            f"throttle ≤ w = {fmt(w)} ms; held ≥ throttle − slack and ≤ w + acceptor loop "
+            f"{fmt(ACCEPTOR_LOOP_MS)} ms + slack = {fmt(hold_bound)} ms; never registered"
+        ),
+        tolerance=f"slack {fmt(run.slack_ms)} ms",
+        witnesses=wit,
+        explanation="a per-IP throttled socket is parked then closed after its throttle, never served",
+    )
+
+
+def check_protected_not_delayed(run: Run) -> CheckResult:
+    from pyspark.sql import functions as F
+
+    prot = sorted(
+        {name for lim in run.timeline.limits for name in lim.listeners if lim.is_protected(name)}
+    )
+    if not prot:
+        return CheckResult(
+            "protected_listener_not_delayed",
+            PASS,
+            observed="no protected listener (needs inter.broker.listener.name and ≥ 2 listeners)",
+            expected="nothing to check",
+            explanation="not applicable: no listener is protected in this configuration",
+        )
+    conns = acceptor_conns(run).where(F.col("listener").isin(*prot))
+    total = conns.count()
+    bad = conns.where(
+        (F.col("delay_reason") == "broker_rate") | (F.col("delay_broker_ms") > 0)
+    )
+    n_bad = bad.count()
+    rows = bad.orderBy("accept_ns").limit(10).collect()
+    wit = [
+        witness(r.asDict(), f"protected listener delayed {fmt(r['delay_ms'])} ms by the broker rate")
+        for r in rows
+    ]
+    return CheckResult(
+        "protected_listener_not_delayed",
+        FAIL if n_bad else PASS,
+        observed=f"{total} connections on {', '.join(prot)}; {n_bad} delayed by the broker rate",
+        expected="0 broker-rate delays on the protected listener",
+        tolerance="none",
+        witnesses=wit,
+        explanation="the inter-broker listener is exempt from max.connection.creation.rate",
+    )
+
+
+CHECKS = [
+    Check("rate_delay_within_window", "delays", check_rate_delay_within_window, True,
+          doc="broker/listener rate delay ≤ quota window (+ slack on the actual wait)"),
+    Check("ip_throttle_within_window", "delays", check_ip_throttle_within_window, True,
+          doc="per-IP throttle ≤ window; socket held for the throttle then closed, never served"),
+    Check("protected_listener_not_delayed", "delays", check_protected_not_delayed, True,
+          doc="the protected inter-broker listener is never delayed by the broker-wide rate"),
+]  # fmt: skip

@@ -1,0 +1,95 @@
+"""Model replay: every recorded admission decision agrees with the checker's own model.
+
+Target acceptor: the recorded rate delay (ms), the outcome (admit / throttle_close /
+reject) and the per-IP throttle ms must equal the model's, within a tolerance of a few
+ms for rounding (default 2 ms, run.json expect.delay_tolerance_ms). Any disagreement is
+a fail with the first disagreeing connections as witnesses.
+
+Target broker: only the client side exists, so arrival = the client's connect_ok (the
+broker's accept is a little later), served vs EOF is the outcome, and the ready latency is
+a lower bound on the delay. The clocks differ by the accept lag, so up to 2 % of the
+connections (and at least 2) may disagree before the check fails; fewer than 20
+connections is `unknown`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from analysis.checks.base import FAIL, PASS, UNKNOWN, Check, CheckResult, fmt
+from analysis.replay import replay
+
+if TYPE_CHECKING:
+    from analysis.load import Run
+
+CLIENT_MODE_FRACTION = 0.02
+CLIENT_MODE_MIN = 20
+
+
+def _result(run: Run, mode: str) -> CheckResult:
+    out = run.cached(f"replay-{mode}", lambda: replay(run, mode))
+    summary = out[out["kind"] == "summary"].iloc[0]
+    dis = out[out["kind"] == "disagree"].sort_values("mono_ns")
+    n = int(summary["n_conns"])
+    agree = int(summary["n_agree"])
+    bad = n - agree
+    tol = float(run.expect.get("delay_tolerance_ms") or 2.0)
+    wit = []
+    for _, r in dis.head(10).iterrows():
+        w = {
+            k: (None if r[k] is None or r[k] != r[k] else r[k])
+            for k in ("conn_id", "client_ip", "client_port", "listener")
+        }
+        w = {k: (int(v) if k == "client_port" and v is not None else v) for k, v in w.items()}
+        w["mono_ns"] = int(r["mono_ns"])
+        w["why"] = f"{r['what']}" + (
+            f": recorded {fmt(r['recorded'])}, model {fmt(r['model'])}"
+            if "ms" in str(r["what"])
+            else ""
+        )
+        wit.append({k: v for k, v in w.items() if v is not None})
+    rate = agree / n if n else 1.0
+    observed = (
+        f"{agree}/{n} connections agree ({rate:.2%}); delays recorded {summary['n_delayed_recorded']}"
+        f" / model {summary['n_delayed_model']}"
+    )
+    if mode == "acceptor":
+        observed += f"; max |delay diff| {fmt(summary['max_abs_delay_diff'])} ms"
+        verdict = FAIL if bad else PASS
+        if n == 0:
+            verdict = UNKNOWN
+        tolerance = f"{fmt(tol)} ms on delays and throttles; outcomes exact"
+        expected = "every delay, outcome and IP throttle equals the model's"
+    else:
+        allowed = max(2, int(CLIENT_MODE_FRACTION * n))
+        verdict = UNKNOWN if n < CLIENT_MODE_MIN else (FAIL if bad > allowed else PASS)
+        tolerance = (
+            f"≤ {allowed} disagreeing connections ({CLIENT_MODE_FRACTION:.0%}): client clock "
+            "(connect_ok) is not the broker's accept"
+        )
+        expected = "client outcomes (served/EOF) and ready latency ≥ model delay"
+    return CheckResult(
+        "model_replay",
+        verdict,
+        observed=observed,
+        expected=expected,
+        tolerance=tolerance,
+        witnesses=wit,
+        explanation=(
+            "replayed the recorded arrivals through the checker's independent model of Kafka's "
+            "ConnectionQuotas"
+            + (f"; {bad} connection(s) disagree, the first are listed" if bad else "")
+            + ("" if n else "; no connections to replay")
+        ),
+        data={"agreement": rate, "connections": n},
+    )
+
+
+def check_model_replay(run: Run) -> CheckResult:
+    return _result(run, "acceptor" if run.has_source("acceptor") else "client")
+
+
+CHECKS = [
+    Check("model_replay", "model", check_model_replay, True, ("acceptor", "broker"),
+          doc="recorded decisions equal the independent model's (delay, outcome, throttle)"),
+]  # fmt: skip

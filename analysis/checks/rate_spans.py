@@ -1,0 +1,182 @@
+"""Model-free: connections recorded by a rate meter stay within its bound over any span.
+
+For a meter with bound r (connections/s), n samples of w ms, span S = n·w:
+
+    count(t − S, t] ≤ r·S/1000 + B + k·S/w,   B = r·(n−1)·w/1000 (the burst a fresh meter takes)
+
+The last term is Kafka's cap: a delay is at most w, so each of the k acceptors feeding the
+meter can still take one connection per w when the excess is huge (and with r = 0).
+What a meter counts (Kafka un-records per-IP throttles): broker — accepts on non-protected
+listeners, at the accept instant, minus IP-throttled ones; listener — the same per
+listener; IP — IP steps that were not throttled (admits and count rejects) at t1.
+Where the bound changed within the span, the larger bound is used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from analysis.checks.base import FAIL, PASS, Check, CheckResult, fmt, not_limited, witness
+from analysis.frames import MS, acceptor_conns
+from analysis.model import INT_MAX, Limits
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+    from analysis.load import Run
+
+
+def _bound_col(run: Run, ns: Column, key: Column | None,
+               pick: Callable[[Limits, str], float]) -> Column:  # fmt: skip
+    """Bound at `ns` for `key` (a listener or IP): per-version map with its default."""
+    from pyspark.sql import functions as F
+
+    tl = run.timeline
+
+    def one(lim: Limits) -> Column:
+        if key is None:
+            return F.lit(float(pick(lim, "")))
+        names: set[str] = set(lim.listener_rate) | set(lim.ip_quotas) | set(lim.listeners)
+        default = float(pick(lim, "\x00"))
+        mapping = {n: float(pick(lim, n)) for n in names if float(pick(lim, n)) != default}
+        if not mapping:
+            return F.lit(default)
+        m = F.create_map(*[x for k, v in mapping.items() for x in (F.lit(k), F.lit(v))])
+        return F.coalesce(F.element_at(m, key), F.lit(default))
+
+    expr = one(tl.limits[0])
+    for i, lim in enumerate(tl.limits[1:], start=1):
+        expr = F.when(ns >= F.lit(tl.starts[i]), one(lim)).otherwise(expr)
+    return expr
+
+
+def _span_check(run: Run, name: str, what: str, ev: DataFrame, key: str | None,
+                pick: Callable[[Limits, str], float], feeders: int) -> CheckResult:  # fmt: skip
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    lim0 = run.timeline.limits[0]
+    n, w = lim0.window_num, lim0.window_ms
+    span_ms = n * w
+    ev = ev.withColumn("ms", (F.col("ns") / MS).cast("long"))
+    kcol = F.col(key) if key else None
+    b_now = _bound_col(run, F.col("ns"), kcol, pick)
+    b_then = _bound_col(run, F.col("ns") - F.lit(span_ms * MS), kcol, pick)
+    ev = ev.withColumn("bound", F.greatest(b_now, b_then))
+    ev = ev.where(F.col("bound") < F.lit(float(INT_MAX)))
+    part = [key] if key else []
+    win = Window.partitionBy(*part).orderBy("ms").rangeBetween(-(span_ms - 1), 0)
+    ev = ev.withColumn("in_span", F.count(F.lit(1)).over(win))
+    allowed = (
+        F.col("bound") * F.lit(span_ms / 1000.0)
+        + F.col("bound") * F.lit((n - 1) * w / 1000.0)
+        + F.lit(feeders * span_ms / w)
+    )
+    ev = ev.withColumn("allowed", allowed).withColumn("excess", F.col("in_span") - F.col("allowed"))
+    stats = ev.agg(
+        F.count(F.lit(1)).alias("events"),
+        F.max("in_span").alias("peak"),
+        F.max("excess").alias("max_excess"),
+        F.sum(F.when(F.col("excess") > 0, 1).otherwise(0)).alias("violations"),
+    ).first()
+    assert stats is not None
+    if not stats["events"]:
+        return not_limited(name, run, what)
+    peak_row = ev.orderBy(F.col("excess").desc()).limit(1).collect()
+    violations = int(stats["violations"] or 0)
+    bad = ev.where(F.col("excess") > 0).orderBy("ns").limit(10).collect()
+    wit = [
+        witness(
+            r.asDict() | {"mono_ns": r["ns"]},
+            f"{r['in_span']} connections in the {span_ms} ms span ending here"
+            + (f" for {r[key]}" if key else "")
+            + f", allowed {fmt(r['allowed'])} (bound {fmt(r['bound'])}/s)",
+        )
+        for r in bad
+    ]
+    worst = peak_row[0] if peak_row else None
+    observed = f"peak {stats['peak']} per {span_ms} ms span"
+    if worst is not None:
+        observed += (
+            f"; closest to the limit: {worst['in_span']} vs allowed {fmt(worst['allowed'])}"
+            + (f" ({worst[key]})" if key else "")
+        )
+    observed += f"; {violations} span(s) over"
+    return CheckResult(
+        name,
+        FAIL if violations else PASS,
+        observed=observed,
+        expected=(
+            f"count(t−S, t] ≤ r·S + r·(n−1)·w + {feeders}·S/w with S = n·w = {span_ms} ms, "
+            f"r = {what}"
+        ),
+        tolerance=f"{feeders}·S/w = {feeders * span_ms // w} connections (delay cap of w per acceptor)",
+        witnesses=wit,
+        explanation=(
+            f"the recorded connection rate exceeded {what} beyond its burst allowance"
+            if violations
+            else f"{what} held over every {span_ms} ms span"
+        ),
+    )
+
+
+def _protected_names(run: Run) -> list[str]:
+    return sorted({x for lim in run.timeline.limits for x in lim.listeners if lim.is_protected(x)})
+
+
+def _accepts(run: Run) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    conns = acceptor_conns(run).where(
+        F.col("accept_ns").isNotNull()
+        & (F.col("outcome").isNull() | (F.col("outcome") != "throttle_close"))
+    )
+    return conns.withColumn("ns", F.col("accept_ns")).withColumn("ts", F.col("accept_ts"))
+
+
+def check_broker_rate(run: Run) -> CheckResult:
+    from pyspark.sql import functions as F
+
+    if not run.timeline.ever(lambda x: x.broker_rate):
+        return not_limited("broker_rate_span", run, "max.connection.creation.rate")
+    ev = _accepts(run)
+    prot = _protected_names(run)
+    if prot:
+        ev = ev.where(~F.col("listener").isin(*prot))
+    listeners = {x for lim in run.timeline.limits for x in lim.listeners} - set(prot)
+    return _span_check(run, "broker_rate_span", "max.connection.creation.rate", ev, None,
+                       lambda lim, _k: lim.broker_rate, max(1, len(listeners)))  # fmt: skip
+
+
+def check_listener_rate(run: Run) -> CheckResult:
+    if not any(v < INT_MAX for lim in run.timeline.limits for v in lim.listener_rate.values()):
+        return not_limited(
+            "listener_rate_span", run, "listener.name.<l>.max.connection.creation.rate"
+        )
+    return _span_check(run, "listener_rate_span", "listener.name.<l>.max.connection.creation.rate",
+                       _accepts(run), "listener", lambda lim, k: lim.listener_rate_for(k), 1)  # fmt: skip
+
+
+def check_ip_rate(run: Run) -> CheckResult:
+    from pyspark.sql import functions as F
+
+    if not run.timeline.ever(lambda x: x.ip_quota_default) and not any(
+        v < INT_MAX for lim in run.timeline.limits for v in lim.ip_quotas.values()
+    ):
+        return not_limited("ip_rate_span", run, "connection_creation_rate (ip quota)")
+    conns = acceptor_conns(run).where(F.col("outcome").isin("admit", "reject"))
+    ev = conns.withColumn("ns", F.col("t1_ns")).withColumn("ts", F.col("admit_ts"))
+    n_listeners = max(1, len({x for lim in run.timeline.limits for x in lim.listeners}))
+    return _span_check(run, "ip_rate_span", "connection_creation_rate (ip quota)", ev,
+                       "client_ip", lambda lim, k: lim.ip_quota(k), n_listeners)  # fmt: skip
+
+
+CHECKS = [
+    Check("broker_rate_span", "rate_spans", check_broker_rate, True,
+          doc="broker-wide accepts per n·w span within bound·span + burst"),
+    Check("listener_rate_span", "rate_spans", check_listener_rate, True,
+          doc="per-listener accepts per n·w span within bound·span + burst"),
+    Check("ip_rate_span", "rate_spans", check_ip_rate, True,
+          doc="per-IP (non-throttled) connections per n·w span within bound·span + burst"),
+]  # fmt: skip

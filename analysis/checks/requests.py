@@ -1,0 +1,75 @@
+"""Model-free: request-quota throttles (KIP-124) are bounded and never on exempt APIs.
+
+ClientRequestQuotaManager bounds the throttle at the quota window; cluster-action APIs
+(LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown, WriteTxnMarkers, Vote,
+quorum epochs, AlterPartition, Envelope, broker registration/heartbeat, AllocateProducerIds,
+share-group state) are exempt. UpdateFeatures is a cluster action but throttled on a broker.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from analysis.checks.base import FAIL, PASS, Check, CheckResult, fmt, witness
+
+if TYPE_CHECKING:
+    from analysis.load import Run
+
+EXEMPT_API_KEYS = {
+    4: "LeaderAndIsr",
+    5: "StopReplica",
+    6: "UpdateMetadata",
+    7: "ControlledShutdown",
+    27: "WriteTxnMarkers",
+    52: "Vote",
+    53: "BeginQuorumEpoch",
+    54: "EndQuorumEpoch",
+    55: "DescribeQuorum",
+    56: "AlterPartition",
+    58: "Envelope",
+    62: "BrokerRegistration",
+    63: "BrokerHeartbeat",
+    67: "AllocateProducerIds",
+    83: "InitializeShareGroupState",
+    84: "ReadShareGroupState",
+    85: "WriteShareGroupState",
+    86: "DeleteShareGroupState",
+    87: "ReadShareGroupStateSummary",
+}
+
+
+def check_request_throttles(run: Run) -> CheckResult:
+    from pyspark.sql import functions as F
+
+    w = float(max(lim.window_ms for lim in run.timeline.limits))
+    rows = run.events("request_throttle", source="acceptor")
+    stats = rows.agg(F.count(F.lit(1)).alias("n"), F.max("delay_ms").alias("max")).first()
+    assert stats is not None
+    bad = rows.where((F.col("delay_ms") > F.lit(w + 0.5)) | F.col("api_key").isin(*EXEMPT_API_KEYS))
+    n_bad = bad.count()
+    wit = []
+    for r in bad.orderBy("mono_ns").limit(10).collect():
+        if r["api_key"] in EXEMPT_API_KEYS:
+            why = f"throttled exempt API {EXEMPT_API_KEYS[r['api_key']]} (key {r['api_key']})"
+        else:
+            why = f"request throttle {fmt(r['delay_ms'])} ms > window {fmt(w)} ms"
+        wit.append(witness(r.asDict(), why))
+    return CheckResult(
+        "request_throttle_bounds",
+        FAIL if n_bad else PASS,
+        observed=f"{stats['n']} request throttles; max {fmt(stats['max'])} ms; {n_bad} invalid",
+        expected=f"throttle ≤ w = {fmt(w)} ms and never on a cluster-action (exempt) API",
+        tolerance="0.5 ms",
+        witnesses=wit,
+        explanation=(
+            "request quotas mute the channel for min(X, w); exempt APIs are never throttled"
+            if stats["n"]
+            else "no request throttles recorded (nothing to violate)"
+        ),
+    )
+
+
+CHECKS = [
+    Check("request_throttle_bounds", "requests", check_request_throttles, False,
+          doc="request throttles ≤ window and never on exempt (cluster-action) APIs"),
+]  # fmt: skip

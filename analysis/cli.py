@@ -1,0 +1,69 @@
+"""Check a run's history against the quota model: `harness analyze RUN_DIR [--gate]`.
+
+Prints progress, a summary table and where the outputs are (report/verdict.json,
+report/junit.xml, report/report.html). Exit 0; with --gate 0/1/2 for pass/fail/unknown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="runs/<run-id>/ (holds history/)")
+    parser.add_argument(
+        "--gate", action="store_true", help="exit 0/1/2 for pass/fail/unknown (CI gate)"
+    )
+    parser.add_argument(
+        "--spark-master", default=None, help="Spark master URL (default SPARK_MASTER or local[*])"
+    )
+    parser.add_argument("--quiet", action="store_true", help="only the verdict line")
+    parser.add_argument("--no-html", action="store_true", help="skip report.html (faster)")
+
+
+def summary_table(verdict: dict) -> str:  # type: ignore[type-arg]
+    rows = [(c["verdict"].upper(), c["name"], c["observed"]) for c in verdict["checks"]]
+    width = max((len(r[1]) for r in rows), default=10)
+    lines = [f"{'VERDICT':<8} {'CHECK':<{width}}  OBSERVED"]
+    for v, name, obs in rows:
+        obs = obs if len(obs) <= 110 else obs[:107] + "..."
+        lines.append(f"{v:<8} {name:<{width}}  {obs}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from analysis import analyze_run
+    from analysis.load import RunDirError
+
+    run_dir = Path(args.run_dir)
+
+    def say(msg: str) -> None:
+        if not args.quiet:
+            print(msg, flush=True)
+
+    try:
+        verdict = analyze_run(
+            run_dir, spark_master=args.spark_master, progress=say, report=not args.no_html
+        )
+    except RunDirError as exc:
+        print(f"harness analyze: {exc}", file=sys.stderr)
+        return 2
+    if not args.quiet:
+        print()
+        print(summary_table(verdict))
+        print()
+        for kind, path in verdict.get("outputs", {}).items():
+            print(f"{kind:>8}: {path}")
+    c = verdict["counts"]
+    print(
+        f"verdict: {verdict['verdict'].upper()}  ({c['pass']} pass, {c['fail']} fail, "
+        f"{c['unknown']} unknown; {verdict.get('events', 0)} events in "
+        f"{verdict.get('analysis_seconds', 0)} s)"
+    )
+    if args.gate:
+        from analysis.verdict import EXIT_CODES
+
+        return EXIT_CODES.get(verdict["verdict"], 2)
+    return 0

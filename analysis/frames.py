@@ -1,0 +1,159 @@
+"""Derived per-connection tables, built once per analysis and shared by the checks.
+
+One acceptor row per event becomes one row per connection (`acceptor_conns`), and the
+client's rows become one row per connection attempt (`client_conns`: an attempt starts at
+`connect_invoke`, so a reused source port starts a new attempt). Both are persisted, so
+the history is scanned a handful of times, not once per check.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from analysis.load import Run
+
+MS = 1_000_000
+
+
+def acceptor_conns(run: Run) -> DataFrame:
+    def build() -> DataFrame:
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        a = run.events(source="acceptor").where(
+            F.col("event").isin(
+                "accept", "delay", "admit", "register", "reject", "throttle_close", "close", "evict"
+            )
+            & F.col("conn_id").isNotNull()
+        )
+
+        def at(event: str, col: str = "mono_ns") -> F.Column:
+            return F.min(F.when(F.col("event") == event, F.col(col)))
+
+        ended = F.col("event").isin("close", "evict")
+        df = a.groupBy("conn_id").agg(
+            F.first("listener", ignorenulls=True).alias("listener"),
+            F.first("client_ip", ignorenulls=True).alias("client_ip"),
+            F.first("client_port", ignorenulls=True).alias("client_port"),
+            at("accept").alias("accept_ns"),
+            F.min(F.when(F.col("event") == "accept", F.col("ts"))).alias("accept_ts"),
+            F.max(F.when(F.col("event") == "delay", F.col("delay_ms"))).alias("delay_ms"),
+            F.first(F.when(F.col("event") == "delay", F.col("reason")), ignorenulls=True).alias(
+                "delay_reason"
+            ),
+            F.first(
+                F.when(
+                    F.col("event") == "delay",
+                    F.get_json_object("detail", "$.broker_ms").cast("double"),
+                ),
+                ignorenulls=True,
+            ).alias("delay_broker_ms"),
+            at("admit").alias("admit_ns"),
+            F.min(F.when(F.col("event") == "admit", F.col("ts"))).alias("admit_ts"),
+            at("reject").alias("reject_ns"),
+            at("throttle_close").alias("throttle_close_ns"),
+            F.min(
+                F.when(
+                    F.col("event") == "throttle_close",
+                    F.get_json_object("detail", "$.throttle_start_mono_ns").cast("long"),
+                )
+            ).alias("throttle_start_ns"),
+            F.max(F.when(F.col("event") == "throttle_close", F.col("delay_ms"))).alias(
+                "throttle_ms"
+            ),
+            at("register").alias("register_ns"),
+            F.max(
+                F.when(
+                    F.col("event") == "register",
+                    F.get_json_object("detail", "$.queue_depth").cast("int"),
+                )
+            ).alias("queue_depth"),
+            F.min(F.when(ended, F.col("mono_ns"))).alias("close_ns"),
+            F.first(F.when(ended, F.col("reason")), ignorenulls=True).alias("close_reason"),
+            F.max(
+                F.when(
+                    F.col("event") == "accept",
+                    F.get_json_object("detail", "$.protected").cast("boolean"),
+                )
+            ).alias("protected_flag"),
+        )
+        df = df.withColumn("listener", F.lower("listener")).withColumn(
+            "outcome",
+            F.when(F.col("throttle_close_ns").isNotNull(), F.lit("throttle_close"))
+            .when(F.col("reject_ns").isNotNull(), F.lit("reject"))
+            .when(F.col("admit_ns").isNotNull(), F.lit("admit")),
+        )
+        df = df.withColumn(
+            "t1_ns",
+            F.coalesce(
+                "admit_ns", "reject_ns", "throttle_start_ns", "throttle_close_ns"
+            ),
+        )
+        return df.persist(StorageLevel.MEMORY_AND_DISK)
+
+    return run.cached("acceptor_conns", build)  # type: ignore[no-any-return]
+
+
+def client_conns(run: Run) -> DataFrame:
+    def build() -> DataFrame:
+        from pyspark import StorageLevel
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        c = run.events(source="client").where(
+            F.col("client_ip").isNotNull() & F.col("client_port").isNotNull()
+        )
+        starts = F.when(
+            (F.col("event") == "connect_invoke")
+            | ((F.col("event") == "connect_fail") & (F.col("reason") == "not_offered")),
+            F.col("mono_ns"),
+        )
+        w = (
+            Window.partitionBy("client_ip", "client_port")
+            .orderBy("mono_ns", "seq")
+            .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+        )
+        c = c.withColumn("attempt_ns", F.last(starts, ignorenulls=True).over(w))
+        c = c.where(F.col("attempt_ns").isNotNull())
+
+        def first(event: str, col: str = "mono_ns") -> F.Column:
+            return F.min(F.when(F.col("event") == event, F.col(col)))
+
+        eof = ((F.col("event") == "request_fail") & (F.col("reason") == "eof")) | (
+            (F.col("event") == "closed") & (F.col("reason") == "eof")
+        )
+        df = c.groupBy("client_ip", "client_port", "attempt_ns").agg(
+            F.first("listener", ignorenulls=True).alias("c_listener"),
+            first("connect_invoke").alias("invoke_ns"),
+            F.first(
+                F.when(
+                    F.col("event").isin("connect_invoke", "connect_fail"),
+                    F.get_json_object("detail", "$.profile"),
+                ),
+                ignorenulls=True,
+            ).alias("profile"),
+            first("connect_ok").alias("connect_ok_ns"),
+            F.min(F.when(F.col("event") == "connect_ok", F.col("ts"))).alias("connect_ok_ts"),
+            first("ready").alias("ready_ns"),
+            first("ready", "latency_ms").alias("ready_latency_ms"),
+            F.min(F.when(eof, F.col("mono_ns"))).alias("eof_ns"),
+            F.min(F.when(F.col("event") == "connect_fail", F.col("reason"))).alias("fail_reason"),
+            F.first(
+                F.when(F.col("event") == "closed", F.get_json_object("detail", "$.outcome")),
+                ignorenulls=True,
+            ).alias("closed_outcome"),
+            F.max(F.when(F.col("event") == "closed", F.col("mono_ns"))).alias("closed_ns"),
+        )
+        return df.persist(StorageLevel.MEMORY_AND_DISK)
+
+    return run.cached("client_conns", build)  # type: ignore[no-any-return]
+
+
+def unpersist(run: Run) -> None:
+    for key in ("acceptor_conns", "client_conns"):
+        df = run._cache.pop(key, None)
+        if df is not None:
+            df.unpersist()

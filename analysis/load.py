@@ -1,0 +1,208 @@
+"""Reading a run directory: run.json, the history (explicit schema) and the config timeline.
+
+The `config` rows in history/harness are authoritative and time-varying; run.json's
+"limits" only seeds the timeline when a run has no config row before its first event.
+Dot-files under history/ are parts still being written and are never read.
+"""
+
+from __future__ import annotations
+
+import json
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from analysis.model import INT_MAX, Limits
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+
+class RunDirError(ValueError):
+    """The run directory cannot be analysed (missing, empty, unreadable)."""
+
+
+def spark_schema() -> Any:
+    """The shared Arrow schema (harness.history.schema) as a Spark StructType."""
+    from pyspark.sql import types as T
+
+    from harness.history.schema import SCHEMA
+
+    mapping = {
+        "string": T.StringType(),
+        "int64": T.LongType(),
+        "int32": T.IntegerType(),
+        "int16": T.ShortType(),
+        "double": T.DoubleType(),
+    }
+    fields = []
+    for f in SCHEMA:
+        kind = "timestamp" if str(f.type).startswith("timestamp") else str(f.type)
+        spark_type = T.TimestampType() if kind == "timestamp" else mapping[kind]
+        fields.append(T.StructField(f.name, spark_type, True))
+    return T.StructType(fields)
+
+
+def history_files(run_dir: Path) -> list[Path]:
+    root = run_dir / "history"
+    return sorted(
+        p
+        for p in root.rglob("*.parquet")
+        if not any(part.startswith((".", "_")) for part in p.relative_to(root).parts)
+    )
+
+
+def read_run_json(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / "run.json"
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise RunDirError(f"{path}: not valid JSON ({exc}); fix or remove it") from None
+    if not isinstance(data, dict):
+        raise RunDirError(f"{path}: expected a JSON object")
+    return data
+
+
+@dataclass
+class ConfigTimeline:
+    """The limits in force at every instant: version i holds from starts[i] on."""
+
+    starts: list[int]
+    limits: list[Limits]
+    raw: list[dict[str, Any]] = field(default_factory=list)
+
+    def index_at(self, mono_ns: int) -> int:
+        return max(0, bisect_right(self.starts, mono_ns) - 1)
+
+    def at(self, mono_ns: int) -> Limits:
+        return self.limits[self.index_at(mono_ns)]
+
+    @property
+    def changes(self) -> list[int]:
+        """Instants of dynamic changes (after the initial version)."""
+        return self.starts[1:]
+
+    def version_col(self, ns: Column) -> Column:
+        """0-based config version in force at `ns` (a CASE over the few change instants)."""
+        from pyspark.sql import functions as F
+
+        expr = F.lit(0)
+        for i, start in enumerate(self.starts[1:], start=1):
+            expr = F.when(ns >= F.lit(start), F.lit(i)).otherwise(expr)
+        return expr
+
+    def value_col(self, ns: Column, pick: Callable[[Limits], float]) -> Column:
+        """A per-row limit: pick(limits in force at ns)."""
+        from pyspark.sql import functions as F
+
+        values = [float(pick(lim)) for lim in self.limits]
+        if len(set(values)) == 1:
+            return F.lit(values[0])
+        return F.element_at(F.array(*[F.lit(v) for v in values]), self.version_col(ns) + 1)
+
+    def ever(self, pick: Callable[[Limits], float]) -> bool:
+        """Was this limit set (not Int.MaxValue) in any version?"""
+        return any(float(pick(lim)) < INT_MAX for lim in self.limits)
+
+
+def config_timeline(rows: list[tuple[int, str | None]], run_limits: dict[str, Any] | None) -> ConfigTimeline:
+    """Build the timeline from (mono_ns, detail) config rows sorted by time."""
+    rows = sorted(rows, key=lambda r: r[0])
+    starts: list[int] = []
+    limits: list[Limits] = []
+    raw: list[dict[str, Any]] = []
+    if run_limits and (not rows or rows[0][0] > 0):
+        starts.append(-(2**62))
+        limits.append(Limits.from_config(run_limits))
+        raw.append(dict(run_limits))
+    for ns, detail in rows:
+        try:
+            parsed = json.loads(detail) if detail else {}
+        except json.JSONDecodeError as exc:
+            raise RunDirError(f"config row at mono_ns={ns}: detail is not JSON ({exc})") from None
+        lim = Limits.from_config(parsed)
+        if starts and starts[-1] == ns:
+            limits[-1], raw[-1] = lim, parsed
+            continue
+        if not starts:
+            ns = -(2**62)  # the first config also covers anything recorded before it
+        starts.append(ns)
+        limits.append(lim)
+        raw.append(parsed)
+    if not starts:
+        starts, limits, raw = [-(2**62)], [Limits()], [{}]
+    return ConfigTimeline(starts, limits, raw)
+
+
+@dataclass
+class Run:
+    """Everything a check needs: metadata, the history DataFrame, derived frames."""
+
+    run_dir: Path
+    meta: dict[str, Any]
+    spark: SparkSession
+    history: DataFrame
+    timeline: ConfigTimeline
+    files: list[Path]
+    _cache: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def target(self) -> str:
+        return str(self.meta.get("target") or ("acceptor" if self.has_source("acceptor") else "broker"))
+
+    @property
+    def expect(self) -> dict[str, Any]:
+        value = self.meta.get("expect") or {}
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def slack_ms(self) -> float:
+        return float(self.expect.get("slack_ms") or 50.0)
+
+    def has_source(self, source: str) -> bool:
+        return (self.run_dir / "history" / source).is_dir() and any(
+            f.parent.name == source for f in self.files
+        )
+
+    def events(self, *names: str, source: str | None = None) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        df = self.history
+        if source:
+            df = df.where(F.col("source") == source)
+        return df.where(F.col("event").isin(*names)) if names else df
+
+    def cached(self, key: str, build: Callable[[], Any]) -> Any:
+        if key not in self._cache:
+            self._cache[key] = build()
+        return self._cache[key]
+
+
+def load_run(spark: SparkSession, run_dir: str | Path) -> Run:
+    """Open a run directory for analysis; a missing or empty one is a clear error."""
+    from pyspark.sql import functions as F
+
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise RunDirError(f"{path}: no such run directory (expected runs/<run-id>/ with history/)")
+    files = history_files(path)
+    if not files:
+        raise RunDirError(
+            f"{path}: no history (no *.parquet under {path / 'history'}); "
+            "was the run started, or is it still writing its first part?"
+        )
+    meta = read_run_json(path)
+    history = spark.read.schema(spark_schema()).parquet(*[str(f) for f in files])
+    cfg_rows = (
+        history.where((F.col("source") == "harness") & (F.col("event") == "config"))
+        .select("mono_ns", "detail")
+        .collect()
+    )
+    limits = meta.get("limits") if isinstance(meta.get("limits"), dict) else None
+    timeline = config_timeline([(int(r[0]), r[1]) for r in cfg_rows], limits)
+    return Run(path, meta, spark, history, timeline, files)

@@ -1,0 +1,1 @@
+"""Benchmarks (not tests): run each module with `python -m bench.<name>`."""

@@ -1,0 +1,363 @@
+"""The admin requests the acceptor answers itself (decoded/encoded with kafka-python).
+
+Why here and not at the broker: the broker does not see the clients' addresses (only the
+acceptor's), so `ip` connection quotas and the connection-limit broker keys must be enforced
+— and therefore administered — by the acceptor. Kafka's own tools keep working: the same
+DescribeClientQuotas / AlterClientQuotas (entity `ip`) and IncrementalAlterConfigs (BROKER
+resource, `max.connections*` keys) that `kafka-configs.sh` sends are answered here with
+Kafka's validation and messages. Everything else (user/client-id quotas, topic configs,
+DescribeConfigs) goes to the broker untouched.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from kafka.protocol.admin import (
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
+    DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
+
+from harness.quota.client_quota_admin import (
+    INVALID_REQUEST,
+    validate_alteration,
+    validate_describe_filter,
+)
+from harness.quota.config import (
+    BROKER_RECONFIGURABLE,
+    ConfigError,
+    resolve_host,
+)
+from harness.wire.framing import RequestInfo, decode_request, encode_response
+
+if TYPE_CHECKING:
+    from harness.acceptor.connection import Connection
+    from harness.acceptor.server import Acceptor
+
+DESCRIBE_CLIENT_QUOTAS = DescribeClientQuotasRequest.API_KEY  # 48
+ALTER_CLIENT_QUOTAS = AlterClientQuotasRequest.API_KEY  # 49
+INCREMENTAL_ALTER_CONFIGS = IncrementalAlterConfigsRequest.API_KEY  # 44
+ADMIN_KEYS = frozenset({DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS, INCREMENTAL_ALTER_CONFIGS})
+
+CLUSTER_AUTHORIZATION_FAILED = 31
+INVALID_CONFIG = 40
+BROKER_RESOURCE = 4
+IP_RATE_KEY = "connection_creation_rate"
+MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
+OP_SET, OP_DELETE = 0, 1
+
+ERROR_NAMES = {
+    0: "NONE",
+    CLUSTER_AUTHORIZATION_FAILED: "CLUSTER_AUTHORIZATION_FAILED",
+    INVALID_CONFIG: "INVALID_CONFIG",
+    INVALID_REQUEST: "INVALID_REQUEST",
+    35: "UNSUPPORTED_VERSION",
+}
+_AUTH_MESSAGE = (
+    "Cluster authorization failed: admin is not allowed from {ip} on listener {listener}"
+)
+
+
+def is_connection_limit_key(key: str) -> bool:
+    if key in BROKER_RECONFIGURABLE:
+        return True
+    parts = key.split(".")
+    return (
+        len(parts) >= 4
+        and key.startswith("listener.name.")
+        and (key.endswith(".max.connections") or key.endswith(".max.connection.creation.rate"))
+    )
+
+
+class AdminHandler:
+    def __init__(self, acceptor: Acceptor, resolve: Callable[[str], str] = resolve_host) -> None:
+        self.acceptor = acceptor
+        self.resolve = resolve
+
+    # -- routing -----------------------------------------------------------------------------
+    def maybe_handle(self, conn: Connection, frame: bytes, info: RequestInfo) -> bytes | None:
+        """The response to send for a request the acceptor answers, or None to forward."""
+        if info.api_key not in ADMIN_KEYS:
+            return None
+        if info.api_key == DESCRIBE_CLIENT_QUOTAS:
+            req = decode_request(DescribeClientQuotasRequest, frame, info.api_version)
+            types = [c.entity_type for c in req.components]
+            if "ip" not in types:
+                return self._unauthorized(conn, info, req) if not self.allowed(conn) else None
+            handler: Callable[..., Any] = self._describe_client_quotas
+        elif info.api_key == ALTER_CLIENT_QUOTAS:
+            req = decode_request(AlterClientQuotasRequest, frame, info.api_version)
+            if not any(e.entity_type == "ip" for entry in req.entries for e in entry.entity):
+                return self._unauthorized(conn, info, req) if not self.allowed(conn) else None
+            handler = self._alter_client_quotas
+        else:
+            req = decode_request(IncrementalAlterConfigsRequest, frame, info.api_version)
+            ours = any(
+                r.resource_type == BROKER_RESOURCE
+                and any(is_connection_limit_key(c.name) for c in r.configs)
+                for r in req.resources
+            )
+            if not ours:
+                return self._unauthorized(conn, info, req) if not self.allowed(conn) else None
+            handler = self._incremental_alter_configs
+        if not self.allowed(conn):
+            return self._unauthorized(conn, info, req)
+        response = handler(conn, info, req)
+        return encode_response(response, info.correlation_id)
+
+    def allowed(self, conn: Connection) -> bool:
+        cfg = self.acceptor.cfg
+        if cfg.admin_listeners is not None and conn.info.listener not in cfg.admin_listeners:
+            return False
+        try:
+            addr = ipaddress.ip_address(conn.info.client_ip)
+        except ValueError:
+            return False
+        return any(addr in net for net in cfg.admin_allowed)
+
+    # -- history -----------------------------------------------------------------------------
+    def _admin_row(
+        self, conn: Connection, info: RequestInfo, reason: str, detail: dict[str, Any]
+    ) -> None:
+        detail = {"api_key": info.api_key, "api_version": info.api_version, **detail}
+        self.acceptor.rec.conn(
+            "admin",
+            conn.info,
+            time.monotonic_ns(),
+            reason=reason,
+            api_key=info.api_key,
+            client_id=info.client_id,
+            principal="ANONYMOUS",
+            detail=detail,
+        )
+
+    # -- refusals ----------------------------------------------------------------------------
+    def _unauthorized(self, conn: Connection, info: RequestInfo, req: Any) -> bytes:
+        msg = _AUTH_MESSAGE.format(ip=conn.info.client_ip, listener=conn.info.listener)
+        v = info.api_version
+        response: Any
+        if info.api_key == DESCRIBE_CLIENT_QUOTAS:
+            response = DescribeClientQuotasResponse[v](
+                throttle_time_ms=0,
+                error_code=CLUSTER_AUTHORIZATION_FAILED,
+                error_message=msg,
+                entries=None,
+            )
+        elif info.api_key == ALTER_CLIENT_QUOTAS:
+            R = AlterClientQuotasResponse
+            response = R[v](
+                throttle_time_ms=0,
+                entries=[
+                    R.EntryData(
+                        error_code=CLUSTER_AUTHORIZATION_FAILED,
+                        error_message=msg,
+                        entity=[
+                            R.EntryData.EntityData(
+                                entity_type=e.entity_type, entity_name=e.entity_name
+                            )
+                            for e in entry.entity
+                        ],
+                    )
+                    for entry in req.entries
+                ],
+            )
+        else:
+            R2 = IncrementalAlterConfigsResponse
+            response = R2[v](
+                throttle_time_ms=0,
+                responses=[
+                    R2.AlterConfigsResourceResponse(
+                        error_code=CLUSTER_AUTHORIZATION_FAILED,
+                        error_message=msg,
+                        resource_type=r.resource_type,
+                        resource_name=r.resource_name,
+                    )
+                    for r in req.resources
+                ],
+            )
+        self._admin_row(conn, info, "CLUSTER_AUTHORIZATION_FAILED", {"request": req.to_dict()})
+        return encode_response(response, info.correlation_id)
+
+    # -- DescribeClientQuotas -------------------------------------------------------------------
+    def _describe_client_quotas(self, conn: Connection, info: RequestInfo, req: Any) -> Any:
+        R = DescribeClientQuotasResponse
+        v = info.api_version
+        error = validate_describe_filter([c.entity_type for c in req.components])
+        if error is None:
+            for c in req.components:
+                if c.match_type == MATCH_EXACT and c.match is None:
+                    error = (
+                        INVALID_REQUEST,
+                        f"Request specified MATCH_TYPE_EXACT but no match for {c.entity_type}",
+                    )
+                elif c.match_type == MATCH_DEFAULT and c.match is not None:
+                    error = (
+                        INVALID_REQUEST,
+                        f"Request specified MATCH_TYPE_DEFAULT but a match for {c.entity_type}",
+                    )
+                elif c.match_type not in (MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED):
+                    error = (INVALID_REQUEST, f"Unknown match type {c.match_type}")
+        if error is not None:
+            return R[v](
+                throttle_time_ms=0, error_code=error[0], error_message=error[1], entries=None
+            )
+        entries = []
+        for key, rate in sorted(self.acceptor.ip_quotas().items()):
+            name = None if key == "default" else key
+            if not self._matches(name, req.components, req.strict):
+                continue
+            entries.append(
+                R.EntryData(
+                    entity=[R.EntryData.EntityData(entity_type="ip", entity_name=name)],
+                    values=[R.EntryData.ValueData(key=IP_RATE_KEY, value=float(rate))],
+                )
+            )
+        return R[v](throttle_time_ms=0, error_code=0, error_message=None, entries=entries)
+
+    def _matches(self, name: str | None, components: list[Any], strict: bool) -> bool:
+        """`ClientQuotasImage.matches` for an entity made of one `ip` component."""
+        if strict and len(components) != 1:
+            return False
+        for c in components:
+            if c.entity_type != "ip":
+                return False
+            if c.match_type == MATCH_EXACT:
+                if c.match is None or name is None or self._ip_of(c.match) != name:
+                    return False
+            elif c.match_type == MATCH_DEFAULT and name is not None:
+                return False
+        return True
+
+    def _ip_of(self, host: str) -> str | None:
+        try:
+            return self.resolve(host)
+        except (OSError, UnicodeError, ValueError):
+            return None
+
+    # -- AlterClientQuotas ----------------------------------------------------------------------
+    def _alter_client_quotas(self, conn: Connection, info: RequestInfo, req: Any) -> Any:
+        R = AlterClientQuotasResponse
+        results = []
+        applied: list[dict[str, Any]] = []
+        for entry in req.entries:
+            entity = {e.entity_type: e.entity_name for e in entry.entity}
+            ops = [(op.key, None if op.remove else float(op.value)) for op in entry.ops]
+            error = validate_alteration(entity, ops, resolve=self.resolve)
+            if error is None and "ip" not in entity:
+                error = (
+                    INVALID_REQUEST,
+                    "The acceptor answers requests with ip entities itself; send user/client-id "
+                    "quota changes in a separate request",
+                )
+            if error is None and not req.validate_only:
+                raw = entity["ip"]
+                ip = None if raw is None else self.resolve(raw)
+                for key, value in ops:
+                    if key == IP_RATE_KEY:
+                        self.acceptor.set_ip_quota(ip, None if value is None else int(round(value)))
+                        applied.append(
+                            {
+                                "ip": ip or "default",
+                                "rate": None if value is None else int(round(value)),
+                            }
+                        )
+            code, msg = error if error is not None else (0, None)
+            results.append(
+                R.EntryData(
+                    error_code=code,
+                    error_message=msg,
+                    entity=[
+                        R.EntryData.EntityData(entity_type=e.entity_type, entity_name=e.entity_name)
+                        for e in entry.entity
+                    ],
+                )
+            )
+            self._admin_row(
+                conn,
+                info,
+                ERROR_NAMES.get(code, str(code))
+                if code
+                else ("validated" if req.validate_only else "applied"),
+                {"entity": {k or "": v for k, v in entity.items()}, "ops": ops, "message": msg},
+            )
+        if applied:
+            self.acceptor.write_config_row("alter_client_quotas")
+        return R[info.api_version](throttle_time_ms=0, entries=results)
+
+    # -- IncrementalAlterConfigs (BROKER resource, connection limits) ----------------------------
+    def _incremental_alter_configs(self, conn: Connection, info: RequestInfo, req: Any) -> Any:
+        R = IncrementalAlterConfigsResponse
+        responses = []
+        changed = False
+        for r in req.resources:
+            code, msg = 0, None
+            changes: dict[str, str | None] = {}
+            if r.resource_type != BROKER_RESOURCE:
+                code, msg = (
+                    INVALID_REQUEST,
+                    (
+                        "The acceptor answers broker connection-limit changes itself; send other "
+                        "resources in a separate request"
+                    ),
+                )
+            else:
+                for c in r.configs:
+                    if not is_connection_limit_key(c.name):
+                        code, msg = (
+                            INVALID_CONFIG,
+                            (
+                                f"The acceptor only handles connection-limit keys on the broker "
+                                f"resource; {c.name} must be sent in a separate request"
+                            ),
+                        )
+                        break
+                    if c.config_operation == OP_SET:
+                        changes[c.name] = c.value
+                    elif c.config_operation == OP_DELETE:
+                        changes[c.name] = None
+                    else:
+                        code, msg = (
+                            INVALID_CONFIG,
+                            f"Config value append/subtract is not allowed for config key {c.name}",
+                        )
+                        break
+            if code == 0:
+                try:
+                    if req.validate_only:
+                        from harness.quota.config import apply_dynamic_update
+
+                        apply_dynamic_update(self.acceptor.quota_cfg, changes)
+                    else:
+                        self.acceptor.alter_broker_config(changes)
+                        changed = True
+                except ConfigError as exc:
+                    code, msg = (
+                        INVALID_CONFIG,
+                        f"Invalid value {exc.value} for configuration {exc.key}: {exc.reason}",
+                    )
+            responses.append(
+                R.AlterConfigsResourceResponse(
+                    error_code=code,
+                    error_message=msg,
+                    resource_type=r.resource_type,
+                    resource_name=r.resource_name,
+                )
+            )
+            self._admin_row(
+                conn,
+                info,
+                ERROR_NAMES.get(code, str(code))
+                if code
+                else ("validated" if req.validate_only else "applied"),
+                {"resource": r.resource_name, "changes": changes, "message": msg},
+            )
+        if changed:
+            self.acceptor.write_config_row("incremental_alter_configs")
+        return R[info.api_version](throttle_time_ms=0, responses=responses)

@@ -1,0 +1,362 @@
+"""One listener's acceptor: the accept loop and Kafka's admission steps (reference §0.3).
+
+Why we own the accept loop on a raw listening socket instead of `asyncio.start_server`:
+`start_server` accepts eagerly, so a rate delay would never stall accepting and the kernel
+backlog (`socket.listen.backlog.size`) would never fill, unlike Kafka's single acceptor
+thread that sleeps through the delay. Here the admission of one socket runs to completion
+(rate step -> delay -> slot wait -> IP rate step -> count check -> hand-off) before the
+next socket is taken, and only a bounded hand-off (one socket) sits between the two.
+
+States of one accepted socket (the table of §0.3):
+
+    accepted --proxy header?--> read header (timeout) --bad--> closed (bad_proxy_header)
+    accepted --rate step------> delay (acceptor sleeps, listener stalls)
+             --slot wait------> blocked until a release frees a slot
+             --IP rate--------> parked (never counted) --now > end--> closed (throttle_close)
+             --IP count-------> closed at once (reject; client sees EOF)
+             --else-----------> counted -> processor queue (blocking on the last one) -> register
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import socket
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from harness.acceptor.config import ListenerSettings
+from harness.acceptor.processor import NewConnection, Processor
+from harness.acceptor.recorder import ConnInfo
+from harness.quota.connections import Outcome
+from harness.wire.proxy import ProxyError, ProxyHeaderReader
+
+if TYPE_CHECKING:
+    from harness.acceptor.server import Acceptor
+
+SLOT_WAIT_POLL_S = 0.5
+
+
+@dataclass(slots=True)
+class Accepted:
+    sock: socket.socket
+    info: ConnInfo
+    tcp_accept_ns: int
+    initial: bytes
+    proxied: bool
+
+
+def _peer(addr: tuple[str, int] | tuple[str, int, int, int]) -> tuple[str, int]:
+    return str(addr[0]), int(addr[1])
+
+
+class ListenerAcceptor:
+    def __init__(self, acceptor: Acceptor, settings: ListenerSettings) -> None:
+        self.acceptor = acceptor
+        self.settings = settings
+        self.name = settings.name
+        self.protected = acceptor.quotas.is_protected(settings.name)
+        self.processors = [
+            Processor(acceptor, settings.name, i, self.protected)
+            for i in range(acceptor.cfg.quota.num_network_threads)
+        ]
+        self.current_processor = 0
+        self.blocked_ns = 0
+        self.host = settings.host or "0.0.0.0"
+        self.port = settings.port
+        self._lsock: socket.socket | None = None
+        self._handoff: asyncio.Queue[Accepted] = asyncio.Queue(1)
+        self._not_blocked = asyncio.Event()
+        self._not_blocked.set()
+        self._parked: list[tuple[int, int, socket.socket, ConnInfo, int, int]] = []
+        self._park_seq = itertools.count()
+        self._park_timer: asyncio.TimerHandle | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._header_tasks: set[asyncio.Task[None]] = set()
+
+    # -- start / stop --------------------------------------------------------------------
+    def bind(self) -> None:
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, self.port))
+        sock.listen(self.acceptor.cfg.backlog)
+        sock.setblocking(False)
+        self._lsock = sock
+        self.port = sock.getsockname()[1]
+
+    def start(self) -> None:
+        for p in self.processors:
+            p.start()
+        self._tasks = [
+            asyncio.ensure_future(self._accept_loop()),
+            asyncio.ensure_future(self._admission_loop()),
+        ]
+
+    def stop_accepting(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in list(self._header_tasks):
+            t.cancel()
+        if self._lsock is not None:
+            self._lsock.close()
+            self._lsock = None
+
+    def close_parked(self) -> None:
+        if self._park_timer is not None:
+            self._park_timer.cancel()
+        while self._parked:
+            self._close_parked_one(heapq.heappop(self._parked), "shutdown")
+        while not self._handoff.empty():
+            item = self._handoff.get_nowait()
+            with contextlib.suppress(OSError):
+                item.sock.close()
+
+    # -- accepting -----------------------------------------------------------------------
+    async def _accept_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._lsock is not None
+        lsock = self._lsock
+        mode = self.settings.proxy
+        acceptor = self.acceptor
+        while True:
+            await self._not_blocked.wait()
+            try:
+                sock, addr = await loop.sock_accept(lsock)
+            except OSError as exc:  # EMFILE and friends: back off, as Kafka's acceptor does
+                acceptor.log(f"accept on {self.name} failed: {exc!r}; retrying")
+                await asyncio.sleep(0.1)
+                continue
+            now = time.monotonic_ns()
+            ip, port = _peer(addr)
+            info = ConnInfo(acceptor.next_conn_id(self.name), self.name, ip, port, ip, port)
+            if mode == "off":
+                await self._handoff.put(Accepted(sock, info, now, b"", False))
+            else:
+                task = asyncio.ensure_future(self._read_proxy_header(sock, info, now))
+                self._header_tasks.add(task)
+                task.add_done_callback(self._header_tasks.discard)
+
+    async def _read_proxy_header(self, sock: socket.socket, info: ConnInfo, tcp_ns: int) -> None:
+        loop = asyncio.get_running_loop()
+        acceptor = self.acceptor
+        reader = ProxyHeaderReader(optional=self.settings.proxy == "optional")
+        deadline = loop.time() + acceptor.cfg.proxy_timeout_ms / 1000
+        try:
+            while True:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise TimeoutError
+                data = await asyncio.wait_for(loop.sock_recv(sock, 512), remaining)
+                if not data:
+                    self._refuse(sock, info, tcp_ns, "client_eof", "EOF before a PROXY header")
+                    return
+                result = reader.feed(data)
+                if result is not None:
+                    break
+        except TimeoutError:
+            if self.settings.proxy == "optional" and not reader.done:
+                result = (None, b"")  # a silent client without a header: admit as is
+            else:
+                self._refuse(sock, info, tcp_ns, "proxy_timeout", "no PROXY header in time")
+                return
+        except ProxyError as exc:
+            self._refuse(sock, info, tcp_ns, "bad_proxy_header", str(exc))
+            return
+        except OSError as exc:
+            self._refuse(sock, info, tcp_ns, "reset", repr(exc))
+            return
+        header, rest = result
+        if header is not None and header.src_ip is not None and header.src_port is not None:
+            info.client_ip, info.client_port = header.src_ip, header.src_port
+        await self._handoff.put(Accepted(sock, info, tcp_ns, rest, header is not None))
+
+    def _refuse(
+        self, sock: socket.socket, info: ConnInfo, tcp_ns: int, reason: str, why: str
+    ) -> None:
+        """A socket that never reached admission: closed, never counted."""
+        with contextlib.suppress(OSError):
+            sock.close()
+        self.acceptor.rec.conn(
+            "close",
+            info,
+            time.monotonic_ns(),
+            reason=reason,
+            detail={"error": why, "counted": False, "tcp_accept_mono_ns": tcp_ns},
+        )
+        self.acceptor.count(self.name, info.client_ip, "closed")
+
+    # -- admission (Kafka's acceptor thread) -----------------------------------------------
+    async def _admission_loop(self) -> None:
+        while True:
+            item = await self._handoff.get()
+            try:
+                await self._admit(item)
+            except Exception as exc:  # the acceptor must outlive one bad socket
+                self.acceptor.log(f"admission of {item.info.conn_id} failed: {exc!r}")
+                with contextlib.suppress(OSError):
+                    item.sock.close()
+
+    async def _admit(self, item: Accepted) -> None:
+        acceptor = self.acceptor
+        quotas = acceptor.quotas
+        rec = acceptor.rec
+        info = item.info
+        name = self.name
+        t0_ns = time.monotonic_ns()
+        t0 = t0_ns // 1_000_000
+        detail: dict[str, object] = {"protected": self.protected}
+        if item.proxied or self.settings.proxy != "off":
+            detail["tcp_accept_mono_ns"] = item.tcp_accept_ns
+            detail["proxy_header"] = item.proxied
+        rec.conn("accept", info, t0_ns, detail=detail)
+        acceptor.count(name, info.client_ip, "accepted")
+
+        step = quotas.record_connection_rate(name, t0)
+        if step.delay_ms > 0:
+            rec.conn(
+                "delay",
+                info,
+                t0_ns,
+                delay_ms=float(step.delay_ms),
+                reason=step.reason,
+                detail={
+                    "broker_delay_ms": step.broker_delay_ms,
+                    "listener_delay_ms": step.listener_delay_ms,
+                },
+            )
+            acceptor.count(name, info.client_ip, "delayed")
+        if step.delay_ms > 0 or not quotas.slot_available(name):
+            await self._wait_for_slot(t0, step.delay_ms)
+
+        t1_ns = time.monotonic_ns()
+        t1 = t1_ns // 1_000_000
+        adm = quotas.admit(name, info.client_ip, t1)
+        if adm.outcome is Outcome.THROTTLED_IP:
+            self._park(item.sock, info, t1, adm.throttle_ms, t1_ns)
+            return
+        if adm.outcome is Outcome.REJECTED_IP_COUNT:
+            with contextlib.suppress(OSError):
+                item.sock.close()  # the client reads EOF
+            rec.conn(
+                "reject",
+                info,
+                t1_ns,
+                reason="ip_count",
+                detail={"count": adm.ip_count, "max": adm.ip_limit},
+            )
+            acceptor.count(name, info.client_ip, "rejected")
+            return
+        rec.conn("admit", info, t1_ns, delay_ms=(t1_ns - t0_ns) / 1e6)
+        try:
+            item.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            quotas.release(name, info.client_ip)
+            acceptor.slot_freed()
+            with contextlib.suppress(OSError):
+                item.sock.close()
+            rec.conn(
+                "close", info, time.monotonic_ns(), reason="reset", detail={"registered": False}
+            )
+            return
+        await self._hand_off(NewConnection(info, item.sock, item.initial, self.protected, t1_ns))
+
+    async def _wait_for_slot(self, t0_ms: int, delay_ms: int) -> None:
+        """`waitForConnectionSlot`: sleep out the delay, then wait for a free slot."""
+        quotas = self.acceptor.quotas
+        start = time.monotonic_ns()
+        reason = "rate" if delay_ms > 0 else "slot"
+        end_ms = t0_ms + delay_ms
+        self._not_blocked.clear()
+        try:
+            while True:
+                remaining = end_ms - time.monotonic_ns() // 1_000_000
+                if remaining > 0:
+                    await asyncio.sleep(remaining / 1000)
+                    continue
+                if quotas.slot_available(self.name):
+                    break
+                if reason == "rate":
+                    reason = "rate+slot"
+                await self.acceptor.wait_slot_freed(SLOT_WAIT_POLL_S)
+        finally:
+            self._not_blocked.set()
+        self._blocked(start, reason)
+
+    def _blocked(self, start_ns: int, reason: str) -> None:
+        end = time.monotonic_ns()
+        self.blocked_ns += end - start_ns
+        self.acceptor.rec.row(
+            "blocked",
+            end,
+            listener=self.name,
+            reason=reason,
+            delay_ms=(end - start_ns) / 1e6,
+            detail={"start_mono_ns": start_ns},
+        )
+
+    async def _hand_off(self, item: NewConnection) -> None:
+        """Round-robin from `current_processor`, skipping full queues; block on the last."""
+        procs = self.processors
+        retries = len(procs)
+        while True:
+            retries -= 1
+            proc = procs[self.current_processor % len(procs)]
+            self.current_processor = (self.current_processor + 1) % len(procs)
+            if proc.offer(item):
+                return
+            if retries == 0:
+                start = time.monotonic_ns()
+                self._not_blocked.clear()
+                try:
+                    await proc.put(item)
+                finally:
+                    self._not_blocked.set()
+                self._blocked(start, "queue_full")
+                return
+
+    # -- IP-rate throttled sockets ---------------------------------------------------------
+    def _park(
+        self, sock: socket.socket, info: ConnInfo, t1_ms: int, throttle_ms: int, t1_ns: int
+    ) -> None:
+        end_ms = t1_ms + throttle_ms
+        heapq.heappush(self._parked, (end_ms, next(self._park_seq), sock, info, throttle_ms, t1_ns))
+        self._schedule_park_timer()
+
+    def _schedule_park_timer(self) -> None:
+        if self._park_timer is not None:
+            self._park_timer.cancel()
+            self._park_timer = None
+        if not self._parked:
+            return
+        loop = asyncio.get_running_loop()
+        end_ms = self._parked[0][0]
+        # closed at the first moment with now > end (strictly), as closeThrottledConnections
+        wait_s = max(0.0, (end_ms + 1) / 1000 - time.monotonic_ns() / 1e9)
+        self._park_timer = loop.call_later(wait_s, self._close_due_parked)
+
+    def _close_due_parked(self) -> None:
+        self._park_timer = None
+        now_ms = time.monotonic_ns() // 1_000_000
+        while self._parked and self._parked[0][0] < now_ms:
+            self._close_parked_one(heapq.heappop(self._parked), "ip_rate")
+        self._schedule_park_timer()
+
+    def _close_parked_one(
+        self, entry: tuple[int, int, socket.socket, ConnInfo, int, int], reason: str
+    ) -> None:
+        end_ms, _, sock, info, throttle_ms, t1_ns = entry
+        with contextlib.suppress(OSError):
+            sock.close()
+        self.acceptor.rec.conn(
+            "throttle_close",
+            info,
+            time.monotonic_ns(),
+            reason="ip_rate",
+            delay_ms=float(throttle_ms),
+            detail={"throttle_start_mono_ns": t1_ns, "end_ms": end_ms, "closed_by": reason},
+        )
+        self.acceptor.count(self.name, info.client_ip, "throttle_closed")

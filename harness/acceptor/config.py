@@ -1,0 +1,210 @@
+"""Acceptor configuration: Kafka's keys (validated by the quota engine) plus the few
+acceptor-only keys, all checked before anything starts.
+
+Why one loader: an operator hands the acceptor the same properties a broker would get plus
+`listener.name.<l>.upstream`; a typo must stop the start with the key, the value and the
+reason, never leave a half-configured front that silently forwards without limits.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.quota.config import ConfigError, QuotaConfig, parse_config
+
+log = logging.getLogger("harness.acceptor")
+
+PROXY_MODES = ("off", "optional", "required")
+
+#: acceptor-only keys (not passed to the quota engine), with their defaults
+DEFAULTS: dict[str, str] = {
+    "socket.listen.backlog.size": "50",
+    "metrics.host": "127.0.0.1",
+    "metrics.port": "0",
+    "admin.allowed.addresses": "127.0.0.0/8,::1/128",
+    "admin.listeners": "",
+    "state.dir": "",
+    "connections.max.idle.ms": "600000",
+    "proxy.header.timeout.ms": "3000",
+    "history.flush.interval.ms": "1000",
+    "harness.test.skip.ip.rate.check": "false",
+}
+_LISTENER_KEY = re.compile(r"^listener\.name\.([^.]+)\.(upstream|proxy\.protocol)$")
+
+
+@dataclass(frozen=True)
+class ListenerSettings:
+    name: str
+    host: str
+    port: int
+    upstream_host: str
+    upstream_port: int
+    proxy: str  # off | optional | required
+
+
+@dataclass(frozen=True)
+class AcceptorConfig:
+    quota: QuotaConfig
+    listeners: tuple[ListenerSettings, ...]
+    backlog: int
+    metrics_host: str
+    metrics_port: int
+    admin_allowed: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
+    admin_listeners: frozenset[str] | None  # None = every listener
+    state_dir: Path | None
+    idle_ms: int
+    proxy_timeout_ms: int
+    history_flush_ms: int
+    skip_ip_rate_check: bool
+    #: the raw properties as given (after overrides), for `config` rows and restarts
+    properties: Mapping[str, str] = field(default_factory=dict)
+
+    def listener(self, name: str) -> ListenerSettings:
+        for spec in self.listeners:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
+
+
+def read_properties(path: str | Path) -> dict[str, str]:
+    """Java .properties: `key=value` / `key: value`, `#`/`!` comments, `\\` continuation."""
+    text = Path(path).read_text(encoding="utf-8")
+    props: dict[str, str] = {}
+    pending = ""
+    for raw in text.splitlines():
+        line = pending + raw.strip()
+        pending = ""
+        if not line or line[0] in "#!":
+            continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            pending = line[:-1]
+            continue
+        m = re.match(r"^([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
+        if not m:
+            raise ConfigError(line, "", f"{path}: not a key=value line")
+        props[m.group(1)] = m.group(2).strip()
+    if pending:
+        props_line = pending
+        raise ConfigError(props_line, "", f"{path}: continuation at end of file")
+    return props
+
+
+def apply_overrides(props: Mapping[str, str], sets: Sequence[str]) -> dict[str, str]:
+    """`--set key=value` wins over the file; `--set key=` removes the key."""
+    out = dict(props)
+    for item in sets:
+        if "=" not in item:
+            raise ConfigError(item, "", "--set expects key=value")
+        key, value = item.split("=", 1)
+        key = key.strip()
+        if value == "":
+            out.pop(key, None)
+        else:
+            out[key] = value.strip()
+    return out
+
+
+def _int(props: Mapping[str, str], key: str, lo: int, hi: int = 2**31 - 1) -> int:
+    value = props.get(key, DEFAULTS.get(key, ""))
+    try:
+        n = int(value)
+    except ValueError:
+        raise ConfigError(key, value, "must be an integer") from None
+    if not lo <= n <= hi:
+        raise ConfigError(key, value, f"must be between {lo} and {hi}")
+    return n
+
+
+def _hostport(key: str, value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(key, value, "must be host:port with a port in 1..65535")
+    return host.strip("[]"), int(port)
+
+
+def parse_acceptor_config(props: Mapping[str, str]) -> AcceptorConfig:
+    """Validate everything; raises `ConfigError(key, value, reason)` on the first problem."""
+    props = {k.strip(): v.strip() for k, v in props.items()}
+    engine_props: dict[str, str] = {}
+    upstreams: dict[str, str] = {}
+    proxies: dict[str, str] = {}
+    for key, value in props.items():
+        m = _LISTENER_KEY.match(key)
+        if m:
+            (upstreams if m.group(2) == "upstream" else proxies)[m.group(1).upper()] = value
+            continue
+        if key in DEFAULTS:
+            continue
+        engine_props[key] = value
+    quota = parse_config(engine_props)
+
+    names = [spec.name for spec in quota.listeners]
+    for known in list(upstreams) + list(proxies):
+        if known not in names:
+            key = f"listener.name.{known.lower()}.upstream"
+            raise ConfigError(
+                key,
+                upstreams.get(known, proxies.get(known, "")),
+                f"no listener {known} in listeners={names}",
+            )
+    listeners: list[ListenerSettings] = []
+    for spec in quota.listeners:
+        key = f"listener.name.{spec.name.lower()}.upstream"
+        if spec.name not in upstreams:
+            raise ConfigError(key, "", f"required: where listener {spec.name} forwards (host:port)")
+        up_host, up_port = _hostport(key, upstreams[spec.name])
+        mode = proxies.get(spec.name, "off").lower()
+        if mode not in PROXY_MODES:
+            raise ConfigError(
+                f"listener.name.{spec.name.lower()}.proxy.protocol",
+                mode,
+                f"must be one of {', '.join(PROXY_MODES)}",
+            )
+        listeners.append(ListenerSettings(spec.name, spec.host, spec.port, up_host, up_port, mode))
+
+    allowed: list[Any] = []
+    raw_allowed = props.get("admin.allowed.addresses", DEFAULTS["admin.allowed.addresses"])
+    for item in filter(None, (s.strip() for s in raw_allowed.split(","))):
+        try:
+            allowed.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            raise ConfigError("admin.allowed.addresses", item, "not a CIDR or IP address") from None
+    raw_admin_l = props.get("admin.listeners", "").strip()
+    admin_listeners: frozenset[str] | None = None
+    if raw_admin_l:
+        admin_listeners = frozenset(s.strip().upper() for s in raw_admin_l.split(",") if s.strip())
+        for name in admin_listeners:
+            if name not in names:
+                raise ConfigError(
+                    "admin.listeners", raw_admin_l, f"no listener {name} in listeners={names}"
+                )
+    skip = props.get("harness.test.skip.ip.rate.check", "false").lower()
+    if skip not in ("true", "false"):
+        raise ConfigError("harness.test.skip.ip.rate.check", skip, "must be true or false")
+    state_dir = props.get("state.dir", "")
+    return AcceptorConfig(
+        quota=quota,
+        listeners=tuple(listeners),
+        backlog=_int(props, "socket.listen.backlog.size", 1, 65535),
+        metrics_host=props.get("metrics.host", DEFAULTS["metrics.host"]),
+        metrics_port=_int(props, "metrics.port", -1, 65535),
+        admin_allowed=tuple(allowed),
+        admin_listeners=admin_listeners,
+        state_dir=Path(state_dir) if state_dir else None,
+        idle_ms=_int(props, "connections.max.idle.ms", -1),
+        proxy_timeout_ms=_int(props, "proxy.header.timeout.ms", 1),
+        history_flush_ms=_int(props, "history.flush.interval.ms", 10),
+        skip_ip_rate_check=skip == "true",
+        properties=dict(props),
+    )
+
+
+def load_config(path: str | Path | None, sets: Sequence[str] = ()) -> AcceptorConfig:
+    props = read_properties(path) if path else {}
+    return parse_acceptor_config(apply_overrides(props, sets))

@@ -1,0 +1,191 @@
+"""Prometheus metrics of the acceptor (names in docs/metrics.md, Kafka's names mapped as the
+JMX exporter does).
+
+Why a custom collector: rates and counts live in the quota engine, which belongs to the
+event loop's thread; reading them per event would cost the hot path, so a scrape asks the
+loop for one `snapshot()` and renders it. Event counters are plain dict increments on the
+loop thread, copied on the same hop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector, CollectorRegistry
+
+if TYPE_CHECKING:
+    from harness.acceptor.server import Acceptor
+
+SSM = "kafka_server_socket_server_metrics_"
+
+
+def _num(v: float) -> float:
+    return float("nan") if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+
+
+class AcceptorMetrics(Collector):
+    def __init__(self, acceptor: Acceptor) -> None:
+        self.acceptor = acceptor
+        self.listener_counts: defaultdict[tuple[str, str], int] = defaultdict(int)
+        self.ip_counts: defaultdict[tuple[str, str], int] = defaultdict(int)
+        self.request_time: defaultdict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.url: str | None = None
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- hot path (loop thread) -----------------------------------------------------------
+    def count(self, listener: str, ip: str, outcome: str) -> None:
+        self.listener_counts[(listener, outcome)] += 1
+        self.ip_counts[(ip, outcome)] += 1
+
+    def request(self, client_id: str | None, latency_ms: float) -> None:
+        entry = self.request_time[client_id or ""]
+        entry[0] += 1
+        entry[1] += latency_ms
+
+    def limits_changed(self) -> None:
+        """Limits are read from the config on scrape; nothing to cache."""
+
+    # -- serving --------------------------------------------------------------------------
+    def start(self) -> None:
+        cfg = self.acceptor.cfg
+        if cfg.metrics_port < 0:
+            return
+        from prometheus_client import start_http_server
+
+        self._loop = asyncio.get_running_loop()
+        self.registry.register(self)
+        self._server, self._thread = start_http_server(
+            cfg.metrics_port, addr=cfg.metrics_host, registry=self.registry
+        )
+        host, port = self._server.server_address[:2]
+        shown = f"[{host}]" if ":" in str(host) else host
+        self.url = f"http://{shown}:{port}/metrics"
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    # -- scrape (HTTP thread) ----------------------------------------------------------------
+    def _gather(self) -> dict[str, Any]:
+        acc = self.acceptor
+        now_ns = time.monotonic_ns()
+        elapsed = max(1, now_ns - acc.started_ns)
+        return {
+            "snap": acc.quotas.snapshot(now_ns // 1_000_000),
+            "blocked": {n: la.blocked_ns / elapsed for n, la in acc.listeners.items()},
+            "listener_counts": dict(self.listener_counts),
+            "ip_counts": dict(self.ip_counts),
+            "limits": acc.effective_limits(),
+            "request_time": {k: tuple(v) for k, v in self.request_time.items()},
+        }
+
+    def _gather_threadsafe(self) -> dict[str, Any] | None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return None
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            return self._gather()
+
+        async def _hop() -> dict[str, Any]:
+            return self._gather()
+
+        try:
+            return asyncio.run_coroutine_threadsafe(_hop(), loop).result(5)
+        except Exception:
+            return None
+
+    def collect(self) -> Iterator[Any]:
+        data = self._gather_threadsafe()
+        if data is None:
+            return
+        snap = data["snap"]
+        rate = GaugeMetricFamily(
+            SSM + "connection_accept_rate",
+            "connection-accept-rate (per listener or per ip)",
+            labels=["listener", "ip"],
+        )
+        for name, value in snap.listener_rates.items():
+            rate.add_metric([name, ""], _num(value))
+        for ip, value in snap.ip_rates.items():
+            rate.add_metric(["", ip], _num(value))
+        yield rate
+        yield GaugeMetricFamily(
+            SSM + "broker_connection_accept_rate",
+            "broker-connection-accept-rate",
+            value=_num(snap.broker_rate),
+        )
+        for metric, source, help_text in (
+            (
+                "connection_accept_throttle_time",
+                snap.listener_throttle_avg,
+                "connection-accept-throttle-time (avg ms)",
+            ),
+            (
+                "ip_connection_accept_throttle_time",
+                snap.ip_throttle_avg,
+                "ip-connection-accept-throttle-time (avg ms)",
+            ),
+        ):
+            g = GaugeMetricFamily(SSM + metric, help_text, labels=["listener"])
+            for name, value in source.items():
+                g.add_metric([name], _num(value))
+            yield g
+        cc = GaugeMetricFamily(SSM + "connection_count", "connection-count", labels=["listener"])
+        for name, value in snap.listener_counts.items():
+            cc.add_metric([name], float(value))
+        yield cc
+        bp = GaugeMetricFamily(
+            "kafka_network_acceptor_acceptorblockedpercent",
+            "AcceptorBlockedPercent (fraction of time blocked, mean rate)",
+            labels=["listener"],
+        )
+        for name, value in data["blocked"].items():
+            bp.add_metric([name], value)
+        yield bp
+        rt = GaugeMetricFamily(
+            "kafka_server_request_request_time",
+            "mean broker time per request (ms) seen through the acceptor",
+            labels=["user", "client_id"],
+        )
+        for cid, (n, total) in data["request_time"].items():
+            rt.add_metric(["", cid], total / n if n else float("nan"))
+        yield rt
+        ct = CounterMetricFamily(
+            "harness_acceptor_connections", "connections by outcome", labels=["listener", "outcome"]
+        )
+        for (name, outcome), value in data["listener_counts"].items():
+            ct.add_metric([name, outcome], float(value))
+        yield ct
+        ci = CounterMetricFamily(
+            "harness_acceptor_ip_connections",
+            "connections by source ip and outcome",
+            labels=["ip", "outcome"],
+        )
+        for (ip, outcome), value in data["ip_counts"].items():
+            ci.add_metric([ip, outcome], float(value))
+        yield ci
+        lim = GaugeMetricFamily("harness_acceptor_limit", "limit in force", labels=["key"])
+        for key, value in data["limits"].items():
+            if isinstance(value, bool):
+                continue
+            if isinstance(value, int | float):
+                lim.add_metric([key], float(value))
+        for key, value in data["limits"]["ip_quotas"].items():
+            lim.add_metric([f"ip.connection_creation_rate.{key}"], float(value))
+        yield lim

@@ -1,0 +1,162 @@
+"""Kafka's network processor, as far as it is observable from outside (KIP-402).
+
+Why model it at all when asyncio serves every socket from one loop: the queue of 20 per
+processor, the round-robin hand-off that skips full queues, the cap of 20 registrations per
+iteration and the one-LRU-eviction-per-iteration rule decide *when* a storm's connections
+start being served and *which* ones are shed; the history must show the same shape a broker
+would. Each processor is a task with its own new-connection queue and LRU of channels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from harness.acceptor.connection import Connection
+from harness.acceptor.recorder import ConnInfo
+
+if TYPE_CHECKING:
+    from harness.acceptor.server import Acceptor
+
+CONNECTION_QUEUE_SIZE = 20  # Processor.ConnectionQueueSize
+POLL_TIMEOUT_S = 0.3  # poll timeout when no new connections are queued
+
+
+@dataclass(slots=True)
+class NewConnection:
+    """An admitted socket on its way to a processor (already counted)."""
+
+    info: ConnInfo
+    sock: socket.socket
+    initial: bytes
+    protected: bool
+    admitted_ns: int
+
+
+class Processor:
+    def __init__(self, acceptor: Acceptor, listener: str, index: int, protected: bool) -> None:
+        self.acceptor = acceptor
+        self.listener = listener
+        self.index = index
+        self.protected = protected
+        self.queue: asyncio.Queue[NewConnection] = asyncio.Queue(CONNECTION_QUEUE_SIZE)
+        self.channels: OrderedDict[str, Connection] = OrderedDict()  # LRU order
+        self.iteration = 0
+        self._wake = asyncio.Event()
+        self._running = asyncio.Event()
+        self._running.set()
+        self._task: asyncio.Task[None] | None = None
+
+    # -- hand-off from the acceptor ------------------------------------------------------
+    def offer(self, item: NewConnection) -> bool:
+        try:
+            self.queue.put_nowait(item)
+        except asyncio.QueueFull:
+            return False
+        self._wake.set()
+        return True
+
+    async def put(self, item: NewConnection) -> None:
+        await self.queue.put(item)
+        self._wake.set()
+
+    # -- test hooks ----------------------------------------------------------------------
+    def pause(self) -> None:
+        self._running.clear()
+
+    def resume(self) -> None:
+        self._running.set()
+        self._wake.set()
+
+    # -- loop ----------------------------------------------------------------------------
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            await self._running.wait()
+            self.iteration += 1
+            processed = 0
+            while processed < CONNECTION_QUEUE_SIZE:
+                try:
+                    item = self.queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    break
+                self._register(item, processed)
+                processed += 1
+            self._close_excess()
+            self._expire_idle()
+            if self.queue.empty():
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), POLL_TIMEOUT_S)
+            else:
+                await asyncio.sleep(0)
+
+    def _register(self, item: NewConnection, processed: int) -> None:
+        acceptor = self.acceptor
+        conn = Connection(acceptor, self, item.info, item.sock, item.initial, item.protected)
+        self.channels[item.info.conn_id] = conn
+        acceptor.connection_started(conn)
+        now = time.monotonic_ns()
+        acceptor.rec.conn(
+            "register",
+            item.info,
+            now,
+            processor=self.index,
+            delay_ms=(now - item.admitted_ns) / 1e6,
+            detail={
+                "queue_depth": self.queue.qsize() + 1,
+                "iteration": self.iteration,
+                "in_iteration": processed + 1,
+            },
+        )
+        acceptor.spawn(conn.run())
+
+    def touch(self, conn: Connection) -> None:
+        try:
+            self.channels.move_to_end(conn.info.conn_id)
+        except KeyError:
+            pass
+
+    def remove(self, conn: Connection) -> None:
+        self.channels.pop(conn.info.conn_id, None)
+
+    def _close_excess(self) -> None:
+        """`closeExcessConnections`: one LRU channel per iteration while over max.connections."""
+        if self.protected or not self.acceptor.quotas.max_connections_exceeded(self.listener):
+            return
+        for conn in self.channels.values():  # the LRU head (closed ones are already gone)
+            conn.finish("max_connections", evicted=True)
+            return
+
+    def _expire_idle(self) -> None:
+        idle_ms = self.acceptor.cfg.idle_ms
+        if idle_ms < 0 or not self.channels:
+            return
+        deadline = time.monotonic_ns() - idle_ms * 1_000_000
+        expired = []
+        for conn in self.channels.values():
+            if conn.last_active_ns > deadline:
+                break
+            expired.append(conn)
+        for conn in expired:
+            conn.finish("idle_timeout")
+
+    # -- shutdown ------------------------------------------------------------------------
+    def drain_unregistered(self) -> list[NewConnection]:
+        items = []
+        while True:
+            try:
+                items.append(self.queue.get_nowait())
+            except asyncio.QueueEmpty:
+                return items
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()

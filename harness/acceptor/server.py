@@ -1,0 +1,386 @@
+"""The acceptor process: listeners, processors, quotas, admin, history, metrics, state.
+
+Why one object owns all of it: Kafka's `ConnectionQuotas` is shared by every listener
+(`max.connections` is broker-wide), a release on one listener can unblock another, and a
+quota change from the admin path must reach the engine, the state file, the `config` rows
+and the metrics at once. All of it runs on one asyncio loop (one thread), so the engine is
+only ever touched from that loop and needs no lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Coroutine, Mapping
+from pathlib import Path
+from typing import Any
+
+from harness.acceptor.admin import AdminHandler
+from harness.acceptor.admission import ListenerAcceptor
+from harness.acceptor.config import AcceptorConfig, parse_acceptor_config
+from harness.acceptor.connection import Connection
+from harness.acceptor.metrics import AcceptorMetrics
+from harness.acceptor.recorder import Recorder
+from harness.acceptor.state import PersistentState, load_state, save_state
+from harness.acceptor.tracker import Completed
+from harness.history import HistoryWriter
+from harness.quota.config import QuotaConfig, apply_dynamic_update
+from harness.quota.connections import ConnectionQuotas
+
+log = logging.getLogger("harness.acceptor")
+
+SKIP_IP_RATE_WARNING = (
+    "WARNING: harness.test.skip.ip.rate.check=true: the per-IP connection_creation_rate step "
+    "is SKIPPED. This acceptor is deliberately broken (to prove the CI gate can fail); "
+    "never use it to certify anything."
+)
+
+
+class Acceptor:
+    def __init__(
+        self,
+        cfg: AcceptorConfig,
+        *,
+        history_dir: str | os.PathLike[str] | None = None,
+        run_id: str = "adhoc",
+        out: Any = None,
+    ) -> None:
+        self.cfg = cfg
+        self.quota_cfg: QuotaConfig = cfg.quota
+        self.quotas = ConnectionQuotas(cfg.quota)
+        self.run_id = run_id
+        self.history_dir = Path(history_dir) if history_dir is not None else None
+        self.out = out
+        self.state = load_state(cfg.state_dir)
+        self.started_ns = time.monotonic_ns()
+        writer = None
+        self.config_writer: HistoryWriter | None = None
+        if self.history_dir is not None:
+            flush_s = cfg.history_flush_ms / 1000
+            writer = HistoryWriter(
+                self.history_dir,
+                "acceptor",
+                run_id,
+                name=f"acceptor-{os.getpid()}",
+                flush_interval_s=flush_s,
+            )
+            self.config_writer = HistoryWriter(
+                self.history_dir,
+                "harness",
+                run_id,
+                name=f"acceptor-config-{os.getpid()}",
+                flush_interval_s=flush_s,
+            )
+        self.rec = Recorder(writer)
+        self.listeners: dict[str, ListenerAcceptor] = {}
+        self.admin = AdminHandler(self)
+        self.metrics = AcceptorMetrics(self)
+        self._conn_seq = 0
+        self._slot_event: asyncio.Event | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.connections: set[Connection] = set()
+        self.stopped = False
+        if cfg.skip_ip_rate_check:
+            self.log(SKIP_IP_RATE_WARNING)
+        self._restore_state()
+
+    # -- helpers -----------------------------------------------------------------------------
+    def log(self, message: str) -> None:
+        log.warning(message)
+        if self.out is not None:
+            print(message, file=self.out, flush=True)
+
+    def next_conn_id(self, listener: str) -> str:
+        self._conn_seq += 1
+        return f"{listener}-{os.getpid()}-{self._conn_seq}"
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def count(self, listener: str, ip: str, outcome: str) -> None:
+        self.metrics.count(listener, ip, outcome)
+
+    def slot_freed(self) -> None:
+        if self._slot_event is not None:
+            self._slot_event.set()
+            self._slot_event = asyncio.Event()
+
+    async def wait_slot_freed(self, timeout: float) -> None:
+        if self._slot_event is None:
+            self._slot_event = asyncio.Event()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._slot_event.wait(), timeout)
+
+    # -- start / stop ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        self._slot_event = asyncio.Event()
+        for spec in self.cfg.listeners:
+            la = ListenerAcceptor(self, spec)
+            la.bind()
+            self.listeners[spec.name] = la
+        self.metrics.start()
+        self.write_config_row("start")
+        for la in self.listeners.values():
+            la.start()
+
+    async def stop(self) -> None:
+        """Stop accepting, close parked and queued sockets, close connections, flush."""
+        if self.stopped:
+            return
+        self.stopped = True
+        for la in self.listeners.values():
+            la.stop_accepting()
+        for la in self.listeners.values():
+            la.close_parked()
+            for proc in la.processors:
+                proc.stop()
+                for item in proc.drain_unregistered():
+                    self.quotas.release(la.name, item.info.client_ip)
+                    with contextlib.suppress(OSError):
+                        item.sock.close()
+                    self.rec.conn(
+                        "close",
+                        item.info,
+                        time.monotonic_ns(),
+                        reason="shutdown",
+                        detail={"registered": False},
+                    )
+        for conn in list(self.connections):
+            conn.finish("shutdown")
+        pending = [t for t in self._tasks if not t.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=5)
+        for t in pending:
+            t.cancel()
+        self.metrics.stop()
+        self.rec.close()
+        if self.config_writer is not None:
+            self.config_writer.close()
+
+    def address(self, listener: str) -> tuple[str, int]:
+        la = self.listeners[listener.upper()]
+        return la.host, la.port
+
+    # -- connection events ------------------------------------------------------------------------
+    def connection_started(self, conn: Connection) -> None:
+        self.connections.add(conn)
+
+    def connection_closed(
+        self,
+        conn: Connection,
+        reason: str,
+        now_ns: int,
+        detail: dict[str, object],
+        *,
+        evicted: bool,
+    ) -> None:
+        info = conn.info
+        self.connections.discard(conn)
+        conn.processor.remove(conn)
+        self.quotas.release(info.listener, info.client_ip)
+        self.slot_freed()
+        if evicted:
+            self.rec.conn(
+                "evict", info, now_ns, reason="max_connections", processor=conn.processor.index
+            )
+            self.count(info.listener, info.client_ip, "evicted")
+        self.rec.conn(
+            "close",
+            info,
+            now_ns,
+            reason=reason,
+            processor=conn.processor.index,
+            bytes=conn.bytes_in + conn.bytes_out,
+            detail=detail,
+        )
+        self.count(info.listener, info.client_ip, "closed")
+
+    def request_done(self, conn: Connection, done: Completed, now_ns: int) -> None:
+        latency_ms = done.latency_ns / 1e6
+        self.metrics.request(done.client_id, latency_ms)
+        self.rec.conn(
+            "request",
+            conn.info,
+            now_ns,
+            api_key=done.api_key,
+            client_id=done.client_id,
+            principal="ANONYMOUS",
+            latency_ms=latency_ms,
+            bytes=done.request_bytes + done.response_bytes,
+            processor=conn.processor.index,
+        )
+
+    # -- dynamic configuration (admin path) ---------------------------------------------------------
+    def _restore_state(self) -> None:
+        st = self.state
+        if st.broker_config:
+            self.quota_cfg = apply_dynamic_update(self.quota_cfg, dict(st.broker_config))
+            self.quotas.reconfigure(self.quota_cfg, time.monotonic_ns() // 1_000_000)
+        now = time.monotonic_ns() // 1_000_000
+        for key, rate in st.ip_quotas.items():
+            ip = None if key == "default" else key
+            if not self.cfg.skip_ip_rate_check:
+                self.quotas.set_ip_quota(ip, rate, now)
+
+    def ip_quotas(self) -> dict[str, int]:
+        """The IP quotas in force ("default" for the default entity): the admin truth."""
+        return dict(self.state.ip_quotas)
+
+    def set_ip_quota(self, ip: str | None, rate: int | None) -> None:
+        now_ns = time.monotonic_ns()
+        key = "default" if ip is None else ip
+        if not self.cfg.skip_ip_rate_check:
+            self.quotas.set_ip_quota(ip, rate, now_ns // 1_000_000)
+        if rate is None:
+            self.state.ip_quotas.pop(key, None)
+        else:
+            self.state.ip_quotas[key] = rate
+        save_state(self.cfg.state_dir, self.state)
+
+    def alter_broker_config(self, changes: Mapping[str, str | None]) -> None:
+        """Apply dynamic broker keys (raises ConfigError and changes nothing on bad input)."""
+        new_cfg = apply_dynamic_update(self.quota_cfg, changes)
+        now_ms = time.monotonic_ns() // 1_000_000
+        self.quotas.reconfigure(new_cfg, now_ms)
+        self.quota_cfg = new_cfg
+        for key, value in changes.items():
+            if value is None:
+                self.state.broker_config.pop(key, None)
+            else:
+                self.state.broker_config[key] = value
+        save_state(self.cfg.state_dir, self.state)
+        self.slot_freed()
+
+    def effective_limits(self) -> dict[str, object]:
+        limits = dict(self.quota_cfg.to_properties())
+        limits["listeners"] = limits.get("listeners")
+        limits["ip_quotas"] = self.ip_quotas()
+        limits["request_quotas"] = dict(self.state.request_quotas)
+        limits["harness.test.skip.ip.rate.check"] = self.cfg.skip_ip_rate_check
+        limits["acceptor.listeners"] = {
+            name: {
+                "host": la.host,
+                "port": la.port,
+                "upstream": f"{la.settings.upstream_host}:{la.settings.upstream_port}",
+                "proxy.protocol": la.settings.proxy,
+                "protected": la.protected,
+            }
+            for name, la in self.listeners.items()
+        }
+        return limits
+
+    def write_config_row(self, cause: str) -> None:
+        if self.config_writer is not None:
+            detail = self.effective_limits()
+            detail["cause"] = cause
+            self.config_writer.record("config", detail=detail, reason=cause)
+        self.metrics.limits_changed()
+
+
+class AcceptorHandle:
+    """A running acceptor on its own thread and loop (for tests and the scenario runner)."""
+
+    def __init__(
+        self, acceptor: Acceptor, loop: asyncio.AbstractEventLoop, thread: threading.Thread
+    ) -> None:
+        self.acceptor = acceptor
+        self.loop = loop
+        self.thread = thread
+
+    def address(self, listener: str) -> tuple[str, int]:
+        return self.acceptor.address(listener)
+
+    def bootstrap(self, listener: str) -> str:
+        host, port = self.address(listener)
+        return f"{host}:{port}"
+
+    @property
+    def metrics_url(self) -> str | None:
+        return self.acceptor.metrics.url
+
+    def call(self, fn: Any, *args: Any, timeout: float = 30) -> Any:
+        """Run `fn(*args)` on the acceptor's loop and return its result (test hook)."""
+
+        async def _run() -> Any:
+            return fn(*args)
+
+        return asyncio.run_coroutine_threadsafe(_run(), self.loop).result(timeout)
+
+    def pause_processor(self, listener: str, index: int) -> None:
+        self.call(lambda: self.acceptor.listeners[listener.upper()].processors[index].pause())
+
+    def resume_processor(self, listener: str, index: int) -> None:
+        self.call(lambda: self.acceptor.listeners[listener.upper()].processors[index].resume())
+
+    def stop(self, timeout: float = 30) -> None:
+        if not self.thread.is_alive():
+            return
+        fut = asyncio.run_coroutine_threadsafe(self.acceptor.stop(), self.loop)
+        with contextlib.suppress(Exception):
+            fut.result(timeout)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout)
+
+    def __enter__(self) -> AcceptorHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def new_event_loop(kind: str = "auto") -> asyncio.AbstractEventLoop:
+    if kind in ("auto", "uvloop"):
+        try:
+            import uvloop
+
+            return uvloop.new_event_loop()
+        except ImportError:
+            if kind == "uvloop":
+                raise
+    return asyncio.new_event_loop()
+
+
+def start_in_thread(
+    props: Mapping[str, str] | AcceptorConfig,
+    *,
+    history_dir: str | os.PathLike[str] | None = None,
+    run_id: str = "adhoc",
+    loop_kind: str = "auto",
+) -> AcceptorHandle:
+    """Start an acceptor on a daemon thread; returns once every listener is listening."""
+    cfg = props if isinstance(props, AcceptorConfig) else parse_acceptor_config(props)
+    loop = new_event_loop(loop_kind)
+    acceptor = Acceptor(cfg, history_dir=history_dir, run_id=run_id, out=sys.stderr)
+    ready = threading.Event()
+    failure: list[BaseException] = []
+
+    def _main() -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(acceptor.start())
+        except BaseException as exc:
+            failure.append(exc)
+            ready.set()
+            return
+        ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    thread = threading.Thread(target=_main, name="acceptor", daemon=True)
+    thread.start()
+    ready.wait(60)
+    if failure:
+        thread.join(5)
+        raise failure[0]
+    return AcceptorHandle(acceptor, loop, thread)

@@ -1,0 +1,98 @@
+"""Small blocking helpers for tests and benchmarks that drive the acceptor over real sockets.
+
+Why in the package: the integration tests, the bench and the load profiles all need the
+same "connect from a given 127.0.0.x, send ApiVersions, see a response / EOF / reset"
+steps, and test folders may only hold test modules.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kafka.protocol.metadata import ApiVersionsRequest
+
+from harness.admin.client import KafkaWire
+
+_RST = struct.pack("ii", 1, 0)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def bootstrap(addr: tuple[str, int]) -> str:
+    return f"{addr[0]}:{addr[1]}"
+
+
+def connect(addr: tuple[str, int], source_ip: str | None = None, *, preamble: bytes = b"", timeout: float = 15) -> KafkaWire:
+    return KafkaWire(bootstrap(addr), source_ip=source_ip, timeout=timeout, preamble=preamble)
+
+
+def ping(wire: KafkaWire) -> Any:
+    """One ApiVersions round trip (raises ConnectionError on EOF)."""
+    return wire.request(ApiVersionsRequest[3](client_software_name="harness-test", client_software_version="0"))
+
+
+def api_versions_frame(correlation_id: int = 1) -> bytes:
+    req = ApiVersionsRequest[3](client_software_name="harness-test", client_software_version="0")
+    req.with_header(correlation_id=correlation_id, client_id="harness-test")
+    return bytes(req.encode(header=True, framed=True))
+
+
+def raw(addr: tuple[str, int], source_ip: str | None = None, timeout: float = 15) -> socket.socket:
+    return socket.create_connection(addr, timeout=timeout, source_address=(source_ip, 0) if source_ip else None)
+
+
+def read_outcome(sock: socket.socket, timeout: float) -> str:
+    """'data', 'eof', 'reset' or 'timeout' for the next read on `sock`."""
+    sock.settimeout(timeout)
+    try:
+        data = sock.recv(65536)
+    except TimeoutError:
+        return "timeout"
+    except ConnectionResetError:
+        return "reset"
+    return "data" if data else "eof"
+
+
+def reset_close(sock: socket.socket) -> None:
+    """Close with RST instead of FIN."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RST)
+    sock.close()
+
+
+def round_trip(addr: tuple[str, int], source_ip: str | None = None, timeout: float = 15) -> str:
+    """connect -> ApiVersions -> close; returns 'ok', 'eof', 'reset', 'timeout' or 'refused'."""
+    try:
+        s = raw(addr, source_ip, timeout)
+    except ConnectionRefusedError:
+        return "refused"
+    except TimeoutError:
+        return "timeout"
+    try:
+        s.sendall(api_versions_frame())
+        out = read_outcome(s, timeout)
+        return "ok" if out == "data" else out
+    except OSError:
+        return "reset"
+    finally:
+        s.close()
+
+
+def wait_until(pred: Callable[[], Any], timeout: float = 30, interval: float = 0.05, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)

@@ -1,0 +1,90 @@
+"""Per-connection response ordering, sans-IO.
+
+Why: Kafka clients match responses to requests strictly in order (kafka-python raises
+CorrelationIdError otherwise), and the acceptor answers some requests itself (admin). A
+locally built response must therefore wait behind every earlier request still pending at the
+broker. The tracker is that FIFO; it also yields the broker time of each forwarded request
+(forward -> response) for `request` rows.
+
+Requests that get no response (Produce with acks=0) are not known in advance without
+decoding the body, so a response skips earlier upstream entries until its correlation id
+matches; a local answer queued behind such an entry is released by the next response.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class Pending:
+    correlation_id: int
+    api_key: int
+    client_id: str | None
+    sent_ns: int
+    request_bytes: int
+    local: bytes | None = None  # a response the acceptor built, waiting its turn
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    api_key: int
+    client_id: str | None
+    latency_ns: int
+    request_bytes: int
+    response_bytes: int
+
+
+class ResponseOrder:
+    """FIFO of requests in flight on one connection."""
+
+    __slots__ = ("_queue",)
+
+    def __init__(self) -> None:
+        self._queue: deque[Pending] = deque()
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def forwarded(
+        self, correlation_id: int, api_key: int, client_id: str | None, now_ns: int, size: int
+    ) -> None:
+        self._queue.append(Pending(correlation_id, api_key, client_id, now_ns, size))
+
+    def local(self, correlation_id: int, api_key: int, response: bytes) -> bytes:
+        """Returns the bytes to send now (the response, or b"" if it must wait its turn)."""
+        if not self._queue:
+            return response
+        self._queue.append(Pending(correlation_id, api_key, None, 0, 0, response))
+        return b""
+
+    def response(
+        self, correlation_id: int, frame_len: int, now_ns: int
+    ) -> tuple[list[bytes], Completed | None, list[bytes]]:
+        """An upstream response arrived.
+
+        Returns (local responses to send before it, the request it answers, local responses
+        to send after it). An unknown correlation id is forwarded with nothing around it.
+        """
+        queue = self._queue
+        match = -1
+        for i, entry in enumerate(queue):
+            if entry.local is None and entry.correlation_id == correlation_id:
+                match = i
+                break
+        if match < 0:
+            return [], None, []
+        before: list[bytes] = []
+        for _ in range(match):
+            dropped = queue.popleft()  # an upstream entry that never got a response (acks=0)
+            if dropped.local is not None:
+                before.append(dropped.local)
+        entry = queue.popleft()
+        done = Completed(
+            entry.api_key, entry.client_id, now_ns - entry.sent_ns, entry.request_bytes, frame_len
+        )
+        after: list[bytes] = []
+        while queue and queue[0].local is not None:
+            after.append(queue.popleft().local or b"")
+        return before, done, after

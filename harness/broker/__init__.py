@@ -1,0 +1,123 @@
+"""A real Apache Kafka broker on demand, for the harness and its tests.
+
+The harness proves limits against the real thing, so there is no fake broker: ``start_broker``
+gives a single-node KRaft broker (combined broker+controller) from one of three launchers:
+
+``local``
+    Apache Kafka's published jars from Maven Central (resolved once with ``mvn`` and cached in
+    ``<project>/.cache/kafka/<version>/``, or ``$HARNESS_CACHE_DIR``), run with the machine's
+    Java 17 in its own process group. Data dir, ``server.properties``, ``log4j2.properties`` and
+    ``broker.log`` live in ``workdir`` (a temporary dir, removed on stop, when none is given).
+``container``
+    the official ``apache/kafka`` image through testcontainers, when a Docker engine answers.
+``external``
+    an existing cluster at ``bootstrap_server``: checked to answer ApiVersions, never started,
+    paused or stopped.
+
+``auto`` picks ``external`` when ``bootstrap_server`` is given, else ``container`` when Docker
+answers, else ``local``. Every listener gets a free 127.0.0.1 port; ``advertised`` lets a
+listener advertise another address (the acceptor in front). Kafka's own limits go in
+``properties`` under Kafka's keys. Example::
+
+    with start_broker(properties={"max.connections.per.ip": "50"}) as broker:
+        print(broker.bootstrap, broker.version)
+        broker.pause(); broker.resume(); broker.restart()
+
+Every failure is a :class:`BrokerError` saying what to do next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from harness.broker.artifacts import KAFKA_VERSION, Progress, fetch_artifacts, resolve_artifacts
+from harness.broker.base import Broker, ExternalBroker
+from harness.broker.errors import BrokerError, UnsupportedOperation
+
+LAUNCHERS = ("auto", "local", "container", "external")
+
+__all__ = [
+    "KAFKA_VERSION",
+    "LAUNCHERS",
+    "Broker",
+    "BrokerError",
+    "UnsupportedOperation",
+    "fetch_artifacts",
+    "resolve_artifacts",
+    "start_broker",
+]
+
+
+def choose_launcher(launcher: str, bootstrap_server: str | None) -> str:
+    """Resolve ``auto`` and check the combination makes sense."""
+    if launcher not in LAUNCHERS:
+        raise BrokerError(f"config launcher={launcher!r}: expected one of {', '.join(LAUNCHERS)}")
+    if bootstrap_server and launcher not in ("auto", "external"):
+        raise BrokerError(
+            f"config launcher={launcher!r} with bootstrap_server={bootstrap_server!r}: "
+            "an existing cluster is only used by the external launcher; drop one of them"
+        )
+    if launcher == "external" and not bootstrap_server:
+        raise BrokerError("config launcher='external': needs bootstrap_server=HOST:PORT")
+    if launcher != "auto":
+        return launcher
+    if bootstrap_server:
+        return "external"
+    from harness.broker.container import docker_available
+
+    return "container" if docker_available(timeout_s=2.0)[0] else "local"
+
+
+def start_broker(
+    *,
+    launcher: str = "auto",
+    bootstrap_server: str | None = None,
+    properties: Mapping[str, str] | None = None,
+    listeners: Sequence[str] = ("PLAINTEXT",),
+    advertised: Mapping[str, str] | None = None,
+    inter_broker_listener: str | None = None,
+    workdir: Path | None = None,
+    ready_timeout_s: float = 120,
+    progress: Progress = print,
+) -> Broker:
+    """Start (or find) a Kafka broker and return once it answers ApiVersions and Metadata."""
+    chosen = choose_launcher(launcher, bootstrap_server)
+    if chosen == "external":
+        assert bootstrap_server is not None
+        if properties or advertised or tuple(listeners) != ("PLAINTEXT",):
+            raise BrokerError(
+                "config properties/listeners/advertised: an external cluster is configured by "
+                "its operators, not by the harness; drop them or use --launcher local"
+            )
+        from harness.broker.probe import check_reachable
+
+        result = check_reachable(bootstrap_server, timeout_s=min(ready_timeout_s, 30))
+        port = int(bootstrap_server.rpartition(":")[2])
+        return ExternalBroker(
+            bootstrap=bootstrap_server,
+            listener_ports={"PLAINTEXT": port},
+            version=result.inferred_version(),
+        )
+    if chosen == "container":
+        from harness.broker.container import start_container
+
+        return start_container(
+            properties=properties,
+            listeners=listeners,
+            advertised=advertised,
+            inter_broker_listener=inter_broker_listener,
+            ready_timeout_s=ready_timeout_s,
+            progress=progress,
+        )
+    from harness.broker.local import start_local
+
+    return start_local(
+        properties=properties,
+        listeners=listeners,
+        advertised=advertised,
+        inter_broker_listener=inter_broker_listener,
+        workdir=Path(workdir) if workdir is not None else None,
+        ready_timeout_s=ready_timeout_s,
+        progress=progress,
+    )

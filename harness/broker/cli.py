@@ -1,0 +1,159 @@
+"""Start a real single-node Kafka broker (KRaft) and keep it running until Ctrl-C / SIGTERM.
+
+Apache Kafka's jars come from Maven Central once and are cached in .cache/kafka/<version>/
+(--fetch-only does just that, for `make setup`). The broker's data, config and broker.log go to
+--workdir (default runs/broker-<UTC timestamp>/). Kafka's own settings, including its connection
+limits, are passed with --set key=value, e.g.
+  harness broker --set max.connections.per.ip=20 --set max.connection.creation.rate=50
+A listener advertised elsewhere (an acceptor in front) is
+  harness broker --listener CLIENT --listener INTERNAL \\
+      --set advertised.listeners=CLIENT://127.0.0.1:19092 --set inter.broker.listener.name=INTERNAL
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+class _Stop(Exception):
+    """Raised in the main thread by our SIGINT/SIGTERM handler."""
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument(
+        "--launcher",
+        choices=("auto", "local", "container", "external"),
+        default="auto",
+        help="auto: container when a Docker engine answers, else local (default: auto)",
+    )
+    parser.add_argument(
+        "--bootstrap-server",
+        metavar="HOST:PORT",
+        help="use an existing cluster instead of starting one (checked with ApiVersions)",
+    )
+    parser.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a broker property under Kafka's key (repeatable)",
+    )
+    parser.add_argument(
+        "--listener",
+        dest="listeners",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a client-facing listener, each on a free 127.0.0.1 port (repeatable; "
+        "default PLAINTEXT)",
+    )
+    parser.add_argument("--workdir", type=Path, help="data dir + broker.log (a run folder)")
+    parser.add_argument(
+        "--ready-timeout", type=float, default=120.0, metavar="SECONDS", help="default 120"
+    )
+    parser.add_argument(
+        "--fetch-only",
+        action="store_true",
+        help="resolve and cache Kafka's jars, then exit (no broker is started)",
+    )
+
+
+def parse_settings(items: list[str]) -> dict[str, str]:
+    """``["k=v", ...]`` -> dict; a malformed item is a clear error."""
+    from harness.broker.errors import BrokerError
+
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise BrokerError(
+                f"config --set {item!r}: expected key=value, e.g. max.connections=100"
+            )
+        out[key] = value.strip()
+    return out
+
+
+def _progress(message: str) -> None:
+    print(message, flush=True)
+
+
+def _raise_stop(signum: int, frame: Any) -> None:
+    raise _Stop(signal.Signals(signum).name)
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness.broker import BrokerError, fetch_artifacts, start_broker
+
+    try:
+        if args.fetch_only:
+            fetch_artifacts(progress=_progress)
+            return 0
+        properties = parse_settings(args.settings)
+    except BrokerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1 if args.fetch_only else 2
+
+    # Ours before the launcher looks: it then leaves SIGTERM to us and we stop it cleanly.
+    previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    broker = None
+    try:
+        workdir = args.workdir
+        if workdir is None and not args.bootstrap_server:
+            workdir = Path("runs") / time.strftime("broker-%Y%m%dT%H%M%SZ", time.gmtime())
+        launcher = (
+            "external" if args.bootstrap_server and args.launcher == "auto" else args.launcher
+        )
+        broker = start_broker(
+            launcher=launcher,
+            bootstrap_server=args.bootstrap_server,
+            properties=properties,
+            listeners=tuple(args.listeners) or ("PLAINTEXT",),
+            workdir=workdir,
+            ready_timeout_s=args.ready_timeout,
+            progress=_progress,
+        )
+        pid = f", pid {broker.pid}" if broker.pid else ""
+        print(f"kafka {broker.version} ready ({broker.launcher} launcher{pid})")
+        print(f"bootstrap: {broker.bootstrap}")
+        for name, port in broker.listener_ports.items():
+            print(f"listener: {name}={broker.host}:{port}")
+        if broker.log_path:
+            print(f"log: {broker.log_path}")
+        if broker.launcher == "external":
+            return 0
+        print("Ctrl-C to stop", flush=True)
+        while True:
+            time.sleep(0.5)
+            if getattr(broker, "running", True) is False:
+                from harness.broker.errors import tail
+
+                log = broker.log_path.read_text(errors="replace") if broker.log_path else ""
+                print(
+                    f"error: the broker exited unexpectedly; last lines of {broker.log_path}:\n"
+                    f"{tail(log)}",
+                    file=sys.stderr,
+                )
+                return 1
+    except _Stop as stop:
+        print(f"{stop}: stopping the broker…", flush=True)
+        return 0 if broker is not None else 130
+    except BrokerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if broker is not None:
+            # A second Ctrl-C while stopping must not leave the JVM behind.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            broker.stop()
+            print("broker stopped", flush=True)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,96 @@
+"""Ask a Kafka listener whether it is really Kafka and really serving.
+
+"Ready" means what a client needs: the listener answers ApiVersions and its Metadata lists at
+least one broker (a KRaft broker answers ApiVersions a moment before it is unfenced; a producer
+with acks=all started in that moment fails). Framing and messages come from kafka-python's
+protocol classes; this module only moves the bytes.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from harness.broker.errors import BrokerError
+
+CLIENT_ID = "harness-broker-probe"
+_API_VERSIONS_VERSION = 3
+_METADATA_VERSION = 12
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What one probe saw."""
+
+    #: api_key -> (min_version, max_version) as the broker reported them
+    api_versions: dict[int, tuple[int, int]]
+    #: number of brokers the Metadata response lists (None when not asked)
+    brokers: int | None
+
+    def inferred_version(self) -> str:
+        """Kafka version implied by the APIs ("4.0+"-style); exact versions need the jar/log."""
+        from kafka.protocol.broker_version_data import infer_broker_version_from_api_versions
+
+        version = infer_broker_version_from_api_versions(self.api_versions)
+        return ".".join(str(p) for p in version) + "+"
+
+
+def _roundtrip(sock: socket.socket, request: Any, deadline: float) -> Any:
+    from kafka.protocol.parser import KafkaProtocol
+
+    proto = KafkaProtocol(client_id=CLIENT_ID)
+    proto.send_request(request)
+    sock.sendall(proto.send_bytes())
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("no response in time")
+        sock.settimeout(remaining)
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("connection closed by the broker")
+        responses = proto.receive_bytes(chunk)
+        if responses:
+            return responses[0][1]
+
+
+def probe(host: str, port: int, *, timeout_s: float = 5.0, metadata: bool = True) -> ProbeResult:
+    """One connection: ApiVersions, then (optionally) Metadata. Raises OSError/TimeoutError."""
+    from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
+
+    deadline = time.monotonic() + timeout_s
+    with socket.create_connection((host, port), timeout=timeout_s) as sock:
+        req = ApiVersionsRequest[_API_VERSIONS_VERSION](
+            client_software_name="harness", client_software_version="0.1.0"
+        )
+        resp = _roundtrip(sock, req, deadline)
+        if resp.error_code != 0:
+            raise ConnectionError(f"ApiVersions error code {resp.error_code}")
+        versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+        if not versions:
+            raise ConnectionError("ApiVersions listed no APIs")
+        brokers: int | None = None
+        if metadata:
+            meta = _roundtrip(
+                sock,
+                MetadataRequest[_METADATA_VERSION](topics=[], allow_auto_topic_creation=False),
+                deadline,
+            )
+            brokers = len(meta.brokers)
+    return ProbeResult(api_versions=versions, brokers=brokers)
+
+
+def check_reachable(bootstrap: str, *, timeout_s: float = 10.0) -> ProbeResult:
+    """Probe an existing cluster's bootstrap address, turning failures into a BrokerError."""
+    from harness.broker.config import parse_host_port
+
+    host, port = parse_host_port(bootstrap, key="bootstrap_server")
+    try:
+        return probe(host, port, timeout_s=timeout_s)
+    except (OSError, TimeoutError, ConnectionError) as exc:
+        raise BrokerError(
+            f"{bootstrap} does not answer Kafka's ApiVersions/Metadata ({exc}); check the "
+            "address and that a Kafka listener (PLAINTEXT) is there"
+        ) from exc

@@ -1,0 +1,146 @@
+"""Kafka's client-quota admin rules (AlterClientQuotas / DescribeClientQuotas validation).
+
+The acceptor answers these requests itself, so ``kafka-configs.sh`` must see exactly the
+error codes and messages a KRaft broker gives (``ClientQuotaControlManager``,
+``ClientQuotasImage``; reference §5.2-5.3). Pure functions of the request; the only
+outside touch is host resolution for ``ip`` entity names, which is injectable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from harness.quota.config import INT_MAX, Resolver, resolve_host
+
+__all__ = [
+    "INVALID_REQUEST",
+    "IP_QUOTA_KEYS",
+    "REQUEST_QUOTA_KEYS",
+    "UNKNOWN_SERVER_ERROR",
+    "UNSUPPORTED_VERSION",
+    "validate_alteration",
+    "validate_describe_filter",
+]
+
+INVALID_REQUEST = 42
+UNSUPPORTED_VERSION = 35
+UNKNOWN_SERVER_ERROR = -1
+
+USER = "user"
+CLIENT_ID = "client-id"
+IP = "ip"
+
+#: ``QuotaConfig.ipConfigs()``: one INT key.
+IP_QUOTA_KEYS = frozenset({"connection_creation_rate"})
+#: ``QuotaConfig`` user/client-id keys and their ConfigDef types.
+REQUEST_QUOTA_KEYS: Mapping[str, type] = {
+    "request_percentage": float,
+    "producer_byte_rate": int,
+    "consumer_byte_rate": int,
+    "controller_mutation_rate": float,
+}
+_INT_KEYS = frozenset({"connection_creation_rate"})  # INT; the byte rates are LONG
+_LONG_MAX = 9.223372036854775807e18
+
+
+def _resolvable(name: str, resolve: Resolver) -> bool:
+    try:
+        resolve(name)
+    except (OSError, UnicodeError, ValueError):
+        return False
+    return True
+
+
+def _validate_entity(entity: Mapping[str, str | None], resolve: Resolver) -> tuple[int, str] | None:
+    if not entity:
+        return INVALID_REQUEST, "Invalid empty client quota entity"
+    has_user = has_client = has_ip = False
+    for entity_type, name in entity.items():
+        if name == "":
+            return INVALID_REQUEST, f"Empty {entity_type} not supported"
+        if entity_type == USER:
+            has_user = True
+        elif entity_type == CLIENT_ID:
+            has_client = True
+        elif entity_type == IP:
+            if name is not None and not _resolvable(name, resolve):
+                return INVALID_REQUEST, f"{name} is not a valid IP or resolvable host."
+            has_ip = True
+        else:
+            return INVALID_REQUEST, f"Unhandled client quota entity type: {entity_type}"
+    if has_ip and (has_user or has_client):
+        # The missing space is Kafka's (ClientQuotaControlManager).
+        return (
+            INVALID_REQUEST,
+            "Invalid quota entity combination, IP entity should"
+            "not be combined with User or ClientId",
+        )
+    return None
+
+
+def _validate_value(
+    key: str, value: float, integral: bool, int_range: bool
+) -> tuple[int, str] | None:
+    if value <= 0.0:
+        return INVALID_REQUEST, f"Quota {key} must be greater than 0"
+    if not integral:
+        return None
+    if int_range and value > INT_MAX:
+        return INVALID_REQUEST, f"Proposed value for {key} is too large for an INT."
+    if not int_range and value > _LONG_MAX:
+        return INVALID_REQUEST, f"Proposed value for {key} is too large for a LONG."
+    if abs(value % 1.0) > 1e-6:
+        return INVALID_REQUEST, f"{key} cannot be a fractional value."
+    return None
+
+
+def validate_alteration(
+    entity: Mapping[str, str | None],
+    ops: Sequence[tuple[str, float | None]],
+    *,
+    resolve: Resolver = resolve_host,
+) -> tuple[int, str] | None:
+    """Validate one AlterClientQuotas entry as a KRaft controller does.
+
+    ``entity`` maps entity types to names (``None`` = the default entity); ``ops`` are
+    ``(key, value)`` with ``None`` = remove. Returns ``(error_code, message)`` or ``None``.
+    Removals are not value-checked, but their key must still belong to the entity type.
+    """
+    error = _validate_entity(entity, resolve)
+    if error is not None:
+        return error
+    seen: set[str] = set()
+    for key, _ in ops:
+        if key in seen:
+            return INVALID_REQUEST, f"Duplicate quota key {key} in the same entity"
+        seen.add(key)
+    is_ip = IP in entity
+    for key, value in ops:
+        if is_ip:
+            valid = key in IP_QUOTA_KEYS
+        else:
+            valid = key in REQUEST_QUOTA_KEYS
+        if not valid:
+            return INVALID_REQUEST, f"Invalid configuration key {key}"
+        if value is None:
+            continue
+        integral = key in _INT_KEYS or (not is_ip and REQUEST_QUOTA_KEYS[key] is int)
+        error = _validate_value(key, float(value), integral, key in _INT_KEYS)
+        if error is not None:
+            return error
+    return None
+
+
+def validate_describe_filter(entity_types: Iterable[str]) -> tuple[int, str] | None:
+    """DescribeClientQuotas filter components (``ClientQuotasImage.describe``)."""
+    types = list(entity_types)
+    for t in types:
+        if t not in (USER, CLIENT_ID, IP):
+            return UNSUPPORTED_VERSION, f"Custom entity type {t} not supported"
+    if IP in types and (USER in types or CLIENT_ID in types):
+        return (
+            INVALID_REQUEST,
+            "Invalid entity filter component combination. IP filter component should not be "
+            "used with user or clientId filter component.",
+        )
+    return None

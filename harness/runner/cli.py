@@ -1,0 +1,123 @@
+"""Run a scenario end to end: broker, acceptor (or the broker's own limits), Locust, schedule,
+faults, analysis; print the verdict and the report's path.
+
+Ctrl-C stops load, acceptor and broker cleanly and still analyses what was recorded.
+With --gate the exit code is the verdict's: 0 pass, 1 fail, 2 unknown.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def _kv(text: str) -> tuple[str, str]:
+    key, eq, value = text.partition("=")
+    if not eq or not key:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected key=value")
+    return key.strip(), value.strip()
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "scenario", help="a catalog name (see `harness scenarios`) or a path to a YAML file"
+    )
+    parser.add_argument(
+        "--target",
+        choices=("acceptor", "broker"),
+        default=None,
+        help="enforce with our acceptor or with Kafka's own limits (default: the scenario's)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=Path("runs"), help="parent of the run folder (default runs/)"
+    )
+    parser.add_argument("--gate", action="store_true", help="exit 0/1/2 for pass/fail/unknown")
+    parser.add_argument(
+        "--web", action="store_true", help="Locust web UI (loopback) instead of headless"
+    )
+    parser.add_argument("--bootstrap-server", metavar="HOST:PORT", help="use an existing cluster")
+    parser.add_argument(
+        "--launcher",
+        choices=("auto", "local", "container"),
+        default="auto",
+        help="how to start the broker (default auto: container if Docker answers)",
+    )
+    parser.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
+    parser.add_argument("--duration", type=float, default=None, help="shorten the load (seconds)")
+    parser.add_argument(
+        "--set-acceptor",
+        type=_kv,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra acceptor config (repeatable), e.g. harness.test.skip.ip.rate.check=true",
+    )
+    parser.add_argument(
+        "--no-analyze", dest="analyze", action="store_false", help="stop after the load"
+    )
+    parser.add_argument(
+        "--spark-master", default=None, help="Spark master for the analysis (default local[*])"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness.runner.catalog import load
+    from harness.runner.orchestrator import EXIT_CODES, Orchestrator, RunOptions
+    from harness.runner.scenario import ScenarioError
+
+    try:
+        scenario = load(args.scenario)
+    except ScenarioError as exc:
+        print(f"harness run: invalid scenario: {exc}")
+        return 3
+    target = args.target or scenario.target
+    if target not in scenario.targets:
+        print(
+            f"harness run: --target={target!r}: scenario {scenario.name} "
+            f"supports {list(scenario.targets)}"
+        )
+        return 3
+    if args.duration is not None and args.duration <= 0:
+        print(f"harness run: --duration={args.duration!r}: must be > 0")
+        return 3
+    opts = RunOptions(
+        target=target,
+        out=args.out,
+        launcher=args.launcher,
+        bootstrap_server=args.bootstrap_server,
+        seed=args.seed,
+        duration=args.duration,
+        set_acceptor=dict(args.set_acceptor),
+        web=args.web,
+        analyze=args.analyze,
+        spark_master=args.spark_master,
+    )
+    result = Orchestrator(scenario, opts).run()
+    expected = scenario.expect_for(target).verdict
+    print()
+    print(f"scenario {scenario.name} on {target}: {result.wall_s:.0f}s wall, run {result.run_dir}")
+    if result.interrupted:
+        print("  (interrupted: the verdict covers what was recorded)")
+    if result.error:
+        print(f"  run error: {result.error}")
+    for c in result.checks:
+        print(f"  {str(c.get('verdict', '?')).upper():8} {c.get('name', '?')}: {_brief(c)}")
+    if args.analyze:
+        print(f"VERDICT: {result.verdict.upper()} (scenario expects {expected})")
+        if result.report:
+            print(f"report: {result.report}")
+        else:
+            print(f"report: none; run `harness analyze {result.run_dir}` to retry")
+    if args.gate:
+        return EXIT_CODES.get(result.verdict, 2)
+    if result.error and not result.interrupted:
+        return 3
+    return 130 if result.interrupted else 0
+
+
+def _brief(check: dict[str, object]) -> str:
+    obs, exp = check.get("observed"), check.get("expected")
+    text = f"observed {obs}" if obs is not None else ""
+    if exp is not None:
+        text += f"; expected {exp}"
+    return text[:160]

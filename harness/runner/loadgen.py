@@ -1,0 +1,114 @@
+"""Locust command lines for load phases (pure), so the exact flags are unit-tested.
+
+Each phase is one headless Locust process (docs/loadprofiles.md): the arrival
+schedule lives in the profile (open model), Locust's ``-t`` bounds it in time and
+``--max-arrivals`` in count. ``--web`` swaps headless for the web UI on a loopback
+port, auto-started and auto-quit so the scenario's schedule still holds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.runner.scenario import Phase
+
+
+@dataclass(frozen=True)
+class LoadTarget:
+    host: str
+    port: int
+    metrics_url: str | None = None
+
+
+def max_arrivals(phase: Phase) -> int:
+    """The phase's intended arrival count (plus Poisson headroom): a hard bound in count
+    that holds even if the profile cannot see Locust's ``-t``."""
+    if phase.max_arrivals is not None:
+        return phase.max_arrivals
+    from loadprofiles.arrivals import parse_arrival  # pure module: no gevent
+
+    expected = parse_arrival(phase.arrival).expected_count(phase.duration)
+    headroom = 4 * math.sqrt(expected) if phase.arrival.startswith("poisson:") else 0.0
+    return max(1, math.ceil(expected + headroom - 1e-6))
+
+
+def locust_argv(
+    phase: Phase,
+    *,
+    locust_bin: str,
+    profile_dir: Path,
+    target: LoadTarget,
+    run_dir: Path,
+    run_id: str,
+    seed: int,
+    web_port: int | None = None,
+) -> list[str]:
+    """The full command line for one phase; ``web_port`` None = headless."""
+    duration = max(1, round(phase.duration))
+    csv_prefix = run_dir / "locust" / phase.name
+    argv = [
+        locust_bin,
+        "-f",
+        str(profile_dir / f"{phase.profile}.py"),
+        "-u",
+        str(phase.users),
+        "-r",
+        f"{phase.spawn_rate:g}",
+        "-t",
+        f"{duration}s",
+        "--host",
+        f"kafka://{target.host}:{target.port}",
+        "--run-dir",
+        str(run_dir),
+        "--run-id",
+        run_id,
+        "--seed",
+        str(seed),
+        "--listener-name",
+        phase.listener,
+        "--csv",
+        str(csv_prefix),
+        "--html",
+        str(csv_prefix) + ".html",
+        "--only-summary",
+        "--stop-timeout",
+        "5",
+    ]
+    if phase.profile != "steady":
+        # Through HAProxy the proxy writes the PROXY header (carrying our bound source
+        # addresses); the generator itself then sends none.
+        via_haproxy = phase.via == "haproxy"
+        argv += [
+            "--arrival",
+            phase.arrival,
+            "--max-arrivals",
+            str(max_arrivals(phase)),
+            "--source-ips",
+            phase.source_ips,
+            "--proxy-protocol",
+            "off" if via_haproxy else phase.proxy_protocol,
+        ]
+        if via_haproxy:
+            argv += ["--via-haproxy", phase.proxy_protocol]
+        if phase.proxy_client_ips:
+            argv += ["--proxy-client-ips", phase.proxy_client_ips]
+    else:
+        argv += ["--source-ips", phase.source_ips]
+    if target.metrics_url:
+        argv += ["--metrics-url", target.metrics_url]
+    if web_port is None:
+        argv.insert(3, "--headless")
+    else:
+        argv += [
+            "--web-host",
+            "127.0.0.1",
+            "--web-port",
+            str(web_port),
+            "--autostart",
+            "--autoquit",
+            "5",
+        ]
+    argv += list(phase.extra_args)
+    return argv

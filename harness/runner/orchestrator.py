@@ -1,0 +1,513 @@
+"""One scenario run, start to verdict: the only place that owns processes and the clock.
+
+Everything is bounded: the target has start timeouts, each Locust phase has ``-t``
+and a drain deadline, the analysis a timeout; whatever happens (a child dies, an
+admin call fails, Ctrl-C, SIGTERM) the ``finally`` stops load, acceptor and broker in
+that order, records ``run_end`` and rewrites run.json, so the run stays analysable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from harness.history import HistoryWriter
+from harness.runner.loadgen import LoadTarget, locust_argv
+from harness.runner.procs import ManagedProcess
+from harness.runner.rundir import RunDir, base_run_json, new_run_id, utc_now_iso
+from harness.runner.scenario import Phase, Scenario
+from harness.runner.schedule import Cursor, TimelineEvent, apply_change, build_timeline
+from harness.runner.targets import AcceptorTarget, Target, TargetError, free_port, make_target
+
+EXIT_CODES = {"pass": 0, "fail": 1, "unknown": 2}
+
+
+@dataclass
+class RunOptions:
+    target: str
+    out: Path = Path("runs")
+    launcher: str = "auto"
+    bootstrap_server: str | None = None
+    seed: int | None = None
+    duration: float | None = None
+    set_acceptor: dict[str, str] = field(default_factory=dict)
+    web: bool = False
+    analyze: bool = True
+    spark_master: str | None = None
+    progress_every: float = 5.0
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    verdict: str  # pass | fail | unknown
+    checks: list[dict[str, Any]]
+    interrupted: bool
+    error: str | None
+    report: Path | None
+    wall_s: float
+
+
+class _Progress:
+    def __init__(self) -> None:
+        self.t0 = time.monotonic()
+
+    def __call__(self, msg: str) -> None:
+        print(f"[runner +{time.monotonic() - self.t0:6.1f}s] {msg}", flush=True)
+
+
+@dataclass
+class _RunningPhase:
+    phase: Phase
+    proc: ManagedProcess
+    stop_deadline: float | None = None
+    ended: bool = False
+
+
+class Orchestrator:
+    def __init__(
+        self, scenario: Scenario, opts: RunOptions, progress: Callable[[str], None] | None = None
+    ) -> None:
+        self.sc = scenario
+        self.opts = opts
+        self.say = progress or _Progress()
+        self.duration = (
+            min(opts.duration, scenario.duration) if opts.duration else scenario.duration
+        )
+        self.seed = scenario.seed if opts.seed is None else opts.seed
+        self.run_id = new_run_id(scenario.name, opts.target)
+        self.rd = RunDir(opts.out / self.run_id)
+        self.history: HistoryWriter | None = None
+        self.target: Target | None = None
+        self.phases: dict[str, _RunningPhase] = {}
+        self.limits: dict[str, Any] = {}
+        self.interrupted = False
+        self.error: str | None = None
+        self.run_json: dict[str, Any] = {}
+        self.active_faults: dict[str, float] = {}
+        self._restart_thread: threading.Thread | None = None
+        self._restart_error: list[BaseException] = []
+        self._web_ports: list[int] = []
+
+    # -- recording ------------------------------------------------------------------------------
+    def record(self, event: str, **fields: Any) -> None:
+        if self.history is not None:
+            self.history.record(event, **fields)
+
+    def record_config(self, why: str) -> None:
+        assert self.target is not None
+        if self.target.writes_config_rows:
+            self.record("config", reason=why, detail=self.limits)
+
+    # -- main ------------------------------------------------------------------------------------
+    def run(self) -> RunResult:
+        t_start = time.monotonic()
+        self.rd.create()
+        self.say(
+            f"run {self.run_id}: scenario {self.sc.name!r} against the {self.opts.target}; "
+            f"{self.duration:g}s of load; output in {self.rd.root}"
+        )
+        self.history = HistoryWriter(self.rd.history, "harness", self.run_id, name="runner")
+        self.target = make_target(self.opts.target, self.sc, self.rd.root, self.say)
+        self.run_json = base_run_json(
+            run_id=self.run_id,
+            scenario=self.sc,
+            target=self.opts.target,
+            seed=self.seed,
+            duration=self.duration,
+            limits={},
+            started_at=utc_now_iso(),
+        )
+        self.rd.write_run_json(self.run_json)
+        old_term = signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
+        try:
+            try:
+                self._start_target()
+                self._drive()
+            except KeyboardInterrupt:
+                self.interrupted = True
+                self.say("interrupted: stopping everything; the run stays analysable")
+            except Exception as exc:  # any failure: stop cleanly, keep what was recorded
+                self.error = f"{type(exc).__name__}: {exc}"
+                self.say(f"run broke: {self.error}")
+                if not isinstance(exc, TargetError):
+                    (self.rd.logs / "runner-error.txt").write_text(traceback.format_exc())
+                    self.say(f"traceback in {self.rd.logs / 'runner-error.txt'}")
+            finally:
+                self._shutdown()
+        finally:
+            signal.signal(signal.SIGTERM, old_term)
+        verdict, report = "unknown", None
+        checks: list[dict[str, Any]] = []
+        if self.opts.analyze and self._has_history():
+            try:
+                verdict, checks, report = self._analyze()
+            except KeyboardInterrupt:
+                self.say(
+                    "analysis interrupted; run `harness analyze " + str(self.rd.root) + "` later"
+                )
+        elif not self.opts.analyze:
+            self.say(f"analysis skipped (--no-analyze); run `harness analyze {self.rd.root}`")
+        if self.error and verdict == "pass":
+            verdict = "unknown"  # a broken run cannot certify anything
+        return RunResult(
+            self.rd.root,
+            verdict,
+            checks,
+            self.interrupted,
+            self.error,
+            report,
+            time.monotonic() - t_start,
+        )
+
+    def _start_target(self) -> None:
+        assert self.target is not None
+        t = self.sc.timeouts
+        needs_proxy = any(
+            a.params["kind"] == "upstream_latency" and a.at < self.duration for a in self.sc.faults
+        )
+        if isinstance(self.target, AcceptorTarget):
+            self.target.start(
+                launcher=self.opts.launcher,
+                bootstrap_server=self.opts.bootstrap_server,
+                timeout=t.broker_start,
+                set_acceptor=self.opts.set_acceptor,
+                acceptor_timeout=t.acceptor_start,
+                run_id=self.run_id,
+                latency_proxy=needs_proxy,
+            )
+        else:
+            if self.opts.set_acceptor:
+                self.say("note: --set-acceptor is ignored for --target broker")
+            self.target.start(
+                launcher=self.opts.launcher,
+                bootstrap_server=self.opts.bootstrap_server,
+                timeout=t.broker_start,
+            )
+        self.limits = dict(self.target.limits)
+        broker = self.target.broker
+        self.run_json["versions"]["kafka"] = getattr(broker, "version", None)
+        self.run_json["limits"] = self.limits
+        self.run_json["listeners"] = {
+            n: f"{h}:{p}" for n, (h, p) in self.target.client_addresses.items()
+        }
+        if self.opts.set_acceptor:
+            self.run_json["acceptor_overrides"] = dict(self.opts.set_acceptor)
+        self.rd.write_run_json(self.run_json)
+        self.record_config("start")
+
+    # -- the schedule loop ---------------------------------------------------------------------
+    def _drive(self) -> None:
+        assert self.target is not None
+        cursor = Cursor(build_timeline(self.sc, self.duration))
+        self.record(
+            "run_start",
+            detail={
+                "scenario": self.sc.name,
+                "target": self.opts.target,
+                "duration_s": self.duration,
+                "seed": self.seed,
+            },
+        )
+        self.say(
+            f"load starts: {len(self.sc.load)} phase(s), "
+            f"{len(self.sc.schedule)} scheduled action(s)"
+        )
+        t0 = time.monotonic()
+        last_progress = t0
+        while True:
+            now = time.monotonic()
+            elapsed = now - t0
+            for ev in cursor.due(elapsed):
+                self._execute(ev, elapsed)
+            self._reap_phases(now)
+            self._check_restart()
+            dead = self.target.alive()
+            if dead and not self._broker_fault_active():
+                raise TargetError(dead)
+            if now - last_progress >= self.opts.progress_every:
+                last_progress = now
+                self.say(self._status(elapsed, cursor))
+            if (
+                cursor.done()
+                and elapsed >= self.duration
+                and all(p.ended for p in self.phases.values())
+            ):
+                break
+            if elapsed > self.duration + self.sc.timeouts.drain + 30:
+                self.say("load did not finish in time; stopping it")
+                break
+            time.sleep(0.1)
+        self._wait_restart()
+
+    def _status(self, elapsed: float, cursor: Cursor) -> str:
+        running = [p.phase.name for p in self.phases.values() if not p.ended]
+        nxt = cursor.next_at
+        parts = [f"t={elapsed:5.1f}/{self.duration:g}s", f"load: {', '.join(running) or 'none'}"]
+        if self.active_faults:
+            parts.append("faults: " + ", ".join(self.active_faults))
+        if nxt is not None:
+            parts.append(f"next event at {nxt:g}s")
+        return "; ".join(parts)
+
+    def _execute(self, ev: TimelineEvent, elapsed: float) -> None:
+        assert self.target is not None
+        if ev.kind == "phase_start":
+            assert ev.phase is not None
+            self._start_phase(ev.phase)
+        elif ev.kind == "phase_stop":
+            assert ev.phase is not None
+            rp = self.phases.get(ev.phase.name)
+            if rp is not None and rp.stop_deadline is None:
+                rp.stop_deadline = time.monotonic() + self.sc.timeouts.drain
+        elif ev.kind == "change":
+            assert ev.action is not None
+            self.say(f"t={elapsed:.1f}s change: {ev.action.kind} {dict(ev.action.params)}")
+            self.target.apply(ev.action)
+            self.limits = apply_change(self.limits, ev.action)
+            self.record_config(f"schedule@{ev.action.at:g}")
+        elif ev.kind == "fault_start":
+            assert ev.action is not None
+            self._fault(ev.action.params, start=True, elapsed=elapsed)
+        elif ev.kind == "fault_end":
+            assert ev.action is not None
+            self._fault(ev.action.params, start=False, elapsed=elapsed)
+
+    def _start_phase(self, phase: Phase) -> None:
+        assert self.target is not None
+        if phase.stop > self.duration:  # --duration shortened the run
+            phase = dataclasses.replace(phase, stop=self.duration)
+        host, port = self.target.client_addresses[phase.listener]
+        web_port = None
+        if self.opts.web:
+            web_port = free_port()
+            self._web_ports.append(web_port)
+        index = [p.name for p in self.sc.load].index(phase.name)
+        argv = locust_argv(
+            phase,
+            locust_bin=str(Path(sys.executable).with_name("locust")),
+            profile_dir=_profile_dir(),
+            target=LoadTarget(host, port, self.target.metrics_url),
+            run_dir=self.rd.root,
+            run_id=self.run_id,
+            seed=self.seed + index,
+            web_port=web_port,
+        )
+        log = self.rd.logs / f"locust-{phase.name}.log"
+        proc = ManagedProcess(f"locust-{phase.name}", argv, log_path=log)
+        self.phases[phase.name] = _RunningPhase(phase, proc)
+        self.record(
+            "phase_start",
+            detail={
+                "name": phase.name,
+                "profile": phase.profile,
+                "arrival": phase.arrival,
+                "intended_rate": phase.intended_rate,
+                "source_ips": phase.source_ips,
+                "listener": phase.listener,
+                "via": phase.via,
+                "pid": proc.pid,
+            },
+        )
+        where = f"web UI http://127.0.0.1:{web_port}/" if web_port else f"log {log}"
+        self.say(
+            f"phase {phase.name} started: {phase.profile} {phase.shape} from {phase.source_ips} "
+            f"-> {host}:{port} ({where})"
+        )
+
+    def _reap_phases(self, now: float) -> None:
+        for rp in self.phases.values():
+            if rp.ended:
+                continue
+            code = rp.proc.poll()
+            if code is None and rp.stop_deadline is not None and now > rp.stop_deadline:
+                self.say(
+                    f"phase {rp.phase.name} overran its end by "
+                    f"{self.sc.timeouts.drain:g}s: stopping it"
+                )
+                code = rp.proc.stop(timeout=10)
+            if code is not None:
+                rp.ended = True
+                rp.proc.stop(timeout=1)
+                self.record(
+                    "phase_end",
+                    detail={"name": rp.phase.name, "profile": rp.phase.profile, "exit_code": code},
+                )
+                note = "" if code == 0 else f" (exit {code}; see {rp.proc.log_path})"
+                self.say(f"phase {rp.phase.name} ended{note}")
+
+    # -- faults ------------------------------------------------------------------------------------
+    def _broker_fault_active(self) -> bool:
+        return any(k in self.active_faults for k in ("broker_pause", "broker_kill"))
+
+    def _fault(self, params: Any, *, start: bool, elapsed: float) -> None:
+        assert self.target is not None
+        kind = str(params["kind"])
+        why_not = self.target.supports_fault(kind)
+        if why_not:
+            if start:
+                self.say(f"t={elapsed:.1f}s fault {kind} skipped: {why_not}")
+            return
+        broker = self.target.broker
+        detail = {k: v for k, v in params.items()}
+        if start:
+            self.say(f"t={elapsed:.1f}s fault {kind} starts ({params['for']:g}s)")
+            self.record("fault_start", reason=kind, detail=detail)
+            self.active_faults[kind] = elapsed
+            if kind == "broker_pause":
+                broker.pause()
+            elif kind == "broker_kill":
+                broker.kill()
+            else:
+                self.target.set_upstream_latency(float(params["latency_ms"]))
+            return
+        if kind not in self.active_faults:
+            return
+        if kind == "broker_pause":
+            broker.resume()
+            self._end_fault(kind, detail)
+        elif kind == "upstream_latency":
+            self.target.set_upstream_latency(0.0)
+            self._end_fault(kind, detail)
+        else:
+            self.say(f"t={elapsed:.1f}s restarting the broker (same ports, same data)")
+            requested = time.monotonic()
+
+            def restart() -> None:
+                try:
+                    broker.restart()
+                except BaseException as exc:
+                    self._restart_error.append(exc)
+                detail["restart_s"] = round(time.monotonic() - requested, 3)
+
+            self._restart_detail = detail
+            self._restart_thread = threading.Thread(
+                target=restart, name="broker-restart", daemon=True
+            )
+            self._restart_thread.start()
+
+    def _end_fault(self, kind: str, detail: dict[str, Any]) -> None:
+        self.record("fault_end", reason=kind, detail=detail)
+        self.active_faults.pop(kind, None)
+        self.say(f"fault {kind} ended")
+
+    def _check_restart(self) -> None:
+        t = self._restart_thread
+        if t is not None and not t.is_alive():
+            self._restart_thread = None
+            if self._restart_error:
+                raise TargetError(
+                    f"the broker did not come back after the kill: {self._restart_error[0]}"
+                )
+            self._end_fault("broker_kill", self._restart_detail)
+
+    def _wait_restart(self) -> None:
+        if self._restart_thread is not None:
+            self._restart_thread.join(self.sc.timeouts.broker_start)
+            self._check_restart()
+
+    # -- shutdown and analysis -----------------------------------------------------------------
+    def _shutdown(self) -> None:
+        for rp in self.phases.values():
+            if not rp.ended:
+                code = rp.proc.stop(timeout=10)
+                rp.ended = True
+                self.record(
+                    "phase_end",
+                    detail={
+                        "name": rp.phase.name,
+                        "profile": rp.phase.profile,
+                        "exit_code": code,
+                        "stopped": True,
+                    },
+                )
+        if self._restart_thread is not None:
+            self._restart_thread.join(self.sc.timeouts.broker_start)
+        target = self.target
+        broker = getattr(target, "broker", None)
+        if "broker_pause" in self.active_faults and broker is not None:
+            try:
+                broker.resume()  # a stopped JVM cannot shut down cleanly
+            except Exception:
+                pass
+        for kind in list(self.active_faults):
+            self._end_fault(kind, {"kind": kind, "cut_short": True})
+        try:
+            if target is not None:
+                target.stop()
+        except Exception as exc:  # still write what we have
+            self.say(f"stopping the target failed: {exc!r}")
+        self.record(
+            "run_end",
+            reason="interrupted" if self.interrupted else ("error" if self.error else "done"),
+            detail={"scenario": self.sc.name, "target": self.opts.target, "error": self.error},
+        )
+        if self.history is not None:
+            self.history.close()
+        self.run_json["ended_at"] = utc_now_iso()
+        self.run_json["interrupted"] = self.interrupted
+        if self.error:
+            self.run_json["error"] = self.error
+        self.rd.write_run_json(self.run_json)
+        self.say(f"run stopped; history in {self.rd.history}")
+
+    def _has_history(self) -> bool:
+        return any(self.rd.history.glob("*/*.parquet"))
+
+    def _analyze(self) -> tuple[str, list[dict[str, Any]], Path | None]:
+        argv = [sys.executable, "-m", "harness", "analyze", str(self.rd.root), "--gate"]
+        if self.opts.spark_master:
+            argv += ["--spark-master", self.opts.spark_master]
+        self.say(
+            f"analysing with PySpark: {' '.join(argv[2:])} (log {self.rd.logs / 'analysis.log'})"
+        )
+        log = self.rd.logs / "analysis.log"
+        with open(log, "wb") as fh:
+            proc = subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+            )
+            assert proc.stdout is not None
+            deadline = time.monotonic() + self.sc.timeouts.analysis
+            killer = threading.Timer(self.sc.timeouts.analysis, proc.kill)
+            killer.start()
+            try:
+                for line in proc.stdout:
+                    fh.write(line)
+                    print("  | " + line.decode(errors="replace").rstrip(), flush=True)
+                proc.wait(max(1.0, deadline - time.monotonic()))
+            finally:
+                killer.cancel()
+                if proc.poll() is None:
+                    proc.kill()
+        verdict_path = self.rd.report / "verdict.json"
+        if not verdict_path.is_file():
+            self.say(f"the analysis wrote no verdict (exit {proc.returncode}); see {log}")
+            return "unknown", [], None
+        data = json.loads(verdict_path.read_text())
+        report = self.rd.report / "report.html"
+        return (
+            str(data.get("verdict", "unknown")),
+            list(data.get("checks", [])),
+            report if report.exists() else None,
+        )
+
+
+def _sigterm_to_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def _profile_dir() -> Path:
+    import loadprofiles
+
+    return Path(loadprofiles.__file__).resolve().parent

@@ -1,0 +1,142 @@
+"""The run directory and its run.json (the contract the analysis reads first).
+
+run.json is rewritten atomically at start (so a crashed run is still analysable
+and says what it was) and again at the end with ``ended_at`` and ``interrupted``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import secrets
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from harness.runner.scenario import Scenario
+
+
+def utc_now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def new_run_id(scenario: str, target: str, now: dt.datetime | None = None) -> str:
+    stamp = (now or dt.datetime.now(dt.UTC)).strftime("%Y%m%dT%H%M%SZ")
+    return f"{scenario}-{target}-{stamp}-{secrets.token_hex(2)}"
+
+
+def harness_version() -> str:
+    try:
+        return metadata.version("kafka-connection-harness")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+@dataclass(frozen=True)
+class RunDir:
+    root: Path
+
+    @property
+    def history(self) -> Path:
+        return self.root / "history"
+
+    @property
+    def locust(self) -> Path:
+        return self.root / "locust"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def report(self) -> Path:
+        return self.root / "report"
+
+    @property
+    def run_json(self) -> Path:
+        return self.root / "run.json"
+
+    def create(self) -> RunDir:
+        for p in (self.root, self.history, self.locust, self.logs):
+            p.mkdir(parents=True, exist_ok=True)
+        return self
+
+    def write_run_json(self, data: dict[str, Any]) -> None:
+        tmp = self.root / ".run.json.tmp"
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+        os.replace(tmp, self.run_json)
+
+
+def scenario_spec(scenario: Scenario) -> dict[str, Any]:
+    spec: dict[str, Any] = json.loads(json.dumps(dict(scenario.raw), default=str))
+    return spec
+
+
+def load_entries(scenario: Scenario, duration: float) -> list[dict[str, Any]]:
+    out = []
+    for p in scenario.load:
+        if p.start >= duration:
+            continue
+        out.append(
+            {
+                "name": p.name,
+                "profile": p.profile,
+                "arrival": p.arrival,
+                "intended_rate": p.intended_rate,
+                "source_ips": p.source_ips,
+                "listener": p.listener,
+                "proxy_protocol": p.proxy_protocol,
+                "proxy_client_ips": p.proxy_client_ips,
+                "via": p.via,
+                "start": p.start,
+                "stop": min(p.stop, duration),
+                "users": p.users,
+                "max_arrivals": p.max_arrivals,
+            }
+        )
+    return out
+
+
+def base_run_json(
+    *,
+    run_id: str,
+    scenario: Scenario,
+    target: str,
+    seed: int,
+    duration: float,
+    limits: dict[str, Any],
+    started_at: str,
+) -> dict[str, Any]:
+    expect = scenario.expect_for(target)
+    return {
+        "run_id": run_id,
+        "scenario": scenario.name,
+        "scenario_spec": scenario_spec(scenario),
+        "target": target,
+        "seed": seed,
+        "duration_s": duration,
+        "started_at": started_at,
+        "ended_at": None,
+        "versions": {
+            "kafka": None,
+            "harness": harness_version(),
+            "python": platform.python_version(),
+        },
+        "limits": limits,
+        "expect": expect.to_json(),
+        "load": load_entries(scenario, duration),
+        "faults": [
+            {
+                "kind": a.params["kind"],
+                "at": a.at,
+                "for": a.params["for"],
+                **{k: v for k, v in a.params.items() if k not in ("kind", "for")},
+            }
+            for a in scenario.faults
+            if a.at < duration
+        ],
+        "interrupted": False,
+    }

@@ -1,0 +1,711 @@
+"""Scenario files: parsed once, validated completely, then immutable.
+
+A scenario is the contract of one experiment (which limits, which load, which
+changes and faults at which second, what verdict to expect). It is validated up
+front so a typo never surfaces half-way through a run with a broker already up:
+every problem is a :class:`ScenarioError` naming the key, the value and the reason.
+Pure: no sockets, no processes; the only I/O is reading the YAML text.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import itertools
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+INT_MAX = 2147483647
+TARGETS = ("acceptor", "broker")
+PROFILES = ("storm", "per_request", "single_ip_flood", "steady")
+FAULT_KINDS = ("broker_pause", "broker_kill", "upstream_latency")
+VERDICTS = ("pass", "fail", "unknown")
+PROXY_MODES = ("off", "v1", "v2")
+LISTENER_PROXY_MODES = ("off", "optional", "required")
+
+#: Kafka's broker-level keys a scenario may set (listener-prefixed forms below).
+BROKER_KEYS: dict[str, tuple[int, bool]] = {
+    # key: (minimum, dynamic)
+    "max.connections": (0, True),
+    "max.connections.per.ip": (0, True),
+    "max.connection.creation.rate": (0, True),
+    "quota.window.num": (1, False),
+    "quota.window.size.seconds": (1, False),
+    "num.network.threads": (1, False),
+    "socket.listen.backlog.size": (1, False),
+    "connections.max.idle.ms": (1, False),
+}
+STRING_KEYS = ("max.connections.per.ip.overrides",)
+LISTENER_KEYS = ("max.connections", "max.connection.creation.rate")
+_LISTENER_KEY_RE = re.compile(
+    r"^listener\.name\.([a-z0-9_\-]+)\.(max\.connections|max\.connection\.creation\.rate)$"
+)
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9\-]*$")
+_LISTENER_NAME_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
+ARRIVAL_PARAMS: dict[str, tuple[str, ...]] = {
+    "constant": ("rate",),
+    "poisson": ("rate",),
+    "step": ("rates", "every"),
+    "spike": ("base", "peak", "at", "for"),
+    "ramp": ("from", "to", "over"),
+    "sawtooth": ("low", "high", "period"),
+}
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot run: ``str(e)`` is ``"<where>: <key>=<value!r>: <reason>"``."""
+
+    def __init__(self, key: str, value: object, reason: str, where: str = "") -> None:
+        self.key = key
+        self.value = value
+        self.reason = reason
+        self.where = where
+        prefix = f"{where}: " if where else ""
+        super().__init__(f"{prefix}{key}={value!r}: {reason}")
+
+
+# -- the parsed form ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Phase:
+    """One Locust process: a profile with its arrival schedule, between two offsets."""
+
+    name: str
+    profile: str
+    arrival: str
+    start: float
+    stop: float
+    source_ips: str
+    listener: str
+    proxy_protocol: str = "off"
+    proxy_client_ips: str | None = None
+    via: str = "direct"  # "direct" | "haproxy"
+    users: int = 1
+    spawn_rate: float = 1.0
+    max_arrivals: int | None = None
+    extra_args: tuple[str, ...] = ()
+
+    @property
+    def duration(self) -> float:
+        return self.stop - self.start
+
+    @property
+    def intended_rate(self) -> float:
+        """Mean intended new connections/s; 0 for steady (long-lived) clients."""
+        return intended_rate(self.arrival) if self.arrival else 0.0
+
+    @property
+    def shape(self) -> str:
+        return self.arrival or f"{self.users} long-lived user(s)"
+
+
+@dataclass(frozen=True)
+class Action:
+    """One scheduled change: ``kind`` is ip_quota, broker_config, request_quota or fault."""
+
+    at: float
+    kind: str
+    params: Mapping[str, Any]
+
+    @property
+    def end(self) -> float | None:
+        """When a fault ends (``at + for``); None for instantaneous changes."""
+        if self.kind != "fault":
+            return None
+        return self.at + float(self.params["for"])
+
+
+@dataclass(frozen=True)
+class Expect:
+    verdict: str = "pass"
+    checks: tuple[str, ...] = ()
+    fairness_p99_ratio: float | None = None
+    slack_ms: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"verdict": self.verdict, "checks": list(self.checks)}
+        if self.fairness_p99_ratio is not None:
+            out["fairness_p99_ratio"] = self.fairness_p99_ratio
+        if self.slack_ms is not None:
+            out["slack_ms"] = self.slack_ms
+        return out
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    broker_start: float = 180.0
+    acceptor_start: float = 60.0
+    locust_start: float = 60.0
+    drain: float = 30.0
+    analysis: float = 600.0
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    covers: tuple[str, ...]
+    targets: tuple[str, ...]
+    target: str
+    duration: float
+    listeners: tuple[str, ...]
+    inter_broker_listener: str | None
+    proxy_protocol: Mapping[str, str]
+    limits: Mapping[str, int | str]
+    ip_quotas: Mapping[str, int]
+    request_quotas: tuple[Mapping[str, Any], ...]
+    load: tuple[Phase, ...]
+    schedule: tuple[Action, ...]
+    expect: Expect
+    expect_by_target: Mapping[str, Expect]
+    timeouts: Timeouts
+    seed: int = 1
+    acceptor: Mapping[str, str] = field(default_factory=dict)
+    source: str = ""
+    raw: Mapping[str, Any] = field(default_factory=dict)
+
+    def expect_for(self, target: str) -> Expect:
+        return self.expect_by_target.get(target, self.expect)
+
+    @property
+    def faults(self) -> tuple[Action, ...]:
+        return tuple(a for a in self.schedule if a.kind == "fault")
+
+
+# -- helpers used by the parser and by others -----------------------------------------------
+def parse_arrival(spec: str) -> tuple[str, dict[str, str]]:
+    """Split ``kind:k=v,k=v`` into its kind and parameters (validated, values as text)."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ScenarioError("arrival", spec, "expected 'kind:k=v,...', e.g. 'constant:rate=50'")
+    kind, _, rest = spec.strip().partition(":")
+    if kind not in ARRIVAL_PARAMS:
+        raise ScenarioError(
+            "arrival", spec, f"unknown arrival kind {kind!r}; one of {sorted(ARRIVAL_PARAMS)}"
+        )
+    params: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in rest.split(","))):
+        k, eq, v = part.partition("=")
+        if not eq or not v:
+            raise ScenarioError("arrival", spec, f"parameter {part!r} is not k=v")
+        params[k] = v
+    missing = [p for p in ARRIVAL_PARAMS[kind] if p not in params]
+    if missing:
+        raise ScenarioError("arrival", spec, f"{kind} needs {', '.join(missing)}")
+    for k, v in params.items():
+        for number in v.split("/") if k == "rates" else [v]:
+            try:
+                if float(number) < 0:
+                    raise ValueError
+            except ValueError:
+                raise ScenarioError("arrival", spec, f"{k}={v!r} is not a number >= 0") from None
+    return kind, params
+
+
+def intended_rate(spec: str) -> float:
+    """The mean intended arrival rate (connections/s) of an arrival spec, for run.json."""
+    kind, p = parse_arrival(spec)
+    f = {k: float(v) for k, v in p.items() if k != "rates"}
+    if kind in ("constant", "poisson"):
+        return f["rate"]
+    if kind == "step":
+        rates = [float(r) for r in p["rates"].split("/")]
+        return sum(rates) / len(rates)
+    if kind == "spike":
+        return f["base"]
+    if kind == "ramp":
+        return (f["from"] + f["to"]) / 2
+    return (f["low"] + f["high"]) / 2  # sawtooth
+
+
+def expand_ips(spec: str) -> list[str]:
+    """``127.0.0.2-127.0.0.40``, ``127.0.0.9`` or a comma list of those: loopback only."""
+    out: list[str] = []
+    for part in filter(None, (p.strip() for p in str(spec).split(","))):
+        lo_s, dash, hi_s = part.partition("-")
+        try:
+            lo = ipaddress.IPv4Address(lo_s)
+            hi = ipaddress.IPv4Address(hi_s) if dash else lo
+        except ValueError:
+            raise ScenarioError(
+                "source_ips", spec, f"{part!r} is not an IPv4 address or range"
+            ) from None
+        if int(hi) < int(lo):
+            raise ScenarioError("source_ips", spec, f"range {part!r} runs backwards")
+        if not (lo.is_loopback and hi.is_loopback):
+            raise ScenarioError(
+                "source_ips", spec, "load may only come from 127.0.0.0/8 (loopback)"
+            )
+        if int(hi) - int(lo) > 4096:
+            raise ScenarioError("source_ips", spec, "range too large (> 4096 addresses)")
+        out.extend(str(ipaddress.IPv4Address(i)) for i in range(int(lo), int(hi) + 1))
+    if not out:
+        raise ScenarioError("source_ips", spec, "no address given")
+    return out
+
+
+def _check_ip_entity(key: str, ip: str) -> str:
+    if ip == "default":
+        return ip
+    try:
+        addr = ipaddress.ip_address(ip)
+    except ValueError:
+        raise ScenarioError(key, ip, "expected 'default' or an IP address") from None
+    return str(addr)
+
+
+def _int(key: str, value: object, minimum: int, *, allow_null: bool = False) -> int | None:
+    if value is None and allow_null:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise ScenarioError(key, value, "expected an integer")
+    if value < minimum or value > INT_MAX:
+        raise ScenarioError(key, value, f"must be between {minimum} and {INT_MAX}")
+    return value
+
+
+def _num(key: str, value: object, minimum: float = 0.0) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ScenarioError(key, value, "expected a number")
+    if value < minimum:
+        raise ScenarioError(key, value, f"must be >= {minimum}")
+    return float(value)
+
+
+def _mapping(key: str, value: object) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ScenarioError(key, value, "expected a mapping")
+    return value
+
+
+def _only(key: str, m: Mapping[str, Any], allowed: Sequence[str]) -> None:
+    unknown = sorted(set(map(str, m)) - set(allowed))
+    if unknown:
+        raise ScenarioError(key, unknown[0], f"unknown key; allowed: {', '.join(allowed)}")
+
+
+def validate_limit(key: str, value: object, listeners: Sequence[str]) -> int | str | None:
+    """Check one Kafka key the way Kafka would; None (delete) is allowed for dynamic keys."""
+    m = _LISTENER_KEY_RE.match(key)
+    if m:
+        lname = m.group(1)
+        if lname.upper() not in listeners:
+            raise ScenarioError(
+                key,
+                value,
+                f"listener {lname!r} is not one of the scenario's listeners {list(listeners)}",
+            )
+        if value is None:
+            return None
+        return _int(key, value, 1)  # Kafka: listener values must be > 0
+    if key in STRING_KEYS:
+        if value is None:
+            return None
+        text = str(value)
+        for item in filter(None, (p.strip() for p in text.split(","))):
+            host, colon, n = item.rpartition(":")
+            if not colon or not host or not n.isdigit():
+                raise ScenarioError(key, value, f"entry {item!r} is not host:count")
+        return text
+    if key in BROKER_KEYS:
+        minimum, _dynamic = BROKER_KEYS[key]
+        if value is None:
+            return None
+        return _int(key, value, minimum)
+    raise ScenarioError(
+        key,
+        value,
+        "not a Kafka connection-limit key this harness knows "
+        f"({', '.join([*BROKER_KEYS, *STRING_KEYS])}, listener.name.<l>.max.connections, "
+        "listener.name.<l>.max.connection.creation.rate)",
+    )
+
+
+def is_dynamic(key: str) -> bool:
+    return (
+        bool(_LISTENER_KEY_RE.match(key))
+        or key in STRING_KEYS
+        or BROKER_KEYS.get(key, (0, False))[1]
+    )
+
+
+# -- the parser -----------------------------------------------------------------------------
+_TOP_KEYS = (
+    "name",
+    "description",
+    "covers",
+    "targets",
+    "target",
+    "duration",
+    "seed",
+    "listeners",
+    "limits",
+    "ip_quotas",
+    "request_quotas",
+    "acceptor",
+    "load",
+    "schedule",
+    "expect",
+    "timeouts",
+)
+_PHASE_KEYS = (
+    "name",
+    "profile",
+    "arrival",
+    "start",
+    "stop",
+    "source_ips",
+    "listener",
+    "proxy_protocol",
+    "proxy_client_ips",
+    "via",
+    "users",
+    "spawn_rate",
+    "max_arrivals",
+    "extra_args",
+)
+
+
+def _parse_listeners(spec: object) -> tuple[tuple[str, ...], str | None, dict[str, str]]:
+    if spec is None:
+        return ("CLIENT",), None, {}
+    m = _mapping("listeners", spec)
+    _only("listeners", m, ("names", "inter_broker", "proxy_protocol"))
+    names_raw = m.get("names", ["CLIENT"])
+    if not isinstance(names_raw, list) or not names_raw:
+        raise ScenarioError("listeners.names", names_raw, "expected a non-empty list of names")
+    names: list[str] = []
+    for n in names_raw:
+        if not isinstance(n, str) or not _LISTENER_NAME_RE.match(n) or n == "CONTROLLER":
+            raise ScenarioError(
+                "listeners.names", n, "upper-case name like CLIENT; CONTROLLER is reserved"
+            )
+        if n in names:
+            raise ScenarioError("listeners.names", n, "listed twice")
+        names.append(n)
+    inter = m.get("inter_broker")
+    if inter is not None and inter not in names:
+        raise ScenarioError("listeners.inter_broker", inter, f"not one of {names}")
+    proxy: dict[str, str] = {}
+    for lname, mode in _mapping("listeners.proxy_protocol", m.get("proxy_protocol")).items():
+        if lname not in names:
+            raise ScenarioError("listeners.proxy_protocol", lname, f"not one of {names}")
+        if mode not in LISTENER_PROXY_MODES:
+            raise ScenarioError(
+                f"listeners.proxy_protocol.{lname}", mode, f"one of {LISTENER_PROXY_MODES}"
+            )
+        proxy[lname] = mode
+    return tuple(names), inter, proxy
+
+
+def _parse_ip_quotas(key: str, spec: object) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for ip, rate in _mapping(key, spec).items():
+        entity = _check_ip_entity(f"{key}.{ip}", str(ip))
+        value = _int(f"{key}.{ip}", rate, 0)
+        assert value is not None
+        out[entity] = value
+    return out
+
+
+def _parse_request_quota(key: str, spec: object) -> dict[str, Any]:
+    m = _mapping(key, spec)
+    _only(key, m, ("user", "client-id", "request_percentage"))
+    if "user" not in m and "client-id" not in m:
+        raise ScenarioError(key, dict(m), "needs user and/or client-id (null = the default entity)")
+    for k in ("user", "client-id"):
+        if k in m and m[k] is not None and (not isinstance(m[k], str) or not m[k]):
+            raise ScenarioError(f"{key}.{k}", m[k], "a non-empty name, or null for the default")
+    pct = m.get("request_percentage")
+    if pct is not None:
+        _num(f"{key}.request_percentage", pct, 0.0)
+        if pct <= 0:
+            raise ScenarioError(f"{key}.request_percentage", pct, "must be greater than 0 (Kafka)")
+    return dict(m)
+
+
+def _parse_phase(i: int, spec: object, sc: dict[str, Any]) -> Phase:
+    where = f"load[{i}]"
+    m = _mapping(where, spec)
+    _only(where, m, _PHASE_KEYS)
+    profile = m.get("profile")
+    if profile not in PROFILES:
+        raise ScenarioError(f"{where}.profile", profile, f"one of {PROFILES}")
+    arrival = m.get("arrival")
+    if profile != "steady" or arrival is not None:
+        parse_arrival(str(arrival) if arrival is not None else "")
+    start = _num(f"{where}.start", m.get("start", 0))
+    stop = _num(f"{where}.stop", m.get("stop", sc["duration"]))
+    if stop <= start:
+        raise ScenarioError(f"{where}.stop", stop, f"must be after start ({start})")
+    if stop > sc["duration"]:
+        raise ScenarioError(
+            f"{where}.stop", stop, f"beyond the scenario duration ({sc['duration']} s)"
+        )
+    source_ips = str(m.get("source_ips", "127.0.0.2-127.0.0.40"))
+    expand_ips(source_ips)
+    listener = m.get("listener", sc["listeners"][0])
+    if listener not in sc["listeners"]:
+        raise ScenarioError(f"{where}.listener", listener, f"not one of {list(sc['listeners'])}")
+    proxy = m.get("proxy_protocol", "off")
+    if proxy not in PROXY_MODES:
+        raise ScenarioError(f"{where}.proxy_protocol", proxy, f"one of {PROXY_MODES}")
+    pcips = m.get("proxy_client_ips")
+    if pcips is not None:
+        expand_ips(str(pcips))
+    via = m.get("via", "direct")
+    if via not in ("direct", "haproxy"):
+        raise ScenarioError(f"{where}.via", via, "one of ('direct', 'haproxy')")
+    if via == "haproxy" and proxy == "off":
+        proxy = "v2"
+    users = _int(f"{where}.users", m.get("users", 1), 1)
+    spawn = _num(f"{where}.spawn_rate", m.get("spawn_rate", users), 0.001)
+    max_arrivals = _int(f"{where}.max_arrivals", m.get("max_arrivals"), 1, allow_null=True)
+    extra = m.get("extra_args", [])
+    if not isinstance(extra, list) or not all(isinstance(a, str) for a in extra):
+        raise ScenarioError(f"{where}.extra_args", extra, "expected a list of strings")
+    name = str(m.get("name", f"{profile}-{i}"))
+    return Phase(
+        name=name,
+        profile=str(profile),
+        arrival=str(arrival) if arrival is not None else "",
+        start=start,
+        stop=stop,
+        source_ips=source_ips,
+        listener=str(listener),
+        proxy_protocol=str(proxy),
+        proxy_client_ips=str(pcips) if pcips is not None else None,
+        via=str(via),
+        users=int(users or 1),
+        spawn_rate=spawn,
+        max_arrivals=max_arrivals,
+        extra_args=tuple(extra),
+    )
+
+
+def _parse_action(i: int, spec: object, sc: dict[str, Any]) -> Action:
+    where = f"schedule[{i}]"
+    m = _mapping(where, spec)
+    kinds = [k for k in ("ip_quota", "broker_config", "request_quota", "fault") if k in m]
+    if len(kinds) != 1:
+        raise ScenarioError(
+            where,
+            dict(m),
+            "each entry needs 'at' and exactly one of "
+            "ip_quota, broker_config, request_quota, fault",
+        )
+    kind = kinds[0]
+    allowed = ["at", kind] + (["for", "latency_ms"] if kind == "fault" else [])
+    _only(where, m, allowed)
+    if "at" not in m:
+        raise ScenarioError(f"{where}.at", None, "missing: seconds after the load starts")
+    at = _num(f"{where}.at", m["at"])
+    if at >= sc["duration"]:
+        raise ScenarioError(
+            f"{where}.at", at, f"not before the end of the run ({sc['duration']} s)"
+        )
+    params: dict[str, Any]
+    if kind == "ip_quota":
+        q = _mapping(f"{where}.ip_quota", m[kind])
+        _only(f"{where}.ip_quota", q, ("ip", "rate"))
+        params = {
+            "ip": _check_ip_entity(f"{where}.ip_quota.ip", str(q.get("ip", "default"))),
+            "rate": _int(f"{where}.ip_quota.rate", q.get("rate"), 0, allow_null=True),
+        }
+    elif kind == "broker_config":
+        changes = _mapping(f"{where}.broker_config", m[kind])
+        if not changes:
+            raise ScenarioError(f"{where}.broker_config", dict(changes), "no key to change")
+        params = {}
+        for k, v in changes.items():
+            if not is_dynamic(str(k)):
+                raise ScenarioError(
+                    f"{where}.broker_config.{k}",
+                    v,
+                    "not dynamically reconfigurable in Kafka (or unknown)",
+                )
+            params[str(k)] = validate_limit(str(k), v, sc["listeners"])
+    elif kind == "request_quota":
+        params = _parse_request_quota(f"{where}.request_quota", m[kind])
+    else:
+        fkind = m["fault"]
+        if fkind not in FAULT_KINDS:
+            raise ScenarioError(f"{where}.fault", fkind, f"one of {FAULT_KINDS}")
+        if "for" not in m:
+            raise ScenarioError(f"{where}.for", None, "missing: how long the fault lasts (s)")
+        dur = _num(f"{where}.for", m["for"], 0.1)
+        if at + dur >= sc["duration"]:
+            raise ScenarioError(
+                f"{where}.for", dur, f"the fault must end before the run ends ({sc['duration']} s)"
+            )
+        params = {"kind": fkind, "for": dur}
+        if fkind == "upstream_latency":
+            params["latency_ms"] = _num(f"{where}.latency_ms", m.get("latency_ms", 200), 0.0)
+        elif "latency_ms" in m:
+            raise ScenarioError(f"{where}.latency_ms", m["latency_ms"], "only for upstream_latency")
+    return Action(at=at, kind=kind, params=params)
+
+
+def _parse_expect(key: str, spec: object, base: Expect | None = None) -> Expect:
+    m = _mapping(key, spec)
+    _only(key, m, ("verdict", "checks", "fairness_p99_ratio", "slack_ms", "by_target"))
+    b = base or Expect()
+    verdict = m.get("verdict", b.verdict)
+    if verdict not in VERDICTS:
+        raise ScenarioError(f"{key}.verdict", verdict, f"one of {VERDICTS}")
+    checks = m.get("checks", list(b.checks))
+    if not isinstance(checks, list) or not all(isinstance(c, str) and c for c in checks):
+        raise ScenarioError(f"{key}.checks", checks, "expected a list of check names")
+    ratio = m.get("fairness_p99_ratio", b.fairness_p99_ratio)
+    if ratio is not None:
+        ratio = _num(f"{key}.fairness_p99_ratio", ratio, 1.0)
+    slack = m.get("slack_ms", b.slack_ms)
+    if slack is not None:
+        slack = _num(f"{key}.slack_ms", slack)
+    return Expect(
+        verdict=str(verdict), checks=tuple(checks), fairness_p99_ratio=ratio, slack_ms=slack
+    )
+
+
+def parse_scenario(data: object, *, source: str = "") -> Scenario:
+    """Validate a scenario mapping (the YAML document) and return it parsed."""
+    try:
+        return _parse_scenario(data, source)
+    except ScenarioError as exc:
+        if source and not exc.where:
+            raise ScenarioError(exc.key, exc.value, exc.reason, where=source) from None
+        raise
+
+
+def _parse_scenario(data: object, source: str) -> Scenario:
+    if not isinstance(data, Mapping):
+        raise ScenarioError("<document>", type(data).__name__, "a scenario is a YAML mapping")
+    _only("<document>", data, _TOP_KEYS)
+    name = data.get("name")
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise ScenarioError("name", name, "lower-case letters, digits and dashes, e.g. demo-storm")
+    description = data.get("description")
+    if not isinstance(description, str) or not description.strip():
+        raise ScenarioError("description", description, "say what the scenario proves")
+    covers = data.get("covers", [])
+    if not isinstance(covers, list) or not all(isinstance(c, str) for c in covers):
+        raise ScenarioError("covers", covers, "expected a list of the limits it exercises")
+    targets = data.get("targets", list(TARGETS))
+    if not isinstance(targets, list) or not targets or any(t not in TARGETS for t in targets):
+        raise ScenarioError("targets", targets, f"a non-empty list from {TARGETS}")
+    target = data.get("target", targets[0])
+    if target not in targets:
+        raise ScenarioError("target", target, f"not one of the scenario's targets {targets}")
+    duration = _num("duration", data.get("duration"), 1.0)
+    if duration > 600:
+        raise ScenarioError("duration", duration, "keep scenarios short (<= 600 s of load)")
+    seed = _int("seed", data.get("seed", 1), 0)
+    listeners, inter, proxy = _parse_listeners(data.get("listeners"))
+    sc: dict[str, Any] = {"duration": duration, "listeners": listeners}
+
+    limits: dict[str, int | str] = {}
+    for k, v in _mapping("limits", data.get("limits")).items():
+        val = validate_limit(str(k), v, listeners)
+        if val is None:
+            raise ScenarioError(f"limits.{k}", v, "leave a key out instead of setting it to null")
+        limits[str(k)] = val
+    if limits.get("max.connections.per.ip") == 0 and not limits.get(
+        "max.connections.per.ip.overrides"
+    ):
+        raise ScenarioError(
+            "limits.max.connections.per.ip",
+            0,
+            "0 is allowed only with max.connections.per.ip.overrides (Kafka)",
+        )
+    ip_quotas = _parse_ip_quotas("ip_quotas", data.get("ip_quotas"))
+    rq_raw = data.get("request_quotas", [])
+    if not isinstance(rq_raw, list):
+        raise ScenarioError("request_quotas", rq_raw, "expected a list")
+    request_quotas = tuple(
+        _parse_request_quota(f"request_quotas[{i}]", q) for i, q in enumerate(rq_raw)
+    )
+    acceptor = {str(k): str(v) for k, v in _mapping("acceptor", data.get("acceptor")).items()}
+
+    load_raw = data.get("load")
+    if not isinstance(load_raw, list) or not load_raw:
+        raise ScenarioError("load", load_raw, "a non-empty list of load phases")
+    load = tuple(_parse_phase(i, p, sc) for i, p in enumerate(load_raw))
+    names = [p.name for p in load]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup:
+        raise ScenarioError("load.name", dup, "phase names must be unique")
+
+    sched_raw = data.get("schedule", [])
+    if not isinstance(sched_raw, list):
+        raise ScenarioError("schedule", sched_raw, "expected a list")
+    schedule = tuple(
+        sorted((_parse_action(i, a, sc) for i, a in enumerate(sched_raw)), key=lambda a: a.at)
+    )
+    _check_faults_disjoint(schedule)
+
+    expect_raw = _mapping("expect", data.get("expect"))
+    expect = _parse_expect("expect", expect_raw)
+    by_target: dict[str, Expect] = {}
+    for t, spec in _mapping("expect.by_target", expect_raw.get("by_target")).items():
+        if t not in TARGETS:
+            raise ScenarioError("expect.by_target", t, f"one of {TARGETS}")
+        by_target[str(t)] = _parse_expect(f"expect.by_target.{t}", spec, expect)
+
+    t_raw = _mapping("timeouts", data.get("timeouts"))
+    _only("timeouts", t_raw, tuple(Timeouts.__dataclass_fields__))
+    timeouts = Timeouts(**{k: _num(f"timeouts.{k}", v, 1.0) for k, v in t_raw.items()})
+    return Scenario(
+        name=name,
+        description=description.strip(),
+        covers=tuple(covers),
+        targets=tuple(targets),
+        target=str(target),
+        duration=duration,
+        listeners=listeners,
+        inter_broker_listener=inter,
+        proxy_protocol=proxy,
+        limits=limits,
+        ip_quotas=ip_quotas,
+        request_quotas=request_quotas,
+        load=load,
+        schedule=schedule,
+        expect=expect,
+        expect_by_target=by_target,
+        timeouts=timeouts,
+        seed=int(seed or 0),
+        acceptor=acceptor,
+        source=source,
+        raw=dict(data),
+    )
+
+
+def _check_faults_disjoint(schedule: Sequence[Action]) -> None:
+    """Broker faults cannot overlap (a paused broker cannot also be killed)."""
+    broker = [a for a in schedule if a.kind == "fault" and a.params["kind"] != "upstream_latency"]
+    for a, b in itertools.pairwise(broker):
+        end = a.end
+        assert end is not None
+        if b.at < end:
+            raise ScenarioError(
+                "schedule", f"{b.params['kind']}@{b.at}", f"overlaps {a.params['kind']}@{a.at}"
+            )
+
+
+def load_scenario_file(path: str | Path) -> Scenario:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ScenarioError("file", str(p), f"cannot read: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError("file", str(p), f"not valid YAML: {exc}") from None
+    return parse_scenario(data, source=str(p))

@@ -1,0 +1,404 @@
+"""The system under test for one run: the acceptor in front of a broker, or the broker alone.
+
+Both targets expose the same operations to the orchestrator (where load should
+connect, apply a scheduled change, pause/kill the broker, add upstream latency,
+stop), so a scenario runs unchanged against either and the two verdicts compare.
+Runtime changes go through Kafka's admin protocol in both cases (harness.admin),
+the way an operator would make them.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from harness.runner.latency_proxy import LatencyProxy
+from harness.runner.procs import ManagedProcess
+from harness.runner.scenario import INT_MAX, Action, Scenario
+from harness.runner.schedule import initial_limits
+
+Progress = Callable[[str], None]
+
+
+class TargetError(RuntimeError):
+    """The system under test could not be started or changed; the message says what to do."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _admin() -> Any:
+    try:
+        import harness.admin as admin
+    except ImportError as exc:  # pragma: no cover - only while the admin part is missing
+        raise TargetError(f"harness.admin is not available ({exc}); cannot apply quotas") from exc
+    if not hasattr(admin, "alter_ip_quota"):
+        import harness.admin.client as admin_client
+
+        return admin_client
+    return admin
+
+
+def _call(what: str, fn: Callable[..., Any], *args: Any) -> None:
+    """Admin failures become TargetError naming the operation and Kafka's error."""
+    try:
+        fn(*args)
+    except TargetError:
+        raise
+    except Exception as exc:
+        raise TargetError(f"{what} failed: {exc}") from exc
+
+
+def apply_ip_quota(bootstrap: str, ip: str, rate: int | None) -> None:
+    entity = None if ip == "default" else ip
+    _call(f"ip quota {ip}={rate} at {bootstrap}", _admin().alter_ip_quota, bootstrap, entity, rate)
+
+
+def apply_broker_config(bootstrap: str, changes: Mapping[str, Any]) -> None:
+    text = {k: (None if v is None else str(v)) for k, v in changes.items()}
+    _call(f"broker config {text} at {bootstrap}", _admin().alter_broker_config, bootstrap, text)
+
+
+def apply_request_quota(bootstrap: str, quota: Mapping[str, Any]) -> None:
+    admin = _admin()
+    entity = {k: quota[k] for k in ("user", "client-id") if k in quota}
+    pct = quota.get("request_percentage")
+    fn = getattr(admin, "alter_client_quota", None)
+    if fn is None:
+        raise TargetError("harness.admin has no alter_client_quota: request quotas cannot be set")
+    ops = {"request_percentage": None if pct is None else float(pct)}
+    _call(f"request quota {entity} {ops} at {bootstrap}", fn, bootstrap, entity, ops)
+
+
+def _props(limits: Mapping[str, Any]) -> dict[str, str]:
+    """Kafka broker properties for the scenario's static limits (skip INT_MAX defaults)."""
+    out: dict[str, str] = {}
+    for key, value in limits.items():
+        if key in ("listeners", "inter.broker.listener.name", "ip_quotas", "request_quotas"):
+            continue
+        if value == INT_MAX or value == "":
+            continue
+        out[key] = str(value)
+    return out
+
+
+class Target:
+    """Common lifecycle; subclasses fill in start/apply/stop."""
+
+    name = "abstract"
+
+    def __init__(self, scenario: Scenario, run_dir: Path, progress: Progress) -> None:
+        self.scenario = scenario
+        self.run_dir = run_dir
+        self.progress = progress
+        self.broker: Any = None
+        #: where the load connects, per listener
+        self.client_addresses: dict[str, tuple[str, int]] = {}
+        self.metrics_url: str | None = None
+        #: the admin bootstrap (the acceptor for target acceptor, the broker otherwise)
+        self.admin_bootstrap = ""
+        self.limits: dict[str, Any] = {}
+
+    @property
+    def writes_config_rows(self) -> bool:
+        """Whether the runner must write `config` rows (no acceptor to do it)."""
+        return True
+
+    def start_broker(
+        self,
+        *,
+        launcher: str,
+        bootstrap_server: str | None,
+        properties: Mapping[str, str],
+        advertised: Mapping[str, str] | None,
+        timeout: float,
+    ) -> Any:
+        from harness.broker import start_broker
+
+        kwargs: dict[str, Any] = {
+            "launcher": "external" if bootstrap_server else launcher,
+            "bootstrap_server": bootstrap_server,
+            "properties": dict(properties),
+            "listeners": self.scenario.listeners,
+            "advertised": dict(advertised) if advertised else None,
+            "inter_broker_listener": self.scenario.inter_broker_listener,
+            "workdir": self.run_dir / "broker",
+            "ready_timeout_s": timeout,
+        }
+        self.progress(
+            f"starting the Kafka broker (launcher {kwargs['launcher']}, listeners "
+            f"{','.join(self.scenario.listeners)}; log under {self.run_dir / 'broker'})"
+        )
+        t0 = time.monotonic()
+        self.broker = start_broker(**kwargs)
+        self.progress(
+            f"broker ready in {time.monotonic() - t0:.1f}s: Kafka {self.broker.version} at "
+            f"{self.broker.bootstrap} (ports {self.broker.listener_ports})"
+        )
+        return self.broker
+
+    def start(
+        self,
+        *,
+        launcher: str = "auto",
+        bootstrap_server: str | None = None,
+        timeout: float = 180,
+        set_acceptor: Mapping[str, str] | None = None,
+        acceptor_timeout: float = 60,
+        run_id: str = "",
+        latency_proxy: bool = False,
+    ) -> None:
+        """Start the target; returns once load may connect to ``client_addresses``."""
+        raise NotImplementedError
+
+    def apply(self, action: Action) -> None:
+        p = action.params
+        if action.kind == "ip_quota":
+            apply_ip_quota(self.admin_bootstrap, p["ip"], p["rate"])
+        elif action.kind == "broker_config":
+            apply_broker_config(self.admin_bootstrap, p)
+        elif action.kind == "request_quota":
+            apply_request_quota(self.admin_bootstrap, p)
+        else:
+            raise TargetError(f"not a change: {action.kind}")
+
+    def apply_initial_quotas(self) -> None:
+        for ip, rate in self.scenario.ip_quotas.items():
+            apply_ip_quota(self.admin_bootstrap, ip, rate)
+        for q in self.scenario.request_quotas:
+            apply_request_quota(self.admin_bootstrap, q)
+        if self.scenario.ip_quotas or self.scenario.request_quotas:
+            self.progress(
+                f"quotas set through the admin API at {self.admin_bootstrap}: "
+                f"ip {dict(self.scenario.ip_quotas)} request {list(self.scenario.request_quotas)}"
+            )
+
+    # faults -------------------------------------------------------------------------------
+    def supports_fault(self, kind: str) -> str | None:
+        """None if the fault can be applied, else why not."""
+        launcher = getattr(self.broker, "launcher", "external")
+        if kind in ("broker_pause", "broker_kill") and launcher == "external":
+            return "the broker is an external cluster (--bootstrap-server): cannot signal it"
+        return None
+
+    def set_upstream_latency(self, ms: float) -> None:
+        raise TargetError("no upstream to delay on this target")
+
+    def alive(self) -> str | None:
+        """None if every process of the target still runs, else what died."""
+        return None
+
+    def stop(self) -> None:
+        if self.broker is not None:
+            self.progress("stopping the broker")
+            try:
+                self.broker.stop()
+            finally:
+                self.broker = None
+
+
+class BrokerTarget(Target):
+    """Kafka's own enforcement: the limits become broker properties and dynamic quotas."""
+
+    name = "broker"
+
+    def start(
+        self,
+        *,
+        launcher: str = "auto",
+        bootstrap_server: str | None = None,
+        timeout: float = 180,
+        set_acceptor: Mapping[str, str] | None = None,
+        acceptor_timeout: float = 60,
+        run_id: str = "",
+        latency_proxy: bool = False,
+    ) -> None:
+        limits = initial_limits(self.scenario)
+        self.start_broker(
+            launcher=launcher,
+            bootstrap_server=bootstrap_server,
+            properties=_props(limits),
+            advertised=None,
+            timeout=timeout,
+        )
+        b = self.broker
+        self.client_addresses = {
+            n: ("127.0.0.1", int(b.listener_ports[n])) for n in self.scenario.listeners
+        }
+        self.admin_bootstrap = b.address(self.scenario.listeners[0])
+        if bootstrap_server:
+            dynamic = {k: v for k, v in _props(limits).items() if not k.startswith("quota.window")}
+            if dynamic:
+                apply_broker_config(self.admin_bootstrap, dynamic)
+        self.limits = initial_limits(self.scenario, self.client_addresses)
+        self.apply_initial_quotas()
+
+
+class AcceptorTarget(Target):
+    """The project's acceptor in front of a broker that enforces nothing itself."""
+
+    name = "acceptor"
+
+    def __init__(self, scenario: Scenario, run_dir: Path, progress: Progress) -> None:
+        super().__init__(scenario, run_dir, progress)
+        self.acceptor: ManagedProcess | None = None
+        self.proxies: dict[str, LatencyProxy] = {}
+        self.config_path = run_dir / "acceptor.properties"
+        self.ready_path = run_dir / "acceptor.ready.json"
+        self.run_id = ""
+        self.overrides: dict[str, str] = {}
+
+    @property
+    def writes_config_rows(self) -> bool:
+        return False
+
+    def acceptor_properties(
+        self, ports: Mapping[str, int], upstreams: Mapping[str, str]
+    ) -> dict[str, str]:
+        sc = self.scenario
+        limits = initial_limits(sc)
+        props: dict[str, str] = {
+            "listeners": ",".join(f"{n}://127.0.0.1:{ports[n]}" for n in sc.listeners),
+            "metrics.port": "0",
+            "state.dir": str(self.run_dir / "acceptor-state"),
+        }
+        if sc.inter_broker_listener:
+            props["inter.broker.listener.name"] = sc.inter_broker_listener
+        props.update(_props(limits))
+        for n in sc.listeners:
+            props[f"listener.name.{n.lower()}.upstream"] = upstreams[n]
+            mode = sc.proxy_protocol.get(n)
+            if mode:
+                props[f"listener.name.{n.lower()}.proxy.protocol"] = mode
+        props.update(sc.acceptor)
+        return props
+
+    def start(
+        self,
+        *,
+        launcher: str = "auto",
+        bootstrap_server: str | None = None,
+        timeout: float = 180,
+        set_acceptor: Mapping[str, str] | None = None,
+        acceptor_timeout: float = 60,
+        run_id: str = "",
+        latency_proxy: bool = False,
+    ) -> None:
+        sc = self.scenario
+        self.run_id = run_id
+        ports = {n: free_port() for n in sc.listeners}
+        self.start_broker(
+            launcher=launcher,
+            bootstrap_server=bootstrap_server,
+            properties={},
+            advertised={n: f"127.0.0.1:{ports[n]}" for n in sc.listeners},
+            timeout=timeout,
+        )
+        b = self.broker
+        upstreams: dict[str, str] = {}
+        for n in sc.listeners:
+            host, port = "127.0.0.1", int(b.listener_ports[n])
+            if latency_proxy:
+                proxy = LatencyProxy((host, port))
+                phost, pport = proxy.start()
+                self.proxies[n] = proxy
+                upstreams[n] = f"{phost}:{pport}"
+                self.progress(f"latency proxy for {n}: {phost}:{pport} -> {host}:{port}")
+            else:
+                upstreams[n] = f"{host}:{port}"
+        props = self.acceptor_properties(ports, upstreams)
+        self.overrides = dict(set_acceptor or {})
+        self.config_path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        argv = [
+            sys.executable,
+            "-m",
+            "harness",
+            "acceptor",
+            "--config",
+            str(self.config_path),
+            "--history",
+            str(self.run_dir / "history"),
+            "--run-id",
+            run_id,
+            "--ready-file",
+            str(self.ready_path),
+        ]
+        for k, v in self.overrides.items():
+            argv += ["--set", f"{k}={v}"]
+        self.ready_path.unlink(missing_ok=True)
+        log = self.run_dir / "logs" / "acceptor.log"
+        self.progress(f"starting the acceptor (config {self.config_path}, log {log})")
+        self.acceptor = ManagedProcess("acceptor", argv, log_path=log)
+        deadline = time.monotonic() + acceptor_timeout
+        while not self.ready_path.exists():
+            code = self.acceptor.poll()
+            if code is not None:
+                raise TargetError(
+                    f"the acceptor exited with code {code} before it was ready; its log "
+                    f"({log}) ends with:\n{self.acceptor.tail(25)}"
+                )
+            if time.monotonic() > deadline:
+                raise TargetError(
+                    f"the acceptor was not ready within {acceptor_timeout:.0f}s; see {log}"
+                )
+            time.sleep(0.1)
+        ready = json.loads(self.ready_path.read_text())
+        for n in sc.listeners:
+            entry = ready["listeners"][n]
+            self.client_addresses[n] = (str(entry["host"]), int(entry["port"]))
+        self.metrics_url = ready.get("metrics_url")
+        self.admin_bootstrap = "{}:{}".format(*self.client_addresses[sc.listeners[0]])
+        self.limits = initial_limits(sc, self.client_addresses)
+        self.progress(
+            "acceptor ready: "
+            + ", ".join(
+                f"{n} {h}:{p} -> {upstreams[n]}" for n, (h, p) in self.client_addresses.items()
+            )
+            + (f"; metrics {self.metrics_url}" if self.metrics_url else "")
+        )
+        self.apply_initial_quotas()
+
+    def supports_fault(self, kind: str) -> str | None:
+        if kind == "upstream_latency" and not self.proxies:
+            return "no latency proxy was started"
+        return super().supports_fault(kind)
+
+    def set_upstream_latency(self, ms: float) -> None:
+        for proxy in self.proxies.values():
+            proxy.set_latency(ms)
+
+    def alive(self) -> str | None:
+        if self.acceptor is not None and self.acceptor.poll() is not None:
+            code = self.acceptor.poll()
+            return f"the acceptor exited with code {code} (log {self.acceptor.log_path})"
+        return None
+
+    def stop(self) -> None:
+        try:
+            if self.acceptor is not None:
+                self.progress("stopping the acceptor (SIGTERM: it flushes its history)")
+                code = self.acceptor.stop(timeout=30)
+                if code not in (0, None):
+                    self.progress(f"acceptor exit code {code}; log {self.acceptor.log_path}")
+                self.acceptor = None
+            for proxy in self.proxies.values():
+                proxy.stop()
+            self.proxies.clear()
+        finally:
+            super().stop()
+
+
+def make_target(name: str, scenario: Scenario, run_dir: Path, progress: Progress) -> Target:
+    if name == "acceptor":
+        return AcceptorTarget(scenario, run_dir, progress)
+    if name == "broker":
+        return BrokerTarget(scenario, run_dir, progress)
+    raise TargetError(f"--target={name!r}: one of acceptor, broker")

@@ -1,0 +1,122 @@
+"""Kafka framing (4-byte big-endian size + payload) as a sans-IO decoder.
+
+Why our own decoder rather than kafka-python's `KafkaProtocol`: that class is the *client*
+side (it decodes responses to requests it sent); the acceptor sits in the middle and must
+(a) cut the client's byte stream into request frames without decoding bodies, so it can
+forward them byte-for-byte, and (b) refuse a frame by its size before buffering it, the way
+the broker's `NetworkReceive` does with `socket.request.max.bytes`. Header and body
+encoding/decoding is always delegated to kafka-python's generated protocol classes.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.protocol.api_header import RequestHeader, ResponseHeader
+
+_SIZE = struct.Struct(">i")
+
+
+class FrameError(Exception):
+    """The peer broke framing; ``reason`` is the history `close` reason."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class FrameDecoder:
+    """Cuts a byte stream into whole frames (size prefix included).
+
+    ``feed(data)`` returns every frame completed by ``data``; a size that is negative
+    (`bad_frame`) or above ``max_bytes`` (`frame_too_large`) raises `FrameError` as soon as
+    the 4 size bytes are in, before any payload is buffered.
+    """
+
+    __slots__ = ("_buf", "_need", "max_bytes")
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._buf = bytearray()
+        self._need = -1  # payload size of the frame being read; -1 = size not read yet
+
+    @property
+    def buffered(self) -> int:
+        """Bytes of an incomplete frame held (0 = at a frame boundary)."""
+        return len(self._buf)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+        buf = self._buf
+        buf += data
+        frames: list[bytes] = []
+        pos = 0
+        end = len(buf)
+        while True:
+            if end - pos < 4:
+                break
+            (size,) = _SIZE.unpack_from(buf, pos)
+            if size < 0:
+                raise FrameError("bad_frame", f"negative frame size {size}")
+            if size > self.max_bytes:
+                raise FrameError(
+                    "frame_too_large",
+                    f"frame size {size} is larger than socket.request.max.bytes={self.max_bytes}",
+                )
+            if end - pos - 4 < size:
+                break
+            frames.append(bytes(buf[pos : pos + 4 + size]))
+            pos += 4 + size
+        if pos:
+            del buf[:pos]
+        return frames
+
+
+@dataclass(frozen=True, slots=True)
+class RequestInfo:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+def parse_request_header(frame: bytes) -> RequestInfo:
+    """Read the request header fields shared by every header version.
+
+    Header v1 (api_key, api_version, correlation_id, nullable client_id) is a prefix of v2
+    (which only appends tagged fields), so decoding as v1 is right for every request.
+    Raises `FrameError("bad_frame")` when the payload is too short or malformed.
+    """
+    try:
+        header = RequestHeader.decode(io.BytesIO(frame[4:]), flexible=False)
+    except Exception as exc:  # kafka-python raises struct/Value/Unicode errors
+        raise FrameError("bad_frame", f"unreadable request header: {exc!r}") from exc
+    api_key = header.request_api_key
+    if api_key is None or api_key < 0:
+        raise FrameError("bad_frame", f"bad api key {api_key}")
+    return RequestInfo(api_key, header.request_api_version, header.correlation_id, header.client_id)
+
+
+def correlation_id_of_response(frame: bytes) -> int:
+    """Every response header version starts with the correlation id."""
+    try:
+        header = ResponseHeader.decode(io.BytesIO(frame[4:]), flexible=False)
+    except Exception as exc:
+        raise FrameError("bad_frame", f"unreadable response header: {exc!r}") from exc
+    return int(header.correlation_id)
+
+
+def decode_request(request_class: Any, frame: bytes, api_version: int) -> Any:
+    """Decode a whole request (header + body) with its kafka-python class."""
+    try:
+        return request_class.decode(frame[4:], version=api_version, header=True)
+    except Exception as exc:
+        raise FrameError("bad_frame", f"unreadable {request_class.__name__}: {exc!r}") from exc
+
+
+def encode_response(response: Any, correlation_id: int) -> bytes:
+    """Frame a kafka-python response object for the wire with its correlation id."""
+    response.with_header(correlation_id=correlation_id)
+    return bytes(response.encode(header=True, framed=True))

@@ -1,0 +1,79 @@
+"""Address specs of the load options: targets, source-IP pools, PROXY client IPs.
+
+Loopback only: every address the generator binds or claims must be in 127.0.0.0/8,
+so a mistyped option can never aim a storm at a real network.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import itertools
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")
+MAX_POOL = 65536
+
+
+class AddressSpecError(ValueError):
+    """A bad address option; the message names the option, the value and the reason."""
+
+    def __init__(self, option: str, value: str, reason: str) -> None:
+        super().__init__(f"{option}: {value!r}: {reason}")
+        self.option, self.value, self.reason = option, value, reason
+
+
+def parse_target(value: str, option: str = "--host") -> tuple[str, int]:
+    """``kafka://127.0.0.1:9092`` or ``127.0.0.1:9092`` -> (host, port), loopback only."""
+    text = value.strip()
+    if not text:
+        raise AddressSpecError(option, value, "empty; expected kafka://127.0.0.1:PORT")
+    parts = urlsplit(text if "://" in text else f"kafka://{text}")
+    if parts.scheme not in ("kafka", "tcp"):
+        raise AddressSpecError(option, value, "scheme must be kafka:// (or none)")
+    try:
+        port = parts.port
+    except ValueError as exc:
+        raise AddressSpecError(option, value, f"bad port ({exc})") from None
+    host = parts.hostname or ""
+    if port is None or port == 0:
+        raise AddressSpecError(option, value, "missing port; expected kafka://127.0.0.1:PORT")
+    if host == "localhost":
+        host = "127.0.0.1"
+    _loopback(option, value, host)
+    return host, port
+
+
+def _loopback(option: str, value: str, host: str) -> ipaddress.IPv4Address:
+    try:
+        addr = ipaddress.IPv4Address(host)
+    except ValueError:
+        raise AddressSpecError(option, value, f"{host!r} is not an IPv4 address") from None
+    if addr not in LOOPBACK:
+        raise AddressSpecError(option, value, f"{addr} is outside 127.0.0.0/8 (loopback only)")
+    return addr
+
+
+def parse_ip_pool(value: str, option: str = "--source-ips") -> tuple[str, ...]:
+    """``127.0.0.2-127.0.0.40``, ``127.0.0.9`` or a comma list of both -> addresses.
+
+    Empty means "no pool" (the kernel picks the source address).
+    """
+    out: list[str] = []
+    for part in filter(None, (p.strip() for p in value.split(","))):
+        first, dash, last = part.partition("-")
+        lo = _loopback(option, value, first.strip())
+        hi = _loopback(option, value, last.strip()) if dash else lo
+        if int(hi) < int(lo):
+            raise AddressSpecError(option, value, f"range {part} runs backwards")
+        if int(hi) - int(lo) + 1 + len(out) > MAX_POOL:
+            raise AddressSpecError(option, value, f"more than {MAX_POOL} addresses")
+        out.extend(str(ipaddress.IPv4Address(i)) for i in range(int(lo), int(hi) + 1))
+    return tuple(out)
+
+
+def round_robin(pool: tuple[str, ...], start: int = 0) -> Iterator[str | None]:
+    """Cycle through ``pool`` from ``start``; an empty pool yields ``None`` forever."""
+    if not pool:
+        return itertools.repeat(None)
+    return itertools.islice(itertools.cycle(pool), start % len(pool), None)

@@ -1,0 +1,204 @@
+"""A real HAProxy (Debian's /usr/sbin/haproxy) in front of the acceptor, adding PROXY headers.
+
+For the scenario where clients sit behind a real proxy: HAProxy terminates the
+client's TCP connection and opens its own to the acceptor from ``source_ip``,
+prefixing a PROXY v1 (``send-proxy``) or v2 (``send-proxy-v2``) header that carries
+the true client address. The acceptor then sees one TCP peer (HAProxy) for many
+clients, and must apply per-IP limits to the header's address.
+
+The config is bounded and loopback-only: it is written to a temp dir, binds
+127.0.0.x only, caps ``maxconn`` and runs in the foreground as our child process.
+
+    python -m loadprofiles.haproxy --upstream 127.0.0.1:9093 --send-proxy v2
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from loadprofiles.addresses import parse_ip_pool, parse_target
+
+HAPROXY = "/usr/sbin/haproxy"
+
+_CONFIG = """\
+# written by loadprofiles/haproxy.py; loopback only, bounded
+global
+    maxconn {maxconn}
+
+defaults
+    mode tcp
+    timeout connect 5s
+    timeout client 60s
+    timeout server 60s
+
+frontend harness_in
+    bind {listen_ip}:{listen_port}
+    maxconn {maxconn}
+    default_backend harness_acceptor
+
+backend harness_acceptor
+    source {source_ip}
+    server acceptor {upstream_host}:{upstream_port} {send_proxy}
+"""
+
+
+class HAProxyError(RuntimeError):
+    """HAProxy is missing, refused its config or did not start listening."""
+
+
+@dataclass
+class HAProxy:
+    """A running HAProxy child process."""
+
+    process: subprocess.Popen[bytes]
+    address: tuple[str, int]
+    source_ip: str
+    workdir: Path
+    _own_dir: bool = field(default=False, repr=False)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout_s)
+        if self._own_dir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> HAProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _free_port(ip: str) -> int:
+    with socket.socket() as s:
+        s.bind((ip, 0))
+        return int(s.getsockname()[1])
+
+
+def render_config(
+    *,
+    upstream: tuple[str, int],
+    send_proxy: str,
+    listen: tuple[str, int],
+    source_ip: str,
+    maxconn: int,
+) -> str:
+    """The haproxy.cfg text (validated inputs only: loopback addresses, v1/v2)."""
+    if send_proxy not in ("v1", "v2"):
+        raise HAProxyError(f"send_proxy={send_proxy!r}: expected v1 or v2")
+    parse_target(f"{upstream[0]}:{upstream[1]}", "upstream")
+    parse_target(f"{listen[0]}:{listen[1]}", "listen")
+    parse_ip_pool(source_ip, "source_ip")
+    if not 1 <= maxconn <= 100_000:
+        raise HAProxyError(f"maxconn={maxconn!r}: expected 1..100000")
+    return _CONFIG.format(
+        maxconn=maxconn,
+        listen_ip=listen[0],
+        listen_port=listen[1],
+        source_ip=source_ip,
+        upstream_host=upstream[0],
+        upstream_port=upstream[1],
+        send_proxy="send-proxy-v2" if send_proxy == "v2" else "send-proxy",
+    )
+
+
+def start_haproxy(
+    *,
+    upstream: tuple[str, int],
+    send_proxy: str = "v2",
+    listen_ip: str = "127.0.0.1",
+    listen_port: int = 0,
+    source_ip: str = "127.0.0.250",
+    maxconn: int = 4000,
+    workdir: Path | None = None,
+    binary: str = HAPROXY,
+    timeout_s: float = 10.0,
+) -> HAProxy:
+    """Start HAProxy forwarding ``listen`` → ``upstream`` with a PROXY header; wait until
+    it accepts connections. ``listen_port=0`` picks a free port."""
+    if not Path(binary).exists():
+        raise HAProxyError(
+            f"{binary} not found: install Debian's package (apt-get install haproxy)"
+        )
+    port = listen_port or _free_port(listen_ip)
+    text = render_config(
+        upstream=upstream,
+        send_proxy=send_proxy,
+        listen=(listen_ip, port),
+        source_ip=source_ip,
+        maxconn=maxconn,
+    )
+    own = workdir is None
+    wd = Path(tempfile.mkdtemp(prefix="harness-haproxy-")) if workdir is None else workdir
+    wd.mkdir(parents=True, exist_ok=True)
+    cfg = wd / "haproxy.cfg"
+    cfg.write_text(text)
+    check = subprocess.run([binary, "-c", "-q", "-f", str(cfg)], capture_output=True, timeout=30)
+    if check.returncode != 0:
+        raise HAProxyError(f"haproxy refused {cfg}: {check.stderr.decode(errors='replace')}")
+    log = (wd / "haproxy.log").open("wb")
+    proc = subprocess.Popen([binary, "-db", "-f", str(cfg)], stdout=log, stderr=subprocess.STDOUT)
+    handle = HAProxy(proc, (listen_ip, port), source_ip, wd, own)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise HAProxyError(f"haproxy exited with {proc.returncode}; see {wd / 'haproxy.log'}")
+        try:
+            with socket.create_connection((listen_ip, port), timeout=0.5):
+                return handle
+        except OSError:
+            time.sleep(0.05)
+    handle.stop()
+    raise HAProxyError(f"haproxy did not listen on {listen_ip}:{port} in {timeout_s} s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m loadprofiles.haproxy", description=__doc__)
+    p.add_argument("--upstream", required=True, help="the acceptor listener, host:port")
+    p.add_argument("--send-proxy", default="v2", choices=["v1", "v2"])
+    p.add_argument("--listen", default="127.0.0.1:0", help="where HAProxy listens")
+    p.add_argument("--source-ip", default="127.0.0.250", help="HAProxy's side to the acceptor")
+    p.add_argument("--ready-file", default="", help="write host:port here once listening")
+    p.add_argument("--run-for", type=float, default=3600.0, help="stop after N seconds")
+    a = p.parse_args(argv)
+    try:
+        up = parse_target(a.upstream, "--upstream")
+        lh, lp = a.listen.rsplit(":", 1)
+        proxy = start_haproxy(
+            upstream=up,
+            send_proxy=a.send_proxy,
+            listen_ip=lh,
+            listen_port=int(lp),
+            source_ip=a.source_ip,
+        )
+    except (ValueError, HAProxyError) as exc:
+        print(f"haproxy: {exc}", file=sys.stderr)
+        return 2
+    addr = f"{proxy.address[0]}:{proxy.address[1]}"
+    print(f"haproxy: listening on {addr} -> {a.upstream} ({a.send_proxy}); log in {proxy.workdir}")
+    if a.ready_file:
+        Path(a.ready_file).write_text(addr)
+    try:
+        time.sleep(a.run_for)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        proxy.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

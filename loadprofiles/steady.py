@@ -1,0 +1,153 @@
+"""Well-behaved victims: long-lived KafkaProducer + KafkaConsumer that measure latency.
+
+A storm is only half the story: the limits exist to keep *these* clients healthy.
+Each user keeps one kafka-python producer and one consumer for the whole run (the
+client pattern Kafka is built for), produces at a steady pace (acks from
+``--acks``) and reads its own records back. Rows: ``request_ok``/``request_fail``
+with ``latency_ms`` and ``detail.profile = "steady"`` — api_key 0 for produce
+(send → ack), 1 for fetch (produce → consumed, end to end). Closed model: ``-u N``
+victims, ``--steady-rate`` produces per second each.
+
+    locust -f loadprofiles/steady.py --headless -u 2 -r 2 -t 30s \
+        --host kafka://127.0.0.1:9092 --topic harness-steady --run-dir runs/x
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from kafka import KafkaConsumer, KafkaProducer
+from kafka.errors import KafkaError, KafkaTimeoutError
+from locust import User, task
+from locust.runners import MasterRunner
+
+from loadprofiles import webui  # noqa: F401  (the admission tab)
+from loadprofiles.common import history, listen, payload, settings
+from loadprofiles.topics import ensure_topic
+
+PRODUCE, FETCH = 0, 1
+logging.getLogger("kafka").setLevel(logging.WARNING)  # its INFO lines drown Locust's output
+
+
+def _options(parser: Any) -> None:
+    parser.add_argument(
+        "--steady-rate", type=float, default=5.0, help="produces per second per steady user"
+    )
+
+
+listen("init_command_line_parser", _options)
+
+
+class SteadyUser(User):
+    """One long-lived producer + consumer pair."""
+
+    profile = "steady"
+    _interval_s = 0.2
+    _next_at = 0.0
+
+    def wait_time(self) -> float:
+        """Constant pacing at ``--steady-rate`` (a slow request shortens the next wait)."""
+        now = time.monotonic()
+        self._next_at = max(self._next_at + self._interval_s, now)
+        return self._next_at - now
+
+    def on_start(self) -> None:
+        s = settings(self.environment, self.host)
+        rate = self.environment.parsed_options.steady_rate
+        if rate <= 0:
+            raise ValueError(f"--steady-rate: {rate!r}: must be > 0")
+        self._interval_s = 1.0 / rate
+        self._next_at = time.monotonic()
+        self.s = s
+        self.hist = history(self.environment)
+        bootstrap = f"{s.host}:{s.port}"
+        self.value = payload(s.payload_bytes, s.seed)
+        self.producer = KafkaProducer(
+            bootstrap_servers=bootstrap,
+            acks="all" if s.acks == -1 else s.acks,
+            linger_ms=0,
+            client_id="harness-steady-producer",
+            request_timeout_ms=int(s.request_timeout * 1000),
+            max_block_ms=int(s.request_timeout * 1000),
+        )
+        self.consumer = KafkaConsumer(
+            s.topic,
+            bootstrap_servers=bootstrap,
+            client_id="harness-steady-consumer",
+            group_id=None,
+            auto_offset_reset="latest",
+            fetch_max_wait_ms=100,
+            request_timeout_ms=int(max(s.request_timeout, 1.0) * 1000) + 1000,
+        )
+
+    def on_stop(self) -> None:
+        for client in (getattr(self, "producer", None), getattr(self, "consumer", None)):
+            if client is not None:
+                try:
+                    client.close(timeout=2) if isinstance(client, KafkaProducer) else client.close()
+                except Exception:  # closing must not mask the run's result
+                    pass
+
+    def _row(
+        self, ok: bool, api_key: int, latency_ms: float, reason: str = "", **detail: Any
+    ) -> None:
+        if self.hist is None:
+            return
+        self.hist.record(
+            "request_ok" if ok else "request_fail",
+            api_key=api_key,
+            latency_ms=latency_ms,
+            reason=reason or None,
+            client_id="harness-steady",
+            listener=self.s.listener,
+            detail={"profile": "steady", **detail},
+        )
+
+    @task
+    def produce_and_consume(self) -> None:
+        start = time.monotonic_ns()
+        name = "steady produce"
+        try:
+            meta = self.producer.send(self.s.topic, self.value).get(timeout=self.s.request_timeout)
+            latency = (time.monotonic_ns() - start) / 1e6
+            self._row(True, PRODUCE, latency, offset=meta.offset)
+            self._fire(name, latency, None)
+        except (KafkaError, KafkaTimeoutError) as exc:
+            latency = (time.monotonic_ns() - start) / 1e6
+            reason = "timeout" if isinstance(exc, KafkaTimeoutError) else "error"
+            self._row(False, PRODUCE, latency, reason, error=type(exc).__name__)
+            self._fire(name, latency, exc)
+        start = time.monotonic_ns()
+        try:
+            batches = self.consumer.poll(timeout_ms=200)
+        except KafkaError as exc:
+            self._fire("steady fetch", (time.monotonic_ns() - start) / 1e6, exc)
+            return
+        now_ms = time.time() * 1000
+        for records in batches.values():
+            for record in records:
+                e2e = max(0.0, now_ms - record.timestamp)
+                self._row(True, FETCH, e2e, offset=record.offset)
+                self._fire("steady end-to-end", e2e, None)
+
+    def _fire(self, name: str, latency_ms: float, exc: BaseException | None) -> None:
+        self.environment.events.request.fire(
+            request_type="kafka",
+            name=name,
+            response_time=latency_ms,
+            response_length=0,
+            exception=exc,
+            context={"profile": "steady"},
+        )
+
+
+def _create_topic(environment: Any, **_: Any) -> None:
+    if isinstance(environment.runner, MasterRunner):
+        return
+    s = settings(environment, None)
+    ensure_topic(s.host, s.port, s.topic, timeout_s=30.0)
+
+
+listen("test_start", _create_topic)

@@ -1,0 +1,83 @@
+"""Real Kafka for integration tests.
+
+Fixtures (names are stable; other test modules depend on them):
+
+``kafka_broker`` (session scope)
+    One real single-node KRaft broker (Apache Kafka 4.3.1, launcher ``local``) shared by the
+    whole session; its workdir (data, ``server.properties``, ``broker.log``) is under pytest's
+    tmp dir. Use ``kafka_broker.bootstrap`` (``"127.0.0.1:PORT"``), ``.listener_ports``,
+    ``.version``, ``.log_path``. Do not pause, kill or reconfigure it: tests that need faults or
+    special limits take their own broker from ``broker_factory``.
+
+``broker_factory`` (function scope)
+    ``broker_factory(**kwargs) -> Broker``: starts a fresh broker with
+    :func:`harness.broker.start_broker`'s keyword arguments (``properties=``, ``listeners=``,
+    ``advertised=``, ...); launcher defaults to ``local`` and workdir to a new tmp dir. Every
+    broker it started is stopped at teardown. A broker costs ~6 s of startup and ~300 MB, so
+    share one per test module where you can (or use ``kafka_broker``).
+
+Environment: ``HARNESS_TEST_BOOTSTRAP=host:port`` makes ``kafka_broker`` an external cluster
+(nothing is started; tests needing a local process skip); ``HARNESS_TEST_LAUNCHER`` picks the
+launcher for both fixtures (default ``local``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from harness.broker import Broker, BrokerError, start_broker
+
+
+def _progress(message: str) -> None:
+    # Past pytest's capture: a first run resolves Kafka from Maven Central for a minute or so.
+    stream = sys.__stderr__ or sys.stderr
+    print(f"[kafka] {message}", file=stream, flush=True)
+
+
+def _launcher() -> str:
+    return os.environ.get("HARNESS_TEST_LAUNCHER", "local")
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    bootstrap = os.environ.get("HARNESS_TEST_BOOTSTRAP")
+    try:
+        if bootstrap:
+            broker = start_broker(launcher="external", bootstrap_server=bootstrap)
+        else:
+            broker = start_broker(
+                launcher=_launcher(),
+                workdir=tmp_path_factory.mktemp("kafka-broker"),
+                progress=_progress,
+            )
+    except BrokerError as exc:
+        pytest.fail(f"could not start the session Kafka broker: {exc}", pytrace=False)
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture
+def broker_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Broker]]:
+    started: list[Broker] = []
+
+    def factory(**kwargs: Any) -> Broker:
+        kwargs.setdefault("launcher", _launcher())
+        if kwargs["launcher"] == "local":
+            kwargs.setdefault("workdir", tmp_path_factory.mktemp("kafka-broker"))
+        kwargs.setdefault("progress", _progress)
+        broker = start_broker(**kwargs)
+        started.append(broker)
+        return broker
+
+    try:
+        yield factory
+    finally:
+        for broker in reversed(started):
+            broker.stop()

@@ -1,0 +1,238 @@
+"""The broker launcher against real Apache Kafka: version, CLI lifecycle, faults, errors."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from harness.broker import Broker, BrokerError, resolve_artifacts, start_broker
+from harness.broker.artifacts import KAFKA_VERSION, jar_version
+from harness.broker.container import docker_available
+from harness.broker.local import PortInUse, start_local
+from harness.broker.probe import probe
+
+API_VERSIONS, PRODUCE, FETCH, METADATA = 18, 0, 1, 3
+
+
+def _needs_local(broker: Broker) -> None:
+    if broker.launcher != "local":
+        pytest.skip(f"needs a local broker process (launcher is {broker.launcher})")
+
+
+def test_broker_answers_api_versions_with_the_resolved_kafka_version(kafka_broker: Broker) -> None:
+    _needs_local(kafka_broker)
+    result = kafka_broker.probe(timeout_s=10)
+    assert {API_VERSIONS, PRODUCE, FETCH, METADATA} <= set(result.api_versions)
+    assert result.brokers == 1
+    assert result.inferred_version().startswith("4.")  # the API ranges of a 4.x broker
+    expected = jar_version(resolve_artifacts(progress=lambda _: None).jars)
+    assert expected == KAFKA_VERSION
+    assert kafka_broker.version == expected
+    assert kafka_broker.log_path is not None
+    assert f"Kafka version: {expected}" in kafka_broker.log_path.read_text()
+
+
+def _pgid_gone(pgid: int, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_cli_prints_bootstrap_and_stops_on_sigterm_leaving_no_jvm(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "harness", "broker", "--launcher", "local"]
+    cmd += ["--workdir", str(tmp_path / "run"), "--set", "max.connections.per.ip=50"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line.rstrip())
+            if line.startswith("Ctrl-C to stop"):
+                break
+        out = "\n".join(lines)
+        assert "Ctrl-C to stop" in out, out
+        bootstrap = re.search(r"^bootstrap: (127\.0\.0\.1:\d+)$", out, re.M)
+        pid = re.search(r"pid (\d+)\)", out)
+        assert bootstrap and pid, out
+        assert f"kafka {KAFKA_VERSION} ready" in out
+        assert f"log: {tmp_path / 'run' / 'broker.log'}" in out
+        host, port = bootstrap.group(1).split(":")
+        assert probe(host, int(port), timeout_s=10).brokers == 1
+        props = (tmp_path / "run" / "server.properties").read_text()
+        assert "max.connections.per.ip=50" in props
+
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 0, rest
+        assert "broker stopped" in rest
+        assert _pgid_gone(int(pid.group(1))), "the broker's process group is still alive"
+        with pytest.raises(OSError):
+            probe(host, int(port), timeout_s=2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_second_fetch_runs_no_maven(tmp_path: Path) -> None:
+    resolve_artifacts(progress=lambda _: None)  # the session broker has populated the cache
+    # No mvn (and no java) on PATH: any attempt to run Maven would fail the command.
+    env = {**os.environ, "PATH": str(tmp_path)}
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "broker", "--fetch-only"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    elapsed = time.monotonic() - started
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "already cached" in done.stdout
+    assert "resolving" not in done.stdout
+    assert elapsed < 30  # generous; a real resolution takes a minute and needs mvn
+
+
+def test_pause_resume_kill_restart_and_advertised_listeners(
+    broker_factory: Callable[..., Broker],
+) -> None:
+    broker = broker_factory(
+        listeners=("CLIENT", "INTERNAL"),
+        advertised={"CLIENT": "127.0.0.1:19092"},
+        inter_broker_listener="INTERNAL",
+    )
+    _needs_local(broker)
+    client_port = broker.listener_ports["CLIENT"]
+    assert broker.bootstrap == f"127.0.0.1:{client_port}"
+
+    # Metadata through each listener advertises that listener's address.
+    from kafka.protocol.metadata import MetadataRequest
+
+    from harness.broker.probe import _roundtrip
+
+    def advertised_via(listener: str) -> tuple[str, int]:
+        with socket.create_connection(("127.0.0.1", broker.listener_ports[listener]), 10) as s:
+            meta = _roundtrip(s, MetadataRequest[12](topics=[]), time.monotonic() + 10)
+        return meta.brokers[0].host, meta.brokers[0].port
+
+    assert advertised_via("CLIENT") == ("127.0.0.1", 19092)
+    assert advertised_via("INTERNAL") == ("127.0.0.1", broker.listener_ports["INTERNAL"])
+
+    broker.pause()
+    try:
+        with pytest.raises(TimeoutError):
+            broker.probe(timeout_s=2)
+    finally:
+        broker.resume()
+    assert broker.probe(timeout_s=20).brokers == 1
+
+    first_pid = broker.pid
+    assert first_pid is not None
+    broker.kill()
+    assert _pgid_gone(first_pid)
+    with pytest.raises(OSError):
+        broker.probe(timeout_s=2)
+
+    broker.restart()
+    assert broker.pid != first_pid
+    assert broker.listener_ports["CLIENT"] == client_port
+    assert broker.probe(timeout_s=10).brokers == 1
+    assert advertised_via("CLIENT") == ("127.0.0.1", 19092)
+
+
+def test_broker_refusing_its_config_reports_kafkas_reason(tmp_path: Path) -> None:
+    with pytest.raises(BrokerError) as info:
+        start_broker(
+            launcher="local",
+            workdir=tmp_path,
+            properties={"num.network.threads": "not-a-number"},
+            progress=lambda _: None,
+        )
+    msg = str(info.value)
+    # Kafka's own complaint (from StorageTool or the broker, whichever validates first).
+    assert "exited" in msg
+    assert "not-a-number" in msg and "num.network.threads" in msg
+    assert str(tmp_path / "broker.log") in msg
+
+
+def test_port_in_use_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import harness.broker.local as local
+
+    monkeypatch.setattr(local, "PORT_ATTEMPTS", 1)
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+        free = local.free_ports(1)[0]
+        with pytest.raises(PortInUse, match=r"Address already in use|BindException"):
+            start_local(
+                workdir=tmp_path,
+                progress=lambda _: None,
+                port_picker=lambda n: [taken, free],  # PLAINTEXT taken, controller free
+            )
+
+
+def test_missing_java_is_a_clear_cli_error(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env["PATH"] = str(tmp_path)  # no java, no mvn
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "broker", "--launcher", "local"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "Java not found" in done.stderr
+    assert "JAVA_HOME" in done.stderr
+
+
+def test_external_launcher_checks_the_cluster_and_refuses_faults(kafka_broker: Broker) -> None:
+    external = start_broker(launcher="auto", bootstrap_server=kafka_broker.bootstrap)
+    assert external.launcher == "external"
+    assert external.pid is None
+    assert external.version.startswith("4.")
+    with pytest.raises(BrokerError, match="cannot pause"):
+        external.pause()
+    with pytest.raises(BrokerError, match="cannot kill"):
+        external.kill()
+    external.stop()  # a no-op: the cluster is not ours
+    assert kafka_broker.probe(timeout_s=10).brokers == 1
+
+
+def test_external_launcher_rejects_a_dead_address() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, not listening: connection refused
+        with pytest.raises(BrokerError, match="does not answer Kafka's ApiVersions"):
+            start_broker(launcher="external", bootstrap_server=f"127.0.0.1:{port}")
+
+
+def test_container_launcher(tmp_path: Path) -> None:
+    ok, why = docker_available()
+    if not ok:
+        with pytest.raises(BrokerError, match="needs a Docker engine"):
+            start_broker(launcher="container", progress=lambda _: None)
+        pytest.skip(f"container launcher needs a Docker engine: {why}")
+    with start_broker(launcher="container", progress=lambda _: None) as broker:
+        assert broker.probe(timeout_s=10).brokers == 1
+        assert broker.version == KAFKA_VERSION

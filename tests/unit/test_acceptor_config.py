@@ -1,0 +1,95 @@
+"""Acceptor configuration: nothing starts half-configured; errors name key, value, reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.acceptor.config import (
+    apply_overrides,
+    load_config,
+    parse_acceptor_config,
+    read_properties,
+)
+from harness.acceptor.state import PersistentState, load_state, save_state
+from harness.quota.config import ConfigError
+
+BASE = {
+    "listeners": "CLIENT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
+    "inter.broker.listener.name": "INTERNAL",
+    "listener.name.client.upstream": "127.0.0.1:9092",
+    "listener.name.internal.upstream": "127.0.0.1:9093",
+}
+
+
+def test_defaults_and_listeners() -> None:
+    cfg = parse_acceptor_config(BASE)
+    assert [s.name for s in cfg.listeners] == ["CLIENT", "INTERNAL"]
+    assert cfg.listener("CLIENT").upstream_port == 9092
+    assert cfg.listener("INTERNAL").proxy == "off"
+    assert cfg.backlog == 50
+    assert cfg.idle_ms == 600000
+    assert cfg.proxy_timeout_ms == 3000
+    assert cfg.admin_listeners is None
+    assert cfg.quota.protected("INTERNAL")
+    assert not cfg.skip_ip_rate_check
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "reason_part"),
+    [
+        ("listener.name.client.upstream", "nohostport", "host:port"),
+        ("listener.name.client.proxy.protocol", "sometimes", "off, optional, required"),
+        ("socket.listen.backlog.size", "0", "between"),
+        ("socket.listen.backlog.size", "many", "integer"),
+        ("admin.allowed.addresses", "10.0.0.0/33", "CIDR"),
+        ("admin.listeners", "NOPE", "no listener"),
+        ("harness.test.skip.ip.rate.check", "yes", "true or false"),
+        ("max.connections.per.ip", "-1", "at least 0"),
+        ("listener.name.nope.upstream", "127.0.0.1:1", "no listener"),
+    ],
+)
+def test_bad_values_name_key_value_reason(key: str, value: str, reason_part: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_acceptor_config({**BASE, key: value})
+    assert err.value.key == key or key in str(err.value)
+    assert reason_part in err.value.reason
+
+
+def test_upstream_is_required_per_listener() -> None:
+    props = dict(BASE)
+    del props["listener.name.internal.upstream"]
+    with pytest.raises(ConfigError) as err:
+        parse_acceptor_config(props)
+    assert err.value.key == "listener.name.internal.upstream"
+    assert "required" in err.value.reason
+
+
+def test_properties_file_and_overrides(tmp_path: Path) -> None:
+    f = tmp_path / "acceptor.properties"
+    f.write_text(
+        "# comment\n! also comment\nlisteners = CLIENT://127.0.0.1:0\n"
+        "listener.name.client.upstream: 127.0.0.1:9092\n"
+        "max.connections.per.ip=5\nadmin.allowed.addresses=127.0.0.0/8,\\\n  10.0.0.0/8\n",
+        encoding="utf-8",
+    )
+    props = read_properties(f)
+    assert props["admin.allowed.addresses"] == "127.0.0.0/8,10.0.0.0/8"
+    cfg = load_config(f, ["max.connections.per.ip=7", "listener.name.client.proxy.protocol=required"])
+    assert cfg.quota.max_connections_per_ip == 7
+    assert cfg.listener("CLIENT").proxy == "required"
+    assert apply_overrides({"a": "1"}, ["a="]) == {}
+    with pytest.raises(ConfigError):
+        apply_overrides({}, ["novalue"])
+
+
+def test_state_round_trip_and_corrupt_file(tmp_path: Path) -> None:
+    st = PersistentState(ip_quotas={"default": 5, "127.0.0.9": 2}, broker_config={"max.connections": "9"})
+    save_state(tmp_path, st)
+    back = load_state(tmp_path)
+    assert back.ip_quotas == st.ip_quotas and back.broker_config == st.broker_config
+    (tmp_path / "acceptor-state.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(ValueError, match="state.dir"):
+        load_state(tmp_path)
+    assert load_state(None).ip_quotas == {}

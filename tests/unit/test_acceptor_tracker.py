@@ -1,0 +1,40 @@
+"""Response ordering when the acceptor answers some requests itself."""
+
+from __future__ import annotations
+
+from harness.acceptor.tracker import ResponseOrder
+
+
+def test_local_answer_with_nothing_pending_goes_out_at_once() -> None:
+    order = ResponseOrder()
+    assert order.local(1, 48, b"L1") == b"L1"
+
+
+def test_local_answer_waits_behind_forwarded_requests() -> None:
+    order = ResponseOrder()
+    order.forwarded(1, 0, "c", 100, 10)
+    assert order.local(2, 48, b"L2") == b""
+    order.forwarded(3, 3, "c", 120, 10)
+    before, done, after = order.response(1, 50, 160)
+    assert before == [] and after == [b"L2"]
+    assert done is not None and done.api_key == 0 and done.latency_ns == 60
+    before, done, after = order.response(3, 5, 200)
+    assert done is not None and done.latency_ns == 80 and after == [] and len(order) == 0
+
+
+def test_requests_without_response_are_skipped() -> None:
+    order = ResponseOrder()
+    order.forwarded(1, 0, "p", 0, 1)  # acks=0 produce: never answered
+    assert order.local(2, 49, b"L2") == b""
+    order.forwarded(3, 0, "p", 0, 1)
+    before, done, after = order.response(3, 1, 10)
+    assert before == [b"L2"]  # the local answer was due before request 3's response
+    assert done is not None and done.api_key == 0
+    assert len(order) == 0
+
+
+def test_unknown_correlation_id_changes_nothing() -> None:
+    order = ResponseOrder()
+    order.forwarded(1, 0, "p", 0, 1)
+    assert order.response(99, 1, 10) == ([], None, [])
+    assert len(order) == 1

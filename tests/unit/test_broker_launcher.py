@@ -1,0 +1,57 @@
+"""Launcher choice, CLI settings, container env mapping: the decisions, not the processes."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.broker import BrokerError, choose_launcher
+from harness.broker.cli import parse_settings
+from harness.broker.container import env_for
+from harness.broker.local import cluster_id
+
+
+def test_explicit_launchers_are_kept() -> None:
+    assert choose_launcher("local", None) == "local"
+    assert choose_launcher("container", None) == "container"
+    assert choose_launcher("external", "127.0.0.1:9092") == "external"
+
+
+def test_auto_with_a_bootstrap_server_means_external() -> None:
+    assert choose_launcher("auto", "127.0.0.1:9092") == "external"
+
+
+@pytest.mark.parametrize(
+    ("launcher", "bootstrap", "message"),
+    [
+        ("nope", None, "expected one of"),
+        ("external", None, "needs bootstrap_server"),
+        ("local", "127.0.0.1:9092", "only used by the external launcher"),
+    ],
+)
+def test_inconsistent_launcher_requests_fail_clearly(
+    launcher: str, bootstrap: str | None, message: str
+) -> None:
+    with pytest.raises(BrokerError, match=message):
+        choose_launcher(launcher, bootstrap)
+
+
+def test_parse_settings_keeps_equals_in_values() -> None:
+    got = parse_settings(["max.connections=10", "advertised.listeners=A://h:1", " x = y "])
+    assert got == {"max.connections": "10", "advertised.listeners": "A://h:1", "x": "y"}
+
+
+@pytest.mark.parametrize("bad", ["novalue", "=5"])
+def test_parse_settings_refuses_malformed_items(bad: str) -> None:
+    with pytest.raises(BrokerError, match="expected key=value"):
+        parse_settings([bad])
+
+
+def test_container_env_follows_the_apache_image_convention() -> None:
+    env = env_for({"max.connections.per.ip": "5", "a_b": "1", "x-y.z": "2"})
+    assert env == {"KAFKA_MAX_CONNECTIONS_PER_IP": "5", "KAFKA_A__B": "1", "KAFKA_X___Y_Z": "2"}
+
+
+def test_cluster_ids_are_22_char_and_never_look_like_options() -> None:
+    ids = {cluster_id() for _ in range(500)}
+    assert len(ids) == 500
+    assert all(len(i) == 22 and not i.startswith("-") for i in ids)

@@ -1,0 +1,353 @@
+"""Scenario parsing and validation: good files parse as written, bad ones say key, value, why."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from harness.runner.scenario import (
+    INT_MAX,
+    ScenarioError,
+    expand_ips,
+    intended_rate,
+    load_scenario_file,
+    parse_arrival,
+    parse_scenario,
+)
+
+BASE: dict[str, Any] = {
+    "name": "tiny",
+    "description": "a tiny scenario",
+    "covers": ["max.connection.creation.rate"],
+    "duration": 20,
+    "limits": {"max.connection.creation.rate": 30},
+    "ip_quotas": {"default": 5, "127.0.0.9": 1},
+    "load": [{"name": "storm", "profile": "storm", "arrival": "constant:rate=50"}],
+    "expect": {"verdict": "pass", "checks": ["broker_rate"]},
+}
+
+
+def variant(**changes: Any) -> dict[str, Any]:
+    data = copy.deepcopy(BASE)
+    for key, value in changes.items():
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
+    return data
+
+
+def error_of(data: object) -> ScenarioError:
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario(data)
+    return info.value
+
+
+def test_base_parses_with_defaults() -> None:
+    sc = parse_scenario(BASE)
+    assert sc.name == "tiny"
+    assert sc.targets == ("acceptor", "broker") and sc.target == "acceptor"
+    assert sc.listeners == ("CLIENT",) and sc.inter_broker_listener is None
+    assert sc.limits == {"max.connection.creation.rate": 30}
+    assert sc.ip_quotas == {"default": 5, "127.0.0.9": 1}
+    (phase,) = sc.load
+    assert (phase.start, phase.stop, phase.listener, phase.users) == (0.0, 20.0, "CLIENT", 1)
+    assert phase.source_ips == "127.0.0.2-127.0.0.40"
+    assert phase.intended_rate == 50.0
+    assert sc.expect.checks == ("broker_rate",)
+    assert sc.expect_for("broker") == sc.expect
+
+
+@pytest.mark.parametrize(
+    ("changes", "key", "reason_part"),
+    [
+        ({"name": "Bad Name"}, "name", "lower-case"),
+        ({"description": ""}, "description", "say what"),
+        ({"duration": 0}, "duration", ">="),
+        ({"duration": "long"}, "duration", "number"),
+        ({"target": "zookeeper"}, "target", "not one of"),
+        ({"targets": ["acceptor", "kraft"]}, "targets", "non-empty list"),
+        ({"limits": {"max.connections": -1}}, "max.connections", "between 0"),
+        ({"limits": {"max.connections": 1.5}}, "max.connections", "integer"),
+        (
+            {"limits": {"max.connection.creation.rate": True}},
+            "max.connection.creation.rate",
+            "integer",
+        ),
+        ({"limits": {"max.conections": 5}}, "max.conections", "not a Kafka"),
+        (
+            {"limits": {"listener.name.client.max.connections": 0}},
+            "listener.name.client.max.connections",
+            "between 1",
+        ),
+        (
+            {"limits": {"listener.name.plain.max.connections": 5}},
+            "listener.name.plain.max.connections",
+            "not one of",
+        ),
+        (
+            {"limits": {"max.connections.per.ip.overrides": "127.0.0.9"}},
+            "max.connections.per.ip.overrides",
+            "host:count",
+        ),
+        ({"limits": {"max.connections.per.ip": 0}}, "limits.max.connections.per.ip", "only with"),
+        ({"limits": {"quota.window.num": 0}}, "quota.window.num", "between 1"),
+        ({"ip_quotas": {"300.1.1.1": 5}}, "ip_quotas.300.1.1.1", "IP address"),
+        ({"ip_quotas": {"default": -2}}, "ip_quotas.default", "between 0"),
+        ({"load": []}, "load", "non-empty"),
+        ({"extra": 1}, "<document>", "unknown key"),
+        ({"expect": {"verdict": "maybe"}}, "expect.verdict", "one of"),
+        ({"expect": {"fairness_p99_ratio": 0.5}}, "expect.fairness_p99_ratio", ">="),
+        (
+            {"request_quotas": [{"request_percentage": 10}]},
+            "request_quotas[0]",
+            "user and/or client-id",
+        ),
+        (
+            {"request_quotas": [{"client-id": "x", "request_percentage": 0}]},
+            "request_quotas[0].request_percentage",
+            "greater than 0",
+        ),
+    ],
+)
+def test_bad_top_level_values_name_key_and_reason(
+    changes: dict[str, Any], key: str, reason_part: str
+) -> None:
+    err = error_of(variant(**changes))
+    assert err.key == key
+    assert reason_part in err.reason
+    assert key in str(err) and reason_part in str(err)
+
+
+@pytest.mark.parametrize(
+    ("phase", "key", "reason_part"),
+    [
+        ({"profile": "tsunami", "arrival": "constant:rate=1"}, "load[0].profile", "one of"),
+        ({"profile": "storm", "arrival": "burst:rate=5"}, "arrival", "unknown arrival kind"),
+        ({"profile": "storm", "arrival": "step:rates=1/2"}, "arrival", "needs every"),
+        ({"profile": "storm", "arrival": "constant:rate=-4"}, "arrival", "number >= 0"),
+        ({"profile": "storm"}, "arrival", "expected"),
+        ({"profile": "storm", "arrival": "constant:rate=5", "stop": 25}, "load[0].stop", "beyond"),
+        (
+            {"profile": "storm", "arrival": "constant:rate=5", "start": 10, "stop": 5},
+            "load[0].stop",
+            "after start",
+        ),
+        (
+            {"profile": "storm", "arrival": "constant:rate=5", "source_ips": "10.0.0.1"},
+            "source_ips",
+            "loopback",
+        ),
+        (
+            {"profile": "storm", "arrival": "constant:rate=5", "source_ips": "127.0.0.9-127.0.0.2"},
+            "source_ips",
+            "backwards",
+        ),
+        (
+            {"profile": "storm", "arrival": "constant:rate=5", "listener": "REPLICATION"},
+            "load[0].listener",
+            "not one of",
+        ),
+        (
+            {"profile": "storm", "arrival": "constant:rate=5", "proxy_protocol": "v3"},
+            "load[0].proxy_protocol",
+            "one of",
+        ),
+        (
+            {"profile": "storm", "arrival": "constant:rate=5", "users": 0},
+            "load[0].users",
+            "between 1",
+        ),
+        (
+            {"profile": "storm", "arrival": "constant:rate=5", "colour": "red"},
+            "load[0]",
+            "unknown key",
+        ),
+    ],
+)
+def test_bad_phases(phase: dict[str, Any], key: str, reason_part: str) -> None:
+    err = error_of(variant(load=[phase]))
+    assert err.key == key
+    assert reason_part in err.reason
+
+
+def test_steady_needs_no_arrival_and_offers_no_new_connections() -> None:
+    sc = parse_scenario(variant(load=[{"profile": "steady", "users": 3}]))
+    assert sc.load[0].intended_rate == 0.0
+    assert sc.load[0].arrival == ""
+    assert "3 long-lived" in sc.load[0].shape
+
+
+def test_duplicate_phase_names_refused() -> None:
+    phase = {"name": "a", "profile": "storm", "arrival": "constant:rate=5"}
+    assert error_of(variant(load=[phase, phase])).key == "load.name"
+
+
+def test_haproxy_phase_defaults_to_proxy_v2() -> None:
+    sc = parse_scenario(
+        variant(
+            load=[{"profile": "single_ip_flood", "arrival": "constant:rate=5", "via": "haproxy"}]
+        )
+    )
+    assert sc.load[0].proxy_protocol == "v2"
+
+
+def test_listeners_inter_broker_and_proxy_modes() -> None:
+    sc = parse_scenario(
+        variant(
+            listeners={
+                "names": ["CLIENT", "REPLICATION"],
+                "inter_broker": "REPLICATION",
+                "proxy_protocol": {"CLIENT": "required"},
+            },
+            limits={"listener.name.replication.max.connections": 30},
+        )
+    )
+    assert sc.listeners == ("CLIENT", "REPLICATION")
+    assert sc.inter_broker_listener == "REPLICATION"
+    assert sc.proxy_protocol == {"CLIENT": "required"}
+    for bad, key in [
+        ({"names": ["CLIENT"], "inter_broker": "REPLICATION"}, "listeners.inter_broker"),
+        ({"names": ["client"]}, "listeners.names"),
+        ({"names": ["CLIENT", "CONTROLLER"]}, "listeners.names"),
+        ({"names": ["CLIENT", "CLIENT"]}, "listeners.names"),
+        (
+            {"names": ["CLIENT"], "proxy_protocol": {"CLIENT": "sometimes"}},
+            "listeners.proxy_protocol.CLIENT",
+        ),
+    ]:
+        assert error_of(variant(listeners=bad)).key == key
+
+
+def test_schedule_is_sorted_and_validated() -> None:
+    sc = parse_scenario(
+        variant(
+            schedule=[
+                {"at": 12, "broker_config": {"max.connection.creation.rate": None}},
+                {"at": 3, "ip_quota": {"ip": "default", "rate": 2}},
+                {"at": 5, "fault": "broker_pause", "for": 2},
+                {"at": 8, "fault": "upstream_latency", "for": 3},
+            ]
+        )
+    )
+    assert [a.at for a in sc.schedule] == [3, 5, 8, 12]
+    assert sc.schedule[0].params == {"ip": "default", "rate": 2}
+    assert sc.schedule[1].end == 7
+    assert sc.schedule[2].params["latency_ms"] == 200  # default
+    assert sc.schedule[3].params == {"max.connection.creation.rate": None}
+    assert [a.params["kind"] for a in sc.faults] == ["broker_pause", "upstream_latency"]
+
+
+@pytest.mark.parametrize(
+    ("entry", "key", "reason_part"),
+    [
+        ({"at": 3}, "schedule[0]", "exactly one"),
+        (
+            {"at": 3, "ip_quota": {"ip": "default", "rate": 2}, "fault": "broker_kill"},
+            "schedule[0]",
+            "exactly one",
+        ),
+        ({"ip_quota": {"ip": "default", "rate": 2}}, "schedule[0].at", "missing"),
+        (
+            {"at": 25, "ip_quota": {"ip": "default", "rate": 2}},
+            "schedule[0].at",
+            "not before the end",
+        ),
+        (
+            {"at": 3, "ip_quota": {"ip": "nobody", "rate": 2}},
+            "schedule[0].ip_quota.ip",
+            "IP address",
+        ),
+        (
+            {"at": 3, "broker_config": {"quota.window.num": 5}},
+            "schedule[0].broker_config.quota.window.num",
+            "not dynamically",
+        ),
+        ({"at": 3, "broker_config": {}}, "schedule[0].broker_config", "no key"),
+        ({"at": 3, "fault": "broker_melt", "for": 2}, "schedule[0].fault", "one of"),
+        ({"at": 3, "fault": "broker_kill"}, "schedule[0].for", "missing"),
+        ({"at": 15, "fault": "broker_kill", "for": 5}, "schedule[0].for", "must end before"),
+        (
+            {"at": 3, "fault": "broker_pause", "for": 2, "latency_ms": 5},
+            "schedule[0].latency_ms",
+            "only for",
+        ),
+    ],
+)
+def test_bad_schedule_entries(entry: dict[str, Any], key: str, reason_part: str) -> None:
+    err = error_of(variant(schedule=[entry]))
+    assert err.key == key
+    assert reason_part in err.reason
+
+
+def test_overlapping_broker_faults_refused_but_latency_may_overlap() -> None:
+    pause = {"at": 3, "fault": "broker_pause", "for": 5}
+    kill = {"at": 6, "fault": "broker_kill", "for": 2}
+    latency = {"at": 4, "fault": "upstream_latency", "for": 6}
+    assert "overlaps" in error_of(variant(schedule=[pause, kill])).reason
+    assert len(parse_scenario(variant(schedule=[pause, latency])).faults) == 2
+
+
+def test_expect_by_target_overrides_only_what_it_says() -> None:
+    sc = parse_scenario(
+        variant(
+            expect={
+                "verdict": "pass",
+                "checks": ["ip_rate"],
+                "slack_ms": 50,
+                "by_target": {"broker": {"verdict": "unknown"}},
+            }
+        )
+    )
+    assert sc.expect_for("acceptor").verdict == "pass"
+    broker = sc.expect_for("broker")
+    assert (broker.verdict, broker.checks, broker.slack_ms) == ("unknown", ("ip_rate",), 50)
+    assert broker.to_json() == {"verdict": "unknown", "checks": ["ip_rate"], "slack_ms": 50}
+
+
+def test_not_a_mapping() -> None:
+    assert error_of(["a", "list"]).key == "<document>"
+
+
+def test_arrival_specs_and_intended_rates() -> None:
+    assert parse_arrival("step:rates=10/50/100,every=5") == (
+        "step",
+        {"rates": "10/50/100", "every": "5"},
+    )
+    assert intended_rate("constant:rate=50") == 50
+    assert intended_rate("poisson:rate=7.5") == 7.5
+    assert intended_rate("step:rates=10/50/90,every=5") == 50
+    assert intended_rate("spike:base=5,peak=200,at=10,for=2") == 5
+    assert intended_rate("ramp:from=0,to=200,over=30") == 100
+    assert intended_rate("sawtooth:low=0,high=100,period=10") == 50
+    with pytest.raises(ScenarioError):
+        parse_arrival("constant:rate")
+
+
+def test_expand_ips() -> None:
+    assert expand_ips("127.0.0.2-127.0.0.4") == ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
+    assert expand_ips("127.0.0.9, 127.0.1.1") == ["127.0.0.9", "127.0.1.1"]
+    with pytest.raises(ScenarioError, match="loopback"):
+        expand_ips("192.168.1.1")
+    with pytest.raises(ScenarioError, match="too large"):
+        expand_ips("127.0.0.1-127.1.0.0")
+
+
+def test_file_errors_name_the_file(tmp_path: Any) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(ScenarioError, match="not valid YAML"):
+        load_scenario_file(bad)
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text("name: wrong\ndescription: x\nduration: 10\nload: []\n")
+    with pytest.raises(ScenarioError) as info:
+        load_scenario_file(wrong)
+    assert str(wrong) in str(info.value) and info.value.key == "load"
+    with pytest.raises(ScenarioError, match="cannot read"):
+        load_scenario_file(tmp_path / "missing.yaml")
+
+
+def test_int_max_is_kafkas() -> None:
+    assert INT_MAX == 2**31 - 1

@@ -1,0 +1,115 @@
+"""The sans-IO framer and header helpers, against bytes kafka-python itself produced."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from kafka.protocol.admin import DescribeClientQuotasRequest, DescribeClientQuotasResponse
+from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
+
+from harness.wire.framing import (
+    FrameDecoder,
+    FrameError,
+    correlation_id_of_response,
+    decode_request,
+    encode_response,
+    parse_request_header,
+)
+
+
+def _request(req, correlation_id: int, client_id: str | None = "cli") -> bytes:
+    req.with_header(correlation_id=correlation_id, client_id=client_id)
+    return bytes(req.encode(header=True, framed=True))
+
+
+def test_frames_are_cut_at_size_boundaries_whatever_the_chunking() -> None:
+    frames = [_request(ApiVersionsRequest[v](), i) for i, v in enumerate((0, 1, 2, 3))]
+    stream = b"".join(frames)
+    for chunk in (1, 3, 7, len(stream)):
+        dec = FrameDecoder(1024)
+        got: list[bytes] = []
+        for i in range(0, len(stream), chunk):
+            got.extend(dec.feed(stream[i : i + chunk]))
+        assert got == frames
+        assert dec.buffered == 0
+
+
+def test_incomplete_frame_is_held_back() -> None:
+    frame = _request(ApiVersionsRequest[0](), 1)
+    dec = FrameDecoder(1024)
+    assert dec.feed(frame[:-1]) == []
+    assert dec.buffered == len(frame) - 1
+    assert dec.feed(frame[-1:]) == [frame]
+
+
+def test_negative_size_is_bad_frame() -> None:
+    with pytest.raises(FrameError) as err:
+        FrameDecoder(1024).feed(struct.pack(">i", -5) + b"xx")
+    assert err.value.reason == "bad_frame"
+
+
+def test_oversized_frame_is_refused_before_its_payload_arrives() -> None:
+    dec = FrameDecoder(100)
+    with pytest.raises(FrameError) as err:
+        dec.feed(struct.pack(">i", 101))
+    assert err.value.reason == "frame_too_large"
+    # exactly the limit is fine
+    assert FrameDecoder(100).feed(struct.pack(">i", 100) + b"\0" * 100) != []
+
+
+def test_http_garbage_reads_as_an_oversized_frame() -> None:
+    with pytest.raises(FrameError) as err:
+        FrameDecoder(104857600).feed(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert err.value.reason == "frame_too_large"
+
+
+@pytest.mark.parametrize(
+    ("req", "flexible"),
+    [(ApiVersionsRequest[0](), False), (ApiVersionsRequest[3](), True), (MetadataRequest[12](), True)],
+)
+def test_request_header_fields_from_flexible_and_classic_headers(req, flexible: bool) -> None:
+    frame = _request(req, 4242, "my-client")
+    info = parse_request_header(frame)
+    assert (info.api_key, info.api_version, info.correlation_id, info.client_id) == (
+        req.API_KEY,
+        req.API_VERSION,
+        4242,
+        "my-client",
+    )
+
+
+def test_null_client_id() -> None:
+    info = parse_request_header(_request(ApiVersionsRequest[1](), 9, None))
+    assert info.client_id is None and info.correlation_id == 9
+
+
+def test_truncated_header_is_bad_frame() -> None:
+    with pytest.raises(FrameError) as err:
+        parse_request_header(struct.pack(">i", 3) + b"\x00\x12\x00")
+    assert err.value.reason == "bad_frame"
+
+
+def test_admin_request_round_trip_and_response_correlation() -> None:
+    D = DescribeClientQuotasRequest
+    req = D[1](components=[D.ComponentData(entity_type="ip", match_type=0, match="1.2.3.4")], strict=True)
+    frame = _request(req, 77)
+    decoded = decode_request(D, frame, 1)
+    assert decoded.components[0].match == "1.2.3.4" and decoded.strict is True
+    resp = DescribeClientQuotasResponse[1](throttle_time_ms=0, error_code=0, error_message=None, entries=[])
+    out = encode_response(resp, 77)
+    assert correlation_id_of_response(out) == 77
+    assert DescribeClientQuotasResponse.decode(out[4:], version=1, header=True).error_code == 0
+
+
+@given(st.lists(st.binary(max_size=64), max_size=20), st.integers(min_value=1, max_value=50))
+def test_any_payloads_survive_any_chunking(payloads: list[bytes], chunk: int) -> None:
+    frames = [struct.pack(">i", len(p)) + p for p in payloads]
+    stream = b"".join(frames)
+    dec = FrameDecoder(64)
+    got: list[bytes] = []
+    for i in range(0, len(stream), chunk):
+        got.extend(dec.feed(stream[i : i + chunk]))
+    assert got == frames
