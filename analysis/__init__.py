@@ -33,11 +33,16 @@ def analyze_run(
     from analysis.verdict import build_verdict, run_checks, write_junit, write_verdict
 
     say = progress or (lambda _msg: None)
-    own = spark is None
     t_start = time.monotonic()
+    own = False
     if spark is None:
-        say("starting Spark (local JVM, ~10 s)…")
-        spark = build_session(spark_master)
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.getActiveSession()
+        if spark is None:  # ours to stop; an active session belongs to the caller
+            say("starting Spark (local JVM, ~10 s)…")
+            spark = build_session(spark_master)
+            own = True
     try:
         say(f"loading {run_dir}…")
         run = load_run(spark, run_dir)

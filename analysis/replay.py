@@ -198,6 +198,9 @@ def replay_frame(pdf: pd.DataFrame, params: ReplayParams) -> pd.DataFrame:
     out["max_abs_delay_diff"] = out["max_abs_delay_diff"].astype("float64")
     for c in ("recorded", "model"):
         out[c] = out[c].astype("float64")
+    for c in ("kind", "conn_id", "client_ip", "listener", "what"):
+        col = out[c].astype(object)
+        out[c] = col.where(col.notna(), None)
     return out
 
 

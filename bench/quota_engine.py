@@ -18,14 +18,16 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
+import os
 import random
+import socket
 import statistics
 import sys
 import time
 from collections import Counter
 from pathlib import Path
 
-from harness.quota import ConnectionQuotas, Outcome, parse_config
+from harness.quota import ConnectionQuotas, Decision, Outcome, parse_config
 
 PROPS = {
     "listeners": "CLIENT://127.0.0.1:19092,REPLICATION://127.0.0.1:19093",
@@ -33,7 +35,7 @@ PROPS = {
     "max.connections": "20000",
     "listener.name.client.max.connections": "18000",
     "max.connections.per.ip": "200",
-    "max.connections.per.ip.overrides": "127.0.0.9:5000",
+    "max.connections.per.ip.overrides": "127.0.0.9:600",
     "max.connection.creation.rate": "3000",
     "listener.name.client.max.connection.creation.rate": "2500",
 }
@@ -53,15 +55,35 @@ def workload(n: int, seed: int, ips: int) -> list[tuple[int, str, str, int]]:
     return out
 
 
-def run_once(arrivals: list[tuple[int, str, str, int]]) -> tuple[float, Counter[str]]:
-    q = ConnectionQuotas(parse_config(PROPS))
-    q.set_ip_quota(None, 50, 0)
-    q.set_ip_quota("127.0.0.9", 2000, 0)
+class NullQuotas:
+    """The bench loop's own cost: the same bookkeeping around an engine that does nothing."""
+
+    def __init__(self) -> None:
+        self._decision = ConnectionQuotas(parse_config(PROPS)).decide("CLIENT", "127.0.0.1", 0)
+
+    def decide(self, listener: str, ip: str, now_ms: int) -> Decision:
+        return self._decision
+
+    def release(self, listener: str, ip: str) -> None:
+        return None
+
+
+def run_once(
+    arrivals: list[tuple[int, str, str, int]], *, null: bool = False
+) -> tuple[float, Counter[str]]:
+    """Seconds of CPU time for the whole arrival list, and the outcome mix."""
+    q: ConnectionQuotas | NullQuotas
+    if null:
+        q = NullQuotas()
+    else:
+        q = ConnectionQuotas(parse_config(PROPS))
+        q.set_ip_quota(None, 50, 0)
+        q.set_ip_quota("127.0.0.9", 300, 0)
     mix: Counter[str] = Counter()
     closing: list[tuple[int, str, str]] = []
     decide, release = q.decide, q.release
     push, pop = heapq.heappush, heapq.heappop
-    start = time.perf_counter()
+    start = time.process_time()
     for now, listener, ip, life in arrivals:
         while closing and closing[0][0] <= now:
             _, lst, addr = pop(closing)
@@ -75,8 +97,18 @@ def run_once(arrivals: list[tuple[int, str, str, int]]) -> tuple[float, Counter[
         if outcome is Outcome.ADMITTED:
             push(closing, (now + d.rate.delay_ms + life, listener, ip))
         mix[outcome.value if not d.rate.delay_ms else outcome.value + "+delayed"] += 1
-    elapsed = time.perf_counter() - start
-    return len(arrivals) / elapsed, mix
+    return time.process_time() - start, mix
+
+
+def socketpair_seconds(count: int) -> float:
+    """CPU seconds per ``socket.socketpair()`` + two closes: a yardstick from the acceptor's
+    own per-connection work (no network traffic), measured in the same run."""
+    start = time.process_time()
+    for _ in range(count):
+        a, b = socket.socketpair()
+        a.close()
+        b.close()
+    return (time.process_time() - start) / count
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,24 +123,50 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--decisions, --repeat and --ips must be >= 1")
     print(f"quota-engine bench: building {args.decisions} arrivals over {args.ips} IPs", flush=True)
     arrivals = workload(args.decisions, args.seed, args.ips)
-    rates = []
+    print(f"  machine load average: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    engine: list[float] = []
+    loop: list[float] = []
     mix: Counter[str] = Counter()
     for i in range(args.repeat):
-        rate, mix = run_once(arrivals)
-        rates.append(rate)
-        print(f"  run {i + 1}/{args.repeat}: {rate:,.0f} decisions/s", flush=True)
+        seconds, mix = run_once(arrivals)
+        null_seconds, _ = run_once(arrivals, null=True)
+        engine.append(seconds)
+        loop.append(null_seconds)
+        print(
+            f"  run {i + 1}/{args.repeat}: {args.decisions / seconds:,.0f} decisions/s "
+            f"(bench loop alone {args.decisions / null_seconds:,.0f} /s)",
+            flush=True,
+        )
+    best, best_loop = min(engine), min(loop)
+    n = args.decisions
+    pair = min(socketpair_seconds(5000) for _ in range(3))
     total = sum(mix.values())
     result = {
-        "decisions": args.decisions,
+        "decisions": n,
         "ips": args.ips,
-        "best_per_s": round(max(rates)),
-        "median_per_s": round(statistics.median(rates)),
+        "decisions_per_cpu_s": round(n / best),
+        "median_decisions_per_cpu_s": round(n / statistics.median(engine)),
+        "engine_only_per_cpu_s": round(n / (best - best_loop)) if best > best_loop else None,
+        "engine_share_of_loop": round((best - best_loop) / best, 3),
+        "us_per_decision": round(best / n * 1e6, 2),
+        "us_per_socketpair": round(pair * 1e6, 2),
+        "decision_vs_socketpair": round((best / n) / pair, 3),
+        "load_average": round(os.getloadavg()[0], 2),
         "outcomes": {k: round(v / total, 4) for k, v in sorted(mix.items())},
         "python": sys.version.split()[0],
     }
     print(
-        f"decide(): best {result['best_per_s']:,} /s, median {result['median_per_s']:,} /s "
-        f"(one core; includes releases of admitted connections)"
+        f"decide() incl. releases and bench bookkeeping: {result['decisions_per_cpu_s']:,} /s "
+        f"of one core's CPU time ({result['us_per_decision']} us each; median run "
+        f"{result['median_decisions_per_cpu_s']:,} /s)"
+    )
+    print(
+        f"engine alone (bench loop subtracted): {result['engine_only_per_cpu_s']:,} /s; "
+        f"the engine is {result['engine_share_of_loop']:.0%} of the loop"
+    )
+    print(
+        f"yardstick: one decision costs {result['decision_vs_socketpair']:.2f}x a "
+        f"socketpair()+close() ({result['us_per_socketpair']} us) measured in this run"
     )
     print("outcome mix: " + ", ".join(f"{k} {v:.1%}" for k, v in result["outcomes"].items()))
     if args.json:

@@ -25,7 +25,7 @@ import gevent
 import gevent.pool
 from locust import User, events, task
 from locust.env import Environment
-from locust.runners import MasterRunner, WorkerRunner
+from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
 from loadprofiles import addresses, arrivals, proxy_header
 from loadprofiles.kafka_client import (
@@ -238,6 +238,9 @@ listen("test_stop", _flush_history)
 def _close_history(environment: Environment, **_: Any) -> None:
     global _writer
     if _writer is not None:
+        # a flush may still be running in a native thread: let it finish its rename
+        # before the last flush, or the process exit would lose its rows
+        gevent.get_hub().threadpool.join()
         _writer.close()
         print(
             f"loadprofiles: client history: {_writer.rows_written} rows in {_writer.dir}",
@@ -369,8 +372,18 @@ class ArrivalUser(User):
             else:
                 slot, slots = self._slots()
                 self.drive(s, slot, slots)
+                self._quit_if_done()
         while True:  # schedule done (or an idle extra user): wait for Locust to stop us
             gevent.sleep(3600)
+
+    def _quit_if_done(self) -> None:
+        """Headless single-process run: a finished schedule ends the run (``-t`` is then
+        only the upper bound). Web UI and distributed runs keep running until stopped."""
+        runner = self.environment.runner
+        o = self.environment.parsed_options
+        if isinstance(runner, LocalRunner) and o is not None and o.headless:
+            log.info("%s: schedule finished; stopping the run", self.profile)
+            gevent.spawn_later(0.2, runner.quit)
 
     def connection_config(self, s: Settings) -> ClientConfig:
         return ClientConfig(

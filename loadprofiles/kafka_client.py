@@ -428,7 +428,7 @@ class KafkaConnection:
     def _request_failed(self, exc: RequestFailed, api_key: int, start_ns: int) -> None:
         r = self.result
         r.reason = exc.reason
-        if exc.reason == "eof" and r.eof_ms is None:
+        if exc.reason in ("eof", "reset") and r.eof_ms is None:  # when the close arrived
             r.eof_ms = _ms_since(self._invoke_ns)
         self._row(
             "request_fail",

@@ -75,15 +75,23 @@ class Connection:
         self._uw: asyncio.StreamWriter | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._done = asyncio.Event()
+        self._opening = False
 
     # -- lifecycle -----------------------------------------------------------------
     async def run(self) -> None:
         spec = self.acceptor.cfg.listener(self.info.listener)
+        if self.closed:
+            return
+        self._opening = True
         try:
             creader, self._cw = await asyncio.open_connection(sock=self.sock, limit=READ_SIZE)
         except OSError:
+            self._opening = False
+            with contextlib.suppress(OSError):
+                self.sock.close()
             self.finish("reset")
             return
+        self._opening = False
         if self.closed:  # evicted/shut down while we were setting up
             _reset(self._cw)
             return
@@ -137,7 +145,8 @@ class Connection:
             for w in (self._cw, self._uw):
                 if w is not None:
                     w.close()
-        if self._cw is None:
+        if self._cw is None and not self._opening:
+            # never handed to the loop; while a transport is being made, run() closes it
             with contextlib.suppress(OSError):
                 self.sock.close()
         now = time.monotonic_ns()

@@ -23,7 +23,8 @@ listener advertise another address (the acceptor in front). Kafka's own limits g
         print(broker.bootstrap, broker.version)
         broker.pause(); broker.resume(); broker.restart()
 
-Every failure is a :class:`BrokerError` saying what to do next.
+``run_tool("kafka-configs", "--bootstrap-server", ...)`` runs Kafka's own command-line tools
+from the same cached jars. Every failure is a :class:`BrokerError` saying what to do next.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from pathlib import Path
 from harness.broker.artifacts import KAFKA_VERSION, Progress, fetch_artifacts, resolve_artifacts
 from harness.broker.base import Broker, ExternalBroker
 from harness.broker.errors import BrokerError, UnsupportedOperation
+from harness.broker.tools import run_tool
 
 LAUNCHERS = ("auto", "local", "container", "external")
 
@@ -45,6 +47,7 @@ __all__ = [
     "UnsupportedOperation",
     "fetch_artifacts",
     "resolve_artifacts",
+    "run_tool",
     "start_broker",
 ]
 

@@ -118,7 +118,8 @@ def render_pom(version: str = KAFKA_VERSION) -> str:
 
 def classify_maven_failure(output: str, version: str = KAFKA_VERSION) -> str:
     """Turn Maven's output into one sentence about the cause and what to do next."""
-    lines = output.splitlines()
+    # [ERROR] lines first: Maven also warns about optional plugins it could not fetch.
+    lines = sorted(output.splitlines(), key=lambda line: "[ERROR]" not in line)
     for line in lines:
         if "Could not find artifact" in line or "was not found in" in line:
             return (

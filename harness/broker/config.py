@@ -151,7 +151,8 @@ def normalise_listeners(
         if key in MANAGED_KEYS:
             raise BrokerError(
                 f"config {key}={properties[key]!r}: set by the launcher (single-node KRaft "
-                "wiring); use the listeners/advertised arguments instead"
+                "wiring); name listeners with --listener (API: listeners=) and point them "
+                "elsewhere with advertised.listeners (API: advertised=)"
             )
     return names, merged, inter
 

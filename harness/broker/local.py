@@ -27,6 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from kafka.errors import KafkaError
+
 from harness.broker.artifacts import (
     KAFKA_VERSION,
     Artifacts,
@@ -113,7 +115,7 @@ def _set_pdeathsig() -> None:  # pragma: no cover - runs in the child between fo
 # --- process registry: no JVM survives the Python process ------------------------------------
 
 _LIVE: set[LocalBroker] = set()
-_LIVE_LOCK = threading.Lock()
+_LIVE_LOCK = threading.RLock()  # re-entered when a signal lands while held
 _HANDLERS_INSTALLED = False
 
 
@@ -200,8 +202,10 @@ class LocalBroker(Broker):
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def _jvm_command(self, main: str, *args: str) -> list[str]:
+    def _jvm_command(self, main: str, *args: str, short_lived: bool = False) -> list[str]:
         opts = list(DEFAULT_JVM_OPTS)
+        if short_lived:  # C1 only: a one-shot tool finishes before C2 would pay off
+            opts.append("-XX:TieredStopAtLevel=1")
         opts += os.environ.get("HARNESS_BROKER_JVM_OPTS", "").split()
         assert self.workdir is not None
         opts += [
@@ -217,7 +221,13 @@ class LocalBroker(Broker):
             return
         self._progress(f"formatting KRaft storage in {self.workdir / 'data'}…")
         cmd = self._jvm_command(
-            "kafka.tools.StorageTool", "format", "-t", cluster_id(), "-c", str(self.config_path)
+            "kafka.tools.StorageTool",
+            "format",
+            "-t",
+            cluster_id(),
+            "-c",
+            str(self.config_path),
+            short_lived=True,
         )
         with open(self.log_path, "ab") as log:
             log.write(b"== harness: kafka.tools.StorageTool format ==\n")
@@ -279,8 +289,8 @@ class LocalBroker(Broker):
                 if result.brokers:
                     return
                 last_error = ConnectionError("Metadata lists no brokers yet")
-            except (OSError, TimeoutError, ConnectionError) as exc:
-                last_error = exc
+            except (OSError, TimeoutError, ConnectionError, KafkaError) as exc:
+                last_error = exc  # not listening yet, or answering half-started
             now = time.monotonic()
             if now > deadline:
                 text = self.log_text()[log_offset:]
@@ -367,30 +377,33 @@ class LocalBroker(Broker):
             if self._stopped and self._temp_workdir:
                 raise BrokerError("this broker was stopped and its temporary workdir removed")
             self._terminate()
-            self._wait_ports_free()
+            busy = self._busy_ports()
+            if busy:
+                raise PortInUse(
+                    f"cannot restart on the same ports: {', '.join(busy)} in use by another "
+                    "process (find it with `ss -ltnp`); the broker stays stopped"
+                )
             try:
                 self.start()
             except PortInUse as exc:
-                raise PortInUse(
-                    f"cannot restart on the same ports {sorted(self.listener_ports.values())}"
-                    f" + controller {self.controller_port}: one is in use by another process. "
-                    f"{exc}"
-                ) from exc
+                raise PortInUse(f"cannot restart on the same ports: {exc}") from exc
 
-    def _wait_ports_free(self, timeout_s: float = 10.0) -> None:
-        """The old JVM's sockets can linger a moment after it exits; wait for the bind."""
+    def _busy_ports(self, timeout_s: float = 3.0) -> list[str]:
+        """Ports still taken after a short grace (a dead JVM's sockets close with it)."""
+        wanted = {**self.listener_ports, "CONTROLLER": self.controller_port}
         deadline = time.monotonic() + timeout_s
-        for port in [*self.listener_ports.values(), self.controller_port]:
-            while True:
+        while True:
+            busy = []
+            for name, port in wanted.items():
                 with socket.socket() as s:
                     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                     try:
                         s.bind((LOOPBACK, port))
-                        break
                     except OSError:
-                        if time.monotonic() > deadline:
-                            break  # let the broker report it with its own log
-                time.sleep(0.1)
+                        busy.append(f"{name} {LOOPBACK}:{port}")
+            if not busy or time.monotonic() > deadline:
+                return busy
+            time.sleep(0.1)
 
     def _require_running(self, what: str) -> None:
         if not self.running:

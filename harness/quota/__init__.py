@@ -1,8 +1,23 @@
 """Kafka's connection and request quota semantics as a pure, sans-IO library.
 
 Nothing here touches a socket or reads a clock: callers pass ``now_ms``. Outcomes are
-values with reasons; exceptions mean a caller bug or invalid configuration
-(``ConfigError``). Reference: ``/work/shared/reference/kafka-quota-model.md``.
+values with reasons; exceptions mean invalid configuration (``ConfigError``: key, value,
+reason) or a caller bug. Reference: ``/work/shared/reference/kafka-quota-model.md``.
+
+One accepted socket, as Kafka's acceptor handles it::
+
+    cfg = parse_config(props)                      # Kafka's keys, validated
+    quotas = ConnectionQuotas(cfg)
+    step = quotas.record_connection_rate(L, t0)    # broker/listener rate: delay, +1 kept
+    ... wait until now >= t0 + step.delay_ms and quotas.slot_available(L) ...
+    adm = quotas.admit(L, ip, t1)                  # IP rate, then counts and per-IP cap
+    # adm.outcome: ADMITTED | THROTTLED_IP (hold adm.throttle_ms, then close)
+    #              | REJECTED_IP_COUNT (close now)
+    quotas.release(L, ip)                          # when an admitted connection closes
+
+Modules: ``meter`` (Kafka's windowed rate), ``config`` (keys, dynamic updates),
+``connections`` (KIP-402/612 admission), ``client_quota_admin`` (Alter/Describe
+ClientQuotas validation), ``requests`` (KIP-124 request and byte-rate quotas).
 """
 
 from harness.quota.client_quota_admin import (

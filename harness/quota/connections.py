@@ -24,6 +24,7 @@ One admission is Kafka's ``ConnectionQuotas.inc`` split at its blocking point::
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -87,6 +88,7 @@ class Admission:
 
 
 _ADMITTED = Outcome.ADMITTED
+_CACHE_MAX = 4096  # bound on the shared-result caches
 _THROTTLED = Outcome.THROTTLED_IP
 _REJECTED = Outcome.REJECTED_IP_COUNT
 
@@ -190,6 +192,11 @@ class ConnectionQuotas:
         self._load_limits(config)
 
     def _load_limits(self, config: QuotaConfig) -> None:
+        # Results are immutable values, so equal ones are shared: the storm path then
+        # allocates nothing. Limits are part of the key, so a reconfigure starts afresh.
+        self._steps: dict[tuple[int, int], RateStep] = {}
+        self._admitted: dict[tuple[int, int], Admission] = {}
+        self._decided: dict[tuple[int, int], Decision] = {}
         self._protected = {name: config.protected(name) for name in config.listener_names}
         self._listener_max = {name: config.listener_max(name) for name in config.listener_names}
         self._broker_max = config.max_connections
@@ -226,6 +233,15 @@ class ConnectionQuotas:
         """
         if rate is not None and not 0 <= rate <= INT_MAX:
             raise ConfigError("connection_creation_rate", str(rate), f"must be in 0..{INT_MAX}")
+        if ip is not None:
+            try:
+                ip = ipaddress.ip_address(ip).compressed
+            except ValueError:
+                raise ConfigError(
+                    "ip",
+                    ip,
+                    "not an IP address (resolve host names first, e.g. with resolve_host)",
+                ) from None
         if ip is None:
             self._ip_rate_default = INT_MAX if rate is None else rate
             for addr, meter in self._ip_meters.items():
@@ -273,7 +289,13 @@ class ConnectionQuotas:
         else:
             delay, reason = broker_delay, "broker_rate"
         self._listener_throttle[listener].record(float(delay), now_ms)
-        return RateStep(delay, broker_delay, listener_delay, reason)
+        key = (broker_delay, listener_delay)
+        step = self._steps.get(key)
+        if step is None:
+            if len(self._steps) >= _CACHE_MAX:
+                self._steps.clear()
+            step = self._steps[key] = RateStep(delay, broker_delay, listener_delay, reason)
+        return step
 
     def slot_available(self, listener: str) -> bool:
         """Kafka's ``connectionSlotAvailable``: listener cap, then broker cap unless protected."""
@@ -308,7 +330,14 @@ class ConnectionQuotas:
         self._counts[ip] = count + 1
         self._total += 1
         self._listener_counts[listener] = listener_count + 1
-        return _admission(_ADMITTED, 0, "none", count + 1, limit)
+        count += 1
+        if count >= _CACHE_MAX:
+            return _admission(_ADMITTED, 0, "none", count, limit)
+        key = (count, limit)
+        admission = self._admitted.get(key)
+        if admission is None:
+            admission = self._admitted[key] = _admission(_ADMITTED, 0, "none", count, limit)
+        return admission
 
     def release(self, listener: str, ip: str) -> None:
         """Kafka's ``dec``: an admitted connection closed. A count going negative is a bug."""
@@ -339,7 +368,16 @@ class ConnectionQuotas:
             not self._protected[listener] and self._total >= self._broker_max
         ):
             return _decision(step, None, True)
-        return _decision(step, self.admit(listener, ip, now_ms + step.delay_ms), False)
+        admission = self.admit(listener, ip, now_ms + step.delay_ms)
+        if step is _NO_DELAY and admission.outcome is _ADMITTED:
+            count = admission.ip_count
+            if count < _CACHE_MAX:
+                key = (count, admission.ip_limit)
+                decision = self._decided.get(key)
+                if decision is None:
+                    decision = self._decided[key] = _decision(step, admission, False)
+                return decision
+        return _decision(step, admission, False)
 
     # -- state ----------------------------------------------------------------------------------
 
@@ -370,25 +408,24 @@ class ConnectionQuotas:
     def ip_rate(self, ip: str, now_ms: int) -> float:
         """``connection-accept-rate{ip}``; 0.0 when the IP has no meter."""
         meter = self._ip_meters.get(ip)
-        return 0.0 if meter is None else meter.measure(now_ms)
+        return 0.0 if meter is None else meter.peek(now_ms)
 
     def broker_rate(self, now_ms: int) -> float:
-        return self._broker.measure(now_ms)
+        return self._broker.peek(now_ms)
 
     def listener_rate(self, listener: str, now_ms: int) -> float:
-        return self._listener_meters[listener].measure(now_ms)
+        return self._listener_meters[listener].peek(now_ms)
 
     def snapshot(self, now_ms: int) -> QuotaSnapshot:
+        """Metric values at ``now_ms``; reading them never changes a later decision."""
         return QuotaSnapshot(
             now_ms=now_ms,
-            broker_rate=self._broker.measure(now_ms),
-            listener_rates={n: m.measure(now_ms) for n, m in self._listener_meters.items()},
-            ip_rates={ip: m.measure(now_ms) for ip, m in self._ip_meters.items()},
+            broker_rate=self._broker.peek(now_ms),
+            listener_rates={n: m.peek(now_ms) for n, m in self._listener_meters.items()},
+            ip_rates={ip: m.peek(now_ms) for ip, m in self._ip_meters.items()},
             total=self._total,
             listener_counts=dict(self._listener_counts),
             ip_counts=dict(self._counts),
-            listener_throttle_avg={
-                n: a.measure(now_ms) for n, a in self._listener_throttle.items()
-            },
-            ip_throttle_avg={n: a.measure(now_ms) for n, a in self._ip_throttle.items()},
+            listener_throttle_avg={n: a.peek(now_ms) for n, a in self._listener_throttle.items()},
+            ip_throttle_avg={n: a.peek(now_ms) for n, a in self._ip_throttle.items()},
         )

@@ -199,23 +199,24 @@ class _Ring:
     def _purge(self, now_ms: int) -> None:
         if now_ms < self._next_purge_ms:
             return
-        expire = self._expire_ms
         ref = self._start if self._legacy else self._last
-        start, last, value, count = self._start, self._last, self._value, self._count
         size = self._size
-        for i in range(size):
-            if now_ms - ref[i] >= expire:
+        threshold = now_ms - self._expire_ms  # expired iff now - ref >= n*w
+        expired = [i for i in range(size) if ref[i] <= threshold]
+        if expired:
+            start, last, value, count = self._start, self._last, self._value, self._count
+            for i in expired:
                 self._total -= value[i]
                 start[i] = now_ms
                 last[i] = now_ms
                 value[i] = 0.0
                 count[i] = 0
         if size == self._slots:
-            self._next_purge_ms = min(ref) + expire
-            self._min_start = min(start)
+            self._next_purge_ms = min(ref) + self._expire_ms
+            self._min_start = min(self._start)
         elif size:
-            self._next_purge_ms = min(ref[:size]) + expire
-            self._min_start = min(start[:size])
+            self._next_purge_ms = min(ref[:size]) + self._expire_ms
+            self._min_start = min(self._start[:size])
 
     def _window_size_purged(self, now_ms: int) -> int:
         if self._size == 0:  # SampledStat.oldest creates a sample when there is none
@@ -227,6 +228,31 @@ class _Ring:
         elif elapsed < self._pad_ms:  # fewer than n-1 full windows: pad
             elapsed = self._pad_ms + elapsed % self._w
         return elapsed if elapsed > 1 else 1
+
+    def _peek(self, now_ms: int) -> tuple[float, int]:
+        """(sum, window) as ``measure`` would see them at ``now_ms``, changing nothing."""
+        size = self._size
+        if size == 0:
+            return 0.0, max(self._pad_ms, 1)
+        ref = self._start if self._legacy else self._last
+        threshold = now_ms - self._expire_ms
+        total = 0.0
+        oldest = now_ms
+        for i in range(size):
+            if ref[i] <= threshold:  # purge would reset it to an empty sample at now
+                total += 0.0
+                start = now_ms
+            else:
+                total += self._value[i]
+                start = self._start[i]
+            if start < oldest:
+                oldest = start
+        elapsed = now_ms - oldest
+        w = self._w
+        full = elapsed // w if elapsed >= 0 else -((-elapsed) // w)
+        if full < self._n - 1:
+            elapsed += (self._n - 1 - full) * w
+        return total, elapsed if elapsed > 1 else 1
 
     def _sum(self) -> float:
         if self._exact:
@@ -269,50 +295,65 @@ class RateMeter(_Ring):
     def record_bounded(self, value: float, now_ms: int, max_ms: int) -> int:
         """Record and return ``min(X, max_ms)`` on violation, else 0.
 
-        The hot path of every admission: the same steps as ``record`` + ``throttle_ms``,
-        inlined for the common case (no ring advance, no purge due, integral values).
+        The hot path of every admission: the same steps as ``record`` followed by the
+        bounded ``QuotaUtils`` throttle, inlined for the common case (a +-1 record into an
+        existing ring). For ``x > 0``, ``int(x)`` is ``floor(x)`` and ``x - int(x)`` is
+        exact, so the rounding is Java's ``Math.round``.
         """
-        if not (self._exact and (value == 1.0 or value == -1.0)):
-            self._add(float(value), now_ms)
+        if self._size == 0 or not (self._exact and (value == 1.0 or value == -1.0)):
+            self._add(value, now_ms)
             self._purge(now_ms)
             window = self._window_size_purged(now_ms)
             rate = self._sum() / (window / 1000.0)
             if rate > self.bound:
                 return throttle_time_ms(rate, self.bound, window, max_ms)
             return 0
-        if self._size == 0:
-            self._new_first(now_ms)
         cur = self._cur
         if now_ms - self._start[cur] >= self._w:  # Sample.isComplete
             cur = self._advance(now_ms)
         self._value[cur] += value
-        self._count[cur] += 1
         self._last[cur] = now_ms
         self.last_record_ms = now_ms
-        self._total += value
+        total = self._total + value
+        self._total = total
         if now_ms >= self._next_purge_ms:
             self._purge(now_ms)
+            total = self._total
         elapsed = now_ms - self._min_start
         pad = self._pad_ms
         if elapsed >= pad:
             window = elapsed if elapsed > 1 else 1
         elif elapsed >= 0:
             window = pad + elapsed % self._w
-            if window < 1:
-                window = 1
         else:
             window = self._window_size_purged(now_ms)
-        rate = self._total / (window / 1000.0)
+        rate = total / (window / 1000.0)
         bound = self.bound
-        if rate > bound:
-            return throttle_time_ms(rate, bound, window, max_ms)
-        return 0
+        if rate <= bound:
+            return 0
+        if bound == 0.0:
+            return max_ms
+        x = (rate - bound) / bound * window
+        if x >= max_ms:
+            return max_ms
+        r = int(x)
+        return r + 1 if x - r >= 0.5 else r
 
     def measure(self, now_ms: int) -> float:
         """``Rate.measure``: the recorded sum over the (padded) window, per second."""
         self._purge(now_ms)
         window = self._window_size_purged(now_ms)
         return self._sum() / (window / 1000.0)
+
+    def peek(self, now_ms: int) -> float:
+        """The rate ``measure`` would return, without its side effects.
+
+        Kafka's ``measure`` purges (and creates a first sample), so in Kafka a JMX scrape
+        can shift later window sizes. Metrics read through ``peek`` instead, so that the
+        enforcer's decisions depend only on the arrivals and stay replayable.
+        """
+        total, window = self._peek(now_ms)
+        return total / (window / 1000.0)
 
     def window_size(self, now_ms: int) -> int:
         """``Rate.windowSize`` in ms: purge, elapsed since the oldest sample, padded, >= 1."""
@@ -342,12 +383,28 @@ class SampledAvg(_Ring):
         super().__init__(samples, window_ms, legacy=legacy)
 
     def record(self, value: float, now_ms: int) -> None:
-        self._add(value, now_ms)
+        if self._size == 0:
+            self._new_first(now_ms)
+        cur = self._cur
+        if now_ms - self._start[cur] >= self._w:
+            cur = self._advance(now_ms)
+        self._value[cur] += value
+        self._count[cur] += 1
+        self._last[cur] = now_ms
+        self.last_record_ms = now_ms
 
     def measure(self, now_ms: int) -> float:
+        """Kafka's ``Avg.measure``: purges expired samples first."""
         self._purge(now_ms)
+        return self.peek(now_ms)
+
+    def peek(self, now_ms: int) -> float:
+        """The mean over samples that are not expired at ``now_ms``, changing nothing."""
         size = self._size
-        count = sum(self._count[:size])
+        ref = self._start if self._legacy else self._last
+        threshold = now_ms - self._expire_ms
+        live = [i for i in range(size) if ref[i] > threshold]
+        count = sum(self._count[i] for i in live)
         if count == 0:
             return math.nan
-        return reduce(add, self._value[:size], 0.0) / count
+        return reduce(add, (self._value[i] for i in live), 0.0) / count

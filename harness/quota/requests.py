@@ -350,7 +350,7 @@ class RequestQuotas:
         if not manager.enabled:
             return RequestCharge(0, False, manager.bucket(user, client_id), UNLIMITED, 0.0)
         throttle, tags, meter = manager.record(user, client_id, pct, now_ms)
-        return RequestCharge(throttle, False, tags, meter.bound, meter.measure(now_ms))
+        return RequestCharge(throttle, False, tags, meter.bound, meter.peek(now_ms))
 
     def record_no_throttle(self, user: str, client_id: str, ns: int, now_ms: int) -> None:
         """Network-thread time of a request, recorded after the response without a check."""
@@ -385,10 +385,10 @@ class RequestQuotas:
     ) -> float:
         manager = self._managers[key]
         meter = manager.meters.get(manager.bucket(user, client_id))
-        return 0.0 if meter is None else meter.measure(now_ms)
+        return 0.0 if meter is None else meter.peek(now_ms)
 
     def exempt_rate(self, now_ms: int) -> float:
-        return self._exempt.measure(now_ms)
+        return self._exempt.peek(now_ms)
 
     def buckets(self, key: str = "request_percentage") -> Iterator[tuple[str, str]]:
         return iter(list(self._managers[key].meters))

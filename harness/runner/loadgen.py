@@ -23,15 +23,14 @@ class LoadTarget:
 
 
 def max_arrivals(phase: Phase) -> int:
-    """The phase's intended arrival count (plus Poisson headroom): a hard bound in count
-    that holds even if the profile cannot see Locust's ``-t``."""
+    """The phase's intended arrival count: it ends the arrival schedule after the phase's
+    duration, while Locust's ``-t`` (duration + start-up allowance) only bounds the tail."""
     if phase.max_arrivals is not None:
         return phase.max_arrivals
     from loadprofiles.arrivals import parse_arrival  # pure module: no gevent
 
     expected = parse_arrival(phase.arrival).expected_count(phase.duration)
-    headroom = 4 * math.sqrt(expected) if phase.arrival.startswith("poisson:") else 0.0
-    return max(1, math.ceil(expected + headroom - 1e-6))
+    return max(1, math.ceil(expected - 1e-6))
 
 
 def locust_argv(
@@ -44,9 +43,14 @@ def locust_argv(
     run_id: str,
     seed: int,
     web_port: int | None = None,
+    startup_allowance_s: float = 0.0,
 ) -> list[str]:
-    """The full command line for one phase; ``web_port`` None = headless."""
-    duration = max(1, round(phase.duration))
+    """The full command line for one phase; ``web_port`` None = headless.
+
+    Locust's ``-t`` runs from its own start, before the profile drives any load, so it
+    gets ``startup_allowance_s`` on top; the arrival count (``--max-arrivals``) is what
+    ends an arrival phase on time."""
+    duration = max(1, math.ceil(phase.duration + startup_allowance_s))
     csv_prefix = run_dir / "locust" / phase.name
     argv = [
         locust_bin,
@@ -74,7 +78,7 @@ def locust_argv(
         str(csv_prefix) + ".html",
         "--only-summary",
         "--stop-timeout",
-        "5",
+        "3",
     ]
     if phase.profile != "steady":
         # Through HAProxy the proxy writes the PROXY header (carrying our bound source

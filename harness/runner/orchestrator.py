@@ -23,7 +23,7 @@ from types import FrameType
 from typing import Any
 
 from harness.history import HistoryWriter
-from harness.runner.loadgen import LoadTarget, locust_argv
+from harness.runner.loadgen import LoadTarget, locust_argv, max_arrivals
 from harness.runner.procs import ManagedProcess
 from harness.runner.rundir import RunDir, base_run_json, new_run_id, utc_now_iso
 from harness.runner.scenario import Phase, Scenario
@@ -73,6 +73,34 @@ class _RunningPhase:
     proc: ManagedProcess
     stop_deadline: float | None = None
     ended: bool = False
+    flowing: bool = False
+    start_mono_ns: int | None = None
+    end_mono_ns: int | None = None
+    _log_pos: int = 0
+    _partial: str = ""
+
+    @property
+    def end_marker(self) -> str:
+        # arrival profiles log "schedule done" when the last arrival has finished
+        return "--run-time limit reached" if self.phase.profile == "steady" else "schedule done"
+
+    @property
+    def start_marker(self) -> str:
+        # arrival profiles log "<profile>: driving <spec>"; steady users are up when spawned
+        return "All users spawned" if self.phase.profile == "steady" else ": driving "
+
+    def new_log_lines(self) -> list[str]:
+        try:
+            with open(self.proc.log_path, "rb") as fh:
+                fh.seek(self._log_pos)
+                data = fh.read()
+        except OSError:
+            return []
+        self._log_pos += len(data)
+        text = self._partial + data.decode(errors="replace")
+        lines = text.split("\n")
+        self._partial = lines.pop()
+        return lines
 
 
 class Orchestrator:
@@ -99,6 +127,7 @@ class Orchestrator:
         self._restart_thread: threading.Thread | None = None
         self._restart_error: list[BaseException] = []
         self._web_ports: list[int] = []
+        self.lead = 0.0
 
     # -- recording ------------------------------------------------------------------------------
     def record(self, event: str, **fields: Any) -> None:
@@ -209,6 +238,8 @@ class Orchestrator:
 
     # -- the schedule loop ---------------------------------------------------------------------
     def _drive(self) -> None:
+        """Launch the first phases, start the clock when their load flows, then follow
+        the timeline. Later phases launch early by the measured Locust start-up lag."""
         assert self.target is not None
         cursor = Cursor(build_timeline(self.sc, self.duration))
         self.record(
@@ -220,15 +251,25 @@ class Orchestrator:
                 "seed": self.seed,
             },
         )
+        first = [p for p in self.sc.load if p.start == 0]
         self.say(
-            f"load starts: {len(self.sc.load)} phase(s), "
-            f"{len(self.sc.schedule)} scheduled action(s)"
+            f"load: {len(self.sc.load)} phase(s), {len(self.sc.schedule)} scheduled action(s); "
+            f"launching {', '.join(p.name for p in first) or 'nothing yet'}"
         )
+        launched = time.monotonic()
+        for p in first:
+            self._start_phase(p)
+        self.lead = self._await_flowing(launched)
         t0 = time.monotonic()
+        self.say(f"load flowing after {self.lead:.1f}s of Locust start-up: the clock starts (t=0)")
         last_progress = t0
         while True:
             now = time.monotonic()
             elapsed = now - t0
+            for p in self.sc.load:
+                if p.name not in self.phases and p.start < self.duration:
+                    if elapsed >= p.start - self.lead:
+                        self._start_phase(p)
             for ev in cursor.due(elapsed):
                 self._execute(ev, elapsed)
             self._reap_phases(now)
@@ -251,6 +292,22 @@ class Orchestrator:
             time.sleep(0.1)
         self._wait_restart()
 
+    def _await_flowing(self, launched: float) -> float:
+        """Seconds until every first phase drives load (bounded by timeouts.locust_start)."""
+        deadline = launched + self.sc.timeouts.locust_start
+        while time.monotonic() < deadline:
+            self._reap_phases(time.monotonic())
+            if all(rp.flowing or rp.ended for rp in self.phases.values()):
+                break
+            time.sleep(0.05)
+        else:
+            slow = [rp.phase.name for rp in self.phases.values() if not rp.flowing]
+            self.say(
+                f"phase(s) {', '.join(slow)} not flowing after "
+                f"{self.sc.timeouts.locust_start:g}s; going on"
+            )
+        return min(time.monotonic() - launched, 10.0)
+
     def _status(self, elapsed: float, cursor: Cursor) -> str:
         running = [p.phase.name for p in self.phases.values() if not p.ended]
         nxt = cursor.next_at
@@ -264,9 +321,8 @@ class Orchestrator:
     def _execute(self, ev: TimelineEvent, elapsed: float) -> None:
         assert self.target is not None
         if ev.kind == "phase_start":
-            assert ev.phase is not None
-            self._start_phase(ev.phase)
-        elif ev.kind == "phase_stop":
+            return  # launched ahead of time by the loop (Locust start-up lag)
+        if ev.kind == "phase_stop":
             assert ev.phase is not None
             rp = self.phases.get(ev.phase.name)
             if rp is not None and rp.stop_deadline is None:
@@ -303,33 +359,48 @@ class Orchestrator:
             run_id=self.run_id,
             seed=self.seed + index,
             web_port=web_port,
+            startup_allowance_s=max(self.lead, 3.0) + 2.0,
         )
         log = self.rd.logs / f"locust-{phase.name}.log"
         proc = ManagedProcess(f"locust-{phase.name}", argv, log_path=log)
         self.phases[phase.name] = _RunningPhase(phase, proc)
-        self.record(
-            "phase_start",
-            detail={
-                "name": phase.name,
-                "profile": phase.profile,
-                "arrival": phase.arrival,
-                "intended_rate": phase.intended_rate,
-                "source_ips": phase.source_ips,
-                "listener": phase.listener,
-                "via": phase.via,
-                "pid": proc.pid,
-            },
-        )
         where = f"web UI http://127.0.0.1:{web_port}/" if web_port else f"log {log}"
         self.say(
-            f"phase {phase.name} started: {phase.profile} {phase.shape} from {phase.source_ips} "
+            f"phase {phase.name} launched: {phase.profile} {phase.shape} from {phase.source_ips} "
             f"-> {host}:{port} ({where})"
         )
 
+    def _phase_detail(self, rp: _RunningPhase, **extra: Any) -> dict[str, Any]:
+        p = rp.phase
+        return {
+            "name": p.name,
+            "profile": p.profile,
+            "arrival": p.arrival,
+            "intended_rate": p.intended_rate,
+            "source_ips": p.source_ips,
+            "listener": p.listener,
+            "via": p.via,
+            "pid": rp.proc.pid,
+            **extra,
+        }
+
     def _reap_phases(self, now: float) -> None:
+        """phase_start when the Locust log says load flows, phase_end when its run time is up
+        or it exits: the rows bracket the load itself, not Locust's start-up and stop."""
         for rp in self.phases.values():
             if rp.ended:
                 continue
+            for line in rp.new_log_lines():
+                if not rp.flowing and rp.start_marker in line:
+                    rp.flowing = True
+                    rp.start_mono_ns = time.monotonic_ns()
+                    self.say(f"phase {rp.phase.name} flowing")
+                elif rp.flowing and rp.end_mono_ns is None and rp.end_marker in line:
+                    rp.end_mono_ns = time.monotonic_ns()
+                    if rp.phase.profile != "steady":
+                        # schedule done: let Locust write its reports and exit now
+                        rp.proc.signal_group(signal.SIGTERM)
+                        rp.stop_deadline = now + self.sc.timeouts.drain
             code = rp.proc.poll()
             if code is None and rp.stop_deadline is not None and now > rp.stop_deadline:
                 self.say(
@@ -338,14 +409,49 @@ class Orchestrator:
                 )
                 code = rp.proc.stop(timeout=10)
             if code is not None:
-                rp.ended = True
-                rp.proc.stop(timeout=1)
-                self.record(
-                    "phase_end",
-                    detail={"name": rp.phase.name, "profile": rp.phase.profile, "exit_code": code},
-                )
-                note = "" if code == 0 else f" (exit {code}; see {rp.proc.log_path})"
-                self.say(f"phase {rp.phase.name} ended{note}")
+                self._phase_ended(rp, code)
+
+    def _phase_ended(self, rp: _RunningPhase, code: int | None, **extra: Any) -> None:
+        rp.ended = True
+        rp.proc.stop(timeout=1)
+        self._record_phase_rows(rp, code, **extra)
+        # Locust exits 1 when requests failed: expected when limits refuse connections
+        note = {0: "", 1: " (Locust saw failed requests)"}.get(
+            code if code is not None else -1, f" (exit {code}; see {rp.proc.log_path})"
+        )
+        self.say(f"phase {rp.phase.name} ended{note}")
+
+    def _record_phase_rows(self, rp: _RunningPhase, code: int | None, **extra: Any) -> None:
+        """phase_start/phase_end at the instants the load really began and ended.
+
+        For arrival profiles these come from the phase's own client history (the Locust
+        process writes ``client-<host>-<pid>-*.parquet``): the first intended arrival,
+        and the intended end (first + duration) when the whole schedule was offered.
+        Locust's start-up, the profile's warm-up and the drain of in-flight connections
+        are then outside the phase, so offered-vs-intended rates are measured fairly.
+        Steady phases use the log markers (spawned, run time up) or the exit."""
+        now = time.monotonic_ns()
+        start, end = rp.start_mono_ns, rp.end_mono_ns
+        source = "log"
+        if rp.phase.profile != "steady":
+            intended = _intended_arrivals(self.rd.history / "client", rp.proc.pid)
+            if intended:
+                source = "client_history"
+                start = intended[0]
+                full = len(intended) >= max_arrivals(rp.phase)
+                end = start + int(rp.phase.duration * 1e9) if full else intended[-1] + 1
+        start = start if start is not None else now
+        end = end if end is not None and end >= start else max(now, start)
+        detail = self._phase_detail(rp, timing=source)
+        if not rp.flowing:
+            detail["never_flowed"] = True
+        self.record("phase_start", mono_ns=start, ts_us=_wall_us(start), detail=detail)
+        self.record(
+            "phase_end",
+            mono_ns=end,
+            ts_us=_wall_us(end),
+            detail={**detail, "exit_code": code, **extra},
+        )
 
     # -- faults ------------------------------------------------------------------------------------
     def _broker_fault_active(self) -> bool:
@@ -361,6 +467,11 @@ class Orchestrator:
             return
         broker = self.target.broker
         detail = {k: v for k, v in params.items()}
+        if start and kind != "upstream_latency" and self._restart_thread is not None:
+            # a broker still restarting after a kill cannot be paused or killed again yet
+            self.say(f"t={elapsed:.1f}s {kind} waits for the broker restart to finish")
+            self._wait_restart()
+            detail["delayed_by_restart"] = True
         if start:
             self.say(f"t={elapsed:.1f}s fault {kind} starts ({params['for']:g}s)")
             self.record("fault_start", reason=kind, detail=detail)
@@ -421,17 +532,7 @@ class Orchestrator:
     def _shutdown(self) -> None:
         for rp in self.phases.values():
             if not rp.ended:
-                code = rp.proc.stop(timeout=10)
-                rp.ended = True
-                self.record(
-                    "phase_end",
-                    detail={
-                        "name": rp.phase.name,
-                        "profile": rp.phase.profile,
-                        "exit_code": code,
-                        "stopped": True,
-                    },
-                )
+                self._phase_ended(rp, rp.proc.stop(timeout=10), stopped=True)
         if self._restart_thread is not None:
             self._restart_thread.join(self.sc.timeouts.broker_start)
         target = self.target
@@ -501,6 +602,28 @@ class Orchestrator:
             list(data.get("checks", [])),
             report if report.exists() else None,
         )
+
+
+def _wall_us(mono_ns: int) -> int:
+    """A monotonic instant as wall-clock microseconds (the `ts` column)."""
+    return (time.time_ns() - time.monotonic_ns() + mono_ns) // 1000
+
+
+def _intended_arrivals(client_dir: Path, pid: int) -> list[int]:
+    """Sorted intended_mono_ns of one Locust process's arrivals (invoked or not offered)."""
+    import pyarrow.parquet as pq
+
+    out: list[int] = []
+    for f in sorted(client_dir.glob(f"client-*-{pid}-*.parquet")):
+        table = pq.read_table(f, columns=["event", "detail"])
+        for event, detail in zip(
+            table.column("event").to_pylist(), table.column("detail").to_pylist(), strict=True
+        ):
+            if event in ("connect_invoke", "connect_fail") and detail:
+                value = json.loads(detail).get("intended_mono_ns")
+                if value is not None:
+                    out.append(int(value))
+    return sorted(set(out))  # connect_fail after an invoke repeats its intended time
 
 
 def _sigterm_to_interrupt(signum: int, frame: FrameType | None) -> None:

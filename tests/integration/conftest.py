@@ -13,12 +13,18 @@ Fixtures (names are stable; other test modules depend on them):
     ``broker_factory(**kwargs) -> Broker``: starts a fresh broker with
     :func:`harness.broker.start_broker`'s keyword arguments (``properties=``, ``listeners=``,
     ``advertised=``, ...); launcher defaults to ``local`` and workdir to a new tmp dir. Every
-    broker it started is stopped at teardown. A broker costs ~6 s of startup and ~300 MB, so
-    share one per test module where you can (or use ``kafka_broker``).
+    broker it started is stopped at teardown. A broker costs 6-20 s of startup (depending on
+    machine load) and ~350 MB, so share one where you can (``kafka_broker``, or
+    ``module_broker_factory``).
+
+``module_broker_factory`` (module scope)
+    The same factory for module-scoped fixtures: its brokers live until the module's tests are
+    done, e.g. one broker with ``max.connections.per.ip=5`` shared by a whole test file.
 
 Environment: ``HARNESS_TEST_BOOTSTRAP=host:port`` makes ``kafka_broker`` an external cluster
 (nothing is started; tests needing a local process skip); ``HARNESS_TEST_LAUNCHER`` picks the
-launcher for both fixtures (default ``local``).
+launcher for all fixtures (default ``local``). Failing to start the session broker fails the
+tests that use it with the launcher's explanation (no silent skip: integration means real Kafka).
 """
 
 from __future__ import annotations
@@ -63,8 +69,7 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
         broker.stop()
 
 
-@pytest.fixture
-def broker_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Broker]]:
+def _factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Broker]]:
     started: list[Broker] = []
 
     def factory(**kwargs: Any) -> Broker:
@@ -81,3 +86,15 @@ def broker_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callabl
     finally:
         for broker in reversed(started):
             broker.stop()
+
+
+@pytest.fixture
+def broker_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Broker]]:
+    yield from _factory(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def module_broker_factory(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[..., Broker]]:
+    yield from _factory(tmp_path_factory)

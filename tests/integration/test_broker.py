@@ -17,7 +17,7 @@ import pytest
 from harness.broker import Broker, BrokerError, resolve_artifacts, start_broker
 from harness.broker.artifacts import KAFKA_VERSION, jar_version
 from harness.broker.container import docker_available
-from harness.broker.local import PortInUse, start_local
+from harness.broker.local import PortInUse
 from harness.broker.probe import probe
 
 API_VERSIONS, PRODUCE, FETCH, METADATA = 18, 0, 1, 3
@@ -151,6 +151,15 @@ def test_pause_resume_kill_restart_and_advertised_listeners(
     with pytest.raises(OSError):
         broker.probe(timeout_s=2)
 
+    # Someone takes the CLIENT port while the broker is down: restart says so, starts nothing.
+    with socket.socket() as squatter:
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past TIME_WAIT
+        squatter.bind(("127.0.0.1", client_port))
+        squatter.listen()
+        with pytest.raises(PortInUse, match=rf"CLIENT 127\.0\.0\.1:{client_port} in use"):
+            broker.restart()
+    assert broker.pid == first_pid
+
     broker.restart()
     assert broker.pid != first_pid
     assert broker.listener_ports["CLIENT"] == client_port
@@ -171,23 +180,6 @@ def test_broker_refusing_its_config_reports_kafkas_reason(tmp_path: Path) -> Non
     assert "exited" in msg
     assert "not-a-number" in msg and "num.network.threads" in msg
     assert str(tmp_path / "broker.log") in msg
-
-
-def test_port_in_use_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import harness.broker.local as local
-
-    monkeypatch.setattr(local, "PORT_ATTEMPTS", 1)
-    with socket.socket() as squatter:
-        squatter.bind(("127.0.0.1", 0))
-        squatter.listen()
-        taken = squatter.getsockname()[1]
-        free = local.free_ports(1)[0]
-        with pytest.raises(PortInUse, match=r"Address already in use|BindException"):
-            start_local(
-                workdir=tmp_path,
-                progress=lambda _: None,
-                port_picker=lambda n: [taken, free],  # PLAINTEXT taken, controller free
-            )
 
 
 def test_missing_java_is_a_clear_cli_error(tmp_path: Path) -> None:
@@ -236,3 +228,65 @@ def test_container_launcher(tmp_path: Path) -> None:
     with start_broker(launcher="container", progress=lambda _: None) as broker:
         assert broker.probe(timeout_s=10).brokers == 1
         assert broker.version == KAFKA_VERSION
+
+
+def test_kafkas_own_kafka_configs_tool_runs_from_the_cache(kafka_broker: Broker) -> None:
+    from harness.broker import run_tool
+
+    ip = "127.0.0.253"  # an address no other test uses: this is the shared session broker
+    base = ["--bootstrap-server", kafka_broker.bootstrap, "--entity-type", "ips"]
+    base += ["--entity-name", ip]
+    altered = run_tool(
+        "kafka-configs", *base, "--alter", "--add-config", "connection_creation_rate=7"
+    )
+    assert altered.returncode == 0, altered.stderr
+    try:
+        described = run_tool("kafka-configs", *base, "--describe")
+        assert described.returncode == 0, described.stderr
+        assert f"Quota configs for ip '{ip}' are connection_creation_rate=7.0" in described.stdout
+    finally:
+        run_tool("kafka-configs", *base, "--alter", "--delete-config", "connection_creation_rate")
+
+
+_OWNER = """
+import sys, time
+from pathlib import Path
+from harness.broker import start_broker
+b = start_broker(launcher="local", workdir=Path(sys.argv[1]), progress=lambda _: None)
+print("PID", b.pid, flush=True)
+time.sleep(300)
+"""
+
+
+def test_jvm_dies_with_its_python_process_even_on_sigkill(tmp_path: Path) -> None:
+    owner = subprocess.Popen(
+        [sys.executable, "-c", _OWNER, str(tmp_path / "wd")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert owner.stdout is not None
+        line = owner.stdout.readline()
+        assert line.startswith("PID "), line + owner.stdout.read()
+        jvm = int(line.split()[1])
+        os.killpg(jvm, 0)  # alive, in its own process group
+        owner.kill()  # SIGKILL: no atexit, no handler; only PR_SET_PDEATHSIG can help
+        owner.wait(timeout=30)
+        assert _pgid_gone(jvm, timeout_s=30), "the broker JVM outlived its Python process"
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
+
+
+def test_unreachable_maven_central_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An empty local repository in offline mode is what a machine without network sees.
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("MAVEN_OPTS", f"-Dmaven.repo.local={tmp_path / 'm2'}")
+    with pytest.raises(BrokerError, match=r"Maven cannot reach Maven Central") as info:
+        resolve_artifacts(progress=lambda _: None, offline=True)
+    assert "mvn.log" in str(info.value)
+    assert not (tmp_path / "cache" / "kafka" / KAFKA_VERSION / "resolved.json").exists()

@@ -58,7 +58,9 @@ def load(profile: str, host: str, run_dir: Path, seconds: float = 6, **options: 
     assert "Traceback" not in out, out[-4000:]
     assert done.returncode in (0, 1), out[-4000:]  # 1: Locust saw failed requests
     assert "arrivals: intended" in out, out[-4000:]
-    return out
+    return "\n".join(
+        line for line in out.splitlines() if "locust.main" in line or "loadprof" in line
+    )
 
 
 def history(run_dir: Path, source: str) -> pd.DataFrame:
@@ -93,12 +95,17 @@ def test_storm_is_served_and_every_connection_joins_the_acceptor(
     )
     client, acc = history(tmp_path, "client"), history(tmp_path, "acceptor")
     invokes = client[client.event == "connect_invoke"]
-    assert len(invokes) == 120, out[-2000:]
+    assert len(invokes) == 120, out
     assert all("intended_mono_ns" in d and d["profile"] == "storm" for d in invokes.d)
     assert set(invokes.sock_ip) == {f"127.0.0.{i}" for i in range(2, 12)}
     assert (invokes.listener == "CLIENT").all()
     closed = outcomes(client)
-    assert set(closed.outcome) == {"served"} and len(closed) == 120
+    assert len(closed) == 120
+    # no limit is set: the acceptor delayed nothing (a slow answer on a busy box may
+    # still cross the delayed threshold, so count rather than demand all "served")
+    assert set(closed.outcome) <= {"served", "delayed_served"}
+    assert (closed.outcome == "served").sum() >= 100
+    assert not (acc.event == "delay").any()
     # intended spacing of a 40/s schedule is 25 ms: the storm followed its schedule
     intended = sorted(d["intended_mono_ns"] for d in invokes.d)
     gaps = pd.Series(intended).diff().dropna() / 1e6
@@ -138,7 +145,6 @@ def test_per_ip_rate_throttle_closes_after_a_hold(acceptor: Any, tmp_path: Path)
         "single_ip_flood",
         h.bootstrap("CLIENT"),
         tmp_path,
-        seconds=7,
         arrival="constant:rate=30",
         max_arrivals=120,
     )

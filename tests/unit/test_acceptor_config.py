@@ -76,7 +76,9 @@ def test_properties_file_and_overrides(tmp_path: Path) -> None:
     )
     props = read_properties(f)
     assert props["admin.allowed.addresses"] == "127.0.0.0/8,10.0.0.0/8"
-    cfg = load_config(f, ["max.connections.per.ip=7", "listener.name.client.proxy.protocol=required"])
+    cfg = load_config(
+        f, ["max.connections.per.ip=7", "listener.name.client.proxy.protocol=required"]
+    )
     assert cfg.quota.max_connections_per_ip == 7
     assert cfg.listener("CLIENT").proxy == "required"
     assert apply_overrides({"a": "1"}, ["a="]) == {}
@@ -85,7 +87,9 @@ def test_properties_file_and_overrides(tmp_path: Path) -> None:
 
 
 def test_state_round_trip_and_corrupt_file(tmp_path: Path) -> None:
-    st = PersistentState(ip_quotas={"default": 5, "127.0.0.9": 2}, broker_config={"max.connections": "9"})
+    st = PersistentState(
+        ip_quotas={"default": 5, "127.0.0.9": 2}, broker_config={"max.connections": "9"}
+    )
     save_state(tmp_path, st)
     back = load_state(tmp_path)
     assert back.ip_quotas == st.ip_quotas and back.broker_config == st.broker_config

@@ -23,7 +23,10 @@ def test_tcp4_header_then_kafka_bytes(encode) -> None:
     data = encode("10.1.2.3", 40000, "127.0.0.1", 9092) + b"\x00\x00\x00\x05kafka"
     header, rest = _feed_bytewise(ProxyHeaderReader(), data)
     assert (header.src_ip, header.src_port, header.dst_ip, header.dst_port) == (
-        "10.1.2.3", 40000, "127.0.0.1", 9092,
+        "10.1.2.3",
+        40000,
+        "127.0.0.1",
+        9092,
     )
     assert header.family == "TCP4"
     assert rest == b"\x00\x00\x00\x05kafka"
@@ -88,6 +91,9 @@ def test_round_trip(src: str, sport: int, dport: int, v2: bool, tail: bytes) -> 
     enc = encode_v2 if v2 else encode_v1
     header, rest = ProxyHeaderReader().feed(enc(src, sport, "127.0.0.1", dport) + tail)
     assert (header.src_ip, header.src_port, header.dst_port, header.version) == (
-        src, sport, dport, 2 if v2 else 1,
+        src,
+        sport,
+        dport,
+        2 if v2 else 1,
     )
     assert rest == tail

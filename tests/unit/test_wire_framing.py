@@ -68,7 +68,11 @@ def test_http_garbage_reads_as_an_oversized_frame() -> None:
 
 @pytest.mark.parametrize(
     ("req", "flexible"),
-    [(ApiVersionsRequest[0](), False), (ApiVersionsRequest[3](), True), (MetadataRequest[12](), True)],
+    [
+        (ApiVersionsRequest[0](), False),
+        (ApiVersionsRequest[3](), True),
+        (MetadataRequest[12](), True),
+    ],
 )
 def test_request_header_fields_from_flexible_and_classic_headers(req, flexible: bool) -> None:
     frame = _request(req, 4242, "my-client")
@@ -94,11 +98,15 @@ def test_truncated_header_is_bad_frame() -> None:
 
 def test_admin_request_round_trip_and_response_correlation() -> None:
     D = DescribeClientQuotasRequest
-    req = D[1](components=[D.ComponentData(entity_type="ip", match_type=0, match="1.2.3.4")], strict=True)
+    req = D[1](
+        components=[D.ComponentData(entity_type="ip", match_type=0, match="1.2.3.4")], strict=True
+    )
     frame = _request(req, 77)
     decoded = decode_request(D, frame, 1)
     assert decoded.components[0].match == "1.2.3.4" and decoded.strict is True
-    resp = DescribeClientQuotasResponse[1](throttle_time_ms=0, error_code=0, error_message=None, entries=[])
+    resp = DescribeClientQuotasResponse[1](
+        throttle_time_ms=0, error_code=0, error_message=None, entries=[]
+    )
     out = encode_response(resp, 77)
     assert correlation_id_of_response(out) == 77
     assert DescribeClientQuotasResponse.decode(out[4:], version=1, header=True).error_code == 0

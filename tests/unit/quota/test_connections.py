@@ -224,6 +224,14 @@ class TestDynamicChanges:
             quotas().set_ip_quota(A, -1, 0)
         assert e.value.key == "connection_creation_rate"
 
+    def test_ip_entities_are_normalised_ip_literals(self) -> None:
+        q = quotas()
+        q.set_ip_quota("::0:1", 3, 0)
+        assert q.ip_quotas() == {"::1": 3}
+        with pytest.raises(ConfigError) as e:
+            q.set_ip_quota("localhost", 3, 0)
+        assert (e.value.key, e.value.value) == ("ip", "localhost")
+
     def test_idle_ip_meters_expire_after_an_hour(self) -> None:
         q = quotas()
         q.set_ip_quota(None, 5, 0)
@@ -260,6 +268,19 @@ class TestDynamicChanges:
 
 
 class TestSnapshot:
+    def test_reading_metrics_never_changes_decisions(self) -> None:
+        plain, scraped = (
+            quotas(max_connection_creation_rate="3"),
+            quotas(max_connection_creation_rate="3"),
+        )
+        for q in (plain, scraped):
+            q.set_ip_quota(None, 2, 0)
+        for i in range(200):
+            t = i * 37
+            scraped.snapshot(t - 5)
+            ip = A if i % 3 else B
+            assert plain.decide("EXTERNAL", ip, t) == scraped.decide("EXTERNAL", ip, t)
+
     def test_snapshot_reports_rates_and_counts(self) -> None:
         q = quotas()
         q.set_ip_quota(A, 50, 0)

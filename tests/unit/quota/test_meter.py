@@ -176,6 +176,20 @@ class TestLegacyRing:
         assert (len(trunk.samples), len(legacy.samples)) == (N + 1, N)
 
 
+def test_peek_has_no_side_effects() -> None:
+    # A read between records must not move the window: Kafka's measure() would create a
+    # sample at 0 here and the later window would start there instead of at 500.
+    read, unread = RateMeter(N, W, 1e9), RateMeter(N, W, 1e9)
+    assert read.peek(0) == 0.0
+    read.record(1, 500)
+    unread.record(1, 500)
+    assert read.window_size(900) == unread.window_size(900) == 10_400
+    touched = RateMeter(N, W, 1e9)
+    touched.measure(0)
+    touched.record(1, 500)
+    assert touched.window_size(900) == 10_900  # Kafka's own behaviour, kept by measure()
+
+
 class TestAvg:
     def test_avg_is_nan_without_samples_and_mean_otherwise(self) -> None:
         avg = SampledAvg()
@@ -211,6 +225,7 @@ def test_meter_matches_literal_kafka_port(
     for step, value, kind in ops:
         t += step
         if kind == "measure":
+            assert fast.peek(t) == port.measure(t)  # peek sees what measure sees...
             assert fast.measure(t) == port.measure(t)
             assert fast.window_size(t) == port.window_size(t)
             continue
