@@ -24,7 +24,7 @@ def analyze_run(
     progress: Callable[[str], None] | None = None,
     report: bool = True,
 ) -> dict[str, Any]:
-    """Check one run; writes report/verdict.json, junit.xml (and report.html); returns the verdict."""
+    """Check one run; writes report/verdict.json, junit.xml, report.html; returns the verdict."""
     import time
 
     from analysis.frames import unpersist
@@ -47,8 +47,10 @@ def analyze_run(
         say(f"loading {run_dir}…")
         run = load_run(spark, run_dir)
         n_events = run.history.count()
-        say(f"{n_events} events in {len(run.files)} files; target {run.target}; "
-            f"{len(run.timeline.changes)} config change(s)")  # fmt: skip
+        say(
+            f"{n_events} events in {len(run.files)} files; target {run.target}; "
+            f"{len(run.timeline.changes)} config change(s)"
+        )
         say("checks…")
         results = run_checks(run, progress=say)
         verdict = build_verdict(run, results, {"events": n_events})

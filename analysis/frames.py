@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
     from analysis.load import Run
 
@@ -30,7 +30,7 @@ def acceptor_conns(run: Run) -> DataFrame:
             & F.col("conn_id").isNotNull()
         )
 
-        def at(event: str, col: str = "mono_ns") -> F.Column:
+        def at(event: str, col: str = "mono_ns") -> Column:
             return F.min(F.when(F.col("event") == event, F.col(col)))
 
         ended = F.col("event").isin("close", "evict")
@@ -88,9 +88,7 @@ def acceptor_conns(run: Run) -> DataFrame:
         )
         df = df.withColumn(
             "t1_ns",
-            F.coalesce(
-                "admit_ns", "reject_ns", "throttle_start_ns", "throttle_close_ns"
-            ),
+            F.coalesce("admit_ns", "reject_ns", "throttle_start_ns", "throttle_close_ns"),
         )
         return df.persist(StorageLevel.MEMORY_AND_DISK)
 
@@ -119,7 +117,7 @@ def client_conns(run: Run) -> DataFrame:
         c = c.withColumn("attempt_ns", F.last(starts, ignorenulls=True).over(w))
         c = c.where(F.col("attempt_ns").isNotNull())
 
-        def first(event: str, col: str = "mono_ns") -> F.Column:
+        def first(event: str, col: str = "mono_ns") -> Column:
             return F.min(F.when(F.col("event") == event, F.col(col)))
 
         eof = ((F.col("event") == "request_fail") & (F.col("reason") == "eof")) | (

@@ -110,7 +110,9 @@ class ConfigTimeline:
         return any(float(pick(lim)) < INT_MAX for lim in self.limits)
 
 
-def config_timeline(rows: list[tuple[int, str | None]], run_limits: dict[str, Any] | None) -> ConfigTimeline:
+def config_timeline(
+    rows: list[tuple[int, str | None]], run_limits: dict[str, Any] | None
+) -> ConfigTimeline:
     """Build the timeline from (mono_ns, detail) config rows sorted by time."""
     rows = sorted(rows, key=lambda r: r[0])
     starts: list[int] = []
@@ -153,7 +155,9 @@ class Run:
 
     @property
     def target(self) -> str:
-        return str(self.meta.get("target") or ("acceptor" if self.has_source("acceptor") else "broker"))
+        return str(
+            self.meta.get("target") or ("acceptor" if self.has_source("acceptor") else "broker")
+        )
 
     @property
     def expect(self) -> dict[str, Any]:
@@ -183,10 +187,23 @@ class Run:
         return self._cache[key]
 
 
+def _config_rows(files: list[Path]) -> list[tuple[int, str | None]]:
+    """`config` rows straight from the harness parts with Arrow: a few rows, no Spark job."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    rows: list[tuple[int, str | None]] = []
+    for f in files:
+        if f.parent.name != "harness":
+            continue
+        t = pq.read_table(f, columns=["source", "event", "mono_ns", "detail"])
+        t = t.filter(pc.and_(pc.equal(t["event"], "config"), pc.equal(t["source"], "harness")))
+        rows += zip(t["mono_ns"].to_pylist(), t["detail"].to_pylist(), strict=True)
+    return rows
+
+
 def load_run(spark: SparkSession, run_dir: str | Path) -> Run:
     """Open a run directory for analysis; a missing or empty one is a clear error."""
-    from pyspark.sql import functions as F
-
     path = Path(run_dir)
     if not path.is_dir():
         raise RunDirError(f"{path}: no such run directory (expected runs/<run-id>/ with history/)")
@@ -198,11 +215,6 @@ def load_run(spark: SparkSession, run_dir: str | Path) -> Run:
         )
     meta = read_run_json(path)
     history = spark.read.schema(spark_schema()).parquet(*[str(f) for f in files])
-    cfg_rows = (
-        history.where((F.col("source") == "harness") & (F.col("event") == "config"))
-        .select("mono_ns", "detail")
-        .collect()
-    )
     limits = meta.get("limits") if isinstance(meta.get("limits"), dict) else None
-    timeline = config_timeline([(int(r[0]), r[1]) for r in cfg_rows], limits)
+    timeline = config_timeline(_config_rows(files), limits)
     return Run(path, meta, spark, history, timeline, files)

@@ -110,7 +110,9 @@ class RateMeter:
         return min(x, self.w)
 
 
-def burst_allowance(bound: float, n: int = DEFAULT_WINDOW_NUM, w_ms: int = DEFAULT_WINDOW_MS) -> float:
+def burst_allowance(
+    bound: float, n: int = DEFAULT_WINDOW_NUM, w_ms: int = DEFAULT_WINDOW_MS
+) -> float:
     """Units a fresh meter accepts at one instant before the first violation: bound·(n-1)·w."""
     return bound * (n - 1) * w_ms / 1000.0
 
@@ -183,10 +185,11 @@ class Limits:
         if detail is None:
             return cls()
         if isinstance(detail, str):
+            text = detail
             try:
-                detail = json.loads(detail) if detail.strip() else {}
+                detail = json.loads(text) if text.strip() else {}
             except json.JSONDecodeError as exc:
-                raise ValueError(f"config: detail={detail[:80]!r}: not JSON ({exc})") from None
+                raise ValueError(f"config: detail={text[:80]!r}: not JSON ({exc})") from None
         assert isinstance(detail, Mapping)
         listener_max: dict[str, float] = {}
         listener_rate: dict[str, float] = {}
@@ -222,7 +225,7 @@ class Limits:
         ibl = detail.get("inter.broker.listener.name")
         return cls(
             window_num=window_num,
-            window_ms=int(round(window_s * 1000)),
+            window_ms=round(window_s * 1000),
             max_connections=get("max.connections", INT_MAX),
             max_connections_per_ip=get("max.connections.per.ip", INT_MAX),
             per_ip_overrides=_overrides(detail.get("max.connections.per.ip.overrides")),

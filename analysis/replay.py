@@ -174,8 +174,8 @@ def replay_frame(pdf: pd.DataFrame, params: ReplayParams) -> pd.DataFrame:
             "max_abs_delay_diff": max_diff,
         }
     ]
-    for d in disagreements:
-        k = d["k"]
+    for dis in disagreements:
+        k = dis["k"]
         port = pdf["client_port"].iloc[k]
         rows.append(
             {
@@ -184,16 +184,23 @@ def replay_frame(pdf: pd.DataFrame, params: ReplayParams) -> pd.DataFrame:
                 "client_ip": ip[k],
                 "client_port": None if pd.isna(port) else int(port),
                 "listener": listener[k],
-                "mono_ns": d["mono_ns"],
-                "what": d["what"],
-                "recorded": d["recorded"],
-                "model": d["model"],
+                "mono_ns": dis["mono_ns"],
+                "what": dis["what"],
+                "recorded": dis["recorded"],
+                "model": dis["model"],
             }
         )
     cols = [c.split()[0] for c in OUT_SCHEMA.split(", ")]
     out = pd.DataFrame(rows, columns=cols)
-    for c in ("client_port", "mono_ns", "n_conns", "n_agree", "n_steps", "n_delayed_recorded",
-              "n_delayed_model"):  # fmt: skip
+    for c in (
+        "client_port",
+        "mono_ns",
+        "n_conns",
+        "n_agree",
+        "n_steps",
+        "n_delayed_recorded",
+        "n_delayed_model",
+    ):
         out[c] = out[c].fillna(-1).astype("int64")  # -1: not applicable to this row kind
     out["max_abs_delay_diff"] = out["max_abs_delay_diff"].astype("float64")
     for c in ("recorded", "model"):
@@ -211,16 +218,24 @@ def _input(run: Run, mode: str) -> DataFrame:
 
     if mode == "acceptor":
         return acceptor_conns(run).select(
-            "conn_id", "listener", "client_ip", "client_port", "accept_ns",
-            F.coalesce("delay_ms", F.lit(0.0)).alias("delay_ms"), "t1_ns", "outcome",
-            "throttle_ms", "close_ns",
-        )  # fmt: skip
+            "conn_id",
+            "listener",
+            "client_ip",
+            "client_port",
+            "accept_ns",
+            F.coalesce("delay_ms", F.lit(0.0)).alias("delay_ms"),
+            "t1_ns",
+            "outcome",
+            "throttle_ms",
+            "close_ns",
+        )
     cc = client_conns(run).where(F.col("connect_ok_ns").isNotNull())
     default_listener = _default_client_listener(run)
     return cc.select(
         F.lit(None).cast("string").alias("conn_id"),
         F.lower(F.coalesce("c_listener", F.lit(default_listener))).alias("listener"),
-        "client_ip", "client_port",
+        "client_ip",
+        "client_port",
         F.col("connect_ok_ns").alias("accept_ns"),
         F.coalesce("ready_latency_ms", F.lit(0.0)).alias("delay_ms"),
         F.lit(None).cast("long").alias("t1_ns"),
@@ -229,7 +244,7 @@ def _input(run: Run, mode: str) -> DataFrame:
         .alias("outcome"),
         F.lit(None).cast("double").alias("throttle_ms"),
         F.col("closed_ns").alias("close_ns"),
-    )  # fmt: skip
+    )
 
 
 def _default_client_listener(run: Run) -> str:

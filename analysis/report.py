@@ -13,13 +13,14 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from analysis.frames import MS, acceptor_conns, client_conns
+from analysis.frames import acceptor_conns, client_conns
 from analysis.model import INT_MAX
 
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
+    from pyspark.sql import Column
 
     from analysis.load import Run
 
@@ -43,11 +44,17 @@ def _markers(ax: Axes, ctx: dict[str, Any]) -> None:
         if str(p.get("profile") or p["name"]) != "steady":
             ax.axvspan((p["start"] - t0) / 1e9, (p["end"] - t0) / 1e9, color="#999", alpha=0.08)
     for f in ctx["faults"]:
-        ax.axvspan((f["start"] - t0) / 1e9, (f["end"] - t0) / 1e9, color="#d62728", alpha=0.15,
-                   label=f"fault: {f['reason']}")  # fmt: skip
+        ax.axvspan(
+            (f["start"] - t0) / 1e9,
+            (f["end"] - t0) / 1e9,
+            color="#d62728",
+            alpha=0.15,
+            label=f"fault: {f['reason']}",
+        )
     for i, ns in enumerate(ctx["changes"]):
-        ax.axvline((ns - t0) / 1e9, color="#444", ls="--", lw=1,
-                   label="config change" if i == 0 else None)  # fmt: skip
+        ax.axvline(
+            (ns - t0) / 1e9, color="#444", ls="--", lw=1, label="config change" if i == 0 else None
+        )
 
 
 def _step_line(ax: Axes, ctx: dict[str, Any], pick: Any, label: str, color: str) -> None:
@@ -86,9 +93,16 @@ def chart_data(run: Run) -> dict[str, Any]:
     bounds = run.history.agg(F.min("mono_ns"), F.max("mono_ns")).first()
     assert bounds is not None
     t0, t_end = int(bounds[0]), int(bounds[1])
-    sec = lambda c: F.floor((F.col(c) - F.lit(t0)) / F.lit(1e9)).cast("long")  # noqa: E731
-    data: dict[str, Any] = {"t0": t0, "t_end": t_end, "timeline": run.timeline,
-                            "changes": [c for c in run.timeline.changes if c >= t0]}  # fmt: skip
+
+    def sec(c: str) -> Column:
+        return F.floor((F.col(c) - F.lit(t0)) / F.lit(1e9)).cast("long")
+
+    data: dict[str, Any] = {
+        "t0": t0,
+        "t_end": t_end,
+        "timeline": run.timeline,
+        "changes": [c for c in run.timeline.changes if c >= t0],
+    }
     data["phases"] = phases(run)
     faults = []
     open_f: dict[str, int] = {}
@@ -104,50 +118,87 @@ def chart_data(run: Run) -> dict[str, Any]:
         conns = acceptor_conns(run)
         data["accepts"] = (
             conns.where(F.col("accept_ns").isNotNull())
-            .groupBy(sec("accept_ns").alias("sec"), "listener").count().toPandas()
-        )  # fmt: skip
-        top = [r[0] for r in conns.groupBy("client_ip").count().orderBy(F.desc("count")).limit(4).collect()]
+            .groupBy(sec("accept_ns").alias("sec"), "listener")
+            .count()
+            .toPandas()
+        )
+        top = [
+            r[0]
+            for r in conns.groupBy("client_ip").count().orderBy(F.desc("count")).limit(4).collect()
+        ]
         data["top_ips"] = top
         data["ip_steps"] = (
             conns.where(F.col("client_ip").isin(*top) & F.col("outcome").isNotNull())
-            .groupBy(sec("t1_ns").alias("sec"), "client_ip", "outcome").count().toPandas()
-        )  # fmt: skip
+            .groupBy(sec("t1_ns").alias("sec"), "client_ip", "outcome")
+            .count()
+            .toPandas()
+        )
         data["delays"] = (
             conns.where(F.col("delay_ms") > 0)
-            .select(F.round("delay_ms").alias("ms")).groupBy("ms").count().toPandas()
-        )  # fmt: skip
+            .select(F.round("delay_ms").alias("ms"))
+            .groupBy("ms")
+            .count()
+            .toPandas()
+        )
         data["throttles"] = (
             conns.where(F.col("throttle_ms") > 0)
-            .select(F.round("throttle_ms").alias("ms")).groupBy("ms").count().toPandas()
-        )  # fmt: skip
+            .select(F.round("throttle_ms").alias("ms"))
+            .groupBy("ms")
+            .count()
+            .toPandas()
+        )
         adm = conns.where(F.col("admit_ns").isNotNull())
         ups = adm.select(sec("admit_ns").alias("sec"), "listener", F.lit(1).alias("d"))
         downs = adm.where(F.col("close_ns").isNotNull()).select(
             sec("close_ns").alias("sec"), "listener", F.lit(-1).alias("d")
         )
-        data["conc"] = ups.unionByName(downs).groupBy("sec", "listener").agg(F.sum("d").alias("d")).toPandas()
+        data["conc"] = (
+            ups.unionByName(downs).groupBy("sec", "listener").agg(F.sum("d").alias("d")).toPandas()
+        )
         data["outcomes"] = conns.groupBy("outcome").count().toPandas()
     else:
         cc = client_conns(run).where(F.col("connect_ok_ns").isNotNull())
         data["accepts"] = (
-            cc.groupBy(sec("connect_ok_ns").alias("sec"), F.lower(F.coalesce("c_listener", F.lit("client"))).alias("listener"))
-            .count().toPandas()
-        )  # fmt: skip
+            cc.groupBy(
+                sec("connect_ok_ns").alias("sec"),
+                F.lower(F.coalesce("c_listener", F.lit("client"))).alias("listener"),
+            )
+            .count()
+            .toPandas()
+        )
         data["outcomes"] = (
-            cc.select(F.when(F.col("ready_ns").isNotNull(), "served").when(F.col("eof_ns").isNotNull(), "eof")
-                      .otherwise("other").alias("outcome")).groupBy("outcome").count().toPandas()
-        )  # fmt: skip
+            cc.select(
+                F.when(F.col("ready_ns").isNotNull(), "served")
+                .when(F.col("eof_ns").isNotNull(), "eof")
+                .otherwise("other")
+                .alias("outcome")
+            )
+            .groupBy("outcome")
+            .count()
+            .toPandas()
+        )
         data["delays"] = (
             cc.where(F.col("ready_latency_ms").isNotNull())
-            .select(F.round("ready_latency_ms").alias("ms")).groupBy("ms").count().toPandas()
-        )  # fmt: skip
+            .select(F.round("ready_latency_ms").alias("ms"))
+            .groupBy("ms")
+            .count()
+            .toPandas()
+        )
     if run.has_source("client"):
-        steady = client_conns(run).where(F.col("profile") == "steady").select("client_ip", "client_port")
-        req = run.events("request_ok", source="client").join(F.broadcast(steady), ["client_ip", "client_port"])
-        data["steady"] = req.groupBy(sec("mono_ns").alias("sec")).agg(
-            F.percentile_approx("latency_ms", 0.5).alias("p50"),
-            F.max("latency_ms").alias("max"),
-        ).toPandas()  # fmt: skip
+        steady = (
+            client_conns(run).where(F.col("profile") == "steady").select("client_ip", "client_port")
+        )
+        req = run.events("request_ok", source="client").join(
+            F.broadcast(steady), ["client_ip", "client_port"]
+        )
+        data["steady"] = (
+            req.groupBy(sec("mono_ns").alias("sec"))
+            .agg(
+                F.percentile_approx("latency_ms", 0.5).alias("p50"),
+                F.max("latency_ms").alias("max"),
+            )
+            .toPandas()
+        )
     return data
 
 
@@ -172,9 +223,14 @@ def charts(ctx: dict[str, Any]) -> list[dict[str, str]]:
         ax.set_ylabel("connections / s")
         ax.legend(loc="upper right", fontsize=8, ncol=2)
         ax.set_title("Accepted connections per second vs the rate quotas (dotted)")
-        out.append({"title": "Accept rate per listener", "png": _png(fig),
-                    "caption": "Dotted: quota in force (steps at config changes, dashed). Kafka "
-                    "admits a burst of bound·(n−1)·w first, then delays to hold the bound."})  # fmt: skip
+        out.append(
+            {
+                "title": "Accept rate per listener",
+                "png": _png(fig),
+                "caption": "Dotted: quota in force (steps at config changes, dashed). Kafka "
+                "admits a burst of bound·(n−1)·w first, then delays to hold the bound.",
+            }
+        )
     steps = ctx.get("ip_steps")
     if steps is not None and len(steps):
         fig, ax = plt.subplots(figsize=(11, 3.4))
@@ -186,25 +242,44 @@ def charts(ctx: dict[str, Any]) -> list[dict[str, str]]:
             ax.plot(g["sec"], g["count"], color=c, lw=1.2, label=f"{ip} admitted+rejected/s")
             if len(th):
                 th = th.groupby("sec")["count"].sum().reset_index()
-                ax.scatter(th["sec"], th["count"], color=c, marker="x", s=12,
-                           label=f"{ip} throttle-closed/s")  # fmt: skip
+                ax.scatter(
+                    th["sec"],
+                    th["count"],
+                    color=c,
+                    marker="x",
+                    s=12,
+                    label=f"{ip} throttle-closed/s",
+                )
             _step_line(ax, ctx, lambda lim, ip=ip: lim.ip_quota(ip), f"ip quota {ip}", c)
         _markers(ax, ctx)
         ax.set_xlabel("seconds since run start")
         ax.set_ylabel("connections / s")
         ax.legend(loc="upper right", fontsize=7, ncol=2)
         ax.set_title("Top client IPs: per-IP rate vs connection_creation_rate (dotted)")
-        out.append({"title": "Per-IP connection rate", "png": _png(fig),
-                    "caption": "x: connections closed by the per-IP rate throttle."})  # fmt: skip
+        out.append(
+            {
+                "title": "Per-IP connection rate",
+                "png": _png(fig),
+                "caption": "x: connections closed by the per-IP rate throttle.",
+            }
+        )
     dl, th = ctx.get("delays"), ctx.get("throttles")
     if (dl is not None and len(dl)) or (th is not None and len(th)):
         fig, ax = plt.subplots(figsize=(11, 3.0))
         if dl is not None and len(dl):
-            ax.hist(dl["ms"], weights=dl["count"], bins=50, alpha=0.7, label="broker/listener rate delay ms")
+            ax.hist(
+                dl["ms"],
+                weights=dl["count"],
+                bins=50,
+                alpha=0.7,
+                label="broker/listener rate delay ms",
+            )
         if th is not None and len(th):
             ax.hist(th["ms"], weights=th["count"], bins=50, alpha=0.7, label="per-IP throttle ms")
         lim = ctx["timeline"].limits[0]
-        ax.axvline(lim.window_ms, color="#d62728", ls=":", lw=2, label=f"cap w = {lim.window_ms} ms")
+        ax.axvline(
+            lim.window_ms, color="#d62728", ls=":", lw=2, label=f"cap w = {lim.window_ms} ms"
+        )
         ax.set_yscale("log")
         ax.set_xlabel("ms")
         ax.set_ylabel("connections")
@@ -227,8 +302,13 @@ def charts(ctx: dict[str, Any]) -> list[dict[str, str]]:
         ax.set_ylabel("open connections")
         ax.legend(loc="upper right", fontsize=8, ncol=2)
         ax.set_title("Admitted connections open (end of each second) vs count limits (dotted)")
-        out.append({"title": "Concurrency", "png": _png(fig),
-                    "caption": "Per-second view; the concurrency checks use exact event order."})  # fmt: skip
+        out.append(
+            {
+                "title": "Concurrency",
+                "png": _png(fig),
+                "caption": "Per-second view; the concurrency checks use exact event order.",
+            }
+        )
     st = ctx.get("steady")
     if st is not None and len(st):
         st = st.sort_values("sec")
@@ -240,27 +320,48 @@ def charts(ctx: dict[str, Any]) -> list[dict[str, str]]:
         ax.set_ylabel("request latency ms")
         ax.legend(fontsize=8)
         ax.set_title("Steady clients' request latency (storm phases shaded)")
-        out.append({"title": "Steady clients", "png": _png(fig),
-                    "caption": "What the storm cost the well-behaved clients."})  # fmt: skip
+        out.append(
+            {
+                "title": "Steady clients",
+                "png": _png(fig),
+                "caption": "What the storm cost the well-behaved clients.",
+            }
+        )
     return out
 
 
 def _limits_rows(run: Run) -> list[dict[str, Any]]:
     rows = []
     tl = run.timeline
-    keys = ("max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides",
-            "max.connection.creation.rate", "ip_quotas", "quota.window.num",
-            "quota.window.size.seconds")  # fmt: skip
+    keys = (
+        "max.connections",
+        "max.connections.per.ip",
+        "max.connections.per.ip.overrides",
+        "max.connection.creation.rate",
+        "ip_quotas",
+        "quota.window.num",
+        "quota.window.size.seconds",
+    )
     for i, raw in enumerate(tl.raw):
         shown = {k: raw[k] for k in keys if k in raw}
         shown.update({k: v for k, v in raw.items() if k.startswith("listener.name.")})
-        rows.append({"version": i, "from_ns": tl.starts[i] if tl.starts[i] > -(2**61) else None,
-                     "limits": json.dumps(shown, sort_keys=True)})  # fmt: skip
+        rows.append(
+            {
+                "version": i,
+                "from_ns": tl.starts[i] if tl.starts[i] > -(2**61) else None,
+                "limits": json.dumps(shown, sort_keys=True),
+            }
+        )
     return rows
 
 
-def render(verdict: dict[str, Any], chart_list: list[dict[str, str]], run: Run | None,
-           template: str = "report.html.j2", **extra: Any) -> str:  # fmt: skip
+def render(
+    verdict: dict[str, Any],
+    chart_list: list[dict[str, str]],
+    run: Run | None,
+    template: str = "report.html.j2",
+    **extra: Any,
+) -> str:
     import jinja2
 
     env = jinja2.Environment(
@@ -279,7 +380,11 @@ def render(verdict: dict[str, Any], chart_list: list[dict[str, str]], run: Run |
 def write_report(run: Run, verdict: dict[str, Any], path: Path) -> Path:
     ctx = chart_data(run)
     outcomes = ctx.get("outcomes")
-    summary = {} if outcomes is None else {str(r["outcome"]): int(r["count"]) for _, r in outcomes.iterrows()}
+    summary = (
+        {}
+        if outcomes is None
+        else {str(r["outcome"]): int(r["count"]) for _, r in outcomes.iterrows()}
+    )
     html = render(verdict, charts(ctx), run, outcomes=summary)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(html)

@@ -15,7 +15,7 @@ import heapq
 import json
 import random
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -218,7 +218,9 @@ class _Sim:
         self.tick += 1
         heapq.heappush(self.heap, (ns, kind, self.tick, payload))
 
-    def new_conn(self, ns: int, listener: str, ip: str, profile: str, life: float, req: int) -> None:
+    def new_conn(
+        self, ns: int, listener: str, ip: str, profile: str, life: float, req: int
+    ) -> None:
         port = self.ports.get(ip, 1024) + 1
         if port > 65535:
             port = 1025
@@ -236,12 +238,22 @@ class _Sim:
         detail = {"intended_mono_ns": intended, "profile": c.profile}
         if "short_load" in self.broken and c.profile == "storm" and self.rng.random() < 0.12:
             self.client.add(
-                "connect_fail", now, None, c.listener, c.ip, c.port, reason="not_offered",
+                "connect_fail",
+                now,
+                None,
+                c.listener,
+                c.ip,
+                c.port,
+                reason="not_offered",
                 detail={**detail, "cause": "cpu"},
-            )  # fmt: skip
+            )
             return
-        self.client.add("connect_invoke", now - 50_000, None, c.listener, c.ip, c.port, detail=detail)
-        self.client.add("connect_ok", now + 100_000, None, c.listener, c.ip, c.port, latency_ms=0.15)
+        self.client.add(
+            "connect_invoke", now - 50_000, None, c.listener, c.ip, c.port, detail=detail
+        )
+        self.client.add(
+            "connect_ok", now + 100_000, None, c.listener, c.ip, c.port, latency_ms=0.15
+        )
         self.backlog[c.listener].append(c)
         if not self.busy[c.listener]:
             self.busy[c.listener] = True
@@ -269,9 +281,16 @@ class _Sim:
         if delay > 0:
             reason = "broker_rate" if broker_ms >= listener_ms else "listener_rate"
             self.acceptor.add(
-                "delay", now, cid, listener, c.ip, c.port, reason=reason, delay_ms=float(delay),
+                "delay",
+                now,
+                cid,
+                listener,
+                c.ip,
+                c.port,
+                reason=reason,
+                delay_ms=float(delay),
                 detail={"broker_ms": broker_ms, "listener_ms": listener_ms},
-            )  # fmt: skip
+            )
         self.push(now + delay * MS + 30_000, _IPSTEP, c)
 
     def on_ipstep(self, now: int, c: _Conn) -> None:
@@ -288,7 +307,10 @@ class _Sim:
                     **self.config,
                     **({"ip_quotas": {}} if "ip_rate" in self.broken else {}),
                     **(
-                        {"max.connections.per.ip": 2**31 - 1, "max.connections.per.ip.overrides": ""}
+                        {
+                            "max.connections.per.ip": 2**31 - 1,
+                            "max.connections.per.ip.overrides": "",
+                        }
                         if "ip_count" in self.broken
                         else {}
                     ),
@@ -304,16 +326,29 @@ class _Sim:
             self.admit(now, c, cid, lie=disagree)
         elif step.outcome == "reject":
             self.acceptor.add(
-                "reject", now, cid, listener, c.ip, c.port, reason="ip_count",
+                "reject",
+                now,
+                cid,
+                listener,
+                c.ip,
+                c.port,
+                reason="ip_count",
                 detail={"count": step.count, "max": step.max},
-            )  # fmt: skip
+            )
             self.client_eof(now + 300_000, c, served=disagree)
         else:
             end = now + step.throttle_ms * MS + self.rng.randint(1, 20) * MS
             self.acceptor.add(
-                "throttle_close", end, cid, listener, c.ip, c.port, reason="ip_rate",
-                delay_ms=float(step.throttle_ms), detail={"throttle_start_mono_ns": now},
-            )  # fmt: skip
+                "throttle_close",
+                end,
+                cid,
+                listener,
+                c.ip,
+                c.port,
+                reason="ip_rate",
+                delay_ms=float(step.throttle_ms),
+                detail={"throttle_start_mono_ns": now},
+            )
             self.client_eof(end + 300_000, c, served=disagree)
         self.next_accept(now, listener)
 
@@ -325,9 +360,7 @@ class _Sim:
 
     def admit(self, now: int, c: _Conn, cid: str, lie: bool) -> None:
         L = c.listener
-        self.acceptor.add(
-            "admit", now, cid, L, c.ip, c.port, delay_ms=(now - c.t0_ns) / MS
-        )
+        self.acceptor.add("admit", now, cid, L, c.ip, c.port, delay_ms=(now - c.t0_ns) / MS)
         reg = now + 50_000
         depth = self.rng.randint(0, 6)
         if "queue_over" in self.broken and self.rng.random() < 0.01:
@@ -357,26 +390,46 @@ class _Sim:
             if c.profile != "steady" and self.rng.random() < 0.002:
                 api_t = 4 if "exempt_throttle" in self.broken else 0
                 self.acceptor.add(
-                    "request_throttle", done, cid, L, c.ip, c.port, api_key=api_t,
+                    "request_throttle",
+                    done,
+                    cid,
+                    L,
+                    c.ip,
+                    c.port,
+                    api_key=api_t,
                     delay_ms=float(self.rng.randint(1, 900)),
                     detail={"bucket": "client-id", "quota": 50.0},
-                )  # fmt: skip
+                )
         close = max(t + MS, now + int(c.lifetime_ms * MS))
         self.push(close, _CLOSE, (c, cid))
 
     def client_eof(self, ns: int, c: _Conn, served: bool) -> None:
         if served:
-            self.client.add("ready", ns, None, c.listener, c.ip, c.port, latency_ms=(ns - c.arrive_ns) / MS)
             self.client.add(
-                "closed", ns + MS, None, c.listener, c.ip, c.port, reason="done",
+                "ready", ns, None, c.listener, c.ip, c.port, latency_ms=(ns - c.arrive_ns) / MS
+            )
+            self.client.add(
+                "closed",
+                ns + MS,
+                None,
+                c.listener,
+                c.ip,
+                c.port,
+                reason="done",
                 detail={"outcome": "served"},
-            )  # fmt: skip
+            )
             return
         self.client.add("request_fail", ns, None, c.listener, c.ip, c.port, reason="eof")
         self.client.add(
-            "closed", ns + 10_000, None, c.listener, c.ip, c.port, reason="eof",
+            "closed",
+            ns + 10_000,
+            None,
+            c.listener,
+            c.ip,
+            c.port,
+            reason="eof",
             detail={"outcome": "eof_after_accept"},
-        )  # fmt: skip
+        )
 
     def on_close(self, now: int, payload: tuple[_Conn, str]) -> None:
         c, cid = payload
@@ -384,9 +437,15 @@ class _Sim:
         self.acceptor.add("close", now, cid, c.listener, c.ip, c.port, reason="client_eof")
         outcome = "delayed_served" if c.delay_ms > 0 else "served"
         self.client.add(
-            "closed", now - 20_000, None, c.listener, c.ip, c.port, reason="done",
+            "closed",
+            now - 20_000,
+            None,
+            c.listener,
+            c.ip,
+            c.port,
+            reason="done",
             detail={"outcome": outcome},
-        )  # fmt: skip
+        )
         for listener, waiting in self.waiting.items():
             if waiting is not None and self.model.slot_available(listener):
                 self.waiting[listener] = None
@@ -406,23 +465,31 @@ class _Sim:
         self.harness.add("config", t + MS, detail=self.config)
         base_end = t + int(spec.baseline_s * 1e9)
         self.harness.add(
-            "phase_start", t + 2 * MS, detail={"name": "baseline", "profile": "steady", "intended_rate": 0}
-        )  # fmt: skip
+            "phase_start",
+            t + 2 * MS,
+            detail={"name": "baseline", "profile": "steady", "intended_rate": 0},
+        )
         cycles = spec.cycles
         if spec.target_events:
-            per_cycle = (spec.burst * s + (spec.flood_rate * s + spec.internal_rate) * spec.cycle_s) * 10.5
+            per_cycle = (
+                spec.burst * s + (spec.flood_rate * s + spec.internal_rate) * spec.cycle_s
+            ) * 10.5
             cycles = max(1, round(spec.target_events / per_cycle))
         storm_end = base_end + int(cycles * spec.cycle_s * 1e9)
         end = storm_end + int(3e9)
         self.storm_windows = [(base_end, storm_end)]
         for k in range(2):  # steady victims, open the whole run
             n_req = int((end - t - int(0.3e9)) / (250 * MS)) - 2
-            self.new_conn(t + int(0.1e9) + k * MS, "client", "127.0.0.2", "steady", (end - t) / MS, n_req)
+            self.new_conn(
+                t + int(0.1e9) + k * MS, "client", "127.0.0.2", "steady", (end - t) / MS, n_req
+            )
         self.harness.add("phase_end", base_end, detail={"name": "baseline"})
         intended = spec.burst * s / spec.cycle_s
         self.harness.add(
-            "phase_start", base_end, detail={"name": "storm", "profile": "storm", "intended_rate": intended}
-        )  # fmt: skip
+            "phase_start",
+            base_end,
+            detail={"name": "storm", "profile": "storm", "intended_rate": intended},
+        )
         ips = [f"127.0.0.{10 + i}" for i in range(spec.storm_ips)]
         for k in range(cycles):
             c0 = base_end + int(k * spec.cycle_s * 1e9)
@@ -443,7 +510,7 @@ class _Sim:
 
     def run(self) -> dict[str, Any]:
         start, end = self.schedule()
-        handlers = {
+        handlers: dict[int, Callable[[int, Any], None]] = {
             _CONFIG: self.on_config,
             _CLOSE: self.on_close,
             _ARRIVE: self.on_arrive,
@@ -506,19 +573,29 @@ def generate(run_dir: str | Path, spec: SynthSpec | None = None, **kwargs: Any) 
             ),
         },
         "load": [
-            {"profile": "storm", "intended_rate": spec.burst * spec.scale / spec.cycle_s,
-             "arrival": "burst", "source_ips": spec.storm_ips},
-            {"profile": "flood", "intended_rate": spec.flood_rate * spec.scale,
-             "arrival": "poisson", "source_ips": 1},
+            {
+                "profile": "storm",
+                "intended_rate": spec.burst * spec.scale / spec.cycle_s,
+                "arrival": "burst",
+                "source_ips": spec.storm_ips,
+            },
+            {
+                "profile": "flood",
+                "intended_rate": spec.flood_rate * spec.scale,
+                "arrival": "poisson",
+                "source_ips": 1,
+            },
             {"profile": "steady", "intended_rate": 0, "arrival": "persistent", "source_ips": 1},
-        ],  # fmt: skip
+        ],
         **spec.extra,
     }
     (run / "run.json").write_text(json.dumps(run_json, indent=2, sort_keys=True))
     return {**run_json, "events": events, "connections": sim.conns}
 
 
-def write_rows(run_dir: str | Path, rows: Iterable[Mapping[str, Any]], run: Mapping[str, Any]) -> Path:
+def write_rows(
+    run_dir: str | Path, rows: Iterable[Mapping[str, Any]], run: Mapping[str, Any]
+) -> Path:
     """Write hand-built rows (tests at exact window edges) as one part per source."""
     run_dir = Path(run_dir)
     history = run_dir / "history"

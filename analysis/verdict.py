@@ -27,8 +27,9 @@ def applicable(check: Check, run: Run) -> bool:
     return target in check.targets
 
 
-def run_checks(run: Run, checks: list[Check] | None = None,
-               progress: Callable[[str], None] | None = None) -> list[CheckResult]:  # fmt: skip
+def run_checks(
+    run: Run, checks: list[Check] | None = None, progress: Callable[[str], None] | None = None
+) -> list[CheckResult]:
     results: list[CheckResult] = []
     for check in checks if checks is not None else ALL_CHECKS:
         if not applicable(check, run):
@@ -50,7 +51,9 @@ def run_checks(run: Run, checks: list[Check] | None = None,
     return results
 
 
-def build_verdict(run: Run, results: list[CheckResult], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def build_verdict(
+    run: Run, results: list[CheckResult], extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
     meta = run.meta
     verdict = merge(r.verdict for r in results) if results else UNKNOWN
     counts = {v: sum(1 for r in results if r.verdict == v) for v in ("pass", "fail", "unknown")}
@@ -84,10 +87,10 @@ def write_junit(report_dir: Path, verdict: dict[str, Any]) -> Path:
     suite = f"harness.analyze.{verdict.get('scenario') or 'run'}"
     lines = [
         '<?xml version="1.0" encoding="UTF-8"?>',
-        f"<testsuites name={quoteattr('harness analyze')} tests=\"{len(checks)}\" "
-        f"failures=\"{c['fail']}\" skipped=\"{c['unknown']}\">",
-        f"  <testsuite name={quoteattr(suite)} tests=\"{len(checks)}\" failures=\"{c['fail']}\" "
-        f"skipped=\"{c['unknown']}\" errors=\"0\">",
+        f'<testsuites name={quoteattr("harness analyze")} tests="{len(checks)}" '
+        f'failures="{c["fail"]}" skipped="{c["unknown"]}">',
+        f'  <testsuite name={quoteattr(suite)} tests="{len(checks)}" failures="{c["fail"]}" '
+        f'skipped="{c["unknown"]}" errors="0">',
     ]
     for ch in checks:
         lines.append(
@@ -104,7 +107,9 @@ def write_junit(report_dir: Path, verdict: dict[str, Any]) -> Path:
                 f"      <failure message={quoteattr(ch['observed'][:300])}>{escape(body)}</failure>"
             )
         elif ch["verdict"] == "unknown":
-            lines.append(f"      <skipped message={quoteattr('unknown: ' + ch['observed'][:300])}/>")
+            lines.append(
+                f"      <skipped message={quoteattr('unknown: ' + ch['observed'][:300])}/>"
+            )
             lines.append(f"      <system-out>{escape(body)}</system-out>")
         lines.append("    </testcase>")
     lines += ["  </testsuite>", "</testsuites>", ""]

@@ -79,10 +79,11 @@ def run_once(
         q = ConnectionQuotas(parse_config(PROPS))
         q.set_ip_quota(None, 50, 0)
         q.set_ip_quota("127.0.0.9", 300, 0)
-    mix: Counter[str] = Counter()
+    mix: Counter[tuple[Outcome | str, bool]] = Counter()
     closing: list[tuple[int, str, str]] = []
     decide, release = q.decide, q.release
     push, pop = heapq.heappush, heapq.heappop
+    admitted = Outcome.ADMITTED
     start = time.process_time()
     for now, listener, ip, life in arrivals:
         while closing and closing[0][0] <= now:
@@ -91,13 +92,17 @@ def run_once(
         d = decide(listener, ip, now)
         adm = d.admission
         if adm is None:
-            mix["waits_for_slot"] += 1
+            mix[("waits_for_slot", False)] += 1
             continue
         outcome = adm.outcome
-        if outcome is Outcome.ADMITTED:
+        if outcome is admitted:
             push(closing, (now + d.rate.delay_ms + life, listener, ip))
-        mix[outcome.value if not d.rate.delay_ms else outcome.value + "+delayed"] += 1
-    return time.process_time() - start, mix
+        mix[(outcome, d.rate.delay_ms > 0)] += 1
+    seconds = time.process_time() - start
+    named: Counter[str] = Counter()
+    for (kind, delayed), count in mix.items():
+        named[str(kind) + ("+delayed" if delayed else "")] += count
+    return seconds, named
 
 
 def socketpair_seconds(count: int) -> float:

@@ -232,9 +232,6 @@ def _flush_history(environment: Environment, **_: Any) -> None:
         gevent.get_hub().threadpool.spawn(_writer.flush).get()
 
 
-listen("test_stop", _flush_history)
-
-
 def _close_history(environment: Environment, **_: Any) -> None:
     global _writer
     if _writer is not None:
@@ -280,6 +277,22 @@ class ArrivalStats:
 
 
 STATS = ArrivalStats()
+_driver: gevent.Greenlet | None = None
+
+
+def _reset_driver(environment: Environment, **_: Any) -> None:
+    global STATS, _driver
+    STATS = ArrivalStats()
+    _driver = None
+
+
+def _stop_driver(environment: Environment, **_: Any) -> None:
+    """Test stop: end the schedule; in-flight connections get a short grace period."""
+    if _driver is not None and not _driver.dead:
+        _driver.kill(block=True, timeout=5.0)
+
+
+listen("test_start", _reset_driver)
 
 
 def _print_summary(environment: Environment, **_: Any) -> None:
@@ -296,7 +309,14 @@ def _print_summary(environment: Environment, **_: Any) -> None:
         )
 
 
-listen("test_stop", _print_summary)
+def _on_test_stop(environment: Environment, **kw: Any) -> None:
+    # in this order: no arrivals after the summary, no rows after the flush
+    _stop_driver(environment)
+    _print_summary(environment)
+    _flush_history(environment)
+
+
+listen("test_stop", _on_test_stop)
 
 
 # -- the driver --------------------------------------------------------------------------
@@ -314,12 +334,6 @@ class ArrivalUser(User):
     profile: ClassVar[str] = "arrival"
     default_source_ips: ClassVar[str] = ""
     default_proxy_client_ips: ClassVar[str] = ""
-    _local_users: ClassVar[int] = 0
-
-    def __init__(self, environment: Environment) -> None:
-        super().__init__(environment)
-        ArrivalUser._local_users += 1
-        self.local_index = ArrivalUser._local_users - 1
 
     def session(self, conn: KafkaConnection) -> None:
         raise NotImplementedError
@@ -345,14 +359,6 @@ class ArrivalUser(User):
             s.proxy_protocol = "off"  # HAProxy adds the header
         return s
 
-    def on_start(self) -> None:
-        if self.local_index > 0:
-            log.warning(
-                "%s: user %d idles: load is set by --arrival; use -u 1 per process",
-                self.profile,
-                self.local_index,
-            )
-
     def _fail(self, message: str) -> None:
         log.error("%s: %s", self.profile, message)
         print(f"loadprofiles: error: {message}", file=sys.stderr, flush=True)
@@ -363,18 +369,29 @@ class ArrivalUser(User):
 
     @task
     def follow_schedule(self) -> None:
-        """The only task: run the whole arrival schedule, then idle until the run stops."""
-        if self.local_index == 0:
-            try:
-                s = self._settings()
-            except OptionError as exc:
-                self._fail(str(exc))
-            else:
-                slot, slots = self._slots()
-                self.drive(s, slot, slots)
-                self._quit_if_done()
-        while True:  # schedule done (or an idle extra user): wait for Locust to stop us
+        """The only task: make sure this process's schedule runs, then idle.
+
+        The schedule runs in a process-level greenlet, not in this user: Locust may
+        stop and restart users when it rebalances workers, and the arrivals must not
+        stop or start over with them. Extra users (``-u`` above one per process) idle.
+        """
+        global _driver
+        if _driver is None:
+            _driver = gevent.spawn(self._drive_process)
+        else:
+            log.info("%s: this process already drives the schedule; user idles", self.profile)
+        while True:
             gevent.sleep(3600)
+
+    def _drive_process(self) -> None:
+        try:
+            s = self._settings()
+        except OptionError as exc:
+            self._fail(str(exc))
+            return
+        slot, slots = self._slots()
+        self.drive(s, slot, slots)
+        self._quit_if_done()
 
     def _quit_if_done(self) -> None:
         """Headless single-process run: a finished schedule ends the run (``-t`` is then
@@ -419,7 +436,6 @@ class ArrivalUser(User):
             config.host,
             config.port,
         )
-        warm_up()
         start_ns = time.monotonic_ns() + 5_000_000
         STATS.first_ns = STATS.first_ns or start_ns
         try:
@@ -469,6 +485,7 @@ class ArrivalUser(User):
                 on_request=self.environment.events.request.fire,
                 intended_mono_ns=intended,
             )
+            STATS.offered += 1  # counted when started; a NotOffered takes it back
             pool.spawn(self._run_one, conn, hist, s, intended)
 
     def _not_offered(self, hist: Any, s: Settings, intended: int, cause: str, why: str) -> None:
@@ -490,12 +507,12 @@ class ArrivalUser(User):
         try:
             conn.connect()
         except NotOffered as exc:
+            STATS.offered -= 1
             self._not_offered(hist, s, intended, exc.cause, str(exc))
             return
         except ClientError:
             self._count(conn)
             return
-        STATS.offered += 1
         try:
             self.session(conn)
             if s.hold_ms > 0:
@@ -512,8 +529,6 @@ class ArrivalUser(User):
         r = conn.result
         if r.outcome is None:
             return
-        if conn.result.connect_ms is None:
-            STATS.offered += 1  # connect failed after invoke: offered, not served
         STATS.outcomes[str(r.outcome)] = STATS.outcomes.get(str(r.outcome), 0) + 1
         done_ms = r.ready_ms or r.eof_ms or r.connect_ms or 0.0
         self.environment.events.request.fire(
@@ -527,8 +542,8 @@ class ArrivalUser(User):
 
 
 def warm_up() -> None:
-    """Encode/decode each message class once so schema compilation (tens of ms) is not
-    paid by the first arrivals of the schedule, where it would show up as lag."""
+    """Encode/decode each message class once, so schema compilation (~0.7 s in all) is
+    not paid by the first arrivals of a schedule, where it would show up as lag."""
     import io
 
     from kafka.protocol.metadata import (
@@ -554,6 +569,11 @@ def warm_up() -> None:
                     cls.decode(io.BytesIO(bytes(data)), version=version)
                 except Exception:  # defaults may not round-trip; compiling is the point
                     pass
+
+
+# at import: before Locust forks --processes workers (they inherit the compiled
+# classes) and before any heartbeat runs (a worker busy compiling looks dead)
+warm_up()
 
 
 def payload(size: int, seed: int) -> bytes:

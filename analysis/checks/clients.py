@@ -32,10 +32,12 @@ def check_agreement(run: Run) -> CheckResult:
 
     if not run.has_source("client"):
         return CheckResult(
-            "client_acceptor_agreement", UNKNOWN, observed="no client history",
+            "client_acceptor_agreement",
+            UNKNOWN,
+            observed="no client history",
             expected="client and acceptor records of each connection agree",
             explanation="without client rows the two ends cannot be compared",
-        )  # fmt: skip
+        )
     a = acceptor_conns(run).where(F.col("outcome").isNotNull()).alias("a")
     c = client_conns(run).alias("c")
     j = a.join(
@@ -48,8 +50,7 @@ def check_agreement(run: Run) -> CheckResult:
     tol = float(run.expect.get("delay_tolerance_ms") or 2.0)
     dropped = F.col("a.outcome").isin("reject", "throttle_close")
     served_but_dropped = dropped & (
-        F.col("c.ready_ns").isNotNull()
-        | F.col("c.closed_outcome").isin("served", "delayed_served")
+        F.col("c.ready_ns").isNotNull() | F.col("c.closed_outcome").isin("served", "delayed_served")
     )
     dropped_no_eof = dropped & F.col("c.eof_ns").isNull() & F.col("c.closed_ns").isNotNull()
     too_fast = (
@@ -59,14 +60,25 @@ def check_agreement(run: Run) -> CheckResult:
     )
     j = j.withColumn(
         "why",
-        F.when(served_but_dropped, F.concat(F.lit("acceptor "), F.col("a.outcome"),
-                                            F.lit(" but the client was served")))
-        .when(dropped_no_eof, F.concat(F.lit("acceptor "), F.col("a.outcome"),
-                                       F.lit(" but the client saw no EOF")))
-        .when(too_fast, F.concat(F.lit("client ready after "), F.col("c.ready_latency_ms").cast("string"),
-                                 F.lit(" ms < acceptor delay "), F.col("a.delay_ms").cast("string"),
-                                 F.lit(" ms"))),
-    )  # fmt: skip
+        F.when(
+            served_but_dropped,
+            F.concat(F.lit("acceptor "), F.col("a.outcome"), F.lit(" but the client was served")),
+        )
+        .when(
+            dropped_no_eof,
+            F.concat(F.lit("acceptor "), F.col("a.outcome"), F.lit(" but the client saw no EOF")),
+        )
+        .when(
+            too_fast,
+            F.concat(
+                F.lit("client ready after "),
+                F.col("c.ready_latency_ms").cast("string"),
+                F.lit(" ms < acceptor delay "),
+                F.col("a.delay_ms").cast("string"),
+                F.lit(" ms"),
+            ),
+        ),
+    )
     stats = j.agg(
         F.count(F.lit(1)).alias("joined"),
         F.sum(F.when(F.col("why").isNotNull(), 1).otherwise(0)).alias("bad"),
@@ -76,10 +88,19 @@ def check_agreement(run: Run) -> CheckResult:
     joined, bad = int(stats["joined"] or 0), int(stats["bad"] or 0)
     rows = (
         j.where(F.col("why").isNotNull())
-        .select("a.conn_id", "a.client_ip", "a.client_port", "a.listener", "a.accept_ts",
-                "a.accept_ns", "why")
-        .orderBy("accept_ns").limit(10).collect()
-    )  # fmt: skip
+        .select(
+            "a.conn_id",
+            "a.client_ip",
+            "a.client_port",
+            "a.listener",
+            "a.accept_ts",
+            "a.accept_ns",
+            "why",
+        )
+        .orderBy("accept_ns")
+        .limit(10)
+        .collect()
+    )
     wit = [witness(r.asDict(), r["why"]) for r in rows]
     if joined == 0:
         verdict = UNKNOWN
@@ -178,10 +199,12 @@ def offered_stats(run: Run) -> dict[str, Any]:
 def check_offered_load(run: Run) -> CheckResult:
     if not run.has_source("client"):
         return CheckResult(
-            "offered_load", UNKNOWN, observed="no client history",
+            "offered_load",
+            UNKNOWN,
+            observed="no client history",
             expected=f"offered ≥ {OFFERED_MIN:.0%} of intended arrivals",
             explanation="without client rows nobody can say the storm was really offered",
-        )  # fmt: skip
+        )
     s = offered_stats(run)
     intended = s["offered"] + s["not_offered"]
     ratio = s["offered"] / intended if intended else 0.0
@@ -190,7 +213,8 @@ def check_offered_load(run: Run) -> CheckResult:
     parts = [f"offered {s['offered']}/{intended} intended arrivals ({ratio:.1%})"]
     for p in short:
         parts.append(
-            f"phase {p['phase']}: {p['offered_rate']:.1f}/s offered vs {p['intended_rate']:.1f}/s intended"
+            f"phase {p['phase']}: {p['offered_rate']:.1f}/s offered"
+            f" vs {p['intended_rate']:.1f}/s intended"
         )
     return CheckResult(
         "offered_load",
@@ -213,18 +237,27 @@ def check_fairness(run: Run) -> CheckResult:
 
     bound = run.expect.get("fairness_p99_ratio")
     if not run.has_source("client"):
-        return CheckResult("steady_fairness", UNKNOWN, observed="no client history",
-                           expected="steady clients' p99 ratio", explanation="no client rows")  # fmt: skip
+        return CheckResult(
+            "steady_fairness",
+            UNKNOWN,
+            observed="no client history",
+            expected="steady clients' p99 ratio",
+            explanation="no client rows",
+        )
     storms = [p for p in phases(run) if str(p.get("profile") or p["name"]) != "steady"]
-    steady = client_conns(run).where(F.col("profile") == "steady").select(
-        "client_ip", "client_port", "attempt_ns"
+    steady = (
+        client_conns(run)
+        .where(F.col("profile") == "steady")
+        .select("client_ip", "client_port", "attempt_ns")
     )
     if not storms:
         return CheckResult(
-            "steady_fairness", UNKNOWN if bound else PASS, observed="no storm phase in the history",
+            "steady_fairness",
+            UNKNOWN if bound else PASS,
+            observed="no storm phase in the history",
             expected="steady p99 during storm / before storm" + (f" ≤ {bound}" if bound else ""),
             explanation="no phase_start rows with a non-steady profile: nothing to compare",
-        )  # fmt: skip
+        )
     first_storm = min(p["start"] for p in storms)
     req = run.events("request_ok", source="client").select(
         "client_ip", "client_port", "mono_ns", "latency_ms"
@@ -236,20 +269,25 @@ def check_fairness(run: Run) -> CheckResult:
     for p in storms:
         in_storm = in_storm | ((F.col("mono_ns") >= p["start"]) & (F.col("mono_ns") < p["end"]))
     row = req.agg(
-        F.percentile_approx(F.when(F.col("mono_ns") < first_storm, F.col("latency_ms")), 0.99, 10000).alias("base"),
+        F.percentile_approx(
+            F.when(F.col("mono_ns") < first_storm, F.col("latency_ms")), 0.99, 10000
+        ).alias("base"),
         F.percentile_approx(F.when(in_storm, F.col("latency_ms")), 0.99, 10000).alias("storm"),
         F.sum(F.when(F.col("mono_ns") < first_storm, 1).otherwise(0)).alias("n_base"),
         F.sum(F.when(in_storm, 1).otherwise(0)).alias("n_storm"),
-    ).first()  # fmt: skip
+    ).first()
     assert row is not None
     base, storm = row["base"], row["storm"]
     if not base or storm is None:
         return CheckResult(
-            "steady_fairness", UNKNOWN if bound else PASS,
-            observed=f"steady requests: {row['n_base'] or 0} before storm, {row['n_storm'] or 0} during",
+            "steady_fairness",
+            UNKNOWN if bound else PASS,
+            observed=(
+                f"steady requests: {row['n_base'] or 0} before storm, {row['n_storm'] or 0} during"
+            ),
             expected="steady requests both before and during the storm",
             explanation="not enough steady-client requests to compare latencies",
-        )  # fmt: skip
+        )
     ratio = float(storm) / float(base)
     observed = (
         f"steady p99 {fmt(base, 2)} ms before → {fmt(storm, 2)} ms during storm "
@@ -257,11 +295,13 @@ def check_fairness(run: Run) -> CheckResult:
     )
     if bound is None:
         return CheckResult(
-            "steady_fairness", PASS, observed=observed,
+            "steady_fairness",
+            PASS,
+            observed=observed,
             expected="reported only (expect.fairness_p99_ratio not set)",
             explanation="not judged: the scenario did not state a fairness bound",
             data={"ratio": ratio},
-        )  # fmt: skip
+        )
     return CheckResult(
         "steady_fairness",
         FAIL if ratio > float(bound) else PASS,
@@ -284,25 +324,43 @@ def check_client_ip_concurrency(run: Run) -> CheckResult:
 
         return not_limited("client_ip_concurrency", run, "max.connections.per.ip")
     cc = client_conns(run).where(F.col("ready_ns").isNotNull() & F.col("closed_ns").isNotNull())
-    up = cc.select("client_ip", "client_port", "connect_ok_ts", F.col("ready_ns").alias("ns"), F.lit(1).alias("d"))
-    down = cc.select("client_ip", "client_port", "connect_ok_ts", F.col("closed_ns").alias("ns"), F.lit(-1).alias("d"))  # fmt: skip
+    up = cc.select(
+        "client_ip",
+        "client_port",
+        "connect_ok_ts",
+        F.col("ready_ns").alias("ns"),
+        F.lit(1).alias("d"),
+    )
+    down = cc.select(
+        "client_ip",
+        "client_port",
+        "connect_ok_ts",
+        F.col("closed_ns").alias("ns"),
+        F.lit(-1).alias("d"),
+    )
     w = Window.partitionBy("client_ip").orderBy("ns", "d").rowsBetween(Window.unboundedPreceding, 0)
     ev = up.unionByName(down).withColumn("count", F.sum("d").over(w)).where(F.col("d") == 1)
     from analysis.checks.concurrency import _keyed_limit
 
     ev = ev.withColumn(
         "limit",
-        _keyed_limit(run, F.col("ns"), F.col("client_ip"),
-                     lambda x: {k: float(v) for k, v in x.per_ip_overrides.items()},
-                     lambda x: x.max_connections_per_ip),
-    )  # fmt: skip
+        _keyed_limit(
+            run,
+            F.col("ns"),
+            F.col("client_ip"),
+            lambda x: {k: float(v) for k, v in x.per_ip_overrides.items()},
+            lambda x: x.max_connections_per_ip,
+        ),
+    )
     n_bad = ev.where(F.col("count") > F.col("limit")).count()
     peak = ev.agg(F.max("count")).first()
     wit = [
-        witness(r.asDict() | {"mono_ns": r["ns"]},
-                f"{r['count']} served at once from {r['client_ip']} > {fmt(r['limit'])}")
+        witness(
+            r.asDict() | {"mono_ns": r["ns"]},
+            f"{r['count']} served at once from {r['client_ip']} > {fmt(r['limit'])}",
+        )
         for r in ev.where(F.col("count") > F.col("limit")).orderBy("ns").limit(10).collect()
-    ]  # fmt: skip
+    ]
     return CheckResult(
         "client_ip_concurrency",
         FAIL if n_bad else PASS,
@@ -315,12 +373,35 @@ def check_client_ip_concurrency(run: Run) -> CheckResult:
 
 
 CHECKS = [
-    Check("client_acceptor_agreement", "clients", check_agreement, False,
-          doc="client outcomes agree with the acceptor's records"),
-    Check("offered_load", "clients", check_offered_load, False, ("acceptor", "broker"),
-          doc="the generator offered ≥ 95 % of its intended arrivals"),
-    Check("steady_fairness", "clients", check_fairness, True, ("acceptor", "broker"),
-          doc="steady clients' p99 during storms vs baseline"),
-    Check("client_ip_concurrency", "clients", check_client_ip_concurrency, True, ("broker",),
-          doc="target broker: served connections per IP ≤ per-IP max (client view)"),
-]  # fmt: skip
+    Check(
+        "client_acceptor_agreement",
+        "clients",
+        check_agreement,
+        False,
+        doc="client outcomes agree with the acceptor's records",
+    ),
+    Check(
+        "offered_load",
+        "clients",
+        check_offered_load,
+        False,
+        ("acceptor", "broker"),
+        doc="the generator offered ≥ 95 % of its intended arrivals",
+    ),
+    Check(
+        "steady_fairness",
+        "clients",
+        check_fairness,
+        True,
+        ("acceptor", "broker"),
+        doc="steady clients' p99 during storms vs baseline",
+    ),
+    Check(
+        "client_ip_concurrency",
+        "clients",
+        check_client_ip_concurrency,
+        True,
+        ("broker",),
+        doc="target broker: served connections per IP ≤ per-IP max (client view)",
+    ),
+]

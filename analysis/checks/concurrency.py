@@ -26,8 +26,13 @@ if TYPE_CHECKING:
     from analysis.load import Run
 
 
-def _keyed_limit(run: Run, ns: Column, key: Column, per_key: Callable[[Limits], dict[str, float]],
-                 default: Callable[[Limits], float]) -> Column:  # fmt: skip
+def _keyed_limit(
+    run: Run,
+    ns: Column,
+    key: Column,
+    per_key: Callable[[Limits], dict[str, float]],
+    default: Callable[[Limits], float],
+) -> Column:
     """The limit for `key` at `ns`: per-version map lookup with a default."""
     from pyspark.sql import functions as F
 
@@ -46,15 +51,21 @@ def _keyed_limit(run: Run, ns: Column, key: Column, per_key: Callable[[Limits], 
     return expr
 
 
-def _concurrency(run: Run, key_col: str | None, limit: Callable[[Column, Column], Column],
-                 only_unprotected: bool = False) -> DataFrame:  # fmt: skip
+def _concurrency(
+    run: Run,
+    key_col: str | None,
+    limit: Callable[[Column, Column], Column],
+    only_unprotected: bool = False,
+) -> DataFrame:
     """Rows (admission events) with the running count per key and the limit then."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     conns = acceptor_conns(run).where(F.col("admit_ns").isNotNull())
     if only_unprotected:
-        prot = [name for lim in run.timeline.limits for name in lim.listeners if lim.is_protected(name)]
+        prot = [
+            name for lim in run.timeline.limits for name in lim.listeners if lim.is_protected(name)
+        ]
         if prot:
             conns = conns.where(~F.col("listener").isin(*prot))
     key = F.col(key_col) if key_col else F.lit("broker")
@@ -121,7 +132,9 @@ def check_max_connections(run: Run) -> CheckResult:
 
     ev = _concurrency(run, None, lim, only_unprotected=True)
     limited = run.timeline.ever(lambda x: x.max_connections)
-    return _judge(run, "max_connections", ev.withColumn("limit", F.col("limit")), "max.connections", limited)
+    return _judge(
+        run, "max_connections", ev.withColumn("limit", F.col("limit")), "max.connections", limited
+    )
 
 
 def check_listener_max_connections(run: Run) -> CheckResult:
@@ -136,9 +149,12 @@ def check_listener_max_connections(run: Run) -> CheckResult:
 def check_max_connections_per_ip(run: Run) -> CheckResult:
     def lim(ns: Column, k: Column) -> Column:
         return _keyed_limit(
-            run, ns, k, lambda x: {k2: float(v) for k2, v in x.per_ip_overrides.items()},
+            run,
+            ns,
+            k,
+            lambda x: {k2: float(v) for k2, v in x.per_ip_overrides.items()},
             lambda x: x.max_connections_per_ip,
-        )  # fmt: skip
+        )
 
     ev = _concurrency(run, "client_ip", lim)
     limited = any(
@@ -151,10 +167,25 @@ def check_max_connections_per_ip(run: Run) -> CheckResult:
 
 
 CHECKS = [
-    Check("max_connections", "concurrency", check_max_connections, True,
-          doc="non-protected connections open at once ≤ max.connections"),
-    Check("listener_max_connections", "concurrency", check_listener_max_connections, True,
-          doc="connections open at once on a listener ≤ listener.name.<l>.max.connections"),
-    Check("max_connections_per_ip", "concurrency", check_max_connections_per_ip, True,
-          doc="connections open at once from one IP ≤ max.connections.per.ip / override"),
-]  # fmt: skip
+    Check(
+        "max_connections",
+        "concurrency",
+        check_max_connections,
+        True,
+        doc="non-protected connections open at once ≤ max.connections",
+    ),
+    Check(
+        "listener_max_connections",
+        "concurrency",
+        check_listener_max_connections,
+        True,
+        doc="connections open at once on a listener ≤ listener.name.<l>.max.connections",
+    ),
+    Check(
+        "max_connections_per_ip",
+        "concurrency",
+        check_max_connections_per_ip,
+        True,
+        doc="connections open at once from one IP ≤ max.connections.per.ip / override",
+    ),
+]

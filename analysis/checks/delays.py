@@ -33,9 +33,9 @@ def check_rate_delay_within_window(run: Run) -> CheckResult:
     stats = conns.agg(
         F.max("delay_ms").alias("max_recorded"),
         F.sum(F.when(F.col("delay_ms") > 0, 1).otherwise(0)).alias("delayed"),
-        F.max(
-            F.when(F.col("delay_ms") > 0, (F.col("t1_ns") - F.col("accept_ns")) / MS)
-        ).alias("max_wait"),
+        F.max(F.when(F.col("delay_ms") > 0, (F.col("t1_ns") - F.col("accept_ns")) / MS)).alias(
+            "max_wait"
+        ),
     ).first()
     assert stats is not None
     # a recorded throttle is Kafka's number: it must not exceed w itself; the actual wait
@@ -56,7 +56,8 @@ def check_rate_delay_within_window(run: Run) -> CheckResult:
         witness(
             r.asDict(),
             f"rate delay {fmt(r['delay_ms'])} ms recorded, waited "
-            f"{fmt(((r['t1_ns'] or r['accept_ns']) - r['accept_ns']) / MS)} ms; window is {fmt(w)} ms",
+            f"{fmt(((r['t1_ns'] or r['accept_ns']) - r['accept_ns']) / MS)} ms; "
+            f"window is {fmt(w)} ms",
         )
         for r in rows
     ]
@@ -122,7 +123,7 @@ def check_ip_throttle_within_window(run: Run) -> CheckResult:
         ),
         tolerance=f"slack {fmt(run.slack_ms)} ms",
         witnesses=wit,
-        explanation="a per-IP throttled socket is parked then closed after its throttle, never served",
+        explanation="a per-IP throttled socket is parked, closed after its throttle, never served",
     )
 
 
@@ -142,13 +143,13 @@ def check_protected_not_delayed(run: Run) -> CheckResult:
         )
     conns = acceptor_conns(run).where(F.col("listener").isin(*prot))
     total = conns.count()
-    bad = conns.where(
-        (F.col("delay_reason") == "broker_rate") | (F.col("delay_broker_ms") > 0)
-    )
+    bad = conns.where((F.col("delay_reason") == "broker_rate") | (F.col("delay_broker_ms") > 0))
     n_bad = bad.count()
     rows = bad.orderBy("accept_ns").limit(10).collect()
     wit = [
-        witness(r.asDict(), f"protected listener delayed {fmt(r['delay_ms'])} ms by the broker rate")
+        witness(
+            r.asDict(), f"protected listener delayed {fmt(r['delay_ms'])} ms by the broker rate"
+        )
         for r in rows
     ]
     return CheckResult(
@@ -163,10 +164,25 @@ def check_protected_not_delayed(run: Run) -> CheckResult:
 
 
 CHECKS = [
-    Check("rate_delay_within_window", "delays", check_rate_delay_within_window, True,
-          doc="broker/listener rate delay ≤ quota window (+ slack on the actual wait)"),
-    Check("ip_throttle_within_window", "delays", check_ip_throttle_within_window, True,
-          doc="per-IP throttle ≤ window; socket held for the throttle then closed, never served"),
-    Check("protected_listener_not_delayed", "delays", check_protected_not_delayed, True,
-          doc="the protected inter-broker listener is never delayed by the broker-wide rate"),
-]  # fmt: skip
+    Check(
+        "rate_delay_within_window",
+        "delays",
+        check_rate_delay_within_window,
+        True,
+        doc="broker/listener rate delay ≤ quota window (+ slack on the actual wait)",
+    ),
+    Check(
+        "ip_throttle_within_window",
+        "delays",
+        check_ip_throttle_within_window,
+        True,
+        doc="per-IP throttle ≤ window; socket held for the throttle then closed, never served",
+    ),
+    Check(
+        "protected_listener_not_delayed",
+        "delays",
+        check_protected_not_delayed,
+        True,
+        doc="the protected inter-broker listener is never delayed by the broker-wide rate",
+    ),
+]

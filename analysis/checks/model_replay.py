@@ -50,7 +50,8 @@ def _result(run: Run, mode: str) -> CheckResult:
         wit.append({k: v for k, v in w.items() if v is not None})
     rate = agree / n if n else 1.0
     observed = (
-        f"{agree}/{n} connections agree ({rate:.2%}); delays recorded {summary['n_delayed_recorded']}"
+        f"{agree}/{n} connections agree ({rate:.2%}); "
+        f"delays recorded {summary['n_delayed_recorded']}"
         f" / model {summary['n_delayed_model']}"
     )
     if mode == "acceptor":
@@ -90,6 +91,12 @@ def check_model_replay(run: Run) -> CheckResult:
 
 
 CHECKS = [
-    Check("model_replay", "model", check_model_replay, True, ("acceptor", "broker"),
-          doc="recorded decisions equal the independent model's (delay, outcome, throttle)"),
-]  # fmt: skip
+    Check(
+        "model_replay",
+        "model",
+        check_model_replay,
+        True,
+        ("acceptor", "broker"),
+        doc="recorded decisions equal the independent model's (delay, outcome, throttle)",
+    ),
+]

@@ -26,10 +26,12 @@ def check_queue_depth(run: Run) -> CheckResult:
     assert stats is not None
     if not stats["n"]:
         return CheckResult(
-            "processor_queue_depth", UNKNOWN, observed="no register rows",
+            "processor_queue_depth",
+            UNKNOWN,
+            observed="no register rows",
             expected=f"queue_depth ≤ {QUEUE_SIZE}",
             explanation="no connection was handed to a processor, so nothing can be said",
-        )  # fmt: skip
+        )
     bad = conns.where(F.col("queue_depth") > QUEUE_SIZE)
     n_bad = bad.count()
     wit = [
@@ -59,11 +61,13 @@ def check_reject_closes_at_once(run: Run) -> CheckResult:
         )
         return CheckResult(
             "ip_count_reject_closes_at_once",
-            UNKNOWN if "ip_count_reject_closes_at_once" in (run.expect.get("checks") or []) else PASS,
+            UNKNOWN
+            if "ip_count_reject_closes_at_once" in (run.expect.get("checks") or [])
+            else PASS,
             observed="no per-IP count rejections in the run",
             expected="each reject closed at once, never served",
             explanation=(
-                "no connection hit the per-IP count limit, so the close-at-once rule was not exercised"
+                "no connection hit the per-IP count limit: the close-at-once rule was not exercised"
                 if limited
                 else "not limited: no per-IP count limit configured"
             ),
@@ -112,8 +116,18 @@ def check_reject_closes_at_once(run: Run) -> CheckResult:
 
 
 CHECKS = [
-    Check("processor_queue_depth", "processors", check_queue_depth, False,
-          doc="no processor queue deeper than 20 at hand-off"),
-    Check("ip_count_reject_closes_at_once", "processors", check_reject_closes_at_once, True,
-          doc="per-IP count rejects are closed at once (client EOF), never served"),
-]  # fmt: skip
+    Check(
+        "processor_queue_depth",
+        "processors",
+        check_queue_depth,
+        False,
+        doc="no processor queue deeper than 20 at hand-off",
+    ),
+    Check(
+        "ip_count_reject_closes_at_once",
+        "processors",
+        check_reject_closes_at_once,
+        True,
+        doc="per-IP count rejects are closed at once (client EOF), never served",
+    ),
+]

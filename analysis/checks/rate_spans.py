@@ -27,8 +27,9 @@ if TYPE_CHECKING:
     from analysis.load import Run
 
 
-def _bound_col(run: Run, ns: Column, key: Column | None,
-               pick: Callable[[Limits, str], float]) -> Column:  # fmt: skip
+def _bound_col(
+    run: Run, ns: Column, key: Column | None, pick: Callable[[Limits, str], float]
+) -> Column:
     """Bound at `ns` for `key` (a listener or IP): per-version map with its default."""
     from pyspark.sql import functions as F
 
@@ -51,8 +52,15 @@ def _bound_col(run: Run, ns: Column, key: Column | None,
     return expr
 
 
-def _span_check(run: Run, name: str, what: str, ev: DataFrame, key: str | None,
-                pick: Callable[[Limits, str], float], feeders: int) -> CheckResult:  # fmt: skip
+def _span_check(
+    run: Run,
+    name: str,
+    what: str,
+    ev: DataFrame,
+    key: str | None,
+    pick: Callable[[Limits, str], float],
+    feeders: int,
+) -> CheckResult:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -111,7 +119,7 @@ def _span_check(run: Run, name: str, what: str, ev: DataFrame, key: str | None,
             f"count(t−S, t] ≤ r·S + r·(n−1)·w + {feeders}·S/w with S = n·w = {span_ms} ms, "
             f"r = {what}"
         ),
-        tolerance=f"{feeders}·S/w = {feeders * span_ms // w} connections (delay cap of w per acceptor)",
+        tolerance=f"{feeders}·S/w = {feeders * span_ms // w} connections (delay cap w)",
         witnesses=wit,
         explanation=(
             f"the recorded connection rate exceeded {what} beyond its burst allowance"
@@ -145,8 +153,15 @@ def check_broker_rate(run: Run) -> CheckResult:
     if prot:
         ev = ev.where(~F.col("listener").isin(*prot))
     listeners = {x for lim in run.timeline.limits for x in lim.listeners} - set(prot)
-    return _span_check(run, "broker_rate_span", "max.connection.creation.rate", ev, None,
-                       lambda lim, _k: lim.broker_rate, max(1, len(listeners)))  # fmt: skip
+    return _span_check(
+        run,
+        "broker_rate_span",
+        "max.connection.creation.rate",
+        ev,
+        None,
+        lambda lim, _k: lim.broker_rate,
+        max(1, len(listeners)),
+    )
 
 
 def check_listener_rate(run: Run) -> CheckResult:
@@ -154,8 +169,15 @@ def check_listener_rate(run: Run) -> CheckResult:
         return not_limited(
             "listener_rate_span", run, "listener.name.<l>.max.connection.creation.rate"
         )
-    return _span_check(run, "listener_rate_span", "listener.name.<l>.max.connection.creation.rate",
-                       _accepts(run), "listener", lambda lim, k: lim.listener_rate_for(k), 1)  # fmt: skip
+    return _span_check(
+        run,
+        "listener_rate_span",
+        "listener.name.<l>.max.connection.creation.rate",
+        _accepts(run),
+        "listener",
+        lambda lim, k: lim.listener_rate_for(k),
+        1,
+    )
 
 
 def check_ip_rate(run: Run) -> CheckResult:
@@ -168,15 +190,37 @@ def check_ip_rate(run: Run) -> CheckResult:
     conns = acceptor_conns(run).where(F.col("outcome").isin("admit", "reject"))
     ev = conns.withColumn("ns", F.col("t1_ns")).withColumn("ts", F.col("admit_ts"))
     n_listeners = max(1, len({x for lim in run.timeline.limits for x in lim.listeners}))
-    return _span_check(run, "ip_rate_span", "connection_creation_rate (ip quota)", ev,
-                       "client_ip", lambda lim, k: lim.ip_quota(k), n_listeners)  # fmt: skip
+    return _span_check(
+        run,
+        "ip_rate_span",
+        "connection_creation_rate (ip quota)",
+        ev,
+        "client_ip",
+        lambda lim, k: lim.ip_quota(k),
+        n_listeners,
+    )
 
 
 CHECKS = [
-    Check("broker_rate_span", "rate_spans", check_broker_rate, True,
-          doc="broker-wide accepts per n·w span within bound·span + burst"),
-    Check("listener_rate_span", "rate_spans", check_listener_rate, True,
-          doc="per-listener accepts per n·w span within bound·span + burst"),
-    Check("ip_rate_span", "rate_spans", check_ip_rate, True,
-          doc="per-IP (non-throttled) connections per n·w span within bound·span + burst"),
-]  # fmt: skip
+    Check(
+        "broker_rate_span",
+        "rate_spans",
+        check_broker_rate,
+        True,
+        doc="broker-wide accepts per n·w span within bound·span + burst",
+    ),
+    Check(
+        "listener_rate_span",
+        "rate_spans",
+        check_listener_rate,
+        True,
+        doc="per-listener accepts per n·w span within bound·span + burst",
+    ),
+    Check(
+        "ip_rate_span",
+        "rate_spans",
+        check_ip_rate,
+        True,
+        doc="per-IP (non-throttled) connections per n·w span within bound·span + burst",
+    ),
+]

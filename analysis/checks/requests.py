@@ -70,6 +70,11 @@ def check_request_throttles(run: Run) -> CheckResult:
 
 
 CHECKS = [
-    Check("request_throttle_bounds", "requests", check_request_throttles, False,
-          doc="request throttles ≤ window and never on exempt (cluster-action) APIs"),
-]  # fmt: skip
+    Check(
+        "request_throttle_bounds",
+        "requests",
+        check_request_throttles,
+        False,
+        doc="request throttles ≤ window and never on exempt (cluster-action) APIs",
+    ),
+]

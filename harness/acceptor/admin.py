@@ -261,11 +261,11 @@ class AdminHandler:
                 ip = None if raw is None else self.resolve(raw)
                 for key, value in ops:
                     if key == IP_RATE_KEY:
-                        self.acceptor.set_ip_quota(ip, None if value is None else int(round(value)))
+                        self.acceptor.set_ip_quota(ip, None if value is None else round(value))
                         applied.append(
                             {
                                 "ip": ip or "default",
-                                "rate": None if value is None else int(round(value)),
+                                "rate": None if value is None else round(value),
                             }
                         )
             code, msg = error if error is not None else (0, None)
@@ -338,9 +338,11 @@ class AdminHandler:
                         self.acceptor.alter_broker_config(changes)
                         changed = True
                 except ConfigError as exc:
+                    # what a Kafka 4.3 broker answers for a bad dynamic value (observed)
+                    reason = exc.reason[:1].upper() + exc.reason[1:]
                     code, msg = (
-                        INVALID_CONFIG,
-                        f"Invalid value {exc.value} for configuration {exc.key}: {exc.reason}",
+                        INVALID_REQUEST,
+                        f"Invalid value {exc.value} for configuration {exc.key}: {reason}",
                     )
             responses.append(
                 R.AlterConfigsResourceResponse(

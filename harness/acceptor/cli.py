@@ -13,17 +13,23 @@ import argparse
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="acceptor properties file")
     parser.add_argument(
-        "--set", metavar="KEY=VALUE", action="append", default=[],
+        "--set",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
         help="override one property (repeatable); KEY= removes it",
     )
     parser.add_argument("--history", metavar="DIR", help="history directory (runs/<id>/history)")
     parser.add_argument("--run-id", default="adhoc", help="run id written in every history row")
     parser.add_argument(
-        "--ready-file", metavar="PATH",
+        "--ready-file",
+        metavar="PATH",
         help="write {listeners, metrics_url, pid} as JSON here once listening",
     )
     parser.add_argument(
-        "--loop", choices=("auto", "uvloop", "asyncio"), default="auto",
+        "--loop",
+        choices=("auto", "uvloop", "asyncio"),
+        default="auto",
         help="event loop implementation (auto = uvloop when installed)",
     )
 
@@ -73,7 +79,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"metrics: {acceptor.metrics.url or 'disabled'}", flush=True)
         if args.ready_file:
             ready = {
-                "listeners": {n: {"host": la.host, "port": la.port} for n, la in acceptor.listeners.items()},
+                "listeners": {
+                    n: {"host": la.host, "port": la.port} for n, la in acceptor.listeners.items()
+                },
                 "metrics_url": acceptor.metrics.url,
                 "pid": os.getpid(),
             }

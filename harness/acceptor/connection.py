@@ -38,9 +38,9 @@ def _reset(writer: asyncio.StreamWriter | None) -> None:
     """Close with RST (SO_LINGER 0) so the peer sees a reset, not an orderly EOF."""
     if writer is None:
         return
-    sock = writer.get_extra_info("socket")
-    if sock is not None:
-        with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, ValueError):  # ValueError: uvloop, fd already gone
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RST)
     writer.transport.abort()
 
@@ -107,7 +107,7 @@ class Connection:
             self._uw.close()
             return
         for s in (self._cw, self._uw):
-            sk = s.get_extra_info("socket")
+            sk = s.get_extra_info("socket") if s is not None else None
             if sk is not None:
                 with contextlib.suppress(OSError):
                     sk.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

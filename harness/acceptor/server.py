@@ -26,7 +26,7 @@ from harness.acceptor.config import AcceptorConfig, parse_acceptor_config
 from harness.acceptor.connection import Connection
 from harness.acceptor.metrics import AcceptorMetrics
 from harness.acceptor.recorder import Recorder
-from harness.acceptor.state import PersistentState, load_state, save_state
+from harness.acceptor.state import load_state, save_state
 from harness.acceptor.tracker import Completed
 from harness.history import HistoryWriter
 from harness.quota.config import QuotaConfig, apply_dynamic_update
@@ -217,7 +217,7 @@ class Acceptor:
             processor=conn.processor.index,
         )
 
-    # -- dynamic configuration (admin path) ---------------------------------------------------------
+    # -- dynamic configuration (admin path) ------------------------------------------------
     def _restore_state(self) -> None:
         st = self.state
         if st.broker_config:

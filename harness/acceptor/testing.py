@@ -31,13 +31,21 @@ def bootstrap(addr: tuple[str, int]) -> str:
     return f"{addr[0]}:{addr[1]}"
 
 
-def connect(addr: tuple[str, int], source_ip: str | None = None, *, preamble: bytes = b"", timeout: float = 15) -> KafkaWire:
+def connect(
+    addr: tuple[str, int],
+    source_ip: str | None = None,
+    *,
+    preamble: bytes = b"",
+    timeout: float = 15,
+) -> KafkaWire:
     return KafkaWire(bootstrap(addr), source_ip=source_ip, timeout=timeout, preamble=preamble)
 
 
 def ping(wire: KafkaWire) -> Any:
     """One ApiVersions round trip (raises ConnectionError on EOF)."""
-    return wire.request(ApiVersionsRequest[3](client_software_name="harness-test", client_software_version="0"))
+    return wire.request(
+        ApiVersionsRequest[3](client_software_name="harness-test", client_software_version="0")
+    )
 
 
 def api_versions_frame(correlation_id: int = 1) -> bytes:
@@ -47,7 +55,9 @@ def api_versions_frame(correlation_id: int = 1) -> bytes:
 
 
 def raw(addr: tuple[str, int], source_ip: str | None = None, timeout: float = 15) -> socket.socket:
-    return socket.create_connection(addr, timeout=timeout, source_address=(source_ip, 0) if source_ip else None)
+    return socket.create_connection(
+        addr, timeout=timeout, source_address=(source_ip, 0) if source_ip else None
+    )
 
 
 def read_outcome(sock: socket.socket, timeout: float) -> str:
@@ -87,7 +97,9 @@ def round_trip(addr: tuple[str, int], source_ip: str | None = None, timeout: flo
         s.close()
 
 
-def wait_until(pred: Callable[[], Any], timeout: float = 30, interval: float = 0.05, what: str = "condition") -> Any:
+def wait_until(
+    pred: Callable[[], Any], timeout: float = 30, interval: float = 0.05, what: str = "condition"
+) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         value = pred()

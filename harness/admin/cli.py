@@ -1,10 +1,14 @@
 """Describe/alter client quotas and broker connection limits, with kafka-configs' flags.
 
-  harness quotas --bootstrap-server 127.0.0.1:9092 --describe --entity-type ips
-  harness quotas --bootstrap-server 127.0.0.1:9092 --alter --ip 127.0.0.9 --add-config connection_creation_rate=5
-  harness quotas --bootstrap-server 127.0.0.1:9092 --alter --ip-defaults --delete-config connection_creation_rate
-  harness quotas --bootstrap-server 127.0.0.1:9092 --alter --entity-type brokers --entity-default --add-config max.connections=100
-  harness quotas --bootstrap-server 127.0.0.1:9092 --alter --user u --client-defaults --add-config request_percentage=200
+  harness quotas --bootstrap-server H:P --describe --entity-type ips
+  harness quotas --bootstrap-server H:P --alter --ip 127.0.0.9 \
+      --add-config connection_creation_rate=5
+  harness quotas --bootstrap-server H:P --alter --ip-defaults \
+      --delete-config connection_creation_rate
+  harness quotas --bootstrap-server H:P --alter --entity-type brokers --entity-default \
+      --add-config max.connections=100
+  harness quotas --bootstrap-server H:P --alter --user u --client-defaults \
+      --add-config request_percentage=200
 
 Works against the acceptor and against a real broker (Kafka's admin APIs only).
 """
@@ -27,18 +31,35 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--add-config", metavar="K=V[,K=V]", help="configs to set")
     parser.add_argument("--delete-config", metavar="K[,K]", help="configs to delete")
     parser.add_argument(
-        "--entity-type", action="append", default=[], choices=sorted(TYPE_ALIASES),
+        "--entity-type",
+        action="append",
+        default=[],
+        choices=sorted(TYPE_ALIASES),
         help="ips, users, clients or brokers (users and clients may be combined)",
     )
-    parser.add_argument("--entity-name", action="append", default=[], help="name for the preceding --entity-type")
-    parser.add_argument("--entity-default", action="append_const", const=True, default=[], dest="entity_default",
-                        help="the default entity of the preceding --entity-type")
+    parser.add_argument(
+        "--entity-name", action="append", default=[], help="name for the preceding --entity-type"
+    )
+    parser.add_argument(
+        "--entity-default",
+        action="append_const",
+        const=True,
+        default=[],
+        dest="entity_default",
+        help="the default entity of the preceding --entity-type",
+    )
     parser.add_argument("--ip", help="the IP address (same as --entity-type ips --entity-name IP)")
-    parser.add_argument("--ip-defaults", action="store_true", help="the config defaults for all IPs")
+    parser.add_argument(
+        "--ip-defaults", action="store_true", help="the config defaults for all IPs"
+    )
     parser.add_argument("--user", help="the user's principal name")
-    parser.add_argument("--user-defaults", action="store_true", help="the config defaults for all users")
+    parser.add_argument(
+        "--user-defaults", action="store_true", help="the config defaults for all users"
+    )
     parser.add_argument("--client", help="the client id")
-    parser.add_argument("--client-defaults", action="store_true", help="the config defaults for all clients")
+    parser.add_argument(
+        "--client-defaults", action="store_true", help="the config defaults for all clients"
+    )
     parser.add_argument("--command-timeout", type=float, default=15.0, help="seconds per request")
 
 
@@ -124,7 +145,10 @@ def run(args: argparse.Namespace) -> int:
         boot = args.bootstrap_server
         if "broker" in target.entity or "broker" in target.any_name:
             if args.describe:
-                raise UsageError("describe of broker configs: use kafka-configs (DescribeConfigs is forwarded to the broker)")
+                raise UsageError(
+                    "describe of broker configs: use kafka-configs "
+                    "(DescribeConfigs is forwarded to the broker)"
+                )
             if not add and not delete:
                 raise UsageError("--alter needs --add-config and/or --delete-config")
             name = target.entity.get("broker")
@@ -135,11 +159,14 @@ def run(args: argparse.Namespace) -> int:
             alter_broker_config(boot, changes, broker=name or "", **kw)
             print(
                 "Completed updating default config for brokers in the cluster."
-                if name is None else f"Completed updating config for broker {name}."
+                if name is None
+                else f"Completed updating config for broker {name}."
             )
             return 0
         if args.describe:
-            comps = [_component(t, n if n is not None else "default") for t, n in target.entity.items()]
+            comps = [
+                _component(t, n if n is not None else "default") for t, n in target.entity.items()
+            ]
             comps += [_component(t, None) for t in sorted(target.any_name)]
             rows = describe_client_quotas(boot, comps, strict=not target.any_name, **kw)
             for entity, values in rows:
@@ -147,18 +174,23 @@ def run(args: argparse.Namespace) -> int:
                 print(f"Quota configs for {_describe_entity_text(entity)} are {shown}")
             return 0
         if target.any_name:
-            raise UsageError("--alter needs --entity-name or --entity-default for every entity type")
+            raise UsageError(
+                "--alter needs --entity-name or --entity-default for every entity type"
+            )
         if not add and not delete:
             raise UsageError("--alter needs --add-config and/or --delete-config")
         if "ip" in target.entity:
             bad = sorted(k for k in list(add) + delete if k not in IP_KEYS)
             if bad:
                 raise UsageError(
-                    "Only connection quota configs can be added for 'ips' using --bootstrap-server. "
+                    "Only connection quota configs can be added for 'ips' using "
+                    "--bootstrap-server. "
                     f"Unexpected config names: {', '.join(bad)}"
                 )
         if delete:
-            comps = [_component(t, n if n is not None else "default") for t, n in target.entity.items()]
+            comps = [
+                _component(t, n if n is not None else "default") for t, n in target.entity.items()
+            ]
             current: dict[str, float] = {}
             for _, values in describe_client_quotas(boot, comps, strict=True, **kw):
                 current.update(values)
@@ -176,9 +208,11 @@ def run(args: argparse.Namespace) -> int:
         if len(target.entity) == 1:
             ((etype, name),) = target.entity.items()
             plural = {"ip": "ips", "user": "users", "client-id": "clients"}[etype]
+            single = "client" if etype == "client-id" else etype
             print(
                 f"Completed updating default config for {plural} in the cluster."
-                if name is None else f"Completed updating config for {'client' if etype == 'client-id' else etype} {name}."
+                if name is None
+                else f"Completed updating config for {single} {name}."
             )
         else:
             print(f"Completed updating config for {_describe_entity_text(target.entity)}.")

@@ -80,7 +80,9 @@ class KafkaWire:
 
     def versions(self) -> dict[int, tuple[int, int]]:
         if self._versions is None:
-            resp = self.request(ApiVersionsRequest[3](client_software_name="harness", client_software_version="0.1"))
+            resp = self.request(
+                ApiVersionsRequest[3](client_software_name="harness", client_software_version="0.1")
+            )
             if resp.error_code:
                 resp = self.request(ApiVersionsRequest[0]())
             self._versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
@@ -91,7 +93,7 @@ class KafkaWire:
         v = min(hi, cls.max_version)
         if hi < 0 or v < max(lo, cls.min_version):
             raise AdminError(35, f"{cls.__name__} is not supported by the server", "")
-        return v
+        return int(v)
 
     def close(self) -> None:
         self.sock.close()
@@ -121,7 +123,9 @@ def describe_client_quotas(
         v = wire.version_for(D)
         resp = wire.request(
             D[v](
-                components=[D.ComponentData(entity_type=t, match_type=m, match=n) for t, m, n in components],
+                components=[
+                    D.ComponentData(entity_type=t, match_type=m, match=n) for t, m, n in components
+                ],
                 strict=strict,
             )
         )
@@ -188,7 +192,9 @@ def alter_broker_config(
         resource_type=BROKER_RESOURCE,
         resource_name=broker,
         configs=[
-            I.AlterConfigsResource.AlterableConfig(name=k, config_operation=1 if v is None else 0, value=v)
+            I.AlterConfigsResource.AlterableConfig(
+                name=k, config_operation=1 if v is None else 0, value=v
+            )
             for k, v in changes.items()
         ],
     )

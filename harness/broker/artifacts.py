@@ -214,7 +214,8 @@ def _run_maven(version: str, vdir: Path, progress: Progress, *, offline: bool) -
         "-B",
         "-f",
         str(pom),
-        "dependency:copy-dependencies",
+        # Pinned: the plugin version Maven picks by default differs between Maven releases.
+        "org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy-dependencies",
         f"-DoutputDirectory={staging}",
         "-DincludeScope=runtime",
         "-Dmdep.useRepositoryLayout=false",

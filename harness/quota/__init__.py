@@ -17,7 +17,8 @@ One accepted socket, as Kafka's acceptor handles it::
 
 Modules: ``meter`` (Kafka's windowed rate), ``config`` (keys, dynamic updates),
 ``connections`` (KIP-402/612 admission), ``client_quota_admin`` (Alter/Describe
-ClientQuotas validation), ``requests`` (KIP-124 request and byte-rate quotas).
+ClientQuotas validation), ``requests`` (KIP-124 request and byte-rate quotas), ``mute``
+(KIP-219 channel mute states).
 """
 
 from harness.quota.client_quota_admin import (
@@ -46,6 +47,7 @@ from harness.quota.connections import (
     RateStep,
 )
 from harness.quota.meter import QuotaCheck, RateMeter, SampledAvg, java_round
+from harness.quota.mute import ChannelMute, MuteEvent, MuteState
 from harness.quota.requests import (
     CLUSTER_ACTION_API_KEYS,
     DEFAULT,
@@ -66,12 +68,15 @@ __all__ = [
     "IP_QUOTA_KEYS",
     "REQUEST_QUOTA_KEYS",
     "Admission",
+    "ChannelMute",
     "ClientQuota",
     "ConfigError",
     "ConnectionQuotas",
     "Decision",
     "Default",
     "ListenerSpec",
+    "MuteEvent",
+    "MuteState",
     "Outcome",
     "QuotaCheck",
     "QuotaConfig",

@@ -197,26 +197,38 @@ class _Ring:
                 self._exact = False
 
     def _purge(self, now_ms: int) -> None:
-        if now_ms < self._next_purge_ms:
-            return
-        ref = self._start if self._legacy else self._last
+        """``purgeObsoleteSamples``: reset every sample with ``now - ref >= n*w``.
+
+        Expired samples are found oldest first with C-level ``min``/``index`` (usually one
+        per call) instead of a Python loop over the ring.
+        """
         size = self._size
-        threshold = now_ms - self._expire_ms  # expired iff now - ref >= n*w
-        expired = [i for i in range(size) if ref[i] <= threshold]
-        if expired:
-            start, last, value, count = self._start, self._last, self._value, self._count
-            for i in expired:
-                self._total -= value[i]
-                start[i] = now_ms
-                last[i] = now_ms
-                value[i] = 0.0
-                count[i] = 0
-        if size == self._slots:
-            self._next_purge_ms = min(ref) + self._expire_ms
-            self._min_start = min(self._start)
-        elif size:
-            self._next_purge_ms = min(ref[:size]) + self._expire_ms
-            self._min_start = min(self._start[:size])
+        if now_ms < self._next_purge_ms or size == 0:
+            return
+        threshold = now_ms - self._expire_ms
+        full = size == self._slots
+        start, last, value, count = self._start, self._last, self._value, self._count
+        ref = start if self._legacy else last
+        min_start = self._min_start
+        stale_min = False
+        while True:
+            view = ref if full else ref[:size]
+            oldest = min(view)
+            if oldest > threshold:
+                break
+            i = view.index(oldest)
+            self._total -= value[i]
+            if start[i] == min_start:
+                stale_min = True
+            start[i] = now_ms
+            last[i] = now_ms
+            value[i] = 0.0
+            count[i] = 0
+        self._next_purge_ms = oldest + self._expire_ms
+        if stale_min:
+            self._min_start = min(start) if full else min(start[:size])
+        elif now_ms < min_start:
+            self._min_start = now_ms
 
     def _window_size_purged(self, now_ms: int) -> int:
         if self._size == 0:  # SampledStat.oldest creates a sample when there is none
@@ -270,11 +282,23 @@ class RateMeter(_Ring):
     the history is kept).
     """
 
-    __slots__ = ("bound",)
+    __slots__ = ("_bound", "_safe_total")
 
     def __init__(self, samples: int, window_ms: int, bound: float, *, legacy: bool = False):
         super().__init__(samples, window_ms, legacy=legacy)
         self.bound = float(bound)
+
+    @property
+    def bound(self) -> float:
+        return self._bound
+
+    @bound.setter
+    def bound(self, value: float) -> None:
+        self._bound = float(value)
+        # The window is never shorter than the padding (n >= 2), so a sum below
+        # bound * padding cannot violate; the 1e-9 margin keeps float rounding out of it.
+        pad_s = self._pad_ms / 1000.0
+        self._safe_total = self._bound * pad_s * (1 - 1e-9) if self._n >= 2 else -1.0
 
     def record(self, value: float, now_ms: int, check: bool = True) -> QuotaCheck | None:
         """Record ``value`` at ``now_ms``; with ``check``, return the violation if any.
@@ -319,6 +343,8 @@ class RateMeter(_Ring):
         if now_ms >= self._next_purge_ms:
             self._purge(now_ms)
             total = self._total
+        if total < self._safe_total and now_ms >= self._min_start:
+            return 0
         elapsed = now_ms - self._min_start
         pad = self._pad_ms
         if elapsed >= pad:
@@ -328,7 +354,7 @@ class RateMeter(_Ring):
         else:
             window = self._window_size_purged(now_ms)
         rate = total / (window / 1000.0)
-        bound = self.bound
+        bound = self._bound
         if rate <= bound:
             return 0
         if bound == 0.0:

@@ -352,14 +352,21 @@ class RequestQuotas:
         throttle, tags, meter = manager.record(user, client_id, pct, now_ms)
         return RequestCharge(throttle, False, tags, meter.bound, meter.peek(now_ms))
 
-    def record_no_throttle(self, user: str, client_id: str, ns: int, now_ms: int) -> None:
-        """Network-thread time of a request, recorded after the response without a check."""
+    def record_no_throttle(
+        self, user: str, client_id: str, ns: int, now_ms: int, *, exempt: bool = False
+    ) -> None:
+        """Network-thread time of a request, recorded after the response without a check.
+
+        For an exempt request it goes to ``exempt-request-time``, as Kafka's callback does.
+        """
+        if exempt:
+            self._exempt.record(ns * NANOS_TO_PERCENTAGE, now_ms, False)
+            return
         manager = self._request
         if not manager.enabled:
             return
-        manager.meter(manager.bucket(user, client_id)).record(
-            ns * NANOS_TO_PERCENTAGE, now_ms, False
-        )
+        meter = manager.meter(manager.bucket(user, client_id))
+        meter.record(ns * NANOS_TO_PERCENTAGE, now_ms, False)
 
     def record_bytes(
         self, kind: Literal["produce", "fetch"], user: str, client_id: str, nbytes: int, now_ms: int

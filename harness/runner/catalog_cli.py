@@ -10,6 +10,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--check", action="store_true", help="validate every file; exit 1 if one is broken"
     )
+    parser.add_argument(
+        "--runs",
+        metavar="DIR",
+        help="summarise the runs under DIR as a markdown table (verdict, durations per target)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -17,6 +22,13 @@ def run(args: argparse.Namespace) -> int:
     from harness.runner.scenario import ScenarioError
     from harness.runner.schedule import build_timeline
 
+    if args.runs:
+        from pathlib import Path
+
+        from harness.runner.summary import markdown_table, summarise
+
+        print(markdown_table(summarise(Path(args.runs))))
+        return 0
     if args.name:
         try:
             sc = load(args.name)

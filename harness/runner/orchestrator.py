@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -128,6 +129,8 @@ class Orchestrator:
         self._restart_error: list[BaseException] = []
         self._web_ports: list[int] = []
         self.lead = 0.0
+        self._t0: float | None = None
+        self._deferred_ends: list[tuple[float, Any]] = []
 
     # -- recording ------------------------------------------------------------------------------
     def record(self, event: str, **fields: Any) -> None:
@@ -141,6 +144,14 @@ class Orchestrator:
 
     # -- main ------------------------------------------------------------------------------------
     def run(self) -> RunResult:
+        """The whole run; SIGTERM acts like Ctrl-C throughout (analysis included)."""
+        old_term = signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
+        try:
+            return self._run()
+        finally:
+            signal.signal(signal.SIGTERM, old_term)
+
+    def _run(self) -> RunResult:
         t_start = time.monotonic()
         self.rd.create()
         self.say(
@@ -159,26 +170,24 @@ class Orchestrator:
             started_at=utc_now_iso(),
         )
         self.rd.write_run_json(self.run_json)
-        old_term = signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
         try:
-            try:
-                self._start_target()
-                self._drive()
-            except KeyboardInterrupt:
-                self.interrupted = True
-                self.say("interrupted: stopping everything; the run stays analysable")
-            except Exception as exc:  # any failure: stop cleanly, keep what was recorded
-                self.error = f"{type(exc).__name__}: {exc}"
-                self.say(f"run broke: {self.error}")
-                if not isinstance(exc, TargetError):
-                    (self.rd.logs / "runner-error.txt").write_text(traceback.format_exc())
-                    self.say(f"traceback in {self.rd.logs / 'runner-error.txt'}")
-            finally:
-                self._shutdown()
+            self._start_target()
+            self._drive()
+        except KeyboardInterrupt:
+            self.interrupted = True
+            self.say("interrupted: stopping everything; the run stays analysable")
+        except Exception as exc:  # any failure: stop cleanly, keep what was recorded
+            self.error = f"{type(exc).__name__}: {exc}"
+            self.say(f"run broke: {self.error}")
+            if not isinstance(exc, TargetError):
+                (self.rd.logs / "runner-error.txt").write_text(traceback.format_exc())
+                self.say(f"traceback in {self.rd.logs / 'runner-error.txt'}")
         finally:
-            signal.signal(signal.SIGTERM, old_term)
+            self._shutdown()
         verdict, report = "unknown", None
         checks: list[dict[str, Any]] = []
+        run_s = time.monotonic() - t_start
+        t_analysis = time.monotonic()
         if self.opts.analyze and self._has_history():
             try:
                 verdict, checks, report = self._analyze()
@@ -190,6 +199,15 @@ class Orchestrator:
             self.say(f"analysis skipped (--no-analyze); run `harness analyze {self.rd.root}`")
         if self.error and verdict == "pass":
             verdict = "unknown"  # a broken run cannot certify anything
+        if self.opts.analyze:
+            # for the catalog table: how long the run and its analysis took, and the outcome
+            self.run_json["result"] = {
+                "verdict": verdict,
+                "run_s": round(run_s, 1),
+                "analysis_s": round(time.monotonic() - t_analysis, 1),
+                "wall_s": round(time.monotonic() - t_start, 1),
+            }
+            self.rd.write_run_json(self.run_json)
         return RunResult(
             self.rd.root,
             verdict,
@@ -260,7 +278,7 @@ class Orchestrator:
         for p in first:
             self._start_phase(p)
         self.lead = self._await_flowing(launched)
-        t0 = time.monotonic()
+        t0 = self._t0 = time.monotonic()
         self.say(f"load flowing after {self.lead:.1f}s of Locust start-up: the clock starts (t=0)")
         last_progress = t0
         while True:
@@ -272,6 +290,9 @@ class Orchestrator:
                         self._start_phase(p)
             for ev in cursor.due(elapsed):
                 self._execute(ev, elapsed)
+            for item in [d for d in self._deferred_ends if d[0] <= elapsed]:
+                self._deferred_ends.remove(item)
+                self._fault(item[1], start=False, elapsed=elapsed)
             self._reap_phases(now)
             self._check_restart()
             dead = self.target.alive()
@@ -282,6 +303,7 @@ class Orchestrator:
                 self.say(self._status(elapsed, cursor))
             if (
                 cursor.done()
+                and not self._deferred_ends
                 and elapsed >= self.duration
                 and all(p.ended for p in self.phases.values())
             ):
@@ -307,6 +329,9 @@ class Orchestrator:
                 f"{self.sc.timeouts.locust_start:g}s; going on"
             )
         return min(time.monotonic() - launched, 10.0)
+
+    def _elapsed(self) -> float:
+        return 0.0 if self._t0 is None else time.monotonic() - self._t0
 
     def _status(self, elapsed: float, cursor: Cursor) -> str:
         running = [p.phase.name for p in self.phases.values() if not p.ended]
@@ -475,7 +500,7 @@ class Orchestrator:
         if start:
             self.say(f"t={elapsed:.1f}s fault {kind} starts ({params['for']:g}s)")
             self.record("fault_start", reason=kind, detail=detail)
-            self.active_faults[kind] = elapsed
+            self.active_faults[kind] = self._elapsed()
             if kind == "broker_pause":
                 broker.pause()
             elif kind == "broker_kill":
@@ -484,6 +509,11 @@ class Orchestrator:
                 self.target.set_upstream_latency(float(params["latency_ms"]))
             return
         if kind not in self.active_faults:
+            return
+        due = self.active_faults[kind] + float(params["for"])
+        if self._elapsed() < due - 0.05:
+            # the start was delayed (a restart in progress): the fault still lasts `for`
+            self._deferred_ends.append((due, params))
             return
         if kind == "broker_pause":
             broker.resume()
@@ -580,7 +610,7 @@ class Orchestrator:
             )
             assert proc.stdout is not None
             deadline = time.monotonic() + self.sc.timeouts.analysis
-            killer = threading.Timer(self.sc.timeouts.analysis, proc.kill)
+            killer = threading.Timer(self.sc.timeouts.analysis, _killpg, (proc.pid,))
             killer.start()
             try:
                 for line in proc.stdout:
@@ -589,8 +619,8 @@ class Orchestrator:
                 proc.wait(max(1.0, deadline - time.monotonic()))
             finally:
                 killer.cancel()
-                if proc.poll() is None:
-                    proc.kill()
+                _killpg(proc.pid)  # the Spark JVM is a child of the analysis: never orphan it
+                proc.wait(10)
         verdict_path = self.rd.report / "verdict.json"
         if not verdict_path.is_file():
             self.say(f"the analysis wrote no verdict (exit {proc.returncode}); see {log}")
@@ -602,6 +632,13 @@ class Orchestrator:
             list(data.get("checks", [])),
             report if report.exists() else None,
         )
+
+
+def _killpg(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _wall_us(mono_ns: int) -> int:

@@ -246,6 +246,14 @@ def expand_ips(spec: str) -> list[str]:
     return out
 
 
+def _located(key: str, fn: Any, value: str) -> Any:
+    """Run a validator and name the full key (load[2].arrival) in its error."""
+    try:
+        return fn(value)
+    except ScenarioError as exc:
+        raise ScenarioError(key, exc.value, exc.reason) from None
+
+
 def _check_ip_entity(key: str, ip: str) -> str:
     if ip == "default":
         return ip
@@ -440,7 +448,7 @@ def _parse_phase(i: int, spec: object, sc: dict[str, Any]) -> Phase:
         raise ScenarioError(f"{where}.profile", profile, f"one of {PROFILES}")
     arrival = m.get("arrival")
     if profile != "steady" or arrival is not None:
-        parse_arrival(str(arrival) if arrival is not None else "")
+        _located(f"{where}.arrival", parse_arrival, str(arrival) if arrival is not None else "")
     start = _num(f"{where}.start", m.get("start", 0))
     stop = _num(f"{where}.stop", m.get("stop", sc["duration"]))
     if stop <= start:
@@ -450,7 +458,7 @@ def _parse_phase(i: int, spec: object, sc: dict[str, Any]) -> Phase:
             f"{where}.stop", stop, f"beyond the scenario duration ({sc['duration']} s)"
         )
     source_ips = str(m.get("source_ips", "127.0.0.2-127.0.0.40"))
-    expand_ips(source_ips)
+    _located(f"{where}.source_ips", expand_ips, source_ips)
     listener = m.get("listener", sc["listeners"][0])
     if listener not in sc["listeners"]:
         raise ScenarioError(f"{where}.listener", listener, f"not one of {list(sc['listeners'])}")
@@ -459,7 +467,7 @@ def _parse_phase(i: int, spec: object, sc: dict[str, Any]) -> Phase:
         raise ScenarioError(f"{where}.proxy_protocol", proxy, f"one of {PROXY_MODES}")
     pcips = m.get("proxy_client_ips")
     if pcips is not None:
-        expand_ips(str(pcips))
+        _located(f"{where}.proxy_client_ips", expand_ips, str(pcips))
     via = m.get("via", "direct")
     if via not in ("direct", "haproxy"):
         raise ScenarioError(f"{where}.via", via, "one of ('direct', 'haproxy')")

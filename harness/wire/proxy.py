@@ -50,6 +50,7 @@ class ProxyHeaderReader:
             return None, bytes(data)
         self._buf += data
         buf = bytes(self._buf)
+        result: tuple[ProxyHeader | None, bytes] | None
         if buf[:12] == V2_SIGNATURE[: len(buf[:12])] and buf[:1] == b"\r":
             result = _parse_v2(buf)
         elif buf[:6] == V1_PREFIX[: len(buf[:6])] and buf[:1] == b"P":

@@ -88,7 +88,12 @@ def test_sixth_connection_from_one_ip_sees_eof_and_a_slot_frees_on_close(start: 
 
 
 def test_per_ip_overrides_by_ip_and_by_host_name(start: Start) -> None:
-    h = start(**{"max.connections.per.ip": "100", "max.connections.per.ip.overrides": "127.0.0.2:2,localhost:1"})
+    h = start(
+        **{
+            "max.connections.per.ip": "100",
+            "max.connections.per.ip.overrides": "127.0.0.2:2,localhost:1",
+        }
+    )
     addr = h.address("CLIENT")
     a = [connect(addr, "127.0.0.2") for _ in range(2)]
     for c in a:
@@ -131,16 +136,19 @@ def _hammer(addr: tuple[str, int], ip: str, seconds: float, results: list[str]) 
 
 def test_listener_creation_rate_keeps_accepts_within_kafkas_band(start: Start) -> None:
     rate, n, w_s, seconds = 10, 2, 1, 3.0
-    h = start(**{
-        "listener.name.client.max.connection.creation.rate": str(rate),
-        "quota.window.num": str(n),
-        "quota.window.size.seconds": str(w_s),
-    })
+    h = start(
+        **{
+            "listener.name.client.max.connection.creation.rate": str(rate),
+            "quota.window.num": str(n),
+            "quota.window.size.seconds": str(w_s),
+        }
+    )
     addr = h.address("CLIENT")
     results: list[str] = []
     t0 = time.monotonic_ns()
     threads = [
-        threading.Thread(target=_hammer, args=(addr, f"127.0.0.{10 + i}", seconds, results)) for i in range(4)
+        threading.Thread(target=_hammer, args=(addr, f"127.0.0.{10 + i}", seconds, results))
+        for i in range(4)
     ]
     for t in threads:
         t.start()
@@ -160,18 +168,25 @@ def test_listener_creation_rate_keeps_accepts_within_kafkas_band(start: Start) -
     assert all(0 < r["delay_ms"] <= 1000 for r in delays)
 
 
-def test_protected_listener_keeps_connecting_while_others_are_throttled(start: Start, kafka_broker: Any) -> None:
-    h = start(**{
-        "listeners": "CLIENT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
-        "inter.broker.listener.name": "INTERNAL",
-        "listener.name.internal.upstream": kafka_broker.bootstrap,
-        "max.connection.creation.rate": "5",
-        "quota.window.num": "2",
-    })
+def test_protected_listener_keeps_connecting_while_others_are_throttled(
+    start: Start, kafka_broker: Any
+) -> None:
+    h = start(
+        **{
+            "listeners": "CLIENT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
+            "inter.broker.listener.name": "INTERNAL",
+            "listener.name.internal.upstream": kafka_broker.bootstrap,
+            "max.connection.creation.rate": "5",
+            "quota.window.num": "2",
+        }
+    )
     client, internal = h.address("CLIENT"), h.address("INTERNAL")
     res_c: list[str] = []
     res_i: list[str] = []
-    threads = [threading.Thread(target=_hammer, args=(client, f"127.0.0.{20 + i}", 2.5, res_c)) for i in range(3)]
+    threads = [
+        threading.Thread(target=_hammer, args=(client, f"127.0.0.{20 + i}", 2.5, res_c))
+        for i in range(3)
+    ]
     threads.append(threading.Thread(target=_hammer, args=(internal, "127.0.0.30", 2.5, res_i)))
     for t in threads:
         t.start()
@@ -187,14 +202,18 @@ def test_protected_listener_keeps_connecting_while_others_are_throttled(start: S
     assert len(admits_i) > 5 * 3.5 * 1.25 + 3 > len(admits_c) * 0.5
 
 
-def test_protected_listener_over_max_connections_evicts_lru_on_other_listener(start: Start, kafka_broker: Any) -> None:
-    h = start(**{
-        "listeners": "CLIENT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
-        "inter.broker.listener.name": "INTERNAL",
-        "listener.name.internal.upstream": kafka_broker.bootstrap,
-        "max.connections": "3",
-        "num.network.threads": "1",
-    })
+def test_protected_listener_over_max_connections_evicts_lru_on_other_listener(
+    start: Start, kafka_broker: Any
+) -> None:
+    h = start(
+        **{
+            "listeners": "CLIENT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
+            "inter.broker.listener.name": "INTERNAL",
+            "listener.name.internal.upstream": kafka_broker.bootstrap,
+            "max.connections": "3",
+            "num.network.threads": "1",
+        }
+    )
     client = h.address("CLIENT")
     conns = [connect(client, "127.0.0.2") for _ in range(3)]
     for c in conns:
@@ -207,7 +226,11 @@ def test_protected_listener_over_max_connections_evicts_lru_on_other_listener(st
     for c in conns[1:]:
         ping(c)
     evicts = rows(h, "evict")
-    assert len(evicts) == 1 and evicts[0]["listener"] == "CLIENT" and evicts[0]["reason"] == "max_connections"
+    assert (
+        len(evicts) == 1
+        and evicts[0]["listener"] == "CLIENT"
+        and evicts[0]["reason"] == "max_connections"
+    )
     for c in [*conns, inter]:
         c.close()
 

@@ -48,7 +48,8 @@ def acceptor(kafka_broker: Any, tmp_path: Path) -> Iterator[Any]:
         h.stop()
 
 
-def load(profile: str, host: str, run_dir: Path, seconds: float = 6, **options: object) -> str:
+def load(profile: str, host: str, run_dir: Path, seconds: float = 30, **options: object) -> str:
+    """Run a profile to the end of its schedule (``max_arrivals``); ``seconds`` bounds it."""
     options.setdefault("max_lag_ms", 2000)  # a loaded CI box must not turn load into gaps
     argv = locust_command(
         profile, host=host, run_time_s=seconds, run_dir=run_dir, run_id="lp", options=options
@@ -222,5 +223,27 @@ def test_proxy_header_from_the_generator_sets_the_client_address(
     client, acc = history(tmp_path, "client"), history(tmp_path, "acceptor")
     both = joined(client, acc, "accept")
     assert len(both) == 40 and set(both.outcome) == {"served"}
-    assert set(both.sock_ip) == {"127.0.0.9"}  # the TCP peer: the one flooding address
+    assert set(both.sock_ip_acc) == {"127.0.0.9"}  # the TCP peer: the one flooding address
     assert set(both.client_ip) == {f"127.0.1.{i}" for i in range(1, 9)}  # the header's
+
+
+@pytest.mark.skipif(not Path("/usr/sbin/haproxy").exists(), reason="Debian's haproxy missing")
+def test_through_a_real_haproxy_the_header_carries_the_true_client(
+    acceptor: Any, tmp_path: Path
+) -> None:
+    h = acceptor({}, proxy="required")
+    load(
+        "single_ip_flood",
+        h.bootstrap("CLIENT"),
+        tmp_path,
+        arrival="constant:rate=30",
+        max_arrivals=30,
+        via_haproxy="v2",
+        source_ips="127.0.0.51-127.0.0.55",
+    )
+    client, acc = history(tmp_path, "client"), history(tmp_path, "acceptor")
+    both = joined(client, acc, "accept")
+    assert len(both) == 30 and set(both.outcome) == {"served"}
+    assert set(both.sock_ip_acc) == {"127.0.0.250"}  # the acceptor's TCP peer: HAProxy
+    assert set(both.sock_ip) == set(both.client_ip)  # the generator's own sockets
+    assert set(both.client_ip) == {f"127.0.0.{i}" for i in range(51, 56)}  # true clients

@@ -240,14 +240,14 @@ schedule:
     fault: upstream_latency
     for: 3
     latency_ms: 200
-  - at: 28
+  - at: 34
     fault: broker_pause
     for: 2
 """
 
 
 def test_faults_are_recorded_and_the_acceptor_keeps_enforcing(tmp_path: Path) -> None:
-    scenario = write_tiny(tmp_path, duration=34, schedule=FAULTS)
+    scenario = write_tiny(tmp_path, duration=40, schedule=FAULTS)
     out = tmp_path / "runs"
     res = harness_run(
         [str(scenario), "--out", str(out), "--no-analyze"], tmp_path / "faults.log", timeout=900

@@ -22,7 +22,9 @@ def test_burst_of_200_at_20_per_second_then_first_throttle() -> None:
     assert sum(meter.values) == 201
 
 
-@pytest.mark.parametrize("k1, expected", [(201, 50), (210, 500), (220, 1000), (221, 1000), (400, 1000)])
+@pytest.mark.parametrize(
+    "k1, expected", [(201, 50), (210, 500), (220, 1000), (221, 1000), (400, 1000)]
+)
 def test_first_throttle_formula_and_cap_at_window(k1: int, expected: int) -> None:
     meter = RateMeter(20)
     for _ in range(k1 - 1):
@@ -127,7 +129,9 @@ def test_protected_listener_skips_broker_rate_and_count() -> None:
 
 
 def test_single_listener_is_not_protected() -> None:
-    lim = Limits.from_config({"listeners": "INTERNAL://:9093", "inter.broker.listener.name": "INTERNAL"})
+    lim = Limits.from_config(
+        {"listeners": "INTERNAL://:9093", "inter.broker.listener.name": "INTERNAL"}
+    )
     assert not lim.is_protected("internal")
 
 
@@ -147,7 +151,7 @@ def test_config_parsing_and_clear_errors() -> None:
     )
     assert lim.max_for_ip("127.0.0.9") == 5 and lim.max_for_ip("127.0.0.1") == INT_MAX
     assert (lim.window_num, lim.window_ms, lim.listener_max_for("client")) == (5, 2000, 9)
-    with pytest.raises(ValueError, match="max.connection.creation.rate='fast': not a number"):
+    with pytest.raises(ValueError, match=r"max\.connection\.creation\.rate='fast': not a number"):
         Limits.from_config({"max.connection.creation.rate": "fast"})
-    with pytest.raises(ValueError, match="overrides.*not host:n"):
+    with pytest.raises(ValueError, match=r"overrides.*not host:n"):
         Limits.from_config({"max.connections.per.ip.overrides": "127.0.0.9"})

@@ -94,6 +94,6 @@ def test_state_round_trip_and_corrupt_file(tmp_path: Path) -> None:
     back = load_state(tmp_path)
     assert back.ip_quotas == st.ip_quotas and back.broker_config == st.broker_config
     (tmp_path / "acceptor-state.json").write_text("{not json", encoding="utf-8")
-    with pytest.raises(ValueError, match="state.dir"):
+    with pytest.raises(ValueError, match=r"state\.dir"):
         load_state(tmp_path)
     assert load_state(None).ip_quotas == {}

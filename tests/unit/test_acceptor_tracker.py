@@ -27,7 +27,7 @@ def test_requests_without_response_are_skipped() -> None:
     order.forwarded(1, 0, "p", 0, 1)  # acks=0 produce: never answered
     assert order.local(2, 49, b"L2") == b""
     order.forwarded(3, 0, "p", 0, 1)
-    before, done, after = order.response(3, 1, 10)
+    before, done, _after = order.response(3, 1, 10)
     assert before == [b"L2"]  # the local answer was due before request 3's response
     assert done is not None and done.api_key == 0
     assert len(order) == 0

@@ -125,10 +125,14 @@ def test_bad_top_level_values_name_key_and_reason(
     ("phase", "key", "reason_part"),
     [
         ({"profile": "tsunami", "arrival": "constant:rate=1"}, "load[0].profile", "one of"),
-        ({"profile": "storm", "arrival": "burst:rate=5"}, "arrival", "unknown arrival kind"),
-        ({"profile": "storm", "arrival": "step:rates=1/2"}, "arrival", "needs every"),
-        ({"profile": "storm", "arrival": "constant:rate=-4"}, "arrival", "number >= 0"),
-        ({"profile": "storm"}, "arrival", "expected"),
+        (
+            {"profile": "storm", "arrival": "burst:rate=5"},
+            "load[0].arrival",
+            "unknown arrival kind",
+        ),
+        ({"profile": "storm", "arrival": "step:rates=1/2"}, "load[0].arrival", "needs every"),
+        ({"profile": "storm", "arrival": "constant:rate=-4"}, "load[0].arrival", "number >= 0"),
+        ({"profile": "storm"}, "load[0].arrival", "expected"),
         ({"profile": "storm", "arrival": "constant:rate=5", "stop": 25}, "load[0].stop", "beyond"),
         (
             {"profile": "storm", "arrival": "constant:rate=5", "start": 10, "stop": 5},
@@ -137,12 +141,12 @@ def test_bad_top_level_values_name_key_and_reason(
         ),
         (
             {"profile": "storm", "arrival": "constant:rate=5", "source_ips": "10.0.0.1"},
-            "source_ips",
+            "load[0].source_ips",
             "loopback",
         ),
         (
             {"profile": "storm", "arrival": "constant:rate=5", "source_ips": "127.0.0.9-127.0.0.2"},
-            "source_ips",
+            "load[0].source_ips",
             "backwards",
         ),
         (

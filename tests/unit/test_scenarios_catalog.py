@@ -197,3 +197,13 @@ def test_locust_run_time_gets_the_startup_allowance(tmp_path: Path) -> None:
     assert argv[argv.index("-t") + 1] == f"{int(sc.duration) + 5}s"
     # the arrival count, not the run time, ends the phase on schedule
     assert argv[argv.index("--max-arrivals") + 1] == str(int(60 * sc.duration))
+
+
+def test_expected_checks_are_checks_the_analysis_has() -> None:
+    checks = pytest.importorskip("analysis.checks")
+    known = {c.name for c in checks.ALL_CHECKS}
+    for entry in ENTRIES:
+        assert entry.scenario is not None
+        for target in entry.scenario.targets:
+            unknown = set(entry.scenario.expect_for(target).checks) - known
+            assert not unknown, f"{entry.scenario.name}: {sorted(unknown)} not in {sorted(known)}"

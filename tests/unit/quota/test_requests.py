@@ -184,7 +184,11 @@ class TestRequestTime:
             charge = q.record_request("u", "c", api, 10**10, 0)
             assert (charge.throttle_ms, charge.exempt) == (0, True), api
         assert q.rate("u", "c", 0) == 0.0
-        assert q.exempt_rate(0) > 0
+        before = q.exempt_rate(0)
+        assert before > 0
+        q.record_no_throttle("u", "c", 10**9, 0, exempt=True)  # network time of an exempt one
+        assert q.exempt_rate(0) == pytest.approx(before + 10.0)  # 100 %s over 10 s
+        assert q.rate("u", "c", 0) == 0.0
         acks0 = q.record_request("u", "c", 0, 10**10, 0, acks_zero_produce=True)
         assert (acks0.throttle_ms, acks0.exempt) == (0, True)
         follower = q.record_request("u", "c", 1, 10**10, 0, follower_fetch=True)

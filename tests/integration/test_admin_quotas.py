@@ -1,0 +1,305 @@
+"""The admin path: Kafka's quota/config APIs answered by the acceptor, `harness quotas`, and
+the same client against the real broker."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.acceptor import AcceptorHandle, start_in_thread
+from harness.acceptor.testing import api_versions_frame, bootstrap, raw, read_outcome, round_trip
+from harness.admin import cli as quotas_cli
+from harness.admin.client import (
+    AdminError,
+    alter_broker_config,
+    alter_client_quota,
+    alter_ip_quota,
+    describe_ip_quotas,
+)
+from harness.cli import main as harness_main
+from harness.history import read_history
+
+Start = Callable[..., AcceptorHandle]
+
+
+@pytest.fixture
+def start(kafka_broker: Any, tmp_path: Path) -> Iterator[Start]:
+    handles: list[AcceptorHandle] = []
+
+    def _start(**props: str) -> AcceptorHandle:
+        base = {
+            "listeners": "CLIENT://127.0.0.1:0",
+            "listener.name.client.upstream": kafka_broker.bootstrap,
+            "metrics.port": "-1",
+            "quota.window.num": "2",
+        }
+        base.update(props)
+        h = start_in_thread(base, history_dir=tmp_path / f"h{len(handles)}", run_id="admin")
+        handles.append(h)
+        return h
+
+    yield _start
+    for h in handles:
+        h.stop()
+
+
+def history(h: AcceptorHandle, source: str) -> list[dict[str, Any]]:
+    for w in (h.acceptor.rec.writer, h.acceptor.config_writer):
+        assert w is not None
+        w.flush()
+    assert h.acceptor.history_dir is not None
+    return read_history(h.acceptor.history_dir, source).to_pylist()
+
+
+def test_harness_quotas_cli_sets_an_ip_quota_that_takes_effect(
+    start: Start, capsys: pytest.CaptureFixture[str]
+) -> None:
+    h = start()
+    boot = bootstrap(h.address("CLIENT"))
+    assert (
+        harness_main(
+            [
+                "quotas",
+                "--bootstrap-server",
+                boot,
+                "--alter",
+                "--ip",
+                "127.0.0.2",
+                "--add-config",
+                "connection_creation_rate=1",
+            ]
+        )
+        == 0
+    )
+    assert "Completed updating config for ip 127.0.0.2." in capsys.readouterr().out
+    assert (
+        harness_main(["quotas", "--bootstrap-server", boot, "--describe", "--entity-type", "ips"])
+        == 0
+    )
+    assert (
+        "Quota configs for ip '127.0.0.2' are connection_creation_rate=1.0"
+        in capsys.readouterr().out
+    )
+    # within one window: quota 1/s over (n-1)=1 padded window allows one, then throttles
+    outcomes = [round_trip(h.address("CLIENT"), "127.0.0.2", timeout=10) for _ in range(2)]
+    assert outcomes[0] == "ok" and outcomes[1] in ("eof", "reset")
+    assert [round_trip(h.address("CLIENT"), "127.0.0.3") for _ in range(4)] == ["ok"] * 4
+    admin = [r for r in history(h, "acceptor") if r["event"] == "admin"]
+    assert [r["reason"] for r in admin] == ["applied"]
+    configs = [json.loads(r["detail"]) for r in history(h, "harness") if r["event"] == "config"]
+    assert configs[0]["ip_quotas"] == {} and configs[-1]["ip_quotas"] == {"127.0.0.2": 1}
+    assert configs[-1]["max.connections"] == 2147483647 and "listeners" in configs[-1]
+
+
+def test_default_ip_quota_and_delete(start: Start) -> None:
+    h = start()
+    boot = bootstrap(h.address("CLIENT"))
+    alter_ip_quota(boot, None, 7)
+    alter_ip_quota(boot, "127.0.0.9", 3)
+    assert describe_ip_quotas(boot) == {"default": 7.0, "127.0.0.9": 3.0}
+    assert describe_ip_quotas(boot, "default") == {"default": 7.0}
+    assert describe_ip_quotas(boot, "127.0.0.9") == {"127.0.0.9": 3.0}
+    assert h.call(lambda: h.acceptor.quotas.ip_quotas()) == {None: 7, "127.0.0.9": 3}
+    alter_ip_quota(boot, "127.0.0.9", None)
+    assert describe_ip_quotas(boot) == {"default": 7.0}
+    assert h.call(lambda: h.acceptor.quotas.ip_quota_for("127.0.0.9")) == 7
+    assert quotas_cli  # the module under test is importable on its own
+
+
+BAD_ALTERATIONS = [
+    ({"ip": "127.0.0.2"}, {"connection_creation_rate": 2.5}),
+    ({"ip": "127.0.0.2"}, {"connection_creation_rate": 0.0}),
+    ({"ip": "127.0.0.2"}, {"request_percentage": 10.0}),
+    ({"ip": "no-such-host.invalid"}, {"connection_creation_rate": 5.0}),
+    ({"ip": "127.0.0.2", "user": "alice"}, {"connection_creation_rate": 5.0}),
+]
+
+
+@pytest.mark.parametrize(("entity", "ops"), BAD_ALTERATIONS)
+def test_validation_errors_are_the_brokers(
+    start: Start, kafka_broker: Any, entity: dict[str, str], ops: dict[str, float]
+) -> None:
+    h = start()
+    errors = []
+    for boot in (bootstrap(h.address("CLIENT")), kafka_broker.bootstrap):
+        with pytest.raises(AdminError) as err:
+            alter_client_quota(boot, entity, ops)
+        errors.append((err.value.code, err.value.message))
+    assert errors[0] == errors[1]
+    assert h.call(lambda: h.acceptor.quotas.ip_quotas()) == {}
+
+
+def test_unauthorized_admin_is_refused_and_changes_nothing(start: Start) -> None:
+    h = start(**{"admin.allowed.addresses": "127.0.0.5/32"})
+    boot = bootstrap(h.address("CLIENT"))
+    for call in (
+        lambda: alter_ip_quota(boot, "127.0.0.2", 1, source_ip="127.0.0.1"),
+        lambda: describe_ip_quotas(boot, source_ip="127.0.0.1"),
+        lambda: alter_broker_config(boot, {"max.connections": "1"}, source_ip="127.0.0.1"),
+        lambda: alter_client_quota(
+            boot, {"user": "bob"}, {"request_percentage": 50.0}, source_ip="127.0.0.1"
+        ),
+    ):
+        with pytest.raises(AdminError) as err:
+            call()
+        assert err.value.code == 31
+    assert h.call(lambda: h.acceptor.quotas.ip_quotas()) == {}
+    assert h.acceptor.quota_cfg.max_connections == 2147483647
+    refused = [r for r in history(h, "acceptor") if r["event"] == "admin"]
+    assert len(refused) == 4 and {r["reason"] for r in refused} == {"CLUSTER_AUTHORIZATION_FAILED"}
+    alter_ip_quota(boot, "127.0.0.2", 4, source_ip="127.0.0.5")  # the allowed address
+    assert describe_ip_quotas(boot, source_ip="127.0.0.5") == {"127.0.0.2": 4.0}
+
+
+def test_admin_only_on_configured_listeners(start: Start, kafka_broker: Any) -> None:
+    h = start(
+        **{
+            "listeners": "CLIENT://127.0.0.1:0,ADMIN://127.0.0.1:0",
+            "listener.name.admin.upstream": kafka_broker.bootstrap,
+            "admin.listeners": "ADMIN",
+        }
+    )
+    with pytest.raises(AdminError) as err:
+        alter_ip_quota(bootstrap(h.address("CLIENT")), None, 3)
+    assert err.value.code == 31
+    alter_ip_quota(bootstrap(h.address("ADMIN")), None, 3)
+    assert h.call(lambda: h.acceptor.quotas.ip_quotas()) == {None: 3}
+
+
+def test_broker_connection_limits_change_at_run_time(start: Start, kafka_broker: Any) -> None:
+    # admin goes through the protected inter-broker listener, which max.connections spares
+    h = start(
+        **{
+            "listeners": "CLIENT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
+            "inter.broker.listener.name": "INTERNAL",
+            "listener.name.internal.upstream": kafka_broker.bootstrap,
+        }
+    )
+    addr = h.address("CLIENT")
+    boot = bootstrap(h.address("INTERNAL"))
+    alter_broker_config(boot, {"max.connections": "1"})
+    assert h.acceptor.quota_cfg.max_connections == 1
+    first = raw(addr, "127.0.0.2")
+    first.sendall(api_versions_frame())
+    assert read_outcome(first, 10) == "data"
+    second = raw(addr, "127.0.0.3")
+    second.sendall(api_versions_frame())
+    assert read_outcome(second, 1.0) == "timeout"  # waits for a slot
+    alter_broker_config(boot, {"max.connections": None})  # delete: back to the default
+    assert read_outcome(second, 10) == "data"
+    first.close()
+    second.close()
+    # a bad value: the same answer as the real broker's
+    errors = []
+    for b in (boot, kafka_broker.bootstrap):
+        with pytest.raises(AdminError) as err:
+            alter_broker_config(b, {"max.connections": "-1"})
+        errors.append((err.value.code, err.value.message))
+    assert errors[0] == errors[1]
+    with pytest.raises(AdminError):
+        alter_broker_config(boot, {"listener.name.client.max.connections": "0"})
+    alter_broker_config(boot, {"listener.name.client.max.connection.creation.rate": "50"})
+    assert h.acceptor.quota_cfg.listener_rate("CLIENT") == 50
+    configs = [json.loads(r["detail"]) for r in history(h, "harness") if r["event"] == "config"]
+    assert [c["max.connections"] for c in configs][:3] == [2147483647, 1, 2147483647]
+    assert configs[-1]["listener.name.client.max.connection.creation.rate"] == 50
+
+
+def test_quotas_survive_a_restart_with_state_dir(start: Start, tmp_path: Path) -> None:
+    state = str(tmp_path / "state")
+    h = start(**{"state.dir": state})
+    boot = bootstrap(h.address("CLIENT"))
+    alter_ip_quota(boot, "127.0.0.2", 1)
+    alter_ip_quota(boot, None, 9)
+    alter_broker_config(boot, {"max.connections.per.ip": "4"})
+    h.stop()
+    h2 = start(**{"state.dir": state})
+    boot2 = bootstrap(h2.address("CLIENT"))
+    assert describe_ip_quotas(boot2) == {"127.0.0.2": 1.0, "default": 9.0}
+    assert h2.acceptor.quota_cfg.max_connections_per_ip == 4
+    outcomes = [round_trip(h2.address("CLIENT"), "127.0.0.2", timeout=10) for _ in range(3)]
+    assert outcomes[0] == "ok" and set(outcomes[1:]) <= {"eof", "reset"}
+
+
+def test_harness_quotas_against_the_real_broker(
+    kafka_broker: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    boot = kafka_broker.bootstrap
+    ip = "127.0.0.251"
+    try:
+        assert (
+            harness_main(
+                [
+                    "quotas",
+                    "--bootstrap-server",
+                    boot,
+                    "--alter",
+                    "--entity-type",
+                    "ips",
+                    "--entity-name",
+                    ip,
+                    "--add-config",
+                    "connection_creation_rate=12",
+                ]
+            )
+            == 0
+        )
+        capsys.readouterr()
+        assert harness_main(["quotas", "--bootstrap-server", boot, "--describe", "--ip", ip]) == 0
+        assert (
+            f"Quota configs for ip '{ip}' are connection_creation_rate=12.0"
+            in capsys.readouterr().out
+        )
+        assert (
+            harness_main(
+                [
+                    "quotas",
+                    "--bootstrap-server",
+                    boot,
+                    "--alter",
+                    "--ip",
+                    ip,
+                    "--add-config",
+                    "request_percentage=5",
+                ]
+            )
+            == 2
+        )
+        assert "Only connection quota configs" in capsys.readouterr().err
+    finally:
+        assert (
+            harness_main(
+                [
+                    "quotas",
+                    "--bootstrap-server",
+                    boot,
+                    "--alter",
+                    "--ip",
+                    ip,
+                    "--delete-config",
+                    "connection_creation_rate",
+                ]
+            )
+            == 0
+        )
+    capsys.readouterr()
+    assert (
+        harness_main(
+            [
+                "quotas",
+                "--bootstrap-server",
+                boot,
+                "--alter",
+                "--ip",
+                ip,
+                "--delete-config",
+                "connection_creation_rate",
+            ]
+        )
+        == 2
+    )
+    assert "Invalid config(s): connection_creation_rate" in capsys.readouterr().err

@@ -1,0 +1,99 @@
+"""`harness analyze` end to end: verdict.json, junit.xml, report.html and gate exit codes."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from analysis.checks import ALL_CHECKS
+from analysis.synth import SynthSpec, generate, write_rows
+from harness.cli import main
+from tests.spark.test_checks import RUN, _edge_rows
+
+
+def test_conforming_run_passes_every_check_with_report_and_gate(
+    spark: Any, synth_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = synth_root / "conforming"
+    if not (run_dir / "run.json").exists():
+        generate(
+            run_dir,
+            SynthSpec(
+                run_id="conforming",
+                cycles=1,
+                config_change={"listener.name.client.max.connection.creation.rate": 20},
+            ),
+        )
+    rc = main(["analyze", str(run_dir), "--gate"])
+    out = capsys.readouterr().out
+    verdict = json.loads((run_dir / "report" / "verdict.json").read_text())
+    checks = {c["name"]: c for c in verdict["checks"]}
+    assert {c.name for c in ALL_CHECKS if "acceptor" in c.targets} == set(checks)
+    assert all(c["verdict"] == "pass" for c in checks.values()), {
+        n: (c["verdict"], c["observed"]) for n, c in checks.items() if c["verdict"] != "pass"
+    }
+    assert rc == 0 and verdict["verdict"] == "pass"
+    # the history exercised the limits: not a vacuous pass
+    assert "delays recorded 0 " not in checks["model_replay"]["observed"]
+    assert not checks["ip_throttle_within_window"]["observed"].startswith("0 throttle-closes")
+    assert not checks["ip_count_reject_closes_at_once"]["observed"].startswith("0 per-IP")
+    # progress, summary table and output paths on stdout
+    assert "loading" in out and "checks…" in out and "verdict: PASS" in out
+    assert "model_replay" in out and str(run_dir / "report" / "report.html") in out
+    # junit: one testcase per check, none failed or skipped
+    suite = ET.parse(run_dir / "report" / "junit.xml").getroot()
+    cases = suite.findall(".//testcase")
+    assert sorted(c.get("name") or "" for c in cases) == sorted(checks)
+    assert not suite.findall(".//failure") and not suite.findall(".//skipped")
+    html = (run_dir / "report" / "report.html").read_text()
+    assert 'class="banner pass"' in html and "PASS — synth-storm against acceptor" in html
+    assert all(name in html for name in checks)
+    assert html.count("data:image/png;base64,") >= 4  # rate, per-IP, delays, concurrency, steady
+    assert "<script" not in html and "http://" not in html and "https://" not in html
+
+
+def test_gate_fail_is_1_with_failure_in_junit_and_report(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = write_rows(tmp_path / "edge-fail", _edge_rows(None), RUN)
+    assert main(["analyze", str(run_dir), "--gate", "--quiet"]) == 1
+    assert "verdict: FAIL" in capsys.readouterr().out
+    suite = ET.parse(run_dir / "report" / "junit.xml").getroot()
+    failures = [
+        c.get("name") for c in suite.findall(".//testcase") if c.find("failure") is not None
+    ]
+    assert failures == ["model_replay"]
+    failure = suite.find(".//testcase[@name='model_replay']/failure")
+    assert failure is not None and "c-201" in (failure.text or "")
+    # no client history: the client checks cannot say anything -> skipped (unknown)
+    skipped = {c.get("name") for c in suite.findall(".//testcase") if c.find("skipped") is not None}
+    assert {"client_acceptor_agreement", "offered_load"} <= skipped
+    html = (run_dir / "report" / "report.html").read_text()
+    assert 'class="banner fail"' in html and "What went wrong" in html and "c-201" in html
+
+
+def test_gate_unknown_is_2_and_plain_analyze_exits_0(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = write_rows(tmp_path / "edge-ok", _edge_rows(50.0), RUN)
+    assert main(["analyze", str(run_dir), "--gate", "--quiet", "--no-html"]) == 2
+    assert "verdict: UNKNOWN" in capsys.readouterr().out
+    verdict = json.loads((run_dir / "report" / "verdict.json").read_text())
+    assert {c["name"]: c["verdict"] for c in verdict["checks"]}["model_replay"] == "pass"
+    assert main(["analyze", str(run_dir), "--quiet", "--no-html"]) == 0
+
+
+def test_missing_or_empty_run_dir_is_a_clear_error(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["analyze", str(tmp_path / "nope"), "--gate"]) == 2
+    assert "no such run directory" in capsys.readouterr().err
+    (tmp_path / "empty" / "history" / "client").mkdir(parents=True)
+    (tmp_path / "empty" / "history" / "client" / ".client-1-00001.parquet.tmp").write_bytes(b"x")
+    assert main(["analyze", str(tmp_path / "empty"), "--gate"]) == 2
+    err = capsys.readouterr().err
+    assert "no history" in err and "still writing" in err
