@@ -18,5 +18,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         parts = item.path.parts
         for kind in ("unit", "integration", "spark", "browser"):
-            if kind in parts and kind not in item.keywords:
+            if kind in parts and item.get_closest_marker(kind) is None:
                 item.add_marker(getattr(pytest.mark, kind))

@@ -96,7 +96,6 @@ def test_second_fetch_runs_no_maven(tmp_path: Path) -> None:
     resolve_artifacts(progress=lambda _: None)  # the session broker has populated the cache
     # No mvn (and no java) on PATH: any attempt to run Maven would fail the command.
     env = {**os.environ, "PATH": str(tmp_path)}
-    started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "harness", "broker", "--fetch-only"],
         env=env,
@@ -104,11 +103,9 @@ def test_second_fetch_runs_no_maven(tmp_path: Path) -> None:
         text=True,
         timeout=60,
     )
-    elapsed = time.monotonic() - started
     assert done.returncode == 0, done.stdout + done.stderr
     assert "already cached" in done.stdout
     assert "resolving" not in done.stdout
-    assert elapsed < 30  # generous; a real resolution takes a minute and needs mvn
 
 
 def test_pause_resume_kill_restart_and_advertised_listeners(

@@ -1,0 +1,202 @@
+"""Benchmark: the acceptor's cost, measured against the same broker reached directly.
+
+One real broker with two listeners: PLAINTEXT (clients reach it directly) and FRONTED
+(advertised as the acceptor's address, where the acceptor forwards). The acceptor runs as
+its own process (`harness acceptor`), as in production, so it does not share the client's
+GIL. In one run, for both paths:
+
+  1. accept rate: connect -> ApiVersions -> close, from --threads client threads;
+  2. produce throughput: --records records of --record-size bytes, acks=1, batched;
+  3. latency: one producer at half of the direct throughput (linger 0), p50/p99 per record.
+
+    .venv/bin/python -m bench.acceptor [--seconds 5] [--records 50000] [--loop auto] [--json FILE]
+
+Prints progress, then the ratios (goals: forwarding throughput >= 0.8x direct, added p99
+latency <= 2 ms at half load, accept rate >= 0.5x the broker's own).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from harness.acceptor.testing import free_port, round_trip
+
+
+def _progress(msg: str) -> None:
+    print(f"[bench] {msg}", flush=True)
+
+
+def accept_rate(addr: tuple[str, int], threads: int, seconds: float) -> float:
+    counts = [0] * threads
+    bad: list[str] = []
+
+    def loop(i: int) -> None:
+        end = time.monotonic() + seconds
+        n = 0
+        while time.monotonic() < end and n < 200_000:
+            out = round_trip(addr, f"127.0.{10 + i}.{n % 200 + 1}", timeout=10)
+            if out == "ok":
+                counts[i] += 1
+            else:
+                bad.append(out)
+            n += 1
+
+    ts = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
+    t0 = time.monotonic()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    elapsed = time.monotonic() - t0
+    if bad:
+        _progress(f"  {len(bad)} failed round trips: {sorted(set(bad))}")
+    return sum(counts) / elapsed
+
+
+def produce_throughput(boot: str, topic: str, records: int, size: int) -> float:
+    from kafka import KafkaProducer
+
+    p = KafkaProducer(bootstrap_servers=boot, acks=1, linger_ms=5, batch_size=256 * 1024)
+    value = b"x" * size
+    p.send(topic, value).get(30)  # metadata and connection warm-up
+    t0 = time.perf_counter()
+    for _ in range(records):
+        p.send(topic, value)
+    p.flush(300)
+    elapsed = time.perf_counter() - t0
+    p.close()
+    return records / elapsed
+
+
+def produce_latency(boot: str, topic: str, rate: float, seconds: float, size: int) -> list[float]:
+    from kafka import KafkaProducer
+
+    p = KafkaProducer(bootstrap_servers=boot, acks=1, linger_ms=0)
+    value = b"y" * size
+    p.send(topic, value).get(30)
+    lat: list[float] = []
+    lock = threading.Lock()
+    n = int(rate * seconds)
+    t0 = time.perf_counter()
+    for i in range(n):
+        due = t0 + i / rate
+        now = time.perf_counter()
+        if due > now:
+            time.sleep(due - now)
+        start = time.perf_counter()
+
+        def done(_: Any, start: float = start) -> None:
+            with lock:
+                lat.append((time.perf_counter() - start) * 1000)
+
+        p.send(topic, value).add_callback(done)
+    p.flush(120)
+    p.close()
+    return lat
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=5.0, help="per accept-rate / latency phase")
+    ap.add_argument("--threads", type=int, default=4)
+    ap.add_argument("--records", type=int, default=50_000)
+    ap.add_argument("--record-size", type=int, default=100)
+    ap.add_argument("--loop", choices=("auto", "uvloop", "asyncio"), default="auto")
+    ap.add_argument("--json", type=Path, help="also write the numbers here")
+    args = ap.parse_args(argv)
+
+    from harness.broker import start_broker
+
+    work = Path(tempfile.mkdtemp(prefix="bench-acceptor-"))
+    port = free_port()
+    _progress(f"starting a Kafka broker (listeners PLAINTEXT + FRONTED -> 127.0.0.1:{port}); work dir {work}")
+    broker = start_broker(
+        launcher="local",
+        listeners=("PLAINTEXT", "FRONTED"),
+        advertised={"FRONTED": f"127.0.0.1:{port}"},
+        workdir=work / "broker",
+        progress=_progress,
+    )
+    proc = None
+    try:
+        direct_port = broker.listener_ports["PLAINTEXT"]
+        fronted_port = broker.listener_ports["FRONTED"]
+        ready = work / "ready.json"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "harness", "acceptor", "--loop", args.loop,
+             "--set", f"listeners=CLIENT://127.0.0.1:{port}",
+             "--set", f"listener.name.client.upstream=127.0.0.1:{fronted_port}",
+             "--history", str(work / "history"), "--run-id", "bench", "--ready-file", str(ready)],
+            stdout=open(work / "acceptor.log", "w"), stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"acceptor did not start; see {work / 'acceptor.log'}")
+            time.sleep(0.1)
+        _progress(f"acceptor (loop={args.loop}) pid {proc.pid} on 127.0.0.1:{port}")
+        direct = ("127.0.0.1", direct_port)
+        front = ("127.0.0.1", port)
+        res: dict[str, Any] = {"loop": args.loop, "threads": args.threads, "cpus": os.cpu_count()}
+
+        for name, addr in (("direct", direct), ("acceptor", front)):
+            _progress(f"accept rate via {name} ({args.threads} threads, {args.seconds}s)")
+            res[f"accept_rate_{name}"] = accept_rate(addr, args.threads, args.seconds)
+            _progress(f"  {res[f'accept_rate_{name}']:.0f} connections/s")
+        for name, addr in (("direct", direct), ("acceptor", front)):
+            boot = f"{addr[0]}:{addr[1]}"
+            _progress(f"produce throughput via {name} ({args.records} x {args.record_size} B)")
+            res[f"throughput_{name}"] = produce_throughput(boot, f"bench-tp-{name}", args.records, args.record_size)
+            _progress(f"  {res[f'throughput_{name}']:.0f} records/s")
+        half = min(res["throughput_direct"], res["throughput_acceptor"]) / 2
+        rate = min(half, 2000.0)
+        res["latency_rate"] = rate
+        for name, addr in (("direct", direct), ("acceptor", front)):
+            boot = f"{addr[0]}:{addr[1]}"
+            _progress(f"produce latency via {name} at {rate:.0f} records/s for {args.seconds}s")
+            lat = produce_latency(boot, f"bench-lat-{name}", rate, args.seconds, args.record_size)
+            res[f"p50_ms_{name}"] = statistics.median(lat)
+            res[f"p99_ms_{name}"] = pct(lat, 0.99)
+            _progress(f"  p50 {res[f'p50_ms_{name}']:.2f} ms, p99 {res[f'p99_ms_{name}']:.2f} ms")
+
+        res["ratio_accept_rate"] = res["accept_rate_acceptor"] / res["accept_rate_direct"]
+        res["ratio_throughput"] = res["throughput_acceptor"] / res["throughput_direct"]
+        res["added_p50_ms"] = res["p50_ms_acceptor"] - res["p50_ms_direct"]
+        res["added_p99_ms"] = res["p99_ms_acceptor"] - res["p99_ms_direct"]
+        print()
+        print(f"accept rate      acceptor/direct = {res['ratio_accept_rate']:.2f}  (goal >= 0.5)")
+        print(f"throughput       acceptor/direct = {res['ratio_throughput']:.2f}  (goal >= 0.8)")
+        print(f"added latency    p50 {res['added_p50_ms']:+.2f} ms, p99 {res['added_p99_ms']:+.2f} ms at {rate:.0f} rec/s  (goal p99 <= 2 ms)")
+        if args.json:
+            args.json.write_text(json.dumps(res, indent=2), encoding="utf-8")
+            print(f"numbers written to {args.json}")
+        print(f"acceptor log and history: {work}")
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        broker.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
