@@ -151,7 +151,18 @@ class Run:
     history: DataFrame
     timeline: ConfigTimeline
     files: list[Path]
+    clock_offset_ns: int | None = None  # wall (ts) minus mono_ns, from the harness rows
     _cache: dict[str, Any] = field(default_factory=dict)
+
+    def wall(self, mono_ns: int) -> str | None:
+        """ISO wall time of a monotonic instant (for witnesses that only carry mono_ns)."""
+        if self.clock_offset_ns is None:
+            return None
+        import datetime as dt
+
+        return dt.datetime.fromtimestamp(
+            (mono_ns + self.clock_offset_ns) / 1e9, tz=dt.UTC
+        ).isoformat()
 
     @property
     def target(self) -> str:
@@ -187,19 +198,24 @@ class Run:
         return self._cache[key]
 
 
-def _config_rows(files: list[Path]) -> list[tuple[int, str | None]]:
-    """`config` rows straight from the harness parts with Arrow: a few rows, no Spark job."""
+def _harness_rows(files: list[Path]) -> tuple[list[tuple[int, str | None]], int | None]:
+    """`config` rows and the wall-minus-monotonic clock offset (ns), read with Arrow from
+    the small harness parts: a few rows, no Spark job."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     rows: list[tuple[int, str | None]] = []
+    offsets: list[int] = []
     for f in files:
         if f.parent.name != "harness":
             continue
-        t = pq.read_table(f, columns=["source", "event", "mono_ns", "detail"])
+        t = pq.read_table(f, columns=["source", "event", "ts", "mono_ns", "detail"])
+        ts_us = t["ts"].cast("int64").to_pylist()
+        offsets += [u * 1000 - m for u, m in zip(ts_us, t["mono_ns"].to_pylist(), strict=True)]
         t = t.filter(pc.and_(pc.equal(t["event"], "config"), pc.equal(t["source"], "harness")))
         rows += zip(t["mono_ns"].to_pylist(), t["detail"].to_pylist(), strict=True)
-    return rows
+    offset = sorted(offsets)[len(offsets) // 2] if offsets else None
+    return rows, offset
 
 
 def load_run(spark: SparkSession, run_dir: str | Path) -> Run:
@@ -216,5 +232,6 @@ def load_run(spark: SparkSession, run_dir: str | Path) -> Run:
     meta = read_run_json(path)
     history = spark.read.schema(spark_schema()).parquet(*[str(f) for f in files])
     limits = meta.get("limits") if isinstance(meta.get("limits"), dict) else None
-    timeline = config_timeline(_config_rows(files), limits)
-    return Run(path, meta, spark, history, timeline, files)
+    cfg_rows, offset = _harness_rows(files)
+    timeline = config_timeline(cfg_rows, limits)
+    return Run(path, meta, spark, history, timeline, files, clock_offset_ns=offset)

@@ -104,11 +104,18 @@
     var ips = {};
     pts.forEach(function (p) { Object.keys(p.ips).forEach(function (ip) { ips[ip] = 1; }); });
     var ipSeries = Object.keys(ips).slice(0, IP_COLORS.length).map(function (ip, i) {
-      return {name: ip + " offered", color: IP_COLORS[i], points: pts.map(function (p) {
-        var r = p.ips[ip] || {}; return [p.t, (r.accepted || 0) + (r.throttle_closed || 0) + (r.rejected || 0)]; })};
+      // "accepted" counts every TCP accept; throttle-closed ones were un-recorded from
+      // the IP's rate meter, so accepted minus throttle-closed is what its quota limits
+      return {name: ip + " metered", color: IP_COLORS[i], points: pts.map(function (p) {
+        var r = p.ips[ip] || {}; return [p.t, Math.max(0, (r.accepted || 0) - (r.throttle_closed || 0))]; })};
     });
     var ipLimits = {};
-    Object.keys(rl).forEach(function (k) { if (k.indexOf("ip.connection_creation_rate.") === 0) ipLimits[k] = rl[k]; });
+    var charted = {default: 1};
+    ipSeries.forEach(function (s) { charted[s.name.split(" ")[0]] = 1; });
+    Object.keys(rl).forEach(function (k) {
+      var prefix = "ip.connection_creation_rate.";
+      if (k.indexOf(prefix) === 0 && charted[k.slice(prefix.length)]) ipLimits[k] = rl[k];
+    });
     if (ipSeries.length) ibox.appendChild(chart("top IPs", ipSeries, ipLimits, t1));
   }
 

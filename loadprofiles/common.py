@@ -19,11 +19,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import gevent
 import gevent.pool
-from locust import User, events, task
+from locust import User, constant, events, task
 from locust.env import Environment
 from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
@@ -331,6 +331,7 @@ class ArrivalUser(User):
     """
 
     abstract = True
+    wait_time = constant(1)
     profile: ClassVar[str] = "arrival"
     default_source_ips: ClassVar[str] = ""
     default_proxy_client_ips: ClassVar[str] = ""
@@ -380,8 +381,8 @@ class ArrivalUser(User):
             _driver = gevent.spawn(self._drive_process)
         else:
             log.info("%s: this process already drives the schedule; user idles", self.profile)
-        while True:
-            gevent.sleep(3600)
+        while True:  # waiting the Locust way, so --stop-timeout does not wait for us
+            cast(Any, self).wait()  # Locust's wait() is untyped
 
     def _drive_process(self) -> None:
         try:
@@ -504,6 +505,14 @@ class ArrivalUser(User):
             )
 
     def _run_one(self, conn: KafkaConnection, hist: Any, s: Settings, intended: int) -> None:
+        # checked again here: a saturated process wakes the driver on time but runs the
+        # spawned greenlet late, and a connect started that late was not offered either
+        lag_ms = (time.monotonic_ns() - intended) / 1e6
+        STATS.max_lag_ms = max(STATS.max_lag_ms, lag_ms)
+        if lag_ms > s.max_lag_ms:
+            STATS.offered -= 1
+            self._not_offered(hist, s, intended, "cpu", f"connect started {lag_ms:.0f} ms late")
+            return
         try:
             conn.connect()
         except NotOffered as exc:

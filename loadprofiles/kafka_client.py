@@ -363,7 +363,7 @@ class KafkaConnection:
             raise
         r = self.result
         latency = _ms_since(start)
-        detail: dict[str, Any] = {"version": request.API_VERSION}
+        detail: dict[str, Any] = {}
         error_code = _error_code(response)
         if error_code:
             detail["error_code"] = error_code
@@ -379,7 +379,7 @@ class KafkaConnection:
             api_key=api_key,
             latency_ms=latency,
             bytes=nbytes,
-            detail=detail,
+            detail=detail or None,  # only when there is something to say: json costs CPU
         )
         err = None if not error_code else RequestError(name, error_code)
         if err is not None:

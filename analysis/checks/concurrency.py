@@ -86,7 +86,7 @@ def _judge(run: Run, name: str, ev: DataFrame, what: str, limited: bool) -> Chec
     stats = ev.agg(
         F.max("count").alias("max_count"),
         F.sum(F.when(F.col("count") > F.col("limit"), 1).otherwise(0)).alias("violations"),
-        F.max(F.col("count") - F.col("limit")).alias("max_excess"),
+        F.max_by("limit", "count").alias("peak_limit"),
         F.count(F.lit(1)).alias("admits"),
     ).first()
     assert stats is not None
@@ -96,7 +96,9 @@ def _judge(run: Run, name: str, ev: DataFrame, what: str, limited: bool) -> Chec
         res = not_limited(name, run, what)
         res.observed += f"; peak concurrent = {max_count}"
         return res
-    bad = ev.where(F.col("count") > F.col("limit")).orderBy("ns").limit(10).collect()
+    bad = []
+    if violations:  # witnesses cost a second pass; only a failing check needs them
+        bad = ev.where(F.col("count") > F.col("limit")).orderBy("ns").limit(10).collect()
     witnesses = [
         witness(
             r.asDict() | {"mono_ns": r["ns"], "ts": r["admit_ts"]},
@@ -104,10 +106,9 @@ def _judge(run: Run, name: str, ev: DataFrame, what: str, limited: bool) -> Chec
         )
         for r in bad
     ]
-    peak_limit = ev.orderBy(F.col("count").desc()).select("limit").first()
     observed = f"peak concurrent = {max_count}"
-    if peak_limit is not None:
-        observed += f" (limit then {fmt(peak_limit[0])})"
+    if stats["peak_limit"] is not None:
+        observed += f" (limit then {fmt(stats['peak_limit'])})"
     observed += f"; {violations} admissions over the limit of {int(stats['admits'] or 0)}"
     return CheckResult(
         name,

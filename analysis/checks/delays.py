@@ -30,14 +30,6 @@ def check_rate_delay_within_window(run: Run) -> CheckResult:
     w = _window_ms(run)
     bound = w + run.slack_ms
     conns = acceptor_conns(run)
-    stats = conns.agg(
-        F.max("delay_ms").alias("max_recorded"),
-        F.sum(F.when(F.col("delay_ms") > 0, 1).otherwise(0)).alias("delayed"),
-        F.max(F.when(F.col("delay_ms") > 0, (F.col("t1_ns") - F.col("accept_ns")) / MS)).alias(
-            "max_wait"
-        ),
-    ).first()
-    assert stats is not None
     # a recorded throttle is Kafka's number: it must not exceed w itself; the actual wait
     # (accept -> IP step) may also include a slot wait, so only a delayed connection that
     # waited longer than w + slack *without* a count limit in play is a witness.
@@ -49,9 +41,17 @@ def check_rate_delay_within_window(run: Run) -> CheckResult:
         too_long = too_long | (
             (F.col("delay_ms") > 0) & ((F.col("t1_ns") - F.col("accept_ns")) / MS > F.lit(bound))
         )
-    bad = conns.where(too_long)
-    n_bad = bad.count()
-    rows = bad.orderBy("accept_ns").limit(10).collect()
+    stats = conns.agg(
+        F.max("delay_ms").alias("max_recorded"),
+        F.sum(F.when(F.col("delay_ms") > 0, 1).otherwise(0)).alias("delayed"),
+        F.max(F.when(F.col("delay_ms") > 0, (F.col("t1_ns") - F.col("accept_ns")) / MS)).alias(
+            "max_wait"
+        ),
+        F.sum(F.when(too_long, 1).otherwise(0)).alias("bad"),
+    ).first()
+    assert stats is not None
+    n_bad = int(stats["bad"] or 0)
+    rows = conns.where(too_long).orderBy("accept_ns").limit(10).collect() if n_bad else []
     wit = [
         witness(
             r.asDict(),
@@ -87,20 +87,21 @@ def check_ip_throttle_within_window(run: Run) -> CheckResult:
     hold_bound = w + ACCEPTOR_LOOP_MS + run.slack_ms
     conns = acceptor_conns(run).where(F.col("outcome") == "throttle_close")
     hold = (F.col("throttle_close_ns") - F.col("throttle_start_ns")) / MS
-    stats = conns.agg(
-        F.count(F.lit(1)).alias("n"),
-        F.max("throttle_ms").alias("max_ms"),
-        F.max(hold).alias("max_hold"),
-    ).first()
-    assert stats is not None
-    bad = conns.where(
+    is_bad = (
         (F.col("throttle_ms") > F.lit(w + 0.5))
         | (hold > F.lit(hold_bound))
         | (hold < F.col("throttle_ms") - F.lit(run.slack_ms))
         | (F.col("register_ns").isNotNull())
     )
-    n_bad = bad.count()
-    rows = bad.orderBy("accept_ns").limit(10).collect()
+    stats = conns.agg(
+        F.count(F.lit(1)).alias("n"),
+        F.max("throttle_ms").alias("max_ms"),
+        F.max(hold).alias("max_hold"),
+        F.sum(F.when(is_bad, 1).otherwise(0)).alias("bad"),
+    ).first()
+    assert stats is not None
+    n_bad = int(stats["bad"] or 0)
+    rows = conns.where(is_bad).orderBy("accept_ns").limit(10).collect() if n_bad else []
     wit = []
     for r in rows:
         held = None
@@ -142,10 +143,13 @@ def check_protected_not_delayed(run: Run) -> CheckResult:
             explanation="not applicable: no listener is protected in this configuration",
         )
     conns = acceptor_conns(run).where(F.col("listener").isin(*prot))
-    total = conns.count()
-    bad = conns.where((F.col("delay_reason") == "broker_rate") | (F.col("delay_broker_ms") > 0))
-    n_bad = bad.count()
-    rows = bad.orderBy("accept_ns").limit(10).collect()
+    is_bad = (F.col("delay_reason") == "broker_rate") | (F.col("delay_broker_ms") > 0)
+    stats = conns.agg(
+        F.count(F.lit(1)).alias("n"), F.sum(F.when(is_bad, 1).otherwise(0)).alias("bad")
+    ).first()
+    assert stats is not None
+    total, n_bad = int(stats["n"] or 0), int(stats["bad"] or 0)
+    rows = conns.where(is_bad).orderBy("accept_ns").limit(10).collect() if n_bad else []
     wit = [
         witness(
             r.asDict(), f"protected listener delayed {fmt(r['delay_ms'])} ms by the broker rate"

@@ -42,6 +42,7 @@ def _result(run: Run, mode: str) -> CheckResult:
         }
         w = {k: (int(v) if k == "client_port" and v is not None else v) for k, v in w.items()}
         w["mono_ns"] = int(r["mono_ns"])
+        w["ts"] = run.wall(int(r["mono_ns"]))
         w["why"] = f"{r['what']}" + (
             f": recorded {fmt(r['recorded'])}, model {fmt(r['model'])}"
             if "ms" in str(r["what"])

@@ -22,7 +22,11 @@ def check_queue_depth(run: Run) -> CheckResult:
     from pyspark.sql import functions as F
 
     conns = acceptor_conns(run).where(F.col("register_ns").isNotNull())
-    stats = conns.agg(F.count(F.lit(1)).alias("n"), F.max("queue_depth").alias("max")).first()
+    stats = conns.agg(
+        F.count(F.lit(1)).alias("n"),
+        F.max("queue_depth").alias("max"),
+        F.sum(F.when(F.col("queue_depth") > QUEUE_SIZE, 1).otherwise(0)).alias("bad"),
+    ).first()
     assert stats is not None
     if not stats["n"]:
         return CheckResult(
@@ -33,10 +37,10 @@ def check_queue_depth(run: Run) -> CheckResult:
             explanation="no connection was handed to a processor, so nothing can be said",
         )
     bad = conns.where(F.col("queue_depth") > QUEUE_SIZE)
-    n_bad = bad.count()
+    n_bad = int(stats["bad"] or 0)
     wit = [
         witness(r.asDict(), f"queue depth {r['queue_depth']} at hand-off (> {QUEUE_SIZE})")
-        for r in bad.orderBy("register_ns").limit(10).collect()
+        for r in (bad.orderBy("register_ns").limit(10).collect() if n_bad else [])
     ]
     return CheckResult(
         "processor_queue_depth",

@@ -82,18 +82,20 @@ def _span_check(
         + F.lit(feeders * span_ms / w)
     )
     ev = ev.withColumn("allowed", allowed).withColumn("excess", F.col("in_span") - F.col("allowed"))
+    worst_cols = ["in_span", "allowed", *([key] if key else [])]
     stats = ev.agg(
         F.count(F.lit(1)).alias("events"),
         F.max("in_span").alias("peak"),
-        F.max("excess").alias("max_excess"),
+        F.max_by(F.struct(*worst_cols), "excess").alias("worst"),
         F.sum(F.when(F.col("excess") > 0, 1).otherwise(0)).alias("violations"),
     ).first()
     assert stats is not None
     if not stats["events"]:
         return not_limited(name, run, what)
-    peak_row = ev.orderBy(F.col("excess").desc()).limit(1).collect()
     violations = int(stats["violations"] or 0)
-    bad = ev.where(F.col("excess") > 0).orderBy("ns").limit(10).collect()
+    bad = []
+    if violations:
+        bad = ev.where(F.col("excess") > 0).orderBy("ns").limit(10).collect()
     wit = [
         witness(
             r.asDict() | {"mono_ns": r["ns"]},
@@ -103,7 +105,7 @@ def _span_check(
         )
         for r in bad
     ]
-    worst = peak_row[0] if peak_row else None
+    worst = stats["worst"]
     observed = f"peak {stats['peak']} per {span_ms} ms span"
     if worst is not None:
         observed += (

@@ -35,6 +35,7 @@ from harness.quota.config import (
     ConfigError,
     resolve_host,
 )
+from harness.quota.requests import DEFAULT, EntityName
 from harness.wire.framing import RequestInfo, decode_request, encode_response
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ CLUSTER_AUTHORIZATION_FAILED = 31
 INVALID_CONFIG = 40
 BROKER_RESOURCE = 4
 IP_RATE_KEY = "connection_creation_rate"
+REQUEST_PERCENTAGE = "request_percentage"
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
 OP_SET, OP_DELETE = 0, 1
 
@@ -63,6 +65,14 @@ ERROR_NAMES = {
 _AUTH_MESSAGE = (
     "Cluster authorization failed: admin is not allowed from {ip} on listener {listener}"
 )
+
+
+def _entity_name(entity: dict[str, str | None], etype: str) -> EntityName:
+    """AlterClientQuotas names -> RequestQuotas names: absent None, default DEFAULT."""
+    if etype not in entity:
+        return None
+    name = entity[etype]
+    return DEFAULT if name is None else name
 
 
 def is_connection_limit_key(key: str) -> bool:
@@ -89,12 +99,16 @@ class AdminHandler:
         if info.api_key == DESCRIBE_CLIENT_QUOTAS:
             req = decode_request(DescribeClientQuotasRequest, frame, info.api_version)
             types = [c.entity_type for c in req.components]
-            if "ip" not in types:
+            if not types:  # "every entity": the broker's answer (see docs/acceptor.md)
                 return self._unauthorized(conn, info, req) if not self.allowed(conn) else None
             handler: Callable[..., Any] = self._describe_client_quotas
         elif info.api_key == ALTER_CLIENT_QUOTAS:
             req = decode_request(AlterClientQuotasRequest, frame, info.api_version)
-            if not any(e.entity_type == "ip" for entry in req.entries for e in entry.entity):
+            has_ip = any(e.entity_type == "ip" for entry in req.entries for e in entry.entity)
+            only_request_pct = all(
+                op.key == REQUEST_PERCENTAGE for entry in req.entries for op in entry.ops
+            )
+            if not has_ip and not only_request_pct:  # byte rates: the broker enforces them
                 return self._unauthorized(conn, info, req) if not self.allowed(conn) else None
             handler = self._alter_client_quotas
         else:
@@ -208,28 +222,46 @@ class AdminHandler:
             return R[v](
                 throttle_time_ms=0, error_code=error[0], error_message=error[1], entries=None
             )
+        candidates: list[tuple[dict[str, str | None], dict[str, float]]] = []
+        if "ip" in [c.entity_type for c in req.components]:
+            for key, rate in sorted(self.acceptor.ip_quotas().items()):
+                name = None if key == "default" else key
+                candidates.append(({"ip": name}, {IP_RATE_KEY: float(rate)}))
+        else:
+            for q in self.acceptor.request_quotas.quotas():
+                candidates.append((dict(q.entity), dict(q.values)))
         entries = []
-        for key, rate in sorted(self.acceptor.ip_quotas().items()):
-            name = None if key == "default" else key
-            if not self._matches(name, req.components, req.strict):
+        for entity, values in candidates:
+            if not self._matches(entity, req.components, req.strict):
                 continue
             entries.append(
                 R.EntryData(
-                    entity=[R.EntryData.EntityData(entity_type="ip", entity_name=name)],
-                    values=[R.EntryData.ValueData(key=IP_RATE_KEY, value=float(rate))],
+                    entity=[
+                        R.EntryData.EntityData(entity_type=t, entity_name=n)
+                        for t, n in entity.items()
+                    ],
+                    values=[
+                        R.EntryData.ValueData(key=k, value=float(v))
+                        for k, v in sorted(values.items())
+                    ],
                 )
             )
         return R[v](throttle_time_ms=0, error_code=0, error_message=None, entries=entries)
 
-    def _matches(self, name: str | None, components: list[Any], strict: bool) -> bool:
-        """`ClientQuotasImage.matches` for an entity made of one `ip` component."""
-        if strict and len(components) != 1:
+    def _matches(self, entity: dict[str, str | None], components: list[Any], strict: bool) -> bool:
+        """`ClientQuotasImage.matches`: every component present and matching; strict =
+        the entity has no other components."""
+        if strict and len(components) != len(entity):
             return False
         for c in components:
-            if c.entity_type != "ip":
+            if c.entity_type not in entity:
                 return False
+            name = entity[c.entity_type]
             if c.match_type == MATCH_EXACT:
-                if c.match is None or name is None or self._ip_of(c.match) != name:
+                if c.match is None or name is None:
+                    return False
+                want = self._ip_of(c.match) if c.entity_type == "ip" else c.match
+                if want != name:
                     return False
             elif c.match_type == MATCH_DEFAULT and name is not None:
                 return False
@@ -251,12 +283,19 @@ class AdminHandler:
             ops = [(op.key, None if op.remove else float(op.value)) for op in entry.ops]
             error = validate_alteration(entity, ops, resolve=self.resolve)
             if error is None and "ip" not in entity:
-                error = (
-                    INVALID_REQUEST,
-                    "The acceptor answers requests with ip entities itself; send user/client-id "
-                    "quota changes in a separate request",
-                )
-            if error is None and not req.validate_only:
+                if any(key != REQUEST_PERCENTAGE for key, _ in ops):
+                    error = (
+                        INVALID_REQUEST,
+                        "The acceptor answers ip and request_percentage quotas itself; send "
+                        "byte-rate quota changes in a separate request",
+                    )
+                elif not req.validate_only:
+                    user = _entity_name(entity, "user")
+                    client = _entity_name(entity, "client-id")
+                    for key, value in ops:
+                        self.acceptor.set_request_quota(user, client, key, value)
+                        applied.append({"entity": entity, "key": key, "value": value})
+            elif error is None and not req.validate_only:
                 raw = entity["ip"]
                 ip = None if raw is None else self.resolve(raw)
                 for key, value in ops:

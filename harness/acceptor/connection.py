@@ -76,6 +76,7 @@ class Connection:
         self._tasks: list[asyncio.Task[None]] = []
         self._done = asyncio.Event()
         self._opening = False
+        self.muted_until_ns = 0
 
     # -- lifecycle -----------------------------------------------------------------
     async def run(self) -> None:
@@ -171,6 +172,12 @@ class Connection:
         pending = self.initial
         try:
             while True:
+                if self.muted_until_ns:
+                    # KIP-219: a throttled channel reads nothing until the throttle ends
+                    wait_ns = self.muted_until_ns - time.monotonic_ns()
+                    if wait_ns > 0:
+                        await asyncio.sleep(wait_ns / 1e9)
+                    self.muted_until_ns = 0
                 if pending:
                     data, pending = pending, b""
                 else:
@@ -202,7 +209,12 @@ class Connection:
                             cw.write(to_send)
                         continue
                     order.forwarded(
-                        info.correlation_id, info.api_key, info.client_id, now, len(frame)
+                        info.correlation_id,
+                        info.api_key,
+                        info.client_id,
+                        now,
+                        len(frame),
+                        info.api_version,
                     )
                     out.append(frame)
                 if out:
@@ -243,11 +255,11 @@ class Connection:
                 for frame in frames:
                     cid = correlation_id_of_response(frame)
                     before, done, after = order.response(cid, len(frame), now)
+                    if done is not None:
+                        frame = acceptor.request_done(self, done, now, frame)
                     out.extend(before)
                     out.append(frame)
                     out.extend(after)
-                    if done is not None:
-                        acceptor.request_done(self, done, now)
                 payload = out[0] if len(out) == 1 else b"".join(out)
                 self.bytes_out += len(payload)
                 cw.write(payload)

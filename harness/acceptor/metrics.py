@@ -36,6 +36,9 @@ class AcceptorMetrics(Collector):
         self.listener_counts: defaultdict[tuple[str, str], int] = defaultdict(int)
         self.ip_counts: defaultdict[tuple[str, str], int] = defaultdict(int)
         self.request_time: defaultdict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+        self.throttle_time: defaultdict[tuple[str, str], list[float]] = defaultdict(
+            lambda: [0, 0.0]
+        )
         self.registry = CollectorRegistry(auto_describe=False)
         self.url: str | None = None
         self._server: Any = None
@@ -51,6 +54,11 @@ class AcceptorMetrics(Collector):
         entry = self.request_time[client_id or ""]
         entry[0] += 1
         entry[1] += latency_ms
+
+    def throttled(self, bucket: tuple[str, str], throttle_ms: int) -> None:
+        entry = self.throttle_time[bucket]
+        entry[0] += 1
+        entry[1] += throttle_ms
 
     def limits_changed(self) -> None:
         """Limits are read from the config on scrape; nothing to cache."""
@@ -89,6 +97,7 @@ class AcceptorMetrics(Collector):
             "ip_counts": dict(self.ip_counts),
             "limits": acc.effective_limits(),
             "request_time": {k: tuple(v) for k, v in self.request_time.items()},
+            "throttle_time": {k: tuple(v) for k, v in self.throttle_time.items()},
         }
 
     def _gather_threadsafe(self) -> dict[str, Any] | None:
@@ -166,6 +175,14 @@ class AcceptorMetrics(Collector):
         for cid, (n, total) in data["request_time"].items():
             rt.add_metric(["", cid], total / n if n else float("nan"))
         yield rt
+        tt = GaugeMetricFamily(
+            "kafka_server_request_throttle_time",
+            "mean request-quota throttle time (ms) per bucket",
+            labels=["user", "client_id"],
+        )
+        for (user, cid), (n, total) in data["throttle_time"].items():
+            tt.add_metric([user, cid], total / n if n else float("nan"))
+        yield tt
         ct = CounterMetricFamily(
             "harness_acceptor_connections", "connections by outcome", labels=["listener", "outcome"]
         )

@@ -110,11 +110,10 @@ class Processor:
             now,
             processor=self.index,
             delay_ms=(now - item.admitted_ns) / 1e6,
-            detail={
-                "queue_depth": self.queue.qsize() + 1,
-                "iteration": self.iteration,
-                "in_iteration": processed + 1,
-            },
+            detail=(
+                f'{{"in_iteration": {processed + 1}, "iteration": {self.iteration}, '
+                f'"queue_depth": {self.queue.qsize() + 1}}}'
+            ),
         )
         acceptor.spawn(conn.run())
 

@@ -26,11 +26,18 @@ from harness.acceptor.config import AcceptorConfig, parse_acceptor_config
 from harness.acceptor.connection import Connection
 from harness.acceptor.metrics import AcceptorMetrics
 from harness.acceptor.recorder import Recorder
+from harness.acceptor.request_quotas import (
+    PRINCIPAL,
+    entity_key,
+    parse_entity_key,
+    with_throttle_time,
+)
 from harness.acceptor.state import load_state, save_state
 from harness.acceptor.tracker import Completed
 from harness.history import HistoryWriter
 from harness.quota.config import QuotaConfig, apply_dynamic_update
 from harness.quota.connections import ConnectionQuotas
+from harness.quota.requests import EntityName, RequestQuotas
 
 log = logging.getLogger("harness.acceptor")
 
@@ -53,6 +60,9 @@ class Acceptor:
         self.cfg = cfg
         self.quota_cfg: QuotaConfig = cfg.quota
         self.quotas = ConnectionQuotas(cfg.quota)
+        self.request_quotas = RequestQuotas(
+            cfg.quota.quota_window_num, cfg.quota.quota_window_size_seconds
+        )
         self.run_id = run_id
         self.history_dir = Path(history_dir) if history_dir is not None else None
         self.out = out
@@ -202,20 +212,65 @@ class Acceptor:
         )
         self.count(info.listener, info.client_ip, "closed")
 
-    def request_done(self, conn: Connection, done: Completed, now_ns: int) -> None:
+    def request_done(self, conn: Connection, done: Completed, now_ns: int, frame: bytes) -> bytes:
+        """A broker response: the `request` row, the request-quota charge (KIP-124/219).
+
+        Returns the frame to send (with throttle_time_ms raised when throttled).
+        """
         latency_ms = done.latency_ns / 1e6
-        self.metrics.request(done.client_id, latency_ms)
+        client_id = done.client_id or ""
+        self.metrics.request(client_id, latency_ms)
         self.rec.conn(
             "request",
             conn.info,
             now_ns,
             api_key=done.api_key,
             client_id=done.client_id,
-            principal="ANONYMOUS",
+            principal=PRINCIPAL,
             latency_ms=latency_ms,
             bytes=done.request_bytes + done.response_bytes,
             processor=conn.processor.index,
         )
+        rq = self.request_quotas
+        charge = rq.record_request(
+            PRINCIPAL, client_id, done.api_key, done.latency_ns, now_ns // 1_000_000
+        )
+        if charge.throttle_ms <= 0:
+            return frame
+        throttle = charge.throttle_ms
+        conn.muted_until_ns = max(conn.muted_until_ns, now_ns + throttle * 1_000_000)
+        self.metrics.throttled(charge.bucket, throttle)
+        self.rec.conn(
+            "request_throttle",
+            conn.info,
+            now_ns,
+            delay_ms=float(throttle),
+            api_key=done.api_key,
+            client_id=done.client_id,
+            principal=PRINCIPAL,
+            processor=conn.processor.index,
+            detail={
+                "bucket": {"user": charge.bucket[0], "client-id": charge.bucket[1]},
+                "quota": charge.quota,
+                "rate": charge.rate,
+                "broker_time_ms": latency_ms,
+            },
+        )
+        return with_throttle_time(frame, done.api_key, done.api_version, throttle)
+
+    def set_request_quota(
+        self, user: EntityName, client_id: EntityName, key: str, value: float | None
+    ) -> None:
+        self.request_quotas.set_quota(user, client_id, key, value)
+        ek = entity_key(user, client_id)
+        values = self.state.request_quotas.setdefault(ek, {})
+        if value is None:
+            values.pop(key, None)
+            if not values:
+                self.state.request_quotas.pop(ek, None)
+        else:
+            values[key] = float(value)
+        save_state(self.cfg.state_dir, self.state)
 
     # -- dynamic configuration (admin path) ------------------------------------------------
     def _restore_state(self) -> None:
@@ -223,6 +278,10 @@ class Acceptor:
         if st.broker_config:
             self.quota_cfg = apply_dynamic_update(self.quota_cfg, dict(st.broker_config))
             self.quotas.reconfigure(self.quota_cfg, time.monotonic_ns() // 1_000_000)
+        for ek, values in st.request_quotas.items():
+            user, client = parse_entity_key(ek)
+            for key, value in values.items():
+                self.request_quotas.set_quota(user, client, key, value)
         now = time.monotonic_ns() // 1_000_000
         for key, rate in st.ip_quotas.items():
             ip = None if key == "default" else key

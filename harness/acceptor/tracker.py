@@ -21,6 +21,7 @@ from dataclasses import dataclass
 class Pending:
     correlation_id: int
     api_key: int
+    api_version: int
     client_id: str | None
     sent_ns: int
     request_bytes: int
@@ -30,6 +31,7 @@ class Pending:
 @dataclass(frozen=True, slots=True)
 class Completed:
     api_key: int
+    api_version: int
     client_id: str | None
     latency_ns: int
     request_bytes: int
@@ -48,15 +50,21 @@ class ResponseOrder:
         return len(self._queue)
 
     def forwarded(
-        self, correlation_id: int, api_key: int, client_id: str | None, now_ns: int, size: int
+        self,
+        correlation_id: int,
+        api_key: int,
+        client_id: str | None,
+        now_ns: int,
+        size: int,
+        api_version: int = 0,
     ) -> None:
-        self._queue.append(Pending(correlation_id, api_key, client_id, now_ns, size))
+        self._queue.append(Pending(correlation_id, api_key, api_version, client_id, now_ns, size))
 
     def local(self, correlation_id: int, api_key: int, response: bytes) -> bytes:
         """Returns the bytes to send now (the response, or b"" if it must wait its turn)."""
         if not self._queue:
             return response
-        self._queue.append(Pending(correlation_id, api_key, None, 0, 0, response))
+        self._queue.append(Pending(correlation_id, api_key, 0, None, 0, 0, response))
         return b""
 
     def response(
@@ -82,7 +90,12 @@ class ResponseOrder:
                 before.append(dropped.local)
         entry = queue.popleft()
         done = Completed(
-            entry.api_key, entry.client_id, now_ns - entry.sent_ns, entry.request_bytes, frame_len
+            entry.api_key,
+            entry.api_version,
+            entry.client_id,
+            now_ns - entry.sent_ns,
+            entry.request_bytes,
+            frame_len,
         )
         after: list[bytes] = []
         while queue and queue[0].local is not None:

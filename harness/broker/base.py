@@ -8,10 +8,13 @@ Launchers that cannot do one of these raise :class:`UnsupportedOperation` instea
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from types import TracebackType
 
-from harness.broker.errors import UnsupportedOperation
+from kafka.errors import KafkaError
+
+from harness.broker.errors import BrokerError, UnsupportedOperation
 from harness.broker.probe import ProbeResult, probe
 
 
@@ -57,6 +60,29 @@ class Broker:
         """ApiVersions + Metadata against a listener (default: the first). Raises on failure."""
         port = self.listener_ports[listener.upper()] if listener else self.port
         return probe(self.host, port, timeout_s=timeout_s)
+
+    def wait_ready(self, timeout_s: float = 60.0) -> ProbeResult:
+        """Until the first listener answers ApiVersions and Metadata lists a broker.
+
+        After :meth:`resume` a KRaft node can be fenced for a few seconds (its own controller
+        saw the heartbeats stop), so chaos tests wait here rather than probing once.
+        """
+        deadline = time.monotonic() + timeout_s
+        last: Exception | None = None
+        while True:
+            try:
+                result = self.probe(timeout_s=min(5.0, max(0.5, deadline - time.monotonic())))
+                if result.brokers:
+                    return result
+                last = ConnectionError("Metadata lists no unfenced broker")
+            except (OSError, TimeoutError, ConnectionError, KafkaError) as exc:
+                last = exc
+            if time.monotonic() >= deadline:
+                raise BrokerError(
+                    f"{self.bootstrap} not serving within {timeout_s:.0f} s (last probe: {last})"
+                    + (f"; see {self.log_path}" if self.log_path else "")
+                )
+            time.sleep(0.25)
 
     def stop(self) -> None:
         """Stop the broker; safe to call twice."""

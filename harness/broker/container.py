@@ -10,7 +10,6 @@ the port it is published on, so the advertised address is the real one without a
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -23,7 +22,7 @@ from harness.broker.config import (
 )
 from harness.broker.errors import BrokerError, tail
 from harness.broker.local import cluster_id, free_ports
-from harness.broker.probe import probe
+from harness.broker.probe import ProbeResult
 
 IMAGE = f"apache/kafka:{KAFKA_VERSION}"
 DATA_DIR = "/var/lib/kafka/data"
@@ -75,23 +74,14 @@ class ContainerBroker(Broker):
     def _wrapped(self) -> Any:
         return self.container.get_wrapped_container()
 
-    def wait_ready(self) -> None:
-        deadline = time.monotonic() + self._timeout_s
-        last: Exception | None = None
-        while time.monotonic() < deadline:
-            try:
-                if probe(self.host, self.port, timeout_s=2.0).brokers:
-                    return
-            except (OSError, TimeoutError, ConnectionError) as exc:
-                last = exc
-            time.sleep(0.5)
-        logs = ""
-        with contextlib.suppress(Exception):
-            logs = self._wrapped().logs(tail=40).decode(errors="replace")
-        raise BrokerError(
-            f"the {IMAGE} container was not ready within {self._timeout_s:.0f} s ({last}); "
-            f"last container log lines:\n{tail(logs)}"
-        )
+    def wait_ready(self, timeout_s: float | None = None) -> ProbeResult:
+        try:
+            return super().wait_ready(self._timeout_s if timeout_s is None else timeout_s)
+        except BrokerError as exc:
+            logs = ""
+            with contextlib.suppress(Exception):
+                logs = self._wrapped().logs(tail=40).decode(errors="replace")
+            raise BrokerError(f"{IMAGE}: {exc}; last container log lines:\n{tail(logs)}") from exc
 
     def stop(self) -> None:
         if not self._stopped:
