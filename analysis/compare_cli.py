@@ -175,8 +175,13 @@ def run(args: argparse.Namespace) -> int:
     def say(msg: str) -> None:
         print(msg, flush=True)
 
-    say("starting Spark…")
-    spark = build_session(args.spark_master, app_name="harness-compare")
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession()
+    own = spark is None  # an active session belongs to the caller: never stop it
+    if spark is None:
+        say("starting Spark…")
+        spark = build_session(args.spark_master, app_name="harness-compare")
     try:
         stats, verdicts = [], []
         for d in dirs:
@@ -189,7 +194,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"harness compare: {exc}", file=sys.stderr)
         return 2
     finally:
-        spark.stop()
+        if own:
+            spark.stop()
     la, lb = (f"{d.name} ({s.get('target')})" for d, s in zip(dirs, stats, strict=True))
     rows = table(stats[0], stats[1], verdicts[0], verdicts[1])
     w0 = max(len(r[0]) for r in rows)

@@ -118,7 +118,7 @@ def config_timeline(
     starts: list[int] = []
     limits: list[Limits] = []
     raw: list[dict[str, Any]] = []
-    if run_limits and (not rows or rows[0][0] > 0):
+    if run_limits and not rows:  # config rows are authoritative; run.json only seeds
         starts.append(-(2**62))
         limits.append(Limits.from_config(run_limits))
         raw.append(dict(run_limits))
@@ -184,13 +184,38 @@ class Run:
             f.parent.name == source for f in self.files
         )
 
+    def source(self, source: str) -> DataFrame:
+        """One source's rows, read from its own folder only (no scan of the others)."""
+
+        def build() -> DataFrame:
+            from pyspark.sql import functions as F
+
+            files = [str(f) for f in self.files if f.parent.name == source]
+            if not files:
+                return self.spark.createDataFrame([], spark_schema())
+            df = self.spark.read.schema(spark_schema()).parquet(*files)
+            return df.where(F.col("source") == source)
+
+        return self.cached(f"source-{source}", build)  # type: ignore[no-any-return]
+
     def events(self, *names: str, source: str | None = None) -> DataFrame:
         from pyspark.sql import functions as F
 
-        df = self.history
-        if source:
-            df = df.where(F.col("source") == source)
+        df = self.source(source) if source else self.history
         return df.where(F.col("event").isin(*names)) if names else df
+
+    def span_ns(self) -> tuple[int, int]:
+        """First and last mono_ns of the run (parquet min/max over one column)."""
+
+        def build() -> tuple[int, int]:
+            from pyspark.sql import functions as F
+
+            row = self.history.agg(F.min("mono_ns"), F.max("mono_ns")).first()
+            if row is None or row[0] is None:
+                return (0, 0)
+            return (int(row[0]), int(row[1]))
+
+        return self.cached("span", build)  # type: ignore[no-any-return]
 
     def cached(self, key: str, build: Callable[[], Any]) -> Any:
         if key not in self._cache:

@@ -90,9 +90,7 @@ def chart_data(run: Run) -> dict[str, Any]:
 
     from analysis.checks.clients import phases
 
-    bounds = run.history.agg(F.min("mono_ns"), F.max("mono_ns")).first()
-    assert bounds is not None
-    t0, t_end = int(bounds[0]), int(bounds[1])
+    t0, t_end = run.span_ns()
 
     def sec(c: str) -> Column:
         return F.floor((F.col(c) - F.lit(t0)) / F.lit(1e9)).cast("long")
@@ -253,7 +251,8 @@ def charts(ctx: dict[str, Any]) -> list[dict[str, str]]:
             _step_line(ax, ctx, lambda lim, ip=ip: lim.ip_quota(ip), f"ip quota {ip}", c)
         _markers(ax, ctx)
         ax.set_xlabel("seconds since run start")
-        ax.set_ylabel("connections / s")
+        ax.set_ylabel("connections / s (symlog)")
+        ax.set_yscale("symlog", linthresh=10)
         ax.legend(loc="upper right", fontsize=7, ncol=2)
         ax.set_title("Top client IPs: per-IP rate vs connection_creation_rate (dotted)")
         out.append(
@@ -284,7 +283,11 @@ def charts(ctx: dict[str, Any]) -> list[dict[str, str]]:
         ax.set_xlabel("ms")
         ax.set_ylabel("connections")
         ax.legend(fontsize=8)
-        ax.set_title("Delay distributions (ready latency for target broker)")
+        ax.set_title(
+            "Delay distributions"
+            if ctx.get("throttles") is not None
+            else "Client ready latency (target broker: the delay as the client saw it)"
+        )
         out.append({"title": "Delays", "png": _png(fig), "caption": "No delay may pass the cap."})
     conc = ctx.get("conc")
     if conc is not None and len(conc):

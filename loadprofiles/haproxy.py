@@ -82,6 +82,18 @@ class HAProxy:
         self.stop()
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when our process dies, however it dies (Linux
+    PR_SET_PDEATHSIG), so a killed Locust never leaves an HAProxy behind."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGTERM))
+    except (OSError, AttributeError):
+        pass  # not Linux/glibc: stop() is then the only cleanup
+
+
 def _free_port(ip: str) -> int:
     with socket.socket() as s:
         s.bind((ip, 0))
@@ -150,7 +162,12 @@ def start_haproxy(
     if check.returncode != 0:
         raise HAProxyError(f"haproxy refused {cfg}: {check.stderr.decode(errors='replace')}")
     log = (wd / "haproxy.log").open("wb")
-    proc = subprocess.Popen([binary, "-db", "-f", str(cfg)], stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [binary, "-db", "-f", str(cfg)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        preexec_fn=_die_with_parent,
+    )
     handle = HAProxy(proc, (listen_ip, port), source_ip, wd, own)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -123,7 +123,6 @@ def check_agreement(run: Run) -> CheckResult:
 
 
 def _phases(run: Run) -> list[dict[str, Any]]:
-    from pyspark.sql import functions as F
 
     rows = (
         run.events("phase_start", "phase_end", source="harness")
@@ -133,8 +132,7 @@ def _phases(run: Run) -> list[dict[str, Any]]:
     )
     open_: dict[str, dict[str, Any]] = {}
     phases: list[dict[str, Any]] = []
-    end_default = run.history.agg(F.max("mono_ns")).first()
-    last_ns = int(end_default[0]) if end_default and end_default[0] is not None else 0
+    last_ns = run.span_ns()[1]
     for r in rows:
         try:
             d = json.loads(r["detail"] or "{}")

@@ -12,6 +12,7 @@ DescribeConfigs) goes to the broker untouched.
 from __future__ import annotations
 
 import ipaddress
+import math
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -36,7 +37,7 @@ from harness.quota.config import (
     resolve_host,
 )
 from harness.quota.requests import DEFAULT, EntityName
-from harness.wire.framing import RequestInfo, decode_request, encode_response
+from harness.wire.framing import FrameError, RequestInfo, decode_request, encode_response
 
 if TYPE_CHECKING:
     from harness.acceptor.connection import Connection
@@ -75,7 +76,9 @@ def _entity_name(entity: dict[str, str | None], etype: str) -> EntityName:
     return DEFAULT if name is None else name
 
 
-def is_connection_limit_key(key: str) -> bool:
+def is_connection_limit_key(key: str | None) -> bool:
+    if not isinstance(key, str):
+        return False
     if key in BROKER_RECONFIGURABLE:
         return True
     parts = key.split(".")
@@ -93,9 +96,21 @@ class AdminHandler:
 
     # -- routing -----------------------------------------------------------------------------
     def maybe_handle(self, conn: Connection, frame: bytes, info: RequestInfo) -> bytes | None:
-        """The response to send for a request the acceptor answers, or None to forward."""
+        """The response to send for a request the acceptor answers, or None to forward.
+
+        Raises only `FrameError` (the connection is then closed with its reason).
+        """
         if info.api_key not in ADMIN_KEYS:
             return None
+        try:
+            return self._route(conn, frame, info)
+        except FrameError:
+            raise
+        except Exception as exc:  # hostile values must end only this connection, visibly
+            self._admin_row(conn, info, "UNKNOWN_SERVER_ERROR", {"error": repr(exc)})
+            raise FrameError("admin_error", f"cannot answer api {info.api_key}: {exc!r}") from exc
+
+    def _route(self, conn: Connection, frame: bytes, info: RequestInfo) -> bytes | None:
         if info.api_key == DESCRIBE_CLIENT_QUOTAS:
             req = decode_request(DescribeClientQuotasRequest, frame, info.api_version)
             types = [c.entity_type for c in req.components]
@@ -282,6 +297,11 @@ class AdminHandler:
             entity = {e.entity_type: e.entity_name for e in entry.entity}
             ops = [(op.key, None if op.remove else float(op.value)) for op in entry.ops]
             error = validate_alteration(entity, ops, resolve=self.resolve)
+            if error is None:
+                for key, value in ops:
+                    if value is not None and not math.isfinite(value):
+                        error = (INVALID_REQUEST, f"Quota {key} must be a finite number")
+                        break
             if error is None and "ip" not in entity:
                 if any(key != REQUEST_PERCENTAGE for key, _ in ops):
                     error = (

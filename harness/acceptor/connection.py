@@ -172,16 +172,17 @@ class Connection:
         pending = self.initial
         try:
             while True:
-                if self.muted_until_ns:
-                    # KIP-219: a throttled channel reads nothing until the throttle ends
-                    wait_ns = self.muted_until_ns - time.monotonic_ns()
-                    if wait_ns > 0:
-                        await asyncio.sleep(wait_ns / 1e9)
-                    self.muted_until_ns = 0
                 if pending:
                     data, pending = pending, b""
                 else:
                     data = await reader.read(READ_SIZE)
+                if self.muted_until_ns:
+                    # KIP-219: a throttled channel processes nothing until the throttle ends
+                    # (what was read meanwhile is held, as the kernel would hold it)
+                    wait_ns = self.muted_until_ns - time.monotonic_ns()
+                    if wait_ns > 0:
+                        await asyncio.sleep(wait_ns / 1e9)
+                    self.muted_until_ns = 0
                 if not data:
                     self._client_eof = True
                     if self._upstream_eof:
@@ -221,11 +222,19 @@ class Connection:
                     uw.write(out[0] if len(out) == 1 else b"".join(out))
                     await uw.drain()
         except FrameError as exc:
+            if exc.frames:  # whole requests before the bad size: the broker would get them
+                with contextlib.suppress(Exception):
+                    uw.write(b"".join(f for f in exc.frames))
             self.finish(exc.reason, detail={"error": str(exc)})
         except ConnectionResetError:
             self.finish("reset", reset=True)
         except (BrokenPipeError, ConnectionError, OSError) as exc:
             self.finish("upstream_reset", reset=True, detail={"error": repr(exc)})
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug must end this connection visibly, not leak it
+            self.acceptor.log(f"{self.info.conn_id}: internal error {exc!r}")
+            self.finish("internal_error", reset=True, detail={"error": repr(exc)})
 
     async def _upstream_to_client(self, reader: asyncio.StreamReader) -> None:
         assert self._cw is not None
@@ -270,6 +279,11 @@ class Connection:
             self.finish("upstream_reset", reset=True)
         except (BrokenPipeError, ConnectionError, OSError) as exc:
             self.finish("reset", reset=True, detail={"error": repr(exc)})
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.acceptor.log(f"{self.info.conn_id}: internal error {exc!r}")
+            self.finish("internal_error", reset=True, detail={"error": repr(exc)})
 
     def _idle_after_upstream_eof(self) -> None:
         """The broker is gone: give the client a moment to read and close, then close."""

@@ -67,6 +67,7 @@ def with_throttle_time(frame: bytes, api_key: int, api_version: int, throttle_ms
         if current >= throttle_ms:
             return frame
         resp.throttle_time_ms = throttle_ms
-        return bytes(resp.encode(version=api_version, header=True, framed=True))
+        # (no version= here: kafka-python 3.0 cannot set it on a decoded response header)
+        return bytes(resp.encode(header=True, framed=True))
     except Exception:
         return frame

@@ -21,11 +21,16 @@ _SIZE = struct.Struct(">i")
 
 
 class FrameError(Exception):
-    """The peer broke framing; ``reason`` is the history `close` reason."""
+    """The peer broke framing; ``reason`` is the history `close` reason.
 
-    def __init__(self, reason: str, message: str) -> None:
+    ``frames`` holds whole frames that arrived before the bad size in the same feed: the
+    broker's selector would have served them one receive at a time before meeting it.
+    """
+
+    def __init__(self, reason: str, message: str, frames: list[bytes] | None = None) -> None:
         super().__init__(message)
         self.reason = reason
+        self.frames: list[bytes] = frames or []
 
 
 class FrameDecoder:
@@ -58,12 +63,14 @@ class FrameDecoder:
             if end - pos < 4:
                 break
             (size,) = _SIZE.unpack_from(buf, pos)
-            if size < 0:
-                raise FrameError("bad_frame", f"negative frame size {size}")
-            if size > self.max_bytes:
+            if size < 0 or size > self.max_bytes:
+                del buf[:pos]  # keep only the bad size field (nothing of its payload)
+                if size < 0:
+                    raise FrameError("bad_frame", f"negative frame size {size}", frames)
                 raise FrameError(
                     "frame_too_large",
                     f"frame size {size} is larger than socket.request.max.bytes={self.max_bytes}",
+                    frames,
                 )
             if end - pos - 4 < size:
                 break

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from harness.acceptor import AcceptorHandle, start_in_thread
-from harness.acceptor.testing import bootstrap, connect, ping
+from harness.acceptor.testing import bootstrap, connect, ping, wait_until
 from harness.admin.client import KafkaWire, alter_client_quota, describe_client_quotas
 from harness.history import read_history
 
@@ -83,10 +83,18 @@ def test_byte_rate_quotas_still_go_to_the_broker(
     boot = bootstrap(acceptor.address("CLIENT"))
     try:
         alter_client_quota(boot, {"user": "bytes-test"}, {"producer_byte_rate": 1048576.0})
-        got = describe_client_quotas(
-            kafka_broker.bootstrap, [("user", 0, "bytes-test")], strict=True
+        want = [({"user": "bytes-test"}, {"producer_byte_rate": 1048576.0})]
+        # KRaft applies the change through its metadata log: visible shortly after
+        wait_until(
+            lambda: (
+                describe_client_quotas(
+                    kafka_broker.bootstrap, [("user", 0, "bytes-test")], strict=True
+                )
+                == want
+            ),
+            timeout=30,
+            what="the broker's quota",
         )
-        assert got == [({"user": "bytes-test"}, {"producer_byte_rate": 1048576.0})]
     finally:
         alter_client_quota(
             kafka_broker.bootstrap, {"user": "bytes-test"}, {"producer_byte_rate": None}

@@ -11,7 +11,14 @@ from typing import Any
 import pytest
 
 from harness.acceptor import AcceptorHandle, start_in_thread
-from harness.acceptor.testing import api_versions_frame, bootstrap, raw, read_outcome, round_trip
+from harness.acceptor.testing import (
+    api_versions_frame,
+    bootstrap,
+    raw,
+    read_outcome,
+    round_trip,
+    wait_until,
+)
 from harness.admin import cli as quotas_cli
 from harness.admin.client import (
     AdminError,
@@ -249,11 +256,15 @@ def test_harness_quotas_against_the_real_broker(
             == 0
         )
         capsys.readouterr()
-        assert harness_main(["quotas", "--bootstrap-server", boot, "--describe", "--ip", ip]) == 0
-        assert (
-            f"Quota configs for ip '{ip}' are connection_creation_rate=12.0"
-            in capsys.readouterr().out
-        )
+
+        def described() -> bool:  # KRaft: visible once the metadata log is applied
+            assert (
+                harness_main(["quotas", "--bootstrap-server", boot, "--describe", "--ip", ip]) == 0
+            )
+            out = capsys.readouterr().out
+            return f"Quota configs for ip '{ip}' are connection_creation_rate=12.0" in out
+
+        wait_until(described, timeout=30, what="the broker's ip quota")
         assert (
             harness_main(
                 [
@@ -287,6 +298,12 @@ def test_harness_quotas_against_the_real_broker(
             == 0
         )
     capsys.readouterr()
+
+    def gone() -> bool:
+        assert harness_main(["quotas", "--bootstrap-server", boot, "--describe", "--ip", ip]) == 0
+        return capsys.readouterr().out.strip() == ""
+
+    wait_until(gone, timeout=30, what="the deletion to show")
     assert (
         harness_main(
             [

@@ -105,7 +105,7 @@ def test_storm_is_served_and_every_connection_joins_the_acceptor(
     # no limit is set: the acceptor delayed nothing (a slow answer on a busy box may
     # still cross the delayed threshold, so count rather than demand all "served")
     assert set(closed.outcome) <= {"served", "delayed_served"}
-    assert (closed.outcome == "served").sum() >= 100
+    assert (closed.outcome == "served").sum() >= 60
     assert not (acc.event == "delay").any()
     # intended spacing of a 40/s schedule is 25 ms: the storm followed its schedule
     intended = sorted(d["intended_mono_ns"] for d in invokes.d)

@@ -97,3 +97,24 @@ def test_missing_or_empty_run_dir_is_a_clear_error(
     assert main(["analyze", str(tmp_path / "empty"), "--gate"]) == 2
     err = capsys.readouterr().err
     assert "no history" in err and "still writing" in err
+
+
+def test_compare_acceptor_and_broker_runs_side_by_side(
+    spark: Any, synth_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = synth_root / "conforming"
+    b = synth_root / "broker-ok"
+    for path, target in ((a, "acceptor"), (b, "broker")):
+        if not (path / "run.json").exists():
+            generate(path, SynthSpec(run_id=path.name, cycles=1, target=target))
+    out = tmp_path / "compare.html"
+    assert main(["compare", str(a), str(b), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "conforming (acceptor)" in text and "broker-ok (broker)" in text
+    rows = {line.split("  ")[0].strip(): line for line in text.splitlines() if "  " in line}
+    assert "served / s" in rows and "check model_replay" in rows
+    assert "acceptor throttle-closes" in rows  # only the acceptor run has them
+    assert (b / "report" / "verdict.json").exists()  # analysed on demand
+    html = out.read_text()
+    assert "conforming (acceptor)" in html and "check model_replay" in html
+    assert "data:image/png;base64," in html

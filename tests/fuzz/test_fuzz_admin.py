@@ -1,0 +1,365 @@
+"""Fuzz the admin requests the acceptor decodes and answers itself.
+
+Why: DescribeClientQuotas, AlterClientQuotas and IncrementalAlterConfigs are decoded and
+acted on inside the connection's client->broker pump (`Connection._client_to_upstream`),
+which only turns `FrameError` (and socket errors) into a `close` row. Any other exception
+from `AdminHandler.maybe_handle` ends the pump with no response, no `close` row and the
+counts still held until the idle timeout. So the property is: for any bytes, and for any
+structurally valid request with hostile values (NaN, infinities, null names, unknown
+entity types and operations), `maybe_handle` returns None (forward), or a framed response
+of the right class and correlation id, or raises `FrameError` — nothing else.
+
+The handler is the real one on a real (never started) `Acceptor`; only host resolution is
+pinned to IP literals and ``localhost`` through `AdminHandler.resolve`, its injection
+point, so no example waits on DNS.
+"""
+
+from __future__ import annotations
+
+import io
+import ipaddress
+import math
+import struct
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kafka.protocol.admin import (
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
+    DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
+from kafka.protocol.api_header import ResponseHeader
+
+from harness.acceptor.config import parse_acceptor_config
+from harness.acceptor.connection import Connection
+from harness.acceptor.processor import Processor
+from harness.acceptor.recorder import ConnInfo
+from harness.acceptor.server import Acceptor
+from harness.wire.framing import FrameError, decode_request, parse_request_header
+
+pytestmark = pytest.mark.unit
+
+REQUESTS: dict[int, tuple[Any, Any]] = {
+    44: (IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
+    48: (DescribeClientQuotasRequest, DescribeClientQuotasResponse),
+    49: (AlterClientQuotasRequest, AlterClientQuotasResponse),
+}
+
+
+def literal_resolver(host: str) -> str:
+    if host == "localhost":
+        return "127.0.0.1"
+    return ipaddress.ip_address(host).compressed  # ValueError: "not a valid IP or host"
+
+
+def new_connection(client_ip: str = "127.0.0.1") -> Connection:
+    cfg = parse_acceptor_config(
+        {
+            "listeners": "CLIENT://127.0.0.1:0",
+            "listener.name.client.upstream": "127.0.0.1:9",
+            "metrics.port": "-1",
+        }
+    )
+    acceptor = Acceptor(cfg)  # no history dir, no state dir: nothing touches the disk
+    acceptor.admin.resolve = literal_resolver
+    proc = Processor(acceptor, "CLIENT", 0, False)
+    info = ConnInfo("CLIENT-fuzz-1", "CLIENT", client_ip, 40000, client_ip, 40000)
+    return Connection(acceptor, proc, info, None, b"", False)  # type: ignore[arg-type]
+
+
+def handle(conn: Connection, frame: bytes) -> bytes | None:
+    """The pump's steps for one frame; returns the local response or None (forwarded)."""
+    info = parse_request_header(frame)
+    out = conn.acceptor.admin.maybe_handle(conn, frame, info)
+    if out is None:
+        return None
+    assert isinstance(out, bytes)
+    (size,) = struct.unpack_from(">i", out)
+    assert size == len(out) - 4
+    header = ResponseHeader.decode(io.BytesIO(out[4:]), flexible=False)
+    assert header.correlation_id == info.correlation_id
+    _, response_class = REQUESTS[info.api_key]
+    # the whole response decodes with Kafka's schema for the request's version
+    response_class.decode(out[4:], version=info.api_version, header=True)
+    return out
+
+
+def encode(req: Any, correlation_id: int = 7, client_id: str | None = "fuzz") -> bytes:
+    req.with_header(correlation_id=correlation_id, client_id=client_id)
+    return bytes(req.encode(header=True, framed=True))
+
+
+# -- hostile field values ---------------------------------------------------------------------
+floats = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([math.nan, math.inf, -math.inf, 0.0, -0.0, 1e-300, 2.0**31, 2.0**63, 5.0]),
+)
+names = st.one_of(
+    st.none(),
+    st.sampled_from(["", "127.0.0.9", "::1", "localhost", "10.0.0.256", "0.0.0.0", "u", "c"]),
+    st.text(max_size=20),
+)
+entity_types = st.one_of(
+    st.sampled_from(["ip", "user", "client-id", ""]), st.none(), st.text(max_size=10)
+)
+quota_keys = st.one_of(
+    st.sampled_from(
+        [
+            "connection_creation_rate",
+            "request_percentage",
+            "producer_byte_rate",
+            "consumer_byte_rate",
+            "controller_mutation_rate",
+        ]
+    ),
+    st.none(),
+    st.text(max_size=20),
+)
+config_names = st.one_of(
+    st.sampled_from(
+        [
+            "max.connections",
+            "max.connections.per.ip",
+            "max.connections.per.ip.overrides",
+            "max.connection.creation.rate",
+            "listener.name.client.max.connections",
+            "listener.name.client.max.connection.creation.rate",
+            "listener.name.nope.max.connections",
+            "listener.name..max.connections",
+            "num.network.threads",
+            "log.retention.ms",
+        ]
+    ),
+    st.none(),
+    st.text(max_size=30),
+)
+config_values = st.one_of(
+    st.none(),
+    st.sampled_from(["1", "0", "-1", "2147483648", "NaN", "1e3", " 5", "127.0.0.1:3", "a:1,b:x"]),
+    st.integers(-(2**40), 2**40).map(str),
+    st.text(max_size=20),
+)
+int8 = st.integers(-128, 127)
+versions = st.integers(0, 1)
+
+A = AlterClientQuotasRequest
+D = DescribeClientQuotasRequest
+I = IncrementalAlterConfigsRequest  # noqa: E741
+
+alter_quotas = st.builds(
+    lambda v, entries, validate: A[v](entries=entries, validate_only=validate),
+    versions,
+    st.lists(
+        st.builds(
+            lambda ents, ops: A.EntryData(entity=ents, ops=ops),
+            st.lists(
+                st.builds(
+                    lambda t, n: A.EntryData.EntityData(entity_type=t, entity_name=n),
+                    entity_types,
+                    names,
+                ),
+                max_size=3,
+            ),
+            st.lists(
+                st.builds(
+                    lambda k, val, rm: A.EntryData.OpData(key=k, value=val, remove=rm),
+                    quota_keys,
+                    floats,
+                    st.booleans(),
+                ),
+                max_size=3,
+            ),
+        ),
+        max_size=3,
+    ),
+    st.booleans(),
+)
+# entries that pass the entity/key checks, so the values reach the code that applies them
+coherent_entries = st.one_of(
+    st.builds(
+        lambda n, val, rm: A.EntryData(
+            entity=[A.EntryData.EntityData(entity_type="ip", entity_name=n)],
+            ops=[A.EntryData.OpData(key="connection_creation_rate", value=val, remove=rm)],
+        ),
+        st.sampled_from([None, "127.0.0.9", "::1", "localhost"]),
+        floats,
+        st.booleans(),
+    ),
+    st.builds(
+        lambda ents, key, val, rm: A.EntryData(
+            entity=[A.EntryData.EntityData(entity_type=t, entity_name=n) for t, n in ents],
+            ops=[A.EntryData.OpData(key=key, value=val, remove=rm)],
+        ),
+        st.sampled_from(
+            [[("user", None)], [("client-id", "c")], [("user", "u"), ("client-id", None)]]
+        ),
+        st.sampled_from(["request_percentage", "producer_byte_rate"]),
+        floats,
+        st.booleans(),
+    ),
+)
+coherent_alter_quotas = st.builds(
+    lambda v, entries, validate: A[v](entries=entries, validate_only=validate),
+    versions,
+    st.lists(coherent_entries, min_size=1, max_size=2),
+    st.booleans(),
+)
+describe_quotas = st.builds(
+    lambda v, comps, strict: D[v](components=comps, strict=strict),
+    versions,
+    st.lists(
+        st.builds(
+            lambda t, mt, m: D.ComponentData(entity_type=t, match_type=mt, match=m),
+            entity_types,
+            int8,
+            names,
+        ),
+        max_size=3,
+    ),
+    st.booleans(),
+)
+alter_configs = st.builds(
+    lambda v, resources, validate: I[v](resources=resources, validate_only=validate),
+    versions,
+    st.lists(
+        st.builds(
+            lambda rt, rn, cfgs: I.AlterConfigsResource(
+                resource_type=rt, resource_name=rn, configs=cfgs
+            ),
+            st.one_of(st.just(4), int8),
+            st.one_of(st.just(""), names),
+            st.lists(
+                st.builds(
+                    lambda n, op, val: I.AlterConfigsResource.AlterableConfig(
+                        name=n, config_operation=op, value=val
+                    ),
+                    config_names,
+                    st.one_of(st.sampled_from([0, 1, 2, 3]), int8),
+                    config_values,
+                ),
+                max_size=3,
+            ),
+        ),
+        max_size=3,
+    ),
+    st.booleans(),
+)
+
+
+@given(
+    req=st.one_of(alter_quotas, coherent_alter_quotas, describe_quotas, alter_configs),
+    admin=st.booleans(),
+)
+@settings(max_examples=settings().max_examples * 2)
+def test_hostile_admin_requests_get_an_answer_or_frame_error(req: Any, admin: bool) -> None:
+    """Semantically hostile but well-formed requests, from an allowed and a refused IP."""
+    conn = new_connection("127.0.0.1" if admin else "192.0.2.1")
+    frame = encode(req)
+    try:
+        handle(conn, frame)
+    except FrameError as exc:
+        assert exc.reason == "bad_frame"
+
+
+@given(
+    api_key=st.sampled_from(sorted(REQUESTS)),
+    version=st.integers(-2, 4),
+    correlation_id=st.integers(-(2**31), 2**31 - 1),
+    body=st.binary(max_size=200),
+)
+def test_arbitrary_admin_bodies_get_an_answer_or_frame_error(
+    api_key: int, version: int, correlation_id: int, body: bytes
+) -> None:
+    payload = struct.pack(">hhih", api_key, version, correlation_id, 4) + b"fuzz" + body
+    frame = struct.pack(">i", len(payload)) + payload
+    conn = new_connection()
+    try:
+        handle(conn, frame)
+    except FrameError as exc:
+        assert exc.reason == "bad_frame"
+
+
+@given(
+    req=st.one_of(alter_quotas, describe_quotas, alter_configs),
+    cut=st.integers(0, 400),
+)
+def test_truncated_admin_requests_are_bad_frames(req: Any, cut: int) -> None:
+    """A request cut short (its size field rewritten to match) never decodes by accident
+    into something the handler acts on with missing fields."""
+    frame = encode(req)
+    payload = frame[4:]
+    cut = min(cut, len(payload) - 1)
+    short = struct.pack(">i", cut) + payload[:cut]
+    conn = new_connection()
+    try:
+        handle(conn, short)
+    except FrameError as exc:
+        assert exc.reason == "bad_frame"
+
+
+@given(req=st.one_of(alter_quotas, describe_quotas, alter_configs))
+def test_decode_round_trip(req: Any) -> None:
+    """What kafka-python encodes, `decode_request` reads back field for field."""
+    frame = encode(req)
+    info = parse_request_header(frame)
+    request_class, _ = REQUESTS[info.api_key]
+    back = decode_request(request_class, frame, info.api_version)
+    assert repr(back.to_dict()) == repr(req.to_dict())  # repr: NaN != NaN
+
+
+# -- the findings, as plain regression tests (docs/hostile-input.md, "Findings") --------------
+def _answered(req: Any) -> bytes | None:
+    return handle(new_connection(), encode(req))
+
+
+def test_f1_null_config_name_in_incremental_alter_configs() -> None:
+    """F1: a null (length -1) config name decodes as None and `is_connection_limit_key`
+    calls None.split(): AttributeError in the pump, from any client, before the admin check."""
+    req = I[1](
+        resources=[
+            I.AlterConfigsResource(
+                resource_type=4,
+                resource_name="",
+                configs=[
+                    I.AlterConfigsResource.AlterableConfig(name=None, config_operation=0, value="1")
+                ],
+            )
+        ],
+        validate_only=False,
+    )
+    try:
+        _answered(req)
+    except FrameError:
+        pass  # refusing the request as malformed is a fine answer too
+
+
+@pytest.mark.parametrize(
+    ("entity", "key"),
+    [
+        ([("ip", None)], "connection_creation_rate"),
+        ([("ip", "127.0.0.9")], "connection_creation_rate"),
+        ([("user", None)], "request_percentage"),
+        ([("client-id", "c")], "request_percentage"),
+    ],
+)
+def test_f2_nan_quota_value_gets_an_error_response(entity: list[tuple[str, Any]], key: str) -> None:
+    """F2: NaN passes `validate_alteration` (every comparison with NaN is false), then
+    `round(nan)` / `RequestQuotas.set_quota` raise ValueError in the pump: no response."""
+    req = A[1](
+        entries=[
+            A.EntryData(
+                entity=[A.EntryData.EntityData(entity_type=t, entity_name=n) for t, n in entity],
+                ops=[A.EntryData.OpData(key=key, value=math.nan, remove=False)],
+            )
+        ],
+        validate_only=False,
+    )
+    out = _answered(req)
+    assert out is not None
+    resp = AlterClientQuotasResponse.decode(out[4:], version=1, header=True)
+    assert resp.entries[0].error_code == 42  # INVALID_REQUEST, as for any other bad value
