@@ -8,7 +8,7 @@ KAFKA_STAMP := .cache/kafka/.resolved
 PYTEST_ARGS ?=
 SCENARIO ?= demo-storm
 
-.PHONY: setup test lint unit demo broker clean chromium
+.PHONY: setup test lint unit demo broker clean chromium bench
 
 setup: $(STAMP) $(KAFKA_STAMP) chromium
 	@echo "setup: ready (venv in $(VENV), Kafka jars in .cache/kafka)"
@@ -26,11 +26,12 @@ $(KAFKA_STAMP): $(STAMP)
 	@touch $(KAFKA_STAMP)
 
 # Browser tests drive Debian's Chromium; Playwright never downloads a browser of its own.
+# HAProxy (Debian's) carries PROXY headers in the single-IP-flood-through-a-proxy scenario.
 chromium:
-	@command -v chromium >/dev/null 2>&1 || { \
-	  echo "setup: installing Debian's chromium for the browser tests"; \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
-	  || echo "setup: could not install chromium; browser tests will be skipped"; }
+	@command -v chromium >/dev/null 2>&1 && command -v haproxy >/dev/null 2>&1 || { \
+	  echo "setup: installing Debian's chromium and haproxy (browser tests, PROXY scenarios)"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium haproxy >/dev/null) \
+	  || echo "setup: could not install chromium/haproxy; the tests that need them will be skipped"; }
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -51,3 +52,9 @@ broker: setup
 
 clean:
 	rm -rf $(VENV) .cache runs
+
+bench: setup
+	$(BIN)/python -m bench.quota_engine
+	$(BIN)/python -m bench.acceptor
+	$(BIN)/python -m bench.generator
+	$(BIN)/python -m bench.analysis

@@ -585,6 +585,26 @@ def warm_up() -> None:
 warm_up()
 
 
+def prepare_topic(environment: Environment, **_: Any) -> None:
+    """test_start of the producing profiles: create ``--topic`` before any load, or stop
+    the run with the reason (exit 2) rather than measure a missing topic."""
+    if isinstance(environment.runner, MasterRunner):
+        return
+    from loadprofiles.topics import TopicError, ensure_topic
+
+    try:
+        s = settings(environment, None)
+    except OptionError:
+        return  # the driver reports bad options itself
+    try:
+        ensure_topic(s.host, s.port, s.topic, timeout_s=20.0)
+    except TopicError as exc:
+        print(f"loadprofiles: error: --topic: {exc}", file=sys.stderr, flush=True)
+        environment.process_exit_code = 2
+        if environment.runner is not None:
+            gevent.spawn_later(0.1, environment.runner.quit)
+
+
 def payload(size: int, seed: int) -> bytes:
     """A deterministic record value of ``size`` bytes."""
     base = f"harness-{seed}-".encode()

@@ -9,12 +9,9 @@ for every message; it multiplies the connection rate by the message rate.
 
 from __future__ import annotations
 
-from typing import Any
-
 from loadprofiles import webui  # noqa: F401  (the admission tab)
-from loadprofiles.common import ArrivalUser, Settings, listen, payload, settings
+from loadprofiles.common import ArrivalUser, Settings, listen, payload, prepare_topic
 from loadprofiles.kafka_client import KafkaConnection
-from loadprofiles.topics import ensure_topic
 
 
 class PerRequestUser(ArrivalUser):
@@ -36,14 +33,4 @@ class PerRequestUser(ArrivalUser):
         conn.produce(s.topic, self._value, acks=s.acks)
 
 
-def _create_topic(environment: Any, **_: Any) -> None:
-    """The topic must exist before the storm: a produce must not race auto-creation."""
-    from locust.runners import MasterRunner
-
-    if isinstance(environment.runner, MasterRunner):
-        return
-    s = settings(environment, None)
-    ensure_topic(s.host, s.port, s.topic, timeout_s=30.0)
-
-
-listen("test_start", _create_topic)
+listen("test_start", prepare_topic)

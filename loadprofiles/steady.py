@@ -21,11 +21,9 @@ from typing import Any
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError, KafkaTimeoutError
 from locust import User, task
-from locust.runners import MasterRunner
 
 from loadprofiles import webui  # noqa: F401  (the admission tab)
-from loadprofiles.common import history, listen, payload, settings
-from loadprofiles.topics import ensure_topic
+from loadprofiles.common import history, listen, payload, prepare_topic, settings
 
 PRODUCE, FETCH = 0, 1
 logging.getLogger("kafka").setLevel(logging.WARNING)  # its INFO lines drown Locust's output
@@ -143,11 +141,4 @@ class SteadyUser(User):
         )
 
 
-def _create_topic(environment: Any, **_: Any) -> None:
-    if isinstance(environment.runner, MasterRunner):
-        return
-    s = settings(environment, None)
-    ensure_topic(s.host, s.port, s.topic, timeout_s=30.0)
-
-
-listen("test_start", _create_topic)
+listen("test_start", prepare_topic)

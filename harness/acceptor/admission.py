@@ -170,6 +170,9 @@ class ListenerAcceptor:
         except OSError as exc:
             self._refuse(sock, info, tcp_ns, "reset", repr(exc))
             return
+        except asyncio.CancelledError:  # shutdown while waiting for the header
+            self._refuse(sock, info, tcp_ns, "shutdown", "stopped before a PROXY header")
+            raise
         header, rest = result
         if header is not None and header.src_ip is not None and header.src_port is not None:
             info.client_ip, info.client_port = header.src_ip, header.src_port
@@ -196,6 +199,10 @@ class ListenerAcceptor:
             item = await self._handoff.get()
             try:
                 await self._admit(item)
+            except asyncio.CancelledError:  # shutdown mid-admission: do not leak the socket
+                with contextlib.suppress(OSError):
+                    item.sock.close()
+                raise
             except Exception as exc:  # the acceptor must outlive one bad socket
                 self.acceptor.log(f"admission of {item.info.conn_id} failed: {exc!r}")
                 with contextlib.suppress(OSError):

@@ -33,6 +33,7 @@ DEFAULTS: dict[str, str] = {
     "connections.max.idle.ms": "600000",
     "proxy.header.timeout.ms": "3000",
     "history.flush.interval.ms": "1000",
+    "history.request.sample": "1",
     "harness.test.skip.ip.rate.check": "false",
 }
 _LISTENER_KEY = re.compile(r"^listener\.name\.([^.]+)\.(upstream|proxy\.protocol)$")
@@ -61,6 +62,8 @@ class AcceptorConfig:
     idle_ms: int
     proxy_timeout_ms: int
     history_flush_ms: int
+    #: one `request` row per this many answered requests (1 = all, 0 = none)
+    request_sample: int
     skip_ip_rate_check: bool
     #: the raw properties as given (after overrides), for `config` rows and restarts
     properties: Mapping[str, str] = field(default_factory=dict)
@@ -200,6 +203,7 @@ def parse_acceptor_config(props: Mapping[str, str]) -> AcceptorConfig:
         idle_ms=_int(props, "connections.max.idle.ms", -1),
         proxy_timeout_ms=_int(props, "proxy.header.timeout.ms", 1),
         history_flush_ms=_int(props, "history.flush.interval.ms", 10),
+        request_sample=_int(props, "history.request.sample", 0),
         skip_ip_rate_check=skip == "true",
         properties=dict(props),
     )

@@ -30,6 +30,13 @@ class Recorder:
     def conn(self, event: str, info: ConnInfo, mono_ns: int, **fields: Any) -> None:
         if self.writer is None:
             return
+        try:
+            self._record(event, info, mono_ns, fields)
+        except RuntimeError:  # the writer closed at shutdown: late rows are dropped
+            pass
+
+    def _record(self, event: str, info: ConnInfo, mono_ns: int, fields: dict[str, Any]) -> None:
+        assert self.writer is not None
         self.writer.record(
             event,
             mono_ns=mono_ns,
@@ -44,7 +51,10 @@ class Recorder:
 
     def row(self, event: str, mono_ns: int, **fields: Any) -> None:
         if self.writer is not None:
-            self.writer.record(event, mono_ns=mono_ns, **fields)
+            try:
+                self.writer.record(event, mono_ns=mono_ns, **fields)
+            except RuntimeError:  # closed at shutdown
+                pass
 
     def close(self) -> None:
         if self.writer is not None:

@@ -91,6 +91,8 @@ class Acceptor:
         self.admin = AdminHandler(self)
         self.metrics = AcceptorMetrics(self)
         self._conn_seq = 0
+        self._requests_seen = 0
+        self._sample_detail = f'{{"sample": {cfg.request_sample}}}'
         self._slot_event: asyncio.Event | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.connections: set[Connection] = set()
@@ -147,6 +149,7 @@ class Acceptor:
         self.stopped = True
         for la in self.listeners.values():
             la.stop_accepting()
+        await asyncio.sleep(0.05)  # let cancelled accept/admission/header tasks clean up
         for la in self.listeners.values():
             la.close_parked()
             for proc in la.processors:
@@ -220,17 +223,21 @@ class Acceptor:
         latency_ms = done.latency_ns / 1e6
         client_id = done.client_id or ""
         self.metrics.request(client_id, latency_ms)
-        self.rec.conn(
-            "request",
-            conn.info,
-            now_ns,
-            api_key=done.api_key,
-            client_id=done.client_id,
-            principal=PRINCIPAL,
-            latency_ms=latency_ms,
-            bytes=done.request_bytes + done.response_bytes,
-            processor=conn.processor.index,
-        )
+        sample = self.cfg.request_sample
+        self._requests_seen += 1
+        if sample == 1 or (sample > 1 and self._requests_seen % sample == 0):
+            self.rec.conn(
+                "request",
+                conn.info,
+                now_ns,
+                api_key=done.api_key,
+                client_id=done.client_id,
+                principal=PRINCIPAL,
+                latency_ms=latency_ms,
+                bytes=done.request_bytes + done.response_bytes,
+                processor=conn.processor.index,
+                detail=None if sample == 1 else self._sample_detail,
+            )
         rq = self.request_quotas
         charge = rq.record_request(
             PRINCIPAL, client_id, done.api_key, done.latency_ns, now_ns // 1_000_000

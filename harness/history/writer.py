@@ -102,12 +102,13 @@ class HistoryWriter:
             if self._closed:
                 raise RuntimeError(f"history writer {self.name} is closed")
             self._seq += 1
-            row[2] = self._seq
+            seq = self._seq
+            row[2] = seq
             self._rows.append(tuple(row))
             full = len(self._rows) >= self.max_rows
         if full:
             self._wake.set()
-        return row[2]
+        return seq
 
     # -- flushing --------------------------------------------------------------------
     def flush(self) -> Path | None:

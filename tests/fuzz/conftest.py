@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
-BASE_EXAMPLES = int(os.environ.get("HARNESS_FUZZ_EXAMPLES", "400"))
+BASE_EXAMPLES = int(os.environ.get("HARNESS_FUZZ_EXAMPLES", "200"))
 
 settings.register_profile(
     "fuzz",

@@ -100,3 +100,26 @@ def test_byte_rate_quotas_still_go_to_the_broker(
             kafka_broker.bootstrap, {"user": "bytes-test"}, {"producer_byte_rate": None}
         )
     assert acceptor.acceptor.request_quotas.quotas() == []
+
+
+def test_request_rows_can_be_sampled(kafka_broker: Any, tmp_path: Path) -> None:
+    h = start_in_thread(
+        {
+            "listeners": "CLIENT://127.0.0.1:0",
+            "listener.name.client.upstream": kafka_broker.bootstrap,
+            "metrics.port": "-1",
+            "history.request.sample": "4",
+        },
+        history_dir=tmp_path / "history",
+        run_id="sample",
+    )
+    try:
+        c = connect(h.address("CLIENT"))
+        for _ in range(12):
+            ping(c)
+        c.close()
+    finally:
+        h.stop()
+    rows = read_history(tmp_path / "history", "acceptor").to_pylist()
+    reqs = [r for r in rows if r["event"] == "request"]
+    assert len(reqs) == 3 and all(json.loads(r["detail"]) == {"sample": 4} for r in reqs)

@@ -32,6 +32,7 @@ def test_defaults_and_listeners() -> None:
     assert cfg.idle_ms == 600000
     assert cfg.proxy_timeout_ms == 3000
     assert cfg.admin_listeners is None
+    assert cfg.request_sample == 1
     assert cfg.quota.protected("INTERNAL")
     assert not cfg.skip_ip_rate_check
 

@@ -121,3 +121,13 @@ def test_any_payloads_survive_any_chunking(payloads: list[bytes], chunk: int) ->
     for i in range(0, len(stream), chunk):
         got.extend(dec.feed(stream[i : i + chunk]))
     assert got == frames
+
+
+def test_whole_frames_before_a_bad_size_travel_with_the_error() -> None:
+    good = [_request(ApiVersionsRequest[0](), i) for i in range(2)]
+    dec = FrameDecoder(1024)
+    with pytest.raises(FrameError) as err:
+        dec.feed(b"".join(good) + struct.pack(">i", -7) + b"tail")
+    assert err.value.reason == "bad_frame"
+    assert err.value.frames == good
+    assert dec.buffered == 8  # the bad size field and what followed it, nothing before
