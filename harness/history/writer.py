@@ -96,7 +96,9 @@ class HistoryWriter:
             row[_FIELD_INDEX[key]] = value
         if detail is not None:
             row[_FIELD_INDEX["detail"]] = (
-                detail if isinstance(detail, str) else json.dumps(detail, sort_keys=True, default=str)
+                detail
+                if isinstance(detail, str)
+                else json.dumps(detail, sort_keys=True, default=str)
             )
         with self._lock:
             if self._closed:
