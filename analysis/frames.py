@@ -47,7 +47,10 @@ def acceptor_conns(run: Run) -> DataFrame:
             F.first(
                 F.when(
                     F.col("event") == "delay",
-                    F.get_json_object("detail", "$.broker_ms").cast("double"),
+                    F.coalesce(  # the acceptor writes broker_delay_ms; older rows broker_ms
+                        F.get_json_object("detail", "$.broker_delay_ms"),
+                        F.get_json_object("detail", "$.broker_ms"),
+                    ).cast("double"),
                 ),
                 ignorenulls=True,
             ).alias("delay_broker_ms"),

@@ -289,7 +289,7 @@ class _Sim:
                 c.port,
                 reason=reason,
                 delay_ms=float(delay),
-                detail={"broker_ms": broker_ms, "listener_ms": listener_ms},
+                detail={"broker_delay_ms": broker_ms, "listener_delay_ms": listener_ms},
             )
         self.push(now + delay * MS + 30_000, _IPSTEP, c)
 

@@ -666,6 +666,14 @@ def _parse_scenario(data: object, source: str) -> Scenario:
             raise ScenarioError("expect.by_target", t, f"one of {TARGETS}")
         by_target[str(t)] = _parse_expect(f"expect.by_target.{t}", spec, expect)
 
+    needs_admin = ip_quotas or request_quotas or any(a.kind != "fault" for a in schedule)
+    if needs_admin and all(proxy.get(n) == "required" for n in listeners):
+        raise ScenarioError(
+            "listeners.proxy_protocol",
+            dict(proxy),
+            "quotas are set through the admin API, which needs one listener without "
+            "proxy.protocol=required (add e.g. REPLICATION)",
+        )
     t_raw = _mapping("timeouts", data.get("timeouts"))
     _only("timeouts", t_raw, tuple(Timeouts.__dataclass_fields__))
     timeouts = Timeouts(**{k: _num(f"timeouts.{k}", v, 1.0) for k, v in t_raw.items()})

@@ -90,6 +90,15 @@ def _props(limits: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
+def admin_listener(scenario: Scenario) -> str:
+    """The listener admin requests go to: one that does not require a PROXY header
+    (the admin client speaks plain Kafka)."""
+    for name in scenario.listeners:
+        if scenario.proxy_protocol.get(name, "off") != "required":
+            return name
+    raise TargetError("every listener requires a PROXY header: no listener for admin requests")
+
+
 class Target:
     """Common lifecycle; subclasses fill in start/apply/stop."""
 
@@ -185,6 +194,8 @@ class Target:
     def supports_fault(self, kind: str) -> str | None:
         """None if the fault can be applied, else why not."""
         launcher = getattr(self.broker, "launcher", "external")
+        if kind == "upstream_latency" and not isinstance(self, AcceptorTarget):
+            return "target broker has no upstream (clients connect to the broker itself)"
         if kind in ("broker_pause", "broker_kill") and launcher == "external":
             return "the broker is an external cluster (--bootstrap-server): cannot signal it"
         return None
@@ -355,7 +366,7 @@ class AcceptorTarget(Target):
             entry = ready["listeners"][n]
             self.client_addresses[n] = (str(entry["host"]), int(entry["port"]))
         self.metrics_url = ready.get("metrics_url")
-        self.admin_bootstrap = "{}:{}".format(*self.client_addresses[sc.listeners[0]])
+        self.admin_bootstrap = "{}:{}".format(*self.client_addresses[admin_listener(sc)])
         self.limits = initial_limits(sc, self.client_addresses)
         self.progress(
             "acceptor ready: "

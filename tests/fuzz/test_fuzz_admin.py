@@ -147,6 +147,12 @@ config_values = st.one_of(
 int8 = st.integers(-128, 127)
 versions = st.integers(0, 1)
 
+
+def maybe_null(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Non-nullable arrays still decode as None from a -1 (or compact 0) length."""
+    return st.one_of(strategy, st.none())
+
+
 A = AlterClientQuotasRequest
 D = DescribeClientQuotasRequest
 I = IncrementalAlterConfigsRequest  # noqa: E741
@@ -154,28 +160,34 @@ I = IncrementalAlterConfigsRequest  # noqa: E741
 alter_quotas = st.builds(
     lambda v, entries, validate: A[v](entries=entries, validate_only=validate),
     versions,
-    st.lists(
-        st.builds(
-            lambda ents, ops: A.EntryData(entity=ents, ops=ops),
-            st.lists(
-                st.builds(
-                    lambda t, n: A.EntryData.EntityData(entity_type=t, entity_name=n),
-                    entity_types,
-                    names,
+    maybe_null(
+        st.lists(
+            st.builds(
+                lambda ents, ops: A.EntryData(entity=ents, ops=ops),
+                maybe_null(
+                    st.lists(
+                        st.builds(
+                            lambda t, n: A.EntryData.EntityData(entity_type=t, entity_name=n),
+                            entity_types,
+                            names,
+                        ),
+                        max_size=3,
+                    )
                 ),
-                max_size=3,
-            ),
-            st.lists(
-                st.builds(
-                    lambda k, val, rm: A.EntryData.OpData(key=k, value=val, remove=rm),
-                    quota_keys,
-                    floats,
-                    st.booleans(),
+                maybe_null(
+                    st.lists(
+                        st.builds(
+                            lambda k, val, rm: A.EntryData.OpData(key=k, value=val, remove=rm),
+                            quota_keys,
+                            floats,
+                            st.booleans(),
+                        ),
+                        max_size=3,
+                    )
                 ),
-                max_size=3,
             ),
-        ),
-        max_size=3,
+            max_size=3,
+        )
     ),
     st.booleans(),
 )
@@ -212,40 +224,46 @@ coherent_alter_quotas = st.builds(
 describe_quotas = st.builds(
     lambda v, comps, strict: D[v](components=comps, strict=strict),
     versions,
-    st.lists(
-        st.builds(
-            lambda t, mt, m: D.ComponentData(entity_type=t, match_type=mt, match=m),
-            entity_types,
-            int8,
-            names,
-        ),
-        max_size=3,
+    maybe_null(
+        st.lists(
+            st.builds(
+                lambda t, mt, m: D.ComponentData(entity_type=t, match_type=mt, match=m),
+                entity_types,
+                int8,
+                names,
+            ),
+            max_size=3,
+        )
     ),
     st.booleans(),
 )
 alter_configs = st.builds(
     lambda v, resources, validate: I[v](resources=resources, validate_only=validate),
     versions,
-    st.lists(
-        st.builds(
-            lambda rt, rn, cfgs: I.AlterConfigsResource(
-                resource_type=rt, resource_name=rn, configs=cfgs
-            ),
-            st.one_of(st.just(4), int8),
-            st.one_of(st.just(""), names),
-            st.lists(
-                st.builds(
-                    lambda n, op, val: I.AlterConfigsResource.AlterableConfig(
-                        name=n, config_operation=op, value=val
-                    ),
-                    config_names,
-                    st.one_of(st.sampled_from([0, 1, 2, 3]), int8),
-                    config_values,
+    maybe_null(
+        st.lists(
+            st.builds(
+                lambda rt, rn, cfgs: I.AlterConfigsResource(
+                    resource_type=rt, resource_name=rn, configs=cfgs
                 ),
-                max_size=3,
+                st.one_of(st.just(4), int8),
+                st.one_of(st.just(""), names),
+                maybe_null(
+                    st.lists(
+                        st.builds(
+                            lambda n, op, val: I.AlterConfigsResource.AlterableConfig(
+                                name=n, config_operation=op, value=val
+                            ),
+                            config_names,
+                            st.one_of(st.sampled_from([0, 1, 2, 3]), int8),
+                            config_values,
+                        ),
+                        max_size=3,
+                    )
+                ),
             ),
-        ),
-        max_size=3,
+            max_size=3,
+        )
     ),
     st.booleans(),
 )
@@ -363,3 +381,27 @@ def test_f2_nan_quota_value_gets_an_error_response(entity: list[tuple[str, Any]]
     assert out is not None
     resp = AlterClientQuotasResponse.decode(out[4:], version=1, header=True)
     assert resp.entries[0].error_code == 42  # INVALID_REQUEST, as for any other bad value
+
+
+@pytest.mark.parametrize(
+    "req",
+    [
+        D[1](components=None, strict=False),
+        A[1](entries=None, validate_only=False),
+        A[1](entries=[A.EntryData(entity=None, ops=[])], validate_only=False),
+        I[1](resources=None, validate_only=False),
+        I[1](
+            resources=[I.AlterConfigsResource(resource_type=4, resource_name="", configs=None)],
+            validate_only=False,
+        ),
+    ],
+    ids=["describe_components", "alter_entries", "alter_entity", "iac_resources", "iac_configs"],
+)
+def test_f5_null_arrays_are_bad_frames(req: Any) -> None:
+    """F5 (found by atheris): a non-nullable array sent as null decodes as None and the
+    handler iterates it (TypeError). Kafka refuses such a request as unreadable
+    ("non-nullable field ... was serialized as null") and closes the connection, which is
+    what `bad_frame` means here; `admin_error` is the safety net catching a bug."""
+    with pytest.raises(FrameError) as err:
+        _answered(req)
+    assert err.value.reason == "bad_frame", str(err.value)

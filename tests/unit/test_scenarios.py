@@ -311,6 +311,17 @@ def test_expect_by_target_overrides_only_what_it_says() -> None:
     assert broker.to_json() == {"verdict": "unknown", "checks": ["ip_rate"], "slack_ms": 50}
 
 
+def test_admin_needs_a_listener_without_required_proxy_header() -> None:
+    required = {"names": ["CLIENT"], "proxy_protocol": {"CLIENT": "required"}}
+    err = error_of(variant(listeners=required))
+    assert err.key == "listeners.proxy_protocol" and "admin" in err.reason
+    no_quotas = variant(listeners=required)
+    no_quotas.pop("ip_quotas")
+    assert parse_scenario(no_quotas).proxy_protocol == {"CLIENT": "required"}
+    both = {"names": ["CLIENT", "REPLICATION"], "proxy_protocol": {"CLIENT": "required"}}
+    assert parse_scenario(variant(listeners=both)).listeners == ("CLIENT", "REPLICATION")
+
+
 def test_not_a_mapping() -> None:
     assert error_of(["a", "list"]).key == "<document>"
 

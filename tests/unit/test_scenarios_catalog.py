@@ -10,6 +10,7 @@ import pytest
 from harness.runner import catalog
 from harness.runner.loadgen import LoadTarget, locust_argv, max_arrivals
 from harness.runner.scenario import ScenarioError, expand_ips, parse_scenario
+from harness.runner.targets import admin_listener
 
 ENTRIES = catalog.entries()
 
@@ -179,6 +180,7 @@ def test_haproxy_phase_lets_haproxy_write_the_header(tmp_path: Path) -> None:
     assert argv[argv.index("--proxy-protocol") + 1] == "off"
     assert sc.targets == ("acceptor",)
     assert sc.proxy_protocol == {"CLIENT": "required"}
+    assert admin_listener(sc) == "REPLICATION"
 
 
 def test_locust_run_time_gets_the_startup_allowance(tmp_path: Path) -> None:

@@ -1,0 +1,50 @@
+"""Target decisions that need no process: which faults apply where, where admin goes,
+how the scenario becomes acceptor properties and broker properties."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from harness.runner import catalog
+from harness.runner.schedule import initial_limits
+from harness.runner.targets import AcceptorTarget, BrokerTarget, _props
+
+
+def test_faults_per_target(tmp_path: Path) -> None:
+    sc = catalog.load("faults")
+    broker = BrokerTarget(sc, tmp_path, print)
+    broker.broker = SimpleNamespace(launcher="local")
+    assert broker.supports_fault("broker_pause") is None
+    assert broker.supports_fault("broker_kill") is None
+    assert "no upstream" in (broker.supports_fault("upstream_latency") or "")
+    acceptor = AcceptorTarget(sc, tmp_path, print)
+    acceptor.broker = SimpleNamespace(launcher="external")
+    assert "external" in (acceptor.supports_fault("broker_kill") or "")
+    assert "latency proxy" in (acceptor.supports_fault("upstream_latency") or "")
+
+
+def test_acceptor_properties_carry_kafka_keys_and_upstreams(tmp_path: Path) -> None:
+    sc = catalog.load("haproxy-flood")
+    t = AcceptorTarget(sc, tmp_path, print)
+    props = t.acceptor_properties(
+        {"CLIENT": 9001, "REPLICATION": 9002},
+        {"CLIENT": "127.0.0.1:19001", "REPLICATION": "127.0.0.1:19002"},
+    )
+    assert props["listeners"] == "CLIENT://127.0.0.1:9001,REPLICATION://127.0.0.1:9002"
+    assert props["inter.broker.listener.name"] == "REPLICATION"
+    assert props["listener.name.client.upstream"] == "127.0.0.1:19001"
+    assert props["listener.name.client.proxy.protocol"] == "required"
+    assert "listener.name.replication.proxy.protocol" not in props
+    assert props["metrics.port"] == "0"
+    # Kafka's defaults (Int.MaxValue) are left out: only what the scenario sets
+    assert "max.connections" not in props
+
+
+def test_broker_properties_are_the_scenarios_limits() -> None:
+    sc = catalog.load("max-connections-protected")
+    props = _props(initial_limits(sc))
+    assert props["max.connections"] == "12"
+    assert props["listener.name.replication.max.connections"] == "30"
+    assert props["quota.window.num"] == "11"
+    assert "ip_quotas" not in props and "listeners" not in props
