@@ -123,9 +123,9 @@ def client_conns(run: Run) -> DataFrame:
         def first(event: str, col: str = "mono_ns") -> Column:
             return F.min(F.when(F.col("event") == event, F.col(col)))
 
-        eof = ((F.col("event") == "request_fail") & (F.col("reason") == "eof")) | (
-            (F.col("event") == "closed") & (F.col("reason") == "eof")
-        )
+        # dropped by the server after accept: EOF (or a reset when the client had already
+        # written): the client's view of a reject or a throttle-close
+        eof = F.col("event").isin("request_fail", "closed") & F.col("reason").isin("eof", "reset")
         df = c.groupBy("client_ip", "client_port", "attempt_ns").agg(
             F.first("listener", ignorenulls=True).alias("c_listener"),
             first("connect_invoke").alias("invoke_ns"),

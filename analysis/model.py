@@ -31,9 +31,15 @@ def java_round(x: float) -> int:
 
 
 class RateMeter:
-    """One Kafka quota `Sensor` holding `Rate(WindowedSum)`: the state every rate limit uses."""
+    """One Kafka quota `Sensor` holding `Rate(WindowedSum)`: the state every rate limit uses.
 
-    __slots__ = ("bound", "cur", "lasts", "n", "starts", "values", "w")
+    Kept as a ring of n+1 samples exactly like SampledStat; a running total, the oldest
+    start and a lower bound of the oldest last-event spare the replay a scan of the ring
+    on every record (values are ±1 counts, so the running total is exact).
+    """
+
+    __slots__ = ("bound", "cur", "lasts", "min_last", "min_start", "n", "starts", "total",
+                 "values", "w")  # fmt: skip
 
     def __init__(self, bound: float, n: int = DEFAULT_WINDOW_NUM, w_ms: int = DEFAULT_WINDOW_MS):
         if n < 1 or w_ms < 1:
@@ -45,46 +51,63 @@ class RateMeter:
         self.lasts: list[int] = []
         self.values: list[float] = []
         self.cur = 0
+        self.total = 0.0
+        self.min_start = 0
+        self.min_last = 0  # a lower bound of min(lasts): lasts only grow
+
+    def _first(self, t: int) -> None:
+        self.starts.append(t)
+        self.lasts.append(t)
+        self.values.append(0.0)
+        self.cur = 0
+        self.min_start = self.min_last = t
 
     # -- SampledStat ----------------------------------------------------------------
     def record(self, value: float, t: int) -> None:
         """Record without a quota check (Kafka's `record(v, t, false)`; used to un-record)."""
         if not self.starts:
-            self.starts.append(t)
-            self.lasts.append(t)
-            self.values.append(0.0)
-            self.cur = 0
+            self._first(t)
         cur = self.cur
-        if t - self.starts[cur] >= self.w:  # isComplete -> advance over n+1 slots
+        starts = self.starts
+        if t - starts[cur] >= self.w:  # isComplete -> advance over n+1 slots
             cur = (cur + 1) % (self.n + 1)
             self.cur = cur
-            if cur >= len(self.starts):
-                self.starts.append(t)
+            if cur >= len(starts):
+                starts.append(t)
                 self.lasts.append(t)
                 self.values.append(0.0)
             else:
-                self.starts[cur] = t
+                old_start = starts[cur]
+                self.total -= self.values[cur]
+                starts[cur] = t
                 self.values[cur] = 0.0
+                if old_start <= self.min_start:
+                    self.min_start = min(starts)
         self.values[cur] += value
+        self.total += value
         self.lasts[cur] = t
 
     def _purge(self, t: int) -> None:
+        """Reset every sample whose last event is n·w old or more."""
         expire = self.n * self.w
-        lasts = self.lasts
+        if t - self.min_last < expire:
+            return
+        lasts, starts, values = self.lasts, self.starts, self.values
         for i in range(len(lasts)):
             if t - lasts[i] >= expire:
-                self.starts[i] = t
+                self.total -= values[i]
+                starts[i] = t
                 lasts[i] = t
-                self.values[i] = 0.0
+                values[i] = 0.0
+        self.min_last = min(lasts)
+        self.min_start = min(starts)
 
     def window_ms(self, t: int) -> int:
         """Rate.windowSize: elapsed since the oldest sample, padded to n-1 full windows."""
-        self._purge(t)
         if not self.starts:
-            self.starts.append(t)
-            self.lasts.append(t)
-            self.values.append(0.0)
-        elapsed = t - min(self.starts)
+            self._first(t)
+        self._purge(t)
+        elapsed = t - self.min_start
         full = int(elapsed / self.w)  # Java truncation towards zero
         if full < self.n - 1:
             elapsed += (self.n - 1 - full) * self.w
@@ -92,10 +115,8 @@ class RateMeter:
 
     def measure(self, t: int) -> tuple[float, int]:
         """(rate per second, window ms) at `t`, as `Rate.measure` computes it."""
-        self._purge(t)
-        total = sum(self.values)
         ws = self.window_ms(t)
-        return total / (ws / 1000.0), ws
+        return self.total / (ws / 1000.0), ws
 
     # -- Sensor.record with a quota check ---------------------------------------------
     def record_bounded(self, t: int) -> int:
@@ -301,6 +322,13 @@ class AdmissionModel:
         self.ip_counts: dict[str, int] = {}
         self.listener_counts: dict[str, int] = {}
         self.total = 0
+        self._protected: dict[str, bool] = {}
+
+    def protected(self, listener: str) -> bool:
+        p = self._protected.get(listener)
+        if p is None:
+            p = self._protected[listener] = self.limits.is_protected(listener)
+        return p
 
     def _listener_meter(self, listener: str) -> RateMeter:
         meter = self.listeners.get(listener)
@@ -312,6 +340,7 @@ class AdmissionModel:
     def reconfigure(self, limits: Limits) -> None:
         """A dynamic change swaps the bounds; the samples stay (Kafka swaps MetricConfig)."""
         self.limits = limits
+        self._protected = {}
         self.broker.bound = float(limits.broker_rate)
         for name, meter in self.listeners.items():
             meter.bound = limits.listener_rate_for(name)
@@ -319,10 +348,15 @@ class AdmissionModel:
             meter.bound = limits.ip_quota(ip)
 
     def rate_step(self, listener: str, t0_ms: int) -> RateStep:
-        listener = listener.lower()
-        broker_ms = 0 if self.limits.is_protected(listener) else self.broker.record_bounded(t0_ms)
-        listener_ms = self._listener_meter(listener).record_bounded(t0_ms)
-        return RateStep(broker_ms, listener_ms)
+        return RateStep(*self.rate_delays(listener.lower(), t0_ms))
+
+    def rate_delays(self, listener: str, t0_ms: int) -> tuple[int, int]:
+        """(broker ms, listener ms) of the rate step; `listener` already lower-case."""
+        broker_ms = 0 if self.protected(listener) else self.broker.record_bounded(t0_ms)
+        meter = self.listeners.get(listener)
+        if meter is None:
+            meter = self._listener_meter(listener)
+        return broker_ms, meter.record_bounded(t0_ms)
 
     def ip_rate_step(self, listener: str, ip: str, t1_ms: int) -> int:
         """Per-IP rate step at t1: the throttle in ms (un-recorded everywhere) or 0."""
@@ -337,7 +371,7 @@ class AdmissionModel:
         throttle = meter.record_bounded(t1_ms)
         if throttle > 0:
             meter.record(-1.0, t1_ms)
-            if not self.limits.is_protected(listener):
+            if not self.protected(listener):
                 self.broker.record(-1.0, t1_ms)
             self._listener_meter(listener).record(-1.0, t1_ms)
         return throttle

@@ -58,26 +58,34 @@ def replay_frame(pdf: pd.DataFrame, params: ReplayParams) -> pd.DataFrame:
     events: list[tuple[int, int, int]] = []  # (ns, order, index); order: cfg, close, accept, ip
     for i, start in enumerate(params.starts[1:], start=1):
         events.append((int(start), 0, i))
-    accept = pdf["accept_ns"].to_numpy()
-    t1 = pdf["t1_ns"].to_numpy()
-    close = pdf["close_ns"].to_numpy()
-    outcome = pdf["outcome"].to_numpy()
-    listener = pdf["listener"].fillna("").astype(str).str.lower().to_numpy()
-    ip = pdf["client_ip"].fillna("").astype(str).to_numpy()
-    rec_delay = pdf["delay_ms"].fillna(0.0).to_numpy()
-    rec_throttle = pdf["throttle_ms"].fillna(0.0).to_numpy()
+
+    def ints(col: str) -> list[int | None]:
+        s = pdf[col]
+        return [
+            None if m else int(v)
+            for v, m in zip(s.fillna(0).tolist(), s.isna().tolist(), strict=True)
+        ]
+
+    accept = ints("accept_ns")
+    t1 = ints("t1_ns")
+    close = ints("close_ns")
+    outcome = [None if o is None or o != o else str(o) for o in pdf["outcome"].tolist()]
+    listener = pdf["listener"].fillna("").astype(str).str.lower().tolist()
+    ip = pdf["client_ip"].fillna("").astype(str).tolist()
+    rec_delay = pdf["delay_ms"].fillna(0.0).astype(float).tolist()
+    rec_throttle = pdf["throttle_ms"].fillna(0.0).astype(float).tolist()
     client_mode = params.mode == "client"
     for k in range(n):
         a = accept[k]
-        if a == a and a is not None:  # not NaN
-            events.append((int(a), 2, k))
+        if a is not None:
+            events.append((a, 2, k))
         if not client_mode:
             t = t1[k]
-            if t == t and t is not None and outcome[k] is not None:
-                events.append((int(t), 3, k))
+            if t is not None and outcome[k] is not None:
+                events.append((t, 3, k))
             c = close[k]
-            if c == c and c is not None and outcome[k] == "admit":
-                events.append((int(c), 1, k))
+            if c is not None and outcome[k] == "admit":
+                events.append((c, 1, k))
     events.sort()
     import heapq
 
@@ -114,14 +122,16 @@ def replay_frame(pdf: pd.DataFrame, params: ReplayParams) -> pd.DataFrame:
             count, cap = model.ip_counts.get(A, 0), lim.max_for_ip(A)
             mod = "reject" if count >= cap else "admit"
         if client_mode:
+            if rec is None:  # neither served nor dropped (timeout, still open): no verdict
+                return
             served = rec == "admit"
             if served != (mod == "admit"):
                 note(k, f"outcome: client {'served' if served else 'EOF'}, model {mod}", 0, 0, ns)
             if served:
                 model.admit_count(L, A)
                 c = close[k]
-                if c == c and c is not None:
-                    heapq.heappush(pending, (int(c), 1, k))
+                if c is not None:
+                    heapq.heappush(pending, (c, 1, k))
             return
         if rec != mod:
             note(k, f"outcome: recorded {rec}, model {mod}", 0.0, 0.0, ns)
@@ -144,8 +154,8 @@ def replay_frame(pdf: pd.DataFrame, params: ReplayParams) -> pd.DataFrame:
         elif order == 1:
             model.release(listener[k], ip[k])
         elif order == 2:
-            step = model.rate_step(listener[k], ns // MS)
-            d = step.delay_ms
+            b_ms, l_ms = model.rate_delays(listener[k], ns // MS)
+            d = b_ms if b_ms > l_ms else l_ms
             model_delay[k] = d
             rec = float(rec_delay[k])
             n_delay_model += d > 0
@@ -192,7 +202,7 @@ def replay_frame(pdf: pd.DataFrame, params: ReplayParams) -> pd.DataFrame:
         )
     cols = [c.split()[0] for c in OUT_SCHEMA.split(", ")]
     out = pd.DataFrame(rows, columns=cols)
-    for c in (
+    for name in (
         "client_port",
         "mono_ns",
         "n_conns",
@@ -201,13 +211,13 @@ def replay_frame(pdf: pd.DataFrame, params: ReplayParams) -> pd.DataFrame:
         "n_delayed_recorded",
         "n_delayed_model",
     ):
-        out[c] = out[c].fillna(-1).astype("int64")  # -1: not applicable to this row kind
+        out[name] = out[name].fillna(-1).astype("int64")  # -1: not applicable to this row kind
     out["max_abs_delay_diff"] = out["max_abs_delay_diff"].astype("float64")
-    for c in ("recorded", "model"):
-        out[c] = out[c].astype("float64")
-    for c in ("kind", "conn_id", "client_ip", "listener", "what"):
-        col = out[c].astype(object)
-        out[c] = col.where(col.notna(), None)
+    for name in ("recorded", "model"):
+        out[name] = out[name].astype("float64")
+    for name in ("kind", "conn_id", "client_ip", "listener", "what"):
+        col = out[name].astype(object)
+        out[name] = col.where(col.notna(), None)
     return out
 
 

@@ -13,10 +13,12 @@ through four phases:
                    (SO_LINGER 0) as fast as they can;
   4. baseline-2    nothing again (drift check: the machine is shared).
 
-The storms run in a separate process so they do not share the steady client's GIL. It
-prints p50/p99 per phase, the ratios to the baseline (the worse of the two baselines is
-NOT used: ratios are against phase 1, and phase 4 shows the drift), and the acceptor's
-descriptor count before, during and after (leaks would show there).
+The steady client interleaves every round trip through the acceptor with the same request
+straight to the broker ("direct"): on a shared machine the direct numbers are the control,
+so a storm's cost at the acceptor is its acceptor ratio beyond the direct ratio. The storms
+run in a separate process so they do not share the steady client's GIL. It prints p50/p99
+per phase and path, the ratios to phase 1 (phase 4 shows the drift), the acceptor's CPU
+share and its descriptor count before, during and after (leaks would show there).
 
     .venv/bin/python -m bench.hostile [--seconds 10] [--slowloris 200] [--json FILE]
 
@@ -124,38 +126,44 @@ def rst_flood(addr: tuple[str, int], threads: int, ready: Any, stop: Any, out: A
 
 # -- the steady client ------------------------------------------------------------------------
 def steady_phase(
-    addr: tuple[str, int], seconds: float, pace_s: float
-) -> tuple[list[float], list[str]]:
-    """Round-trip latencies (ms) of ApiVersions/Metadata alternately, one every pace_s."""
+    paths: dict[str, tuple[str, int]], seconds: float, pace_s: float
+) -> tuple[dict[str, list[float]], list[str]]:
+    """Round-trip latencies (ms) per path, ApiVersions/Metadata alternately, one request
+    per path per step (interleaved, so both paths see the same moment of the machine)."""
     from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 
     from harness.admin.client import KafkaWire
 
-    lat: list[float] = []
+    lat: dict[str, list[float]] = {name: [] for name in paths}
     errors: list[str] = []
-    wire = KafkaWire(f"{addr[0]}:{addr[1]}", source_ip="127.0.0.2", timeout=30)
+    wires = {
+        name: KafkaWire(f"{a[0]}:{a[1]}", source_ip="127.0.0.2", timeout=30)
+        for name, a in paths.items()
+    }
     try:
         end = time.monotonic() + seconds
         n = 0
-        while time.monotonic() < end and n < 200_000:
-            req: Any = (
-                MetadataRequest[1](topics=[])
-                if n % 2
-                else ApiVersionsRequest[3](
-                    client_software_name="bench", client_software_version="0"
+        while time.monotonic() < end and n < 200_000 and not errors:
+            for name, wire in wires.items():
+                req: Any = (
+                    MetadataRequest[1](topics=[])
+                    if n % 2
+                    else ApiVersionsRequest[3](
+                        client_software_name="bench", client_software_version="0"
+                    )
                 )
-            )
-            t0 = time.perf_counter()
-            try:
-                wire.request(req)
-            except Exception as exc:
-                errors.append(repr(exc))
-                break
-            lat.append((time.perf_counter() - t0) * 1000)
+                t0 = time.perf_counter()
+                try:
+                    wire.request(req)
+                except Exception as exc:
+                    errors.append(f"{name}: {exc!r}")
+                    break
+                lat[name].append((time.perf_counter() - t0) * 1000)
             n += 1
             time.sleep(pace_s)
     finally:
-        wire.close()
+        for wire in wires.values():
+            wire.close()
     return lat, errors
 
 
@@ -166,31 +174,55 @@ def proc_fds(pid: int) -> int:
         return -1
 
 
+def proc_cpu_s(pid: int) -> float:
+    """utime + stime of a process, in seconds."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run_phase(
-    name: str, addr: tuple[str, int], args: argparse.Namespace, acc_pid: int, storm: Any = None
+    name: str,
+    paths: dict[str, tuple[str, int]],
+    args: argparse.Namespace,
+    acc_pid: int,
+    storm: Any = None,
 ) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     ready, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
     proc = None
     if storm is not None:
         target, extra = storm
+        addr = paths["acceptor"]
         proc = ctx.Process(target=target, args=(addr, *extra, ready, stop, out), daemon=True)
         proc.start()
         if not ready.wait(120):
             raise SystemExit(f"{name}: the storm did not get going in 120 s")
         time.sleep(1.0)  # let the acceptor register it
     fds_during = proc_fds(acc_pid)
+    cpu0, t0 = proc_cpu_s(acc_pid), time.monotonic()
     _progress(f"{name}: steady client for {args.seconds}s (acceptor fds {fds_during})")
-    lat, errors = steady_phase(addr, args.seconds, args.pace_ms / 1000)
+    lat, errors = steady_phase(paths, args.seconds, args.pace_ms / 1000)
+    cpu = (proc_cpu_s(acc_pid) - cpu0) / (time.monotonic() - t0)
     fds_end = proc_fds(acc_pid)
     res: dict[str, Any] = {
-        "round_trips": len(lat),
         "errors": errors,
-        "p50_ms": statistics.median(lat) if lat else float("nan"),
-        "p99_ms": pct(lat, 0.99),
-        "max_ms": max(lat) if lat else float("nan"),
         "acceptor_fds_during": max(fds_during, fds_end),
+        "acceptor_cpu_share": cpu,
     }
+    for path, all_values in lat.items():
+        # the first round trip also waits for the acceptor to accept, admit and register the
+        # steady client's new connection (behind a storm's queue): reported on its own
+        values = all_values[1:]
+        res[path] = {
+            "first_ms": all_values[0] if all_values else float("nan"),
+            "round_trips": len(values),
+            "p50_ms": statistics.median(values) if values else float("nan"),
+            "p99_ms": pct(values, 0.99),
+            "max_ms": max(values) if values else float("nan"),
+        }
     if proc is not None:
         stop.set()
         try:
@@ -198,9 +230,16 @@ def run_phase(
         except Exception:
             res["storm"] = {"error": "no report from the storm process"}
         proc.join(60)
+    for path in lat:
+        r = res[path]
+        _progress(
+            f"  {path:<8} p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, "
+            f"max {r['max_ms']:.1f} ms over {r['round_trips']} round trips; "
+            f"first (new connection) {r['first_ms']:.1f} ms"
+        )
     _progress(
-        f"  p50 {res['p50_ms']:.2f} ms, p99 {res['p99_ms']:.2f} ms, max {res['max_ms']:.1f} ms "
-        f"over {len(lat)} round trips{'; storm ' + json.dumps(res['storm']) if proc else ''}"
+        f"  acceptor CPU {cpu:.2f} of a core"
+        + (f"; storm {json.dumps(res['storm'])}" if proc is not None else "")
     )
     if errors:
         _progress(f"  steady client errors: {errors}")
@@ -218,6 +257,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rst-threads", type=int, default=2, help="RST flood threads")
     ap.add_argument("--loop", choices=("auto", "uvloop", "asyncio"), default="auto")
     ap.add_argument("--bootstrap", help="use this broker instead of starting one")
+    ap.add_argument(
+        "--no-history", action="store_true", help="run the acceptor without a history (A/B)"
+    )
     ap.add_argument("--json", type=Path, help="write the numbers here")
     args = ap.parse_args(argv)
 
@@ -241,8 +283,8 @@ def main(argv: list[str] | None = None) -> int:
              "--set", f"listener.name.client.upstream={upstream}",
              "--set", "socket.listen.backlog.size=1024",
              "--set", "metrics.port=-1",
-             "--history", str(work / "history"), "--run-id", "bench-hostile",
-             "--ready-file", str(ready_file)],
+             *([] if args.no_history else ["--history", str(work / "history")]),
+             "--run-id", "bench-hostile", "--ready-file", str(ready_file)],
             stdout=open(work / "acceptor.log", "w"), stderr=subprocess.STDOUT,
         )  # fmt: skip
         deadline = time.monotonic() + 60
@@ -250,9 +292,10 @@ def main(argv: list[str] | None = None) -> int:
             if acc.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"acceptor did not start; see {work / 'acceptor.log'}")
             time.sleep(0.1)
-        addr = ("127.0.0.1", port)
+        host, _, uport = upstream.rpartition(":")
+        paths = {"acceptor": ("127.0.0.1", port), "direct": (host, int(uport))}
         _progress(f"acceptor pid {acc.pid} on 127.0.0.1:{port} -> {upstream}")
-        steady_phase(addr, 1.0, 0.005)  # warm-up: connections, loop internals, history files
+        steady_phase(paths, 1.0, 0.005)  # warm-up: connections, loop internals, history files
         time.sleep(0.5)
         fds_before = proc_fds(acc.pid)
         res: dict[str, Any] = {
@@ -262,44 +305,57 @@ def main(argv: list[str] | None = None) -> int:
             "seconds_per_phase": args.seconds,
             "pace_ms": args.pace_ms,
             "acceptor_fds_before": fds_before,
+            "history": not args.no_history,
         }
-        res["baseline"] = run_phase("baseline", addr, args, acc.pid)
+        res["baseline"] = run_phase("baseline", paths, args, acc.pid)
         res["slowloris"] = run_phase(
             f"slowloris ({args.slowloris} connections, 1 byte / {args.dribble_s}s each)",
-            addr,
+            paths,
             args,
             acc.pid,
             (slowloris, (args.slowloris, args.dribble_s)),
         )
         res["rst_flood"] = run_phase(
             f"rst-flood ({args.rst_threads} threads)",
-            addr,
+            paths,
             args,
             acc.pid,
             (rst_flood, (args.rst_threads,)),
         )
-        res["baseline_2"] = run_phase("baseline-2", addr, args, acc.pid)
+        res["baseline_2"] = run_phase("baseline-2", paths, args, acc.pid)
         # descriptors: give the acceptor time to see every EOF/RST
         end = time.monotonic() + 60
         while proc_fds(acc.pid) > fds_before and time.monotonic() < end:
             time.sleep(0.5)
         res["acceptor_fds_after"] = proc_fds(acc.pid)
         res["load_avg_end"] = os.getloadavg()
+        phases = ("baseline", "slowloris", "rst_flood", "baseline_2")
         base = res["baseline"]
-        for phase in ("slowloris", "rst_flood", "baseline_2"):
-            for q in ("p50", "p99"):
-                res[f"ratio_{q}_{phase}"] = res[phase][f"{q}_ms"] / base[f"{q}_ms"]
+        for phase in phases[1:]:
+            for path in ("acceptor", "direct"):
+                for q in ("p50", "p99"):
+                    res[f"ratio_{q}_{phase}_{path}"] = (
+                        res[phase][path][f"{q}_ms"] / base[path][f"{q}_ms"]
+                    )
         print()
-        print(f"{'phase':<12} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'trips':>6} "
-              f"{'p50 x':>6} {'p99 x':>6} {'acc fds':>8}")  # fmt: skip
-        for phase in ("baseline", "slowloris", "rst_flood", "baseline_2"):
-            r = res[phase]
-            rp50 = r["p50_ms"] / base["p50_ms"]
-            rp99 = r["p99_ms"] / base["p99_ms"]
-            print(
-                f"{phase:<12} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['max_ms']:>8.1f} "
-                f"{r['round_trips']:>6} {rp50:>6.2f} {rp99:>6.2f} {r['acceptor_fds_during']:>8}"
-            )
+        print(
+            "ratios are to the baseline phase; 'direct' is the same client straight to the "
+            "broker, interleaved: the machine's own noise"
+        )
+        print(f"{'phase':<11} {'path':<9} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
+              f"{'trips':>6} {'p50 x':>6} {'p99 x':>6} {'acc fds':>8} {'acc cpu':>8} "
+              f"{'first ms':>9}")  # fmt: skip
+        for phase in phases:
+            for path in ("acceptor", "direct"):
+                r = res[phase][path]
+                b = base[path]
+                print(
+                    f"{phase:<11} {path:<9} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} "
+                    f"{r['max_ms']:>8.1f} {r['round_trips']:>6} "
+                    f"{r['p50_ms'] / b['p50_ms']:>6.2f} {r['p99_ms'] / b['p99_ms']:>6.2f} "
+                    f"{res[phase]['acceptor_fds_during']:>8} "
+                    f"{res[phase]['acceptor_cpu_share']:>8.2f} {r['first_ms']:>9.1f}"
+                )
         print(
             f"acceptor descriptors: {fds_before} before, {res['acceptor_fds_after']} after "
             f"(storms closed); load average {res['load_avg_start'][0]:.1f} -> "

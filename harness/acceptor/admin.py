@@ -37,10 +37,16 @@ from harness.quota.config import (
     resolve_host,
 )
 from harness.quota.requests import DEFAULT, EntityName
-from harness.wire.framing import FrameError, RequestInfo, decode_request, encode_response
+from harness.wire.framing import (
+    FrameError,
+    RequestInfo,
+    check_nulls,
+    decode_request,
+    encode_response,
+)
 
 if TYPE_CHECKING:
-    from harness.acceptor.connection import Connection
+    from harness.acceptor.processor import Channel as Connection
     from harness.acceptor.server import Acceptor
 
 DESCRIBE_CLIENT_QUOTAS = DescribeClientQuotasRequest.API_KEY  # 48
@@ -113,12 +119,14 @@ class AdminHandler:
     def _route(self, conn: Connection, frame: bytes, info: RequestInfo) -> bytes | None:
         if info.api_key == DESCRIBE_CLIENT_QUOTAS:
             req = decode_request(DescribeClientQuotasRequest, frame, info.api_version)
+            check_nulls(req, DescribeClientQuotasRequest, info.api_version)
             types = [c.entity_type for c in req.components]
             if not types:  # "every entity": the broker's answer (see docs/acceptor.md)
                 return self._unauthorized(conn, info, req) if not self.allowed(conn) else None
             handler: Callable[..., Any] = self._describe_client_quotas
         elif info.api_key == ALTER_CLIENT_QUOTAS:
             req = decode_request(AlterClientQuotasRequest, frame, info.api_version)
+            check_nulls(req, AlterClientQuotasRequest, info.api_version)
             has_ip = any(e.entity_type == "ip" for entry in req.entries for e in entry.entity)
             only_request_pct = all(
                 op.key == REQUEST_PERCENTAGE for entry in req.entries for op in entry.ops
@@ -128,6 +136,7 @@ class AdminHandler:
             handler = self._alter_client_quotas
         else:
             req = decode_request(IncrementalAlterConfigsRequest, frame, info.api_version)
+            check_nulls(req, IncrementalAlterConfigsRequest, info.api_version)
             ours = any(
                 r.resource_type == BROKER_RESOURCE
                 and any(is_connection_limit_key(c.name) for c in r.configs)

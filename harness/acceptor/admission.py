@@ -97,6 +97,12 @@ class ListenerAcceptor:
             asyncio.ensure_future(self._admission_loop()),
         ]
 
+    def tasks(self) -> list[asyncio.Task[None]]:
+        """Every task this listener runs (accept, admission, header reads, processors)."""
+        out = [*self._tasks, *self._header_tasks]
+        out += [p.task for p in self.processors if p.task is not None]
+        return out
+
     def stop_accepting(self) -> None:
         for t in self._tasks:
             t.cancel()

@@ -34,6 +34,7 @@ DEFAULTS: dict[str, str] = {
     "proxy.header.timeout.ms": "3000",
     "history.flush.interval.ms": "1000",
     "history.request.sample": "1",
+    "acceptor.io": "protocol",
     "harness.test.skip.ip.rate.check": "false",
 }
 _LISTENER_KEY = re.compile(r"^listener\.name\.([^.]+)\.(upstream|proxy\.protocol)$")
@@ -64,6 +65,8 @@ class AcceptorConfig:
     history_flush_ms: int
     #: one `request` row per this many answered requests (1 = all, 0 = none)
     request_sample: int
+    #: "protocol" (asyncio Protocols, the default) or "streams" (StreamReader/Writer)
+    io: str
     skip_ip_rate_check: bool
     #: the raw properties as given (after overrides), for `config` rows and restarts
     properties: Mapping[str, str] = field(default_factory=dict)
@@ -122,6 +125,13 @@ def _int(props: Mapping[str, str], key: str, lo: int, hi: int = 2**31 - 1) -> in
     if not lo <= n <= hi:
         raise ConfigError(key, value, f"must be between {lo} and {hi}")
     return n
+
+
+def _choice(props: Mapping[str, str], key: str, choices: tuple[str, ...]) -> str:
+    value = props.get(key, DEFAULTS[key]).strip().lower()
+    if value not in choices:
+        raise ConfigError(key, value, f"must be one of {', '.join(choices)}")
+    return value
 
 
 def _hostport(key: str, value: str) -> tuple[str, int]:
@@ -204,6 +214,7 @@ def parse_acceptor_config(props: Mapping[str, str]) -> AcceptorConfig:
         proxy_timeout_ms=_int(props, "proxy.header.timeout.ms", 1),
         history_flush_ms=_int(props, "history.flush.interval.ms", 10),
         request_sample=_int(props, "history.request.sample", 0),
+        io=_choice(props, "acceptor.io", ("protocol", "streams")),
         skip_ip_rate_check=skip == "true",
         properties=dict(props),
     )

@@ -122,6 +122,10 @@ class Connection:
         self.last_active_ns = time.monotonic_ns()
         self.processor.touch(self)
 
+    def mute(self, until_ns: int) -> None:
+        """KIP-219: the client-side pump processes nothing more until `until_ns`."""
+        self.muted_until_ns = max(self.muted_until_ns, until_ns)
+
     def finish(
         self,
         reason: str,

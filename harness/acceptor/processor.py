@@ -18,10 +18,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from harness.acceptor.connection import Connection
+from harness.acceptor.forwarding import ProtoConnection
 from harness.acceptor.recorder import ConnInfo
 
 if TYPE_CHECKING:
     from harness.acceptor.server import Acceptor
+
+#: a registered connection, either I/O flavour (`acceptor.io`)
+Channel = Connection | ProtoConnection
 
 CONNECTION_QUEUE_SIZE = 20  # Processor.ConnectionQueueSize
 POLL_TIMEOUT_S = 0.3  # poll timeout when no new connections are queued
@@ -45,12 +49,12 @@ class Processor:
         self.index = index
         self.protected = protected
         self.queue: asyncio.Queue[NewConnection] = asyncio.Queue(CONNECTION_QUEUE_SIZE)
-        self.channels: OrderedDict[str, Connection] = OrderedDict()  # LRU order
+        self.channels: OrderedDict[str, Channel] = OrderedDict()  # LRU order
         self.iteration = 0
         self._wake = asyncio.Event()
         self._running = asyncio.Event()
         self._running.set()
-        self._task: asyncio.Task[None] | None = None
+        self.task: asyncio.Task[None] | None = None
 
     # -- hand-off from the acceptor ------------------------------------------------------
     def offer(self, item: NewConnection) -> bool:
@@ -75,7 +79,7 @@ class Processor:
 
     # -- loop ----------------------------------------------------------------------------
     def start(self) -> None:
-        self._task = asyncio.ensure_future(self._run())
+        self.task = asyncio.ensure_future(self._run())
 
     async def _run(self) -> None:
         while True:
@@ -100,7 +104,8 @@ class Processor:
 
     def _register(self, item: NewConnection, processed: int) -> None:
         acceptor = self.acceptor
-        conn = Connection(acceptor, self, item.info, item.sock, item.initial, item.protected)
+        cls = ProtoConnection if acceptor.cfg.io == "protocol" else Connection
+        conn: Channel = cls(acceptor, self, item.info, item.sock, item.initial, item.protected)
         self.channels[item.info.conn_id] = conn
         acceptor.connection_started(conn)
         now = time.monotonic_ns()
@@ -117,13 +122,13 @@ class Processor:
         )
         acceptor.spawn(conn.run())
 
-    def touch(self, conn: Connection) -> None:
+    def touch(self, conn: Channel) -> None:
         try:
             self.channels.move_to_end(conn.info.conn_id)
         except KeyError:
             pass
 
-    def remove(self, conn: Connection) -> None:
+    def remove(self, conn: Channel) -> None:
         self.channels.pop(conn.info.conn_id, None)
 
     def _close_excess(self) -> None:
@@ -157,5 +162,5 @@ class Processor:
                 return items
 
     def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        if self.task is not None:
+            self.task.cancel()

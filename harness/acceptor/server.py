@@ -23,8 +23,8 @@ from typing import Any
 from harness.acceptor.admin import AdminHandler
 from harness.acceptor.admission import ListenerAcceptor
 from harness.acceptor.config import AcceptorConfig, parse_acceptor_config
-from harness.acceptor.connection import Connection
 from harness.acceptor.metrics import AcceptorMetrics
+from harness.acceptor.processor import Channel
 from harness.acceptor.recorder import Recorder
 from harness.acceptor.request_quotas import (
     PRINCIPAL,
@@ -95,7 +95,7 @@ class Acceptor:
         self._sample_detail = f'{{"sample": {cfg.request_sample}}}'
         self._slot_event: asyncio.Event | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
-        self.connections: set[Connection] = set()
+        self.connections: set[Channel] = set()
         self.stopped = False
         if cfg.skip_ip_rate_check:
             self.log(SKIP_IP_RATE_WARNING)
@@ -172,6 +172,9 @@ class Acceptor:
             await asyncio.wait(pending, timeout=5)
         for t in pending:
             t.cancel()
+        internal = [t for la in self.listeners.values() for t in la.tasks()]
+        if internal:  # cancelled accept/admission/processor tasks: let them finish unwinding
+            await asyncio.wait(internal, timeout=5)
         self.metrics.stop()
         self.rec.close()
         if self.config_writer is not None:
@@ -182,12 +185,12 @@ class Acceptor:
         return la.host, la.port
 
     # -- connection events ------------------------------------------------------------------------
-    def connection_started(self, conn: Connection) -> None:
+    def connection_started(self, conn: Channel) -> None:
         self.connections.add(conn)
 
     def connection_closed(
         self,
-        conn: Connection,
+        conn: Channel,
         reason: str,
         now_ns: int,
         detail: dict[str, object],
@@ -215,7 +218,7 @@ class Acceptor:
         )
         self.count(info.listener, info.client_ip, "closed")
 
-    def request_done(self, conn: Connection, done: Completed, now_ns: int, frame: bytes) -> bytes:
+    def request_done(self, conn: Channel, done: Completed, now_ns: int, frame: bytes) -> bytes:
         """A broker response: the `request` row, the request-quota charge (KIP-124/219).
 
         Returns the frame to send (with throttle_time_ms raised when throttled).
@@ -245,7 +248,7 @@ class Acceptor:
         if charge.throttle_ms <= 0:
             return frame
         throttle = charge.throttle_ms
-        conn.muted_until_ns = max(conn.muted_until_ns, now_ns + throttle * 1_000_000)
+        conn.mute(now_ns + throttle * 1_000_000)
         self.metrics.throttled(charge.bucket, throttle)
         self.rec.conn(
             "request_throttle",

@@ -11,6 +11,7 @@ encoding/decoding is always delegated to kafka-python's generated protocol class
 from __future__ import annotations
 
 import io
+import re
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -116,11 +117,52 @@ def correlation_id_of_response(frame: bytes) -> int:
 
 
 def decode_request(request_class: Any, frame: bytes, api_version: int) -> Any:
-    """Decode a whole request (header + body) with its kafka-python class."""
+    """Decode a whole request (header + body) with its kafka-python class, as sent.
+
+    Nulls where the schema forbids them are decoded as None; `check_nulls` refuses those.
+    """
     try:
         return request_class.decode(frame[4:], version=api_version, header=True)
     except Exception as exc:
         raise FrameError("bad_frame", f"unreadable {request_class.__name__}: {exc!r}") from exc
+
+
+def check_nulls(request: Any, request_class: Any, api_version: int) -> None:
+    """Kafka refuses a request with a null non-nullable array or string as unreadable
+    ("non-nullable field ... was serialized as null"): `FrameError("bad_frame")`."""
+    _check_nulls(request, request_class.json["fields"], api_version)
+
+
+_CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
+
+
+def _in_versions(spec: str | None, version: int) -> bool:
+    if not spec or spec == "none":
+        return False
+    if spec.endswith("+"):
+        return version >= int(spec[:-1])
+    lo, _, hi = spec.partition("-")
+    return int(lo) <= version <= int(hi or lo)
+
+
+def _check_nulls(obj: Any, fields: list[dict[str, Any]], version: int) -> None:
+    for field in fields:
+        if not _in_versions(field.get("versions"), version):
+            continue
+        kind = field["type"]
+        name = _CAMEL.sub("_", field["name"]).lower()
+        value = getattr(obj, name, None)
+        if value is None:
+            if (kind.startswith("[]") or kind in ("string", "bytes")) and not _in_versions(
+                field.get("nullableVersions"), version
+            ):
+                raise FrameError(
+                    "bad_frame", f"non-nullable field {field['name']} was serialized as null"
+                )
+            continue
+        if kind.startswith("[]") and "fields" in field:
+            for item in value:
+                _check_nulls(item, field["fields"], version)
 
 
 def encode_response(response: Any, correlation_id: int) -> bytes:

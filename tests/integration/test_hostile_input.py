@@ -44,12 +44,14 @@ MAX_BYTES = 1_048_576
 IDLE_MS = 60_000  # longer than any wait here: a connection left hanging shows as hanging
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=["protocol", "streams"])
 def acceptor(
-    kafka_broker: Any, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest, kafka_broker: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[AcceptorHandle]:
+    """One acceptor per I/O implementation (`acceptor.io`): both must hold."""
     h = start_in_thread(
         {
+            "acceptor.io": request.param,
             "listeners": "CLIENT://127.0.0.1:0,PROXIED://127.0.0.1:0",
             "listener.name.client.upstream": kafka_broker.bootstrap,
             "listener.name.proxied.upstream": kafka_broker.bootstrap,
@@ -95,7 +97,10 @@ def wait_closes(
         return found if len(found) == len(peers) else None
 
     try:
-        return wait_until(all_in, timeout=timeout, interval=0.5, what="close rows")
+        found: dict[tuple[str, int], str] = wait_until(
+            all_in, timeout=timeout, interval=0.5, what="close rows"
+        )
+        return found
     except AssertionError:
         missing = peers - set(closes_for(h, peers))
         raise AssertionError(
@@ -468,3 +473,30 @@ def test_hostile_admin_request_is_answered_or_closed(acceptor: AcceptorHandle, m
     assert reason in ("client_eof", "upstream_eof", "bad_frame", "admin_error", "reset"), reason
     if make is _nan_ip_rate:  # refused, never applied
         assert acceptor.call(lambda: acceptor.acceptor.ip_quotas()).get("127.0.0.77") is None
+
+
+def _null_components() -> Any:
+    from kafka.protocol.admin import DescribeClientQuotasRequest
+
+    return DescribeClientQuotasRequest[1](components=None, strict=False)
+
+
+def test_broker_closes_on_a_null_non_nullable_array(kafka_broker: Any) -> None:
+    """The reference for F5: the broker cannot read the request and hangs up."""
+    host, port = kafka_broker.bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        _send(s, _null_components())
+        assert read_outcome(s, 30) in ("eof", "reset")
+
+
+def test_null_non_nullable_array_is_a_bad_frame(acceptor: AcceptorHandle) -> None:
+    """F5: the acceptor closes too, but through its safety net (`admin_error`, an internal
+    TypeError) rather than as the unreadable request it is (`bad_frame`)."""
+    addr = acceptor.address("CLIENT")
+    s = raw(addr, "127.0.0.1")
+    peer = s.getsockname()
+    _send(s, _null_components())
+    outcome = read_outcome(s, 30)
+    s.close()
+    assert outcome in ("eof", "reset")
+    assert wait_closes(acceptor, {peer}, timeout=30)[peer] == "bad_frame"

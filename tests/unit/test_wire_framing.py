@@ -131,3 +131,15 @@ def test_whole_frames_before_a_bad_size_travel_with_the_error() -> None:
     assert err.value.reason == "bad_frame"
     assert err.value.frames == good
     assert dec.buffered == 8  # the bad size field and what followed it, nothing before
+
+
+def test_null_non_nullable_array_is_refused_as_bad_frame() -> None:
+    from harness.wire.framing import check_nulls
+
+    D = DescribeClientQuotasRequest
+    frame = _request(D[1](components=None, strict=False), 3)
+    req = decode_request(D, frame, 1)  # decodes as sent ...
+    assert req.components is None
+    with pytest.raises(FrameError) as err:  # ... and is refused as Kafka refuses it
+        check_nulls(req, D, 1)
+    assert err.value.reason == "bad_frame" and "Components" in str(err.value)
