@@ -21,8 +21,8 @@ import pyarrow.parquet as pq
 
 from harness.history.schema import COLUMNS, EVENTS, SCHEMA
 
-_FIELD_INDEX = {name: i for i, name in enumerate(COLUMNS)}
 _OPTIONAL = COLUMNS[6:]  # everything after `event`
+_OPTIONAL_SET = frozenset(_OPTIONAL)
 
 
 def now_us() -> int:
@@ -58,6 +58,7 @@ class HistoryWriter:
         self.max_rows = max_rows
         self.flush_interval_s = flush_interval_s
         self.strict_events = strict_events
+        self._events = EVENTS[source]
         self._rows: list[tuple[Any, ...]] = []
         self._lock = threading.Lock()
         self._io_lock = threading.Lock()
@@ -83,36 +84,56 @@ class HistoryWriter:
         detail: Mapping[str, Any] | str | None = None,
         **fields: Any,
     ) -> int:
-        """Append one row; returns its ``seq``. Unknown field names are a bug: KeyError."""
-        if self.strict_events and event not in EVENTS[self.source]:
+        """Append one row; returns its ``seq``. Unknown field names are a bug: KeyError.
+
+        The hot path only stores references: building columns and serialising
+        ``detail`` to JSON happen in the flush thread, off the caller's event loop.
+        A ``detail`` mapping is copied shallowly, so callers may reuse theirs.
+        """
+        if self.strict_events and event not in self._events:
             raise ValueError(f"event {event!r} is not a {self.source} event")
-        row: list[Any] = [None] * len(COLUMNS)
-        row[0] = self.run_id
-        row[1] = self.source
-        row[3] = now_us() if ts_us is None else ts_us
-        row[4] = time.monotonic_ns() if mono_ns is None else mono_ns
-        row[5] = event
-        for key, value in fields.items():
-            row[_FIELD_INDEX[key]] = value
-        if detail is not None:
-            row[_FIELD_INDEX["detail"]] = (
-                detail
-                if isinstance(detail, str)
-                else json.dumps(detail, sort_keys=True, default=str)
-            )
+        if fields and not fields.keys() <= _OPTIONAL_SET:
+            raise KeyError(f"unknown history fields: {sorted(fields.keys() - _OPTIONAL_SET)}")
+        if detail is not None and not isinstance(detail, str):
+            detail = dict(detail)
+        ts = time.time_ns() // 1000 if ts_us is None else ts_us
+        mono = time.monotonic_ns() if mono_ns is None else mono_ns
         with self._lock:
             if self._closed:
                 raise RuntimeError(f"history writer {self.name} is closed")
             self._seq += 1
             seq = self._seq
-            row[2] = seq
-            self._rows.append(tuple(row))
+            self._rows.append((seq, ts, mono, event, fields, detail))
             full = len(self._rows) >= self.max_rows
         if full:
             self._wake.set()
         return seq
 
     # -- flushing --------------------------------------------------------------------
+    def _table(self, rows: list[tuple[Any, ...]]) -> pa.Table:
+        n = len(rows)
+        columns: dict[str, list[Any]] = {
+            "run_id": [self.run_id] * n,
+            "source": [self.source] * n,
+            "seq": [r[0] for r in rows],
+            "ts": [r[1] for r in rows],
+            "mono_ns": [r[2] for r in rows],
+            "event": [r[3] for r in rows],
+        }
+        for name in _OPTIONAL:
+            if name == "detail":
+                columns[name] = [
+                    d
+                    if d is None or isinstance(d, str)
+                    else json.dumps(d, sort_keys=True, default=str)
+                    for d in (r[5] for r in rows)
+                ]
+            else:
+                columns[name] = [r[4].get(name) for r in rows]
+        return pa.Table.from_arrays(
+            [pa.array(columns[f.name], type=f.type) for f in SCHEMA], schema=SCHEMA
+        )
+
     def flush(self) -> Path | None:
         """Write buffered rows as one atomic part file; returns its path (None if empty)."""
         with self._lock:
@@ -120,11 +141,7 @@ class HistoryWriter:
         if not rows:
             return None
         with self._io_lock:
-            columns = list(zip(*rows, strict=True))
-            table = pa.Table.from_arrays(
-                [pa.array(col, type=SCHEMA.field(i).type) for i, col in enumerate(columns)],
-                schema=SCHEMA,
-            )
+            table = self._table(rows)
             self._part += 1
             final = self.dir / f"{self.name}-{self._part:05d}.parquet"
             tmp = self.dir / f".{final.name}.tmp"
