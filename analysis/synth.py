@@ -611,6 +611,19 @@ def write_rows(
     return run_dir
 
 
+def _shift_detail_clocks(detail: pa.ChunkedArray, d_ns: int) -> pa.Array:
+    """Shift the monotonic instants inside detail JSON (throttle_start_mono_ns, ...)."""
+    values = detail.to_pylist()
+    for i, text in enumerate(values):
+        if text and "_mono_ns" in text:
+            obj = json.loads(text)
+            for key, value in obj.items():
+                if key.endswith("_mono_ns") and isinstance(value, int):
+                    obj[key] = value + d_ns
+            values[i] = json.dumps(obj, sort_keys=True)
+    return pa.array(values, type=pa.string())
+
+
 def tile(src: str | Path, dst: str | Path, copies: int, gap_s: float = 15.0) -> dict[str, Any]:
     """Write `copies` back-to-back time-shifted copies of a synthetic run as one run.
 
@@ -648,6 +661,7 @@ def tile(src: str | Path, dst: str | Path, copies: int, gap_s: float = 15.0) -> 
                 cols["conn_id"] = pc.binary_join_element_wise(
                     table["conn_id"], pa.scalar(f"t{k}"), "-"
                 )
+                cols["detail"] = _shift_detail_clocks(table["detail"], d_ns)
             part = pa.Table.from_arrays([cols[n] for n in SCHEMA.names], schema=SCHEMA)
             name = f"{f.stem}-t{k:03d}.parquet"
             pq.write_table(part, out_dir / f".{name}.tmp")

@@ -20,7 +20,7 @@ run in a separate process so they do not share the steady client's GIL. It print
 per phase and path, the ratios to the quieter of phases 1 and 4 (conservative), the acceptor's CPU
 share and its descriptor count before, during and after (leaks would show there).
 
-    .venv/bin/python -m bench.hostile [--seconds 10] [--slowloris 200] [--json FILE]
+    .venv/bin/python -m bench.hostile [--seconds 15] [--slowloris 200] [--json FILE]
 
 Results: a table on stdout, JSON in bench/results/hostile-<time>.json (or --json FILE).
 """
@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--seconds", type=float, default=10.0, help="steady client time per phase")
+    ap.add_argument("--seconds", type=float, default=15.0, help="steady client time per phase")
     ap.add_argument("--pace-ms", type=float, default=5.0, help="pause between round trips")
     ap.add_argument("--slowloris", type=int, default=200, help="slowloris connections")
     ap.add_argument("--dribble-s", type=float, default=0.5, help="seconds between bytes")

@@ -1,5 +1,8 @@
 """Fuzz suite settings: bounded example counts, and a tally of the inputs tried.
 
+The profile is registered, not loaded: loading it would change the defaults of every other
+Hypothesis test in the same pytest session; the fuzz modules apply it with ``@FUZZ``.
+
 Why a profile of our own: CI must finish this folder well under a minute on a loaded 2-core
 machine, so every property runs a fixed, modest number of examples with no deadline (a
 deadline on a shared machine only measures the neighbours). ``HARNESS_FUZZ_EXAMPLES``
@@ -29,7 +32,6 @@ settings.register_profile(
     database=None,
     print_blob=True,
 )
-settings.load_profile("fuzz")
 
 _COUNT = re.compile(r"(\d+) passing, (\d+) failing, and (\d+) invalid")
 _tally: dict[str, int] = {}

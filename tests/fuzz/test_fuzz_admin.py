@@ -43,6 +43,7 @@ from harness.acceptor.server import Acceptor
 from harness.wire.framing import FrameError, decode_request, parse_request_header
 
 pytestmark = pytest.mark.unit
+FUZZ = settings.get_profile("fuzz")  # registered in conftest.py; not loaded globally
 
 REQUESTS: dict[int, tuple[Any, Any]] = {
     44: (IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
@@ -273,7 +274,7 @@ alter_configs = st.builds(
     req=st.one_of(alter_quotas, coherent_alter_quotas, describe_quotas, alter_configs),
     admin=st.booleans(),
 )
-@settings(max_examples=settings().max_examples * 2)
+@settings(FUZZ, max_examples=FUZZ.max_examples * 2)
 def test_hostile_admin_requests_get_an_answer_or_frame_error(req: Any, admin: bool) -> None:
     """Semantically hostile but well-formed requests, from an allowed and a refused IP."""
     conn = new_connection("127.0.0.1" if admin else "192.0.2.1")
@@ -284,6 +285,7 @@ def test_hostile_admin_requests_get_an_answer_or_frame_error(req: Any, admin: bo
         assert exc.reason == "bad_frame"
 
 
+@FUZZ
 @given(
     api_key=st.sampled_from(sorted(REQUESTS)),
     version=st.integers(-2, 4),
@@ -302,6 +304,7 @@ def test_arbitrary_admin_bodies_get_an_answer_or_frame_error(
         assert exc.reason == "bad_frame"
 
 
+@FUZZ
 @given(
     req=st.one_of(alter_quotas, describe_quotas, alter_configs),
     cut=st.integers(0, 400),
@@ -320,6 +323,7 @@ def test_truncated_admin_requests_are_bad_frames(req: Any, cut: int) -> None:
         assert exc.reason == "bad_frame"
 
 
+@FUZZ
 @given(req=st.one_of(alter_quotas, describe_quotas, alter_configs))
 def test_decode_round_trip(req: Any) -> None:
     """What kafka-python encodes, `decode_request` reads back field for field."""

@@ -15,7 +15,7 @@ import ipaddress
 import struct
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.wire.proxy import (
@@ -29,6 +29,7 @@ from harness.wire.proxy import (
 )
 
 pytestmark = pytest.mark.unit
+FUZZ = settings.get_profile("fuzz")  # registered in conftest.py; not loaded globally
 
 Result = tuple[ProxyHeader | None, bytes] | None
 
@@ -87,6 +88,7 @@ header_like = st.one_of(
 )
 
 
+@FUZZ
 @given(data=header_like, cut=cuts, optional=st.booleans())
 def test_any_bytes_give_need_more_a_header_or_proxy_error(
     data: bytes, cut: list[int], optional: bool
@@ -116,6 +118,7 @@ def check(data: bytes, state: str, result: Result, fed: int, optional: bool) -> 
         assert consumed <= 107 and data[consumed - 2 : consumed] == b"\r\n"
 
 
+@FUZZ
 @given(data=header_like, cut1=cuts, cut2=cuts, optional=st.booleans())
 def test_chunking_never_changes_the_outcome(
     data: bytes, cut1: list[int], cut2: list[int], optional: bool
@@ -140,6 +143,7 @@ ports = st.integers(0, 65535)
 addr_pairs = st.one_of(st.tuples(v4, v4), st.tuples(v6, v6))
 
 
+@FUZZ
 @given(addrs=addr_pairs, sport=ports, dport=ports, tail=st.binary(max_size=50), cut=cuts)
 def test_v1_round_trip(
     addrs: tuple[str, str], sport: int, dport: int, tail: bytes, cut: list[int]
@@ -156,6 +160,7 @@ def test_v1_round_trip(
     assert rest + (raw + tail)[fed:] == tail
 
 
+@FUZZ
 @given(
     addrs=addr_pairs,
     sport=ports,
@@ -187,6 +192,7 @@ def test_v2_round_trip(
     assert rest + (raw + tail)[fed:] == tail
 
 
+@FUZZ
 @given(
     addrs=addr_pairs,
     sport=ports,
@@ -207,6 +213,7 @@ def test_single_byte_mutations_of_valid_headers(
         check(bytes(mutated), state, result, fed, optional)
 
 
+@FUZZ
 @given(data=st.binary(min_size=1, max_size=200).filter(lambda b: b[:1] not in (b"P", b"\r")))
 def test_optional_listener_passes_kafka_bytes_through_untouched(data: bytes) -> None:
     state, result, _ = read([data], optional=True)
