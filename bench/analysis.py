@@ -2,8 +2,8 @@
 
 Usage: .venv/bin/python -m bench.analysis [--sizes 1000000 10000000] [--out DIR] [--no-html]
 Generates a conforming synthetic run of each size (analysis.synth, rates × 10 so that the
-storm stays realistic at size; above ~1.5 M events, back-to-back copies of a ~1 M run, since
-the simulation is the slow part), then analyses it with a fresh local[*] SparkSession.
+storm stays realistic at size; the simulation takes ~30 s per million events), then
+analyses it with a fresh local[*] SparkSession.
 Results are printed and written to DIR/results.json (default .cache/bench-analysis/).
 Not a test: numbers depend on the machine and on whoever else shares its cores.
 """
@@ -18,8 +18,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-BASE_EVENTS = 1_000_000
 
 
 def _spec(size: int) -> Any:
@@ -50,29 +48,17 @@ def main() -> int:
     args = parser.parse_args()
 
     from analysis import analyze_run
-    from analysis.synth import generate, tile
+    from analysis.synth import generate
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = []
-    base_dir = out / "synth-base"
-    base: dict[str, object] | None = None
     for size in args.sizes:
         run_dir = out / f"synth-{size}"
         shutil.rmtree(run_dir, ignore_errors=True)
         t = time.monotonic()
-        if size <= BASE_EVENTS * 1.5:
-            print(f"[{size:,}] generating a conforming synthetic run in {run_dir} …", flush=True)
-            gen = generate(run_dir, _spec(size))
-        else:  # the simulation is the slow part: copy a ~1 M run back to back
-            if base is None:
-                print(f"[{size:,}] generating a ~{BASE_EVENTS:,}-event base run …", flush=True)
-                shutil.rmtree(base_dir, ignore_errors=True)
-                base = generate(base_dir, _spec(BASE_EVENTS))
-            copies = max(1, round(size / int(str(base["events"]))))
-            print(f"[{size:,}] tiling {copies} copies of the base into {run_dir} …", flush=True)
-            gen = tile(base_dir, run_dir, copies)
-            gen["connections"] = int(str(base["connections"])) * copies
+        print(f"[{size:,}] generating a conforming synthetic run in {run_dir} …", flush=True)
+        gen = generate(run_dir, _spec(size))
         gen_s = time.monotonic() - t
         events = int(gen["events"])
         print(
@@ -108,8 +94,6 @@ def main() -> int:
         )
         if not args.keep:
             shutil.rmtree(run_dir, ignore_errors=True)
-    if not args.keep:
-        shutil.rmtree(base_dir, ignore_errors=True)
     path = out / "results.json"
     path.write_text(json.dumps(results, indent=2))
     print("\n   events  analyse s   events/s  generate s  verdict  load(1m)")

@@ -16,14 +16,11 @@ import struct
 import time
 from typing import TYPE_CHECKING
 
+from harness.acceptor import intake
+from harness.acceptor.intake import close_reason, take_requests
 from harness.acceptor.recorder import ConnInfo
 from harness.acceptor.tracker import ResponseOrder
-from harness.wire.framing import (
-    FrameDecoder,
-    FrameError,
-    correlation_id_of_response,
-    parse_request_header,
-)
+from harness.wire.framing import FrameDecoder, FrameError, correlation_id_of_response
 
 if TYPE_CHECKING:
     from harness.acceptor.processor import Processor
@@ -77,6 +74,9 @@ class Connection:
         self._done = asyncio.Event()
         self._opening = False
         self.muted_until_ns = 0
+        # (reason, detail) of the bad frame the connection is closing after, if any
+        self._closing: tuple[str, dict[str, object]] | None = None
+        self._grace: asyncio.TimerHandle | None = None
 
     # -- lifecycle -----------------------------------------------------------------
     async def run(self) -> None:
@@ -137,8 +137,11 @@ class Connection:
         """End the connection once: close both sides, release counts, write `close`."""
         if self.closed:
             return
+        reason, detail = close_reason(self._closing, reason, detail, evicted)
         self.closed = True
         self.close_reason = reason
+        if self._grace is not None:
+            self._grace.cancel()
         current = asyncio.current_task()
         for task in self._tasks:
             if task is not current:
@@ -199,37 +202,23 @@ class Connection:
                     return
                 self.bytes_in += len(data)
                 self.touch()
-                frames = decoder.feed(data)
-                if not frames:
-                    continue
-                now = time.monotonic_ns()
-                out: list[bytes] = []
-                for frame in frames:
-                    info = parse_request_header(frame)
-                    self.requests += 1
-                    local = acceptor.admin.maybe_handle(self, frame, info)
-                    if local is not None:
-                        to_send = order.local(info.correlation_id, info.api_key, local)
-                        if to_send:
-                            cw.write(to_send)
-                        continue
-                    order.forwarded(
-                        info.correlation_id,
-                        info.api_key,
-                        info.client_id,
-                        now,
-                        len(frame),
-                        info.api_version,
+                try:
+                    frames = decoder.feed(data)
+                    bad: FrameError | None = None
+                except FrameError as exc:  # whole requests before a bad size still get answers
+                    frames, bad = exc.frames, exc
+                if frames:
+                    out, stopped = take_requests(
+                        acceptor, self, order, frames, time.monotonic_ns(), cw.write
                     )
-                    out.append(frame)
-                if out:
-                    uw.write(out[0] if len(out) == 1 else b"".join(out))
-                    await uw.drain()
-        except FrameError as exc:
-            if exc.frames:  # whole requests before the bad size: the broker would get them
-                with contextlib.suppress(Exception):
-                    uw.write(b"".join(f for f in exc.frames))
-            self.finish(exc.reason, detail={"error": str(exc)})
+                    bad = stopped or bad
+                    if out:
+                        uw.write(out[0] if len(out) == 1 else b"".join(out))
+                        if bad is None:
+                            await uw.drain()
+                if bad is not None:
+                    self._close_after_answers(bad)
+                    return  # read nothing more from the client
         except ConnectionResetError:
             self.finish("reset", reset=True)
         except (BrokenPipeError, ConnectionError, OSError) as exc:
@@ -276,6 +265,9 @@ class Connection:
                 payload = out[0] if len(out) == 1 else b"".join(out)
                 self.bytes_out += len(payload)
                 cw.write(payload)
+                if self._closing is not None and not order:
+                    self.finish(self._closing[0])  # the last answer owed: close() flushes it
+                    return
                 await cw.drain()
         except FrameError as exc:
             self.finish("upstream_" + exc.reason, detail={"error": str(exc)})
@@ -288,6 +280,19 @@ class Connection:
         except Exception as exc:
             self.acceptor.log(f"{self.info.conn_id}: internal error {exc!r}")
             self.finish("internal_error", reset=True, detail={"error": repr(exc)})
+
+    def _close_after_answers(self, exc: FrameError) -> None:
+        """A bad frame: close once every request read before it is answered (or after
+        `CLOSE_GRACE_S`), with the frame's reason; the caller stops reading the client."""
+        self._closing = (exc.reason, {"error": str(exc)})
+        if not self._order:
+            self.finish(exc.reason)
+            return
+        loop = asyncio.get_running_loop()
+        self._grace = loop.call_later(intake.CLOSE_GRACE_S, self._grace_over)
+
+    def _grace_over(self) -> None:
+        self.finish("close_grace_expired", detail={"unanswered": len(self._order)})
 
     def _idle_after_upstream_eof(self) -> None:
         """The broker is gone: give the client a moment to read and close, then close."""

@@ -17,14 +17,11 @@ import struct
 import time
 from typing import TYPE_CHECKING, Any
 
+from harness.acceptor import intake
+from harness.acceptor.intake import close_reason, take_requests
 from harness.acceptor.recorder import ConnInfo
 from harness.acceptor.tracker import ResponseOrder
-from harness.wire.framing import (
-    FrameDecoder,
-    FrameError,
-    correlation_id_of_response,
-    parse_request_header,
-)
+from harness.wire.framing import FrameDecoder, FrameError, correlation_id_of_response
 
 if TYPE_CHECKING:
     from harness.acceptor.processor import Processor
@@ -46,6 +43,10 @@ def _abort_with_rst(transport: asyncio.BaseTransport | None) -> None:
         transport.abort()
     else:
         transport.close()
+
+
+def _nowhere(data: bytes) -> None:
+    """No client transport (never happens once data flows): local answers have nowhere to go."""
 
 
 class _Side(asyncio.Protocol):
@@ -107,6 +108,8 @@ class ProtoConnection:
         self._timers: list[asyncio.TimerHandle] = []
         self._done = asyncio.Event()
         self._opening = False
+        # (reason, detail) of the bad frame the connection is closing after, if any
+        self._closing: tuple[str, dict[str, Any]] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
     async def run(self) -> None:
@@ -196,12 +199,12 @@ class ProtoConnection:
             held, self._held = self._held, []
             for chunk in held:
                 self.on_client_data(chunk, counted=True)
-                if self.closed or self.muted_until_ns:
+                if self.closed or self.muted_until_ns or self._closing is not None:
                     break
 
     # -- data ----------------------------------------------------------------------------
     def on_client_data(self, data: bytes, counted: bool = False) -> None:
-        if self.closed:
+        if self.closed or self._closing is not None:  # closing: nothing more is read
             return
         if not counted:
             self.bytes_in += len(data)
@@ -210,38 +213,46 @@ class ProtoConnection:
         if ut is None or self.muted_until_ns:
             self._held.append(data)
             return
-        acceptor = self.acceptor
         try:
-            frames = self._req_decoder.feed(data)
-            if not frames:
-                return
-            now = time.monotonic_ns()
-            out: list[bytes] = []
-            order = self._order
-            for frame in frames:
-                info = parse_request_header(frame)
-                self.requests += 1
-                local = acceptor.admin.maybe_handle(self, frame, info)
-                if local is not None:
-                    to_send = order.local(info.correlation_id, info.api_key, local)
-                    if to_send and self._ct is not None:
-                        self._ct.write(to_send)
-                    continue
-                order.forwarded(
-                    info.correlation_id, info.api_key, info.client_id, now, len(frame),
-                    info.api_version,
-                )  # fmt: skip
-                out.append(frame)
-            if out:
-                ut.write(out[0] if len(out) == 1 else b"".join(out))
-        except FrameError as exc:
-            if exc.frames:
-                with contextlib.suppress(Exception):
-                    ut.write(b"".join(exc.frames))
-            self.finish(exc.reason, detail={"error": str(exc)})
+            try:
+                frames = self._req_decoder.feed(data)
+                bad: FrameError | None = None
+            except FrameError as exc:  # whole requests before a bad size still get answers
+                frames, bad = exc.frames, exc
+            if frames:
+                ct = self._ct
+                out, stopped = take_requests(
+                    self.acceptor,
+                    self,
+                    self._order,
+                    frames,
+                    time.monotonic_ns(),
+                    ct.write if ct is not None else _nowhere,
+                )
+                bad = stopped or bad
+                if out:
+                    ut.write(out[0] if len(out) == 1 else b"".join(out))
+            if bad is not None:
+                self._close_after_answers(bad)
         except Exception as exc:  # a bug must end this connection visibly, not leak it
-            acceptor.log(f"{self.info.conn_id}: internal error {exc!r}")
+            self.acceptor.log(f"{self.info.conn_id}: internal error {exc!r}")
             self.finish("internal_error", reset=True, detail={"error": repr(exc)})
+
+    def _close_after_answers(self, exc: FrameError) -> None:
+        """A bad frame: read nothing more from the client, close once every request read
+        before it is answered (or after `CLOSE_GRACE_S`), with the frame's reason."""
+        detail: dict[str, Any] = {"error": str(exc)}
+        self._closing = (exc.reason, detail)
+        self._held.clear()
+        self.pause_reading(True, "closing")
+        if not self._order:
+            self.finish(exc.reason)
+            return
+        loop = asyncio.get_running_loop()
+        self._timers.append(loop.call_later(intake.CLOSE_GRACE_S, self._grace_over))
+
+    def _grace_over(self) -> None:
+        self.finish("close_grace_expired", detail={"unanswered": len(self._order)})
 
     def on_upstream_data(self, data: bytes) -> None:
         if self.closed:
@@ -266,6 +277,8 @@ class ProtoConnection:
             payload = out[0] if len(out) == 1 else b"".join(out)
             self.bytes_out += len(payload)
             ct.write(payload)
+            if self._closing is not None and not self._order:
+                self.finish(self._closing[0])  # the last answer owed: close() flushes it
         except FrameError as exc:
             self.finish("upstream_" + exc.reason, detail={"error": str(exc)})
         except Exception as exc:
@@ -323,6 +336,7 @@ class ProtoConnection:
         """End the connection once: close both sides, release counts, write `close`."""
         if self.closed:
             return
+        reason, detail = close_reason(self._closing, reason, detail, evicted)
         self.closed = True
         self.close_reason = reason
         for timer in self._timers:

@@ -10,6 +10,7 @@ encoding/decoding is always delegated to kafka-python's generated protocol class
 
 from __future__ import annotations
 
+import codecs
 import io
 import re
 import struct
@@ -95,16 +96,65 @@ def parse_request_header(frame: bytes) -> RequestInfo:
 
     Header v1 (api_key, api_version, correlation_id, nullable client_id) is a prefix of v2
     (which only appends tagged fields), so decoding as v1 is right for every request.
-    Raises `FrameError("bad_frame")` when the payload is too short or malformed.
+    A client id that is not UTF-8 is read the way the broker reads it (`java_utf8`), not
+    refused: Kafka serves such clients. Raises `FrameError("bad_frame")` when the payload is
+    too short or malformed.
     """
     try:
         header = RequestHeader.decode(io.BytesIO(frame[4:]), flexible=False)
-    except Exception as exc:  # kafka-python raises struct/Value/Unicode errors
+    except UnicodeDecodeError:
+        return _header_with_lenient_client_id(frame)
+    except Exception as exc:  # kafka-python raises struct/Value errors
         raise FrameError("bad_frame", f"unreadable request header: {exc!r}") from exc
     api_key = header.request_api_key
     if api_key is None or api_key < 0:
         raise FrameError("bad_frame", f"bad api key {api_key}")
     return RequestInfo(api_key, header.request_api_version, header.correlation_id, header.client_id)
+
+
+_HEADER_V1 = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
+
+
+def _header_with_lenient_client_id(frame: bytes) -> RequestInfo:
+    """kafka-python refused the client id's bytes as UTF-8: read the v1 header's fixed
+    fields and decode the client id as Java does (kafka-python decoded them already, so
+    they are present; the checks below only keep this path total)."""
+    payload = frame[4:]
+    if len(payload) < _HEADER_V1.size:
+        raise FrameError("bad_frame", "unreadable request header: too short")
+    api_key, api_version, correlation_id, length = _HEADER_V1.unpack_from(payload)
+    if api_key < 0:
+        raise FrameError("bad_frame", f"bad api key {api_key}")
+    raw = payload[_HEADER_V1.size : _HEADER_V1.size + length]
+    if length < 0 or len(raw) < length:
+        raise FrameError("bad_frame", f"unreadable request header: client id length {length}")
+    return RequestInfo(api_key, api_version, correlation_id, java_utf8(raw))
+
+
+def java_utf8(data: bytes) -> str:
+    """`new String(data, UTF_8)` as the broker's JVM does it (Kafka reads every string so).
+
+    Malformed input becomes U+FFFD, one per maximal ill-formed subpart, which is what
+    Python's `errors="replace"` does too, with one exception: Java decodes a 3-byte sequence
+    by its shape and only then refuses a surrogate (ED A0..BF xx), so it replaces the
+    whole shaped sequence (ED A0 80, or ED A0 alone when the third byte is missing or not a
+    continuation) with a single U+FFFD where Python writes one per byte.
+    """
+    return data.decode("utf-8", errors=_JAVA_REPLACE)
+
+
+def _java_replace(exc: UnicodeError) -> tuple[str, int]:
+    if not isinstance(exc, UnicodeDecodeError):
+        raise exc
+    obj, start = exc.object, exc.start
+    end = exc.end
+    if obj[start] == 0xED and start + 1 < len(obj) and 0xA0 <= obj[start + 1] <= 0xBF:
+        end = start + (3 if start + 2 < len(obj) and obj[start + 2] & 0xC0 == 0x80 else 2)
+    return "\ufffd", end
+
+
+_JAVA_REPLACE = "harness-java-utf8"
+codecs.register_error(_JAVA_REPLACE, _java_replace)
 
 
 def correlation_id_of_response(frame: bytes) -> int:

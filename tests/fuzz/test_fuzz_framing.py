@@ -23,6 +23,7 @@ from harness.wire.framing import (
     FrameError,
     RequestInfo,
     correlation_id_of_response,
+    java_utf8,
     parse_request_header,
 )
 
@@ -205,10 +206,14 @@ def test_request_header_round_trip(
     prefix=st.binary(max_size=10),
     bad=st.sampled_from([b"\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\xf8\x88\x80\x80\x80", b"\x80"]),
     suffix=st.binary(max_size=10),
+    correlation_id=st.integers(min_value=-(2**31), max_value=2**31 - 1),
 )
-def test_invalid_utf8_client_id_is_a_bad_frame(prefix: bytes, bad: bytes, suffix: bytes) -> None:
-    """Current contract: a client id that is not UTF-8 is `bad_frame` (see hostile-input.md:
-    the broker itself decodes it with replacement characters and serves the request)."""
+def test_invalid_utf8_client_id_is_read_as_the_broker_reads_it(
+    prefix: bytes, bad: bytes, suffix: bytes, correlation_id: int
+) -> None:
+    """F4 (hostile-input.md): the broker decodes a client id that is not UTF-8 with Java's
+    replacement (U+FFFD) and serves the request, so the header must read, not be refused,
+    with the same client id string the broker's quota manager sees."""
     client_id = prefix + bad + suffix
     assume(len(client_id) < 2**15)
     try:  # the surrounding bytes can complete a sequence ("\xc2" + "\x80"): skip those
@@ -217,7 +222,11 @@ def test_invalid_utf8_client_id_is_a_bad_frame(prefix: bytes, bad: bytes, suffix
         pass
     else:
         assume(False)
-    payload = struct.pack(">hhih", 18, 3, 7, len(client_id)) + client_id + b"\x00" * 8
-    with pytest.raises(FrameError) as err:
-        parse_request_header(frame(payload))
-    assert err.value.reason == "bad_frame"
+    payload = struct.pack(">hhih", 18, 3, correlation_id, len(client_id)) + client_id + b"\x00" * 8
+    info = parse_request_header(frame(payload))
+    assert (info.api_key, info.api_version, info.correlation_id) == (18, 3, correlation_id)
+    assert info.client_id == java_utf8(client_id)
+    assert "\ufffd" in info.client_id
+    # Python's own replacement agrees except on surrogate-shaped sequences (see java_utf8)
+    if b"\xed" not in client_id:
+        assert info.client_id == client_id.decode("utf-8", errors="replace")

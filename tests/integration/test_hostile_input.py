@@ -10,6 +10,7 @@ bench/hostile.py, not asserted here (docs/hostile-input.md).
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import socket
@@ -26,7 +27,7 @@ from kafka.protocol.admin import (
 )
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 
-from harness.acceptor import AcceptorHandle, start_in_thread
+from harness.acceptor import AcceptorHandle, intake, start_in_thread
 from harness.acceptor.testing import (
     api_versions_frame,
     connect,
@@ -38,6 +39,7 @@ from harness.acceptor.testing import (
     wait_until,
 )
 from harness.history import read_history
+from harness.wire.framing import java_utf8
 from harness.wire.proxy import V2_SIGNATURE, encode_v2
 
 MAX_BYTES = 1_048_576
@@ -295,25 +297,179 @@ def test_oversized_negative_and_empty_frame_sizes(acceptor: AcceptorHandle) -> N
     settle(acceptor, base)
 
 
-def test_broker_answers_a_request_before_a_bad_size(kafka_broker: Any) -> None:
-    """The reference behaviour for F3, read off the real broker."""
+def read_frame(s: socket.socket, timeout: float = 30) -> bytes | None:
+    """The next whole response frame (size included), or None on EOF/reset first."""
+    s.settimeout(timeout)
+    buf = b""
+    try:
+        while len(buf) < 4 or len(buf) < 4 + struct.unpack_from(">i", buf)[0]:
+            want = 4 - len(buf) if len(buf) < 4 else 4 + struct.unpack_from(">i", buf)[0] - len(buf)
+            chunk = s.recv(want)
+            if not chunk:
+                return None
+            buf += chunk
+    except ConnectionResetError:
+        return None
+    return buf
+
+
+def _describe_ip_quotas_frame(correlation_id: int) -> bytes:
+    """An admin request the acceptor answers itself (from loopback)."""
+    from kafka.protocol.admin import DescribeClientQuotasRequest as D
+
+    req = D[1](components=[D.ComponentData(entity_type="ip", match_type=1, match=None)])
+    req.with_header(correlation_id=correlation_id, client_id="harness-test")
+    return bytes(req.encode(header=True, framed=True))
+
+
+SEGMENT_CASES = {
+    # name: (requests before the bad size, the api keys answered, the bad size, its reason)
+    "one_request": ([api_versions_frame(1)], [18], -1, "bad_frame"),
+    "pipelined": (
+        [api_versions_frame(1), api_versions_frame(2), api_versions_frame(3)],
+        [18, 18, 18],
+        2**31 - 1,  # above the broker's limit too
+        "frame_too_large",
+    ),
+    "admin_answered_locally": (
+        [api_versions_frame(1), _describe_ip_quotas_frame(2)],
+        [18, 48],
+        -(2**31),
+        "bad_frame",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(SEGMENT_CASES))
+def test_broker_answers_a_request_before_a_bad_size(kafka_broker: Any, case: str) -> None:
+    """The reference behaviour for F3, read off the real broker: every whole request sent
+    before the bad size is answered, in order, then the broker closes."""
+    requests = SEGMENT_CASES[case][0]
     host, port = kafka_broker.bootstrap.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=30) as s:
-        s.sendall(api_versions_frame() + struct.pack(">i", -1))
-        assert read_outcome(s, 30) == "data"
+        s.sendall(b"".join(requests) + struct.pack(">i", SEGMENT_CASES[case][2]))
+        cids: list[int] = []
+        for _ in requests:
+            frame = read_frame(s)
+            assert frame is not None, f"closed after {len(cids)} of {len(requests)} answers"
+            cids.append(struct.unpack_from(">i", frame, 4)[0])
+        assert cids == list(range(1, len(requests) + 1))
+        assert read_outcome(s, 30) in ("eof", "reset")
 
 
+@pytest.mark.parametrize("case", list(SEGMENT_CASES))
 def test_a_request_in_the_same_segment_as_a_bad_size_is_answered(
-    acceptor: AcceptorHandle,
+    acceptor: AcceptorHandle, case: str
 ) -> None:
-    """Finding F3: the broker serves whole requests read before a bad size; the acceptor
-    drops them when both arrive in one read (`FrameDecoder.feed` raises, losing them)."""
+    """Finding F3: the broker serves whole requests read before a bad size, then closes
+    (`test_broker_answers_a_request_before_a_bad_size`). So must the acceptor when they
+    arrive in one read: each gets its answer in order (forwarded ones with a `request`
+    row, the admin one from the acceptor itself), then the close, with the bad size's
+    reason, without the client closing first."""
+    requests, api_keys, bad_size, reason = SEGMENT_CASES[case]
     addr = acceptor.address("CLIENT")
-    s = raw(addr, "127.0.22.200")
-    s.sendall(api_versions_frame() + struct.pack(">i", -1))
-    first = read_outcome(s, 30)
+    s = raw(addr, "127.0.0.1")  # loopback: admin is allowed
+    peer = s.getsockname()
+    s.sendall(b"".join(requests) + struct.pack(">i", bad_size))
+    cids: list[int] = []
+    for _ in requests:
+        frame = read_frame(s)
+        assert frame is not None, f"closed after {len(cids)} of {len(requests)} answers"
+        cids.append(struct.unpack_from(">i", frame, 4)[0])
+    assert cids == list(range(1, len(requests) + 1))  # every answer, in order
+    assert read_outcome(s, 30) in ("eof", "reset")  # then the acceptor closes
     s.close()
-    assert first == "data", f"the valid request before the bad size got {first!r}, no answer"
+    got = wait_closes(acceptor, {peer}, timeout=30)
+    assert got[peer] == reason
+    forwarded = [k for k in api_keys if k != 48]
+    answered = [
+        r["api_key"] for r in rows(acceptor, "request") if (r["sock_ip"], r["sock_port"]) == peer
+    ]
+    assert answered == forwarded
+    close = next(r for r in rows(acceptor, "close") if (r["sock_ip"], r["sock_port"]) == peer)
+    assert "then" not in json.loads(close["detail"]), close["detail"]  # closed by the acceptor
+
+
+def _frame(req: Any, correlation_id: int) -> bytes:
+    req.with_header(correlation_id=correlation_id, client_id="harness-test")
+    return bytes(req.encode(header=True, framed=True))
+
+
+def test_an_unanswered_request_before_a_bad_size_still_closes(
+    acceptor: AcceptorHandle, kafka_broker: Any
+) -> None:
+    """F3's closing path when the answer never comes: an unknown api key (a header the
+    acceptor reads and forwards) is dropped by the broker, which hangs up on it without an
+    answer; the acceptor then closes too, still with the bad size's reason, and says what
+    ended the wait (`detail.then`)."""
+    unknown = struct.pack(">hhih", 9999, 0, 5, 4) + b"test"
+    segment = struct.pack(">i", len(unknown)) + unknown + struct.pack(">i", -1)
+    host, port = kafka_broker.bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as direct:
+        direct.sendall(segment)
+        assert read_outcome(direct, 30) in ("eof", "reset")  # the reference: no answer
+    s = raw(acceptor.address("CLIENT"), "127.0.22.201")
+    peer = s.getsockname()
+    s.sendall(segment)
+    assert read_outcome(s, 30) in ("eof", "reset")
+    s.close()
+    assert wait_closes(acceptor, {peer}, timeout=30)[peer] == "bad_frame"
+    close = next(r for r in rows(acceptor, "close") if (r["sock_ip"], r["sock_port"]) == peer)
+    assert json.loads(close["detail"])["then"] in ("upstream_eof", "upstream_reset")
+
+
+def test_an_answer_held_by_the_broker_ends_with_the_grace_period(
+    acceptor: AcceptorHandle, kafka_broker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """F3's bound: a Fetch the broker parks in purgatory (min_bytes never reached, 60 s
+    max wait) sent with a bad size behind it is not waited for longer than the grace
+    period (shortened here); the close keeps the bad size's reason and counts what was
+    still owed."""
+    from kafka.protocol.consumer import FetchRequest as F
+
+    monkeypatch.setattr(intake, "CLOSE_GRACE_S", 1.0)
+    topic = "hostile-held-fetch"
+    wire = connect(acceptor.address("CLIENT"), "127.0.0.2", timeout=30)
+    try:  # auto-created on first Metadata; wait for its leader
+
+        def has_leader() -> bool:
+            md = wire.request(
+                MetadataRequest[1](topics=[MetadataRequest.MetadataRequestTopic(name=topic)])
+            )
+            return any(
+                t.error_code == 0 and t.partitions and t.partitions[0].leader_id >= 0
+                for t in md.topics
+            )
+
+        wait_until(has_leader, timeout=60, interval=0.5, what=f"topic {topic} leader")
+    finally:
+        wire.close()
+    fetch = F[4](
+        replica_id=-1,
+        max_wait_ms=60_000,
+        min_bytes=1 << 30,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        topics=[
+            F.FetchTopic(
+                topic=topic,
+                partitions=[
+                    F.FetchTopic.FetchPartition(
+                        partition=0, fetch_offset=0, partition_max_bytes=1 << 20
+                    )
+                ],
+            )
+        ],
+    )
+    s = raw(acceptor.address("CLIENT"), "127.0.22.202")
+    peer = s.getsockname()
+    s.sendall(_frame(fetch, 4) + struct.pack(">i", -1))
+    assert read_outcome(s, 45) in ("eof", "reset")  # well before the broker's 60 s
+    s.close()
+    assert wait_closes(acceptor, {peer}, timeout=30)[peer] == "bad_frame"
+    close = next(r for r in rows(acceptor, "close") if (r["sock_ip"], r["sock_port"]) == peer)
+    detail = json.loads(close["detail"])
+    assert detail["then"] == "close_grace_expired" and detail["unanswered"] == 1, detail
 
 
 # -- PROXY headers ------------------------------------------------------------------------------
@@ -390,29 +546,41 @@ def test_broker_serves_client_ids_that_are_not_utf8(kafka_broker: Any) -> None:
             assert read_outcome(s, 30) == "data", raw_id
 
 
-def test_client_ids_that_are_not_utf8(acceptor: AcceptorHandle) -> None:
-    """The acceptor either serves the request as the broker does (a `request` row whose
-    client_id carries U+FFFD), or closes that connection alone with `bad_frame`; it never
-    crashes, hangs or writes an unreadable row (finding F4 asks for the first)."""
+def test_client_ids_that_are_not_utf8_are_served_as_the_broker_serves_them(
+    acceptor: AcceptorHandle, kafka_broker: Any
+) -> None:
+    """Finding F4: the acceptor used to close these connections as `bad_frame`. Now each
+    request gets the answer the broker itself gives it (the same bytes, read straight from
+    the broker for the same frame), its `request` row carries the client id the broker's JVM
+    decodes (U+FFFD for each ill-formed part), and the connection stays usable."""
     base = baseline(acceptor)
     addr = acceptor.address("CLIENT")
-    outcomes: dict[tuple[str, int], str] = {}
+    host, port = kafka_broker.bootstrap.rsplit(":", 1)
+    peers: dict[tuple[str, int], bytes] = {}
     with Steady(addr, "127.0.0.2") as steady:
         for i, raw_id in enumerate(BAD_IDS):
+            with socket.create_connection((host, int(port)), timeout=30) as direct:
+                direct.sendall(_frame_with_client_id(raw_id))
+                reference = read_frame(direct)
+            assert reference is not None, raw_id
             s = raw(addr, f"127.0.24.{i + 1}")
             s.sendall(_frame_with_client_id(raw_id))
-            outcomes[s.getsockname()] = read_outcome(s, 30)
+            assert read_frame(s) == reference, raw_id
+            s.sendall(api_versions_frame(12))  # and the connection goes on
+            again = read_frame(s)
+            assert again is not None and struct.unpack_from(">i", again, 4)[0] == 12
+            peers[s.getsockname()] = raw_id
             s.close()
             steady.advance(1)
     steady.check()
-    assert set(outcomes.values()) <= {"data", "eof", "reset"}
-    reasons = wait_closes(acceptor, set(outcomes))
-    served = {(r["sock_ip"], r["sock_port"]): r for r in rows(acceptor, "request")}
-    for peer, outcome in outcomes.items():
-        if outcome == "data":
-            assert "\ufffd" in (served[peer]["client_id"] or ""), served[peer]
-        else:
-            assert reasons[peer] == "bad_frame"
+    reasons = wait_closes(acceptor, set(peers))
+    assert set(reasons.values()) <= {"client_eof", "reset"}, reasons
+    served: dict[tuple[str, int], list[str | None]] = {}
+    for r in rows(acceptor, "request"):
+        served.setdefault((r["sock_ip"], r["sock_port"]), []).append(r["client_id"])
+    for peer, raw_id in peers.items():
+        assert served[peer] == [java_utf8(raw_id), "harness-test"], (raw_id, served[peer])
+        assert "\ufffd" in (served[peer][0] or "")
     settle(acceptor, base)
 
 

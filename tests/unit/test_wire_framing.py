@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -16,11 +17,12 @@ from harness.wire.framing import (
     correlation_id_of_response,
     decode_request,
     encode_response,
+    java_utf8,
     parse_request_header,
 )
 
 
-def _request(req, correlation_id: int, client_id: str | None = "cli") -> bytes:
+def _request(req: Any, correlation_id: int, client_id: str | None = "cli") -> bytes:
     req.with_header(correlation_id=correlation_id, client_id=client_id)
     return bytes(req.encode(header=True, framed=True))
 
@@ -74,7 +76,7 @@ def test_http_garbage_reads_as_an_oversized_frame() -> None:
         (MetadataRequest[12](), True),
     ],
 )
-def test_request_header_fields_from_flexible_and_classic_headers(req, flexible: bool) -> None:
+def test_request_header_fields_from_flexible_and_classic_headers(req: Any, flexible: bool) -> None:
     frame = _request(req, 4242, "my-client")
     info = parse_request_header(frame)
     assert (info.api_key, info.api_version, info.correlation_id, info.client_id) == (
@@ -88,6 +90,48 @@ def test_request_header_fields_from_flexible_and_classic_headers(req, flexible: 
 def test_null_client_id() -> None:
     info = parse_request_header(_request(ApiVersionsRequest[1](), 9, None))
     assert info.client_id is None and info.correlation_id == 9
+
+
+# `new String(bytes, UTF_8)` on the JDK 17 the broker runs on, printed as UTF-16 code units
+# (F4, docs/hostile-input.md; a 200,000-input differential run against the JVM agreed).
+JAVA_DECODED = [
+    (b"\xff\xfe", "\ufffd\ufffd"),
+    (b"caf\xe9", "caf\ufffd"),
+    (b"\xed\xa0\x80", "\ufffd"),  # a surrogate: one U+FFFD in Java, three in Python's "replace"
+    (b"\xed\xa0A", "\ufffdA"),
+    (b"\xed\xa0", "\ufffd"),
+    (b"ok\x80\x80", "ok\ufffd\ufffd"),
+    (b"\xc3", "\ufffd"),
+    (b"\xc3(", "\ufffd("),
+    (b"\xf8\x88\x80\x80\x80", "\ufffd" * 5),
+    (b"\xf0\x9f\x98", "\ufffd"),
+    (b"\xe2\x82", "\ufffd"),
+    (b"\xf4\x90\x80\x80", "\ufffd" * 4),
+    (b"\xc0\xaf", "\ufffd" * 2),
+    (b"\xe0\x80\xaf", "\ufffd" * 3),
+    ("h\u00e9 \U0001f600".encode(), "h\u00e9 \U0001f600"),
+]
+
+
+@pytest.mark.parametrize(("raw", "java"), JAVA_DECODED)
+def test_client_id_that_is_not_utf8_reads_as_the_broker_reads_it(raw: bytes, java: str) -> None:
+    """F4: served with U+FFFD like the broker, not refused; the frame itself is untouched."""
+    assert java_utf8(raw) == java
+    frame = _request(ApiVersionsRequest[3](), 77, "Z" * len(raw)).replace(b"Z" * len(raw), raw)
+    info = parse_request_header(frame)
+    assert (info.api_key, info.api_version, info.correlation_id, info.client_id) == (
+        18,
+        3,
+        77,
+        java,
+    )
+
+
+def test_lenient_client_id_path_still_refuses_a_short_header() -> None:
+    # the client id promises 4 bytes, 2 are there, one of them not UTF-8
+    with pytest.raises(FrameError) as err:
+        parse_request_header(struct.pack(">ihhih", 12, 18, 3, 1, 4) + b"\xff\xfe")
+    assert err.value.reason == "bad_frame"
 
 
 def test_truncated_header_is_bad_frame() -> None:

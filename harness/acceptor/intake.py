@@ -1,0 +1,85 @@
+"""The per-request path both I/O flavours share, and how a bad frame ends a connection.
+
+Why one place: `connection.Connection` (streams) and `forwarding.ProtoConnection` (Protocols)
+must treat every request alike (header, admin answered locally, response order, `request`
+rows), including the whole requests that arrived in the same read as a bad frame. Kafka's
+selector reads one receive at a time and answers it before reading the next, so a client
+that sends a valid request and then a bad size gets its answer and then the close (finding F3
+in docs/hostile-input.md). The acceptor does the same: "answer what was read, then close",
+bounded by `CLOSE_GRACE_S` in case an answer never comes (an `acks=0` produce has none).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from harness.acceptor.tracker import ResponseOrder
+from harness.wire.framing import FrameError, parse_request_header
+
+if TYPE_CHECKING:
+    from harness.acceptor.processor import Channel
+    from harness.acceptor.server import Acceptor
+
+#: how long a connection that met a bad frame waits for the answers still owed to its client
+CLOSE_GRACE_S = 30.0
+
+#: reasons imposed from outside the connection: they stay the `close` reason even while a
+#: connection is already closing after a bad frame
+_EXTERNAL_REASONS = frozenset({"shutdown", "idle_timeout", "max_connections"})
+
+
+def take_requests(
+    acceptor: Acceptor,
+    conn: Channel,
+    order: ResponseOrder,
+    frames: list[bytes],
+    now_ns: int,
+    to_client: Callable[[bytes], None],
+) -> tuple[list[bytes], FrameError | None]:
+    """Run whole request frames through the per-request path, in order.
+
+    Returns the frames to forward upstream (unchanged) and the `FrameError` of the first
+    frame that could not be taken (unreadable header, refused admin request), if any: the
+    frames after it are dropped, as the broker never reads past a request it cannot parse.
+    Answers the acceptor builds itself go to `to_client` as soon as their turn comes.
+    """
+    out: list[bytes] = []
+    for frame in frames:
+        try:
+            info = parse_request_header(frame)
+            conn.requests += 1
+            local = acceptor.admin.maybe_handle(conn, frame, info)
+        except FrameError as exc:
+            return out, exc
+        if local is not None:
+            to_send = order.local(info.correlation_id, info.api_key, local)
+            if to_send:
+                to_client(to_send)
+            continue
+        order.forwarded(
+            info.correlation_id, info.api_key, info.client_id, now_ns, len(frame), info.api_version
+        )
+        out.append(frame)
+    return out, None
+
+
+def close_reason(
+    closing: tuple[str, dict[str, Any]] | None,
+    reason: str,
+    detail: dict[str, Any] | None,
+    evicted: bool,
+) -> tuple[str, dict[str, Any] | None]:
+    """The `close` reason and detail of a connection that may already be closing.
+
+    A connection closing after a bad frame keeps that frame's reason when its end comes
+    from the connection itself (the answers sent, the grace period over, either side
+    hanging up meanwhile); the event that ended it goes to `detail.then`.
+    """
+    if closing is None or evicted or reason in _EXTERNAL_REASONS:
+        return reason, detail
+    first, first_detail = closing
+    merged = {**first_detail, **(detail or {})}
+    if reason != first:
+        merged["then"] = reason
+    return first, merged
