@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 KAFKA_STAMP := .cache/kafka/.resolved
-PYTEST_ARGS ?=
+PYTEST_ARGS ?= --durations=15
 SCENARIO ?= demo-storm
 
 .PHONY: setup test lint unit demo broker clean chromium bench

@@ -171,24 +171,24 @@ def offered_stats(run: Run) -> dict[str, Any]:
         ).first()
         offered = int(row["offered"] or 0) if row else 0
         missed = int(row["not_offered"] or 0) if row else 0
-        short_phases = []
-        for p in phases(run):
-            rate = float(p.get("intended_rate") or 0)
-            if rate <= 0:
-                continue
-            dur = max((p["end"] - p["start"]) / 1e9, 1e-9)
-            q = c.where(
-                (F.col("event") == "connect_invoke")
-                & (F.coalesce("intended", "mono_ns") >= p["start"])
-                & (F.coalesce("intended", "mono_ns") < p["end"])
-            )
+        rated = [p for p in phases(run) if float(p.get("intended_rate") or 0) > 0]
+        at = F.coalesce("intended", "mono_ns")
+        sums = []
+        for i, p in enumerate(rated):  # one scan for every phase
+            cond = (F.col("event") == "connect_invoke") & (at >= p["start"]) & (at < p["end"])
             if p.get("profile"):
-                q = q.where(F.col("profile") == p["profile"])
-            got = q.count()
-            achieved = got / dur
-            p_stats = {"phase": p["name"], "intended_rate": rate, "offered_rate": achieved}
+                cond = cond & (F.col("profile") == p["profile"])
+            sums.append(F.sum(F.when(cond, 1).otherwise(0)).alias(f"p{i}"))
+        got_row = c.agg(*sums).first() if sums else None
+        short_phases = []
+        for i, p in enumerate(rated):
+            rate = float(p["intended_rate"])
+            dur = max((p["end"] - p["start"]) / 1e9, 1e-9)
+            achieved = int((got_row[f"p{i}"] if got_row else 0) or 0) / dur
             if achieved < OFFERED_MIN * rate:
-                short_phases.append(p_stats)
+                short_phases.append(
+                    {"phase": p["name"], "intended_rate": rate, "offered_rate": achieved}
+                )
         return {"offered": offered, "not_offered": missed, "short_phases": short_phases}
 
     return run.cached("offered", build)  # type: ignore[no-any-return]
