@@ -26,12 +26,17 @@ $(KAFKA_STAMP): $(STAMP)
 	@touch $(KAFKA_STAMP)
 
 # Browser tests drive Debian's Chromium; Playwright never downloads a browser of its own.
-# HAProxy (Debian's) carries PROXY headers in the single-IP-flood-through-a-proxy scenario.
+# Debian packages the tests use: Chromium (browser tests, driven by Playwright, which never
+# downloads a browser of its own), HAProxy (PROXY-protocol scenarios) and docker-compose
+# (validates compose/ offline; there is no Docker engine here).
+DEB_PACKAGES := chromium haproxy docker-compose
 chromium:
-	@command -v chromium >/dev/null 2>&1 && command -v haproxy >/dev/null 2>&1 || { \
-	  echo "setup: installing Debian's chromium and haproxy (browser tests, PROXY scenarios)"; \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium haproxy >/dev/null) \
-	  || echo "setup: could not install chromium/haproxy; the tests that need them will be skipped"; }
+	@missing=""; for c in $(DEB_PACKAGES); do command -v $$c >/dev/null 2>&1 || missing="$$missing $$c"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "setup: installing Debian packages:$$missing"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null) \
+	  || echo "setup: could not install$$missing; the tests that need them will be skipped"; \
+	fi
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
