@@ -153,6 +153,26 @@ def client_conns(run: Run) -> DataFrame:
     return run.cached("client_conns", build)  # type: ignore[no-any-return]
 
 
+def match_attempts(conns: DataFrame, attempts: DataFrame) -> DataFrame:
+    """Join acceptor connections (alias a) to the client attempt (alias c) they belong to.
+
+    Same (client_ip, client_port), the latest attempt started at or before the accept and
+    within 120 s of it: a source port reused later (or earlier) is a different attempt.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    j = conns.alias("a").join(
+        attempts.alias("c"),
+        (F.col("a.client_ip") == F.col("c.client_ip"))
+        & (F.col("a.client_port") == F.col("c.client_port"))
+        & (F.col("c.attempt_ns") <= F.col("a.accept_ns"))
+        & (F.col("c.attempt_ns") >= F.col("a.accept_ns") - F.lit(120_000 * MS)),
+    )
+    latest = Window.partitionBy(F.col("a.conn_id")).orderBy(F.col("c.attempt_ns").desc())
+    return j.withColumn("_rank", F.row_number().over(latest)).where(F.col("_rank") == 1)
+
+
 def unpersist(run: Run) -> None:
     for key in ("acceptor_conns", "client_conns"):
         df = run._cache.pop(key, None)

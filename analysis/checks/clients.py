@@ -18,7 +18,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from analysis.checks.base import FAIL, PASS, UNKNOWN, Check, CheckResult, fmt, witness
-from analysis.frames import MS, acceptor_conns, client_conns
+from analysis.frames import acceptor_conns, client_conns, match_attempts
 from analysis.model import INT_MAX
 
 if TYPE_CHECKING:
@@ -38,15 +38,8 @@ def check_agreement(run: Run) -> CheckResult:
             expected="client and acceptor records of each connection agree",
             explanation="without client rows the two ends cannot be compared",
         )
-    a = acceptor_conns(run).where(F.col("outcome").isNotNull()).alias("a")
-    c = client_conns(run).alias("c")
-    j = a.join(
-        c,
-        (F.col("a.client_ip") == F.col("c.client_ip"))
-        & (F.col("a.client_port") == F.col("c.client_port"))
-        & (F.col("c.attempt_ns") <= F.col("a.accept_ns"))
-        & (F.col("c.attempt_ns") >= F.col("a.accept_ns") - F.lit(120_000 * MS)),
-    )
+    a = acceptor_conns(run).where(F.col("outcome").isNotNull())
+    j = match_attempts(a, client_conns(run))
     tol = float(run.expect.get("delay_tolerance_ms") or 2.0)
     dropped = F.col("a.outcome").isin("reject", "throttle_close")
     served_but_dropped = dropped & (

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from analysis.checks.base import FAIL, PASS, UNKNOWN, Check, CheckResult, fmt, witness
-from analysis.frames import MS, acceptor_conns, client_conns
+from analysis.frames import MS, acceptor_conns, client_conns, match_attempts
 
 if TYPE_CHECKING:
     from analysis.load import Run
@@ -86,13 +86,7 @@ def check_reject_closes_at_once(run: Run) -> CheckResult:
     client_note = "no client rows to confirm EOF"
     n_late = 0
     if run.has_source("client"):
-        cc = client_conns(run)
-        j = rejects.alias("a").join(
-            cc.alias("c"),
-            (F.col("a.client_ip") == F.col("c.client_ip"))
-            & (F.col("a.client_port") == F.col("c.client_port"))
-            & (F.col("c.attempt_ns") <= F.col("a.accept_ns")),
-        )
+        j = match_attempts(rejects, client_conns(run))
         late = j.where(
             F.col("c.ready_ns").isNotNull()
             | F.col("c.eof_ns").isNull()
