@@ -45,7 +45,14 @@ def check_agreement(run: Run) -> CheckResult:
     served_but_dropped = dropped & (
         F.col("c.ready_ns").isNotNull() | F.col("c.closed_outcome").isin("served", "delayed_served")
     )
-    dropped_no_eof = dropped & F.col("c.eof_ns").isNull() & F.col("c.closed_ns").isNotNull()
+    # A client that gave up (timeout) while its socket still sat in the kernel backlog
+    # closed before the acceptor even took it: it could not see the acceptor's decision.
+    dropped_no_eof = (
+        dropped
+        & F.col("c.eof_ns").isNull()
+        & F.col("c.closed_ns").isNotNull()
+        & (F.col("c.closed_ns") > F.col("a.accept_ns"))
+    )
     too_fast = (
         (F.col("a.outcome") == "admit")
         & (F.col("a.delay_ms") > 0)
@@ -250,12 +257,19 @@ def check_fairness(run: Run) -> CheckResult:
             explanation="no phase_start rows with a non-steady profile: nothing to compare",
         )
     first_storm = min(p["start"] for p in storms)
-    req = run.events("request_ok", source="client").select(
-        "client_ip", "client_port", "mono_ns", "latency_ms"
+    # Steady victims are real kafka-python clients that own their connections, so their
+    # request rows carry detail.profile rather than a connection of ours to join on.
+    all_req = run.events("request_ok", source="client").withColumn(
+        "req_profile", F.get_json_object(F.col("detail"), "$.profile")
     )
-    req = req.join(F.broadcast(steady), ["client_ip", "client_port"]).where(
-        F.col("mono_ns") >= F.col("attempt_ns")
+    by_detail = all_req.where(F.col("req_profile") == "steady").select("mono_ns", "latency_ms")
+    by_conn = (
+        all_req.where(F.col("req_profile").isNull() | (F.col("req_profile") != "steady"))
+        .join(F.broadcast(steady), ["client_ip", "client_port"])
+        .where(F.col("mono_ns") >= F.col("attempt_ns"))
+        .select("mono_ns", "latency_ms")
     )
+    req = by_detail.unionByName(by_conn)
     in_storm = F.lit(False)
     for p in storms:
         in_storm = in_storm | ((F.col("mono_ns") >= p["start"]) & (F.col("mono_ns") < p["end"]))

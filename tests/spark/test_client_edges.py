@@ -1,0 +1,93 @@
+"""Client-side checks at the edges real runs hit: a client that gave up while its socket
+still sat in the kernel backlog, and steady victims whose rows carry no connection of ours."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from analysis.checks.clients import check_agreement, check_fairness
+from analysis.load import load_run
+from harness.history import HistoryWriter
+
+S = 1_000_000_000
+T0 = 5_000 * S
+
+
+def _run(tmp: Path, name: str, build: Any) -> Path:
+    run = tmp / name
+    (run / "history").mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"run_id": name, "target": "acceptor"}))
+    cw = HistoryWriter(run / "history", "client", name, background=False)
+    aw = HistoryWriter(run / "history", "acceptor", name, background=False)
+    hw = HistoryWriter(run / "history", "harness", name, background=False)
+    hw.record("config", mono_ns=T0, detail={"max.connections": 2147483647})
+    build(cw, aw, hw)
+    for w in (cw, aw, hw):
+        w.close()
+    return run
+
+
+def _backlog_case(client_closes_at: int) -> Any:
+    def build(cw: HistoryWriter, aw: HistoryWriter, hw: HistoryWriter) -> None:
+        addr = {"client_ip": "127.0.0.7", "client_port": 55580}
+        cw.record("connect_invoke", mono_ns=T0 + 1 * S, detail={"profile": "storm"}, **addr)
+        cw.record("connect_ok", mono_ns=T0 + 1 * S + 1_000, latency_ms=0.001, **addr)
+        cw.record(
+            "closed",
+            mono_ns=client_closes_at,
+            reason="timeout",
+            detail={"outcome": "timeout", "profile": "storm"},
+            **addr,
+        )
+        conn = {"conn_id": "CLIENT-1", "listener": "CLIENT", **addr}
+        aw.record("accept", mono_ns=T0 + 13 * S, **conn)
+        aw.record(
+            "throttle_close",
+            mono_ns=T0 + 13 * S + 62_000_000,
+            reason="ip_rate",
+            delay_ms=62.0,
+            detail={"throttle_start_mono_ns": T0 + 13 * S},
+            **conn,
+        )
+
+    return build
+
+
+def test_a_client_that_left_before_the_accept_is_not_a_disagreement(
+    spark: Any, tmp_path: Path
+) -> None:
+    left_first = _run(tmp_path, "left-first", _backlog_case(T0 + 12 * S))
+    result = check_agreement(load_run(spark, left_first))
+    assert result.verdict == "pass", (result.observed, result.witnesses)
+
+
+def test_a_client_still_there_that_saw_no_eof_is_a_disagreement(spark: Any, tmp_path: Path) -> None:
+    stayed = _run(tmp_path, "stayed", _backlog_case(T0 + 20 * S))
+    result = check_agreement(load_run(spark, stayed))
+    assert result.verdict == "fail"
+    assert result.witnesses and result.witnesses[0]["client_port"] == 55580
+
+
+def test_steady_rows_without_a_connection_still_count_for_fairness(
+    spark: Any, tmp_path: Path
+) -> None:
+    def build(cw: HistoryWriter, aw: HistoryWriter, hw: HistoryWriter) -> None:
+        storm = {"name": "storm", "profile": "storm", "intended_rate": 0}
+        hw.record("phase_start", mono_ns=T0 + 10 * S, detail=storm)
+        hw.record("phase_end", mono_ns=T0 + 20 * S, detail=storm)
+        for i in range(40):  # 10 ms before the storm, 30 ms during it
+            during = i >= 20
+            cw.record(
+                "request_ok",
+                mono_ns=T0 + (10 * S if during else 0) + (i % 20) * (S // 2),
+                api_key=0,
+                latency_ms=30.0 if during else 10.0,
+                detail={"profile": "steady", "offset": i},
+            )
+
+    run = _run(tmp_path, "steady", build)
+    result = check_fairness(load_run(spark, run))
+    assert "n=20/20" in str(result.observed), result.observed
+    assert result.data.get("ratio") == 3.0
