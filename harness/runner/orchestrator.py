@@ -170,8 +170,10 @@ class Orchestrator:
             started_at=utc_now_iso(),
         )
         self.rd.write_run_json(self.run_json)
+        started = False  # a run whose broker or acceptor never started is not analysed
         try:
             self._start_target()
+            started = True
             self._drive()
         except KeyboardInterrupt:
             self.interrupted = True
@@ -188,7 +190,10 @@ class Orchestrator:
         checks: list[dict[str, Any]] = []
         run_s = time.monotonic() - t_start
         t_analysis = time.monotonic()
-        if self.opts.analyze and self._has_history():
+        if self.opts.analyze and not started:
+            why = self.error or "interrupted"
+            self.say(f"not analysed: the target never started, so nothing ran ({why})")
+        elif self.opts.analyze and self._has_history():
             try:
                 verdict, checks, report = self._analyze()
             except KeyboardInterrupt:
