@@ -69,6 +69,15 @@ EVENTS: dict[str, frozenset[str]] = {
         }
     ),
     "harness": frozenset(
-        {"config", "phase_start", "phase_end", "fault_start", "fault_end", "run_start", "run_end"}
+        {
+            "config",
+            "phase_start",
+            "phase_end",
+            "fault_start",
+            "fault_end",
+            "run_start",
+            "run_end",
+            "kafka_metrics",  # a scrape of Kafka's (or the acceptor's) Prometheus metrics
+        }
     ),
 }
