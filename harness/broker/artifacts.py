@@ -293,6 +293,100 @@ def _lock(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+# --- Prometheus JMX exporter: Kafka's own metrics, the way operators already scrape them ---
+
+#: ``io.prometheus.jmx:jmx_prometheus_javaagent``: the newest version Maven Central serves here.
+JMX_EXPORTER_VERSION = "1.0.1"
+JMX_EXPORTER_ARTIFACT = "io.prometheus.jmx:jmx_prometheus_javaagent"
+
+#: Rules (``jmx-exporter.yaml`` beside this file): Kafka's MBeans -> the Prometheus names of
+#: docs/metrics.md (the acceptor exports the same names, so one scraper and one set of checks
+#: serve both targets). Names follow the
+#: exporter's usual mapping (group and name lower-cased, ``-`` -> ``_``, tags -> labels).
+#: Kafka's own metrics (``KafkaMetric``) carry one attribute per metric; Yammer meters such as
+#: AcceptorBlockedPercent carry ``Count`` (total ns blocked) and ``MeanRate`` (fraction).
+JMX_EXPORTER_RULES_FILE = Path(__file__).with_name("jmx-exporter.yaml")
+
+
+@dataclass(frozen=True)
+class JmxExporter:
+    """The JMX exporter agent on disk and its rules: everything a launcher needs.
+
+    One place for the agent's path, version and configuration, used by the local launcher
+    and the container image alike (``java_agent_option`` is the JVM flag).
+    """
+
+    version: str
+    jar: Path
+    rules_file: Path = JMX_EXPORTER_RULES_FILE
+
+    @property
+    def rules(self) -> str:
+        return self.rules_file.read_text()
+
+    def write_config(self, path: Path) -> Path:
+        path.write_text(self.rules)
+        return path
+
+    def java_agent_option(self, port: int, config_path: Path | str, host: str = "127.0.0.1") -> str:
+        """``-javaagent:<jar>=<host>:<port>:<config>``; Prometheus text on /metrics."""
+        return f"-javaagent:{self.jar}={host}:{port}:{config_path}"
+
+
+def jmx_exporter_dir(version: str = JMX_EXPORTER_VERSION) -> Path:
+    return cache_dir() / "jmx-exporter" / version
+
+
+def jmx_exporter(
+    version: str = JMX_EXPORTER_VERSION, progress: Progress = print, *, offline: bool = False
+) -> JmxExporter:
+    """The cached agent jar (Maven resolves it once from Maven Central) and its rules."""
+    vdir = jmx_exporter_dir(version)
+    jar = vdir / f"jmx_prometheus_javaagent-{version}.jar"
+    if jar.is_file() and jar.stat().st_size > 0:
+        return JmxExporter(version, jar)
+    vdir.mkdir(parents=True, exist_ok=True)
+    with _lock(vdir.parent / f".{version}.lock"):
+        if not (jar.is_file() and jar.stat().st_size > 0):
+            _fetch_jmx_exporter(version, vdir, jar, progress, offline=offline)
+    return JmxExporter(version, jar)
+
+
+def _fetch_jmx_exporter(
+    version: str, vdir: Path, jar: Path, progress: Progress, *, offline: bool
+) -> None:
+    mvn = find_maven()
+    staging = vdir / f"tmp-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    log_path = vdir / "mvn.log"
+    cmd = [
+        mvn,
+        "-B",
+        "org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy",
+        f"-Dartifact={JMX_EXPORTER_ARTIFACT}:{version}:jar",
+        f"-DoutputDirectory={staging}",
+        "-Dmdep.useBaseVersion=true",
+    ]
+    if offline:
+        cmd.insert(1, "-o")
+    progress(f"resolving the Prometheus JMX exporter {version} (Maven output in {log_path})")
+    with open(log_path, "w") as log:
+        rc = subprocess.run(
+            cmd, stdout=log, stderr=subprocess.STDOUT, cwd=vdir, timeout=600, check=False
+        ).returncode
+    got = staging / jar.name
+    if rc != 0 or not got.is_file():
+        output = log_path.read_text(errors="replace")
+        shutil.rmtree(staging, ignore_errors=True)
+        raise BrokerError(
+            f"could not resolve {JMX_EXPORTER_ARTIFACT}:{version}: "
+            f"{classify_maven_failure(output, version)}; full output in {log_path}; "
+            f"last lines:\n{tail(output)}"
+        )
+    got.rename(jar)
+    shutil.rmtree(staging, ignore_errors=True)
+
+
 _JAVA_VERSION_RE = re.compile(r'version "(\d+)(?:\.(\d+))?')
 
 

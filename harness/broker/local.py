@@ -32,9 +32,11 @@ from kafka.errors import KafkaError
 from harness.broker.artifacts import (
     KAFKA_VERSION,
     Artifacts,
+    JmxExporter,
     Progress,
     find_java,
     jar_version,
+    jmx_exporter,
     resolve_artifacts,
 )
 from harness.broker.base import Broker
@@ -162,6 +164,8 @@ class LocalBroker(Broker):
         ready_timeout_s: float,
         progress: Progress,
         properties: Mapping[str, str] | None = None,
+        exporter: JmxExporter | None = None,
+        metrics_port: int | None = None,
     ) -> None:
         super().__init__(
             bootstrap=f"{LOOPBACK}:{plan.ports[plan.first]}",
@@ -182,6 +186,15 @@ class LocalBroker(Broker):
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.RLock()
         self._stopped = False
+        #: the Prometheus JMX exporter agent (Kafka's own metrics), when it could be resolved
+        self.exporter = exporter
+        self.metrics_port = metrics_port if exporter is not None else None
+        #: ``http://127.0.0.1:PORT/metrics`` of the JMX exporter, or None without it
+        self.metrics_url = (
+            f"http://{LOOPBACK}:{metrics_port}/metrics"
+            if exporter is not None and metrics_port
+            else None
+        )
 
     # -- state -----------------------------------------------------------------------------
 
@@ -249,6 +262,9 @@ class LocalBroker(Broker):
     def _spawn(self) -> None:
         assert self.workdir is not None and self.log_path is not None
         cmd = self._jvm_command("kafka.Kafka", str(self.config_path))
+        if self.exporter is not None and self.metrics_port:
+            config = self.exporter.write_config(self.workdir / "jmx-exporter.yaml")
+            cmd.insert(1, self.exporter.java_agent_option(self.metrics_port, config, LOOPBACK))
         main_thread = threading.current_thread() is threading.main_thread()
         with open(self.log_path, "ab") as log:
             log.write(b"== harness: kafka.Kafka ==\n")
@@ -424,25 +440,40 @@ def start_local(
     progress: Progress = print,
     version: str = KAFKA_VERSION,
     port_picker: Callable[[int], list[int]] = free_ports,
+    metrics: bool | None = None,
 ) -> LocalBroker:
-    """Resolve the jars, then start a broker; retries fresh ports if one was taken meanwhile."""
+    """Resolve the jars, then start a broker; retries fresh ports if one was taken meanwhile.
+
+    ``metrics`` (default: on unless ``HARNESS_BROKER_METRICS=0``) runs the broker with the
+    Prometheus JMX exporter on a free loopback port (``broker.metrics_url``). If the agent
+    cannot be resolved the broker starts without it and says so: the metric checks are then
+    ``unknown``, nothing else changes.
+    """
     props = dict(properties or {})
     names, adv, inter = normalise_listeners(listeners, advertised, inter_broker_listener, props)
     props.pop("advertised.listeners", None)
     props.pop("inter.broker.listener.name", None)
     java = find_java()
     artifacts = resolve_artifacts(version, progress)
+    if metrics is None:
+        metrics = os.environ.get("HARNESS_BROKER_METRICS", "1") not in ("0", "false", "no")
+    exporter: JmxExporter | None = None
+    if metrics:
+        try:
+            exporter = jmx_exporter(progress=progress)
+        except BrokerError as exc:
+            progress(f"starting without Kafka's JMX metrics: {exc}")
     temp = workdir is None
     wd = Path(tempfile.mkdtemp(prefix="harness-broker-")) if workdir is None else Path(workdir)
     wd = wd.resolve()  # the JVM runs with cwd=workdir, so relative paths would break
     wd.mkdir(parents=True, exist_ok=True)
     _install_reapers()
     for attempt in range(1, PORT_ATTEMPTS + 1):
-        ports = port_picker(len(names) + 1)
+        ports = port_picker(len(names) + 2)
         plan = ListenerPlan(
             names=names,
-            ports=dict(zip(names, ports[:-1], strict=True)),
-            controller_port=ports[-1],
+            ports=dict(zip(names, ports[: len(names)], strict=True)),
+            controller_port=ports[len(names)],
             advertised=adv,
             inter_broker_listener=inter,
         )
@@ -457,6 +488,8 @@ def start_local(
             ready_timeout_s=ready_timeout_s,
             progress=progress,
             properties=props,
+            exporter=exporter,
+            metrics_port=ports[-1],
         )
         try:
             broker.start()

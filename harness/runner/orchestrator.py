@@ -47,6 +47,7 @@ class RunOptions:
     analyze: bool = True
     spark_master: str | None = None
     progress_every: float = 5.0
+    broker_metrics_url: str | None = None  # Kafka's metrics endpoint (default: the target's)
 
 
 @dataclass
@@ -258,6 +259,9 @@ class Orchestrator:
             self.run_json["acceptor_overrides"] = dict(self.opts.set_acceptor)
         self.rd.write_run_json(self.run_json)
         self.record_config("start")
+        from harness.runner.kafka_metrics import start_scraper  # Kafka's metrics, every second
+
+        self.scraper = start_scraper(self.target, self.history, self.opts, self.say)
 
     # -- the schedule loop ---------------------------------------------------------------------
     def _drive(self) -> None:
@@ -579,6 +583,10 @@ class Orchestrator:
                 pass
         for kind in list(self.active_faults):
             self._end_fault(kind, {"kind": kind, "cut_short": True})
+        scraper = getattr(self, "scraper", None)
+        if scraper is not None:  # before the target stops: its last counters are kept
+            scraper.stop()
+            self.say(f"Kafka metrics: {scraper.summary()}")
         try:
             if target is not None:
                 target.stop()

@@ -1,0 +1,186 @@
+"""Kafka's own metrics as testimony: scrape a Prometheus endpoint every second into the history.
+
+The endpoint is the JMX exporter agent the local broker runs with (``broker.metrics_url``),
+an existing cluster's exporter (``--broker-metrics-url``), or the acceptor's own
+``/metrics``, which exports the same names (docs/metrics.md). Each scrape becomes one
+harness row, event ``kafka_metrics``, at the instant of the scrape:
+
+``detail`` = ``{"url": ..., "target": "broker"|"acceptor", "scrape_ms": 3.1,
+"samples": [[name, {label: value}, value], ...]}`` with only the connection and quota
+families below (the JVM's own metrics are left out) and NaN written as ``null``. A
+scrape that fails is a row with ``reason = "scrape_failed"`` and ``detail.error``: a gap
+in the testimony is recorded, never papered over.
+
+The scraper is a daemon thread that stops by itself (``stop()``, or its deadline); one
+GET at a time with a timeout shorter than the interval, so a hung exporter cannot pile
+requests up.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterable
+from typing import Any
+
+#: The families a run records (Kafka names as the JMX exporter maps them; docs/metrics.md).
+PREFIXES = (
+    "kafka_server_socket_server_metrics_",
+    "kafka_network_acceptor_",
+    "kafka_server_request_",
+)
+EVENT = "kafka_metrics"
+
+Sample = tuple[str, dict[str, str], float | None]
+Record = Callable[..., Any]
+
+
+def parse_samples(text: str, prefixes: Iterable[str] = PREFIXES) -> list[Sample]:
+    """Prometheus text -> [(name, labels, value)] of the wanted families; NaN -> None."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    wanted = tuple(prefixes)
+    out: list[Sample] = []
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if not s.name.startswith(wanted):
+                continue
+            value: float | None = float(s.value)
+            if value is not None and (math.isnan(value) or math.isinf(value)):
+                value = None
+            out.append((s.name, dict(s.labels), value))
+    return out
+
+
+def fetch(url: str, timeout_s: float) -> str:
+    with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+        return str(resp.read().decode("utf-8", errors="replace"))
+
+
+class MetricsScraper:
+    """Scrape ``url`` every ``interval_s`` into ``record`` (a HistoryWriter.record)."""
+
+    def __init__(
+        self,
+        url: str,
+        record: Record,
+        *,
+        target: str,
+        interval_s: float = 1.0,
+        max_duration_s: float = 24 * 3600.0,
+        fetcher: Callable[[str, float], str] = fetch,
+        clock_ns: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        self.url = url
+        self.record = record
+        self.target = target
+        self.interval_s = interval_s
+        self.max_duration_s = max_duration_s
+        self.fetcher = fetcher
+        self.clock_ns = clock_ns
+        self.scrapes = 0
+        self.failures = 0
+        self.last_error: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def scrape_once(self) -> bool:
+        """One scrape and one row; True when the endpoint answered."""
+        t0 = self.clock_ns()
+        try:
+            text = self.fetcher(self.url, max(0.2, self.interval_s * 0.8))
+            samples = parse_samples(text)
+        except Exception as exc:  # an exporter that fails is recorded, not fatal
+            t1 = self.clock_ns()
+            self.failures += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            self.record(
+                EVENT,
+                mono_ns=(t0 + t1) // 2,
+                reason="scrape_failed",
+                detail={"url": self.url, "target": self.target, "error": self.last_error},
+            )
+            return False
+        t1 = self.clock_ns()
+        self.scrapes += 1
+        self.record(
+            EVENT,
+            mono_ns=(t0 + t1) // 2,
+            latency_ms=(t1 - t0) / 1e6,
+            detail={
+                "url": self.url,
+                "target": self.target,
+                "scrape_ms": round((t1 - t0) / 1e6, 3),
+                "samples": [[n, labels, v] for n, labels, v in samples],
+            },
+        )
+        return True
+
+    def _loop(self) -> None:
+        deadline = time.monotonic() + self.max_duration_s
+        next_at = time.monotonic()
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            self.scrape_once()
+            next_at += self.interval_s
+            self._stop.wait(max(0.0, next_at - time.monotonic()))
+
+    def start(self) -> MetricsScraper:
+        self._thread = threading.Thread(target=self._loop, name="kafka-metrics", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop and take one last scrape, so the final counters are in the history."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.interval_s * 3 + 5)
+            self._thread = None
+            self.scrape_once()
+
+    def summary(self) -> str:
+        tail = f"; last error {self.last_error}" if self.last_error else ""
+        return f"{self.scrapes} scrapes of {self.url}, {self.failures} failed{tail}"
+
+
+def metrics_url_for(target: Any, override: str | None = None) -> tuple[str | None, str]:
+    """Which endpoint to scrape for a run target, and which kind it is.
+
+    ``override`` (``--broker-metrics-url``) wins; else the acceptor's /metrics for target
+    acceptor, the broker's JMX exporter for target broker. (None, why) when there is none.
+    """
+    kind = str(getattr(target, "name", "broker"))
+    if override:
+        return override, kind
+    if kind == "acceptor":
+        url = getattr(target, "metrics_url", None)
+        return (url, kind) if url else (None, "the acceptor serves no /metrics")
+    url = getattr(getattr(target, "broker", None), "metrics_url", None)
+    if url:
+        return url, kind
+    return None, (
+        "the broker has no JMX exporter (external cluster: pass --broker-metrics-url, "
+        "or it could not be resolved)"
+    )
+
+
+def start_scraper(
+    target: Any, history: Any, opts: Any, say: Callable[[str], None]
+) -> MetricsScraper | None:
+    """The orchestrator's hook: scrape the run target's metrics into the harness history.
+
+    Returns None (and says why) when there is nothing to scrape; the metric checks are
+    then `unknown` for this run. ``opts.broker_metrics_url`` overrides the endpoint.
+    """
+    if history is None or target is None:
+        return None
+    url, kind = metrics_url_for(target, getattr(opts, "broker_metrics_url", None))
+    if url is None:
+        say(f"Kafka metrics not recorded: {kind}")
+        return None
+    scraper = MetricsScraper(url, history.record, target=kind)
+    if not scraper.scrape_once():
+        say(f"Kafka metrics at {url} did not answer ({scraper.last_error}); retrying every second")
+    say(f"recording Kafka's metrics from {url} every second (event {EVENT})")
+    return scraper.start()
