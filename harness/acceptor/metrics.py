@@ -93,6 +93,7 @@ class AcceptorMetrics(Collector):
         return {
             "snap": acc.quotas.snapshot(now_ns // 1_000_000),
             "blocked": {n: la.blocked_ns / elapsed for n, la in acc.listeners.items()},
+            "blocked_ns": {n: la.blocked_ns for n, la in acc.listeners.items()},
             "listener_counts": dict(self.listener_counts),
             "ip_counts": dict(self.ip_counts),
             "limits": acc.effective_limits(),
@@ -167,6 +168,34 @@ class AcceptorMetrics(Collector):
         for name, value in data["blocked"].items():
             bp.add_metric([name], value)
         yield bp
+        # the meter's Count: ns blocked so far (the JMX exporter maps Kafka's the same way);
+        # its increase between two scrapes over their distance is the blocked fraction then
+        bc = GaugeMetricFamily(
+            "kafka_network_acceptor_acceptorblockedpercent_count",
+            "AcceptorBlockedPercent Count (ns blocked since start)",
+            labels=["listener"],
+        )
+        for name, value in data["blocked_ns"].items():
+            bc.add_metric([name], float(value))
+        yield bc
+        # Kafka's Selector counters (per processor there; per listener here): connections
+        # handed to a processor (accepted, not rejected or throttle-closed) and closed
+        created: defaultdict[str, float] = defaultdict(float)
+        closed: defaultdict[str, float] = defaultdict(float)
+        for (name, outcome), value in data["listener_counts"].items():
+            sign = {"accepted": 1.0, "rejected": -1.0, "throttle_closed": -1.0}.get(outcome)
+            if sign is not None:
+                created[name] += sign * value
+            if outcome in ("closed", "evicted"):
+                closed[name] += value
+        for metric, values in (
+            ("connection_creation_total", created),
+            ("connection_close_total", closed),
+        ):
+            g = GaugeMetricFamily(SSM + metric, metric.replace("_", "-"), labels=["listener"])
+            for name, value in values.items():
+                g.add_metric([name], value)
+            yield g
         rt = GaugeMetricFamily(
             "kafka_server_request_request_time",
             "mean broker time per request (ms) seen through the acceptor",

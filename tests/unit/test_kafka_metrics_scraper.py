@@ -1,0 +1,83 @@
+"""The metrics scraper: Prometheus text -> kafka_metrics rows (no sockets: fetcher injected)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.runner.kafka_metrics import EVENT, MetricsScraper, metrics_url_for, parse_samples
+
+TEXT = """\
+# HELP jvm_threads_current x
+# TYPE jvm_threads_current gauge
+jvm_threads_current 42.0
+# TYPE kafka_server_socket_server_metrics_connection_accept_rate gauge
+kafka_server_socket_server_metrics_connection_accept_rate{listener="PLAINTEXT"} 5.5
+kafka_server_socket_server_metrics_connection_accept_rate{ip="127.0.0.9"} 1.25
+# TYPE kafka_server_socket_server_metrics_connection_accept_throttle_time gauge
+kafka_server_socket_server_metrics_connection_accept_throttle_time{listener="PLAINTEXT"} NaN
+# TYPE kafka_network_acceptor_acceptorblockedpercent_count gauge
+kafka_network_acceptor_acceptorblockedpercent_count{listener="PLAINTEXT"} 1.5e9
+"""
+
+
+def test_parse_keeps_only_connection_and_quota_families_and_nan_is_none() -> None:
+    samples = parse_samples(TEXT)
+    assert ("jvm_threads_current", {}, 42.0) not in samples
+    assert [s[0] for s in samples].count(
+        "kafka_server_socket_server_metrics_connection_accept_rate"
+    ) == 2
+    assert (
+        "kafka_server_socket_server_metrics_connection_accept_throttle_time",
+        {"listener": "PLAINTEXT"},
+        None,
+    ) in samples
+    assert (
+        "kafka_network_acceptor_acceptorblockedpercent_count",
+        {"listener": "PLAINTEXT"},
+        1.5e9,
+    ) in samples
+
+
+def test_each_scrape_is_one_row_and_a_failure_is_recorded_not_raised() -> None:
+    rows: list[tuple[str, dict[str, Any]]] = []
+    answers: list[Any] = [TEXT, OSError("connection refused")]
+
+    def fetcher(url: str, timeout: float) -> str:
+        a = answers.pop(0)
+        if isinstance(a, Exception):
+            raise a
+        return str(a)
+
+    clock = iter(range(1_000, 10_000, 500))
+    s = MetricsScraper(
+        "http://127.0.0.1:1/metrics",
+        lambda ev, **kw: rows.append((ev, kw)),
+        target="broker",
+        fetcher=fetcher,
+        clock_ns=lambda: next(clock),
+    )
+    assert s.scrape_once() is True
+    assert s.scrape_once() is False
+    assert [r[0] for r in rows] == [EVENT, EVENT]
+    ok, bad = rows[0][1], rows[1][1]
+    assert ok["mono_ns"] == 1_250  # the middle of the request
+    assert ok["detail"]["target"] == "broker" and len(ok["detail"]["samples"]) == 4
+    assert bad["reason"] == "scrape_failed" and "connection refused" in bad["detail"]["error"]
+    assert s.scrapes == 1 and s.failures == 1
+
+
+class _T:
+    def __init__(self, name: str, url: str | None, broker_url: str | None) -> None:
+        self.name = name
+        self.metrics_url = url
+        self.broker = type("B", (), {"metrics_url": broker_url})()
+
+
+def test_endpoint_choice_per_target_and_override() -> None:
+    assert metrics_url_for(_T("acceptor", "http://a/metrics", "http://b/metrics")) == (
+        "http://a/metrics",
+        "acceptor",
+    )
+    assert metrics_url_for(_T("broker", None, "http://b/metrics"))[0] == "http://b/metrics"
+    assert metrics_url_for(_T("broker", None, None))[0] is None
+    assert metrics_url_for(_T("broker", None, None), "http://x/metrics")[0] == "http://x/metrics"
