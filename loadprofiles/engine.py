@@ -1,0 +1,670 @@
+"""The storm engine: open-model connection arrivals at wire speed, one epoll loop.
+
+Why not a greenlet per connection: profiling the gevent client at 400 arrivals/s
+(docs/loadprofiles.md, "Profile") put most of the CPU into kafka-python's response
+decoding, request encoding, gevent's socket wrappers and per-row dicts. Here:
+
+* requests are encoded **once** with kafka-python's own classes and reused as bytes;
+  only the correlation id (bytes 8..12 of the frame) is patched per connection;
+* responses are checked at fixed offsets (correlation id, error code, throttle
+  time); only the first ApiVersions response of a run is decoded in full, to pick
+  the Metadata version both sides speak;
+* raw non-blocking ``_socket`` sockets (never gevent's) in one ``epoll`` loop, one
+  ``__slots__`` record per connection, no greenlet, no exception per outcome;
+* history rows go into ``ClientHistory``'s column buffers, sealed every
+  ``seal_interval_s`` and written by another thread (off this loop);
+* arrival ``k`` is due at ``start_ns + offset_k`` (absolute times from
+  ``arrivals.arrival_times``): a late wake-up never shifts later arrivals, so the
+  schedule cannot drift; an arrival started more than ``max_lag_ms`` late is
+  recorded ``not_offered`` (cause ``cpu``), never silently moved;
+* timeouts sit in three FIFO queues (connect, request, hold): each has one fixed
+  duration, so deadlines are appended in order and expire from the head, O(1).
+
+Shapes: ``connect`` (TCP connect, close), ``apiversions`` (connect, ApiVersions,
+close), ``storm`` (connect, ApiVersions, Metadata, close). No gevent or Locust
+import: the engine runs in a native thread under Locust and directly in tests.
+"""
+
+from __future__ import annotations
+
+import _socket
+import errno
+import io
+import json
+import select
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest
+
+from loadprofiles.client_history import ClientHistory
+
+SHAPES = ("connect", "apiversions", "storm")
+API_VERSIONS_KEY = 18
+METADATA_KEY = 3
+API_VERSIONS_VERSION = 3
+METADATA_MAX_VERSION = 12
+API_NAMES = {API_VERSIONS_KEY: "ApiVersions", METADATA_KEY: "Metadata"}
+
+IP_BIND_ADDRESS_NO_PORT = getattr(_socket, "IP_BIND_ADDRESS_NO_PORT", 24)
+_FDS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+_PORTS = frozenset({errno.EADDRNOTAVAIL, errno.EADDRINUSE})
+_RESET = frozenset({errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED})
+_IN, _OUT = select.EPOLLIN, select.EPOLLOUT
+
+# connection states
+CONNECTING, SENDING, AWAITING, HOLDING, DONE = range(5)
+
+
+def encode_request(request: Any, client_id: str) -> bytes:
+    """A framed request (size, header, body) with correlation id 0, via kafka-python."""
+    request.with_header(correlation_id=0, client_id=client_id)
+    return bytes(request.encode(framed=True, header=True))
+
+
+def api_versions_frame(client_id: str) -> bytes:
+    return encode_request(
+        ApiVersionsRequest(
+            version=API_VERSIONS_VERSION,
+            client_software_name="harness-loadprofiles",
+            client_software_version="0.1.0",
+        ),
+        client_id,
+    )
+
+
+def metadata_frame(client_id: str, version: int = METADATA_MAX_VERSION) -> bytes:
+    """Metadata for no topics (brokers and cluster id only), like a bootstrapping client."""
+    return encode_request(
+        MetadataRequest(
+            version=version,
+            topics=[],
+            allow_auto_topic_creation=False,
+            include_cluster_authorized_operations=False,
+            include_topic_authorized_operations=False,
+        ),
+        client_id,
+    )
+
+
+def with_correlation_id(frame: bytes, cid: int) -> bytes:
+    return frame[:8] + cid.to_bytes(4, "big") + frame[12:]
+
+
+def api_versions_fields(frame: bytes) -> tuple[int, int]:
+    """(error_code, throttle_time_ms) of an ApiVersions v3 response frame.
+
+    Layout: size, correlation id (header v0), error_code, compact array of
+    (api_key, min, max, tagged fields), throttle_time_ms. Entries with tagged
+    fields (none in Kafka 4.3.1) fall back to a full decode.
+    """
+    error = int.from_bytes(frame[8:10], "big", signed=True)
+    pos, shift, n = 10, 0, 0
+    while pos < len(frame):  # unsigned varint: N + 1
+        b = frame[pos]
+        n |= (b & 0x7F) << shift
+        pos += 1
+        shift += 7
+        if not b & 0x80:
+            break
+    count = max(0, n - 1)
+    end = pos + 7 * count
+    if end + 4 <= len(frame) and frame[pos + 6 : end : 7].count(0) == count:
+        return error, int.from_bytes(frame[end : end + 4], "big", signed=True)
+    try:
+        resp = ApiVersionsResponse.decode(io.BytesIO(frame[8:]), version=API_VERSIONS_VERSION)
+        return int(resp.error_code), int(resp.throttle_time_ms or 0)
+    except Exception:
+        return error, 0
+
+
+def metadata_max_version(frame: bytes) -> int | None:
+    """The broker's highest Metadata version, from a full ApiVersions response frame."""
+    try:
+        resp = ApiVersionsResponse.decode(io.BytesIO(frame[8:]), version=API_VERSIONS_VERSION)
+    except Exception:
+        return None
+    for v in resp.api_keys:
+        if v.api_key == METADATA_KEY:
+            return int(v.max_version)
+    return None
+
+
+@dataclass
+class EngineConfig:
+    host: str
+    port: int
+    shape: str = "storm"
+    source_ips: tuple[str, ...] = ()
+    connect_timeout_s: float = 5.0
+    request_timeout_s: float = 10.0
+    delayed_threshold_ms: float = 250.0
+    max_lag_ms: float = 100.0
+    max_in_flight: int = 2000
+    hold_ms: float = 0.0
+    client_id: str = "harness-storm"
+    profile: str = "storm"
+    listener: str | None = None
+    seal_interval_s: float = 0.25
+
+    def __post_init__(self) -> None:
+        if self.shape not in SHAPES:
+            raise ValueError(f"--shape: {self.shape!r}: expected one of {', '.join(SHAPES)}")
+
+
+@dataclass
+class EngineStats:
+    """Intended vs offered for one engine; ``summary()`` is what the process prints."""
+
+    intended: int = 0
+    offered: int = 0
+    not_offered: dict[str, int] = field(default_factory=dict)
+    max_lag_ms: float = 0.0
+    outcomes: dict[str, int] = field(default_factory=dict)
+    first_ns: int = 0
+    last_ns: int = 0
+    aborted: int = 0
+
+    def summary(self) -> str:
+        span = (self.last_ns - self.first_ns) / 1e9
+        rate = f", offered {self.offered / span:.1f}/s over {span:.1f} s" if span > 0 else ""
+        return (
+            f"intended {self.intended}, offered {self.offered}, "
+            f"not offered {sum(self.not_offered.values())} {self.not_offered or ''}, "
+            f"max lag {self.max_lag_ms:.1f} ms{rate}; "
+            f"outcomes {dict(sorted(self.outcomes.items()))}"
+            + (f", {self.aborted} in flight at stop (no outcome)" if self.aborted else "")
+        )
+
+
+class _Conn:
+    """One connection's state: only what its history rows need."""
+
+    __slots__ = (
+        "api", "buf", "cid", "conn_id", "connect_ms", "eof_ms", "errors", "fd", "gen",
+        "invoke_ns", "ip", "out", "port", "ready_ms", "req_ns", "responses", "sock", "state",
+    )  # fmt: skip
+    api: int
+    buf: bytes
+    cid: int
+    conn_id: str
+    connect_ms: float | None
+    eof_ms: float | None
+    errors: list[str] | None
+    fd: int
+    gen: int
+    invoke_ns: int
+    ip: str | None
+    out: bytes
+    port: int | None
+    ready_ms: float | None
+    req_ns: int
+    responses: int
+    sock: Any
+    state: int
+
+
+def _epoll() -> Any:
+    """The real epoll, also when gevent has patched ``select`` away."""
+    monkey = sys.modules.get("gevent.monkey")
+    if monkey is not None and monkey.is_module_patched("select"):
+        return monkey.get_original("select", "epoll")()
+    return select.epoll()
+
+
+class StormEngine:
+    """Drives one slot of an arrival schedule; ``run()`` returns when it is done or stopped."""
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        history: ClientHistory | None,
+        *,
+        conn_prefix: str = "",
+        clock: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        self.cfg = config
+        self.hist = history
+        self.stats = EngineStats()
+        self._clock = clock
+        self._stop = False
+        self._prefix = conn_prefix or f"e{id(self) & 0xFFFF:x}-"
+        self._conns: dict[int, _Conn] = {}
+        self._ep = _epoll()
+        self._apiv = api_versions_frame(config.client_id)
+        self._meta = metadata_frame(config.client_id)
+        self._learned = False
+        self._cid = 0
+        self._q_connect: deque[tuple[int, _Conn, int]] = deque()
+        self._q_request: deque[tuple[int, _Conn, int]] = deque()
+        self._q_hold: deque[tuple[int, _Conn, int]] = deque()
+        self._max_lag_ns = int(config.max_lag_ms * 1e6)
+        self._ct_ns = int(config.connect_timeout_s * 1e9)
+        self._rt_ns = int(config.request_timeout_s * 1e9)
+        self._hold_ns = int(config.hold_ms * 1e6)
+        self._delayed_ms = config.delayed_threshold_ms
+        self._invoke_detail = '{"intended_mono_ns": %d, "profile": "' + config.profile + '"}'
+
+    def stop(self) -> None:
+        """Any thread: end the schedule; open connections are dropped without an outcome."""
+        self._stop = True
+
+    # -- history ----------------------------------------------------------------------------
+    def _row(
+        self,
+        event: str,
+        mono_ns: int,
+        c: _Conn | None,
+        reason: str | None = None,
+        api_key: int | None = None,
+        latency_ms: float | None = None,
+        nbytes: int | None = None,
+        detail: str | None = None,
+    ) -> None:
+        h = self.hist
+        if h is None:
+            return
+        if c is None:
+            h.row(
+                event,
+                mono_ns,
+                None,
+                self.cfg.listener,
+                None,
+                None,
+                reason,
+                None,
+                self.cfg.client_id,
+                None,
+                None,
+                detail,
+            )
+        else:
+            h.row(
+                event,
+                mono_ns,
+                c.conn_id,
+                self.cfg.listener,
+                c.ip,
+                c.port,
+                reason,
+                api_key,
+                self.cfg.client_id,
+                latency_ms,
+                nbytes,
+                detail,
+            )
+
+    def _not_offered(self, intended: int, cause: str, why: str) -> None:
+        n = self.stats.not_offered
+        n[cause] = n.get(cause, 0) + 1
+        if self.hist is not None:
+            detail = json.dumps(
+                {
+                    "cause": cause,
+                    "intended_mono_ns": intended,
+                    "profile": self.cfg.profile,
+                    "why": why,
+                },
+                sort_keys=True,
+            )
+            self._row("connect_fail", self._clock(), None, "not_offered", detail=detail)
+
+    # -- the loop ---------------------------------------------------------------------------
+    def run(
+        self,
+        schedule: Iterable[tuple[int, float]],
+        start_ns: int,
+        on_start: Callable[[], None] | None = None,
+    ) -> EngineStats:
+        """Start arrival ``(k, offset_s)`` at ``start_ns + offset_s``; wait for the last one."""
+        clock = self._clock
+        poll = self._ep.poll
+        conns = self._conns
+        hist = self.hist
+        seal_ns = int(self.cfg.seal_interval_s * 1e9)
+        next_seal = clock() + seal_ns
+        it: Iterator[tuple[int, float]] = iter(schedule)
+        nxt = next(it, None)
+        due = start_ns + int(nxt[1] * 1e9) if nxt is not None else 0
+        self.stats.first_ns = start_ns
+        if on_start is not None:
+            on_start()
+        try:
+            while not self._stop:
+                now = clock()
+                while nxt is not None and due <= now:
+                    self._arrive(nxt[0], due)
+                    nxt = next(it, None)
+                    if nxt is not None:
+                        due = start_ns + int(nxt[1] * 1e9)
+                    now = clock()
+                if nxt is None and not conns:
+                    break
+                wait_ns = 5_000_000 if nxt is None else min(due - now, 5_000_000)
+                for fd, ev in poll(max(0.0, wait_ns / 1e9)):
+                    c = conns.get(fd)
+                    if c is not None:
+                        self._io(c, ev)
+                now = clock()
+                if self._q_connect or self._q_request or self._q_hold:
+                    self._expire(now)
+                if hist is not None and now >= next_seal:
+                    hist.seal()
+                    next_seal = now + seal_ns
+        finally:
+            self._abort_all()
+            if hist is not None:
+                hist.seal()
+            self._ep.close()
+        return self.stats
+
+    def _arrive(self, k: int, intended: int) -> None:
+        st = self.stats
+        st.intended += 1
+        now = self._clock()
+        st.last_ns = now
+        lag = now - intended
+        if lag > st.max_lag_ms * 1e6:
+            st.max_lag_ms = lag / 1e6
+        if lag > self._max_lag_ns:
+            self._not_offered(intended, "cpu", f"started {lag / 1e6:.0f} ms late")
+            return
+        cfg = self.cfg
+        if len(self._conns) >= cfg.max_in_flight:
+            self._not_offered(intended, "cpu", f"{cfg.max_in_flight} in flight")
+            return
+        try:
+            s = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM | _socket.SOCK_NONBLOCK)
+        except OSError as exc:
+            self._not_offered(intended, _cause(exc.errno), str(exc))
+            return
+        src = cfg.source_ips[k % len(cfg.source_ips)] if cfg.source_ips else None
+        try:
+            s.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+            if src is not None:
+                s.setsockopt(_socket.IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, 1)
+                s.bind((src, 0))
+        except OSError as exc:
+            s.close()
+            self._not_offered(intended, _cause(exc.errno), str(exc))
+            return
+        invoke = self._clock()
+        err = s.connect_ex((cfg.host, cfg.port))
+        if err in _PORTS or err in _FDS:
+            s.close()
+            self._not_offered(intended, _cause(err), f"{errno.errorcode.get(err, err)}")
+            return
+        c = _Conn()
+        c.sock = s
+        c.fd = s.fileno()
+        try:
+            c.ip, c.port = s.getsockname()
+        except OSError:
+            c.ip, c.port = src, 0
+        if not c.port:
+            c.port = None
+        self._cid += 1
+        c.cid = self._cid
+        c.conn_id = f"{self._prefix}{k}"
+        c.invoke_ns = invoke
+        c.gen = 0
+        c.buf = b""
+        c.out = b""
+        c.responses = 0
+        c.connect_ms = c.ready_ms = c.eof_ms = None
+        c.errors = None
+        c.api = 0
+        c.req_ns = 0
+        st.offered += 1
+        self._row("connect_invoke", invoke, c, detail=self._invoke_detail % intended)
+        if err == 0:
+            self._connected(c)
+        elif err == errno.EINPROGRESS:
+            c.state = CONNECTING
+            self._conns[c.fd] = c
+            self._ep.register(c.fd, _OUT)
+            self._q_connect.append((invoke + self._ct_ns, c, c.gen))
+        else:
+            self._connect_failed(c, err)
+
+    def _connect_failed(self, c: _Conn, err: int) -> None:
+        reason = "timeout" if err == errno.ETIMEDOUT else "reset" if err in _RESET else "refused"
+        now = self._clock()
+        self._row("connect_fail", now, c, reason, latency_ms=(now - c.invoke_ns) / 1e6)
+        self._finish(c, reason, now, outcome=reason)
+
+    def _connected(self, c: _Conn) -> None:
+        now = self._clock()
+        c.connect_ms = (now - c.invoke_ns) / 1e6
+        self._row("connect_ok", now, c, latency_ms=c.connect_ms)
+        if self.cfg.shape == "connect":
+            self._done_or_hold(c, now)
+            return
+        self._send(c, API_VERSIONS_KEY, self._apiv)
+
+    def _send(self, c: _Conn, api: int, template: bytes) -> None:
+        c.api = api
+        c.gen += 1
+        now = self._clock()
+        c.req_ns = now
+        c.buf = b""
+        data = with_correlation_id(template, c.cid)
+        try:
+            n = c.sock.send(data)
+        except BlockingIOError:
+            n = 0
+        except OSError as exc:
+            self._request_failed(c, "reset" if exc.errno in _RESET else "eof", now)
+            return
+        fresh = c.fd not in self._conns
+        self._conns[c.fd] = c
+        if n < len(data):
+            c.out = data[n:]
+            c.state = SENDING
+            events = _OUT
+        else:
+            c.out = b""
+            c.state = AWAITING
+            events = _IN
+        if fresh:
+            self._ep.register(c.fd, events)
+        else:
+            self._ep.modify(c.fd, events)
+        self._q_request.append((now + self._rt_ns, c, c.gen))
+
+    def _io(self, c: _Conn, ev: int) -> None:
+        state = c.state
+        if state == AWAITING:
+            self._readable(c)
+        elif state == CONNECTING:
+            err = c.sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_ERROR)
+            c.gen += 1
+            if err:
+                del self._conns[c.fd]
+                self._connect_failed(c, err)
+            else:
+                self._connected(c)
+        elif state == SENDING:
+            try:
+                n = c.sock.send(c.out)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                self._request_failed(c, "reset" if exc.errno in _RESET else "eof", self._clock())
+                return
+            c.out = c.out[n:]
+            if not c.out:
+                c.state = AWAITING
+                self._ep.modify(c.fd, _IN)
+        elif state == HOLDING:
+            # the server spoke or closed during the hold: note it, keep holding
+            try:
+                if c.sock.recv(65536):
+                    return
+            except BlockingIOError:
+                return
+            except OSError:
+                pass
+            self._ep.unregister(c.fd)
+
+    def _readable(self, c: _Conn) -> None:
+        try:
+            data = c.sock.recv(65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            self._request_failed(c, "reset", self._clock())
+            return
+        if not data:
+            self._request_failed(c, "eof", self._clock())
+            return
+        buf = c.buf + data if c.buf else data
+        if len(buf) < 4:
+            c.buf = buf
+            return
+        size = int.from_bytes(buf[:4], "big")
+        if len(buf) < size + 4:
+            c.buf = buf
+            return
+        c.buf = b""
+        self._response(c, buf, self._clock())
+
+    def _response(self, c: _Conn, frame: bytes, now: int) -> None:
+        api = c.api
+        c.gen += 1
+        nbytes = len(frame)
+        detail = None
+        if int.from_bytes(frame[4:8], "big") != c.cid:
+            self._request_failed(c, "reset", now, "correlation id mismatch")
+            return
+        if api == API_VERSIONS_KEY:
+            error, throttle = api_versions_fields(frame)
+            if not self._learned and not error:
+                self._learned = True
+                top = metadata_max_version(frame)
+                if top is not None and top < METADATA_MAX_VERSION:
+                    self._meta = metadata_frame(self.cfg.client_id, top)
+        else:  # Metadata v12: header v1 (correlation id, tagged fields), throttle_time_ms
+            error = 0
+            throttle = int.from_bytes(frame[9:13], "big", signed=True) if nbytes >= 13 else 0
+        if error or throttle:
+            parts = {}
+            if error:
+                parts["error_code"] = error
+                if c.errors is None:
+                    c.errors = []
+                c.errors.append(f"{API_NAMES[api]}: Kafka error code {error}")
+            if throttle:
+                parts["throttle_time_ms"] = throttle
+            detail = json.dumps(parts, sort_keys=True)
+        c.responses += 1
+        if c.ready_ms is None:
+            c.ready_ms = (now - c.invoke_ns) / 1e6
+            self._row("ready", now, c, api_key=api, latency_ms=c.ready_ms)
+        self._row("request_ok", now, c, None, api, (now - c.req_ns) / 1e6, nbytes, detail)
+        if api == API_VERSIONS_KEY and self.cfg.shape == "storm":
+            self._send(c, METADATA_KEY, self._meta)
+        else:
+            self._done_or_hold(c, now)
+
+    def _done_or_hold(self, c: _Conn, now: int) -> None:
+        if self._hold_ns > 0:
+            c.state = HOLDING
+            c.gen += 1
+            if c.fd in self._conns:
+                self._ep.modify(c.fd, _IN)
+            else:
+                self._conns[c.fd] = c
+                self._ep.register(c.fd, _IN)
+            self._q_hold.append((now + self._hold_ns, c, c.gen))
+            return
+        self._finish(c, "done", now)
+
+    def _request_failed(self, c: _Conn, reason: str, now: int, why: str = "") -> None:
+        if reason in ("eof", "reset") and c.eof_ms is None:
+            c.eof_ms = (now - c.invoke_ns) / 1e6
+        self._row("request_fail", now, c, reason, c.api, (now - c.req_ns) / 1e6)
+        if why:
+            c.errors = (c.errors or []) + [why]
+        self._finish(c, reason, now)
+
+    def _finish(self, c: _Conn, reason: str, now: int, outcome: str | None = None) -> None:
+        c.state = DONE
+        c.gen += 1
+        self._conns.pop(c.fd, None)
+        c.sock.close()
+        if outcome is None:
+            outcome = self._classify(c, reason)
+        out = self.stats.outcomes
+        out[outcome] = out.get(outcome, 0) + 1
+        if self.hist is None:
+            return
+        d: dict[str, Any] = {"outcome": outcome, "profile": self.cfg.profile}
+        if outcome == "eof_after_accept":
+            d["closed_by"] = "reset" if reason == "reset" else "eof"
+        if c.connect_ms is not None:
+            d["connect_ms"] = round(c.connect_ms, 3)
+        if c.ready_ms is not None:
+            d["ready_ms"] = round(c.ready_ms, 3)
+        if c.eof_ms is not None:
+            d["eof_ms"] = round(c.eof_ms, 3)
+        if c.errors:
+            d["errors"] = c.errors[:3]
+        close_reason = "refused" if outcome == "refused" else reason
+        self._row(
+            "closed",
+            now,
+            c,
+            close_reason,
+            latency_ms=(now - c.invoke_ns) / 1e6,
+            detail=json.dumps(d, sort_keys=True),
+        )
+
+    def _classify(self, c: _Conn, reason: str) -> str:
+        """As ``kafka_client.KafkaConnection._classify``; a connect-only shape that
+        connected and closed by itself is ``connected`` (it asked nothing)."""
+        if c.responses:
+            if reason in ("reset", "timeout"):
+                return reason
+            slow = c.ready_ms is not None and c.ready_ms > self._delayed_ms
+            return "delayed_served" if slow else "served"
+        if reason in ("eof", "reset"):
+            return "eof_after_accept"
+        if reason == "done" and self.cfg.shape == "connect":
+            return "connected"
+        return "timeout"
+
+    def _expire(self, now: int) -> None:
+        for q, kind in ((self._q_connect, 0), (self._q_request, 1), (self._q_hold, 2)):
+            while q and q[0][0] <= now:
+                _, c, gen = q.popleft()
+                if c.gen != gen or c.state == DONE:
+                    continue
+                if kind == 0:
+                    self._conns.pop(c.fd, None)
+                    self._connect_failed(c, errno.ETIMEDOUT)
+                elif kind == 1:
+                    self._request_failed(c, "timeout", now)
+                else:
+                    self._finish(c, "done", now)
+
+    def _abort_all(self) -> None:
+        """Stopped mid-run: close what is open without a ``closed`` row (outcome unknown)."""
+        for c in list(self._conns.values()):
+            c.sock.close()
+            c.state = DONE
+            self.stats.aborted += 1
+        self._conns.clear()
+
+
+def _cause(err: int | None) -> str:
+    if err in _PORTS:
+        return "ports"
+    if err in _FDS:
+        return "fds"
+    return "cpu"
