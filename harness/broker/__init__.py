@@ -9,13 +9,15 @@ gives a single-node KRaft broker (combined broker+controller) from one of three 
     Java 17 in its own process group. Data dir, ``server.properties``, ``log4j2.properties`` and
     ``broker.log`` live in ``workdir`` (a temporary dir, removed on stop, when none is given).
 ``container``
-    the official ``apache/kafka`` image through testcontainers, when a Docker engine answers.
+    the harness's locally built Kafka image (``harness.broker.images``: Debian's JRE + the same
+    jars; built on first use, no registry) through testcontainers, on the host network.
 ``external``
     an existing cluster at ``bootstrap_server``: checked to answer ApiVersions, never started,
     paused or stopped.
 
 ``auto`` picks ``external`` when ``bootstrap_server`` is given, else ``container`` when Docker
-answers, else ``local``. Every listener gets a free 127.0.0.1 port; ``advertised`` lets a
+answers (falling back to ``local``, with a one-line reason, when the image cannot be had), else
+``local``. Every listener gets a free 127.0.0.1 port; ``advertised`` lets a
 listener advertise another address (the acceptor in front). Kafka's own limits go in
 ``properties`` under Kafka's keys. Example::
 
@@ -103,16 +105,22 @@ def start_broker(
             version=result.inferred_version(),
         )
     if chosen == "container":
-        from harness.broker.container import start_container
+        from harness.broker.container import ContainerUnavailable, start_container
 
-        return start_container(
-            properties=properties,
-            listeners=listeners,
-            advertised=advertised,
-            inter_broker_listener=inter_broker_listener,
-            ready_timeout_s=ready_timeout_s,
-            progress=progress,
-        )
+        try:
+            return start_container(
+                properties=properties,
+                listeners=listeners,
+                advertised=advertised,
+                inter_broker_listener=inter_broker_listener,
+                workdir=Path(workdir) if workdir is not None else None,
+                ready_timeout_s=ready_timeout_s,
+                progress=progress,
+            )
+        except ContainerUnavailable as exc:
+            if launcher != "auto":
+                raise
+            progress(f"using the local launcher instead of a container: {exc}")
     from harness.broker.local import start_local
 
     return start_local(

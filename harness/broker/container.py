@@ -1,31 +1,59 @@
-"""The same single-node KRaft broker, but in the official ``apache/kafka`` image via testcontainers.
+"""The same single-node KRaft broker, in a container driven by testcontainers.
 
-testcontainers' ``KafkaContainer`` drives Confluent's image through Confluent's start scripts,
-which the Apache image does not have; the Apache image is configured entirely by ``KAFKA_*``
-environment variables instead, so this launcher uses testcontainers' generic container with the
-same server.properties the local launcher computes. Each listener listens inside the container on
-the port it is published on, so the advertised address is the real one without a second pass.
+The image is the harness's own (:mod:`harness.broker.images`: Debian's JRE and the Maven-resolved
+Kafka jars, built locally; no registry), configured like the official ``apache/kafka`` image
+through ``KAFKA_*`` variables computed from the very server.properties the local launcher writes.
+
+Host networking, not published ports: Docker's port publishing puts a userland proxy in front of
+the broker, so Kafka would see every client as the bridge gateway and ``max.connections.per.ip``
+could never be exercised. On the host network the broker listens on 127.0.0.1 ports exactly like
+the local launcher, and sees the 127.0.0.x source addresses the load binds.
+
+No reaper: testcontainers' Ryuk needs an image from a registry. Instead every container carries
+our labels (owner, host, the harness's pid); a sweep at each start removes containers whose
+harness process is gone, and the entrypoint (with the host's pid namespace) stops the broker as
+soon as that process disappears, so even a SIGKILLed harness leaves no broker running.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import os
+import re
+import socket
+import threading
+import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from harness.broker.artifacts import KAFKA_VERSION, Progress
 from harness.broker.base import Broker
-from harness.broker.config import (
-    ListenerPlan,
-    normalise_listeners,
-    server_properties,
-)
+from harness.broker.config import ListenerPlan, normalise_listeners, server_properties
 from harness.broker.errors import BrokerError, tail
 from harness.broker.local import cluster_id, free_ports
 from harness.broker.probe import ProbeResult
 
-IMAGE = f"apache/kafka:{KAFKA_VERSION}"
+os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+
 DATA_DIR = "/var/lib/kafka/data"
+JMX_DIR = "/opt/kafka/jmx"
+#: Labels on every container the harness starts; ``sweep`` finds them by OWNER_LABEL.
+OWNER_LABEL = "org.kafka-connection-harness.owner"
+OWNER = "kafka-connection-harness"
+PID_LABEL = "org.kafka-connection-harness.pid"
+HOST_LABEL = "org.kafka-connection-harness.host"
+ROLE_LABEL = "org.kafka-connection-harness.role"
+STOP_TIMEOUT_S = 30
+_VERSION_RE = re.compile(r"Kafka version: (\S+)")
+
+
+class ContainerUnavailable(BrokerError):
+    """No engine, no image, or the engine refused the container: nothing was started.
+
+    ``auto`` falls back to the local launcher on this error (and says why).
+    """
 
 
 def docker_available(timeout_s: float = 3.0) -> tuple[bool, str]:
@@ -46,61 +74,223 @@ def docker_available(timeout_s: float = 3.0) -> tuple[bool, str]:
 
 
 def env_for(props: Mapping[str, str]) -> dict[str, str]:
-    """server.properties -> the Apache image's ``KAFKA_*`` variables.
-
-    The image's own convention: ``.`` becomes ``_``, ``_`` becomes ``__``, ``-`` becomes ``___``.
-    """
+    """server.properties -> ``KAFKA_*`` variables (the official image's convention, which the
+    local image's entrypoint shares): ``_`` -> ``__``, ``-`` -> ``___``, ``.`` -> ``_``."""
     return {
-        "KAFKA_" + key.replace("_", "__").replace(".", "_").replace("-", "___").upper(): value
+        "KAFKA_" + key.replace("_", "__").replace("-", "___").replace(".", "_").upper(): value
         for key, value in props.items()
     }
 
 
+def our_labels(role: str) -> dict[str, str]:
+    return {
+        OWNER_LABEL: OWNER,
+        PID_LABEL: str(os.getpid()),
+        HOST_LABEL: socket.gethostname(),
+        ROLE_LABEL: role,
+    }
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep(client: Any, *, everything: bool = False, progress: Progress | None = None) -> int:
+    """Remove our containers whose harness process is gone (all of ours with ``everything``).
+
+    Containers of another host (a shared engine) are left alone unless ``everything``.
+    Returns how many were removed.
+    """
+    removed = 0
+    for c in client.containers.list(all=True, filters={"label": f"{OWNER_LABEL}={OWNER}"}):
+        labels = c.labels or {}
+        pid = labels.get(PID_LABEL, "")
+        ours = labels.get(HOST_LABEL) == socket.gethostname()
+        orphan = ours and (not pid.isdigit() or not _pid_alive(int(pid)))
+        if everything or orphan:
+            with contextlib.suppress(Exception):
+                c.remove(force=True, v=True)
+                removed += 1
+    if removed and progress:
+        progress(f"removed {removed} container(s) left behind by an earlier harness process")
+    return removed
+
+
+# --- every container this process started is removed at exit --------------------------------
+
+_LIVE: set[ContainerBroker] = set()
+_LIVE_LOCK = threading.RLock()
+_ATEXIT = False
+
+
+def _stop_all() -> None:
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for broker in live:
+        with contextlib.suppress(Exception):
+            broker.stop()
+
+
 class ContainerBroker(Broker):
-    """A broker in a Docker container; pause/kill/restart act on the container."""
+    """A broker in a Docker container; pause/resume/kill/restart act on the container."""
 
     launcher = "container"
 
-    def __init__(self, container: Any, plan: ListenerPlan, version: str, timeout_s: float) -> None:
+    def __init__(
+        self,
+        container: Any,
+        plan: ListenerPlan,
+        version: str,
+        timeout_s: float,
+        *,
+        image: str,
+        workdir: Path | None,
+        metrics_port: int | None,
+    ) -> None:
         super().__init__(
             bootstrap=f"127.0.0.1:{plan.ports[plan.first]}",
             listener_ports=dict(plan.ports),
             version=version,
+            log_path=(workdir / "broker.log") if workdir else None,
+            workdir=workdir,
         )
         self.container = container
+        self.image = image
+        self.plan = plan
+        self.controller_port = plan.controller_port
+        self.metrics_port = metrics_port
+        #: ``http://127.0.0.1:PORT/metrics`` of the JMX exporter in the container, or None
+        self.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics" if metrics_port else None
         self._timeout_s = timeout_s
         self._stopped = False
+        self._lock = threading.RLock()
 
     def _wrapped(self) -> Any:
         return self.container.get_wrapped_container()
+
+    @property
+    def container_id(self) -> str:
+        return str(self._wrapped().id)
+
+    @property
+    def running(self) -> bool:
+        """The container exists and runs (it may be paused)."""
+        try:
+            c = self._wrapped()
+            c.reload()
+            return c.status in ("running", "paused")
+        except Exception:
+            return False
+
+    def logs(self, lines: int | None = None) -> str:
+        with contextlib.suppress(Exception):
+            raw = self._wrapped().logs(tail=lines if lines else "all")
+            return bytes(raw).decode(errors="replace")
+        return ""
+
+    def _save_log(self) -> None:
+        """The container's output into ``workdir/broker.log`` (the local launcher's place)."""
+        if self.log_path is None:
+            return
+        text = self.logs()
+        if text:
+            with contextlib.suppress(OSError):
+                self.log_path.parent.mkdir(parents=True, exist_ok=True)
+                self.log_path.write_text(text)
 
     def wait_ready(self, timeout_s: float | None = None) -> ProbeResult:
         try:
             return super().wait_ready(self._timeout_s if timeout_s is None else timeout_s)
         except BrokerError as exc:
-            logs = ""
-            with contextlib.suppress(Exception):
-                logs = self._wrapped().logs(tail=40).decode(errors="replace")
-            raise BrokerError(f"{IMAGE}: {exc}; last container log lines:\n{tail(logs)}") from exc
+            state = "exited" if not self.running else "running"
+            raise BrokerError(
+                f"{self.image} (container {self.container_id[:12]}, {state}): {exc}; last "
+                f"container log lines:\n{tail(self.logs(60))}"
+            ) from exc
 
     def stop(self) -> None:
-        if not self._stopped:
+        with self._lock:
+            if self._stopped:
+                return
             self._stopped = True
+            self._save_log()
             with contextlib.suppress(Exception):
-                self.container.stop()
+                self._wrapped().remove(force=True, v=True)
+            with contextlib.suppress(Exception):
+                self.container.get_docker_client().client.close()
+            with _LIVE_LOCK:
+                _LIVE.discard(self)
 
     def pause(self) -> None:
+        self._require("pause")
         self._wrapped().pause()
 
     def resume(self) -> None:
+        self._require("resume")
         self._wrapped().unpause()
 
     def kill(self) -> None:
+        self._require("kill")
         self._wrapped().kill()
+        self._wrapped().wait(timeout=STOP_TIMEOUT_S)
 
     def restart(self) -> None:
-        self._wrapped().restart()
-        self.wait_ready()
+        """Stop (SIGTERM, clean shutdown) and start the same container: same ports, same
+        formatted data dir; waits until the broker serves again."""
+        with self._lock:
+            if self._stopped:
+                raise BrokerError("this broker was stopped and its container removed")
+            c = self._wrapped()
+            c.reload()
+            if c.status == "paused":
+                c.unpause()
+            c.restart(timeout=STOP_TIMEOUT_S)
+            self.wait_ready()
+
+    def _require(self, what: str) -> None:
+        if self._stopped or not self.running:
+            raise BrokerError(
+                f"cannot {what}: the broker container is not running; restart() starts it again"
+            )
+
+
+def _exporter(progress: Progress) -> Any:
+    """The JMX exporter (the image carries it), or None when it cannot be had."""
+    try:
+        from harness.broker.artifacts import jmx_exporter
+    except ImportError:
+        return None
+    if os.environ.get("HARNESS_BROKER_METRICS", "1") in ("0", "false", "no"):
+        return None
+    try:
+        return jmx_exporter(progress=progress)
+    except BrokerError as exc:
+        progress(f"starting without Kafka's JMX metrics: {exc}")
+        return None
+
+
+def ensure_image(progress: Progress, version: str = KAFKA_VERSION) -> str:
+    """The local Kafka image's tag, built first if missing; ContainerUnavailable if it cannot be."""
+    from harness.broker.images import docker_client, ensure_kafka_image
+
+    try:
+        client = docker_client(timeout_s=900)
+        built = ensure_kafka_image(client, version, progress)
+    except ContainerUnavailable:
+        raise
+    except BrokerError as exc:
+        raise ContainerUnavailable(f"no usable Kafka image: {exc}") from exc
+    if not built.reused:
+        progress(f"image {built.describe()}")
+    sweep(client, progress=progress)
+    client.close()
+    return built.tag
 
 
 def start_container(
@@ -109,47 +299,87 @@ def start_container(
     listeners: Sequence[str] = ("PLAINTEXT",),
     advertised: Mapping[str, str] | None = None,
     inter_broker_listener: str | None = None,
+    workdir: Path | None = None,
     ready_timeout_s: float = 120,
     progress: Progress = print,
+    image: str | None = None,
 ) -> ContainerBroker:
-    """Start ``apache/kafka`` with testcontainers; needs a Docker engine."""
+    """Start the local Kafka image with testcontainers (host network, 127.0.0.1 listeners)."""
+    global _ATEXIT
     ok, why = docker_available()
     if not ok:
-        raise BrokerError(
-            f"the container launcher needs a Docker engine: {why}; use --launcher local"
+        raise ContainerUnavailable(
+            f"the container launcher needs a Docker engine: {why}; start one (Debian: "
+            "apt-get install docker.io; dockerd as root) or use --launcher local"
         )
-    from testcontainers.core.container import DockerContainer
-
     props = dict(properties or {})
     names, adv, inter = normalise_listeners(listeners, advertised, inter_broker_listener, props)
     props.pop("advertised.listeners", None)
     props.pop("inter.broker.listener.name", None)
-    ports = free_ports(len(names))
+    tag = image or ensure_image(progress)
+    exporter = _exporter(progress)
+    ports = free_ports(len(names) + 2)
     plan = ListenerPlan(
         names=names,
-        ports=dict(zip(names, ports, strict=True)),
-        controller_port=9093,
+        ports=dict(zip(names, ports[: len(names)], strict=True)),
+        controller_port=ports[len(names)],
         advertised=adv,
         inter_broker_listener=inter,
     )
     conf = server_properties(plan, DATA_DIR, props)
-    # Inside the container the listeners bind every interface; the controller stays internal.
-    conf["listeners"] = ",".join(
-        [f"{n}://0.0.0.0:{plan.ports[n]}" for n in names] + ["CONTROLLER://localhost:9093"]
-    )
-    conf["controller.quorum.voters"] = "1@localhost:9093"
-    container = DockerContainer(IMAGE)
+
+    from testcontainers.core.config import testcontainers_config
+    from testcontainers.core.container import DockerContainer
+
+    testcontainers_config.ryuk_disabled = True  # Ryuk's image needs a registry; we sweep
+    container = DockerContainer(tag)
     for key, value in env_for(conf).items():
         container.with_env(key, value)
     container.with_env("CLUSTER_ID", cluster_id())
-    for port in plan.ports.values():
-        container.with_bind_ports(port, port)
-    progress(f"starting {IMAGE} with testcontainers…")
-    container.start()
-    broker = ContainerBroker(container, plan, KAFKA_VERSION, ready_timeout_s)
+    container.with_env("HARNESS_WATCH_PID", str(os.getpid()))
+    metrics_port = None
+    if exporter is not None:
+        metrics_port = ports[-1]
+        container.with_env(
+            "KAFKA_OPTS",
+            f"-javaagent:{JMX_DIR}/jmx_prometheus_javaagent.jar="
+            f"127.0.0.1:{metrics_port}:{JMX_DIR}/jmx-exporter.yaml",
+        )
+    # "network" (not network_mode) also stops testcontainers from picking a network itself.
+    container.with_kwargs(network="host", pid_mode="host", labels=our_labels("broker"))
+    progress(f"starting Kafka in a container ({tag}, host network) on {plan.ports}…")
+    try:
+        container.start()
+    except Exception as exc:
+        with contextlib.suppress(Exception):
+            container.stop()
+        raise ContainerUnavailable(
+            f"the Docker engine did not start {tag}: {type(exc).__name__}: {exc}; "
+            "use --launcher local"
+        ) from exc
+    broker = ContainerBroker(
+        container,
+        plan,
+        KAFKA_VERSION,
+        ready_timeout_s,
+        image=tag,
+        workdir=Path(workdir).resolve() if workdir else None,
+        metrics_port=metrics_port if exporter is not None else None,
+    )
+    with _LIVE_LOCK:
+        _LIVE.add(broker)
+        if not _ATEXIT:
+            atexit.register(_stop_all)
+            _ATEXIT = True
+    started = time.monotonic()
     try:
         broker.wait_ready()
     except BaseException:
         broker.stop()
         raise
+    m = _VERSION_RE.search(broker.logs())
+    broker.version = m.group(1) if m else KAFKA_VERSION
+    progress(
+        f"container {broker.container_id[:12]} serving after {time.monotonic() - started:.1f} s"
+    )
     return broker

@@ -1,0 +1,61 @@
+#!/bin/sh
+# The Kafka image's entrypoint: the official apache/kafka image's conventions, so either image
+# can run behind the harness.
+#   KAFKA_<KEY> environment variables become server.properties, with the official image's
+#   renaming: "_" -> ".", "__" -> "_", "___" -> "-" (KAFKA_MAX_CONNECTIONS_PER_IP=20 is
+#   max.connections.per.ip=20); KAFKA_HEAP_OPTS / KAFKA_JVM_OPTS / KAFKA_OPTS are JVM options.
+#   CLUSTER_ID formats the KRaft storage once (a container restart keeps it).
+#   HARNESS_WATCH_PID (with --pid=host): the broker stops when that host process is gone, so a
+#   SIGKILLed harness leaves no broker running; the harness sweeps the exited container later.
+set -eu
+conf_dir=/opt/kafka/config
+conf=$conf_dir/server.properties
+mkdir -p "$conf_dir"
+: >"$conf"
+env | grep '^KAFKA_' | sort | while IFS='=' read -r name value; do
+    case "$name" in
+    KAFKA_HEAP_OPTS | KAFKA_JVM_OPTS | KAFKA_OPTS | KAFKA_LOG4J_OPTS) continue ;;
+    esac
+    key=$(printf '%s' "${name#KAFKA_}" | tr 'A-Z' 'a-z' |
+        sed -e 's/___/-/g' -e 's/__/\x01/g' -e 's/_/./g' -e 's/\x01/_/g')
+    printf '%s=%s\n' "$key" "$value" >>"$conf"
+done
+
+cp="/opt/kafka/libs/*"
+log4j="-Dlog4j2.configurationFile=file:$conf_dir/log4j2.properties"
+heap=${KAFKA_HEAP_OPTS:--Xms128m -Xmx512m}
+jvm=${KAFKA_JVM_OPTS:--XX:+UseSerialGC -XX:MaxDirectMemorySize=256m -Djava.awt.headless=true}
+
+data=$(sed -n 's/^log\.dirs=//p' "$conf" | cut -d, -f1)
+if [ -n "$data" ] && [ ! -f "$data/meta.properties" ]; then
+    : "${CLUSTER_ID:?CLUSTER_ID is needed to format the KRaft storage}"
+    echo "== kafka-entrypoint: formatting KRaft storage in $data =="
+    # shellcheck disable=SC2086
+    java $heap -XX:TieredStopAtLevel=1 "$log4j" -cp "$cp" kafka.tools.StorageTool \
+        format -t "$CLUSTER_ID" -c "$conf" --ignore-formatted
+fi
+
+echo "== kafka-entrypoint: kafka.Kafka $conf =="
+# shellcheck disable=SC2086
+java $heap $jvm ${KAFKA_OPTS:-} "$log4j" -cp "$cp" kafka.Kafka "$conf" &
+broker=$!
+trap 'kill -TERM "$broker" 2>/dev/null' TERM INT
+if [ -n "${HARNESS_WATCH_PID:-}" ]; then
+    (
+        while kill -0 "$HARNESS_WATCH_PID" 2>/dev/null && kill -0 "$broker" 2>/dev/null; do
+            sleep 1
+        done
+        if kill -0 "$broker" 2>/dev/null; then
+            echo "== kafka-entrypoint: process $HARNESS_WATCH_PID is gone; stopping the broker =="
+            kill -KILL "$broker"
+        fi
+    ) &
+fi
+# "wait" returns early when a trapped signal arrives; wait again for the JVM's own exit.
+rc=0
+wait "$broker" || rc=$?
+if kill -0 "$broker" 2>/dev/null; then
+    rc=0
+    wait "$broker" || rc=$?
+fi
+exit "$rc"
