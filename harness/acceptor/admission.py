@@ -60,6 +60,11 @@ class ListenerAcceptor:
         self.name = settings.name
         self.protected = acceptor.quotas.is_protected(settings.name)
         self._accept_detail = '{"protected": %s}' % ("true" if self.protected else "false")
+        faults = acceptor.cfg.faults
+        # Seeded faults (harness.quota.faults): read once; False in production.
+        self._f_no_wait = "rate_delay_not_waited" in faults
+        self._f_double = "delay_doubled" in faults
+        self._f_slot_wait = "slot_wait_while_free" in faults
         self.processors = [
             Processor(acceptor, settings.name, i, self.protected)
             for i in range(acceptor.cfg.quota.num_network_threads)
@@ -247,8 +252,15 @@ class ListenerAcceptor:
                 },
             )
             acceptor.count(name, info.client_ip, "delayed")
-        if step.delay_ms > 0 or not quotas.slot_available(name):
-            await self._wait_for_slot(t0, step.delay_ms)
+            wait_ms = step.delay_ms
+            if self._f_no_wait:  # SEEDED FAULT: recorded, not waited
+                wait_ms = 0
+            elif self._f_double:  # SEEDED FAULT: twice the delay
+                wait_ms = 2 * wait_ms
+            if wait_ms > 0 or not quotas.slot_available(name):
+                await self._wait_for_slot(t0, wait_ms)
+        elif not quotas.slot_available(name):
+            await self._wait_for_slot(t0, 0)
 
         t1_ns = time.monotonic_ns()
         t1 = t1_ns // 1_000_000
@@ -289,11 +301,17 @@ class ListenerAcceptor:
         reason = "rate" if delay_ms > 0 else "slot"
         end_ms = t0_ms + delay_ms
         self._not_blocked.clear()
+        missed_free_slot = self._f_slot_wait
         try:
             while True:
                 remaining = end_ms - time.monotonic_ns() // 1_000_000
                 if remaining > 0:
                     await asyncio.sleep(remaining / 1000)
+                    continue
+                if missed_free_slot:  # SEEDED FAULT: wait for a release before looking
+                    missed_free_slot = False
+                    reason = "rate+slot" if reason == "rate" else reason
+                    await self.acceptor.wait_slot_freed(SLOT_WAIT_POLL_S)
                     continue
                 if quotas.slot_available(self.name):
                     break

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.quota.config import ConfigError, QuotaConfig, parse_config
+from harness.quota.faults import FAULT_KEY, LEGACY_SKIP_KEY, Faults
 
 log = logging.getLogger("harness.acceptor")
 
@@ -35,7 +36,8 @@ DEFAULTS: dict[str, str] = {
     "history.flush.interval.ms": "1000",
     "history.request.sample": "1",
     "acceptor.io": "protocol",
-    "harness.test.skip.ip.rate.check": "false",
+    LEGACY_SKIP_KEY: "false",
+    FAULT_KEY: "",
 }
 _LISTENER_KEY = re.compile(r"^listener\.name\.([^.]+)\.(upstream|proxy\.protocol)$")
 
@@ -67,9 +69,14 @@ class AcceptorConfig:
     request_sample: int
     #: "protocol" (asyncio Protocols, the default) or "streams" (StreamReader/Writer)
     io: str
-    skip_ip_rate_check: bool
+    #: seeded enforcement faults (`harness.test.fault`; empty in production)
+    faults: Faults
     #: the raw properties as given (after overrides), for `config` rows and restarts
     properties: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def skip_ip_rate_check(self) -> bool:
+        return "skip_ip_rate_check" in self.faults
 
     def listener(self, name: str) -> ListenerSettings:
         for spec in self.listeners:
@@ -197,9 +204,12 @@ def parse_acceptor_config(props: Mapping[str, str]) -> AcceptorConfig:
                 raise ConfigError(
                     "admin.listeners", raw_admin_l, f"no listener {name} in listeners={names}"
                 )
-    skip = props.get("harness.test.skip.ip.rate.check", "false").lower()
+    skip = props.get(LEGACY_SKIP_KEY, "false").lower()
     if skip not in ("true", "false"):
-        raise ConfigError("harness.test.skip.ip.rate.check", skip, "must be true or false")
+        raise ConfigError(LEGACY_SKIP_KEY, skip, "must be true or false")
+    faults = Faults.parse(props.get(FAULT_KEY, ""))
+    if skip == "true":  # the older key is the fault skip_ip_rate_check
+        faults = Faults(faults.enabled | {"skip_ip_rate_check"})
     state_dir = props.get("state.dir", "")
     return AcceptorConfig(
         quota=quota,
@@ -215,7 +225,7 @@ def parse_acceptor_config(props: Mapping[str, str]) -> AcceptorConfig:
         history_flush_ms=_int(props, "history.flush.interval.ms", 10),
         request_sample=_int(props, "history.request.sample", 0),
         io=_choice(props, "acceptor.io", ("protocol", "streams")),
-        skip_ip_rate_check=skip == "true",
+        faults=faults,
         properties=dict(props),
     )
 

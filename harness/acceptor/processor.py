@@ -48,7 +48,17 @@ class Processor:
         self.listener = listener
         self.index = index
         self.protected = protected
-        self.queue: asyncio.Queue[NewConnection] = asyncio.Queue(CONNECTION_QUEUE_SIZE)
+        faults = acceptor.cfg.faults
+        # Seeded faults (harness.quota.faults): read once; Kafka's behaviour in production.
+        self.queue_size = (
+            2 * CONNECTION_QUEUE_SIZE
+            if "queue_larger_than_20" in faults
+            else (CONNECTION_QUEUE_SIZE)
+        )
+        #: never evicts (the protected listener), unless the fault protected_evicted is on
+        self.evict_exempt = protected and "protected_evicted" not in faults
+        self._evict_mru = "evict_most_recent" in faults
+        self.queue: asyncio.Queue[NewConnection] = asyncio.Queue(self.queue_size)
         self.channels: OrderedDict[str, Channel] = OrderedDict()  # LRU order
         self.iteration = 0
         self._wake = asyncio.Event()
@@ -86,7 +96,7 @@ class Processor:
             await self._running.wait()
             self.iteration += 1
             processed = 0
-            while processed < CONNECTION_QUEUE_SIZE:
+            while processed < self.queue_size:
                 try:
                     item = self.queue.get_nowait()
                 except asyncio.QueueEmpty:
@@ -133,8 +143,12 @@ class Processor:
 
     def _close_excess(self) -> None:
         """`closeExcessConnections`: one LRU channel per iteration while over max.connections."""
-        if self.protected or not self.acceptor.quotas.max_connections_exceeded(self.listener):
+        if self.evict_exempt or not self.acceptor.quotas.max_connections_exceeded(self.listener):
             return
+        if self._evict_mru:  # SEEDED FAULT: the most recently used one
+            for conn in reversed(self.channels.values()):
+                conn.finish("max_connections", evicted=True)
+                return
         for conn in self.channels.values():  # the LRU head (closed ones are already gone)
             conn.finish("max_connections", evicted=True)
             return

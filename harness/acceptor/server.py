@@ -37,6 +37,7 @@ from harness.acceptor.tracker import Completed
 from harness.history import HistoryWriter
 from harness.quota.config import QuotaConfig, apply_dynamic_update
 from harness.quota.connections import ConnectionQuotas
+from harness.quota.faults import FAULT_KEY, FAULTS, Faults
 from harness.quota.requests import EntityName, RequestQuotas
 
 log = logging.getLogger("harness.acceptor")
@@ -46,6 +47,19 @@ SKIP_IP_RATE_WARNING = (
     "is SKIPPED. This acceptor is deliberately broken (to prove the CI gate can fail); "
     "never use it to certify anything."
 )
+
+
+def fault_warning(faults: Faults) -> str:
+    """The loud start-up line of an acceptor with seeded faults (one line per fault)."""
+    lines = [
+        f"WARNING: {FAULT_KEY}={faults.to_property()}: this acceptor is DELIBERATELY BROKEN "
+        "(seeded enforcement faults, to prove the gate can fail); never use it to certify "
+        "anything."
+    ]
+    for f in FAULTS:
+        if f.name in faults.enabled:
+            lines.append(f"WARNING:   fault {f.name}: {f.does} (breaks: {f.rule})")
+    return "\n".join(lines)
 
 
 class Acceptor:
@@ -59,9 +73,9 @@ class Acceptor:
     ) -> None:
         self.cfg = cfg
         self.quota_cfg: QuotaConfig = cfg.quota
-        self.quotas = ConnectionQuotas(cfg.quota)
+        self.quotas = ConnectionQuotas(cfg.quota, faults=cfg.faults)
         self.request_quotas = RequestQuotas(
-            cfg.quota.quota_window_num, cfg.quota.quota_window_size_seconds
+            cfg.quota.quota_window_num, cfg.quota.quota_window_size_seconds, faults=cfg.faults
         )
         self.run_id = run_id
         self.history_dir = Path(history_dir) if history_dir is not None else None
@@ -99,6 +113,8 @@ class Acceptor:
         self.stopped = False
         if cfg.skip_ip_rate_check:
             self.log(SKIP_IP_RATE_WARNING)
+        if cfg.faults:
+            self.log(fault_warning(cfg.faults))
         self._restore_state()
 
     # -- helpers -----------------------------------------------------------------------------
@@ -333,6 +349,7 @@ class Acceptor:
         limits["ip_quotas"] = self.ip_quotas()
         limits["request_quotas"] = dict(self.state.request_quotas)
         limits["harness.test.skip.ip.rate.check"] = self.cfg.skip_ip_rate_check
+        limits[FAULT_KEY] = self.cfg.faults.names()
         limits["acceptor.listeners"] = {
             name: {
                 "host": la.host,

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from harness.quota.config import INT_MAX, ConfigError, QuotaConfig
-from harness.quota.meter import RateMeter, SampledAvg
+from harness.quota.faults import NO_FAULTS, Faults
+from harness.quota.meter import JAVA_LONG_MAX, AtBoundRateMeter, RateMeter, SampledAvg
 
 __all__ = [
     "IP_SENSOR_EXPIRY_MS",
@@ -169,16 +170,31 @@ class QuotaSnapshot:
 class ConnectionQuotas:
     """Connection counts and connection-rate meters of one broker (one acceptor process)."""
 
-    def __init__(self, config: QuotaConfig, *, legacy_meter: bool = False) -> None:
+    def __init__(
+        self, config: QuotaConfig, *, legacy_meter: bool = False, faults: Faults = NO_FAULTS
+    ) -> None:
         self.config = config
+        self.faults = faults
+        # Seeded faults (harness.quota.faults) become plain attributes here, once: the
+        # decisions below read them as they read the limits; all are Kafka's in production.
+        if "window_n_samples" in faults:
+            legacy_meter = True
         self._legacy = legacy_meter
+        self._meter: type[RateMeter] = (
+            AtBoundRateMeter if "violation_at_bound" in faults else RateMeter
+        )
+        self._f_no_unrecord = "no_unrecord_ip_throttle" in faults
+        self._f_override_ignored = "ip_rate_override_ignored" in faults
+        self._f_default_kept = "ip_default_not_reapplied" in faults
         self._n = config.quota_window_num
         self._w = config.window_ms
-        self._broker = RateMeter(
+        #: the bound on a connection-rate throttle: one window (Kafka's boundedThrottleTime)
+        self._cap = JAVA_LONG_MAX if "throttle_uncapped" in faults else self._w
+        self._broker = self._meter(
             self._n, self._w, config.max_connection_creation_rate, legacy=legacy_meter
         )
         self._listener_meters = {
-            name: RateMeter(self._n, self._w, config.listener_rate(name), legacy=legacy_meter)
+            name: self._meter(self._n, self._w, config.listener_rate(name), legacy=legacy_meter)
             for name in config.listener_names
         }
         self._listener_counts = dict.fromkeys(config.listener_names, 0)
@@ -197,11 +213,34 @@ class ConnectionQuotas:
         self._steps: dict[tuple[int, int], RateStep] = {}
         self._admitted: dict[tuple[int, int], Admission] = {}
         self._decided: dict[tuple[int, int], Decision] = {}
-        self._protected = {name: config.protected(name) for name in config.listener_names}
-        self._listener_max = {name: config.listener_max(name) for name in config.listener_names}
+        faults = self.faults
+        names = config.listener_names
+        self._protected = {name: config.protected(name) for name in names}
+        # exempt from the broker-wide rate / from eviction: the protected listener
+        self._broker_rate_exempt = (
+            dict.fromkeys(names, False)
+            if "protected_counts_broker_rate" in faults
+            else dict(self._protected)
+        )
+        self._evict_exempt = (
+            dict.fromkeys(names, False) if "protected_evicted" in faults else dict(self._protected)
+        )
+        self._listener_max = (
+            dict.fromkeys(names, INT_MAX)
+            if "listener_max_ignored" in faults
+            else {name: config.listener_max(name) for name in names}
+        )
         self._broker_max = config.max_connections
+        if "max_connections_off_by_one" in faults and self._broker_max < INT_MAX:
+            self._broker_max += 1
         self._per_ip_default = config.max_connections_per_ip
         self._per_ip_overrides = dict(config.max_connections_per_ip_overrides)
+        if "ip_count_off_by_one" in faults:
+            if self._per_ip_default < INT_MAX:
+                self._per_ip_default += 1
+            self._per_ip_overrides = {
+                ip: n + 1 if n < INT_MAX else n for ip, n in self._per_ip_overrides.items()
+            }
 
     # -- limits -----------------------------------------------------------------------------
 
@@ -244,6 +283,8 @@ class ConnectionQuotas:
                 ) from None
         if ip is None:
             self._ip_rate_default = INT_MAX if rate is None else rate
+            if self._f_default_kept:  # SEEDED FAULT: existing meters keep their bound
+                return
             for addr, meter in self._ip_meters.items():
                 bound = float(self.ip_quota_for(addr))
                 if meter.bound != bound:
@@ -251,6 +292,8 @@ class ConnectionQuotas:
             return
         if rate is None:
             self._ip_rate_overrides.pop(ip, None)
+        elif self._f_override_ignored:  # SEEDED FAULT: the default keeps applying
+            return
         else:
             self._ip_rate_overrides[ip] = rate
         existing = self._ip_meters.get(ip)
@@ -277,9 +320,9 @@ class ConnectionQuotas:
     def record_connection_rate(self, listener: str, now_ms: int) -> RateStep:
         """Broker (unless protected) and listener rate step; the +1 is always kept."""
         listener_meter = self._listener_meters[listener]
-        w = self._w
+        w = self._cap
         broker_delay = (
-            0 if self._protected[listener] else self._broker.record_bounded(1.0, now_ms, w)
+            0 if self._broker_rate_exempt[listener] else self._broker.record_bounded(1.0, now_ms, w)
         )
         listener_delay = listener_meter.record_bounded(1.0, now_ms, w)
         if broker_delay == 0 and listener_delay == 0:
@@ -314,14 +357,15 @@ class ConnectionQuotas:
         if quota != INT_MAX:
             meter = self._ip_meters.get(ip)
             if meter is None:
-                meter = RateMeter(self._n, self._w, quota, legacy=self._legacy)
+                meter = self._meter(self._n, self._w, quota, legacy=self._legacy)
                 self._ip_meters[ip] = meter
-            throttle = meter.record_bounded(1.0, now_ms, self._w)
+            throttle = meter.record_bounded(1.0, now_ms, self._cap)
             if throttle > 0:
-                meter.record(-1.0, now_ms, False)
-                if not self._protected[listener]:
-                    self._broker.record(-1.0, now_ms, False)
-                self._listener_meters[listener].record(-1.0, now_ms, False)
+                if not self._f_no_unrecord:  # (SEEDED FAULT: the +1s stay)
+                    meter.record(-1.0, now_ms, False)
+                    if not self._broker_rate_exempt[listener]:
+                        self._broker.record(-1.0, now_ms, False)
+                    self._listener_meters[listener].record(-1.0, now_ms, False)
                 self._ip_throttle[listener].record(float(throttle), now_ms)
                 return _admission(_THROTTLED, throttle, "ip_rate", count, limit)
         if count >= limit:
@@ -356,7 +400,7 @@ class ConnectionQuotas:
 
     def max_connections_exceeded(self, listener: str) -> bool:
         """Whether a processor of ``listener`` must evict its LRU connection now."""
-        return self._total > self._broker_max and not self._protected[listener]
+        return self._total > self._broker_max and not self._evict_exempt[listener]
 
     def decide(self, listener: str, ip: str, now_ms: int) -> Decision:
         """Rate step at ``now_ms``, then (if a slot is free) admission at ``now_ms + delay``.

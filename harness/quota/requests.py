@@ -20,7 +20,8 @@ from enum import Enum
 from typing import Literal
 
 from harness.quota.client_quota_admin import REQUEST_QUOTA_KEYS
-from harness.quota.meter import RateMeter
+from harness.quota.faults import NO_FAULTS, Faults
+from harness.quota.meter import AtBoundRateMeter, RateMeter
 
 __all__ = [
     "CLUSTER_ACTION_API_KEYS",
@@ -122,7 +123,16 @@ class ClientQuota:
 class _QuotaManager:
     """One of Kafka's ``ClientQuotaManager``s: entities, enabled levels, buckets, meters."""
 
-    def __init__(self, samples: int, window_ms: int, *, bounded: bool, legacy: bool) -> None:
+    def __init__(
+        self,
+        samples: int,
+        window_ms: int,
+        *,
+        bounded: bool,
+        legacy: bool,
+        meter_cls: type[RateMeter] = RateMeter,
+    ) -> None:
+        self.meter_cls = meter_cls
         self.samples = samples
         self.window_ms = window_ms
         self.bounded = bounded
@@ -196,7 +206,9 @@ class _QuotaManager:
     def meter(self, tags: tuple[str, str]) -> RateMeter:
         meter = self.meters.get(tags)
         if meter is None:
-            meter = RateMeter(self.samples, self.window_ms, self.limit(tags), legacy=self.legacy)
+            meter = self.meter_cls(
+                self.samples, self.window_ms, self.limit(tags), legacy=self.legacy
+            )
             self.meters[tags] = meter
         return meter
 
@@ -235,12 +247,25 @@ class RequestQuotas:
     """
 
     def __init__(
-        self, window_num: int = 11, window_size_seconds: int = 1, *, legacy_meter: bool = False
+        self,
+        window_num: int = 11,
+        window_size_seconds: int = 1,
+        *,
+        legacy_meter: bool = False,
+        faults: Faults = NO_FAULTS,
     ) -> None:
         self.window_ms = window_size_seconds * 1000
+        self.faults = faults
+        # Seeded faults (harness.quota.faults), turned into plain attributes once.
+        meter_cls = AtBoundRateMeter if "violation_at_bound" in faults else RateMeter
+        self._f_swap_entity = "request_wrong_entity" in faults
         self._managers = {
             "request_percentage": _QuotaManager(
-                window_num, self.window_ms, bounded=True, legacy=legacy_meter
+                window_num,
+                self.window_ms,
+                bounded="request_throttle_uncapped" not in faults,
+                legacy=legacy_meter,
+                meter_cls=meter_cls,
             ),
             "producer_byte_rate": _QuotaManager(
                 window_num, self.window_ms, bounded=False, legacy=legacy_meter
@@ -338,6 +363,8 @@ class RequestQuotas:
         """
         pct = handler_ns * NANOS_TO_PERCENTAGE
         manager = self._request
+        if self._f_swap_entity:  # SEEDED FAULT: principal and client id swapped
+            user, client_id = client_id, user
         exempt = (
             (api_key in EXEMPT_API_KEYS and not cluster_action_unauthorized)
             or acks_zero_produce
@@ -365,6 +392,8 @@ class RequestQuotas:
         manager = self._request
         if not manager.enabled:
             return
+        if self._f_swap_entity:  # SEEDED FAULT: principal and client id swapped
+            user, client_id = client_id, user
         meter = manager.meter(manager.bucket(user, client_id))
         meter.record(ns * NANOS_TO_PERCENTAGE, now_ms, False)
 

@@ -1,0 +1,383 @@
+"""Seeded faults (``harness.test.fault``): off, they cannot change a decision; on, each does.
+
+Two halves:
+
+* with the hooks present and ``Faults()`` empty, the engine still matches the literal
+  transcription of Kafka (``kafka_port``) decision for decision on arbitrary traces, and
+  every attribute a hook sets is Kafka's value;
+* each engine fault changes at least one decision on a small, hand-made, injected-time
+  trace, and the fault-free run of that same trace is Kafka's (checked against the port).
+
+The acceptor-level faults (admission waits, processor queue and eviction order) are shown
+on real sockets in ``tests/integration/test_acceptor_faults.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness.acceptor.config import parse_acceptor_config
+from harness.quota import INT_MAX, ConfigError, ConnectionQuotas, Outcome, parse_config
+from harness.quota.faults import FAULT_KEY, FAULTS, NO_FAULTS, Faults
+from harness.quota.meter import AtBoundRateMeter, RateMeter
+from harness.quota.requests import RequestQuotas
+
+from .kafka_port import KafkaConnectionQuotas
+
+TWO_LISTENERS = {
+    "listeners": "EXTERNAL://127.0.0.1:1,REPLICATION://127.0.0.1:2",
+    "inter.broker.listener.name": "REPLICATION",
+}
+
+# -- configuration -------------------------------------------------------------------------
+
+
+def test_parse_names_and_refuse_unknown_ones_with_key_value_and_reason() -> None:
+    assert Faults.parse("") == NO_FAULTS
+    assert Faults.parse(" delay_doubled , evict_most_recent ").names() == [
+        "evict_most_recent",
+        "delay_doubled",
+    ]
+    with pytest.raises(ConfigError) as exc:
+        Faults.parse("delay_doubled,delay_tripled")
+    assert exc.value.key == FAULT_KEY
+    assert exc.value.value == "delay_doubled,delay_tripled"
+    assert "unknown fault 'delay_tripled'" in exc.value.reason
+
+
+def test_a_hook_asking_for_a_misspelt_fault_is_a_bug_not_a_silent_false() -> None:
+    with pytest.raises(KeyError):
+        _ = "delay_doubeld" in NO_FAULTS
+
+
+def test_acceptor_config_reads_the_fault_key_and_keeps_the_older_skip_key() -> None:
+    base = {"listeners": "CLIENT://127.0.0.1:0", "listener.name.client.upstream": "h:1"}
+    assert parse_acceptor_config(base).faults == NO_FAULTS
+    cfg = parse_acceptor_config({**base, FAULT_KEY: "ip_count_off_by_one"})
+    assert cfg.faults.names() == ["ip_count_off_by_one"]
+    assert not cfg.skip_ip_rate_check
+    old = parse_acceptor_config({**base, "harness.test.skip.ip.rate.check": "true"})
+    assert old.skip_ip_rate_check and old.faults.names() == ["skip_ip_rate_check"]
+    with pytest.raises(ConfigError) as exc:
+        parse_acceptor_config({**base, FAULT_KEY: "nope"})
+    assert (exc.value.key, exc.value.value) == (FAULT_KEY, "nope")
+
+
+def test_at_least_eighteen_faults_with_distinct_names() -> None:
+    names = [f.name for f in FAULTS]
+    assert len(names) == len(set(names)) >= 18
+
+
+# -- off: the hooks cannot change a decision ------------------------------------------------
+
+
+def test_empty_faults_leave_every_hooked_attribute_at_kafkas_value() -> None:
+    cfg = parse_config(
+        {
+            **TWO_LISTENERS,
+            "max.connections": "7",
+            "max.connections.per.ip": "3",
+            "max.connections.per.ip.overrides": "127.0.0.9:5",
+            "listener.name.external.max.connections": "4",
+        }
+    )
+    q = ConnectionQuotas(cfg, faults=NO_FAULTS)
+    assert q._meter is RateMeter and type(q._broker) is RateMeter
+    assert q._cap == cfg.window_ms
+    assert q._broker_max == 7 and q._per_ip_default == 3
+    assert q._per_ip_overrides == {"127.0.0.9": 5}
+    assert q._listener_max == {"EXTERNAL": 4, "REPLICATION": INT_MAX}
+    assert q._broker_rate_exempt == q._evict_exempt == {"EXTERNAL": False, "REPLICATION": True}
+    assert not (q._legacy or q._f_no_unrecord or q._f_override_ignored or q._f_default_kept)
+    r = RequestQuotas(faults=NO_FAULTS)
+    assert r._request.bounded and r._request.meter_cls is RateMeter
+    assert not r._f_swap_entity
+
+
+arrivals = st.lists(
+    st.tuples(
+        st.integers(min_value=0, max_value=400),
+        st.sampled_from(("127.0.0.1", "127.0.0.2", "127.0.0.3")),
+        st.sampled_from(("EXTERNAL", "REPLICATION")),
+        st.booleans(),
+    ),
+    min_size=1,
+    max_size=200,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    seq=arrivals,
+    broker_rate=st.sampled_from([0, 1, 5, 30]),
+    listener_rate=st.sampled_from([1, 4, INT_MAX]),
+    ip_rate=st.sampled_from([0, 1, 3, INT_MAX]),
+    broker_max=st.integers(min_value=0, max_value=8),
+    per_ip=st.integers(min_value=1, max_value=4),
+    legacy=st.booleans(),
+)
+def test_with_hooks_present_and_no_fault_the_engine_is_kafka(
+    seq: list[tuple[int, str, str, bool]],
+    broker_rate: int,
+    listener_rate: int,
+    ip_rate: int,
+    broker_max: int,
+    per_ip: int,
+    legacy: bool,
+) -> None:
+    n, w = 3, 1000
+    props = {
+        **TWO_LISTENERS,
+        "quota.window.num": str(n),
+        "max.connection.creation.rate": str(broker_rate),
+        "listener.name.external.max.connection.creation.rate": str(listener_rate),
+        "max.connections": str(broker_max),
+        "max.connections.per.ip": str(per_ip),
+    }
+    q = ConnectionQuotas(parse_config(props), legacy_meter=legacy, faults=Faults())
+    q.set_ip_quota(None, ip_rate, 0)
+    k = KafkaConnectionQuotas(
+        ["EXTERNAL", "REPLICATION"],
+        "REPLICATION",
+        broker_rate,
+        {"EXTERNAL": listener_rate},
+        broker_max,
+        {},
+        per_ip,
+        n=n,
+        w=w,
+        legacy=legacy,
+    )
+    k.ip_rate_default = ip_rate
+    live: list[tuple[str, str]] = []
+    t = 0
+    for gap, ip, listener, release in seq:
+        t += gap
+        d = q.decide(listener, ip, t)
+        delay = k.rate_step(listener, t)
+        assert d.rate.delay_ms == delay
+        assert d.waits_for_slot == (not k.slot_available(listener))
+        if not d.waits_for_slot:
+            outcome, throttle = k.ip_step_and_count(listener, ip, t + delay)
+            assert d.admission is not None
+            assert (d.admission.outcome.value, d.admission.throttle_ms) == (outcome, throttle)
+            if outcome == "admit":
+                live.append((listener, ip))
+        assert q.max_connections_exceeded(listener) == (
+            k.total > broker_max and not k.protected(listener)
+        )
+        if release and live:
+            lst, addr = live.pop(0)
+            q.release(lst, addr)
+            k.dec(lst, addr)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    charges=st.lists(
+        st.tuples(
+            st.integers(min_value=0, max_value=300),  # gap, ms
+            st.sampled_from(("hog", "light", "other")),
+            st.integers(min_value=0, max_value=400_000_000),  # handler ns
+        ),
+        min_size=1,
+        max_size=120,
+    )
+)
+def test_request_quotas_with_empty_faults_decide_as_without_hooks(
+    charges: list[tuple[int, str, int]],
+) -> None:
+    plain, hooked = RequestQuotas(), RequestQuotas(faults=Faults())
+    for rq in (plain, hooked):
+        rq.set_quota(None, "hog", "request_percentage", 1.0)
+        rq.set_quota(None, "light", "request_percentage", 50.0)
+    t = 0
+    for gap, client, ns in charges:
+        t += gap
+        a = plain.record_request("ANONYMOUS", client, 0, ns, t)
+        b = hooked.record_request("ANONYMOUS", client, 0, ns, t)
+        assert a == b
+
+
+# -- on: each fault changes a decision on a small trace -------------------------------------
+
+
+@dataclass
+class Trace:
+    """Arrivals (t, listener, ip) fed to ``decide``; admitted ones are kept open."""
+
+    props: dict[str, str]
+    arrivals: list[tuple[int, str, str]]
+    ip_quotas: list[tuple[int, str | None, int]] = field(default_factory=list)  # (t, ip, rate)
+    release: bool = False  # release each admitted connection right away
+
+    def run(self, faults: Faults) -> list[tuple[object, ...]]:
+        q = ConnectionQuotas(parse_config(self.props), faults=faults)
+        quotas = sorted(self.ip_quotas, key=lambda x: x[0])
+        out: list[tuple[object, ...]] = []
+        for t, listener, ip in self.arrivals:
+            while quotas and quotas[0][0] <= t:
+                at, addr, rate = quotas.pop(0)
+                q.set_ip_quota(addr, rate, at)
+            d = q.decide(listener, ip, t)
+            adm = d.admission
+            out.append(
+                (
+                    t,
+                    listener,
+                    ip,
+                    d.rate.delay_ms,
+                    d.waits_for_slot,
+                    None if adm is None else adm.outcome.value,
+                    None if adm is None else adm.throttle_ms,
+                    q.max_connections_exceeded(listener),
+                )
+            )
+            if self.release and adm is not None and adm.outcome is Outcome.ADMITTED:
+                q.release(listener, ip)
+        return out
+
+
+ONE = {"listeners": "CLIENT://127.0.0.1:1"}
+A, B = "127.0.0.2", "127.0.0.3"
+
+
+def _burst(n: int, t: int = 0, listener: str = "CLIENT", ip: str = A) -> list[tuple[int, str, str]]:
+    return [(t, listener, ip)] * n
+
+
+#: fault -> (trace, the first decision it must change: a predicate on (kafka row, faulty row))
+TRACES: dict[str, Trace] = {
+    # 200 connections at 20/s fill the burst allowance exactly: Kafka admits the 200th.
+    "violation_at_bound": Trace(ONE, _burst(201), [(0, None, 20)], release=True),
+    # broker rate 1/s: the 12th connection at t=0 measures 1.2/s -> X = 2000 ms, capped 1000
+    "throttle_uncapped": Trace({**ONE, "max.connection.creation.rate": "1"}, _burst(13)),
+    # a sample with its last event at 999 is purged at 11 000 only by the pre-3.8 ring
+    "window_n_samples": Trace(
+        ONE, _burst(10) + _burst(10, 999) + _burst(3, 11_000), [(0, None, 2)], release=True
+    ),
+    # throttled attempts of A stay in the listener meter and delay B
+    "no_unrecord_ip_throttle": Trace(
+        {**ONE, "listener.name.client.max.connection.creation.rate": "5"},
+        _burst(10) + _burst(40) + _burst(40, ip=B),
+        [(0, A, 1)],
+        release=True,
+    ),
+    "ip_rate_override_ignored": Trace(ONE, _burst(12), [(0, None, 10), (0, A, 1)], release=True),
+    # A's meter exists (bound 10) when the default drops to 1
+    "ip_default_not_reapplied": Trace(
+        ONE, _burst(1) + _burst(20, 1), [(0, None, 10), (1, None, 1)], release=True
+    ),
+    "ip_count_off_by_one": Trace({**ONE, "max.connections.per.ip": "2"}, _burst(3)),
+    "max_connections_off_by_one": Trace({**ONE, "max.connections": "2"}, _burst(3)),
+    "listener_max_ignored": Trace(
+        {**TWO_LISTENERS, "listener.name.external.max.connections": "2"},
+        _burst(3, listener="EXTERNAL"),
+    ),
+    # 20 replication connections must not use up the broker rate of 1/s
+    "protected_counts_broker_rate": Trace(
+        {**TWO_LISTENERS, "max.connection.creation.rate": "1"},
+        _burst(20, listener="REPLICATION") + _burst(1, listener="EXTERNAL"),
+        release=True,
+    ),
+    # 2 replication connections over max.connections=1: only EXTERNAL may evict
+    "protected_evicted": Trace(
+        {**TWO_LISTENERS, "max.connections": "1"},
+        _burst(1, listener="EXTERNAL") + _burst(2, listener="REPLICATION"),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRACES))
+def test_each_engine_fault_changes_a_decision_that_kafka_makes_otherwise(name: str) -> None:
+    trace = TRACES[name]
+    kafka = trace.run(NO_FAULTS)
+    faulty = trace.run(Faults.of([name]))
+    assert kafka != faulty, f"fault {name} changed nothing on its trace"
+    # the fault-free side of the trace is Kafka's (the port decides the same)
+    assert kafka == _port_run(trace)
+
+
+def _port_run(trace: Trace) -> list[tuple[object, ...]]:
+    cfg = parse_config(trace.props)
+    names = list(cfg.listener_names)
+    k = KafkaConnectionQuotas(
+        names,
+        cfg.inter_broker_listener_name,
+        cfg.max_connection_creation_rate,
+        {n: cfg.listener_rate(n) for n in names},
+        cfg.max_connections,
+        {n: cfg.listener_max(n) for n in names},
+        cfg.max_connections_per_ip,
+        n=cfg.quota_window_num,
+        w=cfg.window_ms,
+    )
+    quotas = sorted(trace.ip_quotas, key=lambda x: x[0])
+    out: list[tuple[object, ...]] = []
+    for t, listener, ip in trace.arrivals:
+        while quotas and quotas[0][0] <= t:
+            _, addr, rate = quotas.pop(0)
+            if addr is None:
+                k.ip_rate_default = rate
+                for a, sensor in k.ip_sensors.items():
+                    sensor.bound = k.ip_rates.get(a, rate)
+            else:
+                k.ip_rates[addr] = rate
+        delay = k.rate_step(listener, t)
+        waits = not k.slot_available(listener)
+        outcome: str | None = None
+        throttle: int | None = None
+        if not waits:
+            outcome, throttle = k.ip_step_and_count(listener, ip, t + delay)
+            if trace.release and outcome == "admit":
+                k.dec(listener, ip)
+        exceeded = k.total > cfg.max_connections and not k.protected(listener)
+        out.append((t, listener, ip, delay, waits, outcome, throttle, exceeded))
+    return out
+
+
+def test_at_bound_meter_throttles_exactly_at_the_bound_and_kafka_does_not() -> None:
+    kafka, faulty = RateMeter(11, 1000, 20), AtBoundRateMeter(11, 1000, 20)
+    for _ in range(199):
+        assert kafka.record_bounded(1.0, 0, 1000) == faulty.record_bounded(1.0, 0, 1000) == 0
+    assert kafka.record_bounded(1.0, 0, 1000) == 0  # 200/10 s = 20/s: not > 20
+    assert faulty.record_bounded(1.0, 0, 1000) == 1
+
+
+def _hog_charges(rq: RequestQuotas) -> list[int]:
+    rq.set_quota(None, "hog", "request_percentage", 1.0)
+    rq.set_quota(None, "light", "request_percentage", 50.0)
+    # 5 s of handler time in one request: 50 % over the padded 10 s window, 50x the quota
+    return [rq.record_request("ANONYMOUS", "hog", 0, 5_000_000_000, 0).throttle_ms]
+
+
+def test_request_throttle_uncapped_exceeds_the_window() -> None:
+    assert _hog_charges(RequestQuotas()) == [1000]
+    uncapped = _hog_charges(RequestQuotas(faults=Faults.of(["request_throttle_uncapped"])))
+    assert uncapped[0] > 1000
+
+
+def test_request_wrong_entity_charges_another_bucket() -> None:
+    assert _hog_charges(RequestQuotas()) == [1000]
+    rq = RequestQuotas(faults=Faults.of(["request_wrong_entity"]))
+    assert _hog_charges(rq) == [0]  # charged to client id 'ANONYMOUS', which has no quota
+    assert rq.bucket_for("ANONYMOUS", "hog") == ("", "hog")  # reporting is unchanged
+
+
+ENGINE_FAULTS = set(TRACES) | {"request_throttle_uncapped", "request_wrong_entity"}
+ACCEPTOR_FAULTS = {
+    "evict_most_recent",
+    "rate_delay_not_waited",
+    "delay_doubled",
+    "slot_wait_while_free",
+    "queue_larger_than_20",
+    "skip_ip_rate_check",
+}
+
+
+def test_every_fault_has_a_test_that_shows_it_changing_behaviour() -> None:
+    assert ENGINE_FAULTS | ACCEPTOR_FAULTS == {f.name for f in FAULTS}
