@@ -10,6 +10,13 @@ GIL. In one run, for both paths:
   3. latency: one producer at half of the direct throughput (linger 0), p50/p99 per record.
 
     .venv/bin/python -m bench.acceptor [--seconds 5] [--records 50000] [--loop auto] [--json FILE]
+        [--compare-ref GIT_REF [--rounds 3] [--accept-only]]
+
+``--compare-ref`` also starts the acceptor of another commit (``git archive`` of its
+``harness/`` into a temporary folder) next to the current one, on the same broker, and
+compares the two in alternating rounds: accept rate and the acceptor process's CPU time per
+connection (utime+stime from /proc), which is the steadier number on a shared machine.
+Used to show that the seeded-fault hooks (``harness.test.fault``) cost nothing when off.
 
 Prints progress, then the ratios (goals: forwarding throughput >= 0.8x direct, added p99
 latency <= 2 ms at half load, accept rate >= 0.5x the broker's own).
@@ -62,6 +69,87 @@ def accept_rate(addr: tuple[str, int], threads: int, seconds: float) -> float:
     if bad:
         _progress(f"  {len(bad)} failed round trips: {sorted(set(bad))}")
     return sum(counts) / elapsed
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (Linux /proc), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start_acceptor(
+    work: Path, tag: str, port: int, upstream_port: int, loop: str, cwd: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """`harness acceptor` as its own process (from `cwd`'s harness/ when given)."""
+    ready = work / f"ready-{tag}.json"
+    env = dict(os.environ)
+    if cwd is not None:
+        env["PYTHONPATH"] = str(cwd)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "acceptor", "--loop", loop,
+         "--set", f"listeners=CLIENT://127.0.0.1:{port}",
+         "--set", f"listener.name.client.upstream=127.0.0.1:{upstream_port}",
+         "--set", "metrics.port=-1",
+         "--history", str(work / f"history-{tag}"), "--run-id", f"bench-{tag}",
+         "--ready-file", str(ready)],
+        stdout=open(work / f"acceptor-{tag}.log", "w"), stderr=subprocess.STDOUT,
+        cwd=str(cwd) if cwd is not None else None, env=env,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not ready.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"acceptor {tag} did not start; see {work / f'acceptor-{tag}.log'}")
+        time.sleep(0.1)
+    return proc
+
+
+def compare_ref(
+    work: Path, ref: str, upstream_port: int, args: argparse.Namespace
+) -> dict[str, Any]:
+    """Current acceptor vs the one at `ref`: accept rate and CPU per connection, A/B rounds."""
+    src = work / "ref-src"
+    src.mkdir()
+    root = Path(__file__).resolve().parent.parent
+    archive = subprocess.run(
+        ["git", "-C", str(root), "archive", ref, "harness"], check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    ports: dict[str, int] = {}
+    out: dict[str, Any] = {"ref": ref}
+    try:
+        for tag, cwd in (("ref", src), ("current", None)):
+            ports[tag] = free_port()
+            procs[tag] = start_acceptor(work, tag, ports[tag], upstream_port, args.loop, cwd)
+            _progress(f"acceptor {tag} pid {procs[tag].pid} on 127.0.0.1:{ports[tag]}")
+        for tag in procs:  # warm-up: imports, first connections
+            accept_rate(("127.0.0.1", ports[tag]), args.threads, 1.0)
+        for rnd in range(1, args.rounds + 1):
+            for tag in ("ref", "current") if rnd % 2 else ("current", "ref"):
+                cpu0 = cpu_seconds(procs[tag].pid)
+                t0 = time.monotonic()
+                rate = accept_rate(("127.0.0.1", ports[tag]), args.threads, args.seconds)
+                conns = rate * (time.monotonic() - t0)
+                cpu_ms = (cpu_seconds(procs[tag].pid) - cpu0) * 1000 / max(conns, 1)
+                out.setdefault(f"accept_rate_{tag}", []).append(rate)
+                out.setdefault(f"cpu_ms_per_conn_{tag}", []).append(cpu_ms)
+                _progress(
+                    f"  round {rnd} {tag:7}: {rate:.0f} connections/s, "
+                    f"{cpu_ms:.3f} ms acceptor CPU per connection"
+                )
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+    out["ratio_accept_rate_best"] = max(out["accept_rate_current"]) / max(out["accept_rate_ref"])
+    out["ratio_cpu_per_conn_median"] = statistics.median(
+        out["cpu_ms_per_conn_current"]
+    ) / statistics.median(out["cpu_ms_per_conn_ref"])
+    return out
 
 
 def produce_throughput(boot: str, topic: str, records: int, size: int) -> float:
@@ -122,6 +210,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency-rate", type=float, default=200.0, help="cap of the steady rate")
     ap.add_argument("--loop", choices=("auto", "uvloop", "asyncio"), default="auto")
     ap.add_argument("--json", type=Path, help="also write the numbers here")
+    ap.add_argument("--compare-ref", metavar="GIT_REF", help="also compare with this commit")
+    ap.add_argument("--rounds", type=int, default=3, help="A/B rounds of --compare-ref")
+    ap.add_argument(
+        "--accept-only", action="store_true", help="with --compare-ref: only that comparison"
+    )
     args = ap.parse_args(argv)
 
     from harness.broker import start_broker
@@ -143,6 +236,23 @@ def main(argv: list[str] | None = None) -> int:
     try:
         direct_port = broker.listener_ports["PLAINTEXT"]
         fronted_port = broker.listener_ports["FRONTED"]
+        if args.compare_ref:
+            _progress(
+                f"comparing the current acceptor with {args.compare_ref} ({args.rounds} rounds)"
+            )
+            cmp = compare_ref(work, args.compare_ref, fronted_port, args)
+            print()
+            print(
+                f"current/{args.compare_ref}: accept rate (best) "
+                f"{cmp['ratio_accept_rate_best']:.3f}, CPU per connection (median) "
+                f"{cmp['ratio_cpu_per_conn_median']:.3f}"
+            )
+            if args.accept_only:
+                if args.json:
+                    args.json.write_text(json.dumps(cmp, indent=2), encoding="utf-8")
+                    print(f"numbers written to {args.json}")
+                print(f"acceptor logs and history: {work}")
+                return 0
         ready = work / "ready.json"
         proc = subprocess.Popen(
             [sys.executable, "-m", "harness", "acceptor", "--loop", args.loop,

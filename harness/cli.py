@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "scenarios": ("harness.runner.catalog_cli", "list the scenario catalog"),
     "analyze": ("analysis.cli", "check a run's history against the quota model"),
     "compare": ("analysis.compare_cli", "compare two runs of one scenario side by side"),
+    "selftest": ("harness.selftest.cli", "prove the gate catches seeded acceptor faults"),
 }
 
 

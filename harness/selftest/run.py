@@ -1,0 +1,253 @@
+"""Carry out a selftest plan: each job is a real `harness run SCENARIO --gate` (programmatic).
+
+A fault is *caught* when its run's verdict is FAIL while the clean run of the same
+scenario is not FAIL (a scenario that fails without any fault proves nothing about the
+fault). The kill rate is caught / faults. A clean run that fails is a *false fail*. The
+selftest passes (exit 0) only when every fault is caught and no clean run fails.
+
+Output: ``<out>/selftest-<UTC stamp>/`` with ``summary.json``, ``index.html`` (a table
+linking every run's report), ``runs/<run>/`` (the run folders) and ``logs/<job>.log``
+(each run's console output).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from harness.quota.faults import FAULT_KEY
+from harness.selftest.plan import Job
+
+__all__ = ["JobResult", "Selftest", "summarize"]
+
+
+@dataclass
+class JobResult:
+    scenario: str
+    fault: str | None
+    verdict: str  # pass | fail | unknown | error
+    failing: list[str] = field(default_factory=list)
+    witness: str = ""
+    run_dir: str | None = None
+    report: str | None = None
+    error: str | None = None
+    wall_s: float = 0.0
+
+
+#: runs one job and returns its result (the real one drives the Orchestrator)
+RunOne = Callable[[Job, Path, Path], JobResult]
+
+
+def first_witness(check: dict[str, Any]) -> str:
+    ws = check.get("witnesses") or []
+    if ws:
+        w = ws[0]
+        if isinstance(w, dict):
+            text = ", ".join(f"{k}={v}" for k, v in w.items() if v not in (None, ""))
+        else:
+            text = str(w)
+        return f"{check.get('name')}: {text}"[:300]
+    return f"{check.get('name')}: {check.get('observed', '')}"[:300]
+
+
+def run_job(job: Job, runs_dir: Path, log_path: Path) -> JobResult:
+    """One scenario run against the acceptor with the job's fault (if any), like --gate."""
+    from harness.runner.catalog import load
+    from harness.runner.orchestrator import Orchestrator, RunOptions
+
+    scenario = load(job.scenario)
+    overrides = {FAULT_KEY: job.fault} if job.fault else {}
+    opts = RunOptions(target="acceptor", out=runs_dir, set_acceptor=overrides)
+    t0 = time.monotonic()
+    with open(log_path, "w", encoding="utf-8") as log, contextlib.redirect_stdout(log):
+        result = Orchestrator(scenario, opts).run()
+    failing = [str(c.get("name")) for c in result.checks if c.get("verdict") == "fail"]
+    witness = next((first_witness(c) for c in result.checks if c.get("verdict") == "fail"), "")
+    verdict = result.verdict
+    if result.error and verdict != "fail":
+        verdict = "error"
+    return JobResult(
+        scenario=job.scenario,
+        fault=job.fault,
+        verdict=verdict,
+        failing=failing,
+        witness=witness,
+        run_dir=str(result.run_dir),
+        report=str(result.report) if result.report else None,
+        error=result.error,
+        wall_s=round(time.monotonic() - t0, 1),
+    )
+
+
+def summarize(results: list[JobResult]) -> dict[str, Any]:
+    """Kill table, kill rate, false fails and the overall outcome (a pure function)."""
+    clean = {r.scenario: r for r in results if r.fault is None}
+    rows: list[dict[str, Any]] = []
+    faults: dict[str, bool] = {}
+    for r in results:
+        if r.fault is None:
+            continue
+        control = clean.get(r.scenario)
+        control_fails = control is not None and control.verdict == "fail"
+        new_failures = [c for c in r.failing if control is None or c not in control.failing]
+        caught = r.verdict == "fail" and not control_fails
+        faults[r.fault] = faults.get(r.fault, False) or caught
+        rows.append(
+            {
+                **asdict(r),
+                "caught": caught,
+                "new_failures": new_failures,
+                "control_verdict": None if control is None else control.verdict,
+            }
+        )
+    false_fails = [r.scenario for r in clean.values() if r.verdict == "fail"]
+    unknown_clean = [r.scenario for r in clean.values() if r.verdict in ("unknown", "error")]
+    killed = sorted(f for f, c in faults.items() if c)
+    survived = [f for f, c in faults.items() if not c]
+    return {
+        "faults": len(faults),
+        "killed": killed,
+        "survived": survived,
+        "kill_rate": (len(killed) / len(faults)) if faults else 0.0,
+        "false_fails": false_fails,
+        "clean_not_pass": unknown_clean,
+        "rows": rows,
+        "clean": [asdict(r) for r in clean.values()],
+        "ok": bool(faults) and not survived and not false_fails,
+    }
+
+
+class Selftest:
+    """Runs the jobs in order, printing progress, and writes the results as it goes."""
+
+    def __init__(
+        self,
+        jobs: list[Job],
+        out: Path,
+        *,
+        run_one: RunOne = run_job,
+        say: TextIO | None = None,
+        stamp: str | None = None,
+    ) -> None:
+        self.jobs = jobs
+        stamp = stamp or datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        self.root = out / f"selftest-{stamp}"
+        self.run_one = run_one
+        self.say_to = say or sys.stdout
+        self.results: list[JobResult] = []
+        self.t0 = time.monotonic()
+
+    def say(self, msg: str) -> None:
+        print(f"[selftest +{time.monotonic() - self.t0:6.0f}s] {msg}", file=self.say_to, flush=True)
+
+    def run(self) -> dict[str, Any]:
+        (self.root / "logs").mkdir(parents=True, exist_ok=True)
+        (self.root / "runs").mkdir(exist_ok=True)
+        n = len(self.jobs)
+        self.say(
+            f"{n} runs ({sum(1 for j in self.jobs if j.fault)} with faults); output in {self.root}"
+        )
+        for i, job in enumerate(self.jobs, 1):
+            log = self.root / "logs" / f"{job.slug}.log"
+            self.say(f"[{i}/{n}] {job.label}: running (log {log})")
+            try:
+                res = self.run_one(job, self.root / "runs", log)
+            except KeyboardInterrupt:
+                self.say("interrupted: writing what ran so far")
+                break
+            except Exception as exc:  # one broken run must not lose the others
+                res = JobResult(
+                    job.scenario, job.fault, "error", error=f"{type(exc).__name__}: {exc}"
+                )
+            self.results.append(res)
+            self.say(f"[{i}/{n}] {job.label}: {self._brief(res)}")
+            self.write()
+        summary = self.write()
+        return summary
+
+    def _brief(self, r: JobResult) -> str:
+        text = f"{r.verdict.upper()} in {r.wall_s:.0f}s"
+        if r.fault is not None:
+            text += " -> CAUGHT" if r.verdict == "fail" else " -> survived"
+        elif r.verdict == "fail":
+            text += " -> FALSE FAIL"
+        if r.failing:
+            text += f"; failing: {', '.join(r.failing)}"
+        if r.error:
+            text += f"; error: {r.error}"
+        return text
+
+    def write(self) -> dict[str, Any]:
+        summary = summarize(self.results)
+        summary["planned"] = [asdict(j) for j in self.jobs]
+        summary["wall_s"] = round(time.monotonic() - self.t0, 1)
+        summary["root"] = str(self.root)
+        tmp = self.root / ".summary.json"
+        tmp.write_text(json.dumps(summary, indent=2), encoding="utf-8")
+        os.replace(tmp, self.root / "summary.json")
+        (self.root / "index.html").write_text(render_html(summary, self.root), encoding="utf-8")
+        return summary
+
+
+def _link(path: str | None, root: Path, text: str) -> str:
+    if not path:
+        return html.escape(text)
+    try:
+        rel = os.path.relpath(path, root)
+    except ValueError:
+        rel = path
+    return f'<a href="{html.escape(rel)}">{html.escape(text)}</a>'
+
+
+def _run_link(r: dict[str, Any], root: Path) -> str:
+    return _link(r["report"] or r["run_dir"], root, "report" if r["report"] else "run")
+
+
+def render_html(summary: dict[str, Any], root: Path) -> str:
+    e = html.escape
+    rows = []
+    for r in summary["rows"]:
+        status = "caught" if r["caught"] else "SURVIVED"
+        rows.append(
+            f"<tr class='{'ok' if r['caught'] else 'bad'}'><td>{e(r['fault'])}</td>"
+            f"<td>{e(r['scenario'])}</td><td>{e(r['verdict'])}</td><td>{status}</td>"
+            f"<td>{e(', '.join(r['failing']))}</td><td>{e(r['witness'])}</td>"
+            f"<td>{_run_link(r, root)}</td></tr>"
+        )
+    clean = []
+    for r in summary["clean"]:
+        bad = r["verdict"] == "fail"
+        clean.append(
+            f"<tr class='{'bad' if bad else 'ok'}'><td>{e(r['scenario'])}</td>"
+            f"<td>{e(r['verdict'])}{' (FALSE FAIL)' if bad else ''}</td>"
+            f"<td>{e(', '.join(r['failing']))}</td><td>{e(r['witness'])}</td>"
+            f"<td>{_run_link(r, root)}</td></tr>"
+        )
+    verdict = "PASS" if summary["ok"] else "FAIL"
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>harness selftest {e(verdict)}</title>
+<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:4px 8px;vertical-align:top;font-size:90%}}
+tr.bad{{background:#fdd}}tr.ok{{background:#efe}}</style></head><body>
+<h1>harness selftest: {e(verdict)}</h1>
+<p>Kill rate {len(summary["killed"])}/{summary["faults"]} ({summary["kill_rate"]:.0%}),
+false fails {len(summary["false_fails"])}, wall time {summary["wall_s"]:.0f} s.
+Survivors: {e(", ".join(summary["survived"]) or "none")}.</p>
+<h2>Seeded faults (acceptor started with {e(FAULT_KEY)}=&lt;fault&gt;)</h2>
+<table><tr><th>fault</th><th>scenario</th><th>verdict</th><th></th><th>failing checks</th>
+<th>first witness</th><th>run</th></tr>
+{"".join(rows)}</table>
+<h2>Clean runs (no fault)</h2>
+<table><tr><th>scenario</th><th>verdict</th><th>failing checks</th><th>first witness</th>
+<th>run</th></tr>{"".join(clean)}</table>
+</body></html>
+"""

@@ -1,0 +1,113 @@
+"""`harness selftest`: the fault->scenario plan and the kill table (no runs: injected)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.quota.faults import FAULTS
+from harness.runner.catalog import load
+from harness.selftest.plan import CI_FAULTS, FAULT_SCENARIOS, Job, PlanError, build_plan
+from harness.selftest.run import JobResult, Selftest, summarize
+
+
+def test_every_fault_has_scenarios_that_exist_and_target_the_acceptor() -> None:
+    assert set(FAULT_SCENARIOS) == {f.name for f in FAULTS}
+    for fault, scenarios in FAULT_SCENARIOS.items():
+        assert scenarios, fault
+        for name in scenarios:
+            assert "acceptor" in load(name).targets, (fault, name)
+
+
+def test_ci_subset_is_three_faults_on_one_short_scenario() -> None:
+    jobs = build_plan(",".join(CI_FAULTS))
+    assert len(CI_FAULTS) >= 3
+    assert {j.scenario for j in jobs} == {"ci-gate"}
+    assert [j.fault for j in jobs if j.fault is None] == [None]  # one clean run
+    assert load("ci-gate").duration <= 20
+
+
+def test_plan_runs_faults_then_one_clean_run_per_scenario() -> None:
+    jobs = build_plan()
+    faulty = [j for j in jobs if j.fault]
+    clean = [j for j in jobs if j.fault is None]
+    assert jobs == faulty + clean
+    assert sorted(j.scenario for j in clean) == sorted({j.scenario for j in faulty})
+    only = build_plan(scenarios="broker-rate")
+    assert {j.scenario for j in only} == {"broker-rate"}
+    assert {j.fault for j in only if j.fault} == {
+        f for f, s in FAULT_SCENARIOS.items() if "broker-rate" in s
+    }
+
+
+@pytest.mark.parametrize(
+    ("faults", "scenarios", "message"),
+    [
+        ("nope", None, "unknown"),
+        (None, "demo-stormy", "cover no fault"),
+        ("delay_doubled", "ci-gate", "no fault"),
+    ],
+)
+def test_bad_selections_are_refused(
+    faults: str | None, scenarios: str | None, message: str
+) -> None:
+    with pytest.raises(PlanError, match=message):
+        build_plan(faults, scenarios)
+
+
+def r(
+    fault: str | None, verdict: str, scenario: str = "s", failing: tuple[str, ...] = ()
+) -> JobResult:
+    return JobResult(scenario, fault, verdict, list(failing), witness="w" if failing else "")
+
+
+def test_caught_only_when_the_clean_run_does_not_fail_too() -> None:
+    s = summarize(
+        [
+            r("a", "fail", failing=("x",)),
+            r("b", "pass"),
+            r("c", "unknown"),
+            r(None, "pass"),
+            r("d", "fail", "t", ("y", "z")),
+            r(None, "fail", "t", ("y",)),
+        ]
+    )
+    assert s["killed"] == ["a"]
+    assert s["survived"] == ["b", "c", "d"]
+    assert s["false_fails"] == ["t"]
+    assert not s["ok"]
+    d = next(row for row in s["rows"] if row["fault"] == "d")
+    assert d["new_failures"] == ["z"] and not d["caught"]
+    assert summarize([r("a", "fail", failing=("x",)), r(None, "pass")])["ok"]
+
+
+def test_selftest_writes_summary_and_html_linking_runs(tmp_path: Path) -> None:
+    def fake(job: Job, runs: Path, log: Path) -> JobResult:
+        run_dir = runs / job.slug
+        (run_dir / "report").mkdir(parents=True)
+        (run_dir / "report" / "report.html").write_text("r")
+        verdict = "fail" if job.fault else "pass"
+        res = r(job.fault, verdict, job.scenario, ("ip_rate_span",) if job.fault else ())
+        res.run_dir, res.report = str(run_dir), str(run_dir / "report" / "report.html")
+        return res
+
+    out: list[str] = []
+
+    class Sink:
+        def write(self, text: str) -> int:
+            out.append(text)
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+    st = Selftest(build_plan(",".join(CI_FAULTS)), tmp_path, run_one=fake, say=Sink(), stamp="T")  # type: ignore[arg-type]
+    summary = st.run()
+    assert summary["ok"] and summary["kill_rate"] == 1.0
+    saved = json.loads((tmp_path / "selftest-T" / "summary.json").read_text())
+    assert saved["killed"] == sorted(CI_FAULTS)
+    page = (tmp_path / "selftest-T" / "index.html").read_text()
+    assert 'href="runs/clean--ci-gate/report/report.html"' in page
+    assert any("CAUGHT" in line for line in out)
