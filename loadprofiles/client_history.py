@@ -49,7 +49,7 @@ BUFFERED = (
     "detail",
 )
 _ALWAYS_NULL = ("processor", "delay_ms", "principal")
-_RECORD_FIELDS = frozenset(BUFFERED) - {"event", "mono_ns"}
+_RECORD_FIELDS = frozenset(BUFFERED) - {"event", "mono_ns", "detail"}
 
 Batch = dict[str, list[Any]]
 
@@ -67,15 +67,17 @@ class ClientHistory:
 
     def __init__(
         self,
-        history_dir: str | os.PathLike[str],
+        history_dir: str | os.PathLike[str] | None,
         run_id: str,
         *,
         name: str | None = None,
         clock_offset_ns: int = 0,
     ) -> None:
         self.run_id = run_id
-        self.dir = Path(history_dir) / "client"
-        self.dir.mkdir(parents=True, exist_ok=True)
+        #: None: rows are buffered (for live statistics) and dropped, never written
+        self.dir = Path(history_dir) / "client" if history_dir is not None else None
+        if self.dir is not None:
+            self.dir.mkdir(parents=True, exist_ok=True)
         self.name = name or f"client-{socket.gethostname()}-{os.getpid()}"
         # one instant read on both clocks; ts of every row derives from mono_ns
         self._mono0 = time.monotonic_ns()
@@ -214,7 +216,7 @@ class ClientHistory:
     def write(self, batches: list[Batch]) -> Path | None:
         """Write batches as one atomic part file (one writing thread at a time)."""
         batches = [b for b in batches if b["event"]]
-        if not batches:
+        if not batches or self.dir is None:
             return None
         merged = (
             batches[0]

@@ -11,9 +11,7 @@ the global arrivals ``k`` with ``k % N == i``; extra users in one process idle.
 from __future__ import annotations
 
 import logging
-import math
 import os
-import socket
 import sys
 import time
 from collections.abc import Callable
@@ -27,13 +25,17 @@ from locust import User, constant, events, task
 from locust.env import Environment
 from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
-from loadprofiles import addresses, arrivals, proxy_header
+from loadprofiles import addresses, arrivals, readiness
+from loadprofiles.client_history import ClientHistory
 from loadprofiles.kafka_client import (
     ClientConfig,
     ClientError,
     KafkaConnection,
     NotOffered,
 )
+from loadprofiles.options import OptionError as OptionError
+from loadprofiles.options import Settings as Settings
+from loadprofiles.options import add_options
 
 log = logging.getLogger("loadprofiles")
 
@@ -44,147 +46,13 @@ def listen(event_name: str, fn: Callable[..., Any]) -> None:
     hook.add_listener(fn)
 
 
-# -- options ---------------------------------------------------------------------------
-def _add_options(parser: Any) -> None:
-    g = parser.add_argument_group("harness", "Kafka connection-limit harness options")
-    g.add_argument(
-        "--run-dir", default="", help="run directory; history -> RUN_DIR/history/client/"
-    )
-    g.add_argument("--run-id", default="", help="run id written in every history row")
-    g.add_argument(
-        "--arrival",
-        default="constant:rate=20",
-        help="connection arrival schedule, e.g. constant:rate=50, step:rates=10/50/100,every=5, "
-        "spike:base=5,peak=200,at=10,for=2, ramp:from=0,to=200,over=30, poisson:rate=50, "
-        "sawtooth:low=0,high=100,period=10",
-    )
-    g.add_argument("--seed", type=int, default=1, help="seed for random arrivals and payloads")
-    g.add_argument("--max-arrivals", type=int, default=0, help="stop after N arrivals (0: no cap)")
-    g.add_argument("--source-ips", default="", help="bind source addresses: 127.0.0.2-127.0.0.40")
-    g.add_argument("--proxy-protocol", default="off", choices=list(proxy_header.VERSIONS))
-    g.add_argument(
-        "--proxy-client-ips", default="", help="client addresses claimed in PROXY headers"
-    )
-    g.add_argument("--listener-name", default="", help="listener name recorded in history rows")
-    g.add_argument("--metrics-url", default="", help="acceptor /metrics for the admission tab")
-    g.add_argument("--connect-timeout", type=float, default=5.0, help="seconds")
-    g.add_argument("--request-timeout", type=float, default=10.0, help="seconds")
-    g.add_argument("--topic", default="harness-load", help="topic for produce/metadata")
-    g.add_argument(
-        "--delayed-threshold-ms",
-        type=float,
-        default=250.0,
-        help="first response slower than this = delayed then served",
-    )
-    g.add_argument(
-        "--max-lag-ms",
-        type=float,
-        default=100.0,
-        help="an arrival started later than this is not offered (cause cpu)",
-    )
-    g.add_argument(
-        "--max-in-flight", type=int, default=2000, help="concurrent connections per process"
-    )
-    g.add_argument(
-        "--arrival-slots",
-        type=int,
-        default=0,
-        help="drivers sharing the schedule (0: auto from --processes / 1)",
-    )
-    g.add_argument(
-        "--hold-ms",
-        type=float,
-        default=0.0,
-        help="keep each connection open this long after its requests (concurrency per IP)",
-    )
-    g.add_argument("--acks", default="1", choices=["1", "all", "-1", "0"], help="produce acks")
-    g.add_argument("--payload-bytes", type=int, default=100, help="produce record size")
-    g.add_argument(
-        "--via-haproxy",
-        default="off",
-        choices=["off", "v1", "v2"],
-        help="single-IP flood: start a real HAProxy that adds a PROXY header",
-    )
-
-
-listen("init_command_line_parser", _add_options)
-
-
-class OptionError(ValueError):
-    """A bad harness option: names the option, the value and the reason."""
-
-
-@dataclass
-class Settings:
-    """The parsed, validated harness options of one Locust process."""
-
-    host: str
-    port: int
-    arrival: arrivals.ArrivalSpec
-    seed: int
-    max_arrivals: int | None
-    duration_s: float | None
-    source_ips: tuple[str, ...]
-    proxy_protocol: str
-    proxy_client_ips: tuple[str, ...]
-    listener: str | None
-    connect_timeout: float
-    request_timeout: float
-    topic: str
-    delayed_threshold_ms: float
-    max_lag_ms: float
-    max_in_flight: int
-    acks: int
-    payload_bytes: int
-    hold_ms: float = 0.0
+# -- options: loadprofiles.options (argparse converters), parsed once per test start ------
+listen("init_command_line_parser", add_options)
 
 
 def settings(env: Environment, host: str | None) -> Settings:
     """Validate the options once per process; errors name option, value and reason."""
-    o = env.parsed_options
-    if o is None:
-        raise OptionError("no parsed options: run under the locust command")
-    target = host or env.host or ""
-    try:
-        h, p = addresses.parse_target(target)
-        spec = arrivals.parse_arrival(o.arrival)
-        src = addresses.parse_ip_pool(o.source_ips, "--source-ips")
-        pci = addresses.parse_ip_pool(o.proxy_client_ips, "--proxy-client-ips")
-    except ValueError as exc:
-        raise OptionError(str(exc)) from None
-    for name, value, lo in (
-        ("--connect-timeout", o.connect_timeout, 0.001),
-        ("--request-timeout", o.request_timeout, 0.001),
-        ("--max-in-flight", o.max_in_flight, 1),
-        ("--max-lag-ms", o.max_lag_ms, 0),
-        ("--max-arrivals", o.max_arrivals, 0),
-        ("--payload-bytes", o.payload_bytes, 0),
-        ("--hold-ms", o.hold_ms, 0),
-    ):
-        if not (value >= lo and math.isfinite(value)):
-            raise OptionError(f"{name}: {value!r}: must be >= {lo}")
-    run_time = getattr(o, "run_time", None)
-    return Settings(
-        host=h,
-        port=p,
-        arrival=spec,
-        seed=o.seed,
-        max_arrivals=o.max_arrivals or None,
-        duration_s=float(run_time) if run_time else None,
-        source_ips=src,
-        proxy_protocol=o.proxy_protocol,
-        proxy_client_ips=pci,
-        listener=o.listener_name or None,
-        connect_timeout=o.connect_timeout,
-        request_timeout=o.request_timeout,
-        topic=o.topic,
-        delayed_threshold_ms=o.delayed_threshold_ms,
-        max_lag_ms=o.max_lag_ms,
-        max_in_flight=o.max_in_flight,
-        acks=-1 if o.acks in ("all", "-1") else int(o.acks),
-        payload_bytes=o.payload_bytes,
-        hold_ms=o.hold_ms,
-    )
+    return Settings.from_options(env.parsed_options, host or env.host or "")
 
 
 # -- history: one writer per Locust process ----------------------------------------------
@@ -192,26 +60,17 @@ _writer: Any = None
 
 
 def history(env: Environment) -> Any:
-    """The process's client HistoryWriter (None without ``--run-dir`` or on a master)."""
+    """The process's ClientHistory (None without ``--run-dir`` or on a master)."""
     global _writer
     if _writer is not None:
         return _writer
     o = env.parsed_options
     if not o or not o.run_dir or isinstance(env.runner, MasterRunner):
         return None
-    import pyarrow.parquet  # noqa: F401  (import now, not in the first flush mid-run)
-
-    from harness.history import HistoryWriter  # pyarrow: only when history is wanted
-
     run_id = o.run_id or Path(o.run_dir).name
-    name = f"client-{socket.gethostname()}-{os.getpid()}"
-    # background=False: under gevent its thread would be a greenlet and a Parquet write
-    # would stall every arrival; flush in a native thread of gevent's pool instead
-    _writer = HistoryWriter(
-        Path(o.run_dir) / "history", "client", run_id, name=name, background=False
-    )
+    _writer = ClientHistory(Path(o.run_dir) / "history", run_id)
     gevent.spawn(_flush_loop, _writer)
-    log.info("client history -> %s/%s-*.parquet", _writer.dir, name)
+    log.info("client history -> %s/%s-*.parquet", _writer.dir, _writer.name)
     return _writer
 
 
@@ -222,14 +81,20 @@ def _flush_loop(writer: Any, interval_s: float = 1.0) -> None:
         if _writer is not writer:
             return
         try:
-            pool.spawn(writer.flush).get()
+            writer.seal()  # rows come from this thread's greenlets: sealing here is safe
+            batches = writer.drain()
+            if batches:
+                pool.spawn(writer.write, batches).get()
         except Exception as exc:  # keep the load running; say so loudly
             print(f"loadprofiles: history flush failed: {exc!r}", file=sys.stderr, flush=True)
 
 
 def _flush_history(environment: Environment, **_: Any) -> None:
     if _writer is not None:
-        gevent.get_hub().threadpool.spawn(_writer.flush).get()
+        _writer.seal()
+        batches = _writer.drain()
+        if batches:
+            gevent.get_hub().threadpool.spawn(_writer.write, batches).get()
 
 
 def _close_history(environment: Environment, **_: Any) -> None:
@@ -439,6 +304,8 @@ class ArrivalUser(User):
         )
         start_ns = time.monotonic_ns() + 5_000_000
         STATS.first_ns = STATS.first_ns or start_ns
+        ready_dir = self.environment.parsed_options.ready_dir
+        readiness.mark(ready_dir, readiness.READY, start_mono_ns=start_ns, slot=slot, slots=slots)
         try:
             self._schedule(s, schedule, start_ns, pool, hist, config)
         except gevent.GreenletExit:
@@ -450,6 +317,7 @@ class ArrivalUser(User):
             raise
         pool.join()
         log.info("%s: schedule done: %s", self.profile, STATS.summary())
+        readiness.mark(ready_dir, readiness.DONE, intended=STATS.intended, offered=STATS.offered)
 
     def _schedule(
         self,

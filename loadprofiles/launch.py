@@ -14,7 +14,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 PROFILES: dict[str, Path] = {
-    name: HERE / f"{name}.py" for name in ("storm", "per_request", "single_ip_flood", "steady")
+    name: HERE / f"{name}.py"
+    for name in ("storm", "connect", "per_request", "single_ip_flood", "steady")
 }
 
 

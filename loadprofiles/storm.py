@@ -1,7 +1,9 @@
 """Connection storm: many new clients at once, each connect → ApiVersions → Metadata → close.
 
 What a fleet restart looks like to a broker: every client opens a fresh connection
-and bootstraps. Shape comes from ``--arrival`` (e.g. ``spike:base=5,peak=200,at=10,for=2``).
+and bootstraps. Shape comes from ``--arrival`` (e.g. ``spike:base=5,peak=200,at=10,for=2``);
+``--shape connect|apiversions`` cuts each arrival short (see ``connect.py``). Runs on the
+wire-speed engine (``loadprofiles.engine``), one driver per process (``driver.py``).
 
     locust -f loadprofiles/storm.py --headless -u 1 -r 1 -t 20s \
         --host kafka://127.0.0.1:9092 --arrival constant:rate=100 --run-dir runs/x
@@ -10,15 +12,12 @@ and bootstraps. Shape comes from ``--arrival`` (e.g. ``spike:base=5,peak=200,at=
 from __future__ import annotations
 
 from loadprofiles import webui  # noqa: F401  (the admission tab)
-from loadprofiles.common import ArrivalUser
-from loadprofiles.kafka_client import KafkaConnection
+from loadprofiles.driver import DriverUser, EngineDriver
+
+EngineDriver.install(profile="storm", default_shape="storm")
 
 
-class StormUser(ArrivalUser):
-    """One driver; every arrival is a new client bootstrapping."""
+class StormUser(DriverUser):
+    """Placeholder user: the process's EngineDriver runs the arrivals."""
 
     profile = "storm"
-
-    def session(self, conn: KafkaConnection) -> None:
-        conn.api_versions()
-        conn.metadata()

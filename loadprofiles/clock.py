@@ -1,0 +1,58 @@
+"""Clock alignment of distributed load: each worker's offset to the master's clock.
+
+A worker sends ``harness_clock_ping`` (its wall clock ``t0``) over Locust's own
+master/worker channel; the master answers ``harness_clock_pong`` with its wall clock
+``m``; at receipt ``t1`` the worker estimates ``offset = m − (t0 + t1) / 2`` (NTP's
+estimate, error ≤ RTT/2), keeping the sample with the smallest round trip of
+``PINGS``. ``master_time ≈ worker_time + offset``: a history row's ``ts`` plus its
+process's ``clock_offset_ns`` is on the master's clock. The worker records the
+offset and its bound in its history (``connect_invoke.detail.clock_offset_ns`` and
+``clock_rtt_ns``, and the Parquet metadata) so an analysis of several hosts can
+align them. On one machine the offset is ~0 and says how well that works.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+PINGS = 5
+
+
+def estimate(t0_ns: int, master_ns: int, t1_ns: int) -> tuple[int, int]:
+    """(offset_ns, rtt_ns) of one exchange (pure; unit-tested)."""
+    return master_ns - (t0_ns + t1_ns) // 2, t1_ns - t0_ns
+
+
+def master_side(environment: Any) -> None:
+    runner = environment.runner
+
+    def on_ping(environment: Any, msg: Any, **_: Any) -> None:
+        runner.send_message(
+            "harness_clock_pong",
+            {"t0": msg.data["t0"], "m": time.time_ns()},
+            client_id=msg.node_id,
+        )
+
+    runner.register_message("harness_clock_ping", on_ping)
+
+
+def worker_side(environment: Any, on_offset: Callable[[int, int], None]) -> None:
+    """Ping the master at each test start; ``on_offset(offset_ns, rtt_ns)`` per better sample."""
+    runner = environment.runner
+    best: dict[str, int | None] = {"rtt": None}
+
+    def on_pong(environment: Any, msg: Any, **_: Any) -> None:
+        offset, rtt = estimate(int(msg.data["t0"]), int(msg.data["m"]), time.time_ns())
+        prev = best["rtt"]
+        if prev is None or rtt < prev:
+            best["rtt"] = rtt
+            on_offset(offset, rtt)
+
+    def ping(environment: Any, **_: Any) -> None:
+        for _i in range(PINGS):
+            runner.send_message("harness_clock_ping", {"t0": time.time_ns()})
+
+    runner.register_message("harness_clock_pong", on_pong)
+    environment.events.test_start.add_listener(ping)

@@ -1,0 +1,312 @@
+"""The per-process driver of the engine profiles (``storm.py``, ``connect.py``).
+
+One ``EngineDriver`` per Locust process, created on Locust's ``init`` event and
+held only by the listeners it registers on that environment's events (no module
+globals). On ``test_start`` it parses the options once into ``Settings``, builds a
+``StormEngine`` for this process's slot of the schedule and runs it in a native
+thread (``gevent``'s thread pool), so the arrival loop never waits for the hub.
+A greenlet of the hub meanwhile:
+
+* takes the history batches the engine sealed, writes them (thread pool) and turns
+  the same rows into Locust's request statistics (``connect``, ``ApiVersions``,
+  ``Metadata``): the history is the one record, the statistics a view of it;
+* writes the readiness markers (``--ready-dir``, ``loadprofiles.readiness``).
+
+With ``--processes N`` or master/worker, worker ``i`` of ``N`` takes the global
+arrivals ``k`` with ``k % N == i`` and source address ``k % len(pool)``: N processes
+offer exactly the single-process schedule from exactly its addresses. Each worker
+measures its clock offset to the master (``loadprofiles.clock``) and writes it into
+its history (Parquet metadata ``clock_offset_ns`` and the ready marker).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, ClassVar, cast
+
+import gevent
+from locust import User, constant, task
+from locust.env import Environment
+from locust.runners import LocalRunner, MasterRunner, WorkerRunner
+
+from loadprofiles import arrivals, clock, readiness
+from loadprofiles.client_history import Batch, ClientHistory
+from loadprofiles.engine import API_NAMES, EngineConfig, EngineStats, StormEngine
+from loadprofiles.options import OptionError, Settings, add_options
+
+log = logging.getLogger("loadprofiles")
+
+
+class _Failure(Exception):
+    """A failed connection or request, as Locust's statistics show it."""
+
+
+class EngineDriver:
+    """Runs one process's share of the schedule with a ``StormEngine``."""
+
+    def __init__(self, environment: Environment, profile: str, default_shape: str) -> None:
+        self.env = environment
+        self.profile = profile
+        self.default_shape = default_shape
+        self.history: ClientHistory | None = None
+        self.engine: StormEngine | None = None
+        self.greenlet: gevent.Greenlet | None = None
+        self.stats: EngineStats | None = None
+        self.clock_offset_ns = 0
+        self._clock: tuple[int, int] | None = None
+        self._errors: dict[str, _Failure] = {}
+        ev: Any = environment.events
+        ev.test_start.add_listener(self.on_test_start)
+        ev.test_stop.add_listener(self.on_test_stop)
+        ev.quitting.add_listener(self.on_quitting)
+        if isinstance(environment.runner, WorkerRunner):
+            clock.worker_side(environment, self._set_offset)
+
+    @classmethod
+    def install(cls, profile: str, default_shape: str) -> None:
+        """Register the options and the ``init`` hook that creates the driver."""
+        from locust import events as locust_events
+
+        events: Any = locust_events
+        events.init_command_line_parser.add_listener(add_options)
+
+        def on_init(environment: Environment, **_: Any) -> None:
+            if not isinstance(environment.runner, MasterRunner):
+                cls(environment, profile, default_shape)
+            else:
+                clock.master_side(environment)
+
+        events.init.add_listener(on_init)
+
+    def _set_offset(self, offset_ns: int, rtt_ns: int) -> None:
+        self.clock_offset_ns = offset_ns
+        if self.history is not None:
+            self.history.clock_offset_ns = offset_ns
+        if self.engine is not None:
+            self.engine.set_clock_offset(offset_ns, rtt_ns)
+        self._clock = (offset_ns, rtt_ns)
+
+    # -- Locust events --------------------------------------------------------------------
+    def on_test_start(self, environment: Environment, **_: Any) -> None:
+        if self.greenlet is not None and not self.greenlet.dead:
+            return
+        self.greenlet = gevent.spawn(self._drive)
+
+    def on_test_stop(self, environment: Environment, **_: Any) -> None:
+        if self.engine is not None:
+            self.engine.stop()
+        if self.greenlet is not None:
+            self.greenlet.join(timeout=10)
+        self._print_summary()
+
+    def on_quitting(self, environment: Environment, **_: Any) -> None:
+        if self.history is not None:
+            gevent.get_hub().threadpool.join()
+            self.history.close()
+            print(
+                f"loadprofiles: client history: {self.history.rows_written} rows in "
+                f"{self.history.dir}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    # -- driving --------------------------------------------------------------------------
+    def _slots(self) -> tuple[int, int]:
+        o = cast(Any, self.env.parsed_options)
+        runner = self.env.runner
+        if isinstance(runner, WorkerRunner):
+            slots = o.arrival_slots or (
+                o.processes if (o.processes or 0) > 0 else (os.cpu_count() or 1)
+            )
+            return max(0, runner.worker_index) % slots, slots
+        return 0, o.arrival_slots or 1
+
+    def _history(self) -> ClientHistory:
+        if self.history is None:
+            o = cast(Any, self.env.parsed_options)
+            run_dir = o.run_dir if o is not None else ""
+            self.history = ClientHistory(
+                Path(run_dir) / "history" if run_dir else None,
+                o.run_id or Path(run_dir).name if run_dir else "",
+                clock_offset_ns=self.clock_offset_ns,
+            )
+            if run_dir:
+                log.info("client history -> %s/%s-*.parquet", self.history.dir, self.history.name)
+        return self.history
+
+    def _fail(self, message: str) -> None:
+        print(f"loadprofiles: error: {message}", file=sys.stderr, flush=True)
+        self.env.process_exit_code = 2
+        if self.env.runner is not None:
+            gevent.spawn_later(0.1, self.env.runner.quit)
+
+    def _drive(self) -> None:
+        o = cast(Any, self.env.parsed_options)
+        try:
+            s = Settings.from_options(o, self.env.host or "")
+            if o.shape == "storm" and self.default_shape != "storm":
+                s.shape = self.default_shape
+            cfg = EngineConfig(
+                host=s.host,
+                port=s.port,
+                shape=s.shape,
+                source_ips=s.source_ips,
+                connect_timeout_s=s.connect_timeout,
+                request_timeout_s=s.request_timeout,
+                delayed_threshold_ms=s.delayed_threshold_ms,
+                max_lag_ms=s.max_lag_ms,
+                max_in_flight=s.max_in_flight,
+                hold_ms=s.hold_ms,
+                client_id=f"harness-{self.profile}",
+                profile=self.profile,
+                listener=s.listener,
+            )
+        except (OptionError, ValueError) as exc:
+            self._fail(str(exc))
+            return
+        if s.proxy_protocol != "off":
+            self._fail(f"--proxy-protocol {s.proxy_protocol}: use single_ip_flood.py")
+            return
+        slot, slots = self._slots()
+        hist = self._history()
+        engine = StormEngine(cfg, hist, conn_prefix=f"c{os.getpid()}-")
+        self.engine = engine
+        self.stats = engine.stats
+        if self._clock is not None:
+            engine.set_clock_offset(*self._clock)
+        schedule = arrivals.split(
+            arrivals.arrival_times(
+                s.arrival, seed=s.seed, duration_s=s.duration_s, max_arrivals=s.max_arrivals
+            ),
+            slot,
+            slots,
+        )
+        log.info(
+            "%s: %s shape, %s (slot %d of %d) against %s:%d",
+            self.profile,
+            cfg.shape,
+            s.arrival.text,
+            slot,
+            slots,
+            s.host,
+            s.port,
+        )
+        start_ns = time.monotonic_ns() + 50_000_000  # the thread is up long before
+
+        def on_start() -> None:
+            readiness.mark(
+                o.ready_dir,
+                readiness.READY,
+                start_mono_ns=start_ns,
+                slot=slot,
+                slots=slots,
+                clock_offset_ns=self.clock_offset_ns,
+            )
+
+        pool = gevent.get_hub().threadpool
+        result = pool.spawn(engine.run, schedule, start_ns, on_start)
+        try:
+            while not result.ready():
+                gevent.sleep(1.0)  # one Parquet part per second at most
+                self._pump(hist)
+            result.get()
+        except gevent.GreenletExit:
+            engine.stop()
+            raise
+        finally:
+            self._pump(hist)
+        log.info("%s: schedule done: %s", self.profile, engine.stats.summary())
+        readiness.mark(
+            o.ready_dir,
+            readiness.DONE,
+            intended=engine.stats.intended,
+            offered=engine.stats.offered,
+        )
+        self._quit_if_done()
+
+    def _pump(self, hist: ClientHistory) -> None:
+        batches = hist.drain()
+        if not batches:
+            return
+        for b in batches:
+            self._fire(b)
+        if hist.dir is not None:
+            try:
+                gevent.get_hub().threadpool.spawn(hist.write, batches).get()
+            except Exception as exc:  # keep the load running; say so loudly
+                print(f"loadprofiles: history write failed: {exc!r}", file=sys.stderr, flush=True)
+
+    def _error(self, text: str) -> _Failure:
+        err = self._errors.get(text)
+        if err is None:
+            err = self._errors[text] = _Failure(text)
+        return err
+
+    def _fire(self, b: Batch) -> None:
+        """Locust's request statistics from the rows: one request per Kafka call."""
+        fire: Any = cast(Any, self.env.events).request.fire
+        ctx = {"profile": self.profile}
+        lat, api, reason, nbytes, detail = (
+            b["latency_ms"],
+            b["api_key"],
+            b["reason"],
+            b["bytes"],
+            b["detail"],
+        )
+        for i, ev in enumerate(b["event"]):
+            if ev == "connect_ok":
+                fire(request_type="kafka", name="connect", response_time=lat[i],
+                     response_length=0, exception=None, context=ctx)  # fmt: skip
+            elif ev == "connect_fail" and reason[i] != "not_offered":
+                fire(request_type="kafka", name="connect", response_time=lat[i],
+                     response_length=0, exception=self._error(f"connect {reason[i]}"),
+                     context=ctx)  # fmt: skip
+            elif ev == "request_ok" or ev == "request_fail":
+                name = API_NAMES.get(api[i], str(api[i]))
+                exc = None
+                if ev == "request_fail":
+                    exc = self._error(f"{name}: request {reason[i]}")
+                elif detail[i] is not None and '"error_code"' in detail[i]:
+                    exc = self._error(f"{name}: Kafka error {detail[i]}")
+                fire(request_type="kafka", name=name, response_time=lat[i],
+                     response_length=nbytes[i] or 0, exception=exc, context=ctx)  # fmt: skip
+
+    def _quit_if_done(self) -> None:
+        """Headless single-process run: a finished schedule ends the run."""
+        runner = self.env.runner
+        o = self.env.parsed_options
+        if isinstance(runner, LocalRunner) and o is not None and o.headless:
+            log.info("%s: schedule finished; stopping the run", self.profile)
+            gevent.spawn_later(0.2, runner.quit)
+
+    def _print_summary(self) -> None:
+        st = self.stats
+        if st is None or st.intended == 0:
+            return
+        pid = os.getpid()
+        print(f"loadprofiles[{pid}]: arrivals: {st.summary()}", file=sys.stderr, flush=True)
+        short = st.intended - st.offered
+        if short:
+            print(
+                f"loadprofiles[{pid}]: WARNING: {short} of {st.intended} intended arrivals "
+                f"were not offered ({st.not_offered}); checks needing that load are unknown",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
+class DriverUser(User):
+    """Locust needs a user; the driver does the work. Extra users (``-u`` > 1) idle."""
+
+    abstract = True
+    wait_time = constant(1)
+    profile: ClassVar[str] = "storm"
+
+    @task
+    def idle(self) -> None:
+        while True:  # the Locust way, so --stop-timeout does not wait for us
+            cast(Any, self).wait()

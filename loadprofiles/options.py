@@ -1,0 +1,229 @@
+"""The ``harness`` option group of every profile, parsed once.
+
+Each option has an argparse converter, so a bad value stops Locust at parse time
+(exit 2, naming option, value and reason) rather than mid-run. Converters return the
+same plain types as the defaults (strings for specs, numbers for numbers), so the
+options stay editable in Locust's web UI; ``Settings.from_options`` turns the parsed
+namespace into one typed value per process.
+
+No Locust import here (pure argparse): unit tests parse argument lists directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from loadprofiles import addresses, arrivals, proxy_header
+
+SHAPES = ("connect", "apiversions", "storm")
+
+
+def _checked(parse: Callable[[str], Any]) -> Callable[[str], str]:
+    """A converter that validates a spec with ``parse`` and keeps the text."""
+
+    def convert(text: str) -> str:
+        try:
+            parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text
+
+    convert.__name__ = getattr(parse, "__name__", "spec")
+    return convert
+
+
+def _number(kind: type[float] | type[int], lo: float) -> Callable[[str], Any]:
+    def convert(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: not a{'n integer' if kind is int else ' number'}"
+            ) from None
+        if not (math.isfinite(value) and value >= lo):
+            raise argparse.ArgumentTypeError(f"{text!r}: must be >= {lo:g}")
+        return value
+
+    convert.__name__ = kind.__name__
+    return convert
+
+
+def _pool(option: str) -> Callable[[str], str]:
+    return _checked(lambda text: addresses.parse_ip_pool(text, option))
+
+
+def _target(text: str) -> str:
+    return _checked(addresses.parse_target)(text) if text else text
+
+
+def add_options(parser: Any) -> None:
+    """Locust's ``init_command_line_parser``: the ``harness`` group."""
+    g = parser.add_argument_group("harness", "Kafka connection-limit harness options")
+    g.add_argument(
+        "--run-dir", default="", help="run directory; history -> RUN_DIR/history/client/"
+    )
+    g.add_argument("--run-id", default="", help="run id written in every history row")
+    g.add_argument(
+        "--arrival",
+        type=_checked(arrivals.parse_arrival),
+        default="constant:rate=20",
+        help="connection arrival schedule, e.g. constant:rate=50, step:rates=10/50/100,every=5, "
+        "spike:base=5,peak=200,at=10,for=2, ramp:from=0,to=200,over=30, poisson:rate=50, "
+        "sawtooth:low=0,high=100,period=10",
+    )
+    g.add_argument("--seed", type=int, default=1, help="seed for random arrivals and payloads")
+    g.add_argument(
+        "--max-arrivals", type=_number(int, 0), default=0, help="stop after N arrivals (0: no cap)"
+    )
+    g.add_argument(
+        "--source-ips",
+        type=_pool("--source-ips"),
+        default="",
+        help="bind source addresses: 127.0.0.2-127.0.0.40",
+    )
+    g.add_argument("--proxy-protocol", default="off", choices=list(proxy_header.VERSIONS))
+    g.add_argument(
+        "--proxy-client-ips",
+        type=_pool("--proxy-client-ips"),
+        default="",
+        help="client addresses claimed in PROXY headers",
+    )
+    g.add_argument("--listener-name", default="", help="listener name recorded in history rows")
+    g.add_argument("--metrics-url", default="", help="acceptor /metrics for the admission tab")
+    g.add_argument("--connect-timeout", type=_number(float, 0.001), default=5.0, help="seconds")
+    g.add_argument("--request-timeout", type=_number(float, 0.001), default=10.0, help="seconds")
+    g.add_argument("--topic", default="harness-load", help="topic for produce/metadata")
+    g.add_argument(
+        "--delayed-threshold-ms",
+        type=_number(float, 0),
+        default=250.0,
+        help="first response slower than this = delayed then served",
+    )
+    g.add_argument(
+        "--max-lag-ms",
+        type=_number(float, 0),
+        default=100.0,
+        help="an arrival started later than this is not offered (cause cpu)",
+    )
+    g.add_argument(
+        "--max-in-flight",
+        type=_number(int, 1),
+        default=2000,
+        help="concurrent connections per process",
+    )
+    g.add_argument(
+        "--arrival-slots",
+        type=_number(int, 0),
+        default=0,
+        help="drivers sharing the schedule (0: auto from --processes / 1)",
+    )
+    g.add_argument(
+        "--hold-ms",
+        type=_number(float, 0),
+        default=0.0,
+        help="keep each connection open this long after its requests (concurrency per IP)",
+    )
+    g.add_argument("--acks", default="1", choices=["1", "all", "-1", "0"], help="produce acks")
+    g.add_argument("--payload-bytes", type=_number(int, 0), default=100, help="produce record size")
+    g.add_argument(
+        "--via-haproxy",
+        default="off",
+        choices=["off", "v1", "v2"],
+        help="single-IP flood: start a real HAProxy that adds a PROXY header",
+    )
+    g.add_argument(
+        "--shape",
+        default="storm",
+        choices=list(SHAPES),
+        help="storm/connect profiles: connect (TCP connect, close), apiversions "
+        "(+ ApiVersions), storm (+ ApiVersions + Metadata)",
+    )
+    g.add_argument(
+        "--ready-dir",
+        default="",
+        help="each load process writes <pid>.ready here when its first arrival is due "
+        "and <pid>.done when its schedule is over (the runner waits on these)",
+    )
+
+
+class OptionError(ValueError):
+    """A bad harness option: names the option, the value and the reason."""
+
+
+@dataclass
+class Settings:
+    """The parsed, validated harness options of one Locust process."""
+
+    host: str
+    port: int
+    arrival: arrivals.ArrivalSpec
+    seed: int
+    max_arrivals: int | None
+    duration_s: float | None
+    source_ips: tuple[str, ...]
+    proxy_protocol: str
+    proxy_client_ips: tuple[str, ...]
+    listener: str | None
+    connect_timeout: float
+    request_timeout: float
+    topic: str
+    delayed_threshold_ms: float
+    max_lag_ms: float
+    max_in_flight: int
+    acks: int
+    payload_bytes: int
+    hold_ms: float = 0.0
+    shape: str = "storm"
+
+    @classmethod
+    def from_options(cls, o: Any, host: str | None) -> Settings:
+        """One typed value from Locust's parsed options (converters already validated
+        them on the command line; the web UI may have edited them since, so the specs
+        are parsed again here, once per test start)."""
+        if o is None:
+            raise OptionError("no parsed options: run under the locust command")
+        try:
+            h, p = addresses.parse_target(host or "")
+            spec = arrivals.parse_arrival(str(o.arrival))
+            src = addresses.parse_ip_pool(str(o.source_ips), "--source-ips")
+            pci = addresses.parse_ip_pool(str(o.proxy_client_ips), "--proxy-client-ips")
+        except ValueError as exc:
+            raise OptionError(str(exc)) from None
+        for name, value, lo in (
+            ("--connect-timeout", o.connect_timeout, 0.001),
+            ("--request-timeout", o.request_timeout, 0.001),
+            ("--max-in-flight", o.max_in_flight, 1),
+            ("--max-lag-ms", o.max_lag_ms, 0),
+            ("--max-arrivals", o.max_arrivals, 0),
+            ("--payload-bytes", o.payload_bytes, 0),
+            ("--hold-ms", o.hold_ms, 0),
+        ):
+            if not (float(value) >= lo and math.isfinite(float(value))):
+                raise OptionError(f"{name}: {value!r}: must be >= {lo}")
+        run_time = getattr(o, "run_time", None)
+        return cls(
+            host=h,
+            port=p,
+            arrival=spec,
+            seed=int(o.seed),
+            max_arrivals=int(o.max_arrivals) or None,
+            duration_s=float(run_time) if run_time else None,
+            source_ips=src,
+            proxy_protocol=o.proxy_protocol,
+            proxy_client_ips=pci,
+            listener=o.listener_name or None,
+            connect_timeout=float(o.connect_timeout),
+            request_timeout=float(o.request_timeout),
+            topic=o.topic,
+            delayed_threshold_ms=float(o.delayed_threshold_ms),
+            max_lag_ms=float(o.max_lag_ms),
+            max_in_flight=int(o.max_in_flight),
+            acks=-1 if o.acks in ("all", "-1") else int(o.acks),
+            payload_bytes=int(o.payload_bytes),
+            hold_ms=float(o.hold_ms),
+            shape=getattr(o, "shape", "storm"),
+        )
