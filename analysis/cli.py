@@ -1,7 +1,8 @@
 """Check a run's history against the quota model: `harness analyze RUN_DIR [--gate]`.
 
 Prints progress, a summary table and where the outputs are (report/verdict.json,
-report/junit.xml, report/report.html). Exit 0; with --gate 0/1/2 for pass/fail/unknown.
+report/junit.xml, report/report.html). Exit 0; with --gate 0/1/2 for pass/fail/unknown:
+0 only when no check failed and a configured limit was exercised and passed.
 """
 
 from __future__ import annotations
@@ -24,12 +25,26 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def summary_table(verdict: dict) -> str:  # type: ignore[type-arg]
-    rows = [(c["verdict"].upper(), c["name"], c["observed"]) for c in verdict["checks"]]
-    width = max((len(r[1]) for r in rows), default=10)
-    lines = [f"{'VERDICT':<8} {'CHECK':<{width}}  OBSERVED"]
-    for v, name, obs in rows:
+    """Judged checks first; n/a checks (rule not configured) apart, below."""
+    checks = verdict["checks"]
+    judged = [c for c in checks if c["verdict"] != "n/a"]
+    na = [c for c in checks if c["verdict"] == "n/a"]
+    width = max((len(c["name"]) for c in checks), default=10)
+    lines = [f"{'VERDICT':<8} {'CHECK':<{width}}  {'JUDGED':>7}  OBSERVED"]
+    for c in judged:
+        obs = c["observed"]
         obs = obs if len(obs) <= 110 else obs[:107] + "..."
-        lines.append(f"{v:<8} {name:<{width}}  {obs}")
+        mark = "*" if c.get("exercised") and c["verdict"] == "pass" else " "
+        lines.append(
+            f"{c['verdict'].upper():<8} {c['name']:<{width}}  {c.get('judged', 0):>7}{mark} {obs}"
+        )
+    if na:
+        lines.append("")
+        lines.append("n/a (not configured in this run, not counted):")
+        lines.append("  " + ", ".join(c["name"] for c in na))
+    lines.append("(* = a configured limit the load reached, judged and passed)")
+    for reason in verdict.get("reasons") or []:
+        lines.append(f"why {verdict['verdict'].upper()}: {reason}")
     return "\n".join(lines)
 
 
@@ -59,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     c = verdict["counts"]
     print(
         f"verdict: {verdict['verdict'].upper()}  ({c['pass']} pass, {c['fail']} fail, "
-        f"{c['unknown']} unknown; {verdict.get('events', 0)} events in "
+        f"{c['unknown']} unknown, {c.get('n/a', 0)} n/a; {verdict.get('events', 0)} events in "
         f"{verdict.get('analysis_seconds', 0)} s)"
     )
     if args.gate:

@@ -1,8 +1,15 @@
-"""Running the checks, merging the verdict, and writing verdict.json and junit.xml.
+"""Running the checks, deciding the run's verdict, and writing verdict.json and junit.xml.
 
-Jepsen's merge: fail > unknown > pass. When the generator fell short of its intended
-load, a check that needs that load and would have passed becomes `unknown` (a limit that
-was never pushed proves nothing); a fail stays a fail — a violation is a violation.
+Per check: pass / fail / unknown / n/a (analysis.checks.base). When the generator fell
+short of its intended load, a check that needs that load and would have passed becomes
+`unknown` (a limit that was never pushed proves nothing); a fail stays a fail.
+
+The run's verdict says what was proven (`overall`):
+- `fail` when any check failed (exit 1);
+- `unknown` (exit 2) when a check crashed, when no check that judges a configured limit
+  was exercised and passed, or when a check named in the scenario's `expect.checks` was
+  not exercised and passed (the reason names the load to raise);
+- `pass` (exit 0) otherwise. `n/a` checks count for nothing.
 """
 
 from __future__ import annotations
@@ -14,12 +21,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from xml.sax.saxutils import escape, quoteattr
 
-from analysis.checks import ALL_CHECKS, PASS, UNKNOWN, Check, CheckResult, merge, run_check
+from analysis.checks import ALL_CHECKS, FAIL, NA, PASS, UNKNOWN, Check, CheckResult, run_check
 
 if TYPE_CHECKING:
     from analysis.load import Run
 
-EXIT_CODES = {"pass": 0, "fail": 1, "unknown": 2}
+EXIT_CODES = {"pass": 0, "fail": 1, "unknown": 2, "n/a": 2}
 
 
 def applicable(check: Check, run: Run) -> bool:
@@ -31,11 +38,26 @@ def run_checks(
     run: Run, checks: list[Check] | None = None, progress: Callable[[str], None] | None = None
 ) -> list[CheckResult]:
     results: list[CheckResult] = []
+    # Without an acceptor, everything is judged from the client rows; none means nothing
+    # to judge (say so, never hand the checks an empty history to trip over).
+    blind = not run.has_source("acceptor") and not run.has_source("client")
     for check in checks if checks is not None else ALL_CHECKS:
         if not applicable(check, run):
             continue
         t = time.monotonic()
-        result = run_check(check, run)
+        if blind:
+            result = CheckResult(
+                check.name,
+                UNKNOWN,
+                observed="no client rows (and no acceptor rows): no connection was recorded",
+                expected="a client history (target broker is judged from the client side)",
+                explanation="nothing to judge: did the load start? see locust/ in the run folder",
+                family=check.family,
+                needs_load=check.needs_load,
+                judges_limit=check.judges_limit,
+            )
+        else:
+            result = run_check(check, run)
         if progress:
             progress(f"  {check.name:<34} {result.verdict:<8} ({time.monotonic() - t:.1f}s)")
         results.append(result)
@@ -51,12 +73,49 @@ def run_checks(
     return results
 
 
+def overall(
+    results: list[CheckResult], expect_checks: list[str] | None = None
+) -> tuple[str, list[str]]:
+    """The run's verdict and why: fail on any fail; pass only when a configured limit was
+    exercised and passed and every expected check was exercised; else unknown."""
+    by_name = {r.name: r for r in results}
+    failed = [r.name for r in results if r.verdict == FAIL]
+    if failed:
+        return FAIL, [f"failed: {', '.join(failed)}"]
+    reasons: list[str] = []
+    crashed = [r.name for r in results if r.data.get("crashed")]
+    if crashed:
+        reasons.append(f"the checker crashed on {', '.join(crashed)}: nothing is proven by them")
+    for name in expect_checks or []:
+        r = by_name.get(name)
+        if r is None:
+            reasons.append(f"expected check {name} did not run on this target")
+        elif r.verdict != PASS or r.exercised is False:
+            hint = r.raise_hint or "the load against its limit"
+            reasons.append(
+                f"expected check {name} was not exercised and passed ({r.verdict}: "
+                f"{r.observed}); raise {hint}"
+            )
+    proven = [r.name for r in results if r.judges_limit and r.verdict == PASS and r.exercised]
+    if not proven:
+        reasons.append(
+            "nothing configured was exercised: no check of a configured limit saw the load "
+            "reach its limit and pass"
+        )
+    if reasons:
+        return UNKNOWN, reasons
+    return PASS, [f"exercised and passed: {', '.join(proven)}"]
+
+
 def build_verdict(
     run: Run, results: list[CheckResult], extra: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     meta = run.meta
-    verdict = merge(r.verdict for r in results) if results else UNKNOWN
-    counts = {v: sum(1 for r in results if r.verdict == v) for v in ("pass", "fail", "unknown")}
+    expect_checks = run.expect.get("checks") or []
+    verdict, reasons = (
+        overall(results, list(expect_checks)) if results else (UNKNOWN, ["no checks ran"])
+    )
+    counts = {v: sum(1 for r in results if r.verdict == v) for v in (PASS, FAIL, UNKNOWN, NA)}
     return {
         "run_id": meta.get("run_id") or run.run_dir.name,
         "run_dir": str(run.run_dir),
@@ -65,6 +124,8 @@ def build_verdict(
         "started_at": meta.get("started_at"),
         "ended_at": meta.get("ended_at"),
         "verdict": verdict,
+        "reasons": reasons,
+        "exercised": [r.name for r in results if r.exercised and r.verdict == PASS],
         "expected_verdict": run.expect.get("verdict"),
         "counts": counts,
         "checks": [r.to_dict() for r in results],
@@ -81,9 +142,10 @@ def write_verdict(report_dir: Path, verdict: dict[str, Any]) -> Path:
 
 
 def write_junit(report_dir: Path, verdict: dict[str, Any]) -> Path:
-    """One testcase per check: <failure> for fail, <skipped> for unknown."""
+    """One testcase per check: <failure> for fail, <skipped> for unknown and n/a."""
     checks = verdict["checks"]
-    c = verdict["counts"]
+    c = dict(verdict["counts"])
+    c["unknown"] = c.get("unknown", 0) + c.get("n/a", 0)  # both are skipped in JUnit
     suite = f"harness.analyze.{verdict.get('scenario') or 'run'}"
     lines = [
         '<?xml version="1.0" encoding="UTF-8"?>',
@@ -106,9 +168,9 @@ def write_junit(report_dir: Path, verdict: dict[str, Any]) -> Path:
             lines.append(
                 f"      <failure message={quoteattr(ch['observed'][:300])}>{escape(body)}</failure>"
             )
-        elif ch["verdict"] == "unknown":
+        elif ch["verdict"] in ("unknown", "n/a"):
             lines.append(
-                f"      <skipped message={quoteattr('unknown: ' + ch['observed'][:300])}/>"
+                f"      <skipped message={quoteattr(ch['verdict'] + ': ' + ch['observed'][:300])}/>"
             )
             lines.append(f"      <system-out>{escape(body)}</system-out>")
         lines.append("    </testcase>")

@@ -11,7 +11,7 @@ from analysis.checks import (
     rate_spans,
     requests,
 )
-from analysis.checks.base import FAIL, PASS, UNKNOWN, Check, CheckResult, merge, run_check
+from analysis.checks.base import FAIL, NA, PASS, UNKNOWN, Check, CheckResult, merge, run_check
 
 ALL_CHECKS: list[Check] = [
     *model_replay.CHECKS,
@@ -23,4 +23,14 @@ ALL_CHECKS: list[Check] = [
     *clients.CHECKS,
 ]
 
-__all__ = ["ALL_CHECKS", "FAIL", "PASS", "UNKNOWN", "Check", "CheckResult", "merge", "run_check"]
+__all__ = [
+    "ALL_CHECKS",
+    "FAIL",
+    "NA",
+    "PASS",
+    "UNKNOWN",
+    "Check",
+    "CheckResult",
+    "merge",
+    "run_check",
+]

@@ -1,8 +1,20 @@
 """The shape every check shares: a result value, a registry entry, and Jepsen's merge.
 
 A check is a pure function of the run (history + metadata) returning a `CheckResult`.
-A check that raises yields `unknown` with the error, never `pass`: a crashed checker
-proves nothing. Verdicts merge fail > unknown > pass.
+Four verdicts, and each claims only what was judged:
+
+- `pass`: the rule applied, was judged on `judged` events and held;
+- `fail`: the rule was broken (witnesses name where);
+- `unknown`: the rule applies but could not be judged: the check crashed, the target
+  does not expose what it needs, the generator fell short, or the load never reached the
+  limit (`not_exercised`: `exercised=False` with the `peak` seen against the `limit`);
+- `n/a`: the rule does not apply to this run (the limit is not configured for the whole
+  run, `not_configured`). Never counted as a pass; it merges as nothing.
+
+Verdicts merge fail > unknown > pass; n/a only when every check is n/a.
+A check that judges a configured limit (`Check(judges_limit=True)`) says whether the load
+reached it (`exercised`); the gate (analysis.verdict.overall) needs at least one such
+check exercised and passed.
 """
 
 from __future__ import annotations
@@ -15,9 +27,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from analysis.load import Run
 
-PASS, FAIL, UNKNOWN = "pass", "fail", "unknown"
-_RANK = {PASS: 0, UNKNOWN: 1, FAIL: 2}
+PASS, FAIL, UNKNOWN, NA = "pass", "fail", "unknown", "n/a"
+VERDICTS = (PASS, FAIL, UNKNOWN, NA)
+_RANK = {NA: -1, PASS: 0, UNKNOWN: 1, FAIL: 2}
 MAX_WITNESSES = 10
+NOT_EXERCISED = "not exercised: the load never reached the limit"
 
 
 @dataclass
@@ -32,6 +46,16 @@ class CheckResult:
     family: str = ""
     needs_load: bool = False
     data: dict[str, Any] = field(default_factory=dict)
+    #: how many events (connections, spans, requests...) the rule was judged on
+    judged: int = 0
+    #: for a configured limit: did the load reach it? None when the notion does not apply
+    exercised: bool | None = None
+    #: the highest value the load reached, and the limit it is compared with (same unit)
+    peak: float | None = None
+    limit: float | None = None
+    #: what to raise when not exercised (e.g. "the arrival rate of 127.0.0.9")
+    raise_hint: str = ""
+    judges_limit: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -44,6 +68,12 @@ class CheckResult:
             "witnesses": self.witnesses[:MAX_WITNESSES],
             "explanation": self.explanation,
             "needs_load": self.needs_load,
+            "judged": self.judged,
+            "exercised": self.exercised,
+            "peak": self.peak,
+            "limit": self.limit,
+            "raise_hint": self.raise_hint,
+            "judges_limit": self.judges_limit,
         }
 
 
@@ -58,12 +88,16 @@ class Check:
     needs_load: bool
     targets: tuple[str, ...] = ("acceptor",)
     doc: str = ""
+    #: judges a configured limit: counts towards "at least one limit exercised and passed"
+    judges_limit: bool = False
 
 
 def merge(verdicts: Iterable[str]) -> str:
-    worst = PASS
+    """Jepsen's merge: fail > unknown > pass; n/a merges as nothing (all n/a → n/a)."""
+    worst = NA
     for v in verdicts:
-        if _RANK.get(v, 1) > _RANK[worst]:
+        rank = _RANK.get(v, _RANK[UNKNOWN])
+        if rank > _RANK[worst]:
             worst = v if v in _RANK else UNKNOWN
     return worst
 
@@ -82,10 +116,18 @@ def run_check(check: Check, run: Run) -> CheckResult:
             explanation=f"the checker itself failed, so nothing is proven.\n{tb}",
             family=check.family,
             needs_load=check.needs_load,
+            judges_limit=check.judges_limit,
+            data={"crashed": True},
         )
     result.name = check.name
     result.family = check.family
     result.needs_load = check.needs_load
+    result.judges_limit = check.judges_limit
+    if result.verdict == PASS and result.judged <= 0 and check.judges_limit:
+        # no check passes on nothing: a limit judged on zero events proves nothing
+        result.verdict = UNKNOWN
+        result.exercised = False if result.exercised is None else result.exercised
+        result.explanation = f"nothing was judged (0 events). {result.explanation}".strip()
     if result.verdict not in _RANK:
         result.explanation += f" (invalid verdict {result.verdict!r} treated as unknown)"
         result.verdict = UNKNOWN
@@ -110,28 +152,76 @@ def witness(row: Mapping[str, Any], why: str, **extra: Any) -> dict[str, Any]:
     return out
 
 
-def not_limited(name: str, run: Run, what: str) -> CheckResult:
-    """Policy for a rule with no applicable limit (Int.MaxValue throughout the run).
+def not_configured(name: str, run: Run, what: str) -> CheckResult:
+    """The rule's limit is Int.MaxValue for the whole run: `n/a`, never `pass`.
 
-    `pass` ("not limited"): nothing was promised, so nothing was broken — unless the
-    scenario's expect.checks names this check, then `unknown`: the scenario meant to test a
-    limit that was never configured, so the run proves nothing about it.
+    `unknown` instead when the scenario's expect.checks names this check: the scenario
+    meant to test a limit that was never configured, so the run proves nothing about it.
     """
     expected_checks = run.expect.get("checks") or []
+    observed = f"not configured: {what} is Int.MaxValue for the whole run"
     if name in expected_checks:
         return CheckResult(
             name,
             UNKNOWN,
-            observed=f"not limited: {what} is Int.MaxValue for the whole run",
+            observed=observed,
             expected=f"{what} configured (the scenario lists this check as meaningful)",
             explanation="the scenario expected this limit to be tested but it was never set",
+            exercised=False,
+            raise_hint=f"configure {what}",
         )
     return CheckResult(
         name,
-        PASS,
-        observed=f"not limited: {what} is Int.MaxValue for the whole run",
+        NA,
+        observed=observed,
         expected="nothing (no limit configured)",
-        explanation="no limit was configured, so there is nothing to violate",
+        explanation="n/a: the rule does not apply to this run",
+    )
+
+
+not_limited = not_configured  # the older name
+
+
+def not_exercised(
+    name: str,
+    what: str,
+    peak: float,
+    limit: float,
+    *,
+    judged: int = 0,
+    unit: str = "",
+    hint: str = "",
+    expected: str = "",
+) -> CheckResult:
+    """The limit is configured but the load never reached it: `unknown`, with the peak."""
+    u = f" {unit}" if unit else ""
+    return CheckResult(
+        name,
+        UNKNOWN,
+        observed=f"{NOT_EXERCISED} (peak {fmt(peak)}{u} vs limit {fmt(limit)}{u})",
+        expected=expected or f"load reaching {what}",
+        explanation=(
+            f"{what} was configured but never approached, so the run proves nothing about it"
+            + (f"; raise {hint}" if hint else "")
+        ),
+        judged=judged,
+        exercised=False,
+        peak=float(peak),
+        limit=float(limit),
+        raise_hint=hint or f"the load against {what}",
+    )
+
+
+def nothing_judged(name: str, what: str, expected: str = "") -> CheckResult:
+    """A model-free rule with zero relevant events: `unknown`, never `pass`."""
+    return CheckResult(
+        name,
+        UNKNOWN,
+        observed=f"0 {what}: nothing to judge",
+        expected=expected or f"at least one {what}",
+        explanation="no relevant event was recorded, so the rule was not judged",
+        judged=0,
+        exercised=False,
     )
 
 

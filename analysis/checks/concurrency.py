@@ -16,7 +16,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from analysis.checks.base import FAIL, PASS, Check, CheckResult, fmt, not_limited, witness
+from analysis.checks.base import (
+    FAIL,
+    PASS,
+    Check,
+    CheckResult,
+    fmt,
+    not_configured,
+    not_exercised,
+    witness,
+)
 from analysis.frames import acceptor_conns
 from analysis.model import INT_MAX, Limits
 
@@ -80,22 +89,43 @@ def _concurrency(
     return ev
 
 
-def _judge(run: Run, name: str, ev: DataFrame, what: str, limited: bool) -> CheckResult:
+def _judge(
+    run: Run, name: str, ev: DataFrame, what: str, limited: bool, hint: str, rejects: int = 0
+) -> CheckResult:
+    """Exercised when some admission brought the count to its limit (or a reject for this
+    limit happened); a limit never reached is `unknown` with the closest approach."""
     from pyspark.sql import functions as F
 
     stats = ev.agg(
         F.max("count").alias("max_count"),
         F.sum(F.when(F.col("count") > F.col("limit"), 1).otherwise(0)).alias("violations"),
         F.max_by("limit", "count").alias("peak_limit"),
+        F.max_by(F.struct("count", "limit"), F.col("count") - F.col("limit")).alias("closest"),
         F.count(F.lit(1)).alias("admits"),
     ).first()
     assert stats is not None
     max_count = int(stats["max_count"] or 0)
     violations = int(stats["violations"] or 0)
+    admits = int(stats["admits"] or 0)
     if not limited:
-        res = not_limited(name, run, what)
+        res = not_configured(name, run, what)
         res.observed += f"; peak concurrent = {max_count}"
+        res.judged = admits
         return res
+    closest = stats["closest"]
+    peak = float(closest["count"]) if closest is not None else 0.0
+    lim_then = float(closest["limit"]) if closest is not None else float(INT_MAX)
+    if not violations and peak < lim_then and not rejects:
+        return not_exercised(
+            name,
+            what,
+            peak,
+            lim_then,
+            judged=admits,
+            unit="concurrent",
+            hint=hint,
+            expected=f"concurrent admitted connections ≤ {what}, with the load reaching it",
+        )
     bad = []
     if violations:  # witnesses cost a second pass; only a failing check needs them
         bad = ev.where(F.col("count") > F.col("limit")).orderBy("ns").limit(10).collect()
@@ -122,6 +152,10 @@ def _judge(run: Run, name: str, ev: DataFrame, what: str, limited: bool) -> Chec
             if violations
             else f"{what} held at every admission"
         ),
+        judged=admits,
+        exercised=True,
+        peak=peak,
+        limit=lim_then,
     )
 
 
@@ -134,7 +168,12 @@ def check_max_connections(run: Run) -> CheckResult:
     ev = _concurrency(run, None, lim, only_unprotected=True)
     limited = run.timeline.ever(lambda x: x.max_connections)
     return _judge(
-        run, "max_connections", ev.withColumn("limit", F.col("limit")), "max.connections", limited
+        run,
+        "max_connections",
+        ev.withColumn("limit", F.col("limit")),
+        "max.connections",
+        limited,
+        "the number of connections held open at once (longer hold or more clients)",
     )
 
 
@@ -144,7 +183,14 @@ def check_listener_max_connections(run: Run) -> CheckResult:
 
     ev = _concurrency(run, "listener", lim)
     limited = any(v < INT_MAX for lim_ in run.timeline.limits for v in lim_.listener_max.values())
-    return _judge(run, "listener_max_connections", ev, "listener.name.<l>.max.connections", limited)
+    return _judge(
+        run,
+        "listener_max_connections",
+        ev,
+        "listener.name.<l>.max.connections",
+        limited,
+        "the connections held open at once on the limited listener",
+    )
 
 
 def check_max_connections_per_ip(run: Run) -> CheckResult:
@@ -162,8 +208,17 @@ def check_max_connections_per_ip(run: Run) -> CheckResult:
         lim_.max_connections_per_ip < INT_MAX or bool(lim_.per_ip_overrides)
         for lim_ in run.timeline.limits
     )
+    from pyspark.sql import functions as F
+
+    rejects = acceptor_conns(run).where(F.col("outcome") == "reject").count() if limited else 0
     return _judge(
-        run, "max_connections_per_ip", ev, "max.connections.per.ip (or its override)", limited
+        run,
+        "max_connections_per_ip",
+        ev,
+        "max.connections.per.ip (or its override)",
+        limited,
+        "the connections one IP holds open at once (a single-IP flood with longer holds)",
+        rejects,
     )
 
 
@@ -174,6 +229,7 @@ CHECKS = [
         check_max_connections,
         True,
         doc="non-protected connections open at once ≤ max.connections",
+        judges_limit=True,
     ),
     Check(
         "listener_max_connections",
@@ -181,6 +237,7 @@ CHECKS = [
         check_listener_max_connections,
         True,
         doc="connections open at once on a listener ≤ listener.name.<l>.max.connections",
+        judges_limit=True,
     ),
     Check(
         "max_connections_per_ip",
@@ -188,5 +245,6 @@ CHECKS = [
         check_max_connections_per_ip,
         True,
         doc="connections open at once from one IP ≤ max.connections.per.ip / override",
+        judges_limit=True,
     ),
 ]

@@ -11,8 +11,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from analysis.checks.base import FAIL, PASS, Check, CheckResult, fmt, witness
+from analysis.checks.base import (
+    FAIL,
+    PASS,
+    Check,
+    CheckResult,
+    fmt,
+    not_configured,
+    nothing_judged,
+    witness,
+)
 from analysis.frames import MS, acceptor_conns
+from analysis.model import INT_MAX
 
 if TYPE_CHECKING:
     from analysis.load import Run
@@ -29,6 +39,14 @@ def check_rate_delay_within_window(run: Run) -> CheckResult:
 
     w = _window_ms(run)
     bound = w + run.slack_ms
+    rate_limited = run.timeline.ever(lambda x: x.broker_rate) or any(
+        v < INT_MAX for lim in run.timeline.limits for v in lim.listener_rate.values()
+    )
+    delays_seen = acceptor_conns(run).where(F.col("delay_ms") > 0).limit(1).count()
+    if not rate_limited and not delays_seen:
+        return not_configured(
+            "rate_delay_within_window", run, "max.connection.creation.rate (broker or listener)"
+        )
     conns = acceptor_conns(run)
     # a recorded throttle is Kafka's number: it must not exceed w itself; the actual wait
     # (accept -> IP step) may also include a slot wait, so only a delayed connection that
@@ -62,6 +80,14 @@ def check_rate_delay_within_window(run: Run) -> CheckResult:
         for r in rows
     ]
     delayed = int(stats["delayed"] or 0)
+    if not delayed and not n_bad:
+        res = nothing_judged(
+            "rate_delay_within_window",
+            "rate delays",
+            f"recorded delay ≤ w = {fmt(w)} ms; wait ≤ w + slack",
+        )
+        res.raise_hint = "the arrival rate above max.connection.creation.rate"
+        return res
     return CheckResult(
         "rate_delay_within_window",
         FAIL if n_bad else PASS,
@@ -77,6 +103,8 @@ def check_rate_delay_within_window(run: Run) -> CheckResult:
             "broker/listener rate delays are capped at the quota window (boundedThrottleTime)"
             + (f"; {n_bad} connection(s) waited longer" if n_bad else "")
         ),
+        judged=delayed,
+        exercised=delayed > 0,
     )
 
 
@@ -86,6 +114,10 @@ def check_ip_throttle_within_window(run: Run) -> CheckResult:
     w = _window_ms(run)
     hold_bound = w + ACCEPTOR_LOOP_MS + run.slack_ms
     conns = acceptor_conns(run).where(F.col("outcome") == "throttle_close")
+    ip_limited = any(
+        lim.ip_quota_default < INT_MAX or any(v < INT_MAX for v in lim.ip_quotas.values())
+        for lim in run.timeline.limits
+    )
     hold = (F.col("throttle_close_ns") - F.col("throttle_start_ns")) / MS
     is_bad = (
         (F.col("throttle_ms") > F.lit(w + 0.5))
@@ -101,6 +133,15 @@ def check_ip_throttle_within_window(run: Run) -> CheckResult:
     ).first()
     assert stats is not None
     n_bad = int(stats["bad"] or 0)
+    n_thr = int(stats["n"] or 0)
+    if not n_thr:
+        if not ip_limited:
+            return not_configured(
+                "ip_throttle_within_window", run, "connection_creation_rate (ip quota)"
+            )
+        res = nothing_judged("ip_throttle_within_window", "throttle-closes")
+        res.raise_hint = "the arrival rate of one IP above its connection_creation_rate"
+        return res
     rows = conns.where(is_bad).orderBy("accept_ns").limit(10).collect() if n_bad else []
     wit = []
     for r in rows:
@@ -125,6 +166,8 @@ def check_ip_throttle_within_window(run: Run) -> CheckResult:
         tolerance=f"slack {fmt(run.slack_ms)} ms",
         witnesses=wit,
         explanation="a per-IP throttled socket is parked, closed after its throttle, never served",
+        judged=n_thr,
+        exercised=True,
     )
 
 
@@ -134,21 +177,39 @@ def check_protected_not_delayed(run: Run) -> CheckResult:
     prot = sorted(
         {name for lim in run.timeline.limits for name in lim.listeners if lim.is_protected(name)}
     )
-    if not prot:
-        return CheckResult(
+    if not prot or not run.timeline.ever(lambda x: x.broker_rate):
+        res = not_configured(
             "protected_listener_not_delayed",
-            PASS,
-            observed="no protected listener (needs inter.broker.listener.name and ≥ 2 listeners)",
-            expected="nothing to check",
-            explanation="not applicable: no listener is protected in this configuration",
+            run,
+            "a protected listener (inter.broker.listener.name, ≥ 2 listeners) "
+            "with max.connection.creation.rate",
         )
+        return res
     conns = acceptor_conns(run).where(F.col("listener").isin(*prot))
+    broker_fired = (
+        acceptor_conns(run)
+        .where(~F.col("listener").isin(*prot) & (F.col("delay_reason") == "broker_rate"))
+        .limit(1)
+        .count()
+    )
     is_bad = (F.col("delay_reason") == "broker_rate") | (F.col("delay_broker_ms") > 0)
     stats = conns.agg(
         F.count(F.lit(1)).alias("n"), F.sum(F.when(is_bad, 1).otherwise(0)).alias("bad")
     ).first()
     assert stats is not None
     total, n_bad = int(stats["n"] or 0), int(stats["bad"] or 0)
+    if not n_bad and (not total or not broker_fired):
+        res = nothing_judged(
+            "protected_listener_not_delayed",
+            "protected-listener connections while the broker rate was delaying others",
+        )
+        res.observed = (
+            f"{total} connections on {', '.join(prot)}; broker rate "
+            + ("fired" if broker_fired else "never fired")
+            + ": not exercised"
+        )
+        res.raise_hint = "the storm above max.connection.creation.rate with inter-broker traffic"
+        return res
     rows = conns.where(is_bad).orderBy("accept_ns").limit(10).collect() if n_bad else []
     wit = [
         witness(
@@ -164,6 +225,8 @@ def check_protected_not_delayed(run: Run) -> CheckResult:
         tolerance="none",
         witnesses=wit,
         explanation="the inter-broker listener is exempt from max.connection.creation.rate",
+        judged=total,
+        exercised=True,
     )
 
 
@@ -174,6 +237,7 @@ CHECKS = [
         check_rate_delay_within_window,
         True,
         doc="broker/listener rate delay ≤ quota window (+ slack on the actual wait)",
+        judges_limit=True,
     ),
     Check(
         "ip_throttle_within_window",
@@ -181,6 +245,7 @@ CHECKS = [
         check_ip_throttle_within_window,
         True,
         doc="per-IP throttle ≤ window; socket held for the throttle then closed, never served",
+        judges_limit=True,
     ),
     Check(
         "protected_listener_not_delayed",
@@ -188,5 +253,6 @@ CHECKS = [
         check_protected_not_delayed,
         True,
         doc="the protected inter-broker listener is never delayed by the broker-wide rate",
+        judges_limit=True,
     ),
 ]

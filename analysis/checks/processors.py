@@ -9,7 +9,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from analysis.checks.base import FAIL, PASS, UNKNOWN, Check, CheckResult, fmt, witness
+from analysis.checks.base import (
+    FAIL,
+    PASS,
+    UNKNOWN,
+    Check,
+    CheckResult,
+    fmt,
+    not_configured,
+    nothing_judged,
+    witness,
+)
 from analysis.frames import MS, acceptor_conns, client_conns, match_attempts
 
 if TYPE_CHECKING:
@@ -50,6 +60,7 @@ def check_queue_depth(run: Run) -> CheckResult:
         tolerance="none",
         witnesses=wit,
         explanation="a processor's new-connection queue holds at most 20 sockets",
+        judged=int(stats["n"] or 0),
     )
 
 
@@ -63,19 +74,17 @@ def check_reject_closes_at_once(run: Run) -> CheckResult:
             lim.max_connections_per_ip < 2_147_483_647 or lim.per_ip_overrides
             for lim in run.timeline.limits
         )
-        return CheckResult(
+        if not limited:
+            return not_configured(
+                "ip_count_reject_closes_at_once", run, "max.connections.per.ip (or overrides)"
+            )
+        res = nothing_judged(
             "ip_count_reject_closes_at_once",
-            UNKNOWN
-            if "ip_count_reject_closes_at_once" in (run.expect.get("checks") or [])
-            else PASS,
-            observed="no per-IP count rejections in the run",
-            expected="each reject closed at once, never served",
-            explanation=(
-                "no connection hit the per-IP count limit: the close-at-once rule was not exercised"
-                if limited
-                else "not limited: no per-IP count limit configured"
-            ),
+            "per-IP count rejections",
+            "each reject closed at once, never served",
         )
+        res.raise_hint = "the connections one IP holds open at once above max.connections.per.ip"
+        return res
     served = rejects.where(F.col("register_ns").isNotNull())
     slack_ns = int(run.slack_ms * MS)
     wit = [
@@ -110,6 +119,8 @@ def check_reject_closes_at_once(run: Run) -> CheckResult:
         tolerance=f"slack {fmt(run.slack_ms)} ms",
         witnesses=wit,
         explanation="max.connections.per.ip is enforced by accept-then-close, the client reads EOF",
+        judged=n,
+        exercised=True,
     )
 
 
@@ -127,5 +138,6 @@ CHECKS = [
         check_reject_closes_at_once,
         True,
         doc="per-IP count rejects are closed at once (client EOF), never served",
+        judges_limit=True,
     ),
 ]

@@ -10,6 +10,11 @@ What a meter counts (Kafka un-records per-IP throttles): broker — accepts on n
 listeners, at the accept instant, minus IP-throttled ones; listener — the same per
 listener; IP — IP steps that were not throttled (admits and count rejects) at t1.
 Where the bound changed within the span, the larger bound is used.
+
+Exercised: the meter must have fired, i.e. some span held more than B = r·(n−1)·w
+connections (a rate above r over the shortest window Kafka measures), or the enforcer
+recorded a delay/throttle for this meter. Otherwise `unknown`, with the peak span count
+against B.
 """
 
 from __future__ import annotations
@@ -17,7 +22,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from analysis.checks.base import FAIL, PASS, Check, CheckResult, fmt, not_limited, witness
+from analysis.checks.base import (
+    FAIL,
+    PASS,
+    Check,
+    CheckResult,
+    fmt,
+    not_configured,
+    not_exercised,
+    witness,
+)
 from analysis.frames import MS, acceptor_conns
 from analysis.model import INT_MAX, Limits
 
@@ -60,6 +74,8 @@ def _span_check(
     key: str | None,
     pick: Callable[[Limits, str], float],
     feeders: int,
+    fired: int = 0,
+    hint: str = "",
 ) -> CheckResult:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -82,17 +98,34 @@ def _span_check(
         + F.lit(feeders * span_ms / w)
     )
     ev = ev.withColumn("allowed", allowed).withColumn("excess", F.col("in_span") - F.col("allowed"))
+    burst = F.col("bound") * F.lit((n - 1) * w / 1000.0)
     worst_cols = ["in_span", "allowed", *([key] if key else [])]
     stats = ev.agg(
         F.count(F.lit(1)).alias("events"),
         F.max("in_span").alias("peak"),
         F.max_by(F.struct(*worst_cols), "excess").alias("worst"),
+        F.max_by(F.struct(F.col("in_span"), burst.alias("burst")), F.col("in_span") - burst).alias(
+            "closest"
+        ),
         F.sum(F.when(F.col("excess") > 0, 1).otherwise(0)).alias("violations"),
     ).first()
     assert stats is not None
-    if not stats["events"]:
-        return not_limited(name, run, what)
+    events = int(stats["events"] or 0)
     violations = int(stats["violations"] or 0)
+    closest = stats["closest"]
+    peak = float(closest["in_span"]) if closest is not None else 0.0
+    burst_then = float(closest["burst"]) if closest is not None else 0.0
+    if not violations and not fired and peak <= burst_then:
+        return not_exercised(
+            name,
+            what,
+            peak,
+            burst_then,
+            judged=events,
+            unit=f"per {span_ms} ms span",
+            hint=hint or f"the arrival rate above {what}",
+            expected=f"a span above r·(n−1)·w connections (the meter fires), within {what}",
+        )
     bad = []
     if violations:
         bad = ev.where(F.col("excess") > 0).orderBy("ns").limit(10).collect()
@@ -127,7 +160,12 @@ def _span_check(
             f"the recorded connection rate exceeded {what} beyond its burst allowance"
             if violations
             else f"{what} held over every {span_ms} ms span"
-        ),
+        )
+        + f"; the meter fired {fired} time(s)",
+        judged=events,
+        exercised=True,
+        peak=peak,
+        limit=burst_then,
     )
 
 
@@ -149,12 +187,13 @@ def check_broker_rate(run: Run) -> CheckResult:
     from pyspark.sql import functions as F
 
     if not run.timeline.ever(lambda x: x.broker_rate):
-        return not_limited("broker_rate_span", run, "max.connection.creation.rate")
+        return not_configured("broker_rate_span", run, "max.connection.creation.rate")
     ev = _accepts(run)
     prot = _protected_names(run)
     if prot:
         ev = ev.where(~F.col("listener").isin(*prot))
     listeners = {x for lim in run.timeline.limits for x in lim.listeners} - set(prot)
+    fired = ev.where(F.col("delay_reason") == "broker_rate").count()
     return _span_check(
         run,
         "broker_rate_span",
@@ -163,22 +202,29 @@ def check_broker_rate(run: Run) -> CheckResult:
         None,
         lambda lim, _k: lim.broker_rate,
         max(1, len(listeners)),
+        fired,
+        "the broker-wide arrival rate (storm) above max.connection.creation.rate",
     )
 
 
 def check_listener_rate(run: Run) -> CheckResult:
     if not any(v < INT_MAX for lim in run.timeline.limits for v in lim.listener_rate.values()):
-        return not_limited(
+        return not_configured(
             "listener_rate_span", run, "listener.name.<l>.max.connection.creation.rate"
         )
+    from pyspark.sql import functions as F
+
+    ev = _accepts(run)
     return _span_check(
         run,
         "listener_rate_span",
         "listener.name.<l>.max.connection.creation.rate",
-        _accepts(run),
+        ev,
         "listener",
         lambda lim, k: lim.listener_rate_for(k),
         1,
+        ev.where(F.col("delay_reason") == "listener_rate").count(),
+        "the arrival rate on the limited listener",
     )
 
 
@@ -188,10 +234,11 @@ def check_ip_rate(run: Run) -> CheckResult:
     if not run.timeline.ever(lambda x: x.ip_quota_default) and not any(
         v < INT_MAX for lim in run.timeline.limits for v in lim.ip_quotas.values()
     ):
-        return not_limited("ip_rate_span", run, "connection_creation_rate (ip quota)")
+        return not_configured("ip_rate_span", run, "connection_creation_rate (ip quota)")
     conns = acceptor_conns(run).where(F.col("outcome").isin("admit", "reject"))
     ev = conns.withColumn("ns", F.col("t1_ns")).withColumn("ts", F.col("admit_ts"))
     n_listeners = max(1, len({x for lim in run.timeline.limits for x in lim.listeners}))
+    throttled = acceptor_conns(run).where(F.col("outcome") == "throttle_close").count()
     return _span_check(
         run,
         "ip_rate_span",
@@ -200,6 +247,8 @@ def check_ip_rate(run: Run) -> CheckResult:
         "client_ip",
         lambda lim, k: lim.ip_quota(k),
         n_listeners,
+        throttled,
+        "the arrival rate of one IP (single-IP flood) above its connection_creation_rate",
     )
 
 
@@ -210,6 +259,7 @@ CHECKS = [
         check_broker_rate,
         True,
         doc="broker-wide accepts per n·w span within bound·span + burst",
+        judges_limit=True,
     ),
     Check(
         "listener_rate_span",
@@ -217,6 +267,7 @@ CHECKS = [
         check_listener_rate,
         True,
         doc="per-listener accepts per n·w span within bound·span + burst",
+        judges_limit=True,
     ),
     Check(
         "ip_rate_span",
@@ -224,5 +275,6 @@ CHECKS = [
         check_ip_rate,
         True,
         doc="per-IP (non-throttled) connections per n·w span within bound·span + burst",
+        judges_limit=True,
     ),
 ]

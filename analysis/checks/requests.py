@@ -10,7 +10,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from analysis.checks.base import FAIL, PASS, Check, CheckResult, fmt, witness
+from analysis.checks.base import (
+    FAIL,
+    PASS,
+    Check,
+    CheckResult,
+    fmt,
+    not_configured,
+    nothing_judged,
+    witness,
+)
 
 if TYPE_CHECKING:
     from analysis.load import Run
@@ -51,6 +60,13 @@ def check_request_throttles(run: Run) -> CheckResult:
     ).first()
     assert stats is not None
     n_bad = int(stats["bad"] or 0)
+    n = int(stats["n"] or 0)
+    if not n:
+        if not any(raw.get("request_quotas") for raw in run.timeline.raw):
+            return not_configured("request_throttle_bounds", run, "request_percentage quotas")
+        res = nothing_judged("request_throttle_bounds", "request throttles")
+        res.raise_hint = "the request load of a quota'd user/client-id above request_percentage"
+        return res
     wit = []
     for r in rows.where(is_bad).orderBy("mono_ns").limit(10).collect() if n_bad else []:
         if r["api_key"] in EXEMPT_API_KEYS:
@@ -67,9 +83,9 @@ def check_request_throttles(run: Run) -> CheckResult:
         witnesses=wit,
         explanation=(
             "request quotas mute the channel for min(X, w); exempt APIs are never throttled"
-            if stats["n"]
-            else "no request throttles recorded (nothing to violate)"
         ),
+        judged=n,
+        exercised=True,
     )
 
 

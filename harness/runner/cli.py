@@ -100,9 +100,16 @@ def run(args: argparse.Namespace) -> int:
         print("  (interrupted: the verdict covers what was recorded)")
     if result.error:
         print(f"  run error: {result.error}")
-    for c in result.checks:
-        print(f"  {str(c.get('verdict', '?')).upper():8} {c.get('name', '?')}: {_brief(c)}")
+    judged = [c for c in result.checks if c.get("verdict") != "n/a"]
+    na = [str(c.get("name", "?")) for c in result.checks if c.get("verdict") == "n/a"]
+    for c in judged:
+        mark = " [exercised]" if c.get("exercised") and c.get("verdict") == "pass" else ""
+        print(f"  {str(c.get('verdict', '?')).upper():8} {c.get('name', '?')}{mark}: {_brief(c)}")
+    if na:
+        print(f"  n/a (not configured, not counted): {', '.join(na)}")
     if args.analyze:
+        for reason in _reasons(result.run_dir):
+            print(f"  why: {reason}")
         print(f"VERDICT: {result.verdict.upper()} (scenario expects {expected})")
         if result.report:
             print(f"report: {result.report}")
@@ -113,6 +120,17 @@ def run(args: argparse.Namespace) -> int:
     if result.error and not result.interrupted:
         return 3
     return 130 if result.interrupted else 0
+
+
+def _reasons(run_dir: Path) -> list[str]:
+    import json
+
+    path = run_dir / "report" / "verdict.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    return [str(r) for r in data.get("reasons") or []]
 
 
 def _brief(check: dict[str, object]) -> str:
