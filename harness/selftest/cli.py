@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -20,6 +21,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--list", action="store_true", help="print the plan and exit")
     parser.add_argument(
+        "--reanalyze",
+        type=Path,
+        metavar="DIR",
+        help="analyse the runs of an earlier selftest (runs/selftest-...) again, with the "
+        "current checks, and rewrite its table",
+    )
+    parser.add_argument(
         "--out", type=Path, default=Path("runs"), help="parent of the selftest folder (runs/)"
     )
 
@@ -29,6 +37,12 @@ def run(args: argparse.Namespace) -> int:
     from harness.selftest.plan import CI_FAULTS, PlanError, build_plan
     from harness.selftest.run import Selftest
 
+    if args.reanalyze is not None:
+        if not (args.reanalyze / "summary.json").is_file():
+            print(f"harness selftest: --reanalyze {args.reanalyze}: no summary.json there")
+            return 3
+        st = Selftest.reanalyze(args.reanalyze)
+        return _report(st.root, st.analyze())
     faults = ",".join(CI_FAULTS) if args.ci and not args.faults else args.faults
     try:
         jobs = build_plan(faults, args.scenarios)
@@ -42,7 +56,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"{j.fault or 'clean':30} {j.scenario:28} {rule}")
         return 0
     st = Selftest(jobs, args.out)
-    summary = st.run()
+    return _report(st.root, st.run())
+
+
+def _report(root: Path, summary: dict[str, Any]) -> int:
     print()
     print(f"{'fault':30} {'scenario':28} {'verdict':8} {'':9} failing checks / first witness")
     for r in summary["rows"]:
@@ -64,5 +81,5 @@ def run(args: argparse.Namespace) -> int:
         f"{summary['wall_s']:.0f} s"
     )
     print(f"SELFTEST: {'PASS' if summary['ok'] else 'FAIL'}")
-    print(f"results: {st.root / 'summary.json'}, {st.root / 'index.html'}")
+    print(f"results: {root / 'summary.json'}, {root / 'index.html'}")
     return 0 if summary["ok"] else 1

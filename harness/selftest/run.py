@@ -5,9 +5,14 @@ scenario is not FAIL (a scenario that fails without any fault proves nothing abo
 fault). The kill rate is caught / faults. A clean run that fails is a *false fail*. The
 selftest passes (exit 0) only when every fault is caught and no clean run fails.
 
+Two phases: first every run's load (``harness run`` without its analysis), then every
+run's analysis (``harness analyze --gate``'s checks) in one Spark session, which saves a
+JVM start per run; ``harness selftest --reanalyze DIR`` repeats the second phase on the
+recorded runs (after the checks changed).
+
 Output: ``<out>/selftest-<UTC stamp>/`` with ``summary.json``, ``index.html`` (a table
 linking every run's report), ``runs/<run>/`` (the run folders) and ``logs/<job>.log``
-(each run's console output).
+(each run's console output, then its analysis).
 """
 
 from __future__ import annotations
@@ -41,10 +46,13 @@ class JobResult:
     report: str | None = None
     error: str | None = None
     wall_s: float = 0.0
+    analysis_s: float = 0.0
 
 
-#: runs one job and returns its result (the real one drives the Orchestrator)
+#: runs one job's load and returns its (not yet analysed) result
 RunOne = Callable[[Job, Path, Path], JobResult]
+#: analyses one recorded run (fills verdict, failing checks, witness, report)
+AnalyzeOne = Callable[[JobResult, Any, Path], JobResult]
 
 
 def first_witness(check: dict[str, Any]) -> str:
@@ -60,32 +68,57 @@ def first_witness(check: dict[str, Any]) -> str:
 
 
 def run_job(job: Job, runs_dir: Path, log_path: Path) -> JobResult:
-    """One scenario run against the acceptor with the job's fault (if any), like --gate."""
+    """One scenario's load against the acceptor with the job's fault (if any)."""
     from harness.runner.catalog import load
     from harness.runner.orchestrator import Orchestrator, RunOptions
 
     scenario = load(job.scenario)
     overrides = {FAULT_KEY: job.fault} if job.fault else {}
-    opts = RunOptions(target="acceptor", out=runs_dir, set_acceptor=overrides)
+    opts = RunOptions(target="acceptor", out=runs_dir, set_acceptor=overrides, analyze=False)
     t0 = time.monotonic()
     with open(log_path, "w", encoding="utf-8") as log, contextlib.redirect_stdout(log):
         result = Orchestrator(scenario, opts).run()
-    failing = [str(c.get("name")) for c in result.checks if c.get("verdict") == "fail"]
-    witness = next((first_witness(c) for c in result.checks if c.get("verdict") == "fail"), "")
-    verdict = result.verdict
-    if result.error and verdict != "fail":
-        verdict = "error"
+    history = result.run_dir / "history" / "acceptor"
+    ran = history.is_dir() and any(history.glob("*.parquet"))
     return JobResult(
         scenario=job.scenario,
         fault=job.fault,
-        verdict=verdict,
-        failing=failing,
-        witness=witness,
+        verdict="recorded" if ran else "error",
         run_dir=str(result.run_dir),
-        report=str(result.report) if result.report else None,
-        error=result.error,
+        error=result.error or (None if ran else "no acceptor history: nothing ran"),
         wall_s=round(time.monotonic() - t0, 1),
     )
+
+
+def analyze_job(res: JobResult, spark: Any, log_path: Path) -> JobResult:
+    """`harness analyze RUN --gate`'s checks on a recorded run, in the given Spark session."""
+    from analysis import analyze_run
+
+    if res.run_dir is None or res.verdict == "error":
+        return res
+    t0 = time.monotonic()
+    with open(log_path, "a", encoding="utf-8") as log:
+
+        def say(msg: str) -> None:
+            print(f"  | {msg}", file=log, flush=True)
+
+        verdict = analyze_run(Path(res.run_dir), spark=spark, progress=say)
+    checks: list[dict[str, Any]] = list(verdict.get("checks", []))
+    res.failing = [str(c.get("name")) for c in checks if c.get("verdict") == "fail"]
+    res.witness = next((first_witness(c) for c in checks if c.get("verdict") == "fail"), "")
+    res.verdict = str(verdict.get("verdict", "unknown"))
+    if res.error and res.verdict == "pass":
+        res.verdict = "unknown"  # a broken run cannot certify anything (as harness run)
+    report = Path(res.run_dir) / "report" / "report.html"
+    res.report = str(report) if report.exists() else None
+    res.analysis_s = round(time.monotonic() - t0, 1)
+    return res
+
+
+def default_spark() -> Any:
+    from analysis.session import build_session
+
+    return build_session(None)
 
 
 def summarize(results: list[JobResult]) -> dict[str, Any]:
@@ -135,13 +168,18 @@ class Selftest:
         out: Path,
         *,
         run_one: RunOne = run_job,
+        analyze_one: AnalyzeOne = analyze_job,
+        spark: Callable[[], Any] = default_spark,
         say: TextIO | None = None,
         stamp: str | None = None,
+        root: Path | None = None,
     ) -> None:
         self.jobs = jobs
         stamp = stamp or datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-        self.root = out / f"selftest-{stamp}"
+        self.root = root or out / f"selftest-{stamp}"
         self.run_one = run_one
+        self.analyze_one = analyze_one
+        self.spark = spark
         self.say_to = say or sys.stdout
         self.results: list[JobResult] = []
         self.t0 = time.monotonic()
@@ -169,13 +207,52 @@ class Selftest:
                     job.scenario, job.fault, "error", error=f"{type(exc).__name__}: {exc}"
                 )
             self.results.append(res)
-            self.say(f"[{i}/{n}] {job.label}: {self._brief(res)}")
+            self.say(f"[{i}/{n}] {job.label}: {res.verdict} in {res.wall_s:.0f}s")
             self.write()
-        summary = self.write()
-        return summary
+        return self.analyze()
+
+    @classmethod
+    def reanalyze(cls, root: Path, **kw: Any) -> Selftest:
+        """A selftest over the runs recorded in ``root`` (its summary.json), to analyse again."""
+        data = json.loads((root / "summary.json").read_text(encoding="utf-8"))
+        jobs = [Job(j["scenario"], j["fault"]) for j in data["planned"]]
+        st = cls(jobs, root.parent, root=root, **kw)
+        fields = JobResult.__dataclass_fields__
+        for row in [*data["rows"], *data["clean"]]:
+            st.results.append(JobResult(**{k: v for k, v in row.items() if k in fields}))
+        order = {(j.scenario, j.fault): i for i, j in enumerate(jobs)}
+        st.results.sort(key=lambda r: order.get((r.scenario, r.fault), len(order)))
+        return st
+
+    def analyze(self) -> dict[str, Any]:
+        """Phase 2: every recorded run's checks, in one Spark session."""
+        todo = [r for r in self.results if r.run_dir and r.verdict != "error"]
+        if not todo:
+            return self.write()
+        self.say(f"analysing {len(todo)} runs in one Spark session (starting it)")
+        spark = self.spark()
+        try:
+            for i, res in enumerate(todo, 1):
+                label = f"{res.fault or 'clean'} @ {res.scenario}"
+                log = self.root / "logs" / f"{res.fault or 'clean'}--{res.scenario}.log"
+                try:
+                    self.analyze_one(res, spark, log)
+                except KeyboardInterrupt:
+                    self.say("interrupted: writing what was analysed so far")
+                    break
+                except Exception as exc:  # one bad analysis must not lose the others
+                    res.verdict = "unknown"
+                    res.error = f"analysis failed: {type(exc).__name__}: {exc}"
+                self.say(f"analysed [{i}/{len(todo)}] {label}: {self._brief(res)}")
+                self.write()
+        finally:
+            stop = getattr(spark, "stop", None)
+            if stop is not None:
+                stop()
+        return self.write()
 
     def _brief(self, r: JobResult) -> str:
-        text = f"{r.verdict.upper()} in {r.wall_s:.0f}s"
+        text = f"{r.verdict.upper()} (run {r.wall_s:.0f}s, analysis {r.analysis_s:.0f}s)"
         if r.fault is not None:
             text += " -> CAUGHT" if r.verdict == "fail" else " -> survived"
         elif r.verdict == "fail":

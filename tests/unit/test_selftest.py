@@ -103,7 +103,15 @@ def test_selftest_writes_summary_and_html_linking_runs(tmp_path: Path) -> None:
         def flush(self) -> None:
             pass
 
-    st = Selftest(build_plan(",".join(CI_FAULTS)), tmp_path, run_one=fake, say=Sink(), stamp="T")  # type: ignore[arg-type]
+    st = Selftest(
+        build_plan(",".join(CI_FAULTS)),
+        tmp_path,
+        run_one=fake,
+        analyze_one=lambda res, spark, log: res,
+        spark=lambda: None,
+        say=Sink(),  # type: ignore[arg-type]
+        stamp="T",
+    )
     summary = st.run()
     assert summary["ok"] and summary["kill_rate"] == 1.0
     saved = json.loads((tmp_path / "selftest-T" / "summary.json").read_text())
@@ -111,3 +119,10 @@ def test_selftest_writes_summary_and_html_linking_runs(tmp_path: Path) -> None:
     page = (tmp_path / "selftest-T" / "index.html").read_text()
     assert 'href="runs/clean--ci-gate/report/report.html"' in page
     assert any("CAUGHT" in line for line in out)
+    again = Selftest.reanalyze(
+        tmp_path / "selftest-T", analyze_one=lambda res, spark, log: res, spark=lambda: None
+    )
+    assert [(r.fault, r.verdict) for r in again.results] == [
+        (r.fault, r.verdict) for r in st.results
+    ]
+    assert again.analyze()["ok"]
