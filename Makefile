@@ -8,7 +8,7 @@ KAFKA_STAMP := .cache/kafka/.resolved
 PYTEST_ARGS ?= --durations=15
 SCENARIO ?= demo-storm
 
-.PHONY: setup test lint unit demo broker clean chromium bench
+.PHONY: setup test lint unit demo broker clean chromium bench images compose-demo
 
 setup: $(STAMP) $(KAFKA_STAMP) chromium
 	@echo "setup: ready (venv in $(VENV), Kafka jars in .cache/kafka)"
@@ -25,13 +25,14 @@ $(KAFKA_STAMP): $(STAMP)
 	@$(BIN)/harness broker --fetch-only
 	@touch $(KAFKA_STAMP)
 
-# Browser tests drive Debian's Chromium; Playwright never downloads a browser of its own.
-# Debian packages the tests use: Chromium (browser tests, driven by Playwright, which never
-# downloads a browser of its own), HAProxy (PROXY-protocol scenarios) and docker-compose
-# (validates compose/ offline; there is no Docker engine here).
-DEB_PACKAGES := chromium haproxy docker-compose
+# Debian packages the tests use, as command:package: Chromium (browser tests, driven by
+# Playwright, which never downloads a browser of its own), HAProxy (PROXY-protocol scenarios),
+# docker.io (dockerd: the container launcher, compose; .ci/run starts it when none answers),
+# docker-compose (compose/) and mmdebstrap (the images' Debian root filesystems; no registry).
+DEB_PACKAGES := chromium:chromium haproxy:haproxy dockerd:docker.io docker-compose:docker-compose \
+	mmdebstrap:mmdebstrap
 chromium:
-	@missing=""; for c in $(DEB_PACKAGES); do command -v $$c >/dev/null 2>&1 || missing="$$missing $$c"; done; \
+	@missing=""; for cp in $(DEB_PACKAGES); do command -v $${cp%%:*} >/dev/null 2>&1 || missing="$$missing $${cp#*:}"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "setup: installing Debian packages:$$missing"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null) \
@@ -49,8 +50,20 @@ test: setup lint
 unit: $(STAMP)
 	$(BIN)/python -m pytest -m unit $(PYTEST_ARGS)
 
+# With a Docker engine the broker runs in a container (the image is built on first use, or by
+# `make images`); without one, from the cached jars. The run's first lines say which.
 demo: setup
 	$(BIN)/harness run $(SCENARIO)
+
+# The Kafka and harness images, built locally from Debian packages and the cached jars (no
+# registry); reused when present. Needs a Docker engine (.ci/run starts one).
+images: setup
+	$(BIN)/python -m harness.broker.images
+
+# compose/: Kafka, the acceptor, a Locust master and two workers from the local images run a
+# catalog scenario headless; the history is then checked by `harness analyze`.
+compose-demo: images
+	$(BIN)/python compose/demo.py $(SCENARIO)
 
 broker: setup
 	$(BIN)/harness broker

@@ -148,9 +148,11 @@ class Target:
         )
         t0 = time.monotonic()
         self.broker = start_broker(**kwargs)
+        b = self.broker
+        how = f"{b.launcher} launcher" + (f", image {b.image}" if getattr(b, "image", None) else "")
         self.progress(
-            f"broker ready in {time.monotonic() - t0:.1f}s: Kafka {self.broker.version} at "
-            f"{self.broker.bootstrap} (ports {self.broker.listener_ports})"
+            f"broker ready in {time.monotonic() - t0:.1f}s ({how}): Kafka {b.version} at "
+            f"{b.bootstrap} (ports {b.listener_ports})"
         )
         return self.broker
 

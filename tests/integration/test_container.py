@@ -1,0 +1,214 @@
+"""The container launcher against a real Docker engine and the locally built Kafka image.
+
+Skipped (with the reason) only when no Docker engine answers: .ci/run starts one where Debian's
+docker.io is installed. The image is built once (cold: about a minute, mostly mmdebstrap) and
+reused afterwards; every broker here is a real Kafka 4.3.1 in a container on the host network.
+These tests run once, under whatever launcher the rest of the suite uses (marker ``container``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.broker import Broker, BrokerError, start_broker
+from harness.broker.container import (
+    OWNER,
+    OWNER_LABEL,
+    PID_LABEL,
+    ContainerBroker,
+    docker_available,
+    sweep,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.container]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _progress(message: str) -> None:
+    stream = sys.__stderr__ or sys.stderr
+    print(f"[container] {message}", file=stream, flush=True)
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[Any]:
+    ok, why = docker_available()
+    if not ok:
+        pytest.skip(f"no Docker engine: {why}")
+    from harness.broker.images import docker_client
+
+    c = docker_client()
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def image(client: Any) -> str:
+    from harness.broker.images import ensure_kafka_image
+
+    return ensure_kafka_image(client, progress=_progress).tag
+
+
+def _ours(client: Any) -> list[Any]:
+    return list(
+        client.containers.list(all=True, filters={"label": f"{OWNER_LABEL}={OWNER}"})
+    )
+
+
+def _api_versions(host: str, port: int, source_ip: str, timeout_s: float = 5.0) -> bytes | None:
+    """One ApiVersions v0 round trip from ``source_ip``; None when the broker closed on us."""
+    client_id = b"container-test"
+    body = struct.pack(">hhih", 18, 0, 1, len(client_id)) + client_id
+    with socket.socket() as s:
+        s.settimeout(timeout_s)
+        s.bind((source_ip, 0))
+        s.connect((host, port))
+        try:
+            s.sendall(struct.pack(">i", len(body)) + body)
+            head = s.recv(4)
+        except (ConnectionResetError, BrokenPipeError):
+            return None
+        if len(head) < 4:
+            return None
+        size = struct.unpack(">i", head)[0]
+        data = b""
+        while len(data) < size:
+            chunk = s.recv(size - len(data))
+            if not chunk:
+                return None
+            data += chunk
+        return data
+
+
+def test_the_image_is_built_once_and_reused(client: Any, image: str) -> None:
+    from harness.broker.images import INPUTS_LABEL, ensure_kafka_image
+
+    again = ensure_kafka_image(client, progress=_progress)
+    assert again.reused and again.build_s == 0.0 and again.tag == image
+    attrs = client.images.get(image).attrs
+    assert attrs["Config"]["Labels"][INPUTS_LABEL]
+    assert attrs["Config"]["Entrypoint"] == ["/usr/local/bin/kafka-entrypoint"]
+    libs = client.containers.run(
+        image, entrypoint=["ls", "/opt/kafka/libs", "/opt/kafka/jmx"], remove=True
+    ).decode()
+    assert "kafka_2.13-4.3.1.jar" in libs and "jmx_prometheus_javaagent.jar" in libs
+    java = client.containers.run(
+        image, entrypoint=["java", "-version"], remove=True, stderr=True
+    ).decode()
+    assert 'version "17.' in java
+
+
+def test_container_broker_is_kafka_431_with_our_limits(
+    image: str, kafka_broker: Broker, tmp_path: Path
+) -> None:
+    """Same ApiVersions as the local broker, and KAFKA_* settings reach Kafka: a per-IP limit
+    of 2 lets two connections from one address in and closes the third."""
+    with start_broker(
+        launcher="container",
+        properties={"max.connections.per.ip": "2"},
+        workdir=tmp_path,
+        progress=_progress,
+    ) as broker:
+        assert isinstance(broker, ContainerBroker)
+        assert broker.version == "4.3.1"
+        got = broker.probe()
+        assert got.api_versions == kafka_broker.probe().api_versions
+        held: list[socket.socket] = []
+        try:
+            assert _api_versions(broker.host, broker.port, "127.0.0.31") is not None
+            # idle connections from 127.0.0.31 fill its quota of 2: the next one is closed
+            for _ in range(3):
+                s = socket.socket()
+                held.append(s)
+                s.bind(("127.0.0.31", 0))
+                s.connect((broker.host, broker.port))
+            time.sleep(0.5)
+            assert _api_versions(broker.host, broker.port, "127.0.0.31") is None
+            # another address is not affected
+            assert _api_versions(broker.host, broker.port, "127.0.0.32") is not None
+        finally:
+            for s in held:
+                s.close()
+        assert broker.metrics_url
+        import urllib.request
+
+        text = urllib.request.urlopen(broker.metrics_url, timeout=10).read().decode()
+        assert "kafka_server" in text or "kafka_network" in text
+    assert broker.log_path is not None and "Kafka version: 4.3.1" in broker.log_path.read_text()
+
+
+def test_restart_and_pause_faults_in_a_container(client: Any, image: str) -> None:
+    with start_broker(launcher="container", progress=_progress) as broker:
+        assert isinstance(broker, ContainerBroker)
+        cid, port = broker.container_id, broker.port
+        broker.pause()
+        with pytest.raises((OSError, TimeoutError)):
+            _api_versions(broker.host, port, "127.0.0.1", timeout_s=2.0)
+        broker.resume()
+        broker.wait_ready(60)
+        broker.restart()
+        assert broker.container_id == cid and broker.port == port
+        assert broker.probe().brokers
+        broker.kill()
+        assert not broker.running
+        with pytest.raises(BrokerError, match="not running"):
+            broker.pause()
+        broker.restart()  # a killed broker comes back on the same ports and data
+        assert broker.port == port and broker.probe().brokers
+    with pytest.raises(Exception, match="404|No such container|not found"):
+        client.containers.get(cid)
+
+
+def test_no_container_survives_a_sigkilled_harness(client: Any, image: str) -> None:
+    script = textwrap.dedent(
+        """
+        import sys, time
+        from harness.broker import start_broker
+        b = start_broker(launcher="container", progress=lambda _: None)
+        print(b.container_id, flush=True)
+        time.sleep(600)
+        """
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    try:
+        assert proc.stdout is not None
+        cid = proc.stdout.readline().strip()
+        assert cid, "the child did not start a container broker"
+        c = client.containers.get(cid)
+        assert c.labels[PID_LABEL] == str(proc.pid)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            c.reload()
+            if c.status == "exited":
+                break
+            time.sleep(0.5)
+        assert c.status == "exited", "the entrypoint's watchdog did not stop the broker"
+        assert sweep(client) >= 1  # what the next harness start does
+        assert all(x.id != cid for x in _ours(client))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_nothing_of_ours_is_left_running(client: Any) -> None:
+    """After the tests above (each stops its broker): no harness container of a live process
+    other than this one's... and none at all of this process."""
+    mine = [c for c in _ours(client) if c.labels.get(PID_LABEL) == str(os.getpid())]
+    assert mine == []
