@@ -62,9 +62,7 @@ def image(client: Any) -> str:
 
 
 def _ours(client: Any) -> list[Any]:
-    return list(
-        client.containers.list(all=True, filters={"label": f"{OWNER_LABEL}={OWNER}"})
-    )
+    return list(client.containers.list(all=True, filters={"label": f"{OWNER_LABEL}={OWNER}"}))
 
 
 def _api_versions(host: str, port: int, source_ip: str, timeout_s: float = 5.0) -> bytes | None:
@@ -167,7 +165,7 @@ def test_restart_and_pause_faults_in_a_container(client: Any, image: str) -> Non
             broker.pause()
         broker.restart()  # a killed broker comes back on the same ports and data
         assert broker.port == port and broker.probe().brokers
-    with pytest.raises(Exception, match="404|No such container|not found"):
+    with pytest.raises(Exception, match=r"404|No such container|not found"):
         client.containers.get(cid)
 
 
