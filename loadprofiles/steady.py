@@ -21,8 +21,9 @@ from typing import Any
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError, KafkaTimeoutError
 from locust import User, task
+from locust.runners import MasterRunner
 
-from loadprofiles import webui  # noqa: F401  (the admission tab)
+from loadprofiles import readiness, webui  # noqa: F401  (webui: the admission tab)
 from loadprofiles.common import history, listen, payload, prepare_topic, settings
 
 PRODUCE, FETCH = 0, 1
@@ -142,3 +143,18 @@ class SteadyUser(User):
 
 
 listen("test_start", prepare_topic)
+
+
+def _mark(kind: str) -> Any:
+    """Readiness markers (``--ready-dir``): victims are up when every user is spawned."""
+
+    def on_event(environment: Any, **_: Any) -> None:
+        o = environment.parsed_options
+        if o is not None and not isinstance(environment.runner, MasterRunner):
+            readiness.mark(o.ready_dir, kind)
+
+    return on_event
+
+
+listen("spawning_complete", _mark(readiness.READY))
+listen("test_stop", _mark(readiness.DONE))

@@ -33,6 +33,13 @@ def max_arrivals(phase: Phase) -> int:
     return max(1, math.ceil(expected - 1e-6))
 
 
+def ready_dir(run_dir: Path, phase: Phase) -> Path:
+    """Where the phase's load processes write their readiness markers
+    (``loadprofiles.readiness``: ``<pid>.ready`` when load is about to flow, ``<pid>.done``
+    when the schedule is over); the runner waits on these, never on log text."""
+    return run_dir / "loadgen" / phase.name
+
+
 def locust_argv(
     phase: Phase,
     *,
@@ -79,6 +86,8 @@ def locust_argv(
         "--only-summary",
         "--stop-timeout",
         "3",
+        "--ready-dir",
+        str(ready_dir(run_dir, phase)),
     ]
     if phase.profile != "steady":
         # Through HAProxy the proxy writes the PROXY header (carrying our bound source

@@ -24,12 +24,13 @@ from types import FrameType
 from typing import Any
 
 from harness.history import HistoryWriter
-from harness.runner.loadgen import LoadTarget, locust_argv, max_arrivals
+from harness.runner.loadgen import LoadTarget, locust_argv, max_arrivals, ready_dir
 from harness.runner.procs import ManagedProcess
 from harness.runner.rundir import RunDir, base_run_json, new_run_id, utc_now_iso
 from harness.runner.scenario import Phase, Scenario
 from harness.runner.schedule import Cursor, TimelineEvent, apply_change, build_timeline
 from harness.runner.targets import AcceptorTarget, Target, TargetError, free_port, make_target
+from loadprofiles.readiness import phase_state
 
 EXIT_CODES = {"pass": 0, "fail": 1, "unknown": 2}
 
@@ -424,17 +425,18 @@ class Orchestrator:
         for rp in self.phases.values():
             if rp.ended:
                 continue
-            for line in rp.new_log_lines():
-                if not rp.flowing and rp.start_marker in line:
-                    rp.flowing = True
-                    rp.start_mono_ns = time.monotonic_ns()
-                    self.say(f"phase {rp.phase.name} flowing")
-                elif rp.flowing and rp.end_mono_ns is None and rp.end_marker in line:
-                    rp.end_mono_ns = time.monotonic_ns()
-                    if rp.phase.profile != "steady":
-                        # schedule done: let Locust write its reports and exit now
-                        rp.proc.signal_group(signal.SIGTERM)
-                        rp.stop_deadline = now + self.sc.timeouts.drain
+            # explicit readiness (loadprofiles.readiness markers), never Locust's log text
+            n_ready, n_done = phase_state(ready_dir(self.rd.root, rp.phase))
+            if not rp.flowing and n_ready:
+                rp.flowing = True
+                rp.start_mono_ns = time.monotonic_ns()
+                self.say(f"phase {rp.phase.name} flowing")
+            if rp.flowing and rp.end_mono_ns is None and n_done >= n_ready > 0:
+                rp.end_mono_ns = time.monotonic_ns()
+                if rp.phase.profile != "steady":
+                    # schedule done: let Locust write its reports and exit now
+                    rp.proc.signal_group(signal.SIGTERM)
+                    rp.stop_deadline = now + self.sc.timeouts.drain
             code = rp.proc.poll()
             if code is None and rp.stop_deadline is not None and now > rp.stop_deadline:
                 self.say(
