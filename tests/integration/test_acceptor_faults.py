@@ -1,0 +1,164 @@
+"""Seeded acceptor faults (`harness.test.fault`) on real sockets, next to the correct acceptor.
+
+The engine faults are shown deciding differently in ``tests/unit/quota/test_faults.py``;
+these are the ones that live in the acceptor's admission waits and processors. Each test
+runs the same traffic against a correct acceptor and a faulty one and reads both histories.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.acceptor import AcceptorHandle, start_in_thread
+from harness.acceptor.testing import (
+    api_versions_frame,
+    connect,
+    ping,
+    raw,
+    read_outcome,
+    wait_until,
+)
+from harness.history import read_history
+from harness.quota.faults import FAULT_KEY
+
+Start = Callable[..., AcceptorHandle]
+
+
+@pytest.fixture
+def start(kafka_broker: Any, tmp_path: Path) -> Iterator[Start]:
+    handles: list[AcceptorHandle] = []
+
+    def _start(fault: str = "", **props: str) -> AcceptorHandle:
+        base = {
+            "listeners": "CLIENT://127.0.0.1:0",
+            "listener.name.client.upstream": kafka_broker.bootstrap,
+            "metrics.port": "-1",
+            **props,
+        }
+        if fault:
+            base[FAULT_KEY] = fault
+        h = start_in_thread(base, history_dir=tmp_path / f"history-{len(handles)}", run_id="t")
+        handles.append(h)
+        return h
+
+    yield _start
+    for h in handles:
+        h.stop()
+
+
+def rows(h: AcceptorHandle, event: str) -> list[dict[str, Any]]:
+    writer = h.acceptor.rec.writer
+    assert writer is not None
+    writer.flush()
+    return [
+        r for r in read_history(writer.dir.parent, "acceptor").to_pylist() if r["event"] == event
+    ]
+
+
+def _delayed_admissions(h: AcceptorHandle, n: int) -> list[tuple[float, float]]:
+    """Open n sockets at once; (computed delay, accept->admit time) of the delayed ones."""
+    addr = h.address("CLIENT")
+    socks = [raw(addr, f"127.0.4.{i + 1}") for i in range(n)]
+    wait_until(lambda: len(rows(h, "admit")) == n, timeout=30, what=f"{n} admits")
+    delays = {r["conn_id"]: r["delay_ms"] for r in rows(h, "delay")}
+    out = [
+        (delays[r["conn_id"]], r["delay_ms"]) for r in rows(h, "admit") if r["conn_id"] in delays
+    ]
+    for s in socks:
+        s.close()
+    return out
+
+
+# broker rate 2/s over 2 windows of 1 s: 2 free, then each further connection waits
+RATE = {"max.connection.creation.rate": "2", "quota.window.num": "2"}
+
+
+def test_rate_delay_is_waited_out_exactly_and_the_faults_do_not(start: Start) -> None:
+    ok = _delayed_admissions(start(**RATE), 5)
+    assert ok and all(delay - 1 <= admit < delay + 200 for delay, admit in ok)
+    skipped = _delayed_admissions(start("rate_delay_not_waited", **RATE), 5)
+    assert skipped and all(admit < delay / 2 for delay, admit in skipped if delay >= 100)
+    doubled = _delayed_admissions(start("delay_doubled", **RATE), 4)
+    assert doubled and all(admit >= 2 * delay - 1 for delay, admit in doubled)
+
+
+def test_slot_wait_while_free_blocks_after_the_delay_with_slots_free(start: Start) -> None:
+    for fault, reasons in (("", {"rate"}), ("slot_wait_while_free", {"rate+slot"})):
+        h = start(fault, **RATE)
+        _delayed_admissions(h, 4)
+        blocked = [r for r in rows(h, "blocked") if r["reason"] != "queue_full"]
+        assert blocked and {r["reason"] for r in blocked} == reasons, (fault, blocked)
+
+
+def _evictions(h: AcceptorHandle, kafka_broker: Any) -> tuple[list[str], list[str]]:
+    client = h.address("CLIENT")
+    conns = [connect(client, "127.0.0.2") for _ in range(3)]
+    for c in conns:
+        ping(c)
+    for c in conns[1:]:  # conns[0] is the least recently used, conns[2] the most
+        ping(c)
+    ids = [r["conn_id"] for r in sorted(rows(h, "register"), key=lambda r: r["mono_ns"])]
+    inter = connect(h.address("INTERNAL"), "127.0.0.3")
+    ping(inter)
+    wait_until(lambda: len(rows(h, "evict")) >= 1, timeout=15, what="an eviction")
+    evicted = [r["conn_id"] for r in rows(h, "evict")]
+    for c in [*conns, inter]:
+        c.close()
+    return ids, evicted
+
+
+def _two_listeners(kafka_broker: Any) -> dict[str, str]:
+    return {
+        "listeners": "CLIENT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
+        "inter.broker.listener.name": "INTERNAL",
+        "listener.name.internal.upstream": kafka_broker.bootstrap,
+        "max.connections": "3",
+        "num.network.threads": "1",
+    }
+
+
+def test_eviction_takes_the_least_recently_used_and_the_fault_the_most(
+    start: Start, kafka_broker: Any
+) -> None:
+    ids, evicted = _evictions(start(**_two_listeners(kafka_broker)), kafka_broker)
+    assert evicted == [ids[0]]
+    ids, evicted = _evictions(
+        start("evict_most_recent", **_two_listeners(kafka_broker)), kafka_broker
+    )
+    assert evicted[0] == ids[2]
+
+
+def test_protected_evicted_closes_an_inter_broker_connection(
+    start: Start, kafka_broker: Any
+) -> None:
+    h = start("protected_evicted", **_two_listeners(kafka_broker))
+    internal = h.address("INTERNAL")
+    conns = [connect(internal, "127.0.0.3") for _ in range(4)]  # past max.connections=3
+    wait_until(lambda: len(rows(h, "evict")) >= 1, timeout=15, what="an eviction")
+    assert {r["listener"] for r in rows(h, "evict")} == {"INTERNAL"}
+    for c in conns:
+        c.close()
+
+
+def test_queue_larger_than_20_holds_40_connections(start: Start) -> None:
+    h = start("queue_larger_than_20", **{"num.network.threads": "1"})
+    addr = h.address("CLIENT")
+    h.pause_processor("CLIENT", 0)
+    socks = []
+    for i in range(45):
+        s = raw(addr, f"127.0.1.{i + 1}")
+        s.sendall(api_versions_frame())
+        socks.append(s)
+    proc = h.acceptor.listeners["CLIENT"].processors[0]
+    wait_until(lambda: h.call(lambda: proc.queue.qsize()) == 40, what="queue of 40 full")
+    h.resume_processor("CLIENT", 0)
+    for s in socks:
+        assert read_outcome(s, 20) == "data"
+        s.close()
+    depths = [json.loads(r["detail"])["queue_depth"] for r in rows(h, "register")]
+    assert max(depths) > 20  # what Kafka's ArrayBlockingQueue(20) cannot show
