@@ -3,6 +3,14 @@
 The `config` rows in history/harness are authoritative and time-varying; run.json's
 "limits" only seeds the timeline when a run has no config row before its first event.
 Dot-files under history/ are parts still being written and are never read.
+
+Two writers leave `config` rows: the runner (`detail.origin = "runner"`: the limits it
+intended, written once the target acknowledged them) and the enforcer (our acceptor, on
+start and on every admin change it applied). The checker judges by the runner's limits
+(Jepsen: never take the enforcer's word for its own configuration); a version starts at
+the enforcer's record of the same limits when that lies within the runner's bracket
+[applied_from, acknowledged], else at the acknowledgement. Runs without runner rows
+(older runs, synthetic histories) fall back to every config row.
 """
 
 from __future__ import annotations
@@ -141,6 +149,64 @@ def config_timeline(
     return ConfigTimeline(starts, limits, raw)
 
 
+def is_runner_row(detail: dict[str, Any]) -> bool:
+    return detail.get("origin") == "runner"
+
+
+def _parse(ns: int, detail: str | None) -> dict[str, Any]:
+    try:
+        parsed = json.loads(detail) if detail else {}
+    except json.JSONDecodeError as exc:
+        raise RunDirError(f"config row at mono_ns={ns}: detail is not JSON ({exc})") from None
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def limit_values(lim: Limits) -> dict[str, Any]:
+    """The connection limits of one version, comparable across writers (Int.MaxValue
+    entries dropped: unset and Int.MaxValue mean the same in Kafka)."""
+    return {
+        "quota.window.num": lim.window_num,
+        "quota.window.size.ms": lim.window_ms,
+        "max.connections": lim.max_connections,
+        "max.connections.per.ip": lim.max_connections_per_ip,
+        "max.connections.per.ip.overrides": dict(sorted(lim.per_ip_overrides.items())),
+        "max.connection.creation.rate": lim.broker_rate,
+        "listener max.connections": {
+            k: v for k, v in sorted(lim.listener_max.items()) if v < INT_MAX
+        },
+        "listener max.connection.creation.rate": {
+            k: v for k, v in sorted(lim.listener_rate.items()) if v < INT_MAX
+        },
+        "ip_quotas.default": lim.ip_quota_default,
+        "ip_quotas": {k: v for k, v in sorted(lim.ip_quotas.items()) if v < INT_MAX},
+    }
+
+
+@dataclass
+class Testimony:
+    """Both writers' config rows, (mono_ns, parsed detail) sorted by time."""
+
+    runner: list[tuple[int, dict[str, Any]]]
+    enforcer: list[tuple[int, dict[str, Any]]]
+
+
+def pinned_runner_rows(testimony: Testimony) -> list[tuple[int, str]]:
+    """The runner's rows, each at the instant the enforcer recorded the same limits inside
+    the runner's bracket (else at the runner's acknowledgement)."""
+    out: list[tuple[int, str]] = []
+    enforcer = [(ns, limit_values(Limits.from_config(d))) for ns, d in testimony.enforcer]
+    for ns, detail in testimony.runner:
+        at = ns
+        lo = detail.get("applied_from_mono_ns")
+        if isinstance(lo, int):
+            want = limit_values(Limits.from_config(detail))
+            inside = [e_ns for e_ns, vals in enforcer if lo <= e_ns <= ns and vals == want]
+            if inside:
+                at = inside[-1]
+        out.append((at, json.dumps(detail)))
+    return out
+
+
 @dataclass
 class Run:
     """Everything a check needs: metadata, the history DataFrame, derived frames."""
@@ -152,6 +218,7 @@ class Run:
     timeline: ConfigTimeline
     files: list[Path]
     clock_offset_ns: int | None = None  # wall (ts) minus mono_ns, from the harness rows
+    testimony: Testimony = field(default_factory=lambda: Testimony([], []))
     _cache: dict[str, Any] = field(default_factory=dict)
 
     def wall(self, mono_ns: int) -> str | None:
@@ -258,5 +325,14 @@ def load_run(spark: SparkSession, run_dir: str | Path) -> Run:
     history = spark.read.schema(spark_schema()).parquet(*[str(f) for f in files])
     limits = meta.get("limits") if isinstance(meta.get("limits"), dict) else None
     cfg_rows, offset = _harness_rows(files)
+    parsed = sorted(((ns, _parse(ns, d)) for ns, d in cfg_rows), key=lambda r: r[0])
+    testimony = Testimony(
+        runner=[r for r in parsed if is_runner_row(r[1])],
+        enforcer=[r for r in parsed if not is_runner_row(r[1])],
+    )
+    if testimony.runner:  # judge by what the runner intended, never the enforcer's word
+        cfg_rows = [(ns, d) for ns, d in pinned_runner_rows(testimony)]
     timeline = config_timeline(cfg_rows, limits)
-    return Run(path, meta, spark, history, timeline, files, clock_offset_ns=offset)
+    return Run(
+        path, meta, spark, history, timeline, files, clock_offset_ns=offset, testimony=testimony
+    )

@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from analysis.hosts import resolve_overrides
+
 INT_MAX = 2_147_483_647
 DEFAULT_WINDOW_NUM = 11
 DEFAULT_WINDOW_MS = 1000
@@ -249,7 +251,9 @@ class Limits:
             window_ms=round(window_s * 1000),
             max_connections=get("max.connections", INT_MAX),
             max_connections_per_ip=get("max.connections.per.ip", INT_MAX),
-            per_ip_overrides=_overrides(detail.get("max.connections.per.ip.overrides")),
+            per_ip_overrides=resolve_overrides(
+                _overrides(detail.get("max.connections.per.ip.overrides"))
+            ),
             broker_rate=get("max.connection.creation.rate", INT_MAX),
             listener_max=listener_max,
             listener_rate=listener_rate,

@@ -37,6 +37,7 @@ BROKEN_FLAGS = frozenset(
         "exempt_throttle",  # request throttle on a cluster-action (exempt) API
         "client_disagree",  # client outcomes contradict the acceptor's records
         "short_load",  # generator offered < 95 % of the intended arrivals
+        "lost_change",  # the enforcer never records the runner's dynamic change
     }
 )
 
@@ -198,6 +199,7 @@ class _Sim:
         self.broken = spec.broken
         self.config = dict(spec.config or default_config(spec.scale))
         self.limits = Limits.from_config(self.config)
+        self.enforcer_started = False
         self.model = AdmissionModel(self.limits)
         history = run_dir / "history"
         self.client = _Parts(history, "client", spec.run_id, spec.part_rows)
@@ -455,14 +457,25 @@ class _Sim:
         self.config.update(change)
         self.limits = Limits.from_config(self.config)
         self.model.reconfigure(self.limits)
-        self.harness.add("config", now, detail=self.config)
+        self._config_rows(now)
+
+    def _config_rows(self, now: int) -> None:
+        """The enforcer's row at the instant it applied the limits (target acceptor), and the
+        runner's testimony once acknowledged, bracketing it (analysis.load)."""
+        if self.spec.target == "acceptor" and "lost_change" not in self.spec.broken:
+            self.harness.add("config", now, detail={**self.config, "cause": "synth"})
+        elif self.spec.target == "acceptor" and not self.enforcer_started:
+            self.harness.add("config", now, detail={**self.config, "cause": "synth"})
+        self.enforcer_started = True
+        runner = {**self.config, "origin": "runner", "applied_from_mono_ns": now - MS // 2}
+        self.harness.add("config", now + MS // 2, detail=runner)
 
     # -- the schedule ---------------------------------------------------------------
     def schedule(self) -> tuple[int, int]:
         spec, rng, s = self.spec, self.rng, self.spec.scale
         t = BASE_MONO_NS
         self.harness.add("run_start", t, detail={"scenario": "synth", "target": spec.target})
-        self.harness.add("config", t + MS, detail=self.config)
+        self._config_rows(t + MS)
         base_end = t + int(spec.baseline_s * 1e9)
         self.harness.add(
             "phase_start",

@@ -10,6 +10,7 @@ from analysis.checks import (
     processors,
     rate_spans,
     requests,
+    testimony,
 )
 from analysis.checks.base import FAIL, NA, PASS, UNKNOWN, Check, CheckResult, merge, run_check
 
@@ -21,6 +22,7 @@ ALL_CHECKS: list[Check] = [
     *processors.CHECKS,
     *requests.CHECKS,
     *clients.CHECKS,
+    *testimony.CHECKS,
 ]
 
 __all__ = [

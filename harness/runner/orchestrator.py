@@ -139,10 +139,16 @@ class Orchestrator:
         if self.history is not None:
             self.history.record(event, **fields)
 
-    def record_config(self, why: str) -> None:
+    def record_config(self, why: str, applied_from_ns: int | None = None) -> None:
+        """The runner's own testimony: the limits it intended, once the target acknowledged
+        them. The checker judges by these rows (`detail.origin = "runner"`), never by the
+        enforcer's; `applied_from_mono_ns` is when the runner started applying the change,
+        so the enforcer's own record of it must fall in [applied_from, this row]."""
         assert self.target is not None
-        if self.target.writes_config_rows:
-            self.record("config", reason=why, detail=self.limits)
+        detail: dict[str, Any] = {**self.limits, "origin": "runner", "cause": why}
+        if applied_from_ns is not None:
+            detail["applied_from_mono_ns"] = applied_from_ns
+        self.record("config", reason=why, detail=detail)
 
     # -- main ------------------------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -227,6 +233,7 @@ class Orchestrator:
 
     def _start_target(self) -> None:
         assert self.target is not None
+        started_ns = time.monotonic_ns()
         t = self.sc.timeouts
         needs_proxy = any(
             a.params["kind"] == "upstream_latency" and a.at < self.duration for a in self.sc.faults
@@ -259,7 +266,7 @@ class Orchestrator:
         if self.opts.set_acceptor:
             self.run_json["acceptor_overrides"] = dict(self.opts.set_acceptor)
         self.rd.write_run_json(self.run_json)
-        self.record_config("start")
+        self.record_config("start", started_ns)
         from harness.runner.kafka_metrics import start_scraper  # Kafka's metrics, every second
 
         self.scraper = start_scraper(self.target, self.history, self.opts, self.say)
@@ -365,9 +372,10 @@ class Orchestrator:
         elif ev.kind == "change":
             assert ev.action is not None
             self.say(f"t={elapsed:.1f}s change: {ev.action.kind} {dict(ev.action.params)}")
+            applied_from = time.monotonic_ns()
             self.target.apply(ev.action)
             self.limits = apply_change(self.limits, ev.action)
-            self.record_config(f"schedule@{ev.action.at:g}")
+            self.record_config(f"schedule@{ev.action.at:g}", applied_from)
         elif ev.kind == "fault_start":
             assert ev.action is not None
             self._fault(ev.action.params, start=True, elapsed=elapsed)

@@ -1,0 +1,156 @@
+"""New rules on small hand-built histories, each both ways: a conforming history passes,
+one that breaks the rule by a small margin fails with the witness named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from analysis.checks import ALL_CHECKS, CheckResult
+from analysis.load import load_run
+from analysis.synth import write_rows
+from analysis.verdict import run_checks
+
+T0 = 9_000_000_000_000
+MS = 1_000_000
+S = 1000 * MS
+
+
+def results(spark: Any, run_dir: Path, *names: str) -> dict[str, CheckResult]:
+    run = load_run(spark, run_dir)
+    return {r.name: r for r in run_checks(run, [c for c in ALL_CHECKS if c.name in names])}
+
+
+def conn(
+    i: int,
+    ns: int,
+    ip: str = "127.0.0.10",
+    outcome: str = "admit",
+    close_after: int | None = None,
+    listener: str = "client",
+    delay_ms: float = 0.0,
+    admit_after: int = 100_000,
+) -> list[dict[str, Any]]:
+    """Acceptor rows of one connection: accept, (delay), admit/reject, register, close."""
+    c = {"conn_id": f"c-{i}", "listener": listener, "ip": ip, "port": 4000 + i}
+    rows = [{"source": "acceptor", "event": "accept", "mono_ns": ns, **c}]
+    if delay_ms:
+        rows.append(
+            {"source": "acceptor", "event": "delay", "mono_ns": ns, "delay_ms": delay_ms,
+             "reason": "broker_rate", **c}
+        )  # fmt: skip
+    t1 = ns + admit_after
+    if outcome == "reject":
+        rows.append({"source": "acceptor", "event": "reject", "mono_ns": t1, **c})
+        rows.append({"source": "acceptor", "event": "close", "mono_ns": t1 + 1, **c})
+        return rows
+    rows.append({"source": "acceptor", "event": "admit", "mono_ns": t1, "delay_ms": delay_ms, **c})
+    rows.append(
+        {"source": "acceptor", "event": "register", "mono_ns": t1 + 1000, **c,
+         "detail": {"queue_depth": 1}}
+    )  # fmt: skip
+    if close_after is not None:
+        rows.append({"source": "acceptor", "event": "close", "mono_ns": t1 + close_after, **c})
+    return rows
+
+
+def cfg(ns: int, detail: dict[str, Any], runner: bool = False, lo: int | None = None) -> Any:
+    d = dict(detail)
+    if runner:
+        d["origin"] = "runner"
+        if lo is not None:
+            d["applied_from_mono_ns"] = lo
+    return {"source": "harness", "event": "config", "mono_ns": ns, "detail": d}
+
+
+BASE = {"listeners": "CLIENT://127.0.0.1:9092"}
+
+
+# ---- (c) host-name overrides in max.connections.per.ip.overrides ----------------------
+
+
+def _per_ip_rows(admitted_from_localhost: int) -> list[dict[str, Any]]:
+    limits = {
+        **BASE,
+        "max.connections.per.ip": 5,
+        "max.connections.per.ip.overrides": "localhost:2",
+    }
+    rows = [cfg(T0 - 1, limits)]
+    for i in range(admitted_from_localhost):
+        rows += conn(i, T0 + i * MS, ip="127.0.0.1")  # held open for the run
+    rows += conn(50, T0 + 50 * MS, ip="127.0.0.1", outcome="reject")
+    for i in range(4):  # another address may hold 4 (< its 5): not over
+        rows += conn(60 + i, T0 + (60 + i) * MS, ip="127.0.0.20")
+    return rows
+
+
+@pytest.mark.parametrize("admitted, verdict", [(2, "pass"), (3, "fail")])
+def test_host_name_override_resolved_as_kafka_does(
+    spark: Any, tmp_path: Path, admitted: int, verdict: str
+) -> None:
+    run = {"run_id": "host-override", "target": "acceptor"}
+    run_dir = write_rows(tmp_path / f"ho-{admitted}", _per_ip_rows(admitted), run)
+    r = results(spark, run_dir, "max_connections_per_ip")["max_connections_per_ip"]
+    assert r.verdict == verdict, r.observed
+    assert r.exercised is True and r.limit == 2
+    if verdict == "fail":  # an enforcer that ignored the override (5) is caught
+        assert [w["client_ip"] for w in r.witnesses] == ["127.0.0.1"]
+        assert "#3" in r.witnesses[0]["why"]
+
+
+# ---- (d) config testimony: the runner's limits, the enforcer's record -------------------
+
+RATE = {**BASE, "ip_quotas": {"default": 5}}
+LOWER = {**BASE, "ip_quotas": {"default": 2}}
+
+
+def _testimony_rows(enforcer_change_at: int | None) -> list[dict[str, Any]]:
+    """The runner lowers the IP quota at T0+20 s (bracket [20 s, 20 s + 3 ms]); the
+    enforcer records it at `enforcer_change_at` (None: never)."""
+    lo, ack = T0 + 20 * S, T0 + 20 * S + 3 * MS
+    rows = [cfg(T0 - 2 * MS, RATE), cfg(T0 - MS, RATE, runner=True, lo=T0 - 5 * MS)]
+    if enforcer_change_at is not None:
+        rows.append(cfg(enforcer_change_at, LOWER))
+    rows.append(cfg(ack, LOWER, runner=True, lo=lo))
+    rows += conn(1, T0 + S, close_after=S)
+    return rows
+
+
+@pytest.mark.parametrize(
+    "at, verdict, why",
+    [
+        (T0 + 20 * S + 1 * MS, "pass", ""),
+        (None, "fail", "never took the change"),
+        (T0 + 20 * S - 1000, "fail", "with no change from the runner"),  # 1 µs early
+    ],
+    ids=["taken-inside-bracket", "lost-change", "enforcer-changed-first"],
+)
+def test_config_testimony_catches_a_lost_change(
+    spark: Any, tmp_path: Path, at: int | None, verdict: str, why: str
+) -> None:
+    run = {"run_id": "testimony", "target": "acceptor"}
+    run_dir = write_rows(tmp_path / f"t-{verdict}-{at}", _testimony_rows(at), run)
+    r = results(spark, run_dir, "config_testimony")["config_testimony"]
+    assert r.verdict == verdict, (r.observed, r.witnesses)
+    assert r.judged == 2
+    if verdict == "fail":
+        assert any(why in w["why"] for w in r.witnesses), r.witnesses
+        assert all("mono_ns" in w for w in r.witnesses)
+
+
+def test_checker_judges_by_the_runner_limits_not_the_enforcers(spark: Any, tmp_path: Path) -> None:
+    """The enforcer claims per-IP max 10 while the runner set 2: three connections held
+    at once from one address break the runner's limit, whatever the enforcer says."""
+    runner = {**BASE, "max.connections.per.ip": 2}
+    enforcer = {**BASE, "max.connections.per.ip": 10}
+    rows = [cfg(T0 - 2 * MS, enforcer), cfg(T0 - MS, runner, runner=True, lo=T0 - 5 * MS)]
+    for i in range(3):
+        rows += conn(i, T0 + i * MS)
+    run_dir = write_rows(tmp_path / "judge", rows, {"run_id": "judge", "target": "acceptor"})
+    r = results(spark, run_dir, "max_connections_per_ip", "config_testimony")
+    assert r["max_connections_per_ip"].verdict == "fail"
+    assert r["max_connections_per_ip"].witnesses[0]["conn_id"] == "c-2"
+    assert r["config_testimony"].verdict == "fail"
+    assert "max.connections.per.ip" in r["config_testimony"].witnesses[0]["why"]
