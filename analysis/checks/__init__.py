@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from analysis.checks import (
+    broker_side,
     clients,
     concurrency,
     delays,
+    kafka_metrics,
     model_replay,
     processors,
     rate_spans,
@@ -22,6 +24,8 @@ ALL_CHECKS: list[Check] = [
     *processors.CHECKS,
     *requests.CHECKS,
     *clients.CHECKS,
+    *broker_side.CHECKS,
+    *kafka_metrics.CHECKS,
     *testimony.CHECKS,
 ]
 

@@ -1,0 +1,570 @@
+"""Checks of a broker's own enforcement that client-side observation can prove (target broker).
+
+Kafka's instants are not in the history on a broker target; each client attempt brackets
+them: the rate step (t0) and the IP step (t1) of a served connection lie in
+[connect_invoke, ready], of a dropped one in [connect_invoke, EOF], and Kafka's count
+interval contains the client's [ready, closed]. Every check below holds for *every*
+placement of Kafka's instants inside those intervals (bounds: analysis.checks.kafka_bounds,
+derivations: docs/kafka-reference.md), so it never blames Kafka for the client clock:
+
+- `client_broker_rate_span` / `client_listener_rate_span`: served connections surely
+  accepted within one span of n·w never exceed what the broker/listener meter allows;
+- `client_ip_rate_span`: the same per source address against its connection_creation_rate;
+- `client_over_throttling`: an EOF before any response is Kafka's fault unless a per-IP
+  rate throttle or count limit could have caused it under some consistent timing;
+- `client_connection_count`: served connections open at once per listener / broker-wide
+  never exceed listener.name.<l>.max.connections / max.connections;
+- `client_request_throttle`: `throttle_time_ms` in responses is ≤ w and appears only when
+  a request quota is configured.
+
+Spans that cross a broker kill/restart (a new broker starts with fresh meters) are not
+judged; EOFs inside fault windows are not judged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from analysis.checks.base import (
+    FAIL,
+    NA,
+    PASS,
+    UNKNOWN,
+    Check,
+    CheckResult,
+    fmt,
+    not_configured,
+    nothing_judged,
+)
+from analysis.checks.kafka_bounds import (
+    ip_span_bound,
+    ip_throttle_possible,
+    max_overlap,
+    rate_span_bound,
+    sure_counts,
+)
+from analysis.model import INT_MAX
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from analysis.load import Run
+
+MS = 1_000_000
+#: Kafka's processor notices a client's close on its next poll (poll(300) returns at once on
+#: I/O): a count is released at most this long after the client closed, plus the run's slack.
+PROCESSOR_POLL_MS = 300.0
+
+
+@dataclass(frozen=True)
+class Attempts:
+    """One row per client attempt that reached TCP (pandas), plus the run's segments."""
+
+    df: pd.DataFrame
+    faults: list[tuple[int, int]]  # fault windows (mono_ns)
+    kills: list[tuple[int, int]]  # broker_kill windows: meters restart after them
+
+
+def _faults(run: Run) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    rows = (
+        run.events("fault_start", "fault_end", source="harness")
+        .select("event", "mono_ns", "reason")
+        .orderBy("mono_ns")
+        .collect()
+    )
+    open_: dict[str, int] = {}
+    out: list[tuple[int, int, str]] = []
+    end_ns = run.span_ns()[1]
+    for r in rows:
+        kind = str(r["reason"] or "")
+        if r["event"] == "fault_start":
+            open_[kind] = int(r["mono_ns"])
+        elif kind in open_:
+            out.append((open_.pop(kind), int(r["mono_ns"]), kind))
+    out += [(s, end_ns, k) for k, s in open_.items()]
+    return [(s, e) for s, e, _ in out], [(s, e) for s, e, k in out if k == "broker_kill"]
+
+
+def attempts(run: Run) -> Attempts:
+    """Client attempts that reached the broker (connect_ok), as pandas, cached per run."""
+
+    def build() -> Attempts:
+        from pyspark.sql import functions as F
+
+        from analysis.frames import client_conns
+
+        c = client_conns(run).where(F.col("connect_ok_ns").isNotNull())
+        df: Any = c.select(
+            "client_ip",
+            "client_port",
+            F.lower(F.col("c_listener")).alias("listener"),
+            "invoke_ns",
+            "connect_ok_ns",
+            "ready_ns",
+            "eof_ns",
+            "closed_ns",
+            "closed_outcome",
+        ).toPandas()
+        df["invoke_ns"] = df["invoke_ns"].fillna(df["connect_ok_ns"])
+        faults, kills = _faults(run)
+        return Attempts(df, faults, kills)
+
+    return run.cached("broker_side_attempts", build)  # type: ignore[no-any-return]
+
+
+def _window(run: Run) -> tuple[int, int]:
+    lim = run.timeline.limits[0]
+    return lim.window_num, lim.window_ms
+
+
+def _limit_over(run: Run, start_ns: int, end_ns: int, pick: Any, how: Any = max) -> float:
+    """The largest (or ``how``) value of a limit in force at any instant of [start, end]."""
+    tl = run.timeline
+    i0, i1 = tl.index_at(start_ns), tl.index_at(end_ns)
+    return float(how(float(pick(tl.limits[i])) for i in range(i0, i1 + 1)))
+
+
+def _segments_ok(kills: list[tuple[int, int]], lo: int, hi: int) -> bool:
+    return not any(s <= hi and e >= lo for s, e in kills)
+
+
+def _wit(row: Any, run: Run, why: str) -> dict[str, Any]:
+    out = {
+        "client_ip": row.client_ip,
+        "client_port": int(row.client_port),
+        "listener": row.listener,
+        "mono_ns": int(row.invoke_ns),
+        "ts": run.wall(int(row.invoke_ns)),
+        "why": why,
+    }
+    return {k: v for k, v in out.items() if v is not None}
+
+
+# --- over-admission: rate spans -----------------------------------------------------------
+
+
+def _span_check(
+    run: Run,
+    name: str,
+    groups: dict[str, pd.DataFrame],
+    limit_of: Any,
+    bound_of: Any,
+    what: str,
+) -> CheckResult:
+    """Judge every span (b - T, b] ending at a served connection's ready instant."""
+    n, w = _window(run)
+    span_ms = n * w - 2.0
+    lag_ns = int((n + 1) * w * MS)  # a changed limit may reach the meter late
+    kills = attempts(run).kills
+    judged = 0
+    worst: tuple[float, int, int, str, float] | None = None  # ratio, count, bound, key, b
+    wit: list[dict[str, Any]] = []
+    peak_offered = 0.0
+    exercised_at = 0.0
+    for key, g in groups.items():
+        served = g[g["ready_ns"].notna()]
+        if served.empty:
+            continue
+        lo = served["invoke_ns"].astype("int64").tolist()
+        hi = served["ready_ns"].astype("int64").tolist()
+        counts = sure_counts([x / MS for x in lo], [x / MS for x in hi], span_ms)
+        offered = sure_counts(
+            [x / MS for x in g["invoke_ns"].astype("int64")],
+            [x / MS for x in g["invoke_ns"].astype("int64")],
+            span_ms,
+        )
+        for b_ms, count in counts:
+            b = int(b_ms * MS)
+            a = b - int(span_ms * MS)
+            if not _segments_ok(kills, a, b):
+                continue
+            limit = _limit_over(run, a - lag_ns, b, lambda lim, k=key: limit_of(lim, k))
+            if limit >= INT_MAX:
+                continue
+            bound = bound_of(limit, span_ms, n, w, key)
+            judged += 1
+            ratio = count / bound if bound else float("inf")
+            if worst is None or ratio > worst[0]:
+                worst = (ratio, count, bound, key, b_ms)
+            if count > bound and not wit:
+                inside = served[(served["invoke_ns"] > a) & (served["ready_ns"] <= b)]
+                for r in inside.head(10).itertuples():
+                    wit.append(
+                        _wit(
+                            r,
+                            run,
+                            f"{count} served connections of {key} surely accepted within "
+                            f"{span_ms / 1000:g} s > {bound} allowed by the meter",
+                        )
+                    )
+        for b_ms, count in offered:
+            b = int(b_ms * MS)
+            limit = _limit_over(
+                run, b - int(span_ms * MS) - lag_ns, b, lambda lim, k=key: limit_of(lim, k)
+            )
+            if limit >= INT_MAX:
+                continue
+            # more attempts in n·w than a fresh meter's burst r·(n-1)·w: the meter engaged
+            burst = limit * (n - 1) * w / 1000.0
+            if count / max(burst, 1.0) > peak_offered:
+                peak_offered = count / max(burst, 1.0)
+                exercised_at = float(count)
+    if worst is None:
+        ever = any(
+            float(limit_of(lim, k)) < INT_MAX for lim in run.timeline.limits for k in groups
+        ) or any(float(limit_of(lim, "")) < INT_MAX for lim in run.timeline.limits)
+        if not ever:
+            return not_configured(name, run, what)
+        return nothing_judged(name, f"spans of served connections under {what}")
+    ratio, count, bound, key, _ = worst
+    failed = bool(wit)
+    exercised = peak_offered > 1.0
+    return CheckResult(
+        name,
+        FAIL if failed else PASS,
+        observed=(
+            f"peak {count} served connections surely accepted in one {span_ms / 1000:g} s span "
+            f"({key}) vs {bound} allowed ({ratio:.0%} of the bound); {judged} spans judged"
+        ),
+        expected=f"≤ the meter's bound in every span, {what}",
+        tolerance="none: the bound is derived from the meter (docs/kafka-reference.md §2)",
+        witnesses=wit,
+        explanation=(
+            "each served connection's accept lies in [connect_invoke, ready]; only connections "
+            "whose whole interval lies in a span are counted there"
+            + ("" if exercised else "; the offered load never exceeded a fresh meter's burst")
+        ),
+        judged=judged,
+        exercised=exercised,
+        peak=float(count),
+        limit=float(bound),
+        data={"peak_offered": exercised_at, "tightness": ratio},
+    )
+
+
+def _nonprotected(run: Run, df: pd.DataFrame) -> pd.DataFrame:
+    lim = run.timeline.limits[-1]
+    return df[[not lim.is_protected(x) for x in df["listener"]]]
+
+
+def check_broker_rate_span(run: Run) -> CheckResult:
+    df = attempts(run).df
+    np_df = _nonprotected(run, df)
+    k = max(1, np_df["listener"].nunique())
+
+    def bound(limit: float, span: float, n: int, w: int, _key: str) -> int:
+        return rate_span_bound(limit, span, n, w, acceptors=k)
+
+    return _span_check(
+        run,
+        "client_broker_rate_span",
+        {"broker": np_df},
+        lambda lim, _k: lim.broker_rate,
+        bound,
+        "max.connection.creation.rate",
+    )
+
+
+def check_listener_rate_span(run: Run) -> CheckResult:
+    df = attempts(run).df
+    groups = {str(name): g for name, g in df.groupby("listener")}
+
+    def bound(limit: float, span: float, n: int, w: int, _key: str) -> int:
+        return rate_span_bound(limit, span, n, w, acceptors=1)
+
+    return _span_check(
+        run,
+        "client_listener_rate_span",
+        groups,
+        lambda lim, key: lim.listener_rate_for(key),
+        bound,
+        "listener.name.<l>.max.connection.creation.rate",
+    )
+
+
+def check_ip_rate_span(run: Run) -> CheckResult:
+    df = attempts(run).df
+    groups = {str(ip): g for ip, g in df.groupby("client_ip")}
+
+    def bound(limit: float, span: float, n: int, w: int, _key: str) -> int:
+        return ip_span_bound(limit, n, w)
+
+    return _span_check(
+        run,
+        "client_ip_rate_span",
+        groups,
+        lambda lim, ip: lim.ip_quota(ip),
+        bound,
+        "connection_creation_rate (ip)",
+    )
+
+
+# --- over-throttling -----------------------------------------------------------------------
+
+
+def check_over_throttling(run: Run) -> CheckResult:
+    """Every EOF before a response must be explainable by a per-IP limit under some timing."""
+    att = attempts(run)
+    df = att.df
+    if df.empty:
+        return nothing_judged("client_over_throttling", "client connections")
+    n, w = _window(run)
+    lag_ns = int((n + 1) * w * MS)
+    release_ns = int((PROCESSOR_POLL_MS + run.slack_ms) * MS)
+    far = 2**62
+    eof_mask = df["ready_ns"].isna() & df["eof_ns"].notna()
+    end = df["ready_ns"].fillna(df["eof_ns"]).fillna(df["closed_ns"]).fillna(far)
+    close_end = df["closed_ns"].fillna(df["eof_ns"]).fillna(far)
+    protected_max = any(
+        lim.max_connections < INT_MAX and any(lim.is_protected(x) for x in lim.listeners)
+        for lim in run.timeline.limits
+    )
+    judged = skipped = 0
+    bad: list[dict[str, Any]] = []
+    by_ip = {ip: g.index for ip, g in df.groupby("client_ip")}
+    for idx in df.index[eof_mask]:
+        row = df.loc[idx]
+        inv, eof = int(row["invoke_ns"]), int(row["eof_ns"])
+        if any(s <= eof and e >= inv for s, e in att.faults):
+            skipped += 1
+            continue
+        judged += 1
+        if protected_max:
+            continue  # an evicted LRU channel may be any connection
+        ip = row["client_ip"]
+        mine = by_ip[ip].drop(idx)
+        q = _limit_over(run, inv - lag_ns, eof, lambda lim, a=ip: lim.ip_quota(a))
+        others_rate = int(((df.loc[mine, "invoke_ns"] <= eof) & (end[mine] > inv - lag_ns)).sum())
+        if ip_throttle_possible(others_rate, q, n, w):
+            continue
+        m = _limit_over(run, inv - lag_ns, eof, lambda lim, a=ip: lim.max_for_ip(a), how=min)
+        others_open = int(
+            ((df.loc[mine, "invoke_ns"] <= eof) & (close_end[mine] + release_ns >= inv)).sum()
+        )
+        if m < INT_MAX and others_open >= m:
+            continue
+        why = "EOF before any response, and no per-IP limit could have closed it"
+        if q < INT_MAX:
+            why += (
+                f": at most {others_rate} other connections of {ip} could count in its "
+                f"rate window, a throttle at {fmt(q)}/s needs more than "
+                f"{fmt(q * (n - 1) * w / 1000 - 1)}"
+            )
+        if m < INT_MAX:
+            why += f"; at most {others_open} others open vs max.connections.per.ip {fmt(m)}"
+        bad.append(_wit(row, run, why))
+    total = len(df)
+    if judged == 0 and skipped == 0:
+        return CheckResult(
+            "client_over_throttling",
+            PASS,
+            observed=f"0 of {total} connections closed before a response",
+            expected="every EOF explained by a per-IP limit",
+            judged=total,
+            explanation="no connection was dropped, so none was dropped without cause",
+        )
+    return CheckResult(
+        "client_over_throttling",
+        FAIL if bad else PASS,
+        observed=(
+            f"{len(bad)} of {judged} EOFs before a response unexplained"
+            + (f"; {skipped} inside fault windows not judged" if skipped else "")
+            + ("; a protected listener with max.connections may evict any" if protected_max else "")
+        ),
+        expected="every EOF could have come from a per-IP rate throttle or count limit",
+        tolerance=(
+            f"an IP's other connections count if their interval meets (invoke - (n+1)·w, EOF]; "
+            f"counts are released up to {fmt(PROCESSOR_POLL_MS + run.slack_ms)} ms after the "
+            "client closed"
+        ),
+        witnesses=bad[:10],
+        explanation=(
+            "over-strict enforcement is a bug like over-admission: a drop no limit explains "
+            "under any timing consistent with the client's view is Kafka's (or the setup's)"
+        ),
+        judged=judged,
+    )
+
+
+# --- connection counts -----------------------------------------------------------------------
+
+
+def check_connection_count(run: Run) -> CheckResult:
+    """Served connections open at once ≤ max.connections (non-protected) and per listener."""
+    df = attempts(run).df
+    served = df[df["ready_ns"].notna()]
+    # client-closed: [ready, closed] lies in Kafka's count interval; dropped later by the
+    # broker (EOF after a response): only the ready instant is surely counted
+    end = served["closed_ns"].where(served["eof_ns"].isna(), served["ready_ns"])
+    end = end.fillna(served["ready_ns"])
+    tl = run.timeline
+    broker_max = max(float(lim.max_connections) for lim in tl.limits)
+    checks: list[tuple[str, list[bool], float]] = []
+    if broker_max < INT_MAX:
+        mask = [not tl.limits[-1].is_protected(x) for x in served["listener"]]
+        checks.append(("broker (non-protected listeners)", mask, broker_max))
+    for name in sorted(set(served["listener"].dropna())):
+        lmax = max(float(lim.listener_max_for(name)) for lim in tl.limits)
+        if lmax < INT_MAX:
+            checks.append((f"listener {name}", [x == name for x in served["listener"]], lmax))
+    if not checks:
+        return not_configured(
+            "client_connection_count", run, "max.connections / listener.name.<l>.max.connections"
+        )
+    worst: tuple[int, float, str] | None = None
+    bad: list[dict[str, Any]] = []
+    for label, mask, limit in checks:
+        sel = served[mask]
+        peak, at = max_overlap(
+            sel["ready_ns"].astype("int64").tolist(), end[sel.index].astype("int64").tolist()
+        )
+        if worst is None or peak / limit > worst[0] / worst[1]:
+            worst = (peak, limit, label)
+        if peak > limit and at is not None:
+            open_now = sel[(sel["ready_ns"] <= at) & (end[sel.index] > at)]
+            for r in open_now.head(10).itertuples():
+                bad.append(_wit(r, run, f"{peak} served at once on {label} > {fmt(limit)}"))
+    assert worst is not None
+    peak, limit, label = worst
+    return CheckResult(
+        "client_connection_count",
+        FAIL if bad else PASS,
+        observed=f"peak {peak} served connections open at once ({label}) vs {fmt(limit)}",
+        expected="≤ max.connections (non-protected listeners) and ≤ each listener's max",
+        tolerance="none: the client's [ready, closed] lies inside Kafka's count interval",
+        witnesses=bad[:10],
+        judged=len(served),
+        exercised=peak >= limit,
+        peak=float(peak),
+        limit=float(limit),
+    )
+
+
+# --- request quotas ---------------------------------------------------------------------------
+
+
+def check_request_throttle(run: Run) -> CheckResult:
+    """throttle_time_ms in responses: ≤ w (bounded request throttle), and only with a quota."""
+    from pyspark.sql import functions as F
+
+    configured = [bool(raw.get("request_quotas")) for raw in run.timeline.raw]
+    rows = (
+        run.events("request_ok", source="client")
+        .select(
+            "mono_ns",
+            "client_ip",
+            "client_port",
+            "listener",
+            "api_key",
+            F.get_json_object("detail", "$.throttle_time_ms").cast("double").alias("thr"),
+        )
+        .where(F.col("thr").isNotNull() & (F.col("thr") > 0))
+        .collect()
+    )
+    total = run.events("request_ok", source="client").count()
+    _, w = _window(run)
+    if not any(configured):
+        if not rows:
+            return CheckResult(
+                "client_request_throttle",
+                NA,
+                observed=f"no request quota configured; {total} responses, none throttled",
+                expected="nothing (no request_percentage configured)",
+                explanation="n/a: the rule does not apply to this run",
+            )
+    bad: list[dict[str, Any]] = []
+    peak = 0.0
+    for r in rows:
+        thr = float(r["thr"])
+        peak = max(peak, thr)
+        idx = run.timeline.index_at(int(r["mono_ns"]))
+        quota_here = any(configured[max(0, idx - 1) : idx + 1])
+        why = None
+        if thr > w:
+            why = f"throttle_time_ms {fmt(thr)} > the request-quota cap w = {w} ms"
+        elif not quota_here:
+            why = f"throttle_time_ms {fmt(thr)} with no request quota configured"
+        if why:
+            bad.append(
+                {
+                    "client_ip": r["client_ip"],
+                    "client_port": r["client_port"],
+                    "api_key": r["api_key"],
+                    "mono_ns": int(r["mono_ns"]),
+                    "ts": run.wall(int(r["mono_ns"])),
+                    "why": why,
+                }
+            )
+    if total == 0:
+        return nothing_judged("client_request_throttle", "responses")
+    verdict = FAIL if bad else PASS
+    return CheckResult(
+        "client_request_throttle",
+        verdict if any(configured) or bad else UNKNOWN,
+        observed=f"{len(rows)} of {total} responses throttled; max {fmt(peak)} ms",
+        expected=f"throttle_time_ms ≤ w = {w} ms, and only while a request quota is set",
+        tolerance="none (Kafka sends whole milliseconds)",
+        witnesses=bad[:10],
+        judged=total,
+        exercised=bool(rows),
+        peak=peak,
+        limit=float(w),
+    )
+
+
+CHECKS = [
+    Check(
+        "client_broker_rate_span",
+        "broker_side",
+        check_broker_rate_span,
+        True,
+        ("broker",),
+        doc="served connections per n·w span ≤ the broker-wide meter's bound (client intervals)",
+        judges_limit=True,
+    ),
+    Check(
+        "client_listener_rate_span",
+        "broker_side",
+        check_listener_rate_span,
+        True,
+        ("broker",),
+        doc="served connections per n·w span ≤ the listener meter's bound (client intervals)",
+        judges_limit=True,
+    ),
+    Check(
+        "client_ip_rate_span",
+        "broker_side",
+        check_ip_rate_span,
+        True,
+        ("broker",),
+        doc="served connections per IP per n·w span ≤ q·(n+1)·w (client intervals)",
+        judges_limit=True,
+    ),
+    Check(
+        "client_over_throttling",
+        "broker_side",
+        check_over_throttling,
+        False,
+        ("broker",),
+        doc="every EOF before a response is explainable by a per-IP limit under some timing",
+    ),
+    Check(
+        "client_connection_count",
+        "broker_side",
+        check_connection_count,
+        True,
+        ("broker",),
+        doc="served connections open at once ≤ max.connections / listener max (client view)",
+        judges_limit=True,
+    ),
+    Check(
+        "client_request_throttle",
+        "broker_side",
+        check_request_throttle,
+        False,
+        ("broker",),
+        doc="throttle_time_ms ≤ w and only while a request quota is configured",
+        judges_limit=True,
+    ),
+]

@@ -1,0 +1,357 @@
+"""Kafka's own counters as testimony: the `kafka_metrics` scrapes agree with the limits and
+with what the clients saw (both targets: the acceptor exports Kafka's names).
+
+Each `kafka_metrics` row (harness.runner.kafka_metrics) is one scrape, a few ms long, of the
+broker's JMX exporter or the acceptor's /metrics. Three rules:
+
+- `kafka_metric_connection_count`: Kafka's `connection-count` (summed over the network
+  processors of a listener) never exceeds `listener.name.<l>.max.connections`, and over
+  the non-protected listeners never exceeds `max.connections`, at any scrape;
+- `kafka_metric_throttle_bounded`: the throttle-time averages Kafka keeps
+  (`connection-accept-throttle-time`, `ip-connection-accept-throttle-time`, request
+  `throttle-time`) never exceed w: every throttle they average is capped at w;
+- `kafka_metric_ip_throttle_seen`: where a client saw an EOF before any response from an
+  address with a rate quota (and no count limit that could explain it), Kafka's
+  `ip-connection-accept-throttle-time` for that listener is a number (not NaN) in the
+  scrapes that follow it within the Avg's n·w life: the broker says it throttled when and
+  where the client saw it.
+
+No scrapes at all is `unknown` ("the target exposes no metrics"), never a silent pass.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+from analysis.checks.base import (
+    FAIL,
+    NA,
+    PASS,
+    UNKNOWN,
+    Check,
+    CheckResult,
+    fmt,
+    not_configured,
+)
+from analysis.model import INT_MAX
+
+if TYPE_CHECKING:
+    from analysis.load import Run
+
+MS = 1_000_000
+SSM = "kafka_server_socket_server_metrics_"
+#: a lowered max.connections is enforced by the processors' next loop (poll(300) at most)
+PROCESSOR_POLL_MS = 300.0
+#: listeners that are the broker's own (KRaft controller), not the run's
+INTERNAL_LISTENERS = {"controller"}
+
+
+def scrapes(run: Run) -> list[tuple[int, dict[str, Any]]]:
+    """(mono_ns, detail) of every successful scrape, in time order (cached)."""
+
+    def build() -> list[tuple[int, dict[str, Any]]]:
+        rows = (
+            run.events("kafka_metrics", source="harness")
+            .select("mono_ns", "reason", "detail")
+            .orderBy("mono_ns")
+            .collect()
+        )
+        out = []
+        for r in rows:
+            if r["reason"] == "scrape_failed" or not r["detail"]:
+                continue
+            try:
+                out.append((int(r["mono_ns"]), json.loads(r["detail"])))
+            except json.JSONDecodeError:
+                continue
+        return out
+
+    return run.cached("kafka_metric_scrapes", build)  # type: ignore[no-any-return]
+
+
+def _no_scrapes(name: str, run: Run) -> CheckResult:
+    failed = run.events("kafka_metrics", source="harness").count()
+    return CheckResult(
+        name,
+        UNKNOWN,
+        observed=(
+            f"no successful scrape of Kafka's metrics ({failed} failed)"
+            if failed
+            else "no kafka_metrics rows: the target exposed no metrics endpoint"
+        ),
+        expected="scrapes of the broker's JMX exporter or the acceptor's /metrics",
+        explanation=(
+            "the target does not expose what this check needs; for an external cluster "
+            "pass --broker-metrics-url"
+        ),
+    )
+
+
+def per_listener(detail: dict[str, Any], metric: str) -> dict[str, float | None]:
+    """Sum of a family per listener (over processors); None when every sample is NaN."""
+    out: dict[str, float | None] = {}
+    for name, labels, value in detail.get("samples", []):
+        if name != SSM + metric:
+            continue
+        lst = str(labels.get("listener") or "").lower()
+        if not lst or lst in INTERNAL_LISTENERS:
+            continue
+        if value is None:
+            out.setdefault(lst, None)
+        else:
+            out[lst] = (out.get(lst) or 0.0) + float(value)
+    return out
+
+
+def check_connection_count(run: Run) -> CheckResult:
+    name = "kafka_metric_connection_count"
+    tl = run.timeline
+    if not tl.ever(lambda lim: lim.max_connections) and not any(
+        lim.listener_max for lim in tl.limits
+    ):
+        return not_configured(name, run, "max.connections / listener.name.<l>.max.connections")
+    data = scrapes(run)
+    if not data:
+        return _no_scrapes(name, run)
+    lag = int((PROCESSOR_POLL_MS + run.slack_ms) * MS)
+    judged = 0
+    bad: list[dict[str, Any]] = []
+    worst = (0.0, 1.0, "")
+    for ns, detail in data:
+        counts = per_listener(detail, "connection_count")
+        if not counts:
+            continue
+        judged += 1
+        i0, i1 = tl.index_at(ns - lag), tl.index_at(ns)
+        lims = tl.limits[i0 : i1 + 1]
+        broker_max = max(float(lim.max_connections) for lim in lims)
+        last = lims[-1]
+        total = sum(v or 0.0 for k, v in counts.items() if not last.is_protected(k))
+        pairs = [("broker (non-protected)", total, broker_max)]
+        for lst, value in counts.items():
+            pairs.append(
+                (f"listener {lst}", value or 0.0, max(lim.listener_max_for(lst) for lim in lims))
+            )
+        for label, value, limit in pairs:
+            if limit >= INT_MAX:
+                continue
+            if value / limit > worst[0] / worst[1]:
+                worst = (value, limit, label)
+            if value > limit:
+                bad.append(
+                    {
+                        "mono_ns": ns,
+                        "ts": run.wall(ns),
+                        "why": f"Kafka's connection-count {fmt(value)} on {label} > {fmt(limit)}",
+                    }
+                )
+    if not judged:
+        return CheckResult(
+            name,
+            UNKNOWN,
+            observed=f"{len(data)} scrapes, none with connection-count",
+            expected="connection-count in the scrapes",
+        )
+    peak, limit, label = worst
+    return CheckResult(
+        name,
+        FAIL if bad else PASS,
+        observed=f"peak connection-count {fmt(peak)} ({label}) vs {fmt(limit)}; {judged} scrapes",
+        expected="Kafka's own connection-count ≤ the configured maximum at every scrape",
+        tolerance=f"a lowered limit applies after {fmt(PROCESSOR_POLL_MS + run.slack_ms)} ms",
+        witnesses=bad[:10],
+        explanation="Kafka's Selector counts registered channels, a subset of its counted ones",
+        judged=judged,
+        exercised=peak >= limit,
+        peak=float(peak),
+        limit=float(limit),
+    )
+
+
+THROTTLE_METRICS = (
+    (SSM + "connection_accept_throttle_time", "connection-accept-throttle-time"),
+    (SSM + "ip_connection_accept_throttle_time", "ip-connection-accept-throttle-time"),
+    ("kafka_server_request_throttle_time", "request throttle-time"),
+)
+
+
+def check_throttle_bounded(run: Run) -> CheckResult:
+    name = "kafka_metric_throttle_bounded"
+    data = scrapes(run)
+    tl = run.timeline
+    limited = (
+        tl.ever(lambda lim: lim.broker_rate)
+        or tl.ever(lambda lim: lim.ip_quota_default)
+        or any(lim.ip_quotas or lim.listener_rate for lim in tl.limits)
+        or any(raw.get("request_quotas") for raw in tl.raw)
+    )
+    if not data:
+        if not limited:
+            return not_configured(name, run, "every connection-rate and request quota")
+        return _no_scrapes(name, run)
+    w = tl.limits[0].window_ms
+    judged = 0
+    peak = 0.0
+    bad: list[dict[str, Any]] = []
+    for ns, detail in data:
+        for metric, kafka_name in THROTTLE_METRICS:
+            for n, labels, value in detail.get("samples", []):
+                if n != metric or value is None:
+                    continue
+                judged += 1
+                peak = max(peak, float(value))
+                if float(value) > w:
+                    bad.append(
+                        {
+                            "mono_ns": ns,
+                            "ts": run.wall(ns),
+                            "labels": labels,
+                            "why": f"Kafka's {kafka_name} average {fmt(value)} ms > w = {w} ms",
+                        }
+                    )
+    if judged == 0:
+        if not limited:
+            return CheckResult(
+                name,
+                NA,
+                observed="no throttle recorded, and no connection-rate or request quota is set",
+                expected="nothing (no quota configured)",
+                explanation="n/a: the rule does not apply to this run",
+            )
+        return CheckResult(
+            name,
+            UNKNOWN,
+            observed=f"{len(data)} scrapes; Kafka recorded no throttle (every average is NaN)",
+            expected="throttle-time averages ≤ w",
+            explanation="not exercised: no connection or request was throttled",
+            exercised=False,
+        )
+    return CheckResult(
+        name,
+        FAIL if bad else PASS,
+        observed=f"max throttle-time average {fmt(peak)} ms over {judged} readings",
+        expected=f"every throttle-time average ≤ w = {w} ms (each throttle is capped at w)",
+        tolerance="none",
+        witnesses=bad[:10],
+        judged=judged,
+    )
+
+
+def check_ip_throttle_seen(run: Run) -> CheckResult:
+    """Client EOFs on rate-limited addresses ↔ Kafka's ip-connection-accept-throttle-time."""
+    from analysis.checks.broker_side import attempts
+
+    name = "kafka_metric_ip_throttle_seen"
+    tl = run.timeline
+    if not (tl.ever(lambda lim: lim.ip_quota_default) or any(lim.ip_quotas for lim in tl.limits)):
+        return not_configured(name, run, "connection_creation_rate (ip)")
+    if any(lim.max_connections_per_ip < INT_MAX or lim.per_ip_overrides for lim in tl.limits):
+        return CheckResult(
+            name,
+            NA,
+            observed="a per-IP count limit is configured: an EOF may be a count reject",
+            expected="EOFs attributable to the IP rate only",
+            explanation="n/a: client EOFs cannot be attributed to the rate step in this run",
+        )
+    data = scrapes(run)
+    if not data:
+        return _no_scrapes(name, run)
+    df = attempts(run).df
+    eofs = df[df["ready_ns"].isna() & df["eof_ns"].notna()]
+    n, w = tl.limits[0].window_num, tl.limits[0].window_ms
+    life = int(n * w * MS)
+    times = [ns for ns, _ in data]
+    from bisect import bisect_left
+
+    per: list[dict[str, float | None]] = [
+        per_listener(d, "ip_connection_accept_throttle_time") for _, d in data
+    ]
+    judged = 0
+    bad: list[dict[str, Any]] = []
+    for r in eofs.itertuples():
+        if tl.at(int(r.eof_ns)).ip_quota(r.client_ip) >= INT_MAX:
+            continue
+        lo, hi = int(r.eof_ns), int(r.invoke_ns) + life
+        i = bisect_left(times, lo)
+        seen: list[bool] = []
+        while i < len(times) and times[i] < hi:
+            values = per[i]
+            lst = str(r.listener or "").lower()
+            vals = [v for k, v in values.items() if not lst or k == lst] or list(values.values())
+            seen.append(any(v is not None for v in vals))
+            i += 1
+        if not seen:
+            continue  # no scrape inside the Avg's life: nothing to compare
+        judged += 1
+        if not any(seen):
+            bad.append(
+                {
+                    "client_ip": r.client_ip,
+                    "client_port": int(r.client_port),
+                    "mono_ns": int(r.eof_ns),
+                    "ts": run.wall(int(r.eof_ns)),
+                    "why": (
+                        f"client EOF before any response, but {len(seen)} scrapes within n·w "
+                        "show no ip-connection-accept-throttle-time"
+                    ),
+                }
+            )
+    if judged == 0:
+        return CheckResult(
+            name,
+            UNKNOWN,
+            observed=f"{len(eofs)} client EOFs; none on a rate-limited address with a scrape after",
+            expected="client EOFs on rate-limited addresses to compare with Kafka's testimony",
+            explanation="not exercised: no address was throttled where a scrape could see it",
+            exercised=False,
+        )
+    return CheckResult(
+        name,
+        FAIL if bad else PASS,
+        observed=f"{judged - len(bad)} of {judged} client EOFs confirmed by Kafka's metric",
+        expected="Kafka's ip-connection-accept-throttle-time is set after each such EOF",
+        tolerance="the Avg lives n·w after its last throttle; only scrapes in that life count",
+        witnesses=bad[:10],
+        judged=judged,
+    )
+
+
+def summary(run: Run) -> dict[str, Any]:
+    """Per listener: the peak accept rate and blocked time Kafka reported (for the report)."""
+    out: dict[str, Any] = defaultdict(dict)
+    for _, d in scrapes(run):
+        for lst, v in per_listener(d, "connection_accept_rate").items():
+            if v is not None:
+                out[lst]["peak_accept_rate"] = max(out[lst].get("peak_accept_rate", 0.0), v)
+    return dict(out)
+
+
+CHECKS = [
+    Check(
+        "kafka_metric_connection_count",
+        "kafka_metrics",
+        check_connection_count,
+        True,
+        ("acceptor", "broker"),
+        doc="Kafka's own connection-count ≤ max.connections / listener max at every scrape",
+        judges_limit=True,
+    ),
+    Check(
+        "kafka_metric_throttle_bounded",
+        "kafka_metrics",
+        check_throttle_bounded,
+        False,
+        ("acceptor", "broker"),
+        doc="Kafka's throttle-time averages (connection, IP, request) ≤ w",
+    ),
+    Check(
+        "kafka_metric_ip_throttle_seen",
+        "kafka_metrics",
+        check_ip_throttle_seen,
+        False,
+        ("acceptor", "broker"),
+        doc="client EOFs on rate-limited addresses are confirmed by Kafka's IP throttle metric",
+    ),
+]

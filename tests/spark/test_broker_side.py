@@ -1,0 +1,269 @@
+"""Broker-side checks (client intervals) and Kafka-metric checks on hand-built histories.
+
+Each rule is shown passing exactly at its bound and failing one past it (the bounds:
+analysis.checks.kafka_bounds, docs/kafka-reference.md). n = 11, w = 1 s throughout.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from analysis.checks import ALL_CHECKS, CheckResult
+from analysis.load import load_run
+from analysis.synth import SynthSpec, generate, write_rows
+from analysis.verdict import run_checks
+
+T0 = 7_000_000_000_000
+MS = 1_000_000
+LISTENERS = "CLIENT://127.0.0.1:9092"
+
+
+def _results(spark: Any, run_dir: Path, names: list[str]) -> dict[str, CheckResult]:
+    run = load_run(spark, run_dir)
+    picked = [c for c in ALL_CHECKS if c.name in names]
+    return {r.name: r for r in run_checks(run, picked)}
+
+
+def _conn(
+    ip: str,
+    port: int,
+    invoke_ms: float,
+    *,
+    ready_ms: float | None = None,
+    eof_ms: float | None = None,
+    closed_ms: float | None = None,
+) -> list[dict[str, Any]]:
+    """The client rows of one attempt (connect_invoke .. closed)."""
+    base = {"source": "client", "listener": "client", "ip": ip, "port": port}
+    t = T0 + int(invoke_ms * MS)
+    rows = [
+        {**base, "event": "connect_invoke", "mono_ns": t, "detail": {"profile": "storm"}},
+        {**base, "event": "connect_ok", "mono_ns": t + MS // 2, "latency_ms": 0.5},
+    ]
+    if ready_ms is not None:
+        r = T0 + int(ready_ms * MS)
+        rows.append({**base, "event": "ready", "mono_ns": r, "latency_ms": ready_ms - invoke_ms})
+        end = T0 + int((closed_ms if closed_ms is not None else ready_ms + 1) * MS)
+        rows.append(
+            {
+                **base,
+                "event": "closed",
+                "mono_ns": end,
+                "reason": "done",
+                "detail": {"outcome": "served"},
+            }
+        )
+    if eof_ms is not None:
+        e = T0 + int(eof_ms * MS)
+        rows.append({**base, "event": "request_fail", "mono_ns": e, "reason": "eof"})
+        rows.append(
+            {
+                **base,
+                "event": "closed",
+                "mono_ns": e,
+                "reason": "eof",
+                "detail": {"outcome": "eof_after_accept"},
+            }
+        )
+    return rows
+
+
+def _run(tmp: Path, name: str, limits: dict[str, Any], rows: list[dict[str, Any]]) -> Path:
+    cfg = {"listeners": LISTENERS, **limits}
+    head = [{"source": "harness", "event": "config", "mono_ns": T0 - 1, "detail": cfg}]
+    run = {"run_id": name, "target": "broker", "limits": cfg, "expect": {"slack_ms": 50}}
+    return write_rows(tmp / name, head + rows, run)
+
+
+# --- per-IP span: bound q·(n+1)·w = 12 at 1/s ---------------------------------------------
+
+
+@pytest.mark.parametrize("served, verdict", [(12, "pass"), (13, "fail")])
+def test_ip_rate_span_at_and_past_the_bound(
+    spark: Any, tmp_path: Path, served: int, verdict: str
+) -> None:
+    rows: list[dict[str, Any]] = []
+    for i in range(served):  # all inside one 10.998 s span, each interval 5 ms wide
+        rows += _conn("127.0.0.9", 3000 + i, i * 800.0, ready_ms=i * 800.0 + 5)
+    run_dir = _run(tmp_path, f"ip-{served}", {"ip_quotas": {"127.0.0.9": 1}}, rows)
+    res = _results(spark, run_dir, ["client_ip_rate_span"])["client_ip_rate_span"]
+    assert res.verdict == verdict, res.observed
+    assert res.limit == 12 and res.peak == served
+    assert res.exercised  # 12 attempts in n·w > the fresh burst q·(n-1)·w = 10
+    if verdict == "fail":
+        assert {w["client_ip"] for w in res.witnesses} == {"127.0.0.9"}
+
+
+def test_ip_rate_span_counts_only_intervals_surely_inside(spark: Any, tmp_path: Path) -> None:
+    """13 served, but one's interval (invoke → ready) is 11 s wide: it may have been
+    accepted before the span, so the client cannot prove over-admission."""
+    rows: list[dict[str, Any]] = []
+    for i in range(12):
+        rows += _conn("127.0.0.9", 3000 + i, 2000 + i * 700.0, ready_ms=2000 + i * 700.0 + 5)
+    rows += _conn("127.0.0.9", 3100, -9500.0, ready_ms=10_500.0)
+    run_dir = _run(tmp_path, "ip-wide", {"ip_quotas": {"127.0.0.9": 1}}, rows)
+    res = _results(spark, run_dir, ["client_ip_rate_span"])["client_ip_rate_span"]
+    assert res.verdict == "pass", res.observed
+
+
+def test_ip_rate_span_is_na_without_a_quota(spark: Any, tmp_path: Path) -> None:
+    rows = _conn("127.0.0.9", 3000, 0.0, ready_ms=5.0)
+    res = _results(spark, _run(tmp_path, "ip-none", {}, rows), ["client_ip_rate_span"])
+    assert res["client_ip_rate_span"].verdict == "n/a"
+
+
+# --- broker-wide rate span: r = 2/s -> 2·13 + (10.999/0.999 + 1) = 38 -----------------------
+
+
+@pytest.mark.parametrize("served, verdict", [(38, "pass"), (39, "fail")])
+def test_broker_rate_span_at_and_past_the_bound(
+    spark: Any, tmp_path: Path, served: int, verdict: str
+) -> None:
+    rows: list[dict[str, Any]] = []
+    for i in range(served):
+        ip = f"127.0.0.{2 + i % 8}"
+        rows += _conn(ip, 4000 + i, i * 250.0, ready_ms=i * 250.0 + 3)
+    run_dir = _run(tmp_path, f"broker-{served}", {"max.connection.creation.rate": 2}, rows)
+    res = _results(spark, run_dir, ["client_broker_rate_span"])["client_broker_rate_span"]
+    assert res.verdict == verdict, res.observed
+    assert res.limit == 38
+
+
+# --- over-throttling: quota 1/s needs more than q·(n-1)·w - 1 = 9 other kept records ---------
+
+
+@pytest.mark.parametrize("others, verdict", [(10, "pass"), (9, "fail")])
+def test_an_eof_needs_enough_other_connections_to_be_a_throttle(
+    spark: Any, tmp_path: Path, others: int, verdict: str
+) -> None:
+    rows: list[dict[str, Any]] = []
+    for i in range(others):
+        rows += _conn("127.0.0.9", 5000 + i, i * 300.0, ready_ms=i * 300.0 + 4)
+    rows += _conn("127.0.0.9", 5999, 4000.0, eof_ms=4400.0)
+    run_dir = _run(tmp_path, f"eof-{others}", {"ip_quotas": {"127.0.0.9": 1}}, rows)
+    res = _results(spark, run_dir, ["client_over_throttling"])["client_over_throttling"]
+    assert res.verdict == verdict, res.observed
+    if verdict == "fail":
+        assert res.witnesses[0]["client_port"] == 5999
+
+
+def test_an_eof_with_no_limit_at_all_is_over_throttling(spark: Any, tmp_path: Path) -> None:
+    rows = _conn("127.0.0.5", 6000, 0.0, ready_ms=3.0) + _conn("127.0.0.5", 6001, 10.0, eof_ms=20.0)
+    res = _results(spark, _run(tmp_path, "eof-free", {}, rows), ["client_over_throttling"])
+    assert res["client_over_throttling"].verdict == "fail"
+
+
+def test_a_count_limit_explains_an_eof_while_enough_are_open(spark: Any, tmp_path: Path) -> None:
+    rows = _conn("127.0.0.5", 6000, 0.0, ready_ms=3.0, closed_ms=5000.0)
+    rows += _conn("127.0.0.5", 6001, 0.0, ready_ms=3.0, closed_ms=5000.0)
+    rows += _conn("127.0.0.5", 6002, 1000.0, eof_ms=1001.0)
+    run_dir = _run(tmp_path, "eof-count", {"max.connections.per.ip": 2}, rows)
+    res = _results(spark, run_dir, ["client_over_throttling"])["client_over_throttling"]
+    assert res.verdict == "pass", res.observed
+    # the same EOF 6 s later, after both closed (+300 ms poll + 50 ms slack): unexplained
+    rows[-4:] = _conn("127.0.0.5", 6002, 5400.0, eof_ms=5401.0)
+    run_dir = _run(tmp_path, "eof-count-late", {"max.connections.per.ip": 2}, rows)
+    res = _results(spark, run_dir, ["client_over_throttling"])["client_over_throttling"]
+    assert res.verdict == "fail", res.observed
+
+
+# --- connection counts from the intervals --------------------------------------------------
+
+
+@pytest.mark.parametrize("open_at_once, verdict", [(3, "pass"), (4, "fail")])
+def test_served_connections_open_at_once(
+    spark: Any, tmp_path: Path, open_at_once: int, verdict: str
+) -> None:
+    rows: list[dict[str, Any]] = []
+    for i in range(open_at_once):
+        rows += _conn(f"127.0.0.{2 + i}", 7000 + i, i * 10.0, ready_ms=i * 10.0 + 2, closed_ms=900)
+    rows += _conn("127.0.0.2", 7100, 1000.0, ready_ms=1002.0, closed_ms=1500.0)  # after release
+    run_dir = _run(tmp_path, f"count-{open_at_once}", {"max.connections": 3}, rows)
+    res = _results(spark, run_dir, ["client_connection_count"])["client_connection_count"]
+    assert res.verdict == verdict, res.observed
+    assert res.exercised and res.peak == open_at_once
+
+
+# --- Kafka's metrics as testimony ------------------------------------------------------------
+
+
+def _scrape(at_ms: float, count: float, ip_throttle: float | None) -> dict[str, Any]:
+    ssm = "kafka_server_socket_server_metrics_"
+    samples = [
+        [ssm + "connection_count", {"listener": "CLIENT", "network_processor": "0"}, count - 1],
+        [ssm + "connection_count", {"listener": "CLIENT", "network_processor": "1"}, 1.0],
+        [ssm + "connection_count", {"listener": "CONTROLLER", "network_processor": "0"}, 9.0],
+        [ssm + "ip_connection_accept_throttle_time", {"listener": "CLIENT"}, ip_throttle],
+        [ssm + "connection_accept_throttle_time", {"listener": "CLIENT"}, None],
+    ]
+    return {
+        "source": "harness",
+        "event": "kafka_metrics",
+        "mono_ns": T0 + int(at_ms * MS),
+        "detail": {"url": "http://x/metrics", "target": "broker", "samples": samples},
+    }
+
+
+@pytest.mark.parametrize("count, verdict", [(3.0, "pass"), (4.0, "fail")])
+def test_kafka_connection_count_against_max(
+    spark: Any, tmp_path: Path, count: float, verdict: str
+) -> None:
+    rows = [_scrape(1000.0, count, None), _scrape(2000.0, 1.0, None)]
+    rows += _conn("127.0.0.2", 8000, 0.0, ready_ms=3.0)
+    run_dir = _run(tmp_path, f"kc-{count}", {"max.connections": 3}, rows)
+    res = _results(spark, run_dir, ["kafka_metric_connection_count"])
+    r = res["kafka_metric_connection_count"]
+    assert r.verdict == verdict, r.observed  # the CONTROLLER listener's 9 is not the run's
+    assert r.judged == 2
+
+
+def test_kafka_metrics_missing_is_unknown_not_pass(spark: Any, tmp_path: Path) -> None:
+    rows = _conn("127.0.0.2", 8000, 0.0, ready_ms=3.0)
+    run_dir = _run(tmp_path, "kc-none", {"max.connections": 3}, rows)
+    r = _results(spark, run_dir, ["kafka_metric_connection_count"])
+    assert r["kafka_metric_connection_count"].verdict == "unknown"
+
+
+@pytest.mark.parametrize("avg, verdict", [(1000.0, "pass"), (1001.0, "fail")])
+def test_kafka_throttle_averages_are_capped_at_w(
+    spark: Any, tmp_path: Path, avg: float, verdict: str
+) -> None:
+    rows = [_scrape(1000.0, 1.0, avg), *_conn("127.0.0.2", 8000, 0.0, ready_ms=3.0)]
+    run_dir = _run(tmp_path, f"kt-{avg}", {"ip_quotas": {"default": 1}}, rows)
+    r = _results(spark, run_dir, ["kafka_metric_throttle_bounded"])
+    assert r["kafka_metric_throttle_bounded"].verdict == verdict
+
+
+@pytest.mark.parametrize("value, verdict", [(120.0, "pass"), (None, "fail")])
+def test_client_eofs_are_confirmed_by_kafkas_ip_throttle_metric(
+    spark: Any, tmp_path: Path, value: float | None, verdict: str
+) -> None:
+    rows = _conn("127.0.0.9", 9000, 0.0, eof_ms=500.0)
+    rows += [_scrape(200.0, 1.0, None), _scrape(900.0, 1.0, value), _scrape(1900.0, 1.0, value)]
+    rows += [_scrape(20_000.0, 1.0, None)]  # past the Avg's n·w life: not compared
+    run_dir = _run(tmp_path, f"ks-{value}", {"ip_quotas": {"127.0.0.9": 1}}, rows)
+    r = _results(spark, run_dir, ["kafka_metric_ip_throttle_seen"])
+    assert r["kafka_metric_ip_throttle_seen"].verdict == verdict, r[
+        "kafka_metric_ip_throttle_seen"
+    ].observed
+
+
+# --- a synthetic conforming broker run passes; the replay is only a diagnostic there ---------
+
+
+def test_synthetic_broker_run_passes_and_replay_is_a_diagnostic(spark: Any, tmp_path: Path) -> None:
+    """(The synthetic `broken={"ip_rate"}` broker run is no failing case for the client view:
+    its flood waits ~17 s in the listener's backlog, so no span surely holds more than 7 of
+    its served connections; the hand-built cases above fail one past the bound instead.)"""
+    names = ["client_ip_rate_span", "client_over_throttling", "model_replay"]
+    ok = tmp_path / "synth-ok"
+    generate(ok, SynthSpec(run_id="synth-ok", cycles=1, target="broker"))
+    good = _results(spark, ok, names)
+    assert good["client_ip_rate_span"].verdict == "pass", good["client_ip_rate_span"].observed
+    assert good["client_over_throttling"].verdict == "pass"
+    replay = good["model_replay"]
+    assert replay.verdict == "n/a" and 0.0 <= replay.data["agreement"] <= 1.0
+    assert not replay.witnesses  # disagreements are data on a broker target, not witnesses
