@@ -12,6 +12,7 @@ from analysis.checks import (
     processors,
     rate_spans,
     requests,
+    strictness,
     testimony,
 )
 from analysis.checks.base import FAIL, NA, PASS, UNKNOWN, Check, CheckResult, merge, run_check
@@ -26,6 +27,7 @@ ALL_CHECKS: list[Check] = [
     *clients.CHECKS,
     *broker_side.CHECKS,
     *kafka_metrics.CHECKS,
+    *strictness.CHECKS,
     *testimony.CHECKS,
 ]
 

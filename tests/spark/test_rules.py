@@ -154,3 +154,121 @@ def test_checker_judges_by_the_runner_limits_not_the_enforcers(spark: Any, tmp_p
     assert r["max_connections_per_ip"].witnesses[0]["conn_id"] == "c-2"
     assert r["config_testimony"].verdict == "fail"
     assert "max.connections.per.ip" in r["config_testimony"].witnesses[0]["why"]
+
+
+# ---- (a) over-strictness: the wait accept → admit must be explained ---------------------
+
+
+def _wait_rows(case: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """One connection waits; `case` decides how long and with which limits."""
+    limits: dict[str, Any] = {**BASE, "max.connection.creation.rate": 20}
+    rows: list[dict[str, Any]] = []
+    t = T0 + S
+    if case == "delay-served":
+        rows += conn(1, t, delay_ms=100.0, admit_after=100 * MS + 40 * MS)  # 40 < slack 50
+    elif case == "delay-plus-slack-over":
+        rows += conn(1, t, delay_ms=100.0, admit_after=100 * MS + 51 * MS)
+    elif case == "delay-not-served":
+        rows += conn(1, t, delay_ms=100.0, admit_after=98 * MS)
+    elif case == "admit-800ms-no-reason":
+        rows += conn(1, t, admit_after=800 * MS)
+    else:  # slot waits: max.connections 2, two held, one releases at t + 500 ms
+        limits["max.connections"] = 3 if case == "slot-wait-while-free" else 2
+        rows += conn(10, T0, close_after=S + 500 * MS - 100_000)  # admitted T0+0.1ms
+        rows += conn(11, T0 + MS, close_after=None)
+        after = {"slot-wait-ok": 501 * MS, "slot-wait-too-long": 500 * MS + 51 * MS}.get(
+            case, 501 * MS
+        )
+        rows += conn(1, t, admit_after=after)
+    return [cfg(T0 - MS, limits), *rows], limits
+
+
+@pytest.mark.parametrize(
+    "case, verdict, why",
+    [
+        ("delay-served", "pass", ""),
+        ("delay-plus-slack-over", "fail", "count limit configured"),
+        ("delay-not-served", "fail", "not served"),
+        ("admit-800ms-no-reason", "fail", "nothing explains"),
+        ("slot-wait-ok", "pass", ""),
+        ("slot-wait-too-long", "fail", "admitted only after"),
+        ("slot-wait-while-free", "fail", "slot was free"),
+    ],
+)
+def test_admission_wait_must_be_explained(
+    spark: Any, tmp_path: Path, case: str, verdict: str, why: str
+) -> None:
+    rows, _limits = _wait_rows(case)
+    run_dir = write_rows(tmp_path / case, rows, {"run_id": case, "target": "acceptor"})
+    r = results(spark, run_dir, "admission_wait_explained")["admission_wait_explained"]
+    assert r.verdict == verdict, (r.observed, r.witnesses)
+    if verdict == "fail":
+        assert [w["conn_id"] for w in r.witnesses] == ["c-1"], r.witnesses
+        assert why in r.witnesses[0]["why"], r.witnesses
+
+
+# ---- (b) eviction: only over max.connections, the excess, LRU, never protected ----------
+
+TWO = {
+    "listeners": "CLIENT://127.0.0.1:9092,INTERNAL://127.0.0.1:9093",
+    "inter.broker.listener.name": "INTERNAL",
+    "max.connections": 2,
+}
+
+
+def _evict_rows(case: str) -> list[dict[str, Any]]:
+    rows = [cfg(T0 - MS, TWO)]
+    for i in (0, 1):  # two client connections on processor 0; c-1 used more recently
+        c = conn(i, T0 + i * MS)
+        for r in c:
+            r["processor"] = 0
+        rows += c
+    rows.append(
+        {"source": "acceptor", "event": "request", "mono_ns": T0 + 2 * S, "conn_id": "c-1",
+         "listener": "client", "ip": "127.0.0.10", "port": 4001, "latency_ms": 1.0,
+         "api_key": 3, "processor": 0}
+    )  # fmt: skip
+    rows += conn(5, T0 + 3 * S, listener="internal", ip="127.0.0.3")  # total 3 > 2
+    at = T0 + 3 * S + 5 * MS
+
+    def evict(cid: str, port: int, ns: int, listener: str = "client", ip: str = "127.0.0.10"):
+        common = {"conn_id": cid, "listener": listener, "ip": ip, "port": port, "processor": 0}
+        return [
+            {"source": "acceptor", "event": "evict", "mono_ns": ns, "reason": "max_connections",
+             **common},
+            {"source": "acceptor", "event": "close", "mono_ns": ns, "reason": "max_connections",
+             **common},
+        ]  # fmt: skip
+
+    if case == "lru":
+        rows += evict("c-0", 4000, at)
+    elif case == "wrong-victim":
+        rows += evict("c-1", 4001, at)
+    elif case == "too-many":
+        rows += evict("c-0", 4000, at) + evict("c-1", 4001, at + MS)
+    elif case == "protected":
+        rows += evict("c-5", 4005, at, listener="internal", ip="127.0.0.3")
+    # "none": nobody is evicted, the excess stays
+    rows.append({"source": "harness", "event": "phase_end", "mono_ns": T0 + 5 * S})
+    return rows
+
+
+@pytest.mark.parametrize(
+    "case, verdict, why",
+    [
+        ("lru", "pass", ""),
+        ("wrong-victim", "fail", "not the LRU"),
+        ("too-many", "fail", "not over max.connections"),
+        ("protected", "fail", "protected listener"),
+        ("none", "fail", "without an eviction"),
+    ],
+)
+def test_eviction_rule_both_ways(
+    spark: Any, tmp_path: Path, case: str, verdict: str, why: str
+) -> None:
+    run_dir = write_rows(tmp_path / case, _evict_rows(case), {"run_id": case, "target": "acceptor"})
+    r = results(spark, run_dir, "eviction_rule")["eviction_rule"]
+    assert r.verdict == verdict, (r.observed, r.witnesses)
+    assert r.exercised is True
+    if verdict == "fail":
+        assert any(why in w["why"] for w in r.witnesses), r.witnesses

@@ -1,0 +1,375 @@
+"""Over-strict enforcement is a failure too: waits and evictions must be explained.
+
+Admission wait (per connection, accept → IP step at t1; Kafka's acceptor thread does
+nothing else meanwhile, reference §0.3): with d the recorded rate delay,
+- t1 − accept ≥ d − 1 ms (the delay is timed from t0 truncated to the ms: a wait shorter
+  than that is a delay recorded but not served);
+- t1 − accept ≤ d + slack, unless a slot wait explains the rest: at accept + d the slot
+  was unavailable (listener count ≥ its max, or, off the protected listener, the total
+  ≥ max.connections) and t1 ≤ the first instant a slot was free again + slack. A slot
+  wait while slots were free, or longer than the release that freed one, is a witness.
+Counts are the admitted connections (admit → close/evict), releases first at an instant.
+
+Eviction (`closeExcessConnections`, reference §0.3, §1.2): an `evict` happens only while
+the total of admitted connections exceeds max.connections (the protected listener pushed
+it over), at most as many evictions as the excess at that instant, never a connection of
+the protected listener, and the victim is its processor's least recently used channel:
+no other open non-protected connection on that processor was idle longer (last activity:
+its register, or its last `request` row's receive time) by more than the slack.
+And over the limit, Kafka evicts within one processor loop: an excess that lasts longer
+than the slack + 300 ms (the processor's poll timeout, §0.4) with no eviction is a witness.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+from analysis.checks.base import (
+    FAIL,
+    PASS,
+    Check,
+    CheckResult,
+    fmt,
+    not_configured,
+    nothing_judged,
+    witness,
+)
+from analysis.frames import MS, acceptor_conns
+from analysis.model import INT_MAX
+
+if TYPE_CHECKING:
+    from analysis.load import Run
+
+TRUNCATION_MS = 1.0  # t0 is taken in whole ms when the delay is timed
+PROCESSOR_POLL_MS = 300.0  # a processor's poll timeout: the eviction pace at worst
+
+
+class Counts:
+    """Admitted connections open at any instant, total and per listener."""
+
+    def __init__(self, rows: list[dict[str, Any]]):
+        ev: list[tuple[int, int, str]] = []
+        for r in rows:
+            if r["admit_ns"] is None:
+                continue
+            ev.append((int(r["admit_ns"]), 1, r["listener"]))
+            if r["close_ns"] is not None:
+                ev.append((int(r["close_ns"]), -1, r["listener"]))
+        ev.sort(key=lambda e: (e[0], e[1]))  # releases first at one instant
+        self.ns = [e[0] for e in ev]
+        self.delta = [e[1] for e in ev]
+        self.listener = [e[2] for e in ev]
+        self.total: list[int] = []
+        self.per: list[dict[str, int]] = []
+        running: dict[str, int] = defaultdict(int)
+        total = 0
+        for d, lst in zip(self.delta, self.listener, strict=True):
+            total += d
+            running[lst] += d
+            self.total.append(total)
+            self.per.append(dict(running))  # fine at the sizes a count-limited run has
+
+    def at(self, ns: int) -> tuple[int, dict[str, int]]:
+        """State after every event at or before `ns`."""
+        i = bisect_right(self.ns, ns) - 1
+        if i < 0:
+            return 0, {}
+        return self.total[i], self.per[i]
+
+    def next_change(self, ns: int) -> int | None:
+        i = bisect_right(self.ns, ns)
+        return self.ns[i] if i < len(self.ns) else None
+
+
+def _slot_free(run: Run, counts: Counts, listener: str, ns: int) -> bool:
+    lim = run.timeline.at(ns)
+    total, per = counts.at(ns)
+    if per.get(listener, 0) >= lim.listener_max_for(listener):
+        return False
+    return lim.is_protected(listener) or total < lim.max_connections
+
+
+def _count_limited(run: Run) -> bool:
+    return run.timeline.ever(lambda x: x.max_connections) or any(
+        v < INT_MAX for lim in run.timeline.limits for v in lim.listener_max.values()
+    )
+
+
+def check_admission_wait(run: Run) -> CheckResult:
+    from pyspark.sql import functions as F
+
+    name = "admission_wait_explained"
+    slack = run.slack_ms
+    conns = acceptor_conns(run).where(F.col("accept_ns").isNotNull() & F.col("t1_ns").isNotNull())
+    wait_ms = (F.col("t1_ns") - F.col("accept_ns")) / MS
+    d = F.coalesce(F.col("delay_ms"), F.lit(0.0))
+    short = (d > 0) & (wait_ms < d - F.lit(TRUNCATION_MS))
+    long_ = wait_ms > d + F.lit(slack)
+    stats = conns.agg(
+        F.count(F.lit(1)).alias("n"),
+        F.sum(F.when(short, 1).otherwise(0)).alias("short"),
+        F.sum(F.when(long_, 1).otherwise(0)).alias("long"),
+        F.max(wait_ms - d).alias("max_extra"),
+        F.percentile_approx(wait_ms - d, 0.99, 1000).alias("p99_extra"),
+    ).first()
+    assert stats is not None
+    n = int(stats["n"] or 0)
+    if not n:
+        return nothing_judged(name, "admissions", "every wait explained by a delay or a slot")
+    wit: list[dict[str, Any]] = []
+    cols = ["conn_id", "client_ip", "client_port", "listener", "accept_ts", "accept_ns",
+            "t1_ns", "delay_ms", "outcome"]  # fmt: skip
+    for r in conns.where(short).orderBy("accept_ns").limit(10).collect() if stats["short"] else []:
+        waited = (r["t1_ns"] - r["accept_ns"]) / MS
+        wit.append(
+            witness(
+                r.asDict(),
+                f"rate delay {fmt(r['delay_ms'])} ms recorded but the IP step came after "
+                f"{fmt(waited, 2)} ms: the delay was not served",
+            )
+        )
+    n_slot_ok = 0
+    n_long_bad = 0
+    if stats["long"]:
+        candidates = conns.where(long_).select(*cols).orderBy("accept_ns").limit(5000).collect()
+        counts = None
+        if _count_limited(run):
+            rows = acceptor_conns(run).select("listener", "admit_ns", "close_ns").collect()
+            counts = Counts([r.asDict() for r in rows])
+        for r in candidates:
+            delay = float(r["delay_ms"] or 0.0)
+            ready = int(r["accept_ns"] + delay * MS)
+            waited = (r["t1_ns"] - r["accept_ns"]) / MS
+            lst = r["listener"]
+            why = None
+            if counts is None:
+                why = (
+                    f"waited {fmt(waited, 1)} ms for a rate delay of {fmt(delay)} ms with no "
+                    "count limit configured: nothing explains the rest"
+                )
+            elif _slot_free(run, counts, lst, ready):
+                why = (
+                    f"waited {fmt(waited, 1)} ms (delay {fmt(delay)} ms) although a slot was "
+                    f"free when the delay ended"
+                )
+            else:
+                free_at = None
+                t = ready
+                while True:
+                    nxt = counts.next_change(t)
+                    if nxt is None or nxt > r["t1_ns"]:
+                        break
+                    if _slot_free(run, counts, lst, nxt):
+                        free_at = nxt
+                        break
+                    t = nxt
+                if free_at is not None and r["t1_ns"] > free_at + slack * MS:
+                    why = (
+                        f"slot freed {fmt((free_at - r['accept_ns']) / MS, 1)} ms after accept, "
+                        f"admitted only after {fmt(waited, 1)} ms"
+                    )
+            if why is None:
+                n_slot_ok += 1
+            else:
+                n_long_bad += 1
+                if len(wit) < 10:
+                    wit.append(witness(r.asDict(), why))
+    n_bad = int(stats["short"] or 0) + n_long_bad
+    return CheckResult(
+        name,
+        FAIL if n_bad else PASS,
+        observed=(
+            f"{n} admissions judged; {int(stats['short'] or 0)} shorter than their delay, "
+            f"{int(stats['long'] or 0)} longer than delay + slack ({n_slot_ok} explained by a "
+            f"slot wait at the limit); extra wait p99 {fmt(stats['p99_extra'], 2)} ms, "
+            f"max {fmt(stats['max_extra'], 1)} ms"
+        ),
+        expected=(
+            "accept → IP step = the recorded rate delay (≥ d − 1 ms, ≤ d + slack), longer only "
+            "while waiting for a slot at the count limit"
+        ),
+        tolerance=(
+            f"−{fmt(TRUNCATION_MS)} ms (t0 in whole ms); +{fmt(slack)} ms event-loop lateness "
+            "(expect.slack_ms)"
+        ),
+        witnesses=wit,
+        explanation=(
+            "an admission held longer than its rate delay with a slot free is over-strict "
+            "enforcement; shorter than its delay, the delay was not served"
+        ),
+        judged=n,
+        exercised=True,
+        judges_limit=True,
+    )
+
+
+def _evictions(run: Run) -> list[dict[str, Any]]:
+    from pyspark.sql import functions as F
+
+    rows = (
+        run.events("evict", source="acceptor")
+        .select("conn_id", "listener", "client_ip", "client_port", "mono_ns", "ts", "processor")
+        .orderBy("mono_ns")
+        .collect()
+    )
+    _ = F
+    return [r.asDict() for r in rows]
+
+
+def check_eviction(run: Run) -> CheckResult:
+    from pyspark.sql import functions as F
+
+    name = "eviction_rule"
+    if not run.timeline.ever(lambda x: x.max_connections):
+        return not_configured(name, run, "max.connections")
+    slack = run.slack_ms
+    evicts = _evictions(run)
+    conns = (
+        acceptor_conns(run)
+        .select("conn_id", "listener", "admit_ns", "close_ns", "register_ns")
+        .where(F.col("admit_ns").isNotNull())
+        .collect()
+    )
+    crow = {r["conn_id"]: r.asDict() for r in conns}
+    counts = Counts(list(crow.values()))
+    procs: dict[str, int] = {}
+    for r in (
+        run.events("register", "close", "evict", source="acceptor")
+        .where(F.col("processor").isNotNull())
+        .select("conn_id", "processor")
+        .distinct()
+        .collect()
+    ):
+        procs[r["conn_id"]] = int(r["processor"])
+    activity: dict[str, list[int]] = defaultdict(list)
+    for r in (
+        run.events("request", source="acceptor")
+        .select("conn_id", "mono_ns", "latency_ms")
+        .collect()
+    ):
+        activity[r["conn_id"]].append(int(r["mono_ns"] - (r["latency_ms"] or 0.0) * MS))
+    for v in activity.values():
+        v.sort()
+
+    def last_active(cid: str, before: int) -> int:
+        base = crow.get(cid, {}).get("register_ns") or crow.get(cid, {}).get("admit_ns") or 0
+        acts = activity.get(cid, [])
+        i = bisect_right(acts, before) - 1
+        return max(int(base), acts[i] if i >= 0 else 0)
+
+    wit: list[dict[str, Any]] = []
+    # every evict: over the limit, within the excess, never protected, the LRU one
+    for e in evicts:
+        ns = int(e["mono_ns"])
+        lim = run.timeline.at(ns)
+        total_before, _ = counts.at(ns - 1)
+        excess = total_before - lim.max_connections
+        lst = (e["listener"] or "").lower()
+        why = None
+        if lim.is_protected(lst):
+            why = "evicted a connection of the protected listener"
+        elif excess <= 0:
+            why = (
+                f"evicted while {total_before} connections were open, not over "
+                f"max.connections = {fmt(lim.max_connections)}"
+            )
+        else:
+            proc = procs.get(e["conn_id"])
+            mine = last_active(e["conn_id"], ns)
+            older = [
+                cid
+                for cid, c in crow.items()
+                if cid != e["conn_id"]
+                and procs.get(cid) == proc
+                and c["admit_ns"] < ns
+                and (c["close_ns"] is None or c["close_ns"] > ns)
+                and not lim.is_protected((c["listener"] or "").lower())
+                and last_active(cid, ns) < mine - slack * MS
+            ]
+            if proc is not None and older:
+                why = (
+                    f"evicted a connection active {fmt((ns - mine) / MS, 1)} ms ago while "
+                    f"{older[0]} on processor {proc} had been idle for "
+                    f"{fmt((ns - last_active(older[0], ns)) / MS, 1)} ms (not the LRU)"
+                )
+        if why:
+            wit.append(witness(e, why))
+    # over the limit, the excess must be shed (evictions or closes) within the pace
+    pace_ns = int((slack + PROCESSOR_POLL_MS) * MS)
+    for i, ns in enumerate(counts.ns):
+        lim = run.timeline.at(ns)
+        if counts.total[i] <= lim.max_connections:
+            continue
+        if i > 0 and counts.total[i - 1] > run.timeline.at(counts.ns[i - 1]).max_connections:
+            continue  # only where an excess starts
+        k = i + 1
+        while (
+            k < len(counts.ns) and counts.total[k] > run.timeline.at(counts.ns[k]).max_connections
+        ):
+            k += 1
+        until = counts.ns[k] if k < len(counts.ns) else run.span_ns()[1]
+        evictable = any(
+            not lim.is_protected((c["listener"] or "").lower())
+            and c["admit_ns"] <= ns
+            and (c["close_ns"] is None or c["close_ns"] > ns)
+            for c in crow.values()
+        )
+        if until - ns > pace_ns and evictable:
+            wit.append(
+                witness(
+                    {"mono_ns": ns, "ts": run.wall(ns)},
+                    f"{counts.total[i]} connections open > max.connections = "
+                    f"{fmt(lim.max_connections)} for {fmt((until - ns) / MS, 1)} ms without "
+                    f"an eviction bringing it back (pace {fmt(slack + PROCESSOR_POLL_MS)} ms)",
+                )
+            )
+    over = sum(
+        1 for i, ns in enumerate(counts.ns) if counts.total[i] > run.timeline.at(ns).max_connections
+    )
+    if not evicts and not over:
+        res = nothing_judged(name, "evictions or excess over max.connections")
+        res.raise_hint = (
+            "inter-broker (protected) connections while the others hold max.connections"
+        )
+        return res
+    return CheckResult(
+        name,
+        FAIL if wit else PASS,
+        observed=f"{len(evicts)} evictions; {over} instants over max.connections; "
+        f"{len(wit)} violation(s)",
+        expected=(
+            "evict only while over max.connections, at most the excess, never the protected "
+            "listener, the processor's LRU channel; over the limit an eviction follows"
+        ),
+        tolerance=(
+            f"slack {fmt(slack)} ms on activity order and pace (+ {fmt(PROCESSOR_POLL_MS)} ms "
+            "processor poll)"
+        ),
+        witnesses=wit[:10],
+        explanation="Kafka's closeExcessConnections, one LRU channel per processor loop",
+        judged=len(evicts) + over,
+        exercised=True,
+        judges_limit=True,
+    )
+
+
+CHECKS = [
+    Check(
+        "admission_wait_explained",
+        "strictness",
+        check_admission_wait,
+        True,
+        doc="accept → admit explained by the rate delay or a slot wait at the limit",
+        judges_limit=True,
+    ),
+    Check(
+        "eviction_rule",
+        "strictness",
+        check_eviction,
+        True,
+        doc="evictions only over max.connections, as many as the excess, LRU, never protected",
+        judges_limit=True,
+    ),
+]
