@@ -272,7 +272,37 @@ class Selftest:
         tmp.write_text(json.dumps(summary, indent=2), encoding="utf-8")
         os.replace(tmp, self.root / "summary.json")
         (self.root / "index.html").write_text(render_html(summary, self.root), encoding="utf-8")
+        (self.root / "summary.md").write_text(render_markdown(summary), encoding="utf-8")
         return summary
+
+
+def render_markdown(summary: dict[str, Any]) -> str:
+    """The kill table as Markdown (for docs/selftest.md)."""
+
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    lines = [
+        "| fault | scenario | verdict | caught | failing checks | first witness |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in summary["rows"]:
+        lines.append(
+            f"| `{r['fault']}` | {r['scenario']} | {r['verdict']} | "
+            f"{'yes' if r['caught'] else '**no**'} | {cell(', '.join(r['failing']))} | "
+            f"{cell(r['witness'][:160])} |"
+        )
+    lines += ["", "| clean run | verdict | failing checks |", "|---|---|---|"]
+    for r in summary["clean"]:
+        lines.append(f"| {r['scenario']} | {r['verdict']} | {cell(', '.join(r['failing']))} |")
+    lines += [
+        "",
+        f"Kill rate {len(summary['killed'])}/{summary['faults']} ({summary['kill_rate']:.0%}); "
+        f"survivors: {', '.join(summary['survived']) or 'none'}; false fails: "
+        f"{', '.join(summary['false_fails']) or 'none'}; "
+        f"wall time {summary.get('wall_s', 0):.0f} s.",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def _link(path: str | None, root: Path, text: str) -> str:
