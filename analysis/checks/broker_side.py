@@ -513,6 +513,37 @@ def check_request_throttle(run: Run) -> CheckResult:
     )
 
 
+#: On a broker target, the acceptor-side checks a scenario's `expect.checks` names are
+#: judged by these (empty: nothing the client or Kafka's metrics can prove there; the
+#: replay is a diagnostic). For analysis.verdict.overall on target broker.
+BROKER_EQUIVALENTS: dict[str, tuple[str, ...]] = {
+    "ip_rate_span": ("client_ip_rate_span",),
+    "broker_rate_span": ("client_broker_rate_span",),
+    "listener_rate_span": ("client_listener_rate_span",),
+    "ip_throttle_within_window": ("kafka_metric_throttle_bounded", "kafka_metric_ip_throttle_seen"),
+    "rate_delay_within_window": ("kafka_metric_throttle_bounded",),
+    "client_acceptor_agreement": ("client_over_throttling",),
+    "ip_count_reject_closes_at_once": ("client_over_throttling",),
+    "max_connections": ("client_connection_count", "kafka_metric_connection_count"),
+    "listener_max_connections": ("client_connection_count", "kafka_metric_connection_count"),
+    "max_connections_per_ip": ("client_ip_concurrency",),
+    "request_throttle_bounds": ("client_request_throttle",),
+    "model_replay": (),
+    "protected_listener_not_delayed": (),
+    "processor_queue_depth": (),
+}
+
+
+def broker_expectations(expected: list[str]) -> list[str]:
+    """A scenario's expected checks as they are judged on a broker target."""
+    out: list[str] = []
+    for name in expected:
+        for equivalent in BROKER_EQUIVALENTS.get(name, (name,)):
+            if equivalent not in out:
+                out.append(equivalent)
+    return out
+
+
 CHECKS = [
     Check(
         "client_broker_rate_span",

@@ -109,7 +109,7 @@ def check_connection_count(run: Run) -> CheckResult:
     name = "kafka_metric_connection_count"
     tl = run.timeline
     if not tl.ever(lambda lim: lim.max_connections) and not any(
-        lim.listener_max for lim in tl.limits
+        v < INT_MAX for lim in tl.limits for v in lim.listener_max.values()
     ):
         return not_configured(name, run, "max.connections / listener.name.<l>.max.connections")
     data = scrapes(run)
@@ -123,7 +123,7 @@ def check_connection_count(run: Run) -> CheckResult:
         counts = per_listener(detail, "connection_count")
         if not counts:
             continue
-        judged += 1
+        judged_here = False
         i0, i1 = tl.index_at(ns - lag), tl.index_at(ns)
         lims = tl.limits[i0 : i1 + 1]
         broker_max = max(float(lim.max_connections) for lim in lims)
@@ -137,7 +137,8 @@ def check_connection_count(run: Run) -> CheckResult:
         for label, value, limit in pairs:
             if limit >= INT_MAX:
                 continue
-            if value / limit > worst[0] / worst[1]:
+            judged_here = True
+            if value / limit > worst[0] / worst[1] or not worst[2]:
                 worst = (value, limit, label)
             if value > limit:
                 bad.append(
@@ -147,6 +148,7 @@ def check_connection_count(run: Run) -> CheckResult:
                         "why": f"Kafka's connection-count {fmt(value)} on {label} > {fmt(limit)}",
                     }
                 )
+        judged += judged_here
     if not judged:
         return CheckResult(
             name,
@@ -184,7 +186,11 @@ def check_throttle_bounded(run: Run) -> CheckResult:
     limited = (
         tl.ever(lambda lim: lim.broker_rate)
         or tl.ever(lambda lim: lim.ip_quota_default)
-        or any(lim.ip_quotas or lim.listener_rate for lim in tl.limits)
+        or any(
+            v < INT_MAX
+            for lim in tl.limits
+            for v in (*lim.ip_quotas.values(), *lim.listener_rate.values())
+        )
         or any(raw.get("request_quotas") for raw in tl.raw)
     )
     if not data:
