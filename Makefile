@@ -8,7 +8,7 @@ KAFKA_STAMP := .cache/kafka/.resolved
 PYTEST_ARGS ?= --durations=15
 SCENARIO ?= demo-storm
 
-.PHONY: setup test lint unit demo broker clean chromium bench images compose-demo
+.PHONY: setup test lint unit demo broker clean chromium bench images compose-demo kafka-reference
 
 setup: $(STAMP) $(KAFKA_STAMP) chromium
 	@echo "setup: ready (venv in $(VENV), Kafka jars in .cache/kafka)"
@@ -70,6 +70,11 @@ broker: setup
 
 clean:
 	rm -rf $(VENV) .cache runs
+
+# The catalog against Kafka's own enforcement (one broker run per scenario, ~3 min each),
+# next to the acceptor's newest runs; the table goes to docs/kafka-reference.md.
+kafka-reference: setup
+	$(BIN)/python -m bench.kafka_reference $(KAFKA_REFERENCE_ARGS)
 
 bench: setup
 	$(BIN)/python -m bench.quota_engine

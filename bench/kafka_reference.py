@@ -1,0 +1,196 @@
+"""The catalog against Kafka's own enforcement: a reference table next to the acceptor.
+
+    .venv/bin/python -m bench.kafka_reference [--scenarios a,b] [--acceptor]
+        [--acceptor-runs DIR] [--out runs/kafka-reference] [--doc docs/kafka-reference.md]
+
+Runs every catalog scenario whose `targets` include `broker` with
+`harness run SCENARIO --target broker --launcher local` (the JMX exporter on), one at a
+time, and reads each run's verdict.json. The acceptor's verdict comes from a run made
+here (`--acceptor`) or from the newest `<scenario>-acceptor-*` run under
+`--acceptor-runs`. On a broker target the acceptor-side checks a scenario expects are
+judged by their broker-side equivalents (analysis.checks.broker_side.BROKER_EQUIVALENTS);
+the table shows the runner's verdict and the verdict with those expectations, the checks
+that did not pass, and how close the span checks came to their bounds (peak / allowed).
+The table is written between the markers in the doc; the raw results go to
+`<out>/results.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+BEGIN, END = "<!-- kafka-reference:begin -->", "<!-- kafka-reference:end -->"
+SPAN_CHECKS = ("client_broker_rate_span", "client_listener_rate_span", "client_ip_rate_span")
+
+
+def say(msg: str) -> None:
+    print(f"[kafka-reference] {msg}", flush=True)
+
+
+def broker_scenarios() -> list[str]:
+    from harness.runner.catalog import entries
+
+    return [e.scenario.name for e in entries() if e.scenario and "broker" in e.scenario.targets]
+
+
+def run_one(scenario: str, target: str, out: Path) -> Path | None:
+    before = set(out.glob(f"{scenario}-{target}-*")) if out.exists() else set()
+    log = out / f"{scenario}-{target}.log"
+    out.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "harness", "run", scenario, "--target", target]
+    argv += ["--launcher", "local", "--out", str(out)]
+    t0 = time.monotonic()
+    say(f"{scenario} on {target}: running (log {log})")
+    with open(log, "w") as fh:
+        subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, timeout=1800, check=False)
+    new = sorted(set(out.glob(f"{scenario}-{target}-*")) - before)
+    dirs = [p for p in new if p.is_dir()]
+    say(f"{scenario} on {target}: done in {time.monotonic() - t0:.0f} s")
+    return dirs[-1] if dirs else None
+
+
+def newest(runs: Path, scenario: str, target: str) -> Path | None:
+    found = sorted(
+        (
+            p
+            for p in runs.glob(f"{scenario}-{target}-*")
+            if (p / "report" / "verdict.json").is_file()
+        ),
+        key=lambda p: p.name,
+    )
+    return found[-1] if found else None
+
+
+def judged_on_broker(verdict: dict[str, Any]) -> tuple[str, list[str]]:
+    """The run's verdict with the scenario's expected checks mapped to the broker side."""
+    from analysis.checks.base import CheckResult
+    from analysis.checks.broker_side import broker_expectations
+    from analysis.verdict import overall
+
+    results = []
+    for c in verdict.get("checks", []):
+        r = CheckResult(
+            c["name"],
+            c["verdict"],
+            c.get("observed", ""),
+            c.get("expected", ""),
+            judged=int(c.get("judged") or 0),
+            exercised=c.get("exercised"),
+            peak=c.get("peak"),
+            limit=c.get("limit"),
+            judges_limit=bool(c.get("judges_limit")),
+        )
+        results.append(r)
+    expect = list((verdict.get("expect") or {}).get("checks") or [])
+    return overall(results, broker_expectations(expect))
+
+
+def summarise(run_dir: Path | None) -> dict[str, Any]:
+    out: dict[str, Any]
+    if run_dir is None or not (run_dir / "report" / "verdict.json").is_file():
+        return {"verdict": "no run", "run": str(run_dir) if run_dir else None}
+    v = json.loads((run_dir / "report" / "verdict.json").read_text())
+    meta = (
+        json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").is_file() else {}
+    )
+    v.setdefault("expect", meta.get("expect") or {})
+    checks = v.get("checks", [])
+    not_passing = [
+        f"{c['name']}={c['verdict']}" for c in checks if c["verdict"] in ("fail", "unknown")
+    ]
+    spans = {
+        c["name"]: f"{c['peak']:g}/{c['limit']:g}"
+        for c in checks
+        if c["name"] in SPAN_CHECKS and c.get("peak") is not None and c.get("limit")
+    }
+    out = {
+        "run": str(run_dir),
+        "verdict": v.get("verdict"),
+        "not_passing": not_passing,
+        "spans": spans,
+        "kafka": (meta.get("versions") or {}).get("kafka"),
+        "replay_agreement": next(
+            (c.get("observed") for c in checks if c["name"] == "model_replay"), None
+        ),
+    }
+    if meta.get("target") == "broker":
+        out["broker_verdict"], out["broker_reasons"] = judged_on_broker(v)
+    return out
+
+
+def table(rows: list[dict[str, Any]], kafka: str) -> str:
+    lines = [
+        f"Kafka {kafka} (local launcher, JMX exporter on) vs the acceptor; generated by "
+        "`make kafka-reference` (bench/kafka_reference.py).",
+        "",
+        "| scenario | Kafka: runner verdict | Kafka: broker-side expectations "
+        "| Kafka: checks not passing | span peak / allowed | acceptor |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        k, a = r["broker"], r["acceptor"]
+        spans = ", ".join(f"{n.removeprefix('client_')} {v}" for n, v in k.get("spans", {}).items())
+        lines.append(
+            f"| `{r['scenario']}` | {str(k.get('verdict')).upper()} | "
+            f"{str(k.get('broker_verdict', '-')).upper()} | "
+            f"{', '.join(k.get('not_passing', [])) or '-'} | {spans or '-'} | "
+            f"{str(a.get('verdict')).upper()} |"
+        )
+    return "\n".join(lines)
+
+
+def write_doc(doc: Path, text: str) -> None:
+    body = doc.read_text() if doc.exists() else ""
+    block = f"{BEGIN}\n{text}\n{END}"
+    if BEGIN in body and END in body:
+        head, _, rest = body.partition(BEGIN)
+        _, _, tail = rest.partition(END)
+        body = head + block + tail
+    else:
+        body = body.rstrip("\n") + "\n\n" + block + "\n"
+    doc.write_text(body)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scenarios", help="comma-separated (default: every broker-target scenario)")
+    ap.add_argument("--acceptor", action="store_true", help="run the acceptor side too")
+    ap.add_argument("--acceptor-runs", type=Path, default=Path("runs"))
+    ap.add_argument("--out", type=Path, default=Path("runs/kafka-reference"))
+    ap.add_argument("--doc", type=Path, default=Path("docs/kafka-reference.md"))
+    ap.add_argument("--reuse", action="store_true", help="use existing broker runs under --out")
+    args = ap.parse_args(argv)
+    names = args.scenarios.split(",") if args.scenarios else broker_scenarios()
+    say(f"{len(names)} scenario(s): {', '.join(names)}; runs under {args.out}")
+    rows: list[dict[str, Any]] = []
+    for name in names:
+        bdir = newest(args.out, name, "broker") if args.reuse else None
+        if bdir is None:
+            bdir = run_one(name, "broker", args.out)
+        adir = run_one(name, "acceptor", args.out) if args.acceptor else None
+        if adir is None:
+            adir = newest(args.acceptor_runs, name, "acceptor") or newest(
+                args.out, name, "acceptor"
+            )
+        rows.append({"scenario": name, "broker": summarise(bdir), "acceptor": summarise(adir)})
+        say(
+            f"{name}: Kafka {rows[-1]['broker'].get('verdict')} "
+            f"(broker-side {rows[-1]['broker'].get('broker_verdict')}), "
+            f"acceptor {rows[-1]['acceptor'].get('verdict')}"
+        )
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "results.json").write_text(json.dumps(rows, indent=2))
+    kafka = next((b["kafka"] for b in (r["broker"] for r in rows) if b.get("kafka")), "?")
+    write_doc(args.doc, table(rows, str(kafka)))
+    say(f"table written to {args.doc}; results in {args.out / 'results.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
