@@ -24,7 +24,7 @@ FAULT_SCENARIOS: dict[str, tuple[str, ...]] = {
     "ip_rate_override_ignored": ("ip-rate-override",),
     "ip_default_not_reapplied": ("quota-change",),
     "ip_count_off_by_one": ("ip-count",),
-    "max_connections_off_by_one": ("max-connections-protected",),
+    "max_connections_off_by_one": ("max-connections-protected", "eviction-order"),
     "listener_max_ignored": ("listener-max",),
     "protected_counts_broker_rate": ("broker-rate-protected",),
     "protected_evicted": ("eviction-order",),
