@@ -61,9 +61,11 @@ images: setup
 	$(BIN)/python -m harness.broker.images
 
 # compose/: Kafka, the acceptor, a Locust master and two workers from the local images run a
-# catalog scenario headless; the history is then checked by `harness analyze`.
+# catalog scenario (single-phase, e.g. ci-gate, fleet-restart, broker-rate) headless; the
+# history is then checked by `harness analyze`.
+COMPOSE_SCENARIO ?= ci-gate
 compose-demo: images
-	$(BIN)/python compose/demo.py $(SCENARIO)
+	$(BIN)/python compose/demo.py $(COMPOSE_SCENARIO)
 
 broker: setup
 	$(BIN)/harness broker

@@ -63,6 +63,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="resolve and cache Kafka's jars, then exit (no broker is started)",
     )
+    parser.add_argument(
+        "--sweep",
+        action="store_true",
+        help="remove the harness's containers whose harness process is gone, then exit "
+        "(every container start does this too)",
+    )
 
 
 def parse_settings(items: list[str]) -> dict[str, str]:
@@ -81,6 +87,23 @@ def parse_settings(items: list[str]) -> dict[str, str]:
     return out
 
 
+def _sweep() -> int:
+    from harness.broker.container import docker_available, sweep
+    from harness.broker.images import docker_client
+
+    ok, why = docker_available()
+    if not ok:
+        print(f"sweep: nothing to do ({why})")
+        return 0
+    client = docker_client()
+    try:
+        removed = sweep(client)
+    finally:
+        client.close()
+    print(f"sweep: removed {removed} container(s) left behind by harness processes that are gone")
+    return 0
+
+
 def _progress(message: str) -> None:
     print(message, flush=True)
 
@@ -92,6 +115,8 @@ def _raise_stop(signum: int, frame: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from harness.broker import BrokerError, fetch_artifacts, start_broker
 
+    if args.sweep:
+        return _sweep()
     try:
         if args.fetch_only:
             fetch_artifacts(progress=_progress)

@@ -1,0 +1,362 @@
+"""compose/ end to end: a catalog scenario through Kafka, the acceptor and Locust in containers.
+
+    python compose/demo.py [SCENARIO, default ci-gate] [--duration S] [--keep]  (make compose-demo)
+
+1. the local images (``harness.broker.images``; built when missing, no registry);
+2. a run directory like ``harness run``'s (run.json with the intended limits, the runner's
+   ``config``/``run_*``/``phase_*`` rows, acceptor.properties) and a compose env file with free
+   127.0.0.1 ports;
+3. ``docker-compose up`` Kafka + acceptor, the scenario's ip quotas through the admin API,
+   then the Locust master and two workers (headless, the scenario's one phase, split over the
+   workers by Locust's arrival slots) until the master exits;
+4. ``docker-compose down`` (the acceptor flushes its history on SIGTERM);
+5. ``harness analyze RUN_DIR``: the verdict, exit 0/1/2 like ``harness analyze --gate``.
+
+Only single-phase scenarios without faults or scheduled changes run here (the orchestrator
+of ``harness run`` does the rest); others are refused with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPOSE_FILE = ROOT / "compose" / "docker-compose.yaml"
+PROFILE_DIR = Path("/opt/harness/loadprofiles")  # inside the harness image
+WORKERS = 2
+
+
+def say(message: str) -> None:
+    print(f"[compose +{time.monotonic() - T0:6.1f}s] {message}", flush=True)
+
+
+T0 = time.monotonic()
+
+
+def compose_cli() -> list[str]:
+    docker = shutil.which("docker")
+    if docker:
+        ok = subprocess.run(
+            [docker, "compose", "version"], capture_output=True, timeout=30, check=False
+        )
+        if ok.returncode == 0:
+            return [docker, "compose"]
+    legacy = shutil.which("docker-compose")
+    if legacy:
+        return [legacy]
+    raise SystemExit(
+        "error: neither `docker compose` nor `docker-compose` is installed "
+        "(Debian: apt-get install docker-compose)"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("scenario", nargs="?", default="ci-gate")
+    parser.add_argument("--duration", type=float, help="shorten the load (seconds)")
+    parser.add_argument("--keep", action="store_true", help="leave the stack up (debugging)")
+    parser.add_argument("--no-analyze", action="store_true")
+    args = parser.parse_args(argv)
+
+    from harness.broker.container import docker_available, sweep
+    from harness.broker.images import docker_client, ensure_images
+    from harness.broker.local import cluster_id, free_ports
+    from harness.runner import catalog
+    from harness.runner.loadgen import LoadTarget, locust_argv
+    from harness.runner.rundir import RunDir, base_run_json, new_run_id, utc_now_iso
+    from harness.runner.schedule import initial_limits
+    from harness.runner.targets import AcceptorTarget, apply_ip_quota, apply_request_quota
+
+    sc = catalog.load(args.scenario)
+    if len(sc.load) != 1 or sc.schedule or sc.faults or len(sc.listeners) != 1:
+        print(
+            f"error: scenario {sc.name!r} has {len(sc.load)} phases, {len(sc.schedule)} "
+            f"scheduled actions and {len(sc.listeners)} listeners; compose runs single-phase, "
+            "single-listener scenarios without faults (try ci-gate, fleet-restart or "
+            "broker-rate; `harness run` runs them all)",
+            file=sys.stderr,
+        )
+        return 3
+    ok, why = docker_available()
+    if not ok:
+        print(f"error: {why}; start dockerd (.ci/run does) or use `make demo`", file=sys.stderr)
+        return 3
+    for built in ensure_images(progress=say):
+        say(built.describe())
+    client = docker_client()
+    sweep(client, progress=say)
+
+    phase = sc.load[0]
+    duration = min(args.duration or sc.duration, sc.duration)
+    if phase.stop > duration:
+        import dataclasses
+
+        phase = dataclasses.replace(phase, stop=duration)
+    run_id = new_run_id(sc.name, "compose")
+    rd = RunDir((ROOT / "runs" / run_id).resolve()).create()
+    listener = sc.listeners[0]
+    kafka_port, controller_port, acceptor_port, master_port = free_ports(4)
+    addresses = {listener: ("127.0.0.1", acceptor_port)}
+    limits = initial_limits(sc, addresses)
+
+    target = AcceptorTarget(sc, rd.root, say)
+    props = target.acceptor_properties(
+        {listener: acceptor_port}, {listener: f"127.0.0.1:{kafka_port}"}
+    )
+    (rd.root / "acceptor.properties").write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    run_json = base_run_json(
+        run_id=run_id,
+        scenario=sc,
+        target="acceptor",
+        seed=sc.seed,
+        duration=duration,
+        limits=limits,
+        started_at=utc_now_iso(),
+    )
+    run_json["launcher"] = "compose"
+    run_json["listeners"] = {listener: f"127.0.0.1:{acceptor_port}"}
+    rd.write_run_json(run_json)
+
+    locust = locust_argv(
+        phase,
+        locust_bin="locust",
+        profile_dir=PROFILE_DIR,
+        target=LoadTarget("127.0.0.1", acceptor_port, None),
+        run_dir=rd.root,
+        run_id=run_id,
+        seed=sc.seed,
+        startup_allowance_s=15.0,
+    )[1:]
+    master = [
+        *locust,
+        "--master",
+        "--master-bind-host",
+        "127.0.0.1",
+        "--master-bind-port",
+        str(master_port),
+        "--expect-workers",
+        str(WORKERS),
+        "--expect-workers-max-wait",
+        "60",
+    ]
+    worker = [
+        "-f",
+        str(PROFILE_DIR / f"{phase.profile}.py"),
+        "--worker",
+        "--master-host",
+        "127.0.0.1",
+        "--master-port",
+        str(master_port),
+    ]
+    env = {
+        "KAFKA_VERSION": run_json["versions"].get("kafka") or _kafka_version(),
+        "RUN_DIR": str(rd.root),
+        "RUN_ID": run_id,
+        "KAFKA_PORT": kafka_port,
+        "CONTROLLER_PORT": controller_port,
+        "ACCEPTOR_PORT": acceptor_port,
+        "CLUSTER_ID": cluster_id(),
+        "HARNESS_PID": os.getpid(),
+        "HARNESS_HOST": socket.gethostname(),
+        "LOCUST_MASTER_ARGS": " ".join(master),
+        "LOCUST_WORKER_ARGS": " ".join(worker),
+    }
+    env_file = rd.root / "compose.env"
+    env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
+    cli = [*compose_cli(), "-f", str(COMPOSE_FILE), "-p", run_id.lower().replace(".", "-")]
+    cli += ["--env-file", str(env_file)]
+    logs = rd.logs / "compose.log"
+
+    def compose(*a: str, check: bool = True, timeout: float = 300) -> int:
+        with open(logs, "ab") as fh:
+            fh.write(f"# {' '.join(a)}\n".encode())
+            fh.flush()
+            rc = subprocess.run(
+                [*cli, *a], stdout=fh, stderr=subprocess.STDOUT, timeout=timeout, check=False
+            ).returncode
+        if check and rc != 0:
+            raise RuntimeError(f"docker-compose {a[0]} exited {rc}; see {logs}")
+        return rc
+
+    from harness.history.writer import HistoryWriter
+
+    history = HistoryWriter(rd.history, "harness", run_id, name="compose")
+    scraper = None
+    error = None
+    verdict_rc = 3
+    say(f"run {run_id}: scenario {sc.name!r} in compose; output in {rd.root}")
+    try:
+        say(f"up: kafka (127.0.0.1:{kafka_port}) and the acceptor (127.0.0.1:{acceptor_port})")
+        applied_from = time.monotonic_ns()
+        compose("up", "-d", "kafka", "acceptor")
+        ready = rd.root / "acceptor.ready.json"
+        deadline = time.monotonic() + 120
+        while not ready.exists():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the acceptor was not ready within 120 s; see {logs}")
+            time.sleep(0.5)
+        _wait_kafka(kafka_port, deadline)
+        say("kafka and the acceptor are ready")
+        bootstrap = f"127.0.0.1:{acceptor_port}"
+        for ip, rate in sc.ip_quotas.items():
+            apply_ip_quota(bootstrap, ip, rate)
+        for q in sc.request_quotas:
+            apply_request_quota(bootstrap, q)
+        if sc.ip_quotas or sc.request_quotas:
+            say(f"quotas set through the admin API at {bootstrap}: {dict(sc.ip_quotas)}")
+        # the runner's testimony, as `harness run` writes it: once the acceptor took it all
+        history.record(
+            "config",
+            reason="start",
+            detail={**limits, "origin": "runner", "cause": "start",
+                    "applied_from_mono_ns": applied_from},
+        )  # fmt: skip
+        from types import SimpleNamespace
+
+        from harness.runner.kafka_metrics import start_scraper
+
+        metrics_url = json.loads(ready.read_text()).get("metrics_url")
+        scraper = start_scraper(
+            SimpleNamespace(name="acceptor", metrics_url=metrics_url), history, None, say
+        )
+        history.record(
+            "run_start",
+            detail={"scenario": sc.name, "target": "acceptor", "duration_s": duration},
+        )
+        say(f"up: locust master + {WORKERS} workers ({phase.profile} {phase.arrival})")
+        launched_ns = time.monotonic_ns()
+        rc = compose(
+            "up",
+            "--no-deps",
+            "--exit-code-from",
+            "locust-master",
+            "locust-master",
+            "locust-worker-1",
+            "locust-worker-2",
+            check=False,
+            timeout=duration + 180,
+        )
+        ended_ns = time.monotonic_ns()
+        if scraper is not None:
+            scraper.stop()
+            say(f"Kafka metrics: {scraper.summary()}")
+        # Like `harness run`: the phase rows bracket the load itself (from the first intended
+        # arrival for the phase's duration), not Locust's start-up in the containers.
+        first = _first_intended_ns(rd.history / "client")
+        start_ns = first if first is not None else launched_ns
+        end_ns = min(ended_ns, start_ns + int(phase.duration * 1e9))
+        history.record(
+            "phase_start", mono_ns=start_ns, ts_us=_wall_us(start_ns), detail=_phase(phase)
+        )
+        history.record(
+            "phase_end",
+            mono_ns=end_ns,
+            ts_us=_wall_us(end_ns),
+            detail={**_phase(phase), "exit_code": rc},
+        )
+        say(f"locust master exited {rc} (1 = some requests failed: expected under limits)")
+    except Exception as exc:  # stop everything, keep what was recorded
+        error = f"{type(exc).__name__}: {exc}"
+        say(f"run broke: {error}")
+    finally:
+        if args.keep:
+            say(f"--keep: the stack stays up; `{' '.join(cli)} down -v` removes it")
+        else:
+            compose("stop", "-t", "30", check=False)
+            compose("logs", "--no-color", check=False)
+            compose("down", "-v", check=False)
+        history.record("run_end", reason="error" if error else "done", detail={"error": error})
+        history.close()
+        run_json["ended_at"] = utc_now_iso()
+        if error:
+            run_json["error"] = error
+        rd.write_run_json(run_json)
+        sweep(client)
+        client.close()
+    if error:
+        say(f"not analysed: {error}")
+        return 3
+    if args.no_analyze:
+        say(f"analysis skipped; run `harness analyze {rd.root}`")
+        return 0
+    say(f"analysing: harness analyze {rd.root} --gate")
+    verdict_rc = subprocess.run(
+        [sys.executable, "-m", "harness", "analyze", str(rd.root), "--gate"], check=False
+    ).returncode
+    verdict = _verdict(rd.root)
+    say(f"compose run {run_id}: verdict {verdict} (exit {verdict_rc}); report in {rd.report}")
+    return verdict_rc
+
+
+def _wall_us(mono_ns: int) -> int:
+    return (time.time_ns() - time.monotonic_ns() + mono_ns) // 1000
+
+
+def _first_intended_ns(client_dir: Path) -> int | None:
+    """The earliest intended arrival in the client history (every worker's files)."""
+    import pyarrow.parquet as pq
+
+    first: int | None = None
+    for f in sorted(client_dir.glob("*.parquet")):
+        table = pq.read_table(f, columns=["event", "detail"])
+        for event, detail in zip(
+            table.column("event").to_pylist(), table.column("detail").to_pylist(), strict=True
+        ):
+            if event in ("connect_invoke", "connect_fail") and detail:
+                value = json.loads(detail).get("intended_mono_ns")
+                if value is not None and (first is None or int(value) < first):
+                    first = int(value)
+    return first
+
+
+def _kafka_version() -> str:
+    from harness.broker.artifacts import KAFKA_VERSION
+
+    return KAFKA_VERSION
+
+
+def _phase(phase: Any) -> dict[str, Any]:
+    return {
+        "name": phase.name,
+        "profile": phase.profile,
+        "arrival": phase.arrival,
+        "intended_rate": phase.intended_rate,
+        "source_ips": phase.source_ips,
+        "listener": phase.listener,
+        "via": phase.via,
+        "workers": WORKERS,
+    }
+
+
+def _wait_kafka(port: int, deadline: float) -> None:
+    from harness.broker.probe import probe
+
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            if probe("127.0.0.1", port, timeout_s=2.0).brokers:
+                return
+        except Exception as exc:
+            last = exc
+        time.sleep(0.5)
+    raise RuntimeError(f"kafka did not answer on 127.0.0.1:{port} ({last})")
+
+
+def _verdict(run_dir: Path) -> str:
+    try:
+        return str(json.loads((run_dir / "report" / "verdict.json").read_text())["verdict"])
+    except (OSError, ValueError, KeyError):
+        return "none"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
