@@ -234,11 +234,24 @@ def _import(
                         tf.addfile(info, fh)
         repository, _, version = tag.rpartition(":")
         progress(f"docker import {tag} ({work.stat().st_size / 1e6:.0f} MB)…")
+        old = _image_id(client, tag)
         client.api.import_image_from_file(
             str(work), repository=repository, tag=version, changes=list(changes)
         )
+        if old and old != _image_id(client, tag):
+            with contextlib.suppress(Exception):  # still used by a container: leave it
+                client.images.remove(old)
     finally:
         work.unlink(missing_ok=True)
+
+
+def _image_id(client: Any, tag: str) -> str | None:
+    import docker.errors
+
+    try:
+        return str(client.images.get(tag).id)
+    except docker.errors.ImageNotFound:
+        return None
 
 
 class _BytesReader:
@@ -418,11 +431,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Build the Kafka and harness images locally (no registry); reuse them "
         "when present.",
     )
-    parser.add_argument(
-        "which", nargs="*", choices=("kafka", "harness"), default=["kafka", "harness"]
-    )
+    parser.add_argument("which", nargs="*", metavar="kafka|harness", help="default: both images")
     parser.add_argument("--json", action="store_true", help="print sizes and times as JSON")
     args = parser.parse_args(argv)
+    unknown = set(args.which) - {"kafka", "harness"}
+    if unknown:
+        parser.error(f"unknown image(s) {sorted(unknown)}: expected kafka and/or harness")
     started = time.monotonic()
     try:
         built = ensure_images(args.which or ("kafka", "harness"), progress=_say)
