@@ -1,0 +1,70 @@
+"""compose/ for real: Kafka, the acceptor and a Locust master with two workers in containers.
+
+A short run of the ci-gate scenario (a few seconds of its storm) without the analysis: the full
+path up → scenario → `harness analyze` → verdict is `make compose-demo`, which .ci/run runs
+(about 3 minutes, most of it Spark). Skipped only when no Docker engine answers.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from harness.broker.container import OWNER, OWNER_LABEL, docker_available
+
+pytestmark = [pytest.mark.integration, pytest.mark.container, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_compose_runs_a_catalog_scenario_and_leaves_nothing_behind() -> None:
+    ok, why = docker_available()
+    if not ok:
+        pytest.skip(f"no Docker engine: {why}")
+    res = subprocess.run(
+        [sys.executable, "compose/demo.py", "ci-gate", "--duration", "6", "--no-analyze"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    line = next(x for x in res.stdout.splitlines() if "analysis skipped" in x)
+    run_dir = Path(line.rsplit("harness analyze ", 1)[1].rstrip("`"))
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["launcher"] == "compose" and run["ended_at"] and "error" not in run
+
+    def rows(source: str) -> list[dict[str, object]]:
+        out: list[dict[str, object]] = []
+        for f in sorted((run_dir / "history" / source).glob("*.parquet")):
+            out += pq.read_table(f).to_pylist()
+        return out
+
+    client, acceptor, harness = rows("client"), rows("acceptor"), rows("harness")
+    # both workers wrote their own client history (one file set per worker process)
+    files = {f.name.rsplit("-", 1)[0] for f in (run_dir / "history" / "client").glob("*.parquet")}
+    assert len(files) >= 2, files
+    assert any(r["event"] == "connect_ok" for r in client)
+    # the acceptor saw the load's own 127.0.0.x addresses (host networking, no proxy)
+    ips = {r["client_ip"] for r in acceptor if r["event"] == "accept"}
+    assert ips and all(str(ip).startswith("127.0.0.") for ip in ips) and len(ips) > 1
+    events = [r["event"] for r in harness]
+    for event in ("config", "run_start", "phase_start", "phase_end", "run_end"):
+        assert event in events
+    import docker
+
+    client_api = docker.from_env()
+    try:
+        left = client_api.containers.list(all=True, filters={"label": f"{OWNER_LABEL}={OWNER}"})
+        assert [
+            c.name
+            for c in left
+            if "compose" in c.labels.get("org.kafka-connection-harness.role", "")
+        ] == []
+    finally:
+        client_api.close()
