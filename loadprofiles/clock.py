@@ -18,6 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 PINGS = 5
+#: how far ahead of its test start the master puts the common schedule start
+START_LEAD_NS = 500_000_000
 
 
 def estimate(t0_ns: int, master_ns: int, t1_ns: int) -> tuple[int, int]:
@@ -26,7 +28,17 @@ def estimate(t0_ns: int, master_ns: int, t1_ns: int) -> tuple[int, int]:
 
 
 def master_side(environment: Any) -> None:
+    """Answer clock pings; at each test start, broadcast the common schedule start.
+
+    All workers start the same schedule at the same instant (the master's wall clock
+    ``start_wall_ns``, converted with each worker's offset), so ``k mod N`` splits one
+    schedule exactly instead of N schedules shifted by each worker's start-up."""
     runner = environment.runner
+
+    def on_test_start(environment: Any, **_: Any) -> None:
+        runner.send_message("harness_start", {"start_wall_ns": time.time_ns() + START_LEAD_NS})
+
+    environment.events.test_start.add_listener(on_test_start)
 
     def on_ping(environment: Any, msg: Any, **_: Any) -> None:
         runner.send_message(
@@ -38,9 +50,20 @@ def master_side(environment: Any) -> None:
     runner.register_message("harness_clock_ping", on_ping)
 
 
-def worker_side(environment: Any, on_offset: Callable[[int, int], None]) -> None:
-    """Ping the master at each test start; ``on_offset(offset_ns, rtt_ns)`` per better sample."""
+def worker_side(
+    environment: Any,
+    on_offset: Callable[[int, int], None],
+    on_start: Callable[[int], None],
+) -> None:
+    """Ping the master at start-up and at each test start; ``on_offset(offset_ns, rtt_ns)``
+    per better sample; ``on_start(start_wall_ns)`` (master's clock) when the master
+    announces a schedule start."""
     runner = environment.runner
+
+    def on_start_msg(environment: Any, msg: Any, **_: Any) -> None:
+        on_start(int(msg.data["start_wall_ns"]))
+
+    runner.register_message("harness_start", on_start_msg)
     best: dict[str, int | None] = {"rtt": None}
 
     def on_pong(environment: Any, msg: Any, **_: Any) -> None:
@@ -56,3 +79,12 @@ def worker_side(environment: Any, on_offset: Callable[[int, int], None]) -> None
 
     runner.register_message("harness_clock_pong", on_pong)
     environment.events.test_start.add_listener(ping)
+    import gevent  # only here: the pure estimate above stays importable without gevent
+
+    gevent.spawn_later(0.2, ping, environment)
+
+
+def local_start_mono_ns(start_wall_ns: int, offset_ns: int) -> int:
+    """The master's ``start_wall_ns`` as this process's monotonic time."""
+    local_wall = start_wall_ns - offset_ns  # master = local + offset
+    return time.monotonic_ns() + (local_wall - time.time_ns())

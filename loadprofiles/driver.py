@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -58,13 +59,14 @@ class EngineDriver:
         self.stats: EngineStats | None = None
         self.clock_offset_ns = 0
         self._clock: tuple[int, int] | None = None
+        self._start_wall_ns: int | None = None
         self._errors: dict[str, _Failure] = {}
         ev: Any = environment.events
         ev.test_start.add_listener(self.on_test_start)
         ev.test_stop.add_listener(self.on_test_stop)
         ev.quitting.add_listener(self.on_quitting)
         if isinstance(environment.runner, WorkerRunner):
-            clock.worker_side(environment, self._set_offset)
+            clock.worker_side(environment, self._set_offset, self._set_start)
 
     @classmethod
     def install(cls, profile: str, default_shape: str) -> None:
@@ -81,6 +83,9 @@ class EngineDriver:
                 clock.master_side(environment)
 
         events.init.add_listener(on_init)
+
+    def _set_start(self, start_wall_ns: int) -> None:
+        self._start_wall_ns = start_wall_ns
 
     def _set_offset(self, offset_ns: int, rtt_ns: int) -> None:
         self.clock_offset_ns = offset_ns
@@ -132,11 +137,23 @@ class EngineDriver:
             self.history = ClientHistory(
                 Path(run_dir) / "history" if run_dir else None,
                 o.run_id or Path(run_dir).name if run_dir else "",
+                name=self._history_name(),
                 clock_offset_ns=self.clock_offset_ns,
             )
             if run_dir:
                 log.info("client history -> %s/%s-*.parquet", self.history.dir, self.history.name)
         return self.history
+
+    def _history_name(self) -> str:
+        """``client-<host>-<pid>``; a worker forked by ``--processes`` names its files
+        ``client-<host>-w<index>-<master pid>``, so all files of one Locust run carry the
+        pid of the process that was started (the runner finds a phase's rows by it)."""
+        o = cast(Any, self.env.parsed_options)
+        runner = self.env.runner
+        host = socket.gethostname()
+        if isinstance(runner, WorkerRunner) and (getattr(o, "processes", 0) or 0) > 0:
+            return f"client-{host}-w{max(0, runner.worker_index)}-{os.getppid()}"
+        return f"client-{host}-{os.getpid()}"
 
     def _fail(self, message: str) -> None:
         print(f"loadprofiles: error: {message}", file=sys.stderr, flush=True)
@@ -196,6 +213,11 @@ class EngineDriver:
             s.port,
         )
         start_ns = time.monotonic_ns() + 50_000_000  # the thread is up long before
+        if self._start_wall_ns is not None:
+            # master/worker: the master's common start, on this process's clock; a worker
+            # that comes up after it starts late and says so (not_offered, cause cpu)
+            start_ns = clock.local_start_mono_ns(self._start_wall_ns, self.clock_offset_ns)
+            self._start_wall_ns = None
 
         def on_start() -> None:
             readiness.mark(

@@ -306,3 +306,10 @@ def test_clock_offset_estimate() -> None:
     # worker sends at 1000, master reads 5600 when the worker's clock says 1100+... the
     # symmetric estimate puts the master 4550 ahead with a 100 ns round trip
     assert clock.estimate(1000, 5600, 1100) == (4550, 100)
+
+
+def test_master_start_on_the_local_clock() -> None:
+    # a master 3 s ahead announces a start 1 s from its now: locally that is 1 s from now
+    master_now = time.time_ns() + 3_000_000_000
+    start = clock.local_start_mono_ns(master_now + 1_000_000_000, 3_000_000_000)
+    assert abs(start - time.monotonic_ns() - 1_000_000_000) < 50_000_000
