@@ -285,8 +285,15 @@ def _done(client: Any, tag: str, started: float, progress: Progress) -> BuiltIma
 def ensure_kafka_image(
     client: Any | None = None, version: str = KAFKA_VERSION, progress: Progress = print
 ) -> BuiltImage:
-    """The Kafka image for ``version``, built when missing or built from other inputs."""
+    """Build-or-reuse under a lock: concurrent harness processes build an image once."""
     client = client or docker_client()
+    images_dir().mkdir(parents=True, exist_ok=True)
+    with _lock(images_dir() / ".kafka.lock"):
+        return _ensure_kafka(client, version, progress)
+
+
+def _ensure_kafka(client: Any, version: str, progress: Progress) -> BuiltImage:
+    """The Kafka image for ``version``, built when missing or built from other inputs."""
     tag = kafka_image(version)
     arts = resolve_artifacts(version, progress)
     exporter = jmx_exporter(progress=progress)
@@ -335,11 +342,18 @@ def _requirements() -> list[str]:
 def ensure_harness_image(
     client: Any | None = None, version: str = KAFKA_VERSION, progress: Progress = print
 ) -> BuiltImage:
+    """Build-or-reuse under a lock: concurrent harness processes build an image once."""
+    client = client or docker_client()
+    images_dir().mkdir(parents=True, exist_ok=True)
+    with _lock(images_dir() / ".harness.lock"):
+        return _ensure_harness(client, version, progress)
+
+
+def _ensure_harness(client: Any, version: str, progress: Progress) -> BuiltImage:
     """The harness image (acceptor, Locust profiles), built when missing or outdated.
 
     The harness's source is part of the digest, so editing it rebuilds the image.
     """
-    client = client or docker_client()
     tag = harness_image(version)
     root = project_root()
     sources = sorted(
