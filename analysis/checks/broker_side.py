@@ -334,11 +334,13 @@ def check_over_throttling(run: Run) -> CheckResult:
             continue  # an evicted LRU channel may be any connection
         ip = row["client_ip"]
         mine = by_ip[ip].drop(idx)
-        q = _limit_over(run, inv - lag_ns, eof, lambda lim, a=ip: lim.ip_quota(a))
+        # the lenient direction for this rule: the smallest quota / count limit that may
+        # have been in force at t1 (a change reaches the broker some time around its row)
+        q = _limit_over(run, inv - lag_ns, eof + lag_ns, lambda lim, a=ip: lim.ip_quota(a), min)
         others_rate = int(((df.loc[mine, "invoke_ns"] <= eof) & (end[mine] > inv - lag_ns)).sum())
         if ip_throttle_possible(others_rate, q, n, w):
             continue
-        m = _limit_over(run, inv - lag_ns, eof, lambda lim, a=ip: lim.max_for_ip(a), how=min)
+        m = _limit_over(run, inv - lag_ns, eof + lag_ns, lambda lim, a=ip: lim.max_for_ip(a), min)
         others_open = int(
             ((df.loc[mine, "invoke_ns"] <= eof) & (close_end[mine] + release_ns >= inv)).sum()
         )

@@ -150,6 +150,22 @@ def test_an_eof_needs_enough_other_connections_to_be_a_throttle(
         assert res.witnesses[0]["client_port"] == 5999
 
 
+def test_a_lowered_quota_counts_for_an_eof_around_the_change(spark: Any, tmp_path: Path) -> None:
+    """Quota 10/s lowered to 1/s at 5 s: 10 others make a throttle possible at 1/s (not at
+    10/s, which needs 99), so an EOF at 4.8 s, just before the change row, is explained."""
+    rows: list[dict[str, Any]] = []
+    for i in range(10):
+        rows += _conn("127.0.0.9", 5000 + i, i * 300.0, ready_ms=i * 300.0 + 4)
+    rows += _conn("127.0.0.9", 5999, 4700.0, eof_ms=4800.0)
+    lowered = {"listeners": LISTENERS, "ip_quotas": {"127.0.0.9": 1}}
+    rows.append(
+        {"source": "harness", "event": "config", "mono_ns": T0 + 5000 * MS, "detail": lowered}
+    )
+    run_dir = _run(tmp_path, "eof-lowered", {"ip_quotas": {"127.0.0.9": 10}}, rows)
+    res = _results(spark, run_dir, ["client_over_throttling"])["client_over_throttling"]
+    assert res.verdict == "pass", res.observed
+
+
 def test_an_eof_with_no_limit_at_all_is_over_throttling(spark: Any, tmp_path: Path) -> None:
     rows = _conn("127.0.0.5", 6000, 0.0, ready_ms=3.0) + _conn("127.0.0.5", 6001, 10.0, eof_ms=20.0)
     res = _results(spark, _run(tmp_path, "eof-free", {}, rows), ["client_over_throttling"])
