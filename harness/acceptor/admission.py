@@ -281,6 +281,12 @@ class ListenerAcceptor:
             acceptor.count(name, info.client_ip, "rejected")
             return
         rec.conn("admit", info, t1_ns, delay_ms=(t1_ns - t0_ns) / 1e6)
+        if self.protected and quotas.total > quotas.config.max_connections:
+            # past max.connections through the protected listener: the other listeners'
+            # processors must shed the excess now, as Kafka's (whose loops turn on any I/O)
+            for la in acceptor.listeners.values():
+                for proc in la.processors:
+                    proc.wake()
         try:
             item.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError:
