@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-analyze", action="store_true")
     args = parser.parse_args(argv)
 
-    from harness.broker.container import docker_available, sweep
+    from harness.broker.container import docker_available, pid_start, sweep
     from harness.broker.images import docker_client, ensure_images
     from harness.broker.local import cluster_id, free_ports
     from harness.runner import catalog
@@ -166,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         "ACCEPTOR_PORT": acceptor_port,
         "CLUSTER_ID": cluster_id(),
         "HARNESS_PID": os.getpid(),
+        "HARNESS_PID_START": pid_start(os.getpid()),
         "HARNESS_HOST": socket.gethostname(),
         "LOCUST_MASTER_ARGS": " ".join(master),
         "LOCUST_WORKER_ARGS": " ".join(worker),

@@ -5,8 +5,9 @@
 #   renaming: "_" -> ".", "__" -> "_", "___" -> "-" (KAFKA_MAX_CONNECTIONS_PER_IP=20 is
 #   max.connections.per.ip=20); KAFKA_HEAP_OPTS / KAFKA_JVM_OPTS / KAFKA_OPTS are JVM options.
 #   CLUSTER_ID formats the KRaft storage once (a container restart keeps it).
-#   HARNESS_WATCH_PID (with --pid=host): the broker stops when that host process is gone, so a
-#   SIGKILLed harness leaves no broker running; the harness sweeps the exited container later.
+#   HARNESS_WATCH_PID (with --pid=host; HARNESS_WATCH_PID_START its start time): the broker
+#   stops when that host process is gone, so a SIGKILLed harness leaves no broker running; the
+#   harness sweeps the exited container later.
 set -eu
 conf_dir=/opt/kafka/config
 conf=$conf_dir/server.properties
@@ -40,9 +41,16 @@ echo "== kafka-entrypoint: kafka.Kafka $conf =="
 java $heap $jvm ${KAFKA_OPTS:-} "$log4j" -cp "$cp" kafka.Kafka "$conf" &
 broker=$!
 trap 'kill -TERM "$broker" 2>/dev/null' TERM INT
+started() { # a process's start time (/proc/PID/stat field 22): a recycled pid differs
+    sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f20
+}
+watched_alive() {
+    kill -0 "$HARNESS_WATCH_PID" 2>/dev/null || return 1
+    [ -z "${HARNESS_WATCH_PID_START:-}" ] || [ "$(started "$HARNESS_WATCH_PID")" = "$HARNESS_WATCH_PID_START" ]
+}
 if [ -n "${HARNESS_WATCH_PID:-}" ]; then
     (
-        while kill -0 "$HARNESS_WATCH_PID" 2>/dev/null && kill -0 "$broker" 2>/dev/null; do
+        while watched_alive && kill -0 "$broker" 2>/dev/null; do
             sleep 1
         done
         if kill -0 "$broker" 2>/dev/null; then

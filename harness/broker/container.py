@@ -82,23 +82,40 @@ def env_for(props: Mapping[str, str]) -> dict[str, str]:
     }
 
 
+PID_START_LABEL = "org.kafka-connection-harness.pid-start"
+
+
+def pid_start(pid: int) -> str:
+    """The process's start time (clock ticks since boot, /proc/PID/stat field 22), or "".
+
+    With the pid it names one process for good: a recycled pid has another start time.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    fields = stat.rpartition(")")[2].split()
+    return fields[19] if len(fields) > 19 else ""
+
+
 def our_labels(role: str) -> dict[str, str]:
     return {
         OWNER_LABEL: OWNER,
         PID_LABEL: str(os.getpid()),
+        PID_START_LABEL: pid_start(os.getpid()),
         HOST_LABEL: socket.gethostname(),
         ROLE_LABEL: role,
     }
 
 
-def _pid_alive(pid: int) -> bool:
+def _pid_alive(pid: int, started: str = "") -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    return not started or pid_start(pid) in ("", started)
 
 
 def sweep(client: Any, *, everything: bool = False, progress: Progress | None = None) -> int:
@@ -112,7 +129,8 @@ def sweep(client: Any, *, everything: bool = False, progress: Progress | None = 
         labels = c.labels or {}
         pid = labels.get(PID_LABEL, "")
         ours = labels.get(HOST_LABEL) == socket.gethostname()
-        orphan = ours and (not pid.isdigit() or not _pid_alive(int(pid)))
+        started = labels.get(PID_START_LABEL, "")
+        orphan = ours and (not pid.isdigit() or not _pid_alive(int(pid), started))
         if everything or orphan:
             with contextlib.suppress(Exception):
                 c.remove(force=True, v=True)
@@ -337,6 +355,7 @@ def start_container(
         container.with_env(key, value)
     container.with_env("CLUSTER_ID", cluster_id())
     container.with_env("HARNESS_WATCH_PID", str(os.getpid()))
+    container.with_env("HARNESS_WATCH_PID_START", pid_start(os.getpid()))
     metrics_port = None
     if exporter is not None:
         metrics_port = ports[-1]

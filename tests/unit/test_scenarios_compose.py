@@ -25,6 +25,7 @@ ENV = {
     "ACCEPTOR_PORT": "3",
     "CLUSTER_ID": "c",
     "HARNESS_PID": "4",
+    "HARNESS_PID_START": "5",
     "HARNESS_HOST": "h",
     "LOCUST_MASTER_ARGS": "-f /opt/harness/loadprofiles/storm.py --headless --master",
     "LOCUST_WORKER_ARGS": "-f /opt/harness/loadprofiles/storm.py --worker",
