@@ -128,6 +128,8 @@ class _Parts:
         api_key: int | None = None,
         latency_ms: float | None = None,
         detail: Mapping[str, Any] | None = None,
+        client_id: str | None = None,
+        principal: str | None = None,
     ) -> None:
         self.seq += 1
         self.rows.append(
@@ -148,8 +150,8 @@ class _Parts:
                 reason,
                 delay_ms,
                 api_key,
-                None,
-                None,
+                client_id,
+                principal,
                 latency_ms,
                 None,
                 None if detail is None else json.dumps(detail, sort_keys=True),

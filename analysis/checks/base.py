@@ -159,7 +159,7 @@ def not_configured(name: str, run: Run, what: str) -> CheckResult:
     meant to test a limit that was never configured, so the run proves nothing about it.
     """
     expected_checks = run.expect.get("checks") or []
-    observed = f"not configured: {what} is Int.MaxValue for the whole run"
+    observed = f"not configured: {what} (unset / Int.MaxValue for the whole run)"
     if name in expected_checks:
         return CheckResult(
             name,

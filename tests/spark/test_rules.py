@@ -272,3 +272,65 @@ def test_eviction_rule_both_ways(
     assert r.exercised is True
     if verdict == "fail":
         assert any(why in w["why"] for w in r.witnesses), r.witnesses
+
+
+# ---- (e) request quotas judged by the model ---------------------------------------------
+
+
+def _request_rows(quotas: list[dict[str, Any]], recorded: dict[str, float]) -> list[Any]:
+    """At T0: `hot` charges 100.5 ms (10.05 % over the padded 10 s window: rate 1.005 %),
+    `cold` 90 ms (0.9 %). Against 1 % the model throttles hot round(0.005·10000) = 50 ms."""
+    limits = {**BASE, "request_quotas": quotas}
+    rows = [cfg(T0 - S, limits)]
+    for i, (client, latency) in enumerate((("hot", 100.5), ("cold", 90.0))):
+        c = {"conn_id": f"r-{client}", "listener": "client", "ip": "127.0.0.1", "port": 5000 + i}
+        ns = T0 + i * 1000
+        rows.append(
+            {"source": "acceptor", "event": "request", "mono_ns": ns, "api_key": 3,
+             "client_id": client, "principal": "ANONYMOUS", "latency_ms": latency, **c}
+        )  # fmt: skip
+        if recorded.get(client):
+            rows.append(
+                {"source": "acceptor", "event": "request_throttle", "mono_ns": ns,
+                 "delay_ms": recorded[client], "api_key": 3, "client_id": client, **c}
+            )  # fmt: skip
+    return rows
+
+
+CLIENT_Q = [
+    {"client-id": "hot", "request_percentage": 1},
+    {"client-id": "cold", "request_percentage": 1},
+]
+USER_DEFAULT = [*CLIENT_Q, {"user": None, "request_percentage": 1000}]
+
+
+@pytest.mark.parametrize(
+    "quotas, recorded, verdict, why",
+    [
+        (CLIENT_Q, {"hot": 50}, "pass", ""),
+        (CLIENT_Q, {"hot": 51}, "pass", ""),  # within 1 ms
+        (CLIENT_Q, {"hot": 52}, "fail", "vs model 50"),
+        (CLIENT_Q, {}, "fail", "but none applied"),
+        (CLIENT_Q, {"hot": 50, "cold": 5}, "fail", "while under quota"),
+        # the default-user quota (level 6) outranks the client-id quota (level 7)
+        (USER_DEFAULT, {"hot": 50}, "fail", "while under quota"),
+    ],
+    ids=["exact", "1ms-off", "2ms-off", "missing", "cold-throttled", "precedence"],
+)
+def test_request_quota_model_both_ways(
+    spark: Any,
+    tmp_path: Path,
+    quotas: list[dict[str, Any]],
+    recorded: dict[str, float],
+    verdict: str,
+    why: str,
+) -> None:
+    name = f"rq-{len(quotas)}-{'-'.join(f'{k}{v}' for k, v in recorded.items())}"
+    run_dir = write_rows(
+        tmp_path / name, _request_rows(quotas, recorded), {"run_id": name, "target": "acceptor"}
+    )
+    r = results(spark, run_dir, "request_quota_model")["request_quota_model"]
+    assert r.verdict == verdict, (r.observed, r.witnesses)
+    assert r.judged == 2
+    if verdict == "fail":
+        assert any(why in w["why"] for w in r.witnesses), r.witnesses

@@ -1,0 +1,268 @@
+"""Request quotas judged by the checker's own model (KIP-124, reference §0.5, §4.2, §4.3).
+
+Every answered request is charged its request-handler time as a percentage of one thread
+(`latency_ms` of its `request` row × 100 / 1000) to its entity's bucket when the response
+is queued (the row's instant), with a quota check: a violation iff the bucket's rate over
+the window exceeds `request_percentage`; the throttle is min(round((rate − q)/q · W), w).
+Cluster-action (exempt) APIs are not charged. The bucket and its quota follow Kafka's
+`DefaultQuotaCallback`: `quotaMetricTags` (a single enabled quota type fixes the key;
+otherwise the first of the 8 precedence levels that exists) and `quotaLimit`. The quotas
+are the runner's (its `config` rows), never the enforcer's.
+
+Judged per request: the model's throttle against the recorded `request_throttle` row of
+the same connection and instant. A throttle the model owes but none recorded, one recorded
+while the bucket was under its quota, or a `throttle_time_ms` off by more than the
+tolerance is a witness.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from analysis.checks.base import (
+    FAIL,
+    PASS,
+    UNKNOWN,
+    Check,
+    CheckResult,
+    fmt,
+    not_configured,
+    not_exercised,
+    witness,
+)
+from analysis.checks.requests import EXEMPT_API_KEYS
+from analysis.model import RateMeter, java_round
+
+if TYPE_CHECKING:
+    from analysis.load import Run
+
+NAME = "request_quota_model"
+DEFAULT = "<default>"
+THROTTLE_TOL_MS = 1  # both sides use whole-ms time; X is rounded to a whole ms
+RATE_REL_TOL = 1e-9  # float arithmetic on the charged percentage
+Entity = tuple[str | None, str | None]  # (user, client-id); None = dimension absent
+
+
+def _entities(raw: dict[str, Any]) -> dict[Entity, float]:
+    """request_quotas of one config row → {(user, client): percentage}."""
+    out: dict[Entity, float] = {}
+    rq = raw.get("request_quotas") or []
+    items: list[dict[str, Any]] = []
+    if isinstance(rq, list):
+        items = [q for q in rq if isinstance(q, dict)]
+    elif isinstance(rq, dict):  # the acceptor's form: {"user=...,client-id=...": pct}
+        for key, pct in rq.items():
+            q: dict[str, Any] = {"request_percentage": pct}
+            for part in str(key).split(","):
+                k, _, v = part.partition("=")
+                if k.strip() in ("user", "client-id"):
+                    q[k.strip()] = None if v.strip() in ("", DEFAULT) else v.strip()
+            items.append(q)
+    for q in items:
+        pct = q.get("request_percentage")
+        if pct is None:
+            continue
+        user = (q.get("user") or DEFAULT) if "user" in q else None
+        client = (q.get("client-id") or DEFAULT) if "client-id" in q else None
+        out[(user, client)] = float(pct)
+    return out
+
+
+class QuotaCallback:
+    """Kafka's DefaultQuotaCallback for one quota type (request), from the reference §4.2."""
+
+    def __init__(self) -> None:
+        self.overrides: dict[Entity, float] = {}
+        self.types: set[str] = set()  # only ever gains types (quotaTypesEnabled)
+
+    def update(self, overrides: dict[Entity, float]) -> None:
+        self.overrides = overrides
+        for user, client in overrides:
+            self.types.add("user+client" if user and client else ("user" if user else "client"))
+
+    def tags(self, user: str, client: str) -> tuple[str, str]:
+        if len(self.types) <= 1:
+            only = next(iter(self.types), "client")
+            return {"client": ("", client), "user": (user, ""), "user+client": (user, client)}[only]
+        o = self.overrides
+        if (user, client) in o or (user, DEFAULT) in o:
+            return user, client
+        if (user, None) in o:
+            return user, ""
+        if (DEFAULT, client) in o or (DEFAULT, DEFAULT) in o:
+            return user, client
+        if (DEFAULT, None) in o:
+            return user, ""
+        return "", client
+
+    def limit(self, tags: tuple[str, str]) -> float | None:
+        user, client = tags
+        o = self.overrides
+        if user and client:
+            keys: list[Entity] = [(user, client), (user, DEFAULT), (DEFAULT, client)]
+            keys.append((DEFAULT, DEFAULT))
+        elif user:
+            keys = [(user, None), (DEFAULT, None)]
+        else:
+            keys = [(None, client), (None, DEFAULT)]
+        for k in keys:
+            if k in o:
+                return o[k]
+        return None
+
+
+def check_request_model(run: Run) -> CheckResult:
+    from pyspark.sql import functions as F
+
+    versions = [
+        (start, _entities(raw))
+        for start, raw in zip(run.timeline.starts, run.timeline.raw, strict=True)
+    ]
+    if not any(v for _s, v in versions):
+        return not_configured(NAME, run, "request_percentage quotas")
+    req = run.events("request", source="acceptor")
+    rows = (
+        req.select(
+            "conn_id", "client_ip", "client_port", "listener", "mono_ns", "ts", "seq",
+            "api_key", "client_id", "principal", "latency_ms",
+            F.get_json_object("detail", "$.sample").cast("int").alias("sample"),
+        )
+        .orderBy("mono_ns", "seq")
+        .collect()
+    )  # fmt: skip
+    expected = (
+        "throttle iff the bucket's charged request time over the window exceeds "
+        "request_percentage, throttle_time_ms as the model's"
+    )
+    if not rows:
+        return CheckResult(
+            NAME,
+            UNKNOWN,
+            observed="request quotas configured but no `request` rows in the history",
+            expected=expected,
+            explanation="the acceptor recorded no requests (history.request.sample=0?) or the "
+            "target records none (broker): the charged time cannot be replayed",
+        )
+    sampled = {int(r["sample"]) for r in rows if r["sample"] is not None and int(r["sample"]) > 1}
+    if sampled:
+        return CheckResult(
+            NAME,
+            UNKNOWN,
+            observed=f"request rows are sampled (1 in {max(sampled)})",
+            expected=expected,
+            explanation="every request's time is charged; a sampled history cannot be replayed",
+        )
+    throttles = {
+        (r["conn_id"], int(r["mono_ns"])): float(r["delay_ms"] or 0.0)
+        for r in run.events("request_throttle", source="acceptor")
+        .select("conn_id", "mono_ns", "delay_ms")
+        .collect()
+    }
+    lim0 = run.timeline.limits[0]
+    n_w, w = lim0.window_num, lim0.window_ms
+    cb = QuotaCallback()
+    meters: dict[tuple[str, str], RateMeter] = {}
+    version = -1
+    judged = over = 0
+    peak_ratio = 0.0
+    wit: list[dict[str, Any]] = []
+    n_bad = 0
+    for r in rows:
+        ns = int(r["mono_ns"])
+        v = run.timeline.index_at(ns)
+        if v != version:
+            version = v
+            cb.update(versions[v][1])
+        if not cb.types or r["api_key"] in EXEMPT_API_KEYS:
+            continue
+        user = r["principal"] or "ANONYMOUS"
+        tags = cb.tags(user, r["client_id"] or "")
+        quota = cb.limit(tags)
+        if quota is None:
+            continue
+        meter = meters.get(tags)
+        if meter is None:
+            meter = meters[tags] = RateMeter(quota, n_w, w)
+        meter.bound = quota
+        t = ns // 1_000_000
+        meter.record(float(r["latency_ms"] or 0.0) * 100.0 / 1000.0, t)
+        rate, ws = meter.measure(t)
+        model = 0
+        if rate > quota * (1 + RATE_REL_TOL):
+            model = w if quota == 0 else min(java_round((rate - quota) / quota * ws), w)
+            over += 1
+        borderline = abs(rate - quota) <= quota * RATE_REL_TOL
+        judged += 1
+        peak_ratio = max(peak_ratio, rate / quota if quota else float("inf"))
+        recorded = throttles.get((r["conn_id"], ns), 0.0)
+        why = None
+        bucket = f"bucket user={tags[0]!r} client-id={tags[1]!r}"
+        if model > THROTTLE_TOL_MS and recorded == 0 and not borderline:
+            why = (
+                f"throttle due ({bucket}: rate {fmt(rate, 3)} % > quota {fmt(quota)} %, model "
+                f"{model} ms) but none applied"
+            )
+        elif recorded > THROTTLE_TOL_MS and model == 0 and not borderline:
+            why = (
+                f"throttled {fmt(recorded)} ms while under quota ({bucket}: rate "
+                f"{fmt(rate, 3)} % ≤ {fmt(quota)} %)"
+            )
+        elif model and recorded and abs(recorded - model) > THROTTLE_TOL_MS:
+            why = f"throttle_time_ms {fmt(recorded)} vs model {model} ms ({bucket})"
+        if why:
+            n_bad += 1
+            if len(wit) < 10:
+                wit.append(witness(r.asDict(), why))
+    if not judged:
+        return CheckResult(
+            NAME,
+            UNKNOWN,
+            observed=f"{len(rows)} request rows, none from an entity with a request quota",
+            expected=expected,
+            explanation="no request of a quota'd entity was answered: nothing to judge",
+            exercised=False,
+            raise_hint="requests from the quota'd user/client-id",
+        )
+    if not over and not n_bad:
+        res = not_exercised(
+            NAME,
+            "request_percentage",
+            round(peak_ratio * 100, 1),
+            100,
+            judged=judged,
+            unit="% of the quota",
+            hint="the request load of the quota'd user/client-id above request_percentage",
+        )
+        return res
+    return CheckResult(
+        NAME,
+        FAIL if n_bad else PASS,
+        observed=(
+            f"{judged} requests charged to {len(meters)} bucket(s); model throttles {over}, "
+            f"recorded {sum(1 for x in throttles.values() if x > 0)}; {n_bad} disagree"
+        ),
+        expected=expected,
+        tolerance=(
+            f"{THROTTLE_TOL_MS} ms on throttle_time_ms (whole-ms time, rounded X); decisions at "
+            f"rate = quota within {RATE_REL_TOL:g} (float) are not judged"
+        ),
+        witnesses=wit,
+        explanation="replayed every answered request through the checker's own request-quota "
+        "model (Kafka's 8-level precedence)",
+        judged=judged,
+        exercised=True,
+        peak=round(peak_ratio * 100, 1),
+        limit=100.0,
+    )
+
+
+CHECKS = [
+    Check(
+        NAME,
+        "requests",
+        check_request_model,
+        False,
+        doc="request throttles where the model's charged time exceeds request_percentage",
+        judges_limit=True,
+    ),
+]
