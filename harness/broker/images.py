@@ -66,6 +66,8 @@ ROOTFS_PACKAGES: dict[str, tuple[str, ...]] = {
     "jre17": ("openjdk-17-jre-headless",),
     "python3": ("python3",),
 }
+#: Debian bookworm's python3: the harness image's wheels are installed by a pip of this version.
+IMAGE_PYTHON = (3, 11)
 #: Runtime dependencies the harness image leaves out (the analysis runs outside compose).
 HARNESS_IMAGE_EXCLUDES = ("pyspark", "matplotlib")
 
@@ -371,6 +373,13 @@ def _ensure_harness(client: Any, version: str, progress: Progress) -> BuiltImage
     size = present(client, tag, digest)
     if size is not None:
         return BuiltImage(tag, size, 0.0, reused=True)
+    if sys.version_info[:2] != IMAGE_PYTHON:
+        raise BrokerError(
+            f"the harness image installs its dependencies with this Python's pip for Debian "
+            f"{SUITE}'s Python {'.'.join(map(str, IMAGE_PYTHON))}, but this is "
+            f"{sys.version.split()[0]}: build it from a Python "
+            f"{'.'.join(map(str, IMAGE_PYTHON))} venv (the Kafka image does not need one)"
+        )
     started = time.monotonic()
     base = rootfs_tarball("python3", progress)
     site = images_dir() / f".harness-site-{os.getpid()}"
