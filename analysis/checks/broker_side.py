@@ -245,7 +245,7 @@ def _span_check(
 
 def _nonprotected(run: Run, df: pd.DataFrame) -> pd.DataFrame:
     lim = run.timeline.limits[-1]
-    return df[[not lim.is_protected(x) for x in df["listener"]]]
+    return df.loc[[not lim.is_protected(x) for x in df["listener"]]]
 
 
 def check_broker_rate_span(run: Run) -> CheckResult:
@@ -417,7 +417,7 @@ def check_connection_count(run: Run) -> CheckResult:
     worst: tuple[int, float, str] | None = None
     bad: list[dict[str, Any]] = []
     for label, mask, limit in checks:
-        sel = served[mask]
+        sel = served.loc[mask]
         peak, at = max_overlap(
             sel["ready_ns"].astype("int64").tolist(), end[sel.index].astype("int64").tolist()
         )
