@@ -334,3 +334,28 @@ def test_request_quota_model_both_ways(
     assert r.judged == 2
     if verdict == "fail":
         assert any(why in w["why"] for w in r.witnesses), r.witnesses
+
+
+def test_a_stall_of_the_acceptors_loop_is_not_over_strictness(spark: Any, tmp_path: Path) -> None:
+    """800 ms accept → admit with no delay: a witness when the rest of the acceptor kept
+    writing (or was idle); excused when its rows show the loop stood still (a gap ended by
+    a burst of overdue rows, as on a starved machine)."""
+    rows, _ = _wait_rows("admit-800ms-no-reason")
+    t = T0 + S
+    others = [  # overdue throttle-closes of other connections right after the admit
+        {"source": "acceptor", "event": "throttle_close", "mono_ns": t + 800 * MS + k * 100_000,
+         "conn_id": f"o-{k}", "listener": "client", "ip": "127.0.0.20", "port": 6000 + k}
+        for k in range(1, 4)
+    ]  # fmt: skip
+    run_dir = write_rows(
+        tmp_path / "stall", rows + others, {"run_id": "stall", "target": "acceptor"}
+    )
+    r = results(spark, run_dir, "admission_wait_explained")["admission_wait_explained"]
+    assert r.verdict == "pass", (r.observed, r.witnesses)
+    assert "1 by a stall" in r.observed
+    busy = [  # the loop kept running during the wait: not a stall
+        {**o, "mono_ns": t + 400 * MS + i * 100_000} for i, o in enumerate(others)
+    ]
+    run_dir = write_rows(tmp_path / "busy", rows + busy, {"run_id": "busy", "target": "acceptor"})
+    r = results(spark, run_dir, "admission_wait_explained")["admission_wait_explained"]
+    assert r.verdict == "fail" and r.witnesses[0]["conn_id"] == "c-1", r.observed
