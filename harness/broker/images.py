@@ -115,10 +115,38 @@ class BuiltImage:
 # --- root filesystems ---------------------------------------------------------------------
 
 
+#: After the packages are in: mmdebstrap installs usrmerge on bookworm, which pulls in the
+#: whole of Perl (~47 MB) for a conversion already done; nothing at run time needs either.
+PURGE = (
+    "usrmerge libfile-find-rule-perl libnumber-compare-perl libtext-glob-perl "
+    "perl libperl5.36 perl-modules-5.36"
+)
+
+
+def _mmdebstrap_options(kind: str) -> list[str]:
+    return [
+        "--variant=minbase",
+        "--format=tar",
+        # usr-is-merged (not usrmerge) satisfies init-system-helpers, so Perl can go
+        f"--include={','.join(ROOTFS_PACKAGES[kind])},usr-is-merged",
+        # Lean: no documentation or translations. update-alternatives still needs the man
+        # folders to exist (the JRE's postinst links its man page there).
+        "--dpkgopt=path-exclude=/usr/share/doc/*",
+        "--dpkgopt=path-exclude=/usr/share/man/*",
+        "--dpkgopt=path-exclude=/usr/share/locale/*",
+        "--dpkgopt=path-include=/usr/share/locale/locale.alias",
+        '--setup-hook=mkdir -p "$1/usr/share/man/man1"',
+        f'--customize-hook=chroot "$1" dpkg --purge {PURGE}',
+        '--customize-hook=rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin',
+    ]
+
+
 def rootfs_tarball(kind: str, progress: Progress = print) -> Path:
-    """``<cache>/images/rootfs-bookworm-<kind>.tar``, made with mmdebstrap when missing."""
+    """``<cache>/images/rootfs-bookworm-<kind>-<options digest>.tar``, made with mmdebstrap
+    when missing (a change of packages or options makes a new one)."""
     packages = ROOTFS_PACKAGES[kind]
-    out = images_dir() / f"rootfs-{SUITE}-{kind}.tar"
+    options = _mmdebstrap_options(kind)
+    out = images_dir() / f"rootfs-{SUITE}-{kind}-{_digest(*options)[:8]}.tar"
     if out.is_file() and out.stat().st_size > 0:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -133,23 +161,7 @@ def rootfs_tarball(kind: str, progress: Progress = print) -> Path:
             )
         tmp = out.with_name(f".tmp-{os.getpid()}-{out.name}")
         log = out.with_suffix(".log")
-        cmd = [
-            mmdebstrap,
-            "--variant=minbase",
-            "--format=tar",
-            f"--include={','.join(packages)}",
-            # Lean: no documentation or translations. update-alternatives still needs the man
-            # folders to exist (the JRE's postinst links its man page there).
-            "--dpkgopt=path-exclude=/usr/share/doc/*",
-            "--dpkgopt=path-exclude=/usr/share/man/*",
-            "--dpkgopt=path-exclude=/usr/share/locale/*",
-            "--dpkgopt=path-include=/usr/share/locale/locale.alias",
-            '--setup-hook=mkdir -p "$1/usr/share/man/man1"',
-            '--customize-hook=rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin',
-            SUITE,
-            str(tmp),
-            MIRROR,
-        ]
+        cmd = [mmdebstrap, *options, SUITE, str(tmp), MIRROR]
         progress(
             f"building a Debian {SUITE} root filesystem with {', '.join(packages)} "
             f"(mmdebstrap, about a minute; log {log})"
@@ -166,6 +178,9 @@ def rootfs_tarball(kind: str, progress: Progress = print) -> Path:
                 f"{tail(log.read_text(errors='replace'))}"
             )
         tmp.rename(out)
+        for stale in images_dir().glob(f"rootfs-{SUITE}-{kind}*.tar"):
+            if stale != out:
+                stale.unlink(missing_ok=True)  # built with other options: never used again
         progress(
             f"root filesystem {out.name}: {out.stat().st_size / 1e6:.0f} MB in "
             f"{time.monotonic() - started:.0f} s"
@@ -301,7 +316,7 @@ def _ensure_kafka(client: Any, version: str, progress: Progress) -> BuiltImage:
     exporter = jmx_exporter(progress=progress)
     entry = _entrypoint()
     digest = _digest(
-        "kafka", version, SUITE, *ROOTFS_PACKAGES["jre17"], entry, LOG4J2_PROPERTIES,
+        "kafka", version, SUITE, *_mmdebstrap_options("jre17"), entry, LOG4J2_PROPERTIES,
         *(f"{j.name}:{j.stat().st_size}" for j in arts.jars),
         exporter.jar.name, exporter.rules,
     )  # fmt: skip
@@ -366,7 +381,7 @@ def _ensure_harness(client: Any, version: str, progress: Progress) -> BuiltImage
     )
     reqs = _requirements()
     digest = _digest(
-        "harness", version, SUITE, *ROOTFS_PACKAGES["python3"], *reqs,
+        "harness", version, SUITE, *_mmdebstrap_options("python3"), *reqs,
         (root / "pyproject.toml").read_bytes(),
         *(hashlib.sha256(p.read_bytes()).hexdigest() for p in sources),
     )  # fmt: skip
