@@ -136,3 +136,39 @@ def test_no_client_rows_on_broker_target_is_a_clear_unknown(
     verdict = json.loads((run_dir / "report" / "verdict.json").read_text())
     assert verdict["checks"] and all(c["verdict"] == "unknown" for c in verdict["checks"])
     assert all("no client rows" in c["observed"] for c in verdict["checks"])
+
+
+@pytest.mark.parametrize("matched, verdict", [(9, "pass"), (8, "unknown")])
+def test_agreement_needs_a_stated_share_of_connections_matched(
+    spark: Any, tmp_path: Path, matched: int, verdict: str
+) -> None:
+    """10 acceptor connections; the client recorded `matched` of them: 90 % is enough to
+    judge, 80 % is not (the join itself is in doubt), never a pass on what did not join."""
+    from analysis.checks import ALL_CHECKS
+    from analysis.load import load_run
+    from analysis.verdict import run_checks
+
+    rows: list[dict[str, Any]] = [
+        {"source": "harness", "event": "config", "mono_ns": T0 - 1, "detail": IDLE_LIMITS}
+    ]
+    for i in range(10):
+        ns = T0 + i * S
+        c = {"conn_id": f"a-{i}", "listener": "client", "ip": "127.0.0.10", "port": 7000 + i}
+        rows += [
+            {"source": "acceptor", "event": "accept", "mono_ns": ns, **c},
+            {"source": "acceptor", "event": "admit", "mono_ns": ns + 100_000, **c},
+        ]
+        if i < matched:
+            k = {"listener": "client", "ip": "127.0.0.10", "port": 7000 + i}
+            rows += [
+                {"source": "client", "event": "connect_invoke", "mono_ns": ns - 500_000, **k},
+                {"source": "client", "event": "connect_ok", "mono_ns": ns - 400_000, **k},
+                {"source": "client", "event": "ready", "mono_ns": ns + 2_000_000,
+                 "latency_ms": 2.4, **k},
+            ]  # fmt: skip
+    run_dir = write_rows(tmp_path / f"m{matched}", rows, {"run_id": "m", "target": "acceptor"})
+    run = load_run(spark, run_dir)
+    picked = [c for c in ALL_CHECKS if c.name == "client_acceptor_agreement"]
+    r = run_checks(run, picked)[0]
+    assert r.verdict == verdict, r.observed
+    assert r.judged == matched and "need ≥ 90%" in r.observed
