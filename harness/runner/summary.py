@@ -47,7 +47,7 @@ def summarise_run(run_dir: Path) -> RunSummary | None:
         not_pass = tuple(
             f"{c.get('name')}={c.get('verdict')}"
             for c in data.get("checks", [])
-            if c.get("verdict") != "pass"
+            if c.get("verdict") not in ("pass", "n/a")  # n/a: not configured, not a finding
         )
     result = meta.get("result") or {}
     start, end = _parse_time(meta.get("started_at")), _parse_time(meta.get("ended_at"))
