@@ -7,6 +7,7 @@ empty run and print a verdict for a run that never happened.)
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -41,3 +42,4 @@ def test_a_broker_that_cannot_start_stops_the_run_with_exit_3(tmp_path: Path) ->
     )
     run_dir = run_dir if run_dir.is_absolute() else ROOT / run_dir
     assert not (run_dir / "report" / "verdict.json").exists()
+    shutil.rmtree(run_dir, ignore_errors=True)  # nothing in it worth keeping
