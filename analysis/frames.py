@@ -67,6 +67,13 @@ def acceptor_conns(run: Run) -> DataFrame:
             F.max(F.when(F.col("event") == "throttle_close", F.col("delay_ms"))).alias(
                 "throttle_ms"
             ),
+            F.first(
+                F.when(
+                    F.col("event") == "throttle_close",
+                    F.get_json_object("detail", "$.closed_by"),
+                ),
+                ignorenulls=True,
+            ).alias("throttle_closed_by"),
             at("register").alias("register_ns"),
             F.max(
                 F.when(

@@ -359,3 +359,26 @@ def test_a_stall_of_the_acceptors_loop_is_not_over_strictness(spark: Any, tmp_pa
     run_dir = write_rows(tmp_path / "busy", rows + busy, {"run_id": "busy", "target": "acceptor"})
     r = results(spark, run_dir, "admission_wait_explained")["admission_wait_explained"]
     assert r.verdict == "fail" and r.witnesses[0]["conn_id"] == "c-1", r.observed
+
+
+@pytest.mark.parametrize("closed_by, verdict", [("shutdown", "pass"), ("ip_rate", "fail")])
+def test_a_throttled_socket_closed_early_only_by_the_runs_end(
+    spark: Any, tmp_path: Path, closed_by: str, verdict: str
+) -> None:
+    """Held 900 ms of a 1000 ms throttle: early (beyond the 50 ms slack) unless the
+    acceptor was shutting down at the end of the run."""
+    limits = {**BASE, "ip_quotas": {"default": 5}}
+    c = {"conn_id": "t-1", "listener": "client", "ip": "127.0.0.9", "port": 4100}
+    t1 = T0 + 10 * MS
+    rows = [
+        cfg(T0 - MS, limits),
+        {"source": "acceptor", "event": "accept", "mono_ns": T0, **c},
+        {"source": "acceptor", "event": "throttle_close", "mono_ns": t1 + 900 * MS,
+         "reason": "ip_rate", "delay_ms": 1000.0, **c,
+         "detail": {"throttle_start_mono_ns": t1, "closed_by": closed_by}},
+    ]  # fmt: skip
+    run_dir = write_rows(tmp_path / closed_by, rows, {"run_id": "thr", "target": "acceptor"})
+    r = results(spark, run_dir, "ip_throttle_within_window")["ip_throttle_within_window"]
+    assert r.verdict == verdict, (r.observed, r.witnesses)
+    if verdict == "fail":
+        assert r.witnesses[0]["conn_id"] == "t-1" and "held 900" in r.witnesses[0]["why"]
