@@ -115,6 +115,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"report: {result.report}")
         else:
             print(f"report: none; run `harness analyze {result.run_dir}` to retry")
+    if result.error and not result.checks and not result.interrupted:
+        return 3  # the target never started: nothing was judged, so no gate verdict either
     if args.gate:
         return EXIT_CODES.get(result.verdict, 2)
     if result.error and not result.interrupted:
