@@ -27,7 +27,7 @@ FAULT_SCENARIOS: dict[str, tuple[str, ...]] = {
     "max_connections_off_by_one": ("max-connections-protected", "eviction-order"),
     "listener_max_ignored": ("listener-max",),
     "protected_counts_broker_rate": ("broker-rate-protected",),
-    "protected_evicted": ("eviction-order",),
+    "protected_evicted": ("protected-over-max",),
     "evict_most_recent": ("eviction-order",),
     "rate_delay_not_waited": ("broker-rate",),
     "delay_doubled": ("broker-rate",),
