@@ -59,8 +59,9 @@ def first_witness(check: dict[str, Any]) -> str:
     ws = check.get("witnesses") or []
     if ws:
         w = ws[0]
-        if isinstance(w, dict):
-            text = ", ".join(f"{k}={v}" for k, v in w.items() if v not in (None, ""))
+        if isinstance(w, dict):  # the why first; clock values say little in a table
+            keys = sorted(w, key=lambda k: (k != "why", k in ("mono_ns", "ts")))
+            text = ", ".join(f"{k}={w[k]}" for k in keys if w[k] not in (None, ""))
         else:
             text = str(w)
         return f"{check.get('name')}: {text}"[:300]
