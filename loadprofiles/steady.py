@@ -145,16 +145,22 @@ class SteadyUser(User):
 listen("test_start", prepare_topic)
 
 
-def _mark(kind: str) -> Any:
-    """Readiness markers (``--ready-dir``): victims are up when every user is spawned."""
+def _readiness(environment: Any, **_: Any) -> None:
+    """Readiness markers (``--ready-dir``): victims are up when every user is spawned
+    (Locust's ``spawning_complete`` carries no environment: bound here, on ``init``)."""
+    if isinstance(environment.runner, MasterRunner):
+        return
 
-    def on_event(environment: Any, **_: Any) -> None:
-        o = environment.parsed_options
-        if o is not None and not isinstance(environment.runner, MasterRunner):
-            readiness.mark(o.ready_dir, kind)
+    def mark(kind: str) -> Any:
+        def on_event(**_: Any) -> None:
+            o = environment.parsed_options
+            if o is not None:
+                readiness.mark(o.ready_dir, kind)
 
-    return on_event
+        return on_event
+
+    environment.events.spawning_complete.add_listener(mark(readiness.READY))
+    environment.events.test_stop.add_listener(mark(readiness.DONE))
 
 
-listen("spawning_complete", _mark(readiness.READY))
-listen("test_stop", _mark(readiness.DONE))
+listen("init", _readiness)
