@@ -276,10 +276,15 @@ def check_ip_throttle_seen(run: Run) -> CheckResult:
     ]
     judged = 0
     bad: list[dict[str, Any]] = []
+    faults = attempts(run).faults
+    skipped = 0
     for r in eofs.itertuples():
         if tl.at(int(r.eof_ns)).ip_quota(r.client_ip) >= INT_MAX:
             continue
         lo, hi = int(r.eof_ns), int(r.invoke_ns) + life
+        if any(s <= hi and e >= int(r.invoke_ns) for s, e in faults):
+            skipped += 1  # a fault may cut it, a restarted broker starts with fresh metrics
+            continue
         i = bisect_left(times, lo)
         seen: list[bool] = []
         while i < len(times) and times[i] < hi:
@@ -316,7 +321,8 @@ def check_ip_throttle_seen(run: Run) -> CheckResult:
     return CheckResult(
         name,
         FAIL if bad else PASS,
-        observed=f"{judged - len(bad)} of {judged} client EOFs confirmed by Kafka's metric",
+        observed=f"{judged - len(bad)} of {judged} client EOFs confirmed by Kafka's metric"
+        + (f"; {skipped} near fault windows not judged" if skipped else ""),
         expected="Kafka's ip-connection-accept-throttle-time is set after each such EOF",
         tolerance="the Avg lives n·w after its last throttle; only scrapes in that life count",
         witnesses=bad[:10],

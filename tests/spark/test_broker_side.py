@@ -267,6 +267,45 @@ def test_client_eofs_are_confirmed_by_kafkas_ip_throttle_metric(
     ].observed
 
 
+def test_eofs_near_a_fault_are_not_compared_with_the_metric(spark: Any, tmp_path: Path) -> None:
+    """A broker kill cuts connections and restarts the metrics: such EOFs are not judged."""
+    rows = _conn("127.0.0.9", 9000, 0.0, eof_ms=500.0)
+    rows += [_scrape(900.0, 1.0, None), _scrape(1900.0, 1.0, None)]
+    for event, at in (("fault_start", 300.0), ("fault_end", 3000.0)):
+        rows.append(
+            {
+                "source": "harness",
+                "event": event,
+                "mono_ns": T0 + int(at * MS),
+                "reason": "broker_kill",
+                "detail": {"kind": "broker_kill"},
+            }
+        )
+    run_dir = _run(tmp_path, "ks-fault", {"ip_quotas": {"127.0.0.9": 1}}, rows)
+    r = _results(spark, run_dir, ["kafka_metric_ip_throttle_seen"])["kafka_metric_ip_throttle_seen"]
+    assert r.verdict == "unknown" and r.judged == 0, r.observed
+
+
+@pytest.mark.parametrize("set_at, verdict", [(2_500.0, "fail"), (2_510.0, "unknown")])
+def test_a_rate_set_during_the_run_is_judged_from_one_window_after(
+    spark: Any, tmp_path: Path, set_at: float, verdict: str
+) -> None:
+    """39 served within one span (invokes 5.0-14.5 s, the span ends at 14.503 s and starts
+    at 3.505 s); a broker rate of 2/s (bound 38) set during the run counts for the span only
+    when it held from one window (1 s) before the span's start: set at 2.5 s it does (fail),
+    set at 2.51 s the span may have run under no limit (not judged: unknown)."""
+    rows: list[dict[str, Any]] = []
+    for i in range(39):
+        t = 5_000 + i * 250.0
+        rows += _conn(f"127.0.0.{2 + i % 8}", 4000 + i, t, ready_ms=t + 3)
+    limited = {"listeners": LISTENERS, "max.connection.creation.rate": 2}
+    at = T0 + int(set_at * MS)
+    rows.append({"source": "harness", "event": "config", "mono_ns": at, "detail": limited})
+    run_dir = _run(tmp_path, f"broker-set-{set_at}", {}, rows)
+    res = _results(spark, run_dir, ["client_broker_rate_span"])["client_broker_rate_span"]
+    assert res.verdict == verdict, res.observed
+
+
 # --- a synthetic conforming broker run passes; the replay is only a diagnostic there ---------
 
 
