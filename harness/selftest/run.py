@@ -1,8 +1,8 @@
 """Carry out a selftest plan: each job is a real `harness run SCENARIO --gate` (programmatic).
 
-A fault is *caught* when its run's verdict is FAIL while the clean run of the same
-scenario is not FAIL (a scenario that fails without any fault proves nothing about the
-fault). The kill rate is caught / faults. A clean run that fails is a *false fail*. The
+A fault is *caught* when its run's verdict is FAIL and the clean run of the same scenario
+is not FAIL, or fails fewer checks (a check that fails without any fault proves nothing
+about the fault). The kill rate is caught / faults. A clean run that fails is a *false fail*. The
 selftest passes (exit 0) only when every fault is caught and no clean run fails.
 
 Two phases: first every run's load (``harness run`` without its analysis), then every
@@ -133,7 +133,9 @@ def summarize(results: list[JobResult]) -> dict[str, Any]:
         control = clean.get(r.scenario)
         control_fails = control is not None and control.verdict == "fail"
         new_failures = [c for c in r.failing if control is None or c not in control.failing]
-        caught = r.verdict == "fail" and not control_fails
+        # a FAIL counts when the clean run passes, or when it adds checks the clean run
+        # does not fail (a scenario failing anyway proves nothing about the fault)
+        caught = r.verdict == "fail" and (not control_fails or bool(new_failures))
         faults[r.fault] = faults.get(r.fault, False) or caught
         rows.append(
             {
