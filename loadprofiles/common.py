@@ -15,7 +15,6 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
@@ -27,6 +26,7 @@ from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
 from loadprofiles import addresses, arrivals, readiness
 from loadprofiles.client_history import ClientHistory
+from loadprofiles.engine import EngineStats
 from loadprofiles.kafka_client import (
     ClientConfig,
     ClientError,
@@ -116,29 +116,8 @@ listen("quitting", _close_history)
 
 
 # -- intended vs offered ------------------------------------------------------------------
-@dataclass
-class ArrivalStats:
-    """Intended vs offered for one process; summarised at test stop."""
-
-    intended: int = 0
-    offered: int = 0
-    not_offered: dict[str, int] = field(default_factory=dict)
-    max_lag_ms: float = 0.0
-    outcomes: dict[str, int] = field(default_factory=dict)
-    first_ns: int = 0
-    last_ns: int = 0
-    aborted: int = 0
-
-    def summary(self) -> str:
-        span = (self.last_ns - self.first_ns) / 1e9
-        rate = f", offered {self.offered / span:.1f}/s over {span:.1f} s" if span > 0 else ""
-        return (
-            f"intended {self.intended}, offered {self.offered}, "
-            f"not offered {sum(self.not_offered.values())} {self.not_offered or ''}, "
-            f"max lag {self.max_lag_ms:.1f} ms{rate}; "
-            f"outcomes {dict(sorted(self.outcomes.items()))}"
-            + (f", {self.aborted} in flight at stop (no outcome)" if self.aborted else "")
-        )
+# The greenlet profiles count intended vs offered exactly as the storm engine does.
+ArrivalStats = EngineStats
 
 
 STATS = ArrivalStats()
