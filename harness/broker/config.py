@@ -196,3 +196,20 @@ def render_properties(props: Mapping[str, str]) -> str:
         value = props[key].replace("\\", "\\\\")
         lines.append(f"{key}={value}")
     return "\n".join(lines) + "\n"
+
+
+#: Kafka's log4j2 configuration for every launcher: everything to stdout (the local launcher
+#: sends it to broker.log, a container to `docker logs`); state-change and request loggers quiet.
+LOG4J2_PROPERTIES = """\
+status = warn
+appender.console.type = Console
+appender.console.name = STDOUT
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.stdout.ref = STDOUT
+logger.state.name = state.change.logger
+logger.state.level = WARN
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+"""
