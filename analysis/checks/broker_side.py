@@ -419,6 +419,12 @@ def check_connection_count(run: Run) -> CheckResult:
         if lmax < INT_MAX:
             checks.append((f"listener {name}", [x == name for x in served["listener"]], lmax))
     if not checks:
+        if broker_max < INT_MAX or any(
+            v < INT_MAX for lim in tl.limits for v in lim.listener_max.values()
+        ):
+            return nothing_judged(
+                "client_connection_count", "served connections with client-side rows"
+            )
         return not_configured(
             "client_connection_count", run, "max.connections / listener.name.<l>.max.connections"
         )
@@ -538,6 +544,10 @@ BROKER_EQUIVALENTS: dict[str, tuple[str, ...]] = {
     "listener_max_connections": ("client_connection_count", "kafka_metric_connection_count"),
     "max_connections_per_ip": ("client_ip_concurrency",),
     "request_throttle_bounds": ("client_request_throttle",),
+    "request_quota_model": ("client_request_throttle",),
+    "admission_wait_explained": ("kafka_metric_throttle_bounded",),
+    "eviction_rule": ("client_over_throttling",),
+    "config_testimony": (),
     "model_replay": (),
     "protected_listener_not_delayed": (),
     "processor_queue_depth": (),
