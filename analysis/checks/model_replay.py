@@ -27,7 +27,17 @@ if TYPE_CHECKING:
 
 def _result(run: Run, mode: str) -> CheckResult:
     out = run.cached(f"replay-{mode}", lambda: replay(run, mode))
-    summary = out[out["kind"] == "summary"].iloc[0]
+    summaries = out[out["kind"] == "summary"]
+    if summaries.empty:  # no connection rows at all (e.g. only steady clients' requests)
+        return CheckResult(
+            "model_replay",
+            UNKNOWN if mode == "acceptor" else NA,
+            observed="no connections to replay",
+            expected="connection rows to replay through the model",
+            explanation="nothing was recorded that the replay could judge",
+            data={"agreement": None, "connections": 0},
+        )
+    summary = summaries.iloc[0]
     dis = out[out["kind"] == "disagree"].sort_values("mono_ns")
     n = int(summary["n_conns"])
     agree = int(summary["n_agree"])
