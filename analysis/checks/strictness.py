@@ -9,13 +9,26 @@ nothing else meanwhile, reference §0.3): with d the recorded rate delay,
   ≥ max.connections) and t1 ≤ the first instant a slot was free again + slack. A slot
   wait while slots were free, or longer than the release that freed one, is a witness.
 Counts are the admitted connections (admit → close/evict), releases first at an instant.
+And each `blocked` row of reason `slot` or `rate+slot` says the acceptor found no slot: if
+the counts were below every maximum (listener max, and off the protected listener
+max.connections) at every instant from slack before the block's start to its end, the
+slot wait was the acceptor's own choice: a witness. The slack margin covers the few
+instants between the acceptor's release and its `close` row; no stall can explain a wait
+that the acceptor itself labelled as waiting for a slot.
 
 Eviction (`closeExcessConnections`, reference §0.3, §1.2): an `evict` happens only while
 the total of admitted connections exceeds max.connections (the protected listener pushed
 it over), at most as many evictions as the excess at that instant, never a connection of
 the protected listener, and the victim is its processor's least recently used channel:
-no other open non-protected connection on that processor was idle longer (last activity:
-its register, or its last `request` row's receive time) by more than the slack.
+no other open non-protected connection on that processor was idle longer by more than the
+slack. Last activity: its register, or its last `request` row. Kafka's LRU
+(`Selector.lruConnections`) is refreshed on every read and on every completed send, and
+the acceptor `touch()`es a channel on client data and on upstream data; a `request` row is
+written when the response arrives (its `mono_ns`), `latency_ms` after the request was read,
+so the later of the two, the row's `mono_ns`, is the last activity it shows. (A consumer's
+long-poll fetch read before another channel's request but answered after it was used more
+recently in Kafka's sense.) With sampled request rows (`history.request.sample` > 1) an
+unsampled answer can be later still; the slack does not cover that.
 And over the limit, Kafka evicts within one processor loop: an excess that lasts longer
 than the slack + 300 ms (the processor's poll timeout, §0.4) with no eviction is a witness.
 """
@@ -184,8 +197,11 @@ def check_admission_wait(run: Run) -> CheckResult:
                 n_long_bad += 1
                 if len(wit) < 10:
                     wit.append(witness(r.asDict(), why))
+    n_slot_blocks, slot_wit = _slot_blocks_while_free(run, slack)
+    n_long_bad += len(slot_wit)
+    wit.extend(slot_wit[: max(0, 10 - len(wit))])
     n_bad = int(stats["short"] or 0) + n_long_bad
-    waits = int(stats["delayed"] or 0) + n_slot_ok
+    waits = int(stats["delayed"] or 0) + n_slot_ok + n_slot_blocks
     return CheckResult(
         name,
         FAIL if n_bad else PASS,
@@ -193,6 +209,8 @@ def check_admission_wait(run: Run) -> CheckResult:
             f"{n} admissions judged; {int(stats['short'] or 0)} shorter than their delay, "
             f"{int(stats['long'] or 0)} longer than delay + slack ({n_slot_ok} explained by a "
             f"slot wait at the limit, {n_stalled} by a stall of the acceptor's loop); "
+            f"{n_slot_blocks} slot waits (`blocked` slot / rate+slot), {len(slot_wit)} while "
+            "every count was below its maximum; "
             f"extra wait p99 {fmt(stats['p99_extra'], 2)} ms, "
             f"max {fmt(stats['max_extra'], 1)} ms"
         ),
@@ -216,6 +234,79 @@ def check_admission_wait(run: Run) -> CheckResult:
         exercised=bool(waits),
         judges_limit=True,
     )
+
+
+def _slot_blocks_while_free(run: Run, slack: float) -> tuple[int, list[dict[str, Any]]]:
+    """`blocked` rows of reason slot / rate+slot during which a slot was free throughout.
+
+    The acceptor writes such a row when, its delay over, it found the listener or the
+    broker at its maximum (`waitForConnectionSlot`). Judged from slack before the block's
+    start (the release may precede its `close` row) to its end: at every instant the
+    counts were below every maximum, so there was nothing to wait for.
+    """
+    from pyspark.sql import functions as F
+
+    blocks = (
+        run.events("blocked", source="acceptor")
+        .where(F.col("reason").isin("slot", "rate+slot"))
+        .select(
+            "listener",
+            "mono_ns",
+            "ts",
+            "reason",
+            "delay_ms",
+            F.get_json_object("detail", "$.start_mono_ns").cast("long").alias("start_ns"),
+        )
+        .orderBy("mono_ns")
+        .collect()
+    )
+    if not blocks:
+        return 0, []
+    rows = [
+        r.asDict()
+        for r in acceptor_conns(run)
+        .select("conn_id", "client_ip", "client_port", "listener", "accept_ns", "admit_ns",
+                "close_ns")
+        .collect()
+    ]  # fmt: skip
+    counts = Counts(rows)
+    # the connection being admitted: the listener's last accept before the block began
+    # (one admission at a time per listener)
+    accepts: dict[str, list[tuple[int, dict[str, Any]]]] = defaultdict(list)
+    for r in rows:
+        if r["accept_ns"] is not None:
+            accepts[r["listener"] or ""].append((int(r["accept_ns"]), r))
+    for v in accepts.values():
+        v.sort(key=lambda x: x[0])
+    out: list[dict[str, Any]] = []
+    for b in blocks:
+        end = int(b["mono_ns"])
+        start = int(b["start_ns"]) if b["start_ns"] is not None else end - int(b["delay_ms"] * MS)
+        t = start - int(slack * MS)
+        lst = b["listener"] or ""
+        free = _slot_free(run, counts, lst, t)
+        while free:
+            nxt = counts.next_change(t)
+            if nxt is None or nxt > end:
+                break
+            t = nxt
+            free = _slot_free(run, counts, lst, t)
+        if free:
+            total, per = counts.at(start)
+            lim = run.timeline.at(start)
+            acc = accepts.get(lst, [])
+            i = bisect_right([a for a, _ in acc], start) - 1
+            who = {k: v for k, v in acc[i][1].items() if k != "accept_ns"} if i >= 0 else {}
+            out.append(
+                witness(
+                    {**b.asDict(), **who},
+                    f"blocked {fmt(b['delay_ms'], 1)} ms waiting for a slot ({b['reason']}) "
+                    f"while slots were free throughout: {per.get(lst, 0)} open on {lst} "
+                    f"(max {fmt(lim.listener_max_for(lst))}), {total} in all "
+                    f"(max.connections {fmt(lim.max_connections)})",
+                )
+            )
+    return len(blocks), out
 
 
 STALL_MIN_MS = 10.0
@@ -304,7 +395,9 @@ def check_eviction(run: Run) -> CheckResult:
         .select("conn_id", "mono_ns", "latency_ms")
         .collect()
     ):
-        activity[r["conn_id"]].append(int(r["mono_ns"] - (r["latency_ms"] or 0.0) * MS))
+        # the response's arrival (mono_ns) is the later of receive (mono_ns − latency) and
+        # response: both refresh the LRU order
+        activity[r["conn_id"]].append(int(r["mono_ns"]))
     for v in activity.values():
         v.sort()
 
