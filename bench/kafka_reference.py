@@ -157,9 +157,15 @@ def table(rows: list[dict[str, Any]], kafka: str) -> str:
             f"| `{r['scenario']}` | {str(k.get('verdict')).upper()} | "
             f"{str(k.get('broker_verdict', '-')).upper()} | "
             f"{', '.join(k.get('not_passing', [])) or '-'} | {spans or '-'} | "
-            f"{str(a.get('verdict')).upper()} |"
+            f"{_shout(str(a.get('verdict')))} |"
         )
     return "\n".join(lines)
+
+
+def _shout(verdict: str) -> str:
+    """Upper-case the verdict word only: "pass (docs/scenarios.md)" -> "PASS (docs/…)"."""
+    word, _, rest = verdict.partition(" ")
+    return f"{word.upper()} {rest}".strip()
 
 
 def write_doc(doc: Path, text: str) -> None:
