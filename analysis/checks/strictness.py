@@ -283,7 +283,7 @@ def _slot_blocks_while_free(run: Run, slack: float) -> tuple[int, list[dict[str,
         end = int(b["mono_ns"])
         start = int(b["start_ns"]) if b["start_ns"] is not None else end - int(b["delay_ms"] * MS)
         t = start - int(slack * MS)
-        lst = b["listener"] or ""
+        lst = (b["listener"] or "").lower()  # acceptor_conns lower-cases listener names
         free = _slot_free(run, counts, lst, t)
         while free:
             nxt = counts.next_change(t)

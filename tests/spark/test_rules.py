@@ -382,3 +382,27 @@ def test_a_throttled_socket_closed_early_only_by_the_runs_end(
     assert r.verdict == verdict, (r.observed, r.witnesses)
     if verdict == "fail":
         assert r.witnesses[0]["conn_id"] == "t-1" and "held 900" in r.witnesses[0]["why"]
+
+
+def test_slot_wait_on_a_full_listener_named_in_upper_case_is_explained(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The acceptor names listeners as configured (`REPLICATION`); a slot wait while that
+    listener is at its maximum (1) is explained whatever the case of the name."""
+    limits = {
+        "listeners": "CLIENT://127.0.0.1:9092,REPLICATION://127.0.0.1:9093",
+        "inter.broker.listener.name": "REPLICATION",
+        "listener.name.replication.max.connections": 1,
+    }
+    rows = [cfg(T0 - MS, limits)]
+    rows += conn(1, T0, listener="REPLICATION", ip="127.0.0.30", close_after=100 * MS)
+    rows += conn(2, T0 + 10 * MS, listener="REPLICATION", ip="127.0.0.30",
+                 admit_after=90 * MS + 200_000)  # fmt: skip
+    rows.append(
+        {"source": "acceptor", "event": "blocked", "mono_ns": T0 + 100 * MS + 150_000,
+         "listener": "REPLICATION", "reason": "slot", "delay_ms": 90.0,
+         "detail": {"start_mono_ns": T0 + 10 * MS + 100_000}}
+    )  # fmt: skip
+    run_dir = write_rows(tmp_path / "upper", rows, {"run_id": "upper", "target": "acceptor"})
+    r = results(spark, run_dir, "admission_wait_explained")["admission_wait_explained"]
+    assert r.verdict == "pass", (r.observed, r.witnesses)
