@@ -172,3 +172,29 @@ def test_agreement_needs_a_stated_share_of_connections_matched(
     r = run_checks(run, picked)[0]
     assert r.verdict == verdict, r.observed
     assert r.judged == matched and "need ≥ 90%" in r.observed
+
+
+def test_broker_target_judges_expected_checks_by_their_client_side_equivalents() -> None:
+    from types import SimpleNamespace
+
+    from analysis.checks.base import PASS, UNKNOWN, CheckResult
+    from analysis.verdict import build_verdict
+
+    def run(target: str) -> Any:
+        return SimpleNamespace(
+            meta={"run_id": "r"},
+            expect={"checks": ["broker_rate_span"]},
+            target=target,
+            run_dir=Path("r"),
+            timeline=SimpleNamespace(changes=[]),
+        )
+
+    client_side = CheckResult(
+        "client_broker_rate_span", PASS, "30 ≤ 36", "≤ 36", judges_limit=True, exercised=True
+    )
+    # on a broker run the acceptor check cannot run; its client-side equivalent stands for it
+    assert build_verdict(run("broker"), [client_side])["verdict"] == PASS
+    # on an acceptor run the expected check itself must be there
+    verdict = build_verdict(run("acceptor"), [client_side])
+    assert verdict["verdict"] == UNKNOWN
+    assert any("broker_rate_span did not run" in r for r in verdict["reasons"])
