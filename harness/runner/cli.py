@@ -37,6 +37,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--bootstrap-server", metavar="HOST:PORT", help="use an existing cluster")
     parser.add_argument(
+        "--broker-metrics-url",
+        metavar="URL",
+        help="Kafka's Prometheus JMX exporter endpoint to scrape every second "
+        "(default: the started broker's own; give it with --bootstrap-server)",
+    )
+    parser.add_argument(
         "--launcher",
         choices=("auto", "local", "container"),
         default="auto",
@@ -85,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
         out=args.out,
         launcher=args.launcher,
         bootstrap_server=args.bootstrap_server,
+        broker_metrics_url=args.broker_metrics_url,
         seed=args.seed,
         duration=args.duration,
         set_acceptor=dict(args.set_acceptor),
