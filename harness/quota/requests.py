@@ -28,6 +28,8 @@ __all__ = [
     "DEFAULT",
     "EXEMPT_API_KEYS",
     "NANOS_TO_PERCENTAGE",
+    "NOT_SERVED_CLUSTER_ACTION_API_KEYS",
+    "THROTTLED_CLUSTER_ACTION_API_KEYS",
     "UNLIMITED",
     "ClientQuota",
     "Default",
@@ -83,9 +85,24 @@ CLUSTER_ACTION_API_KEYS: frozenset[int] = frozenset(
     }
 )
 UPDATE_FEATURES = 57
-#: Never charged to a client bucket on a broker: the cluster actions except UpdateFeatures,
-#: which ``RequestQuotaTest`` lists under "clusterActionsWithThrottleForBroker".
-EXEMPT_API_KEYS: frozenset[int] = CLUSTER_ACTION_API_KEYS - {UPDATE_FEATURES}
+WRITE_TXN_MARKERS = 27
+#: Cluster actions a 4.3.1 *broker* does not serve (reference Errata §4.4): the ZooKeeper-era
+#: handlers and the controller-only KRaft APIs. ``KafkaApis.handle`` has no case for them and
+#: the listener's ``ApiVersionManager`` does not enable them, so the broker closes the
+#: connection instead of answering; nothing is charged or exempted.
+NOT_SERVED_CLUSTER_ACTION_API_KEYS: frozenset[int] = frozenset(
+    {4, 5, 6, 7, 52, 53, 54, 56, 58, 62, 63, 67}
+)
+#: Cluster actions a 4.3.1 broker serves and *charges*: DescribeQuorum and UpdateFeatures are
+#: forwarded to the controller (``forwardToController`` -> ``sendForwardedResponse`` ->
+#: ``sendMaybeThrottle``), the share-group-state APIs answer through ``sendMaybeThrottle``.
+THROTTLED_CLUSTER_ACTION_API_KEYS: frozenset[int] = frozenset({55, 57, 83, 84, 85, 86, 87})
+#: Never charged to a client bucket on a broker: only WriteTxnMarkers, the one served cluster
+#: action answered with ``sendResponseExemptThrottle`` (``KafkaApis.handleWriteTxnMarkersRequest``);
+#: ``RequestQuotaTest`` excludes the others from its exempt set in the same way.
+EXEMPT_API_KEYS: frozenset[int] = (
+    CLUSTER_ACTION_API_KEYS - NOT_SERVED_CLUSTER_ACTION_API_KEYS - THROTTLED_CLUSTER_ACTION_API_KEYS
+)
 
 _KEY_FOR_KIND = {
     "request": "request_percentage",
@@ -357,7 +374,7 @@ class RequestQuotas:
     ) -> RequestCharge:
         """Charge request-handler time when the response is queued (bounded throttle).
 
-        Exempt requests (cluster actions unless unauthorized, acks=0 produce, follower
+        Exempt requests (WriteTxnMarkers unless unauthorized, acks=0 produce, follower
         fetch) go to the broker-wide ``exempt-request-time`` rate and are never throttled.
         Without any request quota ever set, nothing is recorded (``quotasEnabled``).
         """

@@ -11,7 +11,13 @@ with warnings.catch_warnings():  # kafka.protocol loads its schemas with depreca
     from kafka.protocol.api_key import ApiKey
 
 from harness.quota import DEFAULT, RequestQuotas, combine
-from harness.quota.requests import CLUSTER_ACTION_API_KEYS, EXEMPT_API_KEYS, UNLIMITED
+from harness.quota.requests import (
+    CLUSTER_ACTION_API_KEYS,
+    EXEMPT_API_KEYS,
+    NOT_SERVED_CLUSTER_ACTION_API_KEYS,
+    THROTTLED_CLUSTER_ACTION_API_KEYS,
+    UNLIMITED,
+)
 
 N = 11  # quota.window.num
 
@@ -197,10 +203,43 @@ class TestRequestTime:
     def test_unauthorized_cluster_action_and_update_features_are_throttled(self) -> None:
         q = RequestQuotas()
         q.set_quota("u", None, "request_percentage", 0.001)
-        denied = q.record_request("u", "c", 4, 10**10, 0, cluster_action_unauthorized=True)
+        denied = q.record_request("u", "c", 27, 10**10, 0, cluster_action_unauthorized=True)
         assert not denied.exempt and denied.throttle_ms == 1_000
         features = q.record_request("u", "c", int(ApiKey.UpdateFeatures), 10**10, 0)
         assert not features.exempt and features.throttle_ms == 1_000
+
+    def test_exempt_set_is_kafka_4_3_1_brokers(self) -> None:
+        # KafkaApis: only WriteTxnMarkers answers through sendResponseExemptThrottle; the
+        # forwarded DescribeQuorum/UpdateFeatures and the share-group-state APIs go through
+        # sendMaybeThrottle; the ZooKeeper-era and controller-only ones are not served.
+        assert EXEMPT_API_KEYS == {int(ApiKey.WriteTxnMarkers)}
+        throttled = {
+            "DescribeQuorum", "UpdateFeatures", "InitializeShareGroupState",
+            "ReadShareGroupState", "WriteShareGroupState", "DeleteShareGroupState",
+            "ReadShareGroupStateSummary",
+        }  # fmt: skip
+        assert {int(ApiKey[n]) for n in throttled} == THROTTLED_CLUSTER_ACTION_API_KEYS
+        not_served = {
+            "LeaderAndIsr", "StopReplica", "UpdateMetadata", "ControlledShutdown",
+            "AlterPartition", "Vote", "BeginQuorumEpoch", "EndQuorumEpoch", "Envelope",
+            "BrokerRegistration", "BrokerHeartbeat", "AllocateProducerIds",
+        }  # fmt: skip
+        assert {int(ApiKey[n]) for n in not_served} == NOT_SERVED_CLUSTER_ACTION_API_KEYS
+        parts = (
+            EXEMPT_API_KEYS,
+            THROTTLED_CLUSTER_ACTION_API_KEYS,
+            NOT_SERVED_CLUSTER_ACTION_API_KEYS,
+        )
+        assert sum(len(p) for p in parts) == len(CLUSTER_ACTION_API_KEYS)
+        assert frozenset().union(*parts) == CLUSTER_ACTION_API_KEYS
+
+    def test_describe_quorum_and_share_group_state_are_throttled(self) -> None:
+        q = RequestQuotas()
+        q.set_quota("u", None, "request_percentage", 0.001)
+        for api in (55, 83, 84, 85, 86, 87):
+            charge = q.record_request("u", "c", api, 10**10, 0)
+            assert not charge.exempt and charge.throttle_ms > 0, api
+        assert q.exempt_rate(0) == 0.0
 
     def test_cluster_action_numbers_match_kafka_python(self) -> None:
         names = {
