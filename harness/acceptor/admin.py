@@ -227,21 +227,9 @@ class AdminHandler:
     def _describe_client_quotas(self, conn: Connection, info: RequestInfo, req: Any) -> Any:
         R = DescribeClientQuotasResponse
         v = info.api_version
-        error = validate_describe_filter([c.entity_type for c in req.components])
-        if error is None:
-            for c in req.components:
-                if c.match_type == MATCH_EXACT and c.match is None:
-                    error = (
-                        INVALID_REQUEST,
-                        f"Request specified MATCH_TYPE_EXACT but no match for {c.entity_type}",
-                    )
-                elif c.match_type == MATCH_DEFAULT and c.match is not None:
-                    error = (
-                        INVALID_REQUEST,
-                        f"Request specified MATCH_TYPE_DEFAULT but a match for {c.entity_type}",
-                    )
-                elif c.match_type not in (MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED):
-                    error = (INVALID_REQUEST, f"Unknown match type {c.match_type}")
+        error = validate_describe_filter(
+            [(c.entity_type, c.match_type, c.match) for c in req.components]
+        )
         if error is not None:
             return R[v](
                 throttle_time_ms=0, error_code=error[0], error_message=error[1], entries=None

@@ -15,9 +15,13 @@ from harness.quota.config import INT_MAX, Resolver, resolve_host
 __all__ = [
     "INVALID_REQUEST",
     "IP_QUOTA_KEYS",
+    "MATCH_DEFAULT",
+    "MATCH_EXACT",
+    "MATCH_SPECIFIED",
     "REQUEST_QUOTA_KEYS",
     "UNKNOWN_SERVER_ERROR",
     "UNSUPPORTED_VERSION",
+    "DescribeComponent",
     "validate_alteration",
     "validate_describe_filter",
 ]
@@ -131,13 +135,56 @@ def validate_alteration(
     return None
 
 
-def validate_describe_filter(entity_types: Iterable[str]) -> tuple[int, str] | None:
-    """DescribeClientQuotas filter components (``ClientQuotasImage.describe``)."""
-    types = list(entity_types)
-    for t in types:
+MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
+#: One DescribeClientQuotas filter component: ``(entity_type, match_type, match)``; a bare
+#: entity type stands for ``(entity_type, MATCH_SPECIFIED, None)``.
+DescribeComponent = tuple[str, int, str | None]
+
+
+def validate_describe_filter(
+    components: Iterable[str | DescribeComponent],
+) -> tuple[int, str] | None:
+    """DescribeClientQuotas filter components, checked as ``ClientQuotasImage.describe`` does.
+
+    Same order and messages as Kafka 4.3.1: per component, an empty type, a type already
+    seen ("cannot appear more than once"), an unsupported type, then the match type and its
+    match string (EXACT needs one, DEFAULT and SPECIFIED must not have one); after the loop,
+    ``ip`` combined with ``user``/``client-id``. The broker sends the exception's code and
+    message in the response (``getErrorResponse``).
+    """
+    seen: set[str] = set()
+    for component in components:
+        t, match_type, match = (
+            (component, MATCH_SPECIFIED, None) if isinstance(component, str) else component
+        )
+        if not t:
+            return INVALID_REQUEST, "Invalid empty entity type."
+        if t in seen:
+            return INVALID_REQUEST, f"Entity type {t} cannot appear more than once in the filter."
         if t not in (USER, CLIENT_ID, IP):
-            return UNSUPPORTED_VERSION, f"Custom entity type {t} not supported"
-    if IP in types and (USER in types or CLIENT_ID in types):
+            return UNSUPPORTED_VERSION, f"Unsupported entity type {t}"
+        if match_type == MATCH_EXACT:
+            if match is None:
+                return (
+                    INVALID_REQUEST,
+                    "Request specified MATCH_TYPE_EXACT, but set match string to null.",
+                )
+        elif match_type == MATCH_DEFAULT:
+            if match is not None:
+                return (
+                    INVALID_REQUEST,
+                    "Request specified MATCH_TYPE_DEFAULT, but also specified a match string.",
+                )
+        elif match_type == MATCH_SPECIFIED:
+            if match is not None:
+                return (
+                    INVALID_REQUEST,
+                    "Request specified MATCH_TYPE_SPECIFIED, but also specified a match string.",
+                )
+        else:
+            return INVALID_REQUEST, f"Unknown match type {match_type}"
+        seen.add(t)
+    if IP in seen and (USER in seen or CLIENT_ID in seen):
         return (
             INVALID_REQUEST,
             "Invalid entity filter component combination. IP filter component should not be "

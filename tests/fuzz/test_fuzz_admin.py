@@ -409,3 +409,26 @@ def test_f5_null_arrays_are_bad_frames(req: Any) -> None:
     with pytest.raises(FrameError) as err:
         _answered(req)
     assert err.value.reason == "bad_frame", str(err.value)
+
+
+@given(
+    comps=st.lists(
+        st.tuples(
+            st.sampled_from(["user", "client-id", "ip", "topic", ""]),
+            st.integers(-1, 3),
+            st.one_of(st.none(), st.sampled_from(["alice", "127.0.0.1", ""])),
+        ),
+        max_size=4,
+    )
+)
+def test_describe_filter_refuses_what_kafka_refuses(comps: list[tuple[str, int, Any]]) -> None:
+    # ClientQuotasImage.describe: a repeated entity type, or SPECIFIED with a match string, is
+    # never a successful (possibly empty) answer
+    from harness.quota.client_quota_admin import MATCH_SPECIFIED, validate_describe_filter
+
+    types = [t for t, _, _ in comps]
+    repeated = len(set(types)) != len(types)
+    specified_with_match = any(m == MATCH_SPECIFIED and s is not None for _, m, s in comps)
+    error = validate_describe_filter(comps)
+    if repeated or specified_with_match:
+        assert error is not None and error[0] in (35, 42)

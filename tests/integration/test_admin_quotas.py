@@ -25,6 +25,7 @@ from harness.admin.client import (
     alter_broker_config,
     alter_client_quota,
     alter_ip_quota,
+    describe_client_quotas,
     describe_ip_quotas,
 )
 from harness.cli import main as harness_main
@@ -138,6 +139,32 @@ def test_validation_errors_are_the_brokers(
         errors.append((err.value.code, err.value.message))
     assert errors[0] == errors[1]
     assert h.call(lambda: h.acceptor.quotas.ip_quotas()) == {}
+
+
+BAD_DESCRIBE_FILTERS = [
+    [("ip", 2, None), ("ip", 2, None)],  # a type twice
+    [("user", 0, "alice"), ("user", 1, None)],  # twice, with different match types
+    [("client-id", 2, "c1")],  # SPECIFIED with a match string
+    [("ip", 2, "127.0.0.1")],
+    [("ip", 0, None)],  # EXACT without a match
+    [("ip", 1, "127.0.0.1")],  # DEFAULT with a match
+    [("user", 2, "alice"), ("ip", 2, None)],  # match string reported before the combination
+    [("topic", 2, None)],
+]
+
+
+@pytest.mark.parametrize("components", BAD_DESCRIBE_FILTERS)
+def test_describe_filter_errors_are_the_brokers(
+    start: Start, kafka_broker: Any, components: list[tuple[str, int, str | None]]
+) -> None:
+    h = start()
+    errors = []
+    for boot in (bootstrap(h.address("CLIENT")), kafka_broker.bootstrap):
+        with pytest.raises(AdminError) as err:
+            describe_client_quotas(boot, components)
+        errors.append((err.value.code, err.value.message))
+    assert errors[0] == errors[1]
+    assert errors[0][0] in (42, 35)  # INVALID_REQUEST / UNSUPPORTED_VERSION
 
 
 def test_unauthorized_admin_is_refused_and_changes_nothing(start: Start) -> None:
