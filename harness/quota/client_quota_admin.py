@@ -108,7 +108,8 @@ def validate_alteration(
 
     ``entity`` maps entity types to names (``None`` = the default entity); ``ops`` are
     ``(key, value)`` with ``None`` = remove. Returns ``(error_code, message)`` or ``None``.
-    Removals are not value-checked, but their key must still belong to the entity type.
+    Removals are not checked at all, as in ``ClientQuotaControlManager.alterClientQuotaEntity``:
+    any key may be removed, and removing a key that is not set is a successful no-op.
     """
     error = _validate_entity(entity, resolve)
     if error is not None:
@@ -120,14 +121,14 @@ def validate_alteration(
         seen.add(key)
     is_ip = IP in entity
     for key, value in ops:
+        if value is None:  # removals are not validated (alterClientQuotaEntity)
+            continue
         if is_ip:
             valid = key in IP_QUOTA_KEYS
         else:
             valid = key in REQUEST_QUOTA_KEYS
         if not valid:
             return INVALID_REQUEST, f"Invalid configuration key {key}"
-        if value is None:
-            continue
         integral = key in _INT_KEYS or (not is_ip and REQUEST_QUOTA_KEYS[key] is int)
         error = _validate_value(key, float(value), integral, key in _INT_KEYS)
         if error is not None:

@@ -432,3 +432,16 @@ def test_describe_filter_refuses_what_kafka_refuses(comps: list[tuple[str, int, 
     error = validate_describe_filter(comps)
     if repeated or specified_with_match:
         assert error is not None and error[0] in (35, 42)
+
+
+@given(
+    entity=st.sampled_from([{"ip": "127.0.0.1"}, {"ip": None}, {"user": "u"}, {"client-id": None}]),
+    keys=st.lists(st.text(min_size=1, max_size=12), unique=True, max_size=4),
+)
+def test_removals_are_never_refused(entity: dict[str, str | None], keys: list[str]) -> None:
+    # ClientQuotaControlManager.alterClientQuotaEntity does not validate a removal: any key,
+    # set or not, of a valid entity is a successful removal (a no-op when unset)
+    from harness.quota.client_quota_admin import validate_alteration
+
+    ops: list[tuple[str, float | None]] = [(k, None) for k in keys]
+    assert validate_alteration(entity, ops, resolve=lambda h: h) is None

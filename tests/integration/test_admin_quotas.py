@@ -141,6 +141,31 @@ def test_validation_errors_are_the_brokers(
     assert h.call(lambda: h.acceptor.quotas.ip_quotas()) == {}
 
 
+UNSET_REMOVALS = [
+    ({"ip": "127.0.0.3"}, {"connection_creation_rate": None}),  # never set
+    ({"ip": None}, {"connection_creation_rate": None}),  # no default either
+    ({"ip": "127.0.0.3"}, {"request_percentage": None}),  # not an ip key: removals unchecked
+    ({"ip": "127.0.0.3"}, {"no.such.key": None}),
+    ({"user": "nobody"}, {"request_percentage": None}),
+    ({"user": "nobody", "client-id": "c"}, {"request_percentage": None}),
+]
+
+
+@pytest.mark.parametrize(("entity", "ops"), UNSET_REMOVALS)
+def test_removing_an_unset_key_is_accepted_as_by_the_broker(
+    start: Start, kafka_broker: Any, entity: dict[str, str | None], ops: dict[str, float | None]
+) -> None:
+    # ClientQuotaControlManager.alterClientQuotaEntity: a removal is not validated and
+    # writes a record only when the key is set, so removing an unset key is a success
+    h = start()
+    for boot in (bootstrap(h.address("CLIENT")), kafka_broker.bootstrap):
+        alter_client_quota(boot, entity, ops)  # raises AdminError on a refusal
+    assert h.call(lambda: h.acceptor.quotas.ip_quotas()) == {}
+    assert h.call(lambda: h.acceptor.request_quotas.quotas()) == []
+    rows = [r for r in history(h, "acceptor") if r["event"] == "admin"]
+    assert [r["reason"] for r in rows] == ["applied"]
+
+
 BAD_DESCRIBE_FILTERS = [
     [("ip", 2, None), ("ip", 2, None)],  # a type twice
     [("user", 0, "alice"), ("user", 1, None)],  # twice, with different match types
