@@ -98,6 +98,40 @@ def _validate_value(
     return None
 
 
+def _java_string_hash(text: str) -> int:
+    h = 0
+    for unit in text.encode("utf-16-be").hex(" ", 2).split():
+        h = (31 * h + int(unit, 16)) & 0xFFFFFFFF
+    return h
+
+
+def java_entity_string(entity: Mapping[str, str | None]) -> str:
+    """``ClientQuotaEntity.toString()`` of the entity a controller decodes from the request.
+
+    Its map is a ``java.util.HashMap`` built with the entity's size as initial capacity, so
+    the entries print in bucket order (``(h ^ h >>> 16) & (capacity - 1)`` of
+    ``String.hashCode``), insertion order within a bucket; a default name prints ``null``.
+    A repeated type keeps its first position and its last name, as a Python dict does.
+    """
+    items = list(entity.items())
+    capacity = 1
+    while capacity < max(len(items), 1):
+        capacity *= 2
+    threshold = int(capacity * 0.75)
+    for size in range(1, len(items) + 1):
+        if size > threshold:
+            capacity *= 2
+            threshold = int(capacity * 0.75)
+
+    def bucket(key: str) -> int:
+        h = _java_string_hash(key)
+        return (h ^ (h >> 16)) & (capacity - 1)
+
+    ordered = sorted(enumerate(items), key=lambda p: (bucket(p[1][0]), p[0]))
+    body = ", ".join(f"{k}={'null' if v is None else v}" for _, (k, v) in ordered)
+    return f"ClientQuotaEntity(entries={{{body}}})"
+
+
 def validate_alteration(
     entity: Mapping[str, str | None],
     ops: Sequence[tuple[str, float | None]],
@@ -111,14 +145,12 @@ def validate_alteration(
     Removals are not checked at all, as in ``ClientQuotaControlManager.alterClientQuotaEntity``:
     any key may be removed, and removing a key that is not set is a successful no-op.
     """
+    keys = [key for key, _ in ops]
+    if len(set(keys)) != len(keys):  # checked before the entity, and reported as the entity
+        return INVALID_REQUEST, f"Ignoring duplicate entity {java_entity_string(entity)}"
     error = _validate_entity(entity, resolve)
     if error is not None:
         return error
-    seen: set[str] = set()
-    for key, _ in ops:
-        if key in seen:
-            return INVALID_REQUEST, f"Duplicate quota key {key} in the same entity"
-        seen.add(key)
     is_ip = IP in entity
     for key, value in ops:
         if value is None:  # removals are not validated (alterClientQuotaEntity)

@@ -445,3 +445,15 @@ def test_removals_are_never_refused(entity: dict[str, str | None], keys: list[st
 
     ops: list[tuple[str, float | None]] = [(k, None) for k in keys]
     assert validate_alteration(entity, ops, resolve=lambda h: h) is None
+
+
+def test_java_entity_string_is_hashmap_order() -> None:
+    # "user".hashCode() == 3599307 in Java; with capacity 4 "client-id" lands in bucket 0 and
+    # "user" in bucket 1, so a HashMap prints client-id first whatever the insertion order
+    # (the same order the real broker printed in test_duplicate_key_is_answered_as_by_the_broker)
+    from harness.quota.client_quota_admin import _java_string_hash, java_entity_string
+
+    assert _java_string_hash("user") == 3599307
+    for entity in ({"user": "u", "client-id": None}, {"client-id": None, "user": "u"}):
+        assert java_entity_string(entity) == "ClientQuotaEntity(entries={client-id=null, user=u})"
+    assert java_entity_string({"ip": "localhost"}) == "ClientQuotaEntity(entries={ip=localhost})"

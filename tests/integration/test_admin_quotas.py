@@ -166,6 +166,42 @@ def test_removing_an_unset_key_is_accepted_as_by_the_broker(
     assert [r["reason"] for r in rows] == ["applied"]
 
 
+@pytest.mark.parametrize(
+    ("entity", "key"),
+    [
+        ({"ip": "127.0.0.2"}, "connection_creation_rate"),
+        ({"ip": "localhost"}, "connection_creation_rate"),  # printed as given
+        ({"user": "u1"}, "request_percentage"),
+        ({"user": "u1", "client-id": None}, "request_percentage"),  # HashMap order, null
+        ({"client-id": "c", "user": None}, "request_percentage"),
+        ({"ip": "127.0.0.2", "user": "u1"}, "connection_creation_rate"),  # before the entity
+    ],
+)
+def test_duplicate_key_is_answered_as_by_the_broker(
+    start: Start, kafka_broker: Any, entity: dict[str, str | None], key: str
+) -> None:
+    # ClientQuotaControlManager.alterClientQuotas: the duplicate-key error is overwritten by
+    # "Ignoring duplicate entity <ClientQuotaEntity>", and nothing is applied
+    from kafka.protocol.admin import AlterClientQuotasRequest as A
+
+    from harness.admin.client import KafkaWire
+
+    entry = A.EntryData(
+        entity=[A.EntryData.EntityData(entity_type=t, entity_name=n) for t, n in entity.items()],
+        ops=[A.EntryData.OpData(key=key, value=5.0, remove=False)] * 2,
+    )
+    answers = []
+    h = start()
+    for boot in (bootstrap(h.address("CLIENT")), kafka_broker.bootstrap):
+        with KafkaWire(boot) as wire:
+            resp = wire.request(A[wire.version_for(A)](entries=[entry], validate_only=False))
+        answers.append([(e.error_code, e.error_message) for e in resp.entries])
+    assert answers[0] == answers[1]
+    assert answers[0][0][0] == 42
+    assert h.call(lambda: h.acceptor.quotas.ip_quotas()) == {}
+    assert h.call(lambda: h.acceptor.request_quotas.quotas()) == []
+
+
 BAD_DESCRIBE_FILTERS = [
     [("ip", 2, None), ("ip", 2, None)],  # a type twice
     [("user", 0, "alice"), ("user", 1, None)],  # twice, with different match types
