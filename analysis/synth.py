@@ -34,7 +34,7 @@ BROKEN_FLAGS = frozenset(
         "broker_rate",  # broker/listener connection rate not enforced
         "protected_delayed",  # inter-broker listener delayed by the broker-wide rate
         "queue_over",  # a processor queue deeper than 20
-        "exempt_throttle",  # request throttle on a cluster-action (exempt) API
+        "exempt_throttle",  # request throttle on WriteTxnMarkers, the one exempt API
         "client_disagree",  # client outcomes contradict the acceptor's records
         "short_load",  # generator offered < 95 % of the intended arrivals
         "lost_change",  # the enforcer never records the runner's dynamic change
@@ -392,7 +392,7 @@ class _Sim:
                 self.client.add("ready", done, None, L, c.ip, c.port, latency_ms=ready_lat)
             self.client.add("request_ok", done, None, L, c.ip, c.port, api_key=api, latency_ms=lat)
             if c.profile != "steady" and self.rng.random() < 0.002:
-                api_t = 4 if "exempt_throttle" in self.broken else 0
+                api_t = 27 if "exempt_throttle" in self.broken else 0  # WriteTxnMarkers
                 self.acceptor.add(
                     "request_throttle",
                     done,

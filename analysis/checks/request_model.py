@@ -30,7 +30,7 @@ from analysis.checks.base import (
     not_exercised,
     witness,
 )
-from analysis.checks.requests import EXEMPT_API_KEYS
+from analysis.checks.requests import EXEMPT_API_KEYS, NOT_SERVED_BY_A_BROKER
 from analysis.model import RateMeter, java_round
 
 if TYPE_CHECKING:
@@ -173,7 +173,8 @@ def check_request_model(run: Run) -> CheckResult:
         if v != version:
             version = v
             cb.update(versions[v][1])
-        if not cb.types or r["api_key"] in EXEMPT_API_KEYS:
+        key = r["api_key"]
+        if not cb.types or key in EXEMPT_API_KEYS or key in NOT_SERVED_BY_A_BROKER:
             continue
         user = r["principal"] or "ANONYMOUS"
         tags = cb.tags(user, r["client_id"] or "")

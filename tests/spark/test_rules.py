@@ -406,3 +406,30 @@ def test_slot_wait_on_a_full_listener_named_in_upper_case_is_explained(
     run_dir = write_rows(tmp_path / "upper", rows, {"run_id": "upper", "target": "acceptor"})
     r = results(spark, run_dir, "admission_wait_explained")["admission_wait_explained"]
     assert r.verdict == "pass", (r.observed, r.witnesses)
+
+
+@pytest.mark.parametrize(
+    "api_key, verdict",
+    [(55, "pass"), (84, "pass"), (27, "fail")],
+    ids=["DescribeQuorum-charged", "ReadShareGroupState-charged", "WriteTxnMarkers-exempt"],
+)
+def test_only_write_txn_markers_is_exempt_from_request_throttles(
+    spark: Any, tmp_path: Path, api_key: int, verdict: str
+) -> None:
+    """Kafka 4.3.1 throttles DescribeQuorum and the share-group-state APIs like any request
+    (`sendMaybeThrottle`); only WriteTxnMarkers is answered exempt (reference Errata 4.4)."""
+    limits = {**BASE, "request_quotas": CLIENT_Q}
+    c = {"conn_id": "x-1", "listener": "client", "ip": "127.0.0.1", "port": 5100}
+    rows = [
+        cfg(T0 - S, limits),
+        {"source": "acceptor", "event": "request", "mono_ns": T0, "api_key": api_key,
+         "client_id": "hot", "principal": "ANONYMOUS", "latency_ms": 200.0, **c},
+        {"source": "acceptor", "event": "request_throttle", "mono_ns": T0, "delay_ms": 300.0,
+         "api_key": api_key, "client_id": "hot", **c},
+    ]  # fmt: skip
+    name = f"exempt-{api_key}"
+    run_dir = write_rows(tmp_path / name, rows, {"run_id": name, "target": "acceptor"})
+    r = results(spark, run_dir, "request_throttle_bounds")["request_throttle_bounds"]
+    assert r.verdict == verdict, (r.observed, r.witnesses)
+    if verdict == "fail":
+        assert "WriteTxnMarkers" in r.witnesses[0]["why"]
