@@ -35,7 +35,7 @@ from loadprofiles.kafka_client import (
 )
 from loadprofiles.options import OptionError as OptionError
 from loadprofiles.options import Settings as Settings
-from loadprofiles.options import add_options
+from loadprofiles.options import add_options, arrival_slot
 
 log = logging.getLogger("loadprofiles")
 
@@ -184,14 +184,9 @@ class ArrivalUser(User):
         raise NotImplementedError
 
     def _slots(self) -> tuple[int, int]:
-        o = self.environment.parsed_options
         runner = self.environment.runner
-        if isinstance(runner, WorkerRunner):
-            slots = o.arrival_slots or (
-                o.processes if (o.processes or 0) > 0 else (os.cpu_count() or 1)
-            )
-            return max(0, runner.worker_index) % slots, slots
-        return 0, o.arrival_slots or 1
+        worker = runner.worker_index if isinstance(runner, WorkerRunner) else None
+        return arrival_slot(self.environment.parsed_options, worker)
 
     def _settings(self) -> Settings:
         s = settings(self.environment, self.host)

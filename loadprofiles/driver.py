@@ -37,7 +37,7 @@ from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 from loadprofiles import arrivals, clock, readiness
 from loadprofiles.client_history import Batch, ClientHistory
 from loadprofiles.engine import API_NAMES, EngineConfig, EngineStats, StormEngine
-from loadprofiles.options import OptionError, Settings, add_options
+from loadprofiles.options import OptionError, Settings, add_options, arrival_slot
 
 log = logging.getLogger("loadprofiles")
 
@@ -121,14 +121,9 @@ class EngineDriver:
 
     # -- driving --------------------------------------------------------------------------
     def _slots(self) -> tuple[int, int]:
-        o = cast(Any, self.env.parsed_options)
         runner = self.env.runner
-        if isinstance(runner, WorkerRunner):
-            slots = o.arrival_slots or (
-                o.processes if (o.processes or 0) > 0 else (os.cpu_count() or 1)
-            )
-            return max(0, runner.worker_index) % slots, slots
-        return 0, o.arrival_slots or 1
+        worker = runner.worker_index if isinstance(runner, WorkerRunner) else None
+        return arrival_slot(self.env.parsed_options, worker)
 
     def _history(self) -> ClientHistory:
         if self.history is None:

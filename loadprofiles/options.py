@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -227,3 +228,14 @@ class Settings:
             hold_ms=float(o.hold_ms),
             shape=getattr(o, "shape", "storm"),
         )
+
+
+def arrival_slot(options: Any, worker_index: int | None) -> tuple[int, int]:
+    """This process's share of the arrival schedule: (slot, slots). A Locust worker takes
+    slot ``worker_index mod slots`` of ``--arrival-slots`` (default: ``--processes``, else
+    the CPU count); a lone process takes the whole schedule."""
+    if worker_index is None:
+        return 0, options.arrival_slots or 1
+    processes = options.processes or 0
+    slots = options.arrival_slots or (processes if processes > 0 else (os.cpu_count() or 1))
+    return max(0, worker_index) % slots, slots
