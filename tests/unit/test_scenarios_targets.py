@@ -45,6 +45,6 @@ def test_broker_properties_are_the_scenarios_limits() -> None:
     sc = catalog.load("max-connections-protected")
     props = _props(initial_limits(sc))
     assert props["max.connections"] == "12"
-    assert props["listener.name.replication.max.connections"] == "30"
+    assert props["listener.name.replication.max.connections"] == "1"
     assert props["quota.window.num"] == "11"
     assert "ip_quotas" not in props and "listeners" not in props
