@@ -114,7 +114,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {str(c.get('verdict', '?')).upper():8} {c.get('name', '?')}{mark}: {_brief(c)}")
     if na:
         print(f"  n/a (not configured, not counted): {', '.join(na)}")
-    if args.analyze:
+    never_started = bool(result.error) and not result.checks and not result.interrupted
+    if never_started:
+        print("VERDICT: none (the target never started, so nothing ran and nothing was judged)")
+    elif args.analyze:
         for reason in _reasons(result.run_dir):
             print(f"  why: {reason}")
         print(f"VERDICT: {result.verdict.upper()} (scenario expects {expected})")
@@ -122,8 +125,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"report: {result.report}")
         else:
             print(f"report: none; run `harness analyze {result.run_dir}` to retry")
-    if result.error and not result.checks and not result.interrupted:
-        return 3  # the target never started: nothing was judged, so no gate verdict either
+    if never_started:
+        return 3  # nothing was judged, so no gate verdict either
     if args.gate:
         return EXIT_CODES.get(result.verdict, 2)
     if result.error and not result.interrupted:

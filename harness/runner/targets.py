@@ -132,8 +132,10 @@ class Target:
     ) -> Any:
         from harness.broker import start_broker
 
+        if bootstrap_server:
+            return self._find_external(bootstrap_server, properties, timeout)
         kwargs: dict[str, Any] = {
-            "launcher": "external" if bootstrap_server else launcher,
+            "launcher": launcher,
             "bootstrap_server": bootstrap_server,
             "properties": dict(properties),
             "listeners": self.scenario.listeners,
@@ -155,6 +157,37 @@ class Target:
             f"{b.bootstrap} (ports {b.listener_ports})"
         )
         return self.broker
+
+    def _find_external(
+        self, bootstrap_server: str, properties: Mapping[str, str], timeout: float
+    ) -> Any:
+        """An existing cluster is reached through one bootstrap address: the scenario's one
+        listener is that address. Its static settings are the operators'; the scenario's
+        dynamic limits are applied by the target through the admin API."""
+        from harness.broker import start_broker
+
+        listeners = self.scenario.listeners
+        if len(listeners) != 1:
+            raise TargetError(
+                f"--bootstrap-server {bootstrap_server}: scenario {self.scenario.name!r} has "
+                f"listeners {', '.join(listeners)}, but an existing cluster is reached through "
+                "one bootstrap address; run it with --launcher local or container, or pick a "
+                "single-listener scenario"
+            )
+        static = sorted(k for k in properties if k.startswith("quota.window"))
+        if static:
+            self.progress(
+                f"note: {', '.join(static)} are static broker settings: the existing cluster "
+                "keeps its own, and the checker judges by the scenario's"
+            )
+        self.progress(f"using the existing cluster at {bootstrap_server} (launcher external)")
+        self.broker = start_broker(
+            launcher="external", bootstrap_server=bootstrap_server, ready_timeout_s=timeout
+        )
+        b = self.broker
+        b.listener_ports = {listeners[0].upper(): b.port, **b.listener_ports}
+        self.progress(f"cluster answers: Kafka {b.version} at {b.bootstrap}")
+        return b
 
     def start(
         self,
