@@ -12,11 +12,15 @@ import socket
 import struct
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.metadata import ApiVersionsRequest
 
 from harness.admin.client import KafkaWire
+from harness.history import read_history
+
+if TYPE_CHECKING:
+    from harness.acceptor import AcceptorHandle
 
 _RST = struct.pack("ii", 1, 0)
 
@@ -108,3 +112,12 @@ def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+def history_rows(h: AcceptorHandle, event: str | None = None) -> list[dict[str, Any]]:
+    """The acceptor's history rows so far (flushed first), optionally of one event."""
+    writer = h.acceptor.rec.writer
+    assert writer is not None
+    writer.flush()
+    table = read_history(writer.dir.parent, "acceptor").to_pylist()
+    return [r for r in table if event is None or r["event"] == event]

@@ -23,7 +23,9 @@ from harness.acceptor.testing import (
     read_outcome,
     wait_until,
 )
-from harness.history import read_history
+from harness.acceptor.testing import (
+    history_rows as rows,
+)
 from harness.quota.faults import FAULT_KEY
 
 Start = Callable[..., AcceptorHandle]
@@ -49,15 +51,6 @@ def start(kafka_broker: Any, tmp_path: Path) -> Iterator[Start]:
     yield _start
     for h in handles:
         h.stop()
-
-
-def rows(h: AcceptorHandle, event: str) -> list[dict[str, Any]]:
-    writer = h.acceptor.rec.writer
-    assert writer is not None
-    writer.flush()
-    return [
-        r for r in read_history(writer.dir.parent, "acceptor").to_pylist() if r["event"] == event
-    ]
 
 
 def _delayed_admissions(h: AcceptorHandle, n: int) -> list[tuple[float, float]]:

@@ -24,8 +24,10 @@ from harness.acceptor.testing import (
     round_trip,
     wait_until,
 )
+from harness.acceptor.testing import (
+    history_rows as rows,
+)
 from harness.admin.client import alter_ip_quota
-from harness.history import read_history
 
 Start = Callable[..., AcceptorHandle]
 
@@ -49,14 +51,6 @@ def start(kafka_broker: Any, tmp_path: Path) -> Iterator[Start]:
     yield _start
     for h in handles:
         h.stop()
-
-
-def rows(h: AcceptorHandle, event: str | None = None) -> list[dict[str, Any]]:
-    writer = h.acceptor.rec.writer
-    assert writer is not None
-    writer.flush()
-    table = read_history(writer.dir.parent, "acceptor").to_pylist()
-    return [r for r in table if event is None or r["event"] == event]
 
 
 def _props(**kw: str) -> dict[str, str]:

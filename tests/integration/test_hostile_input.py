@@ -38,7 +38,9 @@ from harness.acceptor.testing import (
     round_trip,
     wait_until,
 )
-from harness.history import read_history
+from harness.acceptor.testing import (
+    history_rows as rows,
+)
 from harness.wire.framing import java_utf8
 from harness.wire.proxy import V2_SIGNATURE, encode_v2
 
@@ -73,12 +75,6 @@ def acceptor(
 
 
 # -- helpers ----------------------------------------------------------------------------------
-def rows(h: AcceptorHandle, event: str | None = None) -> list[dict[str, Any]]:
-    writer = h.acceptor.rec.writer
-    assert writer is not None
-    writer.flush()
-    table = read_history(writer.dir.parent, "acceptor").to_pylist()
-    return [r for r in table if event is None or r["event"] == event]
 
 
 def closes_for(h: AcceptorHandle, peers: set[tuple[str, int]]) -> dict[tuple[str, int], str]:
