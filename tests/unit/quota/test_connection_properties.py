@@ -27,6 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.quota import ConnectionQuotas, Outcome, parse_config
+from harness.quota.faults import NO_FAULTS
 
 from .kafka_port import KafkaConnectionQuotas
 
@@ -53,7 +54,8 @@ def make(n: int, w_s: int, legacy: bool, extra: dict[str, str] | None = None) ->
         "quota.window.size.seconds": str(w_s),
     }
     props.update(extra or {})
-    return ConnectionQuotas(parse_config(props), legacy_meter=legacy)
+    # the seeded-fault hooks are present and off: the engine must still be Kafka's
+    return ConnectionQuotas(parse_config(props), legacy_meter=legacy, faults=NO_FAULTS)
 
 
 @settings(max_examples=120, deadline=None)
@@ -178,7 +180,7 @@ def test_non_protected_admissions_never_exceed_broker_max(
             q.release("EXTERNAL", live.pop())
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     seq=arrivals,
     broker_rate=st.sampled_from([0, 1, 5, 30]),
@@ -237,6 +239,9 @@ def test_engine_matches_a_literal_transcription_of_kafka(
             assert (d.admission.outcome.value, d.admission.throttle_ms) == (outcome, throttle)
             if outcome == "admit":
                 live.append((listener, ip))
+        assert q.max_connections_exceeded(listener) == (
+            k.total > broker_max and not k.protected(listener)
+        )
         if release and live:
             lst, addr = live.pop(0)
             q.release(lst, addr)

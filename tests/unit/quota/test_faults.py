@@ -98,82 +98,11 @@ def test_empty_faults_leave_every_hooked_attribute_at_kafkas_value() -> None:
     assert not r._f_swap_entity
 
 
-arrivals = st.lists(
-    st.tuples(
-        st.integers(min_value=0, max_value=400),
-        st.sampled_from(("127.0.0.1", "127.0.0.2", "127.0.0.3")),
-        st.sampled_from(("EXTERNAL", "REPLICATION")),
-        st.booleans(),
-    ),
-    min_size=1,
-    max_size=200,
-)
-
-
-@settings(max_examples=150, deadline=None)
-@given(
-    seq=arrivals,
-    broker_rate=st.sampled_from([0, 1, 5, 30]),
-    listener_rate=st.sampled_from([1, 4, INT_MAX]),
-    ip_rate=st.sampled_from([0, 1, 3, INT_MAX]),
-    broker_max=st.integers(min_value=0, max_value=8),
-    per_ip=st.integers(min_value=1, max_value=4),
-    legacy=st.booleans(),
-)
-def test_with_hooks_present_and_no_fault_the_engine_is_kafka(
-    seq: list[tuple[int, str, str, bool]],
-    broker_rate: int,
-    listener_rate: int,
-    ip_rate: int,
-    broker_max: int,
-    per_ip: int,
-    legacy: bool,
-) -> None:
-    n, w = 3, 1000
-    props = {
-        **TWO_LISTENERS,
-        "quota.window.num": str(n),
-        "max.connection.creation.rate": str(broker_rate),
-        "listener.name.external.max.connection.creation.rate": str(listener_rate),
-        "max.connections": str(broker_max),
-        "max.connections.per.ip": str(per_ip),
-    }
-    q = ConnectionQuotas(parse_config(props), legacy_meter=legacy, faults=Faults())
-    q.set_ip_quota(None, ip_rate, 0)
-    k = KafkaConnectionQuotas(
-        ["EXTERNAL", "REPLICATION"],
-        "REPLICATION",
-        broker_rate,
-        {"EXTERNAL": listener_rate},
-        broker_max,
-        {},
-        per_ip,
-        n=n,
-        w=w,
-        legacy=legacy,
-    )
-    k.ip_rate_default = ip_rate
-    live: list[tuple[str, str]] = []
-    t = 0
-    for gap, ip, listener, release in seq:
-        t += gap
-        d = q.decide(listener, ip, t)
-        delay = k.rate_step(listener, t)
-        assert d.rate.delay_ms == delay
-        assert d.waits_for_slot == (not k.slot_available(listener))
-        if not d.waits_for_slot:
-            outcome, throttle = k.ip_step_and_count(listener, ip, t + delay)
-            assert d.admission is not None
-            assert (d.admission.outcome.value, d.admission.throttle_ms) == (outcome, throttle)
-            if outcome == "admit":
-                live.append((listener, ip))
-        assert q.max_connections_exceeded(listener) == (
-            k.total > broker_max and not k.protected(listener)
-        )
-        if release and live:
-            lst, addr = live.pop(0)
-            q.release(lst, addr)
-            k.dec(lst, addr)
+# With the hooks present and no fault set the engine is Kafka, decision for decision: the
+# property test `test_engine_matches_a_literal_transcription_of_kafka` in
+# test_connection_properties.py builds its engine with `faults=NO_FAULTS` and compares it
+# with the literal port of Kafka's code (delays, slot waits, IP outcomes, throttles,
+# eviction); it is not repeated here.
 
 
 @settings(max_examples=60, deadline=None)
