@@ -1,11 +1,15 @@
-"""Analysis throughput: wall time and events/s of `analyze_run` on synthetic histories.
+"""Analysis throughput: wall time, events/s and the share of time per check, per size.
 
-Usage: .venv/bin/python -m bench.analysis [--sizes 1000000 10000000] [--out DIR] [--no-html]
-Generates a conforming synthetic run of each size (analysis.synth, rates × 10 so that the
-storm stays realistic at size; the simulation takes ~30 s per million events), then
-analyses it with a fresh local[*] SparkSession.
-Results are printed and written to DIR/results.json (default .cache/bench-analysis/).
-Not a test: numbers depend on the machine and on whoever else shares its cores.
+Usage: .venv/bin/python -m bench.analysis [--sizes 10000 1000000 10000000] [--out DIR]
+       [--html] [--spark-master URL] [--regenerate]
+Each size is a conforming synthetic run (analysis.synth; 10 k at scale 1, the larger ones at
+rates × 10 so that the storm stays realistic at size). Generated histories are cached in
+DIR/synth-<size>/ (the simulation takes ~30 s per million events) and reused while their
+spec is unchanged. Each size is analysed by `analyze_run` with a fresh SparkSession, so the
+wall time includes Spark's start. The per-phase times come from analyze_run's progress
+lines (Spark start, load, each check, report); a check's time includes any shared table it
+was the first to build. Results are printed and written to DIR/results.json (default
+.cache/bench-analysis/). Not a test: numbers depend on whoever else shares the cores.
 """
 
 from __future__ import annotations
@@ -13,11 +17,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import time
-from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
+
+CHECK_LINE = re.compile(r"^\s+(?P<name>\w+)\s+(?P<verdict>pass|fail|unknown|n/a)\s+\(")
 
 
 def _spec(size: int) -> Any:
@@ -25,85 +32,144 @@ def _spec(size: int) -> Any:
 
     return SynthSpec(
         run_id=f"bench-{size}",
-        scale=10,
+        scale=1 if size <= 100_000 else 10,
         target_events=size,
         config_change={"listener.name.client.max.connection.creation.rate": 200},
     )
 
 
-def _progress(size: int) -> Callable[[str], None]:
-    def say(msg: str) -> None:
-        print(f"[{size:,}]   {msg}", flush=True)
+def cached_run(out: Path, size: int, regenerate: bool) -> tuple[Path, dict[str, Any]]:
+    """The synthetic run of `size` events, generated once per spec and reused."""
+    from analysis.synth import generate
 
-    return say
+    run_dir = out / f"synth-{size}"
+    spec = _spec(size)
+    key = json.dumps(asdict(spec), sort_keys=True, default=sorted)
+    stamp = run_dir / "bench-spec.json"
+    if not regenerate and stamp.exists():
+        cached = json.loads(stamp.read_text())
+        if cached.get("spec") == key:
+            print(f"[{size:,}] reusing the cached synthetic run {run_dir}", flush=True)
+            return run_dir, cached["generated"]
+    shutil.rmtree(run_dir, ignore_errors=True)
+    t = time.monotonic()
+    print(f"[{size:,}] generating a conforming synthetic run in {run_dir} …", flush=True)
+    gen = generate(run_dir, spec)
+    info = {
+        "events": int(gen["events"]),
+        "connections": int(gen["connections"]),
+        "generate_s": round(time.monotonic() - t, 1),
+    }
+    stamp.write_text(json.dumps({"spec": key, "generated": info}))
+    return run_dir, info
+
+
+class PhaseClock:
+    """Turns analyze_run's progress lines into per-phase wall times."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.t0 = time.monotonic()
+        self.last = self.t0
+        self.phase = "spark start"
+        self.phases: dict[str, float] = {}
+
+    def __call__(self, msg: str) -> None:
+        now = time.monotonic()
+        m = CHECK_LINE.match(msg)
+        if m:  # a check line ends that check's phase
+            self.phases[f"check {m['name']}"] = now - self.last
+            self.last = now
+            self.phase = "checks (between)"
+            return
+        self.phases[self.phase] = self.phases.get(self.phase, 0.0) + now - self.last
+        self.last = now
+        if msg.startswith("loading"):
+            self.phase = "load + count"
+        elif msg.startswith("report"):
+            self.phase = "report.html"
+        elif msg.startswith("checks"):
+            self.phase = "checks (between)"
+        print(f"[{self.size:,}]   {msg}", flush=True)
+
+    def finish(self) -> dict[str, float]:
+        now = time.monotonic()
+        self.phases[self.phase] = self.phases.get(self.phase, 0.0) + now - self.last
+        return self.phases
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 1_000_000, 10_000_000])
     parser.add_argument("--out", default=".cache/bench-analysis")
-    parser.add_argument("--no-html", action="store_true", help="skip report.html")
-    parser.add_argument("--keep", action="store_true", help="keep the generated runs")
+    parser.add_argument("--html", action="store_true", help="also write report.html")
+    parser.add_argument("--regenerate", action="store_true", help="ignore the cached runs")
     parser.add_argument("--spark-master", default=None)
     args = parser.parse_args()
 
     from analysis import analyze_run
-    from analysis.synth import generate
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = []
-    for size in args.sizes:
-        run_dir = out / f"synth-{size}"
-        shutil.rmtree(run_dir, ignore_errors=True)
-        t = time.monotonic()
-        print(f"[{size:,}] generating a conforming synthetic run in {run_dir} …", flush=True)
-        gen = generate(run_dir, _spec(size))
-        gen_s = time.monotonic() - t
-        events = int(gen["events"])
-        print(
-            f"[{size:,}] {events:,} events, {gen['connections']:,} connections in {gen_s:.1f} s; "
-            "analysing …",
-            flush=True,
-        )
-        t = time.monotonic()
+    for size in sorted(args.sizes):
+        run_dir, gen = cached_run(out, size, args.regenerate)
+        print(f"[{size:,}] {gen['events']:,} events, {gen['connections']:,} connections; analysing")
+        clock = PhaseClock(size)
         verdict = analyze_run(
-            run_dir,
-            spark_master=args.spark_master,
-            report=not args.no_html,
-            progress=_progress(size),
+            run_dir, spark_master=args.spark_master, report=args.html, progress=clock
         )
-        wall = time.monotonic() - t
+        wall = time.monotonic() - clock.t0
+        phases = clock.finish()
         row = {
             "target_events": size,
-            "events": events,
-            "connections": gen["connections"],
-            "generate_s": round(gen_s, 1),
+            **gen,
             "analyze_s": round(wall, 1),
-            "events_per_s": round(events / wall),
+            "events_per_s": round(gen["events"] / wall),
             "verdict": verdict["verdict"],
-            "html": not args.no_html,
+            "check_verdicts": {c["name"]: c["verdict"] for c in verdict["checks"]},
+            "phases_s": {k: round(v, 2) for k, v in phases.items()},
+            "html": args.html,
             "cpus": os.cpu_count(),
             "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
         }
         results.append(row)
         print(
             f"[{size:,}] analysed in {wall:.1f} s = {row['events_per_s']:,} events/s; "
-            f"verdict {verdict['verdict']}",
+            f"verdict {verdict['verdict']}; load average {row['load_avg_1m_at_end']}",
             flush=True,
         )
-        if not args.keep:
-            shutil.rmtree(run_dir, ignore_errors=True)
     path = out / "results.json"
     path.write_text(json.dumps(results, indent=2))
-    print("\n   events  analyse s   events/s  generate s  verdict  load(1m)")
-    for r in results:
-        print(
-            f"{r['events']:>9,}  {r['analyze_s']:>9}  {r['events_per_s']:>9,}  "
-            f"{r['generate_s']:>10}  {r['verdict']:<7}  {r['load_avg_1m_at_end']}"
-        )
+    print(table(results))
     print(f"\nresults: {path}")
     return 0
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    """Markdown: one row per size, then the share of the wall time per phase and size."""
+    lines = [
+        "| events | connections | analyse s | events/s | verdict | load avg (1 m, at end) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r['events']:,} | {r['connections']:,} | {r['analyze_s']} | "
+            f"{r['events_per_s']:,} | {r['verdict']} | {r['load_avg_1m_at_end']} |"
+        )
+    names: list[str] = []
+    for r in results:
+        names += [k for k in r["phases_s"] if k not in names]
+    order = sorted(names, key=lambda k: -max(r["phases_s"].get(k, 0.0) for r in results))
+    head = " | ".join(f"{r['events']:,} events" for r in results)
+    lines += ["", f"| phase (s, share of wall) | {head} |", "|---" * (len(results) + 1) + "|"]
+    for name in order:
+        cells = []
+        for r in results:
+            s = r["phases_s"].get(name)
+            cells.append("-" if s is None else f"{s:.1f} ({s / r['analyze_s']:.0%})")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

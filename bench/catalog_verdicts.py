@@ -1,0 +1,137 @@
+"""Re-judge the catalog runs into a scratch folder, and compare two such folders check by check.
+
+Usage:
+  .venv/bin/python -m bench.catalog_verdicts analyse OUT [--runs runs] [--target acceptor]
+  .venv/bin/python -m bench.catalog_verdicts compare BASE NEW
+
+`analyse` copies the history and run.json of the newest `<scenario>-<target>-*` run of every
+scenario under --runs into OUT/<run-id>/ (the catalog runs' own report/ is never touched),
+analyses each with one SparkSession (no report.html) and writes OUT/<run-id>/report/
+verdict.json plus OUT/timings.json. `compare` lists every difference between two such
+folders: the run's verdict, and per check the verdict, `judged`, `exercised`, `peak`,
+`limit` and the witnesses' identities (conn_id, client_ip, client_port, mono_ns, why).
+Exit 0 when they are equal, 1 otherwise. It is how a change to the analysis shows that it
+keeps every check's result (issue 17).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+RUN_ID = re.compile(r"^(?P<scenario>.+)-(?P<target>acceptor|broker)-(?P<stamp>\d{8}T\d{6}Z)-\w+$")
+CHECK_FIELDS = ("verdict", "judged", "exercised", "peak", "limit")
+WITNESS_KEYS = ("conn_id", "client_ip", "client_port", "mono_ns", "why")
+
+
+def newest_runs(runs: Path, target: str) -> list[Path]:
+    """The newest run folder of every scenario for one target, sorted by scenario."""
+    newest: dict[str, tuple[str, Path]] = {}
+    for path in runs.iterdir():
+        m = RUN_ID.match(path.name)
+        if not m or m["target"] != target or not (path / "history").is_dir():
+            continue
+        if m["scenario"] not in newest or m["stamp"] > newest[m["scenario"]][0]:
+            newest[m["scenario"]] = (m["stamp"], path)
+    return [newest[s][1] for s in sorted(newest)]
+
+
+def analyse(out: Path, runs: Path, target: str, spark_master: str | None) -> int:
+    from analysis import analyze_run
+    from analysis.session import build_session
+
+    out.mkdir(parents=True, exist_ok=True)
+    spark = build_session(spark_master)
+    timings: dict[str, float] = {}
+    try:
+        for src in newest_runs(runs, target):
+            dst = out / src.name
+            shutil.rmtree(dst, ignore_errors=True)
+            dst.mkdir()
+            shutil.copytree(src / "history", dst / "history")
+            if (src / "run.json").exists():
+                shutil.copy2(src / "run.json", dst / "run.json")
+            t = time.monotonic()
+            verdict = analyze_run(dst, spark=spark, report=False)
+            timings[src.name] = round(time.monotonic() - t, 2)
+            print(f"{src.name:<60} {verdict['verdict']:<8} {timings[src.name]:>6.1f} s", flush=True)
+    finally:
+        spark.stop()
+    (out / "timings.json").write_text(json.dumps(timings, indent=2))
+    print(f"verdicts: {out}/*/report/verdict.json; timings: {out / 'timings.json'}")
+    return 0
+
+
+def _witnesses(check: dict[str, Any]) -> list[tuple[Any, ...]]:
+    return [tuple(w.get(k) for k in WITNESS_KEYS) for w in check.get("witnesses") or []]
+
+
+def differences(base: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Every difference between two verdict.json documents, one line each."""
+    diffs: list[str] = []
+    if base["verdict"] != new["verdict"]:
+        diffs.append(f"run verdict {base['verdict']} -> {new['verdict']}")
+    b_checks = {c["name"]: c for c in base["checks"]}
+    n_checks = {c["name"]: c for c in new["checks"]}
+    for name in sorted(b_checks.keys() | n_checks.keys()):
+        b, n = b_checks.get(name), n_checks.get(name)
+        if b is None or n is None:
+            diffs.append(f"{name}: only in {'new' if b is None else 'base'}")
+            continue
+        for key in CHECK_FIELDS:
+            if b.get(key) != n.get(key):
+                diffs.append(f"{name}.{key}: {b.get(key)!r} -> {n.get(key)!r}")
+        if _witnesses(b) != _witnesses(n):
+            diffs.append(f"{name}.witnesses: {_witnesses(b)} -> {_witnesses(n)}")
+    return diffs
+
+
+def compare(base: Path, new: Path) -> int:
+    names = sorted(p.parent.parent.name for p in base.glob("*/report/verdict.json"))
+    if not names:
+        print(f"no */report/verdict.json under {base}", file=sys.stderr)
+        return 2
+    n_diff = 0
+    for name in names:
+        other = new / name / "report" / "verdict.json"
+        if not other.exists():
+            print(f"{name}: missing in {new}")
+            n_diff += 1
+            continue
+        b = json.loads((base / name / "report" / "verdict.json").read_text())
+        n = json.loads(other.read_text())
+        diffs = differences(b, n)
+        n_diff += len(diffs)
+        status = "same" if not diffs else f"{len(diffs)} difference(s)"
+        print(f"{name:<60} {b['verdict']:<8} {len(b['checks'])} checks: {status}")
+        for d in diffs:
+            print(f"    {d}")
+    print(f"{len(names)} runs compared, {n_diff} difference(s)")
+    return 0 if n_diff == 0 else 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("analyse", help="re-judge the newest catalog runs into OUT")
+    a.add_argument("out", type=Path)
+    a.add_argument("--runs", type=Path, default=Path("runs"))
+    a.add_argument("--target", default="acceptor", choices=("acceptor", "broker"))
+    a.add_argument("--spark-master", default=None)
+    c = sub.add_parser("compare", help="compare two analyse folders check by check")
+    c.add_argument("base", type=Path)
+    c.add_argument("new", type=Path)
+    args = parser.parse_args()
+    if args.cmd == "analyse":
+        return analyse(args.out, args.runs, args.target, args.spark_master)
+    return compare(args.base, args.new)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
