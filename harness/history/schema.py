@@ -66,6 +66,8 @@ EVENTS: dict[str, frozenset[str]] = {
             "request",
             "request_throttle",
             "admin",
+            "loop_lag",  # the acceptor's heartbeat: its event loop ran late (a measured stall)
+            "processor_stall",  # a test-scheduled processor stall began / ended
         }
     ),
     "harness": frozenset(
