@@ -38,6 +38,7 @@ DEFAULTS: dict[str, str] = {
     "acceptor.io": "protocol",
     LEGACY_SKIP_KEY: "false",
     FAULT_KEY: "",
+    "harness.test.processor.stall": "",  # parsed by harness.acceptor.stall (issue 13)
 }
 _LISTENER_KEY = re.compile(r"^listener\.name\.([^.]+)\.(upstream|proxy\.protocol)$")
 
