@@ -8,6 +8,12 @@ with ``latency_ms`` and ``detail.profile = "steady"`` — api_key 0 for produce
 (send → ack), 1 for fetch (produce → consumed, end to end). Closed model: ``-u N``
 victims, ``--steady-rate`` produces per second each.
 
+kafka-python's own sockets (bootstrap, then one per broker, for each producer and
+consumer) are recorded as every profile's connections (``connect_invoke`` …
+``closed``, and responses carrying ``throttle_time_ms``) by
+``loadprofiles.steady_conns``, so the client-side checks of a broker target see the
+long-lived holders and the request throttles.
+
     locust -f loadprofiles/steady.py --headless -u 2 -r 2 -t 30s \
         --host kafka://127.0.0.1:9092 --topic harness-steady --run-dir runs/x
 """
@@ -23,7 +29,7 @@ from kafka.errors import KafkaError, KafkaTimeoutError
 from locust import User, task
 from locust.runners import MasterRunner
 
-from loadprofiles import readiness, webui  # noqa: F401  (webui: the admission tab)
+from loadprofiles import readiness, steady_conns, webui  # noqa: F401  (webui: admission tab)
 from loadprofiles.common import history, listen, payload, prepare_topic, settings
 
 PRODUCE, FETCH = 0, 1
@@ -61,6 +67,10 @@ class SteadyUser(User):
         self._next_at = time.monotonic()
         self.s = s
         self.hist = history(self.environment)
+        if self.hist is not None and steady_conns._active is None:
+            # one recorder per process (the history writer is per process)
+            steady_conns.install()
+            steady_conns.activate(steady_conns.ConnectionRecorder(self.hist, listener=s.listener))
         bootstrap = f"{s.host}:{s.port}"
         self.value = payload(s.payload_bytes, s.seed)
         self.producer = KafkaProducer(

@@ -1,0 +1,255 @@
+"""The steady profile's kafka-python connections, recorded like every other profile's.
+
+The steady victims are real ``KafkaProducer``/``KafkaConsumer`` clients: kafka-python
+opens, keeps and closes their sockets (bootstrap, then one per broker). Without rows
+for those sockets the client-side checks of a broker target cannot see the long-lived
+holders that make up the count pressure of ``listener-max``, ``ip-count``,
+``eviction-order``..., nor the ``throttle_time_ms`` Kafka puts in their responses.
+
+``ConnectionRecorder`` writes, per kafka-python connection, the rows
+``loadprofiles.kafka_client.KafkaConnection`` writes for its own connections, with the
+same fields (conn_id, listener, client_ip/port = the socket's local address, client_id):
+
+- ``connect_invoke`` (``detail.profile``) at the start of the connect, ``connect_ok``
+  when the TCP handshake is done (``latency_ms`` since invoke);
+- ``ready`` at the first response (``latency_ms`` since invoke, ``api_key``);
+- ``request_ok`` for every response carrying a non-zero ``throttle_time_ms``
+  (``detail.throttle_time_ms``; ``latency_ms`` empty, so the steady latency figures,
+  which are the profile's own produce/end-to-end rows, are not changed);
+- ``closed`` with ``detail.outcome`` classified as KafkaConnection classifies
+  (``eof_after_accept`` when the broker closed before any response, ``reason`` eof /
+  reset / timeout / done).
+
+A connect that fails before the handshake has no local port to join on and is not
+recorded (kafka-python retries it with backoff; the steady profile's own
+``request_fail`` rows say when a produce failed).
+
+``install()`` wraps four methods of kafka-python 3.0's connection layer
+(``KafkaConnectionManager._connect`` and ``KafkaConnection.connection_made``,
+``_maybe_throttle``, ``connection_lost``) once per process; the wrappers call the
+active recorder, if any, and then the original. Only the steady profile's Locust
+process installs them (the other profiles use our own client). No Locust, no gevent
+here: unit tests drive the recorder directly.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from loadprofiles.kafka_client import Outcome, Recorder
+
+_ids = itertools.count(1)
+_RESET_ERRNOS = {errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED}
+
+
+@dataclass
+class _Conn:
+    conn_id: str
+    invoke_ns: int
+    client_ip: str | None = None
+    client_port: int | None = None
+    client_id: str | None = None
+    connect_ms: float | None = None
+    ready_ms: float | None = None
+    eof_ms: float | None = None
+    responses: int = 0
+
+
+def close_reason(exc: BaseException | None) -> str:
+    """The history ``reason`` of a kafka-python ``connection_lost(exc)``.
+
+    None is our own close (``done``); kafka-python reports a peer's FIN as
+    ``KafkaConnectionError('socket disconnected')`` and a reset as a
+    KafkaConnectionError wrapping the OSError; request and setup time-outs by name.
+    """
+    if exc is None:
+        return "done"
+    name = type(exc).__name__
+    text = str(exc)
+    if "socket disconnected" in text:
+        return "eof"
+    cause = exc.args[0] if exc.args else None
+    if isinstance(cause, OSError) and cause.errno in _RESET_ERRNOS:
+        return "reset"
+    if isinstance(exc, OSError) and exc.errno in _RESET_ERRNOS:
+        return "reset"
+    if "Timeout" in name or "TimedOut" in name or "timed out" in text.lower():
+        return "timeout"
+    if "reset" in text.lower():
+        return "reset"
+    return "error"
+
+
+class ConnectionRecorder:
+    """History rows for kafka-python connections (keyed by the connection object)."""
+
+    def __init__(
+        self,
+        history: Recorder,
+        *,
+        listener: str | None,
+        profile: str = "steady",
+        delayed_threshold_ms: float = 250.0,
+        clock: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        self.history = history
+        self.listener = listener
+        self.profile = profile
+        self.delayed_threshold_ms = delayed_threshold_ms
+        self.clock = clock
+        self._conns: dict[int, _Conn] = {}
+        self._pending: dict[int, int] = {}  # id(conn) -> invoke_ns, before the handshake
+
+    def _row(self, c: _Conn, event: str, mono_ns: int, **fields: Any) -> None:
+        self.history.record(
+            event,
+            mono_ns=mono_ns,
+            conn_id=c.conn_id,
+            listener=self.listener,
+            client_ip=c.client_ip,
+            client_port=c.client_port,
+            sock_ip=c.client_ip,
+            sock_port=c.client_port,
+            client_id=c.client_id,
+            **fields,
+        )
+
+    def invoke(self, conn: object) -> None:
+        """kafka-python starts connecting ``conn`` (before DNS and the SYN)."""
+        self._pending[id(conn)] = self.clock()
+
+    def made(self, conn: object, sockname: Any, client_id: str | None) -> None:
+        """The TCP handshake is done: ``connect_invoke`` + ``connect_ok``."""
+        now = self.clock()
+        invoke_ns = self._pending.pop(id(conn), now)
+        try:
+            ip, port = str(sockname[0]), int(sockname[1])
+        except (TypeError, IndexError, ValueError):
+            return  # no local address: nothing to join on
+        c = _Conn(f"s{os.getpid()}-{next(_ids)}", invoke_ns, ip, port, client_id)
+        c.connect_ms = (now - invoke_ns) / 1e6
+        self._conns[id(conn)] = c
+        self._row(c, "connect_invoke", invoke_ns, detail={"profile": self.profile})
+        self._row(c, "connect_ok", now, latency_ms=c.connect_ms)
+
+    def response(self, conn: object, response: Any) -> None:
+        """A response arrived on ``conn``: ``ready`` on the first; throttles recorded."""
+        c = self._conns.get(id(conn))
+        if c is None:
+            return
+        now = self.clock()
+        api_key = getattr(response, "API_KEY", None)
+        c.responses += 1
+        if c.ready_ms is None:
+            c.ready_ms = (now - c.invoke_ns) / 1e6
+            self._row(c, "ready", now, latency_ms=c.ready_ms, api_key=api_key)
+        throttle = getattr(response, "throttle_time_ms", 0) or 0
+        if throttle:
+            self._row(
+                c,
+                "request_ok",
+                now,
+                api_key=api_key,
+                detail={"profile": self.profile, "throttle_time_ms": int(throttle)},
+            )
+
+    def lost(self, conn: object, exc: BaseException | None) -> None:
+        """``conn`` is closed (by us: exc None) or lost: its ``closed`` row."""
+        self._pending.pop(id(conn), None)
+        c = self._conns.pop(id(conn), None)
+        if c is None:
+            return
+        now = self.clock()
+        reason = close_reason(exc)
+        if reason in ("eof", "reset"):
+            c.eof_ms = (now - c.invoke_ns) / 1e6
+        outcome = self._classify(c, reason)
+        detail: dict[str, Any] = {"outcome": str(outcome), "profile": self.profile}
+        if outcome is Outcome.EOF_AFTER_ACCEPT:
+            detail["closed_by"] = "reset" if reason == "reset" else "eof"
+        for key in ("connect_ms", "ready_ms", "eof_ms"):
+            value = getattr(c, key)
+            if value is not None:
+                detail[key] = round(value, 3)
+        if exc is not None and reason == "error":
+            detail["error"] = f"{type(exc).__name__}: {exc}"[:200]
+        self._row(
+            c, "closed", now, reason=reason, latency_ms=(now - c.invoke_ns) / 1e6, detail=detail
+        )
+
+    def _classify(self, c: _Conn, reason: str) -> Outcome:
+        """As ``KafkaConnection._classify``: served unless reset/timeout after a response;
+        before any response an EOF or reset is the broker's close, else a time-out."""
+        if c.responses:
+            if reason in ("reset", "timeout"):
+                return Outcome(reason)
+            slow = c.ready_ms is not None and c.ready_ms > self.delayed_threshold_ms
+            return Outcome.DELAYED_SERVED if slow else Outcome.SERVED
+        if reason in ("eof", "reset"):
+            return Outcome.EOF_AFTER_ACCEPT
+        return Outcome.TIMEOUT
+
+    def open_count(self) -> int:
+        return len(self._conns)
+
+
+# -- kafka-python hooks -------------------------------------------------------------------
+_active: ConnectionRecorder | None = None
+_installed = False
+
+
+def activate(recorder: ConnectionRecorder | None) -> None:
+    """The recorder the hooks write to (None: hooks do nothing)."""
+    global _active
+    _active = recorder
+
+
+def install() -> None:
+    """Wrap kafka-python 3.0's connection layer once per process (idempotent)."""
+    global _installed
+    if _installed:
+        return
+    from kafka.net.connection import KafkaConnection as KConn
+    from kafka.net.manager import KafkaConnectionManager
+
+    orig_connect = KafkaConnectionManager._connect
+    orig_made = KConn.connection_made
+    orig_throttle = KConn._maybe_throttle
+    orig_lost = KConn.connection_lost
+
+    async def _connect(self: Any, node: Any, conn: Any, *args: Any, **kwargs: Any) -> Any:
+        if _active is not None:
+            _active.invoke(conn)
+        return await orig_connect(self, node, conn, *args, **kwargs)
+
+    def connection_made(self: Any, transport: Any) -> Any:
+        out = orig_made(self, transport)
+        if _active is not None:
+            try:
+                sockname = transport.getHost()
+            except OSError:
+                sockname = None
+            _active.made(self, sockname, self.config.get("client_id"))
+        return out
+
+    def _maybe_throttle(self: Any, response: Any) -> Any:
+        if _active is not None:
+            _active.response(self, response)
+        return orig_throttle(self, response)
+
+    def connection_lost(self: Any, exc: Any) -> Any:
+        if _active is not None:
+            _active.lost(self, exc)
+        return orig_lost(self, exc)
+
+    KafkaConnectionManager._connect = _connect
+    KConn.connection_made = connection_made
+    KConn._maybe_throttle = _maybe_throttle
+    KConn.connection_lost = connection_lost
+    _installed = True

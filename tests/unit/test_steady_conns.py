@@ -1,0 +1,151 @@
+"""The steady profile's connection rows (loadprofiles.steady_conns), driven by hand."""
+
+from __future__ import annotations
+
+import errno
+from typing import Any
+
+import pytest
+
+from loadprofiles.steady_conns import ConnectionRecorder, close_reason
+
+
+class Rows:
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def record(
+        self,
+        event: str,
+        *,
+        ts_us: Any = None,
+        mono_ns: Any = None,
+        detail: Any = None,
+        **fields: Any,
+    ) -> int:
+        self.rows.append({"event": event, "mono_ns": mono_ns, "detail": detail, **fields})
+        return len(self.rows)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.ns = 1_000_000_000
+
+    def __call__(self) -> int:
+        return self.ns
+
+    def ms(self, d: float) -> None:
+        self.ns += int(d * 1e6)
+
+
+class Resp:
+    def __init__(self, api_key: int, throttle: int = 0) -> None:
+        self.API_KEY = api_key
+        self.throttle_time_ms = throttle
+
+
+def recorder() -> tuple[ConnectionRecorder, Rows, Clock]:
+    rows, clock = Rows(), Clock()
+    return ConnectionRecorder(rows, listener="client", clock=clock), rows, clock
+
+
+def test_served_connection_rows_and_throttle() -> None:
+    rec, h, clock = recorder()
+    conn = object()
+    rec.invoke(conn)
+    clock.ms(2)
+    rec.made(conn, ("127.0.0.1", 40001), "harness-steady-producer")
+    clock.ms(3)
+    rec.response(conn, Resp(18))  # ApiVersions: ready
+    clock.ms(10)
+    rec.response(conn, Resp(0, throttle=37))  # a throttled Produce
+    rec.response(conn, Resp(0))  # not throttled: no row
+    clock.ms(100)
+    rec.lost(conn, None)
+    events = [r["event"] for r in h.rows]
+    assert events == ["connect_invoke", "connect_ok", "ready", "request_ok", "closed"]
+    inv, ok, ready, thr, closed = h.rows
+    assert inv["mono_ns"] == 1_000_000_000 and inv["detail"] == {"profile": "steady"}
+    assert all(r["client_ip"] == "127.0.0.1" and r["client_port"] == 40001 for r in h.rows)
+    assert all(r["listener"] == "client" for r in h.rows)
+    assert all(r["client_id"] == "harness-steady-producer" for r in h.rows)
+    assert ok["latency_ms"] == pytest.approx(2.0)
+    assert ready["latency_ms"] == pytest.approx(5.0) and ready["api_key"] == 18
+    assert thr["api_key"] == 0 and thr["detail"]["throttle_time_ms"] == 37
+    assert thr.get("latency_ms") is None  # the steady latency figures stay the profile's own
+    assert closed["reason"] == "done" and closed["detail"]["outcome"] == "served"
+    assert rec.open_count() == 0
+
+
+def test_eof_before_any_response_is_eof_after_accept() -> None:
+    rec, h, clock = recorder()
+    conn = object()
+    rec.invoke(conn)
+    rec.made(conn, ("127.0.0.2", 40002), "c")
+    clock.ms(1)
+    rec.lost(conn, ConnectionError("socket disconnected"))
+    closed = h.rows[-1]
+    assert closed["event"] == "closed" and closed["reason"] == "eof"
+    assert closed["detail"]["outcome"] == "eof_after_accept"
+    assert closed["detail"]["closed_by"] == "eof"
+
+
+def test_eof_after_a_response_is_served_then_closed_by_the_broker() -> None:
+    rec, h, clock = recorder()
+    conn = object()
+    rec.invoke(conn)
+    rec.made(conn, ("127.0.0.1", 40003), "c")
+    rec.response(conn, Resp(18))
+    clock.ms(400)
+    rec.lost(conn, ConnectionError("socket disconnected"))
+    closed = h.rows[-1]
+    assert closed["reason"] == "eof" and closed["detail"]["outcome"] == "served"
+
+
+def test_slow_first_response_is_delayed_served_and_timeout_before_response() -> None:
+    rec, h, clock = recorder()
+    a, b = object(), object()
+    rec.invoke(a)
+    rec.invoke(b)
+    rec.made(a, ("127.0.0.1", 1), "c")
+    rec.made(b, ("127.0.0.1", 2), "c")
+    clock.ms(251)
+    rec.response(a, Resp(18))
+    rec.lost(a, None)
+    rec.lost(b, TimeoutError("Request timed out after 1000 ms"))
+    by_port = {r["client_port"]: r for r in h.rows if r["event"] == "closed"}
+    assert by_port[1]["detail"]["outcome"] == "delayed_served"
+    assert by_port[2]["reason"] == "timeout" and by_port[2]["detail"]["outcome"] == "timeout"
+
+
+def test_failed_connect_and_unknown_connections_write_nothing() -> None:
+    rec, h, _ = recorder()
+    conn = object()
+    rec.invoke(conn)
+    rec.lost(conn, ConnectionError("unable to connect"))  # before the handshake
+    rec.response(object(), Resp(0, 5))
+    rec.made(object(), None, "c")  # no local address
+    assert h.rows == []
+
+
+@pytest.mark.parametrize(
+    ("exc", "reason"),
+    [
+        (None, "done"),
+        (ConnectionError("socket disconnected"), "eof"),
+        (ConnectionError(OSError(errno.ECONNRESET, "Connection reset by peer")), "reset"),
+        (ConnectionResetError(errno.ECONNRESET, "reset"), "reset"),
+        (TimeoutError("Request timed out after 30000 ms"), "timeout"),
+        (ValueError("something else"), "error"),
+    ],
+)
+def test_close_reason(exc: BaseException | None, reason: str) -> None:
+    assert close_reason(exc) == reason
+
+
+def test_kafka_python_error_types_map() -> None:
+    import kafka.errors as Errors
+
+    assert close_reason(Errors.KafkaConnectionError("socket disconnected")) == "eof"
+    assert close_reason(Errors.RequestTimedOutError("Request timed out after 5 ms")) == "timeout"
+    assert close_reason(Errors.KafkaTimeoutError()) == "timeout"
