@@ -23,6 +23,7 @@ from typing import Any
 from harness.acceptor.admin import AdminHandler
 from harness.acceptor.admission import ListenerAcceptor
 from harness.acceptor.config import AcceptorConfig, parse_acceptor_config
+from harness.acceptor.heartbeat import Heartbeat
 from harness.acceptor.metrics import AcceptorMetrics
 from harness.acceptor.processor import Channel
 from harness.acceptor.recorder import Recorder
@@ -32,9 +33,11 @@ from harness.acceptor.request_quotas import (
     parse_entity_key,
     with_throttle_time,
 )
+from harness.acceptor.stall import parse_stalls, schedule_stalls
 from harness.acceptor.state import load_state, save_state
 from harness.acceptor.tracker import Completed
 from harness.history import HistoryWriter
+from harness.quota.client_quota_admin import ip_entity_address
 from harness.quota.config import QuotaConfig, apply_dynamic_update
 from harness.quota.connections import ConnectionQuotas
 from harness.quota.faults import FAULT_KEY, FAULTS, Faults
@@ -101,6 +104,11 @@ class Acceptor:
                 flush_interval_s=flush_s,
             )
         self.rec = Recorder(writer)
+        #: measures the event loop's own stalls (`loop_lag` rows; harness.acceptor.heartbeat)
+        self.heartbeat = Heartbeat(self.rec)
+        #: test-scheduled processor stalls (harness.test.processor.stall; none in production)
+        self._stalls = parse_stalls(cfg)
+        self._stall_timers: list[asyncio.TimerHandle] = []
         self.listeners: dict[str, ListenerAcceptor] = {}
         self.admin = AdminHandler(self)
         self.metrics = AcceptorMetrics(self)
@@ -155,16 +163,23 @@ class Acceptor:
             self.listeners[spec.name] = la
         self.metrics.start()
         self.write_config_row("start")
+        self.heartbeat.start()
         for la in self.listeners.values():
             la.start()
+        if self._stalls:
+            self._stall_timers = schedule_stalls(self, self._stalls)
 
     async def stop(self) -> None:
         """Stop accepting, close parked and queued sockets, close connections, flush."""
         if self.stopped:
             return
         self.stopped = True
+        for h in self._stall_timers:
+            h.cancel()
         for la in self.listeners.values():
             la.stop_accepting()
+            for proc in la.processors:
+                proc.resume()  # a stall cut short by the stop
         await asyncio.sleep(0.05)  # let cancelled accept/admission/header tasks clean up
         for la in self.listeners.values():
             la.close_parked()
@@ -192,6 +207,7 @@ class Acceptor:
         if internal:  # cancelled accept/admission/processor tasks: let them finish unwinding
             await asyncio.wait(internal, timeout=5)
         self.metrics.stop()
+        self.heartbeat.stop()
         self.rec.close()
         if self.config_writer is not None:
             self.config_writer.close()
@@ -312,7 +328,7 @@ class Acceptor:
         for key, rate in st.ip_quotas.items():
             ip = None if key == "default" else key
             if not self.cfg.skip_ip_rate_check:
-                self.quotas.set_ip_quota(ip, rate, now)
+                self.quotas.set_ip_quota(ip_entity_address(ip), rate, now)
 
     def ip_quotas(self) -> dict[str, int]:
         """The IP quotas in force ("default" for the default entity): the admin truth."""
@@ -320,9 +336,9 @@ class Acceptor:
 
     def set_ip_quota(self, ip: str | None, rate: int | None) -> None:
         now_ns = time.monotonic_ns()
-        key = "default" if ip is None else ip
+        key = "default" if ip is None else ip  # the entity name as given (Kafka's image)
         if not self.cfg.skip_ip_rate_check:
-            self.quotas.set_ip_quota(ip, rate, now_ns // 1_000_000)
+            self.quotas.set_ip_quota(ip_entity_address(ip), rate, now_ns // 1_000_000)
         if rate is None:
             self.state.ip_quotas.pop(key, None)
         else:

@@ -32,7 +32,7 @@ FAULT_SCENARIOS: dict[str, tuple[str, ...]] = {
     "rate_delay_not_waited": ("broker-rate",),
     "delay_doubled": ("broker-rate",),
     "slot_wait_while_free": ("broker-rate",),
-    "queue_larger_than_20": ("broker-rate",),
+    "queue_larger_than_20": ("processor-stall",),
     "request_wrong_entity": ("request-quota-two-entities",),
     "request_throttle_uncapped": ("request-quota-two-entities",),
     "skip_ip_rate_check": ("ci-gate",),

@@ -1,0 +1,78 @@
+"""The acceptor's heartbeat: a measure of its own event loop's stalls.
+
+Why: every admission, processor and connection of the acceptor runs on one event loop. When
+that loop stands still (a GC pause, the process descheduled on a loaded machine, a long
+callback), a rate-delay sleep ends late and the history shows an admission held longer than
+its delay. The checker (`admission_wait_explained`) must tell such a stall from an
+over-strict acceptor that sleeps longer than the delay; guessing stalls from gaps in the
+rows cannot (an over-sleeping acceptor with nothing else to do leaves the same gap). So the
+acceptor measures: a timer due every `PERIOD_MS`; when it fires later than due by more than
+`THRESHOLD_MS`, a `loop_lag` row says so (`mono_ns` = when it fired, `delay_ms` = how late,
+`detail.due_mono_ns`). A deliberate sleep does not delay the timer: only a loop that could
+not run its callbacks does.
+
+What the rows prove (the checker's tolerance, docs/analysis.md): a loop stall covering
+[a, b] delays the first tick due after `a` to ≥ b, so the stall lies within
+[due − PERIOD_MS, fired] of some tick whose lateness is ≥ (b − a) − PERIOD_MS; stalls whose
+tick was late by ≤ THRESHOLD_MS leave no row, so an unmeasured stall is shorter than
+THRESHOLD_MS + PERIOD_MS (+ the loop's 1 ms timer resolution under uvloop).
+
+Cost: one timer callback per period (100/s) and a row only when late: no work per
+connection. A `loop_lag` row of reason `start` records the period and threshold, so the
+checker knows the heartbeat ran (absence of stall rows then means no stall).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from harness.acceptor.recorder import Recorder
+
+PERIOD_MS = 10
+THRESHOLD_MS = 5
+
+
+class Heartbeat:
+    def __init__(self, rec: Recorder, period_ms: int = PERIOD_MS, threshold_ms: int = THRESHOLD_MS):
+        self.rec = rec
+        self.period_ns = period_ms * 1_000_000
+        self.threshold_ns = threshold_ms * 1_000_000
+        self._detail_start = {"period_ms": period_ms, "threshold_ms": threshold_ms}
+        self._due_ns = 0
+        self._handle: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: measured stalls (for tests and metrics): count and the longest lateness, ns
+        self.stalls = 0
+        self.max_late_ns = 0
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        now = time.monotonic_ns()
+        self.rec.row("loop_lag", now, reason="start", delay_ms=0.0, detail=self._detail_start)
+        self._schedule(now)
+
+    def _schedule(self, now_ns: int) -> None:
+        assert self._loop is not None
+        self._due_ns = now_ns + self.period_ns
+        self._handle = self._loop.call_later(self.period_ns / 1e9, self._tick)
+
+    def _tick(self) -> None:
+        now = time.monotonic_ns()
+        late = now - self._due_ns
+        if late > self.threshold_ns:
+            self.stalls += 1
+            self.max_late_ns = max(self.max_late_ns, late)
+            self.rec.row(
+                "loop_lag",
+                now,
+                reason="stall",
+                delay_ms=late / 1e6,
+                detail={"due_mono_ns": self._due_ns, "period_ms": self.period_ns / 1e6},
+            )
+        self._schedule(now)
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None

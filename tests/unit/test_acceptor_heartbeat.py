@@ -1,0 +1,93 @@
+"""The acceptor's heartbeat measures loop stalls and nothing else; processor stalls parse.
+
+A blocked loop (a callback that holds it, as a GC pause or descheduling would) must give a
+`loop_lag` row at least as late as the block minus one period; a coroutine sleeping
+(the over-sleep of a faulty acceptor) must give none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from harness.acceptor.config import parse_acceptor_config
+from harness.acceptor.heartbeat import Heartbeat
+from harness.acceptor.stall import STALL_KEY, Stall, parse_stalls
+from harness.quota.config import ConfigError
+
+
+class Rows:
+    """A Recorder stand-in keeping rows in memory."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def row(self, event: str, mono_ns: int, **fields: Any) -> None:
+        self.rows.append({"event": event, "mono_ns": mono_ns, **fields})
+
+
+def _run(body: Any) -> list[dict[str, Any]]:
+    rec = Rows()
+
+    async def main() -> None:
+        hb = Heartbeat(rec)  # type: ignore[arg-type]
+        hb.start()
+        await asyncio.sleep(0.05)
+        await body()
+        await asyncio.sleep(0.05)
+        hb.stop()
+
+    asyncio.run(main())
+    return rec.rows
+
+
+def test_a_blocked_loop_is_measured() -> None:
+    async def block() -> None:
+        time.sleep(0.12)  # holds the loop: no callback runs
+
+    rows = _run(block)
+    assert rows[0]["reason"] == "start" and rows[0]["detail"]["period_ms"] == 10
+    stalls = [r for r in rows if r["reason"] == "stall"]
+    assert stalls, rows
+    longest = max(r["delay_ms"] for r in stalls)
+    assert longest >= 120 - 10  # the tick due during the block waited for its end
+    r = max(stalls, key=lambda r: r["delay_ms"])
+    assert r["detail"]["due_mono_ns"] + r["delay_ms"] * 1e6 == pytest.approx(r["mono_ns"], abs=1)
+
+
+def test_a_sleeping_coroutine_is_not_a_stall() -> None:
+    async def oversleep() -> None:
+        await asyncio.sleep(0.12)  # the loop stays free: the heartbeat ticks on time
+
+    rows = _run(oversleep)
+    stalls = [r for r in rows if r["reason"] == "stall"]
+    # a loaded machine may delay a tick now and then, never by the length of the sleep
+    assert all(r["delay_ms"] < 60 for r in stalls), stalls
+
+
+def _cfg(stall: str, threads: str = "3") -> Any:
+    return parse_acceptor_config(
+        {
+            "listeners": "CLIENT://127.0.0.1:0",
+            "listener.name.client.upstream": "127.0.0.1:9",
+            "num.network.threads": threads,
+            STALL_KEY: stall,
+        }
+    )
+
+
+def test_processor_stalls_parse_and_bad_ones_name_the_key() -> None:
+    assert parse_stalls(_cfg("")) == ()
+    assert parse_stalls(_cfg("client/0@10+5, CLIENT/2@1.5+0.5")) == (
+        Stall("CLIENT", 0, 10.0, 5.0),
+        Stall("CLIENT", 2, 1.5, 0.5),
+    )
+    with pytest.raises(ConfigError, match=r"harness\.test\.processor\.stall"):
+        parse_stalls(_cfg("CLIENT/3@1+1"))  # only processors 0..2
+    with pytest.raises(ConfigError, match="no processor 0 on listener OTHER"):
+        parse_stalls(_cfg("OTHER/0@1+1"))
+    with pytest.raises(ConfigError, match="LISTENER/INDEX@AT\\+FOR"):
+        parse_stalls(_cfg("CLIENT/0@1"))
