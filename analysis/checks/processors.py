@@ -29,38 +29,88 @@ QUEUE_SIZE = 20
 
 
 def check_queue_depth(run: Run) -> CheckResult:
+    """Never more than 20 queued per processor, never more than 20 registered per iteration.
+
+    Each `register` row carries `detail.queue_depth` (sockets in the processor's queue when
+    it took this one, this one included) and `detail.in_iteration` (its position among the
+    registrations of that processor loop iteration). Judged are the registrations made
+    while the queue was at its bound (depth or position ≥ 20): only a processor that fell
+    behind (a stalled network thread, `processor_stall` rows) ever gets there. A run whose
+    queues never reached 20 says nothing about the bound: unknown, not pass.
+    """
     from pyspark.sql import functions as F
 
-    conns = acceptor_conns(run).where(F.col("register_ns").isNotNull())
-    stats = conns.agg(
+    name = "processor_queue_depth"
+    regs = run.events("register", source="acceptor").select(
+        "conn_id", "client_ip", "client_port", "listener", "processor", "mono_ns", "ts",
+        F.get_json_object("detail", "$.queue_depth").cast("int").alias("queue_depth"),
+        F.get_json_object("detail", "$.in_iteration").cast("int").alias("in_iteration"),
+    )  # fmt: skip
+    at_bound = (F.col("queue_depth") >= QUEUE_SIZE) | (F.col("in_iteration") >= QUEUE_SIZE)
+    over = (F.col("queue_depth") > QUEUE_SIZE) | (F.col("in_iteration") > QUEUE_SIZE)
+    stats = regs.agg(
         F.count(F.lit(1)).alias("n"),
         F.max("queue_depth").alias("max"),
-        F.sum(F.when(F.col("queue_depth") > QUEUE_SIZE, 1).otherwise(0)).alias("bad"),
+        F.max("in_iteration").alias("max_iter"),
+        F.sum(F.when(at_bound, 1).otherwise(0)).alias("judged"),
+        F.sum(F.when(over, 1).otherwise(0)).alias("bad"),
     ).first()
     assert stats is not None
-    if not stats["n"]:
+    n = int(stats["n"] or 0)
+    expected = (
+        f"queue_depth ≤ {QUEUE_SIZE} (Processor.ConnectionQueueSize) and ≤ {QUEUE_SIZE} "
+        "registrations per processor iteration"
+    )
+    if not n:
         return CheckResult(
-            "processor_queue_depth",
+            name,
             UNKNOWN,
             observed="no register rows",
-            expected=f"queue_depth ≤ {QUEUE_SIZE}",
+            expected=expected,
             explanation="no connection was handed to a processor, so nothing can be said",
         )
-    bad = conns.where(F.col("queue_depth") > QUEUE_SIZE)
+    stalls = run.events("processor_stall", source="acceptor").where(F.col("reason") == "start")
+    n_stalls = stalls.count()
+    observed = (
+        f"{n} registrations; max queue depth {fmt(stats['max'])}, max per iteration "
+        f"{fmt(stats['max_iter'])}; {int(stats['judged'] or 0)} at the bound of {QUEUE_SIZE}, "
+        f"{int(stats['bad'] or 0)} over; {n_stalls} processor stall(s)"
+    )
     n_bad = int(stats["bad"] or 0)
-    wit = [
-        witness(r.asDict(), f"queue depth {r['queue_depth']} at hand-off (> {QUEUE_SIZE})")
-        for r in (bad.orderBy("register_ns").limit(10).collect() if n_bad else [])
-    ]
+    judged = int(stats["judged"] or 0)
+    if not n_bad and not judged:
+        return CheckResult(
+            name,
+            UNKNOWN,
+            observed=observed,
+            expected=expected,
+            tolerance="none",
+            explanation=(
+                f"no processor queue ever held {QUEUE_SIZE} sockets, so the bound was never "
+                "tested (a processor must fall behind the acceptor: processor_stall)"
+            ),
+            judged=0,
+            exercised=False,
+        )
+    wit = []
+    for r in regs.where(over).orderBy("mono_ns").limit(10).collect() if n_bad else []:
+        what = (
+            f"queue depth {r['queue_depth']} at hand-off (> {QUEUE_SIZE})"
+            if (r["queue_depth"] or 0) > QUEUE_SIZE
+            else f"registration #{r['in_iteration']} of one processor iteration (> {QUEUE_SIZE})"
+        )
+        wit.append(witness(r.asDict(), f"{what} on processor {r['processor']}"))
     return CheckResult(
-        "processor_queue_depth",
+        name,
         FAIL if n_bad else PASS,
-        observed=f"{stats['n']} registrations; max queue depth {fmt(stats['max'])}; {n_bad} over",
-        expected=f"queue_depth ≤ {QUEUE_SIZE} (Processor.ConnectionQueueSize)",
-        tolerance="none",
+        observed=observed,
+        expected=expected,
+        tolerance="none (counts)",
         witnesses=wit,
-        explanation="a processor's new-connection queue holds at most 20 sockets",
-        judged=int(stats["n"] or 0),
+        explanation="a processor's new-connection queue holds at most 20 sockets and a processor "
+        "configures at most 20 new connections per iteration",
+        judged=judged + n_bad,
+        exercised=True,
     )
 
 

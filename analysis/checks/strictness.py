@@ -148,13 +148,14 @@ def check_admission_wait(run: Run) -> CheckResult:
     n_slot_ok = 0
     n_long_bad = 0
     n_stalled = 0
+    measured, hb = _heartbeat_stalls(run)
     if stats["long"]:
         candidates = conns.where(long_).select(*cols).orderBy("accept_ns").limit(5000).collect()
         counts = None
         if _count_limited(run):
             rows = acceptor_conns(run).select("listener", "admit_ns", "close_ns").collect()
             counts = Counts([r.asDict() for r in rows])
-        stalls = _loop_stalls(run, candidates)
+        stalls = measured if measured is not None else _loop_stalls(run, candidates)
         for r in candidates:
             delay = float(r["delay_ms"] or 0.0)
             ready = int(r["accept_ns"] + delay * MS)
@@ -220,9 +221,19 @@ def check_admission_wait(run: Run) -> CheckResult:
         ),
         tolerance=(
             f"−{fmt(TRUNCATION_MS)} ms (t0 in whole ms); +{fmt(slack)} ms event-loop lateness "
-            "(expect.slack_ms), plus any stall of the acceptor's loop measured in the history "
-            f"(a gap in its rows > {fmt(STALL_MIN_MS)} ms ended by ≥ {STALL_BURST} catch-up rows "
-            f"within {fmt(STALL_BURST_MS)} ms)"
+            "(expect.slack_ms), plus "
+            + (
+                f"the stalls of the acceptor's loop its heartbeat measured ({hb['stalls']} "
+                f"`loop_lag` rows, longest {fmt(hb['max_ms'], 1)} ms; each credited from its "
+                f"tick's due time − period {fmt(hb['period_ms'])} ms − timer resolution "
+                f"{fmt(TIMER_RESOLUTION_MS)} ms to when it fired; an unmeasured stall is < "
+                f"threshold {fmt(hb['threshold_ms'])} + period + resolution = "
+                f"{fmt(hb['blind_ms'])} ms, within the slack)"
+                if measured is not None
+                else "any stall of the acceptor's loop inferred from the history (no heartbeat: "
+                f"a gap in its rows > {fmt(STALL_MIN_MS)} ms ended by ≥ {STALL_BURST} catch-up "
+                f"rows within {fmt(STALL_BURST_MS)} ms)"
+            )
         ),
         witnesses=wit,
         explanation=(
@@ -307,6 +318,72 @@ def _slot_blocks_while_free(run: Run, slack: float) -> tuple[int, list[dict[str,
                 )
             )
     return len(blocks), out
+
+
+#: uvloop's timers and loop clock have millisecond resolution: a tick may fire up to 1 ms
+#: after its due time without any stall
+TIMER_RESOLUTION_MS = 1.0
+
+
+def _heartbeat_stalls(run: Run) -> tuple[list[tuple[int, int]] | None, dict[str, float]]:
+    """Loop stalls the acceptor measured itself (`loop_lag` rows), or None without a heartbeat.
+
+    A heartbeat tick due every `period` ms that fired `late` ms after its due time proves the
+    loop could not run callbacks from (at the latest) its due time to when it fired; the tick
+    before it fired on time at most one period (plus the timer resolution) earlier, so a stall
+    that delayed this tick lies in [due − period − resolution, fired]. That interval is what
+    a wait may be credited with. Ticks late by ≤ threshold write no row: an unmeasured stall
+    is shorter than threshold + period + resolution (the `blind_ms`), which the slack must
+    cover. Older acceptors wrote no heartbeat (no `start` row): None, and the caller falls
+    back to stalls inferred from gaps in the rows.
+    """
+    from pyspark.sql import functions as F
+
+    rows = (
+        run.events("loop_lag", source="acceptor")
+        .select(
+            "mono_ns",
+            "reason",
+            "delay_ms",
+            F.get_json_object("detail", "$.period_ms").cast("double").alias("period_ms"),
+            F.get_json_object("detail", "$.threshold_ms").cast("double").alias("threshold_ms"),
+        )
+        .collect()
+    )
+    starts = [r for r in rows if r["reason"] == "start"]
+    if not starts:
+        return None, {}
+    period = max(float(r["period_ms"] or 0.0) for r in starts)
+    threshold = max(float(r["threshold_ms"] or 0.0) for r in starts)
+    out: list[tuple[int, int]] = []
+    longest = 0.0
+    for r in rows:
+        if r["reason"] != "stall":
+            continue
+        fired = int(r["mono_ns"])
+        late = float(r["delay_ms"] or 0.0)
+        longest = max(longest, late)
+        out.append((fired - int((late + period + TIMER_RESOLUTION_MS) * MS), fired))
+    out.sort()
+    info = {
+        "stalls": float(len(out)),
+        "max_ms": longest,
+        "period_ms": period,
+        "threshold_ms": threshold,
+        "blind_ms": threshold + period + TIMER_RESOLUTION_MS,
+    }
+    return _merge(out), info
+
+
+def _merge(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Union of sorted intervals (overlapping credits are counted once)."""
+    out: list[tuple[int, int]] = []
+    for a, b in intervals:
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
 
 
 STALL_MIN_MS = 10.0
