@@ -37,7 +37,6 @@ from harness.acceptor.stall import parse_stalls, schedule_stalls
 from harness.acceptor.state import load_state, save_state
 from harness.acceptor.tracker import Completed
 from harness.history import HistoryWriter
-from harness.quota.client_quota_admin import ip_entity_address
 from harness.quota.config import QuotaConfig, apply_dynamic_update
 from harness.quota.connections import ConnectionQuotas
 from harness.quota.faults import FAULT_KEY, FAULTS, Faults
@@ -328,7 +327,7 @@ class Acceptor:
         for key, rate in st.ip_quotas.items():
             ip = None if key == "default" else key
             if not self.cfg.skip_ip_rate_check:
-                self.quotas.set_ip_quota(ip_entity_address(ip), rate, now)
+                self.quotas.set_ip_quota(ip, rate, now)
 
     def ip_quotas(self) -> dict[str, int]:
         """The IP quotas in force ("default" for the default entity): the admin truth."""
@@ -336,9 +335,9 @@ class Acceptor:
 
     def set_ip_quota(self, ip: str | None, rate: int | None) -> None:
         now_ns = time.monotonic_ns()
-        key = "default" if ip is None else ip  # the entity name as given (Kafka's image)
+        key = "default" if ip is None else ip
         if not self.cfg.skip_ip_rate_check:
-            self.quotas.set_ip_quota(ip_entity_address(ip), rate, now_ns // 1_000_000)
+            self.quotas.set_ip_quota(ip, rate, now_ns // 1_000_000)
         if rate is None:
             self.state.ip_quotas.pop(key, None)
         else:
