@@ -90,6 +90,132 @@ def _props(limits: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
+#: Source addresses tried for the broker target's held admin connection (one no load uses,
+#: so it shares no per-IP meter or count with the load).
+ADMIN_SOURCE_IPS = ("127.0.0.254", "127.0.0.253", "127.0.0.252")
+
+
+class HeldAdmin:
+    """One admin connection opened before the load and kept for the run (target broker).
+
+    On Kafka, a new connection to a listener whose broker-wide or listener rate is at its
+    limit waits behind the storm: the listener's single acceptor thread sleeps through one
+    rate delay per connection and the listen backlog overflows (docs/kafka-reference.md
+    10.1: the admin call removing the broker rate in ``quota-change`` timed out after
+    15 s). A connection accepted before the load is past every accept-time limit, so the
+    run's changes do not queue. If Kafka closes it (a broker kill, an LRU eviction), the
+    next change opens a new one (and may then queue like any client).
+
+    The requests are harness.admin.client's (same kafka-python classes, same error
+    handling); only the connection is kept instead of opened per call.
+    """
+
+    def __init__(self, bootstrap: str, source_ip: str | None, timeout: float = 15.0) -> None:
+        self.bootstrap = bootstrap
+        self.source_ip = source_ip
+        self.timeout = timeout
+        self.wire: Any = None
+        self.reconnects = 0
+
+    def open(self) -> None:
+        from harness.admin.client import KafkaWire
+
+        self.wire = KafkaWire(self.bootstrap, source_ip=self.source_ip, timeout=self.timeout)
+        self.wire.versions()  # ApiVersions now: the connection is accepted and served
+
+    def close(self) -> None:
+        if self.wire is not None:
+            self.wire.close()
+            self.wire = None
+
+    def _request(self, build: Callable[[Any], Any]) -> Any:
+        """Send on the held connection; reopen once if Kafka closed it."""
+        for attempt in (0, 1):
+            if self.wire is None:
+                self.open()
+                self.reconnects += attempt
+            try:
+                return self.wire.request(build(self.wire))
+            except (OSError, ConnectionError):
+                self.close()
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    def alter_client_quota(
+        self, entity: Mapping[str, str | None], ops: Mapping[str, float | None]
+    ) -> None:
+        from kafka.protocol.admin import AlterClientQuotasRequest as A
+
+        from harness.admin.client import AdminError
+
+        entry = A.EntryData(
+            entity=[
+                A.EntryData.EntityData(entity_type=t, entity_name=n) for t, n in entity.items()
+            ],
+            ops=[
+                A.EntryData.OpData(key=k, value=0.0 if v is None else float(v), remove=v is None)
+                for k, v in ops.items()
+            ],
+        )
+        resp = self._request(lambda w: A[w.version_for(A)](entries=[entry], validate_only=False))
+        for e in resp.entries:
+            if e.error_code:
+                raise AdminError(e.error_code, e.error_message, "AlterClientQuotas: ")
+
+    def alter_broker_config(self, changes: Mapping[str, str | None]) -> None:
+        from kafka.protocol.admin import IncrementalAlterConfigsRequest as I
+
+        from harness.admin.client import BROKER_RESOURCE, AdminError
+
+        resource = I.AlterConfigsResource(
+            resource_type=BROKER_RESOURCE,
+            resource_name="",
+            configs=[
+                I.AlterConfigsResource.AlterableConfig(
+                    name=k, config_operation=1 if v is None else 0, value=v
+                )
+                for k, v in changes.items()
+            ],
+        )
+        resp = self._request(
+            lambda w: I[w.version_for(I)](resources=[resource], validate_only=False)
+        )
+        for r in resp.responses:
+            if r.error_code:
+                raise AdminError(r.error_code, r.error_message, "IncrementalAlterConfigs: ")
+
+
+def _source_ips_in_use(scenario: Scenario) -> set[str]:
+    from loadprofiles.addresses import parse_ip_pool
+
+    used: set[str] = set()
+    for phase in scenario.load:
+        raw = getattr(phase, "source_ips", "") or ""
+        try:
+            used.update(str(ip) for ip in parse_ip_pool(str(raw)))
+        except Exception:  # a pool the runner accepted but we cannot expand: avoid none
+            continue
+    return used
+
+
+def admin_source_ip(scenario: Scenario, host: str) -> str | None:
+    """A loopback source address no load phase uses (None: not a loopback target)."""
+    if not host.startswith("127."):
+        return None
+    used = _source_ips_in_use(scenario)
+    return next((ip for ip in ADMIN_SOURCE_IPS if ip not in used), None)
+
+
+def broker_admin_listener(scenario: Scenario) -> str:
+    """Target broker: the protected inter-broker listener when the scenario has one beside
+    the client listeners (exempt from the broker-wide rate and count), else the first."""
+    inter = scenario.inter_broker_listener
+    if inter and len(scenario.listeners) > 1 and inter in scenario.listeners:
+        return inter
+    return scenario.listeners[0]
+
+
 def admin_listener(scenario: Scenario) -> str:
     """The listener admin requests go to: one that does not require a PROXY header
     (the admin client speaks plain Kafka)."""
@@ -255,6 +381,8 @@ class BrokerTarget(Target):
     """Kafka's own enforcement: the limits become broker properties and dynamic quotas."""
 
     name = "broker"
+    #: the admin connection kept for run-time changes (None: one per change)
+    held_admin: HeldAdmin | None = None
 
     def start(
         self,
@@ -279,13 +407,61 @@ class BrokerTarget(Target):
         self.client_addresses = {
             n: ("127.0.0.1", int(b.listener_ports[n])) for n in self.scenario.listeners
         }
-        self.admin_bootstrap = b.address(self.scenario.listeners[0])
+        self.admin_bootstrap = b.address(broker_admin_listener(self.scenario))
         if bootstrap_server:
             dynamic = {k: v for k, v in _props(limits).items() if not k.startswith("quota.window")}
             if dynamic:
                 apply_broker_config(self.admin_bootstrap, dynamic)
         self.limits = initial_limits(self.scenario, self.client_addresses)
         self.apply_initial_quotas()
+        if any(a.kind != "fault" for a in self.scenario.schedule):
+            self.open_held_admin()
+
+    def open_held_admin(self) -> None:
+        """The run changes limits while the load runs: keep one admin connection from now."""
+        host = self.admin_bootstrap.rpartition(":")[0]
+        held = HeldAdmin(self.admin_bootstrap, admin_source_ip(self.scenario, host))
+        try:
+            held.open()
+        except Exception as exc:
+            raise TargetError(f"admin connection to {self.admin_bootstrap} failed: {exc}") from exc
+        self.held_admin = held
+        self.progress(
+            f"admin connection held for the run's changes: {self.admin_bootstrap}"
+            + (f" from {held.source_ip}" if held.source_ip else "")
+        )
+
+    def apply(self, action: Action) -> None:
+        held = self.held_admin
+        if held is None or action.kind not in ("ip_quota", "broker_config", "request_quota"):
+            super().apply(action)
+            return
+        p = action.params
+        where = f"at {self.admin_bootstrap} (held connection)"
+        if action.kind == "ip_quota":
+            ip, rate = p["ip"], p["rate"]
+            entity = None if ip == "default" else ip
+            _call(
+                f"ip quota {ip}={rate} {where}",
+                held.alter_client_quota,
+                {"ip": entity},
+                {"connection_creation_rate": rate},
+            )
+        elif action.kind == "broker_config":
+            text = {k: (None if v is None else str(v)) for k, v in p.items()}
+            _call(f"broker config {text} {where}", held.alter_broker_config, text)
+        else:
+            entity = {k: p[k] for k in ("user", "client-id") if k in p}
+            pct = p.get("request_percentage")
+            ops = {"request_percentage": None if pct is None else float(pct)}
+            _call(f"request quota {entity} {ops} {where}", held.alter_client_quota, entity, ops)
+
+    def stop(self) -> None:
+        held = self.held_admin
+        if held is not None:
+            held.close()
+            self.held_admin = None
+        super().stop()
 
 
 class AcceptorTarget(Target):

@@ -48,3 +48,35 @@ def test_broker_properties_are_the_scenarios_limits() -> None:
     assert props["listener.name.replication.max.connections"] == "1"
     assert props["quota.window.num"] == "11"
     assert "ip_quotas" not in props and "listeners" not in props
+
+
+def test_broker_admin_goes_to_the_protected_listener_from_an_unused_address() -> None:
+    from harness.runner.targets import admin_source_ip, broker_admin_listener
+
+    assert broker_admin_listener(catalog.load("max-connections-protected")) == "REPLICATION"
+    assert broker_admin_listener(catalog.load("quota-change")) == "CLIENT"
+    sc = catalog.load("quota-change")  # load from 127.0.0.2-127.0.0.11
+    assert admin_source_ip(sc, "127.0.0.1") == "127.0.0.254"
+    assert admin_source_ip(sc, "kafka.example.com") is None  # not loopback: no binding
+
+
+def test_broker_target_holds_admin_only_for_run_time_changes(tmp_path: Path) -> None:
+    opened: list[str] = []
+
+    class Probe(BrokerTarget):
+        def open_held_admin(self) -> None:
+            opened.append(self.scenario.name)
+
+        def start_broker(self, **kw: object) -> object:
+            self.broker = SimpleNamespace(
+                listener_ports={n: 9000 + i for i, n in enumerate(self.scenario.listeners)},
+                address=lambda n: f"127.0.0.1:{self.broker.listener_ports[n]}",
+            )
+            return self.broker
+
+        def apply_initial_quotas(self) -> None:
+            pass
+
+    for name in ("quota-change", "ci-gate", "faults"):
+        Probe(catalog.load(name), tmp_path, print).start()
+    assert opened == ["quota-change"]  # faults' schedule holds only faults
