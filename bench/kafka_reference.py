@@ -27,6 +27,14 @@ from typing import Any
 
 BEGIN, END = "<!-- kafka-reference:begin -->", "<!-- kafka-reference:end -->"
 SPAN_CHECKS = ("client_broker_rate_span", "client_listener_rate_span", "client_ip_rate_span")
+#: count and throttle checks whose peak / limit is also reported (how tight on Kafka)
+PEAK_CHECKS = (
+    "client_connection_count",
+    "kafka_metric_connection_count",
+    "client_ip_concurrency",
+    "client_request_throttle",
+    "kafka_metric_throttle_bounded",
+)
 
 
 def say(msg: str) -> None:
@@ -126,11 +134,17 @@ def summarise(run_dir: Path | None) -> dict[str, Any]:
         for c in checks
         if c["name"] in SPAN_CHECKS and c.get("peak") is not None and c.get("limit")
     }
+    peaks = {
+        c["name"]: f"{c['peak']:g}/{c['limit']:g}"
+        for c in checks
+        if c["name"] in PEAK_CHECKS and c.get("peak") is not None and c.get("limit")
+    }
     out = {
         "run": str(run_dir),
         "verdict": v.get("verdict"),
         "not_passing": not_passing,
         "spans": spans,
+        "peaks": peaks,
         "kafka": (meta.get("versions") or {}).get("kafka"),
         "replay_agreement": next(
             (c.get("observed") for c in checks if c["name"] == "model_replay"), None
@@ -180,6 +194,63 @@ def write_doc(doc: Path, text: str) -> None:
     doc.write_text(body)
 
 
+_SHORT = {
+    "client_broker_rate_span": "broker",
+    "client_listener_rate_span": "listener",
+    "client_ip_rate_span": "ip",
+    "client_connection_count": "count",
+    "kafka_metric_connection_count": "Kafka count",
+    "client_ip_concurrency": "ip count",
+    "client_request_throttle": "throttle ms",
+    "kafka_metric_throttle_bounded": "Kafka throttle avg ms",
+}
+
+
+def passes_table(passes: list[tuple[str, list[dict[str, Any]]]]) -> str:
+    """Several passes side by side: per scenario the broker-side verdict of each pass, the
+    checks that did not pass, and peak / allowed of each span and count check per pass."""
+    names: list[str] = []
+    for _, rows in passes:
+        names += [r["scenario"] for r in rows if r["scenario"] not in names]
+    head = " | ".join(f"{label}" for label, _ in passes)
+    lines = [
+        f"| scenario | {head} | not passing (pass: checks) | peak / allowed per pass |",
+        "|---|" + "---|" * len(passes) + "---|---|",
+    ]
+    for name in names:
+        verdicts, failing, peaks = [], [], []
+        for label, rows in passes:
+            row = next((r for r in rows if r["scenario"] == name), None)
+            if row is None:
+                verdicts.append("-")
+                continue
+            b = row["broker"]
+            verdicts.append(str(b.get("broker_verdict") or b.get("verdict")).upper())
+            bad = [x for x in b.get("not_passing", []) if not x.startswith("model_replay=")]
+            if bad:
+                failing.append(f"{label}: {', '.join(bad)}")
+            vals = {**b.get("spans", {}), **b.get("peaks", {})}
+            if vals:
+                peaks.append(
+                    f"{label}: " + ", ".join(f"{_SHORT.get(k, k)} {v}" for k, v in vals.items())
+                )
+        lines.append(
+            f"| `{name}` | {' | '.join(verdicts)} | {'; '.join(failing) or '-'} | "
+            f"{'<br>'.join(peaks) or '-'} |"
+        )
+    return "\n".join(lines)
+
+
+def merge_main(specs: list[str]) -> int:
+    """``--merge LABEL=results.json ...``: print the passes table (markdown) to stdout."""
+    passes = []
+    for spec in specs:
+        label, _, path = spec.partition("=")
+        passes.append((label, json.loads(Path(path).read_text())))
+    print(passes_table(passes))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scenarios", help="comma-separated (default: every broker-target scenario)")
@@ -188,7 +259,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("runs/kafka-reference"))
     ap.add_argument("--doc", type=Path, default=Path("docs/kafka-reference.md"))
     ap.add_argument("--reuse", action="store_true", help="use existing broker runs under --out")
+    ap.add_argument(
+        "--merge",
+        nargs="+",
+        metavar="LABEL=RESULTS",
+        help="print a table of several passes' results.json side by side, and exit",
+    )
     args = ap.parse_args(argv)
+    if args.merge:
+        return merge_main(args.merge)
     names = args.scenarios.split(",") if args.scenarios else broker_scenarios()
     say(f"{len(names)} scenario(s): {', '.join(names)}; runs under {args.out}")
     rows: list[dict[str, Any]] = []
