@@ -34,6 +34,7 @@ from harness.quota.client_quota_admin import (
 from harness.quota.config import (
     BROKER_RECONFIGURABLE,
     ConfigError,
+    apply_dynamic_update,
     resolve_host,
 )
 from harness.quota.requests import DEFAULT, EntityName
@@ -60,7 +61,8 @@ BROKER_RESOURCE = 4
 IP_RATE_KEY = "connection_creation_rate"
 REQUEST_PERCENTAGE = "request_percentage"
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
-OP_SET, OP_DELETE = 0, 1
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
 ERROR_NAMES = {
     0: "NONE",
@@ -93,6 +95,50 @@ def is_connection_limit_key(key: str | None) -> bool:
         and key.startswith("listener.name.")
         and (key.endswith(".max.connections") or key.endswith(".max.connection.creation.rate"))
     )
+
+
+def check_broker_resource(
+    name: str, configs: list[tuple[str, int, str | None]], node_id: int | None
+) -> tuple[int, str] | None:
+    """A BROKER resource of IncrementalAlterConfigs, checked as Kafka 4.3.1's
+    ``ConfigAdminManager.preprocess`` does before any value is looked at, in its order:
+    duplicate keys, null values, the resource name (``""`` = cluster default, else this
+    broker's node id), operation types, append/subtract on a non-list key.
+    ``configs`` are ``(name, operation, value)``.
+    """
+    names = [c[0] for c in configs]
+    if len(set(names)) != len(names):
+        return INVALID_REQUEST, "Error due to duplicate config keys"
+    nulls = [key for key, op, value in configs if op != OP_DELETE and value is None]
+    if nulls:
+        return INVALID_REQUEST, "Null value not supported for : " + ", ".join(nulls)
+    if name:
+        # Scala's String.toInt (Integer.parseInt): optional sign, ASCII digits, 32 bits
+        digits = name[1:] if name[:1] in "+-" else name
+        if not (digits.isascii() and digits.isdigit()) or not (INT32_MIN <= int(name) <= INT32_MAX):
+            return INVALID_REQUEST, f"Node id must be an integer, but it is: {name}"
+        if node_id is None:
+            return (
+                INVALID_REQUEST,
+                f"Unexpected broker id: the acceptor's node.id (the id of the broker it fronts) "
+                f"is not set, but received {name}",
+            )
+        if int(name) != node_id:
+            return INVALID_REQUEST, f"Unexpected broker id, expected {node_id}, but received {name}"
+    for _key, op, _ in configs:
+        if op not in (OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT):
+            return INVALID_REQUEST, f"Unknown operations type {op}"
+    for key, op, _ in configs:
+        if not is_connection_limit_key(key):
+            return (
+                INVALID_CONFIG,
+                f"The acceptor only handles connection-limit keys on the broker resource; "
+                f"{key} must be sent in a separate request",
+            )
+        if op in (OP_APPEND, OP_SUBTRACT):  # no connection-limit key is a LIST
+            verb = "append" if op == OP_APPEND else "subtract"
+            return INVALID_CONFIG, f"Config value {verb} is not allowed for config key: {key}"
+    return None
 
 
 class AdminHandler:
@@ -270,20 +316,13 @@ class AdminHandler:
                 return False
             name = entity[c.entity_type]
             if c.match_type == MATCH_EXACT:
-                if c.match is None or name is None:
-                    return False
-                want = self._ip_of(c.match) if c.entity_type == "ip" else c.match
-                if want != name:
+                # the name as stored, never resolved: Kafka's image keeps the entity name
+                # the alteration gave ("localhost" matches "localhost", not "127.0.0.1")
+                if c.match is None or name != c.match:
                     return False
             elif c.match_type == MATCH_DEFAULT and name is not None:
                 return False
         return True
-
-    def _ip_of(self, host: str) -> str | None:
-        try:
-            return self.resolve(host)
-        except (OSError, UnicodeError, ValueError):
-            return None
 
     # -- AlterClientQuotas ----------------------------------------------------------------------
     def _alter_client_quotas(self, conn: Connection, info: RequestInfo, req: Any) -> Any:
@@ -313,14 +352,15 @@ class AdminHandler:
                         self.acceptor.set_request_quota(user, client, key, value)
                         applied.append({"entity": entity, "key": key, "value": value})
             elif error is None and not req.validate_only:
-                raw = entity["ip"]
-                ip = None if raw is None else self.resolve(raw)
+                # stored under the name as given (DescribeClientQuotas answers it back);
+                # the acceptor enforces it on the address InetAddress.getByName gives
+                name = entity["ip"]
                 for key, value in ops:
                     if key == IP_RATE_KEY:
-                        self.acceptor.set_ip_quota(ip, None if value is None else round(value))
+                        self.acceptor.set_ip_quota(name, None if value is None else round(value))
                         applied.append(
                             {
-                                "ip": ip or "default",
+                                "ip": name or "default",
                                 "rate": None if value is None else round(value),
                             }
                         )
@@ -352,10 +392,17 @@ class AdminHandler:
         R = IncrementalAlterConfigsResponse
         responses = []
         changed = False
+        seen: dict[tuple[int, str], int] = {}
+        for r in req.resources:
+            seen[(r.resource_type, r.resource_name)] = (
+                seen.get((r.resource_type, r.resource_name), 0) + 1
+            )
         for r in req.resources:
             code, msg = 0, None
             changes: dict[str, str | None] = {}
-            if r.resource_type != BROKER_RESOURCE:
+            if seen[(r.resource_type, r.resource_name)] > 1:  # ConfigAdminManager.preprocess
+                code, msg = INVALID_REQUEST, "Each resource must appear at most once."
+            elif r.resource_type != BROKER_RESOURCE:
                 code, msg = (
                     INVALID_REQUEST,
                     (
@@ -364,34 +411,25 @@ class AdminHandler:
                     ),
                 )
             else:
-                for c in r.configs:
-                    if not is_connection_limit_key(c.name):
-                        code, msg = (
-                            INVALID_CONFIG,
-                            (
-                                f"The acceptor only handles connection-limit keys on the broker "
-                                f"resource; {c.name} must be sent in a separate request"
-                            ),
-                        )
-                        break
-                    if c.config_operation == OP_SET:
-                        changes[c.name] = c.value
-                    elif c.config_operation == OP_DELETE:
-                        changes[c.name] = None
-                    else:
-                        code, msg = (
-                            INVALID_CONFIG,
-                            f"Config value append/subtract is not allowed for config key {c.name}",
-                        )
-                        break
+                error = check_broker_resource(
+                    r.resource_name,
+                    [(c.name, c.config_operation, c.value) for c in r.configs],
+                    self.acceptor.cfg.node_id,
+                )
+                if error is not None:
+                    code, msg = error
+                else:
+                    changes = {
+                        c.name: None if c.config_operation == OP_DELETE else c.value
+                        for c in r.configs
+                    }
             if code == 0:
                 try:
-                    if req.validate_only:
-                        from harness.quota.config import apply_dynamic_update
-
-                        apply_dynamic_update(self.acceptor.quota_cfg, changes)
-                    else:
-                        self.acceptor.alter_broker_config(changes)
+                    # Kafka validates the changed layer's values, even where the other layer
+                    # overrides them
+                    apply_dynamic_update(self.acceptor.quota_cfg, changes)
+                    if not req.validate_only:
+                        self.acceptor.alter_broker_config(changes, per_broker=r.resource_name != "")
                         changed = True
                 except ConfigError as exc:
                     # what a Kafka 4.3 broker answers for a bad dynamic value (observed)

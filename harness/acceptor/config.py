@@ -36,6 +36,7 @@ DEFAULTS: dict[str, str] = {
     "history.flush.interval.ms": "1000",
     "history.request.sample": "1",
     "acceptor.io": "protocol",
+    "node.id": "",
     LEGACY_SKIP_KEY: "false",
     FAULT_KEY: "",
     "harness.test.processor.stall": "",  # parsed by harness.acceptor.stall (issue 13)
@@ -72,6 +73,9 @@ class AcceptorConfig:
     io: str
     #: seeded enforcement faults (`harness.test.fault`; empty in production)
     faults: Faults
+    #: `node.id` of the broker behind the acceptor: the only per-broker BROKER resource
+    #: IncrementalAlterConfigs accepts (None = not configured: every broker id is refused)
+    node_id: int | None = None
     #: the raw properties as given (after overrides), for `config` rows and restarts
     properties: Mapping[str, str] = field(default_factory=dict)
 
@@ -212,6 +216,7 @@ def parse_acceptor_config(props: Mapping[str, str]) -> AcceptorConfig:
     if skip == "true":  # the older key is the fault skip_ip_rate_check
         faults = Faults(faults.enabled | {"skip_ip_rate_check"})
     state_dir = props.get("state.dir", "")
+    node_id = _int(props, "node.id", 0) if props.get("node.id", "") else None
     return AcceptorConfig(
         quota=quota,
         listeners=tuple(listeners),
@@ -227,6 +232,7 @@ def parse_acceptor_config(props: Mapping[str, str]) -> AcceptorConfig:
         request_sample=_int(props, "history.request.sample", 0),
         io=_choice(props, "acceptor.io", ("protocol", "streams")),
         faults=faults,
+        node_id=node_id,
         properties=dict(props),
     )
 

@@ -37,7 +37,8 @@ from harness.acceptor.stall import parse_stalls, schedule_stalls
 from harness.acceptor.state import load_state, save_state
 from harness.acceptor.tracker import Completed
 from harness.history import HistoryWriter
-from harness.quota.config import QuotaConfig, apply_dynamic_update
+from harness.quota.client_quota_admin import ip_entity_address
+from harness.quota.config import QuotaConfig, apply_dynamic_update, layered_update
 from harness.quota.connections import ConnectionQuotas
 from harness.quota.faults import FAULT_KEY, FAULTS, Faults
 from harness.quota.requests import EntityName, RequestQuotas
@@ -316,8 +317,9 @@ class Acceptor:
     # -- dynamic configuration (admin path) ------------------------------------------------
     def _restore_state(self) -> None:
         st = self.state
-        if st.broker_config:
-            self.quota_cfg = apply_dynamic_update(self.quota_cfg, dict(st.broker_config))
+        if st.broker_config or st.node_config:
+            layers = {**st.broker_config, **st.node_config}  # per-broker wins
+            self.quota_cfg = apply_dynamic_update(self.quota_cfg, layers)
             self.quotas.reconfigure(self.quota_cfg, time.monotonic_ns() // 1_000_000)
         for ek, values in st.request_quotas.items():
             user, client = parse_entity_key(ek)
@@ -327,7 +329,7 @@ class Acceptor:
         for key, rate in st.ip_quotas.items():
             ip = None if key == "default" else key
             if not self.cfg.skip_ip_rate_check:
-                self.quotas.set_ip_quota(ip, rate, now)
+                self.quotas.set_ip_quota(ip_entity_address(ip), rate, now)
 
     def ip_quotas(self) -> dict[str, int]:
         """The IP quotas in force ("default" for the default entity): the admin truth."""
@@ -335,26 +337,28 @@ class Acceptor:
 
     def set_ip_quota(self, ip: str | None, rate: int | None) -> None:
         now_ns = time.monotonic_ns()
-        key = "default" if ip is None else ip
+        key = "default" if ip is None else ip  # the entity name as given (Kafka's image)
         if not self.cfg.skip_ip_rate_check:
-            self.quotas.set_ip_quota(ip, rate, now_ns // 1_000_000)
+            self.quotas.set_ip_quota(ip_entity_address(ip), rate, now_ns // 1_000_000)
         if rate is None:
             self.state.ip_quotas.pop(key, None)
         else:
             self.state.ip_quotas[key] = rate
         save_state(self.cfg.state_dir, self.state)
 
-    def alter_broker_config(self, changes: Mapping[str, str | None]) -> None:
-        """Apply dynamic broker keys (raises ConfigError and changes nothing on bad input)."""
-        new_cfg = apply_dynamic_update(self.quota_cfg, changes)
+    def alter_broker_config(
+        self, changes: Mapping[str, str | None], *, per_broker: bool = False
+    ) -> None:
+        """Apply dynamic broker keys to the cluster-default or (per_broker) this broker's
+        layer (raises ConfigError and changes nothing on bad input)."""
+        effective, cluster, node = layered_update(
+            self.state.broker_config, self.state.node_config, changes, per_broker=per_broker
+        )
+        new_cfg = apply_dynamic_update(self.quota_cfg, effective)
         now_ms = time.monotonic_ns() // 1_000_000
         self.quotas.reconfigure(new_cfg, now_ms)
         self.quota_cfg = new_cfg
-        for key, value in changes.items():
-            if value is None:
-                self.state.broker_config.pop(key, None)
-            else:
-                self.state.broker_config[key] = value
+        self.state.broker_config, self.state.node_config = cluster, node
         save_state(self.cfg.state_dir, self.state)
         self.slot_freed()
 

@@ -19,8 +19,10 @@ STATE_FILE = "acceptor-state.json"
 class PersistentState:
     #: "default" -> rate for the default IP entity, "<ip>" -> rate
     ip_quotas: dict[str, int] = field(default_factory=dict)
-    #: dynamic broker keys set through IncrementalAlterConfigs (None never stored)
+    #: dynamic broker keys set through IncrementalAlterConfigs (None never stored): the
+    #: cluster-default layer (resource "") and this broker's own layer (resource node.id)
     broker_config: dict[str, str] = field(default_factory=dict)
+    node_config: dict[str, str] = field(default_factory=dict)
     #: request quotas by entity key (issue 5), e.g. "user=alice,client-id=<default>"
     request_quotas: dict[str, dict[str, float]] = field(default_factory=dict)
 
@@ -28,6 +30,7 @@ class PersistentState:
         return {
             "ip_quotas": dict(sorted(self.ip_quotas.items())),
             "broker_config": dict(sorted(self.broker_config.items())),
+            "node_config": dict(sorted(self.node_config.items())),
             "request_quotas": self.request_quotas,
         }
 
@@ -43,6 +46,7 @@ def load_state(state_dir: Path | None) -> PersistentState:
         return PersistentState(
             ip_quotas={str(k): int(v) for k, v in raw.get("ip_quotas", {}).items()},
             broker_config={str(k): str(v) for k, v in raw.get("broker_config", {}).items()},
+            node_config={str(k): str(v) for k, v in raw.get("node_config", {}).items()},
             request_quotas=dict(raw.get("request_quotas", {})),
         )
     except (ValueError, TypeError, AttributeError) as exc:

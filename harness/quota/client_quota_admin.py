@@ -22,6 +22,7 @@ __all__ = [
     "UNKNOWN_SERVER_ERROR",
     "UNSUPPORTED_VERSION",
     "DescribeComponent",
+    "ip_entity_address",
     "validate_alteration",
     "validate_describe_filter",
 ]
@@ -45,6 +46,17 @@ REQUEST_QUOTA_KEYS: Mapping[str, type] = {
 }
 _INT_KEYS = frozenset({"connection_creation_rate"})  # INT; the byte rates are LONG
 _LONG_MAX = 9.223372036854775807e18
+
+
+def ip_entity_address(name: str | None, resolve: Resolver = resolve_host) -> str | None:
+    """The address an ``ip`` quota entity applies to (``None`` = the default entity).
+
+    Kafka stores the entity under the name as given (``ClientQuotasImage``: describe answers
+    ``[::1]`` or ``localhost`` back) and enforces it on ``InetAddress.getByName(name)``
+    (``ClientQuotaMetadataManager.handleIpQuota``), so ``::ffff:127.0.0.9`` limits clients
+    from ``127.0.0.9``. Raises ``OSError`` for a name that does not resolve.
+    """
+    return None if name is None else resolve(name)
 
 
 def _resolvable(name: str, resolve: Resolver) -> bool:

@@ -12,12 +12,12 @@ the engine itself stays free of I/O in tests.
 
 from __future__ import annotations
 
-import ipaddress
 import re
-import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+
+from harness.quota.inet import java_get_by_name
 
 __all__ = [
     "BROKER_RECONFIGURABLE",
@@ -29,6 +29,7 @@ __all__ = [
     "QuotaConfig",
     "Resolver",
     "apply_dynamic_update",
+    "layered_update",
     "listener_key",
     "parse_config",
     "parse_listeners",
@@ -115,21 +116,9 @@ def listener_key(listener: str, suffix: str) -> str:
 
 
 def resolve_host(host: str) -> str:
-    """``InetAddress.getByName``: IP literals as is, names through the resolver (IPv4 first).
-
-    Java prefers IPv4 unless ``java.net.preferIPv6Addresses`` is set, so ``localhost`` is
-    ``127.0.0.1`` even where ``getaddrinfo`` lists ``::1`` first.
-    """
-    try:
-        return ipaddress.ip_address(host).compressed
-    except ValueError:
-        pass
-    infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-    if not infos:
-        raise OSError(f"no address for {host}")
-    v4 = [i for i in infos if i[0] == socket.AF_INET]
-    addr = str((v4 or infos)[0][4][0])
-    return ipaddress.ip_address(addr.split("%", 1)[0]).compressed
+    """``InetAddress.getByName`` (``harness.quota.inet``): Java's literal parsing, names
+    through the resolver (IPv4 first, as Java without ``java.net.preferIPv6Addresses``)."""
+    return java_get_by_name(host)
 
 
 def _frozen(d: Mapping[str, int]) -> Mapping[str, int]:
@@ -480,3 +469,30 @@ def apply_dynamic_update(
             listener_max_connection_creation_rate=_frozen(listener_rate),
         )
     return _apply_reconfigurable(base, resolved, resolve, dynamic=True)
+
+
+def layered_update(
+    cluster: Mapping[str, str],
+    node: Mapping[str, str],
+    changes: Mapping[str, str | None],
+    *,
+    per_broker: bool,
+) -> tuple[dict[str, str | None], dict[str, str], dict[str, str]]:
+    """Kafka's two dynamic layers: the cluster default (BROKER resource ``""``) and this
+    broker's own (resource ``"<node.id>"``), per-broker winning key by key
+    (``DynamicBrokerConfig``: static < cluster default < per-broker).
+
+    ``changes`` go to one layer (``None`` deletes the key from that layer only). Returns
+    ``(effective, cluster', node')``: ``effective`` is, for every changed key, the value now
+    in force (``None`` = neither layer sets it: the static value or Kafka's default), ready
+    for :func:`apply_dynamic_update`. Deleting a per-broker value reveals the cluster default.
+    """
+    new_cluster, new_node = dict(cluster), dict(node)
+    layer = new_node if per_broker else new_cluster
+    for key, value in changes.items():
+        if value is None:
+            layer.pop(key, None)
+        else:
+            layer[key] = value
+    effective = {key: new_node.get(key, new_cluster.get(key)) for key in changes}
+    return effective, new_cluster, new_node

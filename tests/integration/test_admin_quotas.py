@@ -408,3 +408,198 @@ def test_harness_quotas_against_the_real_broker(
         == 2
     )
     assert "Invalid config(s): connection_creation_rate" in capsys.readouterr().err
+
+
+# -- Kafka 4.3.1's answers for the edge cases of issue 14 ------------------------------------
+def _on_broker_eventually(check: Callable[[], bool], what: str) -> None:
+    wait_until(check, timeout=30, what=what)  # KRaft: visible once the metadata log is applied
+
+
+def _ip_rows(boot: str, names: set[str | None], **filt: Any) -> list[Any]:
+    """DescribeClientQuotas over ip entities, only the entities named (the shared broker
+    keeps other tests' quotas), sorted."""
+    comps = filt.get("components", [("ip", 2, None)])
+    rows = describe_client_quotas(boot, comps, strict=filt.get("strict", False))
+    return sorted(
+        ((e.get("ip"), v) for e, v in rows if e.get("ip") in names), key=lambda r: str(r[0])
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "address"),
+    [
+        ("[::1]", "::1"),  # Java drops the brackets of an IPv6 literal
+        ("::ffff:127.0.0.41", "127.0.0.41"),  # IPv4-mapped: an IPv4 address
+        ("017.0.0.1", "17.0.0.1"),  # decimal in Java, octal in glibc
+        ("127.42", "127.0.0.42"),  # Java's short forms
+        ("localhost", "127.0.0.1"),  # a name: through the resolver
+    ],
+)
+def test_ip_entity_is_stored_and_matched_by_the_name_given(
+    start: Start, kafka_broker: Any, name: str, address: str
+) -> None:
+    # ClientQuotasImage keeps the entity name of the alteration; the connection quota applies
+    # to InetAddress.getByName(name) (ClientQuotaMetadataManager.handleIpQuota)
+    h = start()
+    mine, theirs = bootstrap(h.address("CLIENT")), kafka_broker.bootstrap
+    names: set[str | None] = {name, address}
+    exact = {"components": [("ip", 0, name)], "strict": True}
+    by_address = {"components": [("ip", 0, address)], "strict": True}
+    try:
+        for boot in (mine, theirs):
+            alter_ip_quota(boot, name, 17)
+        _on_broker_eventually(lambda: _ip_rows(theirs, names) != [], "the broker's ip quota")
+        for filt in ({}, exact, by_address):
+            assert _ip_rows(mine, names, **filt) == _ip_rows(theirs, names, **filt), filt
+        assert _ip_rows(mine, names) == [(name, {"connection_creation_rate": 17.0})]
+        assert _ip_rows(mine, names, **by_address) == []  # the name, not the address
+        # enforced on the address
+        assert h.call(lambda: h.acceptor.quotas.ip_quotas()) == {address: 17}
+        assert h.acceptor.ip_quotas() == {name: 17}
+    finally:
+        for boot in (mine, theirs):
+            alter_ip_quota(boot, name, None)
+    _on_broker_eventually(lambda: _ip_rows(theirs, names) == [], "the deletion")
+    assert _ip_rows(mine, names) == [] and h.call(lambda: h.acceptor.quotas.ip_quotas()) == {}
+
+
+@pytest.mark.parametrize("name", ["0x7f.0.0.1", "[127.0.0.1]", "[::1", "1.2.3.4:5", "256.0.0.1"])
+def test_ip_entity_names_java_refuses(start: Start, kafka_broker: Any, name: str) -> None:
+    # 0x7f.0.0.1: glibc reads it as 127.0.0.1; Java 17 refuses an ambiguous literal
+    h = start()
+    errors = []
+    for boot in (bootstrap(h.address("CLIENT")), kafka_broker.bootstrap):
+        with pytest.raises(AdminError) as err:
+            alter_ip_quota(boot, name, 5)
+        errors.append((err.value.code, err.value.message))
+    assert errors[0] == errors[1] == (42, f"{name} is not a valid IP or resolvable host.")
+
+
+def test_ipv4_mapped_entity_limits_the_ipv4_client(start: Start) -> None:
+    h = start()
+    alter_ip_quota(bootstrap(h.address("CLIENT")), "::ffff:127.0.0.43", 1)
+    outcomes = [round_trip(h.address("CLIENT"), "127.0.0.43", timeout=10) for _ in range(2)]
+    assert outcomes[0] == "ok" and outcomes[1] in ("eof", "reset")
+    assert describe_ip_quotas(bootstrap(h.address("CLIENT"))) == {"::ffff:127.0.0.43": 1.0}
+
+
+def test_exact_filter_returns_only_that_entity(start: Start, kafka_broker: Any) -> None:
+    h = start()
+    mine, theirs = bootstrap(h.address("CLIENT")), kafka_broker.bootstrap
+    names: set[str | None] = {"127.0.0.44", "127.0.0.45"}
+    try:
+        for boot in (mine, theirs):
+            alter_ip_quota(boot, "127.0.0.44", 4)
+            alter_ip_quota(boot, "127.0.0.45", 5)
+        _on_broker_eventually(lambda: len(_ip_rows(theirs, names)) == 2, "both quotas")
+        for strict in (False, True):
+            filt = {"components": [("ip", 0, "127.0.0.45")], "strict": strict}
+            assert _ip_rows(mine, names, **filt) == _ip_rows(theirs, names, **filt)
+            assert _ip_rows(mine, names, **filt) == [
+                ("127.0.0.45", {"connection_creation_rate": 5.0})
+            ]
+    finally:
+        for boot in (mine, theirs):
+            alter_ip_quota(boot, "127.0.0.44", None)
+            alter_ip_quota(boot, "127.0.0.45", None)
+
+
+def _broker_value(boot: str, node: str, key: str) -> str:
+    """DescribeConfigs of BROKER resource `node`: the value in force for `key`."""
+    from kafka.protocol.admin import DescribeConfigsRequest as D
+
+    from harness.admin.client import KafkaWire
+
+    with KafkaWire(boot) as wire:
+        v = wire.version_for(D)
+        resp = wire.request(
+            D[v](
+                resources=[
+                    D.DescribeConfigsResource(
+                        resource_type=4, resource_name=node, configuration_keys=[key]
+                    )
+                ],
+                include_synonyms=False,
+                **({"include_documentation": False} if v >= 3 else {}),
+            )
+        )
+    (result,) = resp.results
+    assert result.error_code == 0, result.error_message
+    (entry,) = [c for c in result.configs if c.name == key]
+    return str(entry.value)
+
+
+def test_per_broker_and_cluster_default_are_separate_layers(
+    start: Start, kafka_broker: Any
+) -> None:
+    # DynamicBrokerConfig: static < cluster default (resource "") < this broker (resource
+    # "<node.id>"); deleting the per-broker value reveals the default. Same steps on both,
+    # the value in force compared after each (the broker's from DescribeConfigs).
+    from harness.broker.config import NODE_ID
+
+    node = str(NODE_ID)
+    h = start(**{"node.id": node})
+    mine, theirs = bootstrap(h.address("CLIENT")), kafka_broker.bootstrap
+    key = "max.connection.creation.rate"
+    steps: list[tuple[str, str | None, int]] = [
+        ("", "1000001", 1000001),
+        (node, "1000002", 1000002),
+        ("", "1000003", 1000002),  # the per-broker value wins
+        (node, None, 1000003),  # deleting it reveals the cluster default
+        ("", None, 2147483647),
+    ]
+    try:
+        for resource, value, expected in steps:
+            for boot in (mine, theirs):
+                alter_broker_config(boot, {key: value}, broker=resource)
+            _on_broker_eventually(
+                lambda e=expected: _broker_value(theirs, node, key) == str(e),  # type: ignore[misc]
+                f"{key}={expected} on the broker",
+            )
+            assert h.acceptor.quota_cfg.max_connection_creation_rate == expected
+    finally:
+        for boot in (mine, theirs):
+            alter_broker_config(boot, {key: None}, broker=node)
+            alter_broker_config(boot, {key: None})
+
+
+@pytest.mark.parametrize(
+    ("resource", "configs"),
+    [
+        ("2", [("max.connections", 0, "100")]),  # not this broker
+        ("x", [("max.connections", 0, "100")]),
+        (" 1", [("max.connections", 0, "100")]),
+        ("", [("max.connections", 0, "100"), ("max.connections", 0, "200")]),
+        ("", [("max.connections", 0, None)]),  # SET with a null value
+        ("", [("max.connections", 2, "100")]),  # APPEND on a non-list key
+        ("", [("max.connections", 3, "100")]),  # SUBTRACT
+        ("", [("max.connections", 7, "100")]),  # unknown operation
+        ("", [("max.connections", 0, "-1")]),
+        ("2", [("max.connections", 0, "-1")]),  # the broker id is checked first
+    ],
+)
+def test_broker_resource_errors_are_the_brokers(
+    start: Start, kafka_broker: Any, resource: str, configs: list[tuple[str, int, str | None]]
+) -> None:
+    from kafka.protocol.admin import IncrementalAlterConfigsRequest as I
+
+    from harness.admin.client import KafkaWire
+    from harness.broker.config import NODE_ID
+
+    h = start(**{"node.id": str(NODE_ID)})
+    request = I.AlterConfigsResource(
+        resource_type=4,
+        resource_name=resource,
+        configs=[
+            I.AlterConfigsResource.AlterableConfig(name=k, config_operation=op, value=v)
+            for k, op, v in configs
+        ],
+    )
+    answers = []
+    for boot in (bootstrap(h.address("CLIENT")), kafka_broker.bootstrap):
+        with KafkaWire(boot) as wire:
+            resp = wire.request(I[wire.version_for(I)](resources=[request], validate_only=False))
+        answers.append([(r.error_code, r.error_message) for r in resp.responses])
+    assert answers[0] == answers[1]
+    assert answers[0][0][0] != 0
+    assert h.acceptor.quota_cfg.max_connections == 2147483647
