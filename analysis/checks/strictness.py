@@ -8,6 +8,14 @@ nothing else meanwhile, reference §0.3): with d the recorded rate delay,
   was unavailable (listener count ≥ its max, or, off the protected listener, the total
   ≥ max.connections) and t1 ≤ the first instant a slot was free again + slack. A slot
   wait while slots were free, or longer than the release that freed one, is a witness.
+  The only other excuse is a stall of the acceptor's own event loop, and only one its
+  heartbeat measured (`loop_lag` rows, harness.acceptor.heartbeat: a 10 ms timer whose
+  lateness > 5 ms is written down): each stall row is credited from its tick's due time
+  − period − 1 ms timer resolution to when it fired, and only where it overlaps the wait.
+  An unmeasured stall is shorter than threshold + period + resolution (16 ms), inside the
+  slack. A deliberate over-sleep leaves the loop free, so the heartbeat ticks on time and
+  nothing excuses it (the seeded fault `delay_doubled`). Recordings without a heartbeat
+  `start` row (older acceptors) fall back to stalls inferred from gaps in the rows.
 Counts are the admitted connections (admit → close/evict), releases first at an instant.
 And each `blocked` row of reason `slot` or `rate+slot` says the acceptor found no slot: if
 the counts were below every maximum (listener max, and off the protected listener
