@@ -231,7 +231,7 @@ def check_admission_wait(run: Run) -> CheckResult:
             f"−{fmt(TRUNCATION_MS)} ms (t0 in whole ms); +{fmt(slack)} ms event-loop lateness "
             "(expect.slack_ms), plus "
             + (
-                f"the stalls of the acceptor's loop its heartbeat measured ({hb['stalls']} "
+                f"the stalls of the acceptor's loop its heartbeat measured ({int(hb['stalls'])} "
                 f"`loop_lag` rows, longest {fmt(hb['max_ms'], 1)} ms; each credited from its "
                 f"tick's due time − period {fmt(hb['period_ms'])} ms − timer resolution "
                 f"{fmt(TIMER_RESOLUTION_MS)} ms to when it fired; an unmeasured stall is < "
