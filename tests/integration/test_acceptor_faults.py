@@ -155,3 +155,33 @@ def test_queue_larger_than_20_holds_40_connections(start: Start) -> None:
         s.close()
     depths = [json.loads(r["detail"])["queue_depth"] for r in rows(h, "register")]
     assert max(depths) > 20  # what Kafka's ArrayBlockingQueue(20) cannot show
+
+
+def _stalled_queue(h: AcceptorHandle, n: int) -> tuple[list[dict[str, Any]], list[Any]]:
+    """`n` connections while processor 0 of 2 is stalled; its register rows, and the sockets."""
+    addr = h.address("CLIENT")
+    wait_until(lambda: rows(h, "processor_stall"), timeout=10, what="the stall to begin")
+    socks = []
+    for i in range(n):
+        s = raw(addr, f"127.0.2.{i + 1}")
+        s.sendall(api_versions_frame())
+        socks.append(s)
+    wait_until(lambda: len(rows(h, "register")) == n, timeout=30, what=f"{n} registrations")
+    for s in socks:
+        assert read_outcome(s, 20) == "data"
+    stall = rows(h, "processor_stall")
+    assert [r["reason"] for r in stall] == ["start", "end"] and stall[0]["processor"] == 0
+    return [r for r in rows(h, "register") if r["processor"] == 0], socks
+
+
+def test_processor_stall_fills_the_queue_to_20_and_the_fault_to_40(start: Start) -> None:
+    """`harness.test.processor.stall`: the stalled processor's queue fills, then the round
+    robin skips it; the correct acceptor shows depth 20 at most, the fault 40."""
+    props = {"num.network.threads": "2", "harness.test.processor.stall": "CLIENT/0@0.3+4"}
+    for fault, depth in (("", 20), ("queue_larger_than_20", 40)):
+        regs, socks = _stalled_queue(start(fault, **props), 100)
+        details = [json.loads(r["detail"]) for r in regs]
+        assert max(d["queue_depth"] for d in details) == depth, (fault, details[:3])
+        assert max(d["in_iteration"] for d in details) == depth, fault
+        for s in socks:
+            s.close()
