@@ -120,8 +120,8 @@ def check_broker_resource(
         if node_id is None:
             return (
                 INVALID_REQUEST,
-                f"Unexpected broker id: the acceptor's node.id (the id of the broker it fronts) "
-                f"is not set, but received {name}",
+                f"Unexpected broker id: the acceptor does not know the id of the broker it "
+                f"fronts (set node.id), but received {name}",
             )
         if int(name) != node_id:
             return INVALID_REQUEST, f"Unexpected broker id, expected {node_id}, but received {name}"
@@ -145,6 +145,51 @@ class AdminHandler:
     def __init__(self, acceptor: Acceptor, resolve: Callable[[str], str] = resolve_host) -> None:
         self.acceptor = acceptor
         self.resolve = resolve
+        self._node_ids: dict[str, int] = {}  # listener -> node id learned from its upstream
+
+    def node_id(self, conn: Connection) -> int | None:
+        """The `node.id` of the broker behind the connection's listener: the configured
+        `node.id`, else asked once from the upstream (a blocking Metadata round trip on the
+        loop, like the host resolution here): its only broker, or the broker advertising
+        this listener's or the upstream's address. None when it cannot be told."""
+        configured = self.acceptor.cfg.node_id
+        if configured is not None:
+            return configured
+        listener = conn.info.listener
+        if listener not in self._node_ids:
+            learned = self._ask_node_id(listener)
+            if learned is None:
+                return None
+            self._node_ids[listener] = learned
+        return self._node_ids[listener]
+
+    def _ask_node_id(self, listener: str) -> int | None:
+        from kafka.protocol.metadata import MetadataRequest
+
+        from harness.admin.client import KafkaWire
+
+        spec = self.acceptor.cfg.listener(listener)
+        try:
+            with KafkaWire(f"{spec.upstream_host}:{spec.upstream_port}", timeout=5.0) as wire:
+                v = wire.version_for(MetadataRequest)
+                resp = wire.request(
+                    MetadataRequest[v](
+                        topics=[],
+                        allow_auto_topic_creation=False,
+                        include_topic_authorized_operations=False,
+                    )
+                )
+        except (OSError, ValueError) as exc:
+            self.acceptor.log(
+                f"node.id: cannot ask {spec.upstream_host}:{spec.upstream_port}: {exc!r}"
+            )
+            return None
+        brokers = [(b.node_id, b.host, b.port) for b in resp.brokers]
+        if len(brokers) == 1:
+            return int(brokers[0][0])
+        ours = {self.acceptor.address(listener), (spec.upstream_host, spec.upstream_port)}
+        matches = {node for node, host, port in brokers if (host, port) in ours}
+        return int(matches.pop()) if len(matches) == 1 else None
 
     # -- routing -----------------------------------------------------------------------------
     def maybe_handle(self, conn: Connection, frame: bytes, info: RequestInfo) -> bytes | None:
@@ -392,6 +437,10 @@ class AdminHandler:
         R = IncrementalAlterConfigsResponse
         responses = []
         changed = False
+        per_broker = any(
+            r.resource_type == BROKER_RESOURCE and r.resource_name for r in req.resources
+        )
+        node_id = self.node_id(conn) if per_broker else None
         seen: dict[tuple[int, str], int] = {}
         for r in req.resources:
             seen[(r.resource_type, r.resource_name)] = (
@@ -414,7 +463,7 @@ class AdminHandler:
                 error = check_broker_resource(
                     r.resource_name,
                     [(c.name, c.config_operation, c.value) for c in r.configs],
-                    self.acceptor.cfg.node_id,
+                    node_id,
                 )
                 if error is not None:
                     code, msg = error

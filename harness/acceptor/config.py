@@ -74,7 +74,7 @@ class AcceptorConfig:
     #: seeded enforcement faults (`harness.test.fault`; empty in production)
     faults: Faults
     #: `node.id` of the broker behind the acceptor: the only per-broker BROKER resource
-    #: IncrementalAlterConfigs accepts (None = not configured: every broker id is refused)
+    #: IncrementalAlterConfigs accepts (None = asked from the upstream when first needed)
     node_id: int | None = None
     #: the raw properties as given (after overrides), for `config` rows and restarts
     properties: Mapping[str, str] = field(default_factory=dict)

@@ -17,6 +17,7 @@ import time
 from typing import TYPE_CHECKING
 
 from harness.acceptor import intake
+from harness.acceptor.inflight import RequestGate, expects_response
 from harness.acceptor.intake import close_reason, take_requests
 from harness.acceptor.recorder import ConnInfo
 from harness.acceptor.tracker import ResponseOrder
@@ -68,6 +69,9 @@ class Connection:
         self._client_eof = False
         self._upstream_eof = False
         self._order = ResponseOrder()
+        self._gate = RequestGate()  # one request in flight (Kafka's KIP-219 mute)
+        self._readable = asyncio.Event()
+        self._throttle: asyncio.TimerHandle | None = None
         self._cw: asyncio.StreamWriter | None = None
         self._uw: asyncio.StreamWriter | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -123,8 +127,21 @@ class Connection:
         self.processor.touch(self)
 
     def mute(self, until_ns: int) -> None:
-        """KIP-219: the client-side pump processes nothing more until `until_ns`."""
+        """KIP-219: the request in flight is throttled until `until_ns` (called before its
+        response is written): nothing more is taken from the client until then."""
         self.muted_until_ns = max(self.muted_until_ns, until_ns)
+        self._gate.throttle_started()
+        delay = max(0.0, (until_ns - time.monotonic_ns()) / 1e9)
+        self._throttle = asyncio.get_running_loop().call_later(delay, self._unmute)
+
+    def _unmute(self) -> None:
+        early_ns = self.muted_until_ns - time.monotonic_ns()
+        if early_ns > 0:  # timers may fire a little early (ms resolution): wait the rest
+            self._throttle = asyncio.get_running_loop().call_later(early_ns / 1e9, self._unmute)
+            return
+        self.muted_until_ns = 0
+        if self._gate.throttle_ended():
+            self._readable.set()
 
     def finish(
         self,
@@ -140,8 +157,10 @@ class Connection:
         reason, detail = close_reason(self._closing, reason, detail, evicted)
         self.closed = True
         self.close_reason = reason
-        if self._grace is not None:
-            self._grace.cancel()
+        for timer in (self._grace, self._throttle):
+            if timer is not None:
+                timer.cancel()
+        self._readable.set()
         current = asyncio.current_task()
         for task in self._tasks:
             if task is not current:
@@ -175,21 +194,39 @@ class Connection:
         acceptor = self.acceptor
         decoder = FrameDecoder(acceptor.cfg.quota.socket_request_max_bytes)
         uw, cw = self._uw, self._cw
-        order = self._order
+        order, gate = self._order, self._gate
         pending = self.initial
         try:
             while True:
+                # Kafka's processor: one request, then the channel is muted until its
+                # response is sent and its throttle is over; nothing is read meanwhile
+                while not gate.readable and not self.closed:
+                    self._readable.clear()
+                    await self._readable.wait()
+                if self.closed:
+                    return
+                item = gate.take()
+                if isinstance(item, FrameError):  # every request before it is answered
+                    self.finish(item.reason)
+                    return
+                if item is not None:
+                    forwarded, stopped = take_requests(
+                        acceptor, self, order, [item], time.monotonic_ns(), cw.write
+                    )
+                    if stopped is not None:  # unreadable header, refused admin request
+                        self.finish(stopped.reason, detail={"error": str(stopped)})
+                        return
+                    if forwarded:
+                        uw.write(item)
+                        await uw.drain()
+                        if expects_response(item):
+                            continue  # muted until the broker's response is sent
+                    gate.response_sent()  # answered here, or acks=0 (no response)
+                    continue
                 if pending:
                     data, pending = pending, b""
                 else:
                     data = await reader.read(READ_SIZE)
-                if self.muted_until_ns:
-                    # KIP-219: a throttled channel processes nothing until the throttle ends
-                    # (what was read meanwhile is held, as the kernel would hold it)
-                    wait_ns = self.muted_until_ns - time.monotonic_ns()
-                    if wait_ns > 0:
-                        await asyncio.sleep(wait_ns / 1e9)
-                    self.muted_until_ns = 0
                 if not data:
                     self._client_eof = True
                     if self._upstream_eof:
@@ -207,18 +244,9 @@ class Connection:
                     bad: FrameError | None = None
                 except FrameError as exc:  # whole requests before a bad size still get answers
                     frames, bad = exc.frames, exc
-                if frames:
-                    out, stopped = take_requests(
-                        acceptor, self, order, frames, time.monotonic_ns(), cw.write
-                    )
-                    bad = stopped or bad
-                    if out:
-                        uw.write(out[0] if len(out) == 1 else b"".join(out))
-                        if bad is None:
-                            await uw.drain()
+                gate.received(frames, bad)
                 if bad is not None:
-                    self._close_after_answers(bad)
-                    return  # read nothing more from the client
+                    self._close_after_answers(bad)  # nothing more is read: the gate ends it
         except ConnectionResetError:
             self.finish("reset", reset=True)
         except (BrokenPipeError, ConnectionError, OSError) as exc:
@@ -254,21 +282,22 @@ class Connection:
                     continue
                 now = time.monotonic_ns()
                 out: list[bytes] = []
+                answered = 0
                 for frame in frames:
                     cid = correlation_id_of_response(frame)
                     before, done, after = order.response(cid, len(frame), now)
                     if done is not None:
                         frame = acceptor.request_done(self, done, now, frame)
+                        answered += 1
                     out.extend(before)
                     out.append(frame)
                     out.extend(after)
                 payload = out[0] if len(out) == 1 else b"".join(out)
                 self.bytes_out += len(payload)
                 cw.write(payload)
-                if self._closing is not None and not order:
-                    self.finish(self._closing[0])  # the last answer owed: close() flushes it
-                    return
                 await cw.drain()
+                if answered and self._gate.response_sent():
+                    self._readable.set()
         except FrameError as exc:
             self.finish("upstream_" + exc.reason, detail={"error": str(exc)})
         except ConnectionResetError:
@@ -282,12 +311,9 @@ class Connection:
             self.finish("internal_error", reset=True, detail={"error": repr(exc)})
 
     def _close_after_answers(self, exc: FrameError) -> None:
-        """A bad frame: close once every request read before it is answered (or after
-        `CLOSE_GRACE_S`), with the frame's reason; the caller stops reading the client."""
+        """A bad frame: close once every request read before it is answered (the gate
+        reaches it) or after `CLOSE_GRACE_S`, with the frame's reason."""
         self._closing = (exc.reason, {"error": str(exc)})
-        if not self._order:
-            self.finish(exc.reason)
-            return
         loop = asyncio.get_running_loop()
         self._grace = loop.call_later(intake.CLOSE_GRACE_S, self._grace_over)
 

@@ -4,8 +4,9 @@ Why callbacks rather than streams: per new connection, streams cost two StreamRe
 StreamWriter pairs and two pump tasks, and every read wakes a future; with Protocols the
 bytes go from `data_received` to the other transport's `write` synchronously. Semantics are
 those of `connection.Connection` (frames checked and forwarded unchanged, admin answered
-locally, responses matched for `request` rows, half-closes and resets propagated, KIP-219
-mute, one `finish()` per connection); `acceptor.io=streams` keeps the stream version.
+locally, responses matched for `request` rows, half-closes and resets propagated, one
+request in flight with Kafka's KIP-219 mute (`inflight.RequestGate`), one `finish()` per
+connection); `acceptor.io=streams` keeps the stream version.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from harness.acceptor import intake
+from harness.acceptor.inflight import RequestGate, expects_response
 from harness.acceptor.intake import close_reason, take_requests
 from harness.acceptor.recorder import ConnInfo
 from harness.acceptor.tracker import ResponseOrder
@@ -99,11 +101,12 @@ class ProtoConnection:
         self._client_eof = False
         self._upstream_eof = False
         self._order = ResponseOrder()
+        self._gate = RequestGate()
+        self._initial = initial  # read with the PROXY header, before the upstream is up
         self._req_decoder = FrameDecoder(acceptor.cfg.quota.socket_request_max_bytes)
         self._resp_decoder = FrameDecoder(2**31 - 1)
         self._ct: asyncio.Transport | None = None
         self._ut: asyncio.Transport | None = None
-        self._held: list[bytes] = [initial] if initial else []  # before upstream / while muted
         self._paused: dict[bool, set[str]] = {True: set(), False: set()}
         self._timers: list[asyncio.TimerHandle] = []
         self._done = asyncio.Event()
@@ -148,7 +151,10 @@ class ProtoConnection:
         for t in (ct, ut):
             with contextlib.suppress(OSError, ValueError):
                 t.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._flush_held()
+        if self._initial:
+            initial, self._initial = self._initial, b""
+            self.on_client_data(initial, counted=True)
+        self._pump()
         await self._done.wait()
 
     def touch(self) -> None:
@@ -176,9 +182,10 @@ class ProtoConnection:
                 t.resume_reading()
 
     def mute(self, until_ns: int) -> None:
-        """KIP-219: process nothing more from the client until `until_ns`."""
+        """KIP-219: the request in flight is throttled until `until_ns` (called before its
+        response is written): nothing more is taken from the client until then."""
         self.muted_until_ns = max(self.muted_until_ns, until_ns)
-        self.pause_reading(True, "mute")
+        self._gate.throttle_started()
         delay = max(0.0, (self.muted_until_ns - time.monotonic_ns()) / 1e9)
         self._timers.append(asyncio.get_running_loop().call_later(delay, self._unmute))
 
@@ -191,16 +198,8 @@ class ProtoConnection:
             self._timers.append(loop.call_later(early_ns / 1e9, self._unmute))
             return
         self.muted_until_ns = 0
-        self.resume_reading(True, "mute")
-        self._flush_held()
-
-    def _flush_held(self) -> None:
-        if self._held and self._ut is not None and not self.muted_until_ns:
-            held, self._held = self._held, []
-            for chunk in held:
-                self.on_client_data(chunk, counted=True)
-                if self.closed or self.muted_until_ns or self._closing is not None:
-                    break
+        if self._gate.throttle_ended():
+            self._pump()
 
     # -- data ----------------------------------------------------------------------------
     def on_client_data(self, data: bytes, counted: bool = False) -> None:
@@ -209,9 +208,8 @@ class ProtoConnection:
         if not counted:
             self.bytes_in += len(data)
             self.touch()
-        ut = self._ut
-        if ut is None or self.muted_until_ns:
-            self._held.append(data)
+        if self._initial:  # the upstream is not up yet: keep the order of the bytes
+            self._initial += data
             return
         try:
             try:
@@ -219,35 +217,58 @@ class ProtoConnection:
                 bad: FrameError | None = None
             except FrameError as exc:  # whole requests before a bad size still get answers
                 frames, bad = exc.frames, exc
-            if frames:
-                ct = self._ct
-                out, stopped = take_requests(
-                    self.acceptor,
-                    self,
-                    self._order,
-                    frames,
-                    time.monotonic_ns(),
-                    ct.write if ct is not None else _nowhere,
-                )
-                bad = stopped or bad
-                if out:
-                    ut.write(out[0] if len(out) == 1 else b"".join(out))
+            self._gate.received(frames, bad)
             if bad is not None:
                 self._close_after_answers(bad)
+            self._pump()
         except Exception as exc:  # a bug must end this connection visibly, not leak it
             self.acceptor.log(f"{self.info.conn_id}: internal error {exc!r}")
             self.finish("internal_error", reset=True, detail={"error": repr(exc)})
 
+    def _pump(self) -> None:
+        """Take requests one at a time while the channel is readable (Kafka's processor:
+        one request, then muted until its response is sent and its throttle is over)."""
+        ut, ct, gate = self._ut, self._ct, self._gate
+        if ut is None or self.closed:
+            return
+        while not self.closed:
+            item = gate.take()
+            if item is None:
+                break
+            if isinstance(item, FrameError):  # every request before it is answered
+                self.finish(item.reason)
+                return
+            forwarded, stopped = take_requests(
+                self.acceptor,
+                self,
+                self._order,
+                [item],
+                time.monotonic_ns(),
+                ct.write if ct is not None else _nowhere,
+            )
+            if stopped is not None:  # unreadable header, refused admin request: Kafka closes
+                self.finish(stopped.reason, detail={"error": str(stopped)})
+                return
+            if forwarded:
+                ut.write(item)
+                if expects_response(item):
+                    break  # muted until the broker's response is sent
+            gate.response_sent()  # answered here, or acks=0 (the broker's no-op response)
+        # what the client pipelined stays unread (in the kernel) while a request is in
+        # flight, as on Kafka's muted channel; one read's worth of frames waits in the gate
+        held = "in_flight" in self._paused[True]
+        if len(gate) and not gate.readable:
+            if not held:
+                self.pause_reading(True, "in_flight")
+        elif held:
+            self.resume_reading(True, "in_flight")
+
     def _close_after_answers(self, exc: FrameError) -> None:
         """A bad frame: read nothing more from the client, close once every request read
-        before it is answered (or after `CLOSE_GRACE_S`), with the frame's reason."""
+        before it is answered (the gate reaches it), or after `CLOSE_GRACE_S`."""
         detail: dict[str, Any] = {"error": str(exc)}
         self._closing = (exc.reason, detail)
-        self._held.clear()
         self.pause_reading(True, "closing")
-        if not self._order:
-            self.finish(exc.reason)
-            return
         loop = asyncio.get_running_loop()
         self._timers.append(loop.call_later(intake.CLOSE_GRACE_S, self._grace_over))
 
@@ -266,19 +287,22 @@ class ProtoConnection:
                 return
             now = time.monotonic_ns()
             out: list[bytes] = []
+            answered = 0
             for frame in frames:
                 cid = correlation_id_of_response(frame)
                 before, done, after = self._order.response(cid, len(frame), now)
                 if done is not None:
                     frame = acceptor.request_done(self, done, now, frame)
+                    answered += 1
                 out.extend(before)
                 out.append(frame)
                 out.extend(after)
             payload = out[0] if len(out) == 1 else b"".join(out)
             self.bytes_out += len(payload)
             ct.write(payload)
-            if self._closing is not None and not self._order:
-                self.finish(self._closing[0])  # the last answer owed: close() flushes it
+            if answered:
+                self._gate.response_sent()
+                self._pump()
         except FrameError as exc:
             self.finish("upstream_" + exc.reason, detail={"error": str(exc)})
         except Exception as exc:

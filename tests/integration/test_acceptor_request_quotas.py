@@ -123,3 +123,111 @@ def test_request_rows_can_be_sampled(kafka_broker: Any, tmp_path: Path) -> None:
     rows = read_history(tmp_path / "history", "acceptor").to_pylist()
     reqs = [r for r in rows if r["event"] == "request"]
     assert len(reqs) == 3 and all(json.loads(r["detail"]) == {"sample": 4} for r in reqs)
+
+
+# -- KIP-219: one request in flight per connection -----------------------------------------
+def _api_versions(correlation_id: int, client_id: str) -> bytes:
+    from kafka.protocol.metadata import ApiVersionsRequest
+
+    req = ApiVersionsRequest[3](client_software_name="harness-test", client_software_version="0")
+    req.with_header(correlation_id=correlation_id, client_id=client_id)
+    return bytes(req.encode(header=True, framed=True))
+
+
+class _Responses:
+    """Responses read off a raw socket, each with its arrival time and throttle_time_ms."""
+
+    def __init__(self, sock: Any) -> None:
+        from harness.wire.framing import FrameDecoder
+
+        self.sock = sock
+        self.decoder = FrameDecoder(2**31 - 1)
+        self.ready: list[tuple[int, int]] = []
+
+    def next(self) -> tuple[int, int]:
+        import time
+
+        from kafka.protocol.metadata import ApiVersionsResponse
+
+        while not self.ready:
+            data = self.sock.recv(65536)
+            assert data, "the server closed the connection"
+            now = time.monotonic_ns()
+            for frame in self.decoder.feed(data):
+                resp = ApiVersionsResponse[3].decode(frame[4:], version=3, header=True)
+                self.ready.append((now, int(resp.throttle_time_ms)))
+        return self.ready.pop(0)
+
+
+def _pipelined_pair(addr: tuple[str, int], client_id: str) -> tuple[int, int, int, int]:
+    """Drive `client_id` over its request quota, let the mute pass, then send two requests
+    in ONE write. Returns (sent_ns, first_ns, first_throttle_ms, second_ns)."""
+    import time
+
+    from harness.acceptor.testing import raw
+
+    sock = raw(addr, timeout=15)
+    try:
+        responses = _Responses(sock)
+        throttle = 0
+        for cid in range(300):  # bounded: stops at the first throttled response
+            sock.sendall(_api_versions(cid, client_id))
+            _, throttle = responses.next()
+            if throttle:
+                break
+        assert throttle > 0, "never throttled"
+        time.sleep(throttle / 1000)  # that mute is over; the bucket is still over its quota
+        sent = time.monotonic_ns()
+        sock.sendall(_api_versions(1000, client_id) + _api_versions(1001, client_id))
+        first, first_throttle = responses.next()
+        second, _ = responses.next()
+        return sent, first, first_throttle, second
+    finally:
+        sock.close()
+
+
+def test_pipelined_requests_wait_for_the_throttle_as_on_the_broker(
+    acceptor: AcceptorHandle, kafka_broker: Any
+) -> None:
+    # Kafka's processor reads one request, mutes the channel until its response is sent and
+    # its throttle is over (KafkaChannel.ChannelMuteState), so the second of two pipelined
+    # requests is read only after the first one's throttle: its response cannot come earlier
+    # than first_throttle after the throttle started. The throttle started after the first
+    # request was sent and before its response arrived, so the bound with no tolerance is
+    # second - first >= first_throttle - (first - sent).
+    import os
+
+    quota = {"request_percentage": 0.01}
+    from harness.admin.client import split_bootstrap
+
+    targets = {
+        "acceptor": (acceptor.address("CLIENT"), f"pipe-acceptor-{os.getpid()}"),
+        "broker": (split_bootstrap(kafka_broker.bootstrap), f"pipe-broker-{os.getpid()}"),
+    }
+    acceptor_boot = bootstrap(acceptor.address("CLIENT"))
+    alter_client_quota(acceptor_boot, {"client-id": targets["acceptor"][1]}, quota)
+    broker_id = targets["broker"][1]
+    alter_client_quota(kafka_broker.bootstrap, {"client-id": broker_id}, quota)
+    try:
+        wait_until(
+            lambda: (
+                describe_client_quotas(
+                    kafka_broker.bootstrap, [("client-id", 0, broker_id)], strict=True
+                )
+                == [({"client-id": broker_id}, quota)]
+            ),
+            timeout=30,
+            what="the broker's request quota",
+        )
+        seen = {}
+        for name, (addr, client_id) in targets.items():
+            sent, first, throttle, second = _pipelined_pair(addr, client_id)
+            assert throttle > 0, name
+            bound_ns = throttle * 1_000_000 - (first - sent)
+            seen[name] = (throttle, (second - first) / 1e6, bound_ns / 1e6)
+        for name, (_throttle, gap_ms, bound_ms) in seen.items():
+            assert gap_ms >= bound_ms, (name, seen)
+    finally:
+        alter_client_quota(
+            kafka_broker.bootstrap, {"client-id": broker_id}, {"request_percentage": None}
+        )

@@ -538,7 +538,7 @@ def test_per_broker_and_cluster_default_are_separate_layers(
     from harness.broker.config import NODE_ID
 
     node = str(NODE_ID)
-    h = start(**{"node.id": node})
+    h = start()  # no node.id: the acceptor asks its upstream which broker it fronts
     mine, theirs = bootstrap(h.address("CLIENT")), kafka_broker.bootstrap
     key = "max.connection.creation.rate"
     steps: list[tuple[str, str | None, int]] = [

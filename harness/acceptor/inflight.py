@@ -1,0 +1,128 @@
+"""One request in flight per connection, as Kafka's processors enforce it (KIP-219), sans-IO.
+
+Why: Kafka's `Processor` reads ONE request from a channel, then mutes the channel until the
+response has been sent and, when the request was throttled, until the throttle has ended
+(`KafkaChannel.ChannelMuteState`, here `harness.quota.mute.ChannelMute`). A client that
+pipelines requests therefore gets every later request read (and handled, and charged) only
+after the earlier one's throttle: a throttle delays everything behind it. The acceptor reads
+whatever the client sent, so the complete frames it read but Kafka would still have left in
+the socket wait here, in order; the I/O adapter forwards one at a time with `take()` and
+reports `response_sent()`, `throttle_started()` and `throttle_ended()`.
+
+A request that gets no response (Produce with `acks=0`) is answered by the broker with a
+no-op response internally (`sendNoOpResponseExemptThrottle`), which unmutes the channel at
+once; `expects_response` tells the adapter so.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+
+from harness.quota.mute import ChannelMute, MuteEvent
+from harness.wire.framing import FrameError
+
+__all__ = ["RequestGate", "expects_response"]
+
+PRODUCE = 0
+#: Produce versions with flexible (compact) encodings and a v2 request header
+_PRODUCE_FLEXIBLE_FROM = 9
+
+
+def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+        if shift > 28:
+            raise ValueError("uvarint too long")
+
+
+def produce_acks(frame: bytes) -> int | None:
+    """The `acks` of a Produce request frame (size prefix included), None if unreadable."""
+    try:
+        api_key, version, _cid, client_len = struct.unpack_from(">hhih", frame, 4)
+        if api_key != PRODUCE:
+            return None
+        pos = 4 + 10 + max(client_len, 0)
+        flexible = version >= _PRODUCE_FLEXIBLE_FROM
+        if flexible:  # header v2: tagged fields
+            count, pos = _uvarint(frame, pos)
+            for _ in range(count):
+                _tag, pos = _uvarint(frame, pos)
+                size, pos = _uvarint(frame, pos)
+                pos += size
+        if version >= 3:  # transactional_id, nullable
+            if flexible:
+                length, pos = _uvarint(frame, pos)
+                pos += max(length - 1, 0)
+            else:
+                (length,) = struct.unpack_from(">h", frame, pos)
+                pos += 2 + max(length, 0)
+        (acks,) = struct.unpack_from(">h", frame, pos)
+        return int(acks)
+    except (struct.error, IndexError, ValueError):
+        return None
+
+
+def expects_response(frame: bytes) -> bool:
+    """False only for a Produce with acks=0 (the broker sends nothing back)."""
+    return frame[4:6] != b"\x00\x00" or produce_acks(frame) != 0
+
+
+class RequestGate:
+    """Complete request frames (and a bad frame's error) in arrival order, released one at
+    a time while the channel is readable."""
+
+    __slots__ = ("_mute", "_queue")
+
+    def __init__(self) -> None:
+        self._mute = ChannelMute()
+        self._queue: deque[bytes | FrameError] = deque()
+
+    def __len__(self) -> int:
+        """Frames (and a bad-frame error) read but not yet taken."""
+        return len(self._queue)
+
+    @property
+    def readable(self) -> bool:
+        """Nothing in flight and no throttle running: the next request may be taken."""
+        return self._mute.readable
+
+    @property
+    def state(self) -> str:
+        return self._mute.state.name
+
+    def received(self, frames: list[bytes], bad: FrameError | None = None) -> None:
+        self._queue.extend(frames)
+        if bad is not None:
+            self._queue.append(bad)
+
+    def take(self) -> bytes | FrameError | None:
+        """The next request if the channel is readable (it is then muted until its response
+        is sent), a bad frame's error when that is next, else None."""
+        if not self._queue or not self._mute.readable:
+            return None
+        item = self._queue.popleft()
+        if isinstance(item, bytes):
+            self._mute.mute()
+            self._mute.handle(MuteEvent.REQUEST_RECEIVED)
+        return item
+
+    def throttle_started(self) -> None:
+        """A throttle for the request in flight (before its response is sent, as Kafka)."""
+        self._mute.handle(MuteEvent.THROTTLE_STARTED)
+
+    def response_sent(self) -> bool:
+        """The in-flight request's response was sent; True if the channel is readable."""
+        self._mute.handle(MuteEvent.RESPONSE_SENT)
+        return self._mute.maybe_unmute()
+
+    def throttle_ended(self) -> bool:
+        """The throttle ended; True if the channel is readable."""
+        self._mute.handle(MuteEvent.THROTTLE_ENDED)
+        return self._mute.maybe_unmute()

@@ -1,0 +1,82 @@
+"""The one-request-in-flight gate (Kafka's processor with KIP-219's channel mute), with bytes."""
+
+from __future__ import annotations
+
+import pytest
+from kafka.protocol.producer import ProduceRequest
+
+from harness.acceptor.inflight import RequestGate, expects_response, produce_acks
+from harness.acceptor.testing import api_versions_frame
+from harness.wire.framing import FrameError
+
+
+def produce(version: int, acks: int, transactional_id: str | None = None) -> bytes:
+    fields = {"acks": acks, "timeout_ms": 100, "topic_data": []}
+    if version >= 3:
+        fields["transactional_id"] = transactional_id
+    req = ProduceRequest[version](**fields)
+    req.with_header(correlation_id=7, client_id="client-\u00e9")
+    return bytes(req.encode(header=True, framed=True))
+
+
+@pytest.mark.parametrize("version", [0, 2, 3, 8, 9, 11, 13])
+@pytest.mark.parametrize("acks", [0, 1, -1])
+@pytest.mark.parametrize("txn", [None, "tx-1"])
+def test_produce_acks_in_every_version(version: int, acks: int, txn: str | None) -> None:
+    frame = produce(version, acks, txn if version >= 3 else None)
+    assert produce_acks(frame) == acks
+    assert expects_response(frame) is (acks != 0)
+
+
+def test_other_requests_and_unreadable_produce_expect_a_response() -> None:
+    assert expects_response(api_versions_frame())
+    truncated = produce(9, 0)[:14]
+    assert produce_acks(truncated) is None and expects_response(truncated)
+
+
+def test_one_request_at_a_time() -> None:
+    gate = RequestGate()
+    a, b, c = (api_versions_frame(i) for i in (1, 2, 3))
+    gate.received([a, b])
+    gate.received([c])
+    assert gate.take() == a
+    assert gate.take() is None and len(gate) == 2  # muted until a's response is sent
+    assert gate.state == "MUTED_AND_RESPONSE_PENDING"
+    assert gate.response_sent() is True
+    assert gate.take() == b
+
+
+def test_a_throttle_holds_the_next_request_until_it_ends() -> None:
+    gate = RequestGate()
+    gate.received([api_versions_frame(1), api_versions_frame(2)])
+    gate.take()
+    gate.throttle_started()  # before the response is sent, as Kafka orders it
+    assert gate.response_sent() is False
+    assert gate.state == "MUTED_AND_THROTTLED" and gate.take() is None
+    assert gate.throttle_ended() is True
+    assert gate.take() == api_versions_frame(2)
+
+
+def test_throttle_ending_before_the_response_is_sent_still_waits_for_it() -> None:
+    gate = RequestGate()
+    gate.received([api_versions_frame(1), api_versions_frame(2)])
+    gate.take()
+    gate.throttle_started()
+    assert gate.throttle_ended() is False  # the response is still pending
+    assert gate.take() is None
+    assert gate.response_sent() is True
+
+
+def test_a_bad_frame_comes_out_after_the_requests_before_it() -> None:
+    gate = RequestGate()
+    bad = FrameError("frame_too_large", "size 2000000000")
+    gate.received([api_versions_frame(1)], bad)
+    assert gate.take() == api_versions_frame(1)
+    assert gate.take() is None
+    gate.response_sent()
+    assert gate.take() is bad and gate.readable
+
+
+def test_a_response_with_nothing_in_flight_is_a_bug() -> None:
+    with pytest.raises(RuntimeError):
+        RequestGate().response_sent()
