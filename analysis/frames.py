@@ -30,6 +30,28 @@ def acceptor_conns(run: Run) -> DataFrame:
             & F.col("conn_id").isNotNull()
         )
 
+        def on(event: str, value: Column) -> Column:
+            return F.when(F.col("event") == event, value)
+
+        def detail(key: str) -> Column:
+            return F.get_json_object("detail", f"$.{key}")
+
+        # the few `detail` fields a connection needs, parsed once on their own rows before
+        # the grouping, so the raw JSON never travels through the shuffle
+        a = a.select(
+            "conn_id", "event", "mono_ns", "ts", "listener", "client_ip", "client_port",
+            "reason", "delay_ms",
+            on("delay", F.coalesce(  # the acceptor writes broker_delay_ms; older rows broker_ms
+                detail("broker_delay_ms"), detail("broker_ms")
+            ).cast("double")).alias("broker_delay_ms"),
+            on("throttle_close", detail("throttle_start_mono_ns").cast("long")).alias(
+                "throttle_start_mono_ns"
+            ),
+            on("throttle_close", detail("closed_by")).alias("closed_by"),
+            on("register", detail("queue_depth").cast("int")).alias("queue_depth"),
+            on("accept", detail("protected").cast("boolean")).alias("protected"),
+        )  # fmt: skip
+
         def at(event: str, col: str = "mono_ns") -> Column:
             return F.min(F.when(F.col("event") == event, F.col(col)))
 
@@ -39,56 +61,22 @@ def acceptor_conns(run: Run) -> DataFrame:
             F.first("client_ip", ignorenulls=True).alias("client_ip"),
             F.first("client_port", ignorenulls=True).alias("client_port"),
             at("accept").alias("accept_ns"),
-            F.min(F.when(F.col("event") == "accept", F.col("ts"))).alias("accept_ts"),
-            F.max(F.when(F.col("event") == "delay", F.col("delay_ms"))).alias("delay_ms"),
-            F.first(F.when(F.col("event") == "delay", F.col("reason")), ignorenulls=True).alias(
-                "delay_reason"
-            ),
-            F.first(
-                F.when(
-                    F.col("event") == "delay",
-                    F.coalesce(  # the acceptor writes broker_delay_ms; older rows broker_ms
-                        F.get_json_object("detail", "$.broker_delay_ms"),
-                        F.get_json_object("detail", "$.broker_ms"),
-                    ).cast("double"),
-                ),
-                ignorenulls=True,
-            ).alias("delay_broker_ms"),
+            at("accept", "ts").alias("accept_ts"),
+            F.max(on("delay", F.col("delay_ms"))).alias("delay_ms"),
+            F.first(on("delay", F.col("reason")), ignorenulls=True).alias("delay_reason"),
+            F.first("broker_delay_ms", ignorenulls=True).alias("delay_broker_ms"),
             at("admit").alias("admit_ns"),
-            F.min(F.when(F.col("event") == "admit", F.col("ts"))).alias("admit_ts"),
+            at("admit", "ts").alias("admit_ts"),
             at("reject").alias("reject_ns"),
             at("throttle_close").alias("throttle_close_ns"),
-            F.min(
-                F.when(
-                    F.col("event") == "throttle_close",
-                    F.get_json_object("detail", "$.throttle_start_mono_ns").cast("long"),
-                )
-            ).alias("throttle_start_ns"),
-            F.max(F.when(F.col("event") == "throttle_close", F.col("delay_ms"))).alias(
-                "throttle_ms"
-            ),
-            F.first(
-                F.when(
-                    F.col("event") == "throttle_close",
-                    F.get_json_object("detail", "$.closed_by"),
-                ),
-                ignorenulls=True,
-            ).alias("throttle_closed_by"),
+            F.min("throttle_start_mono_ns").alias("throttle_start_ns"),
+            F.max(on("throttle_close", F.col("delay_ms"))).alias("throttle_ms"),
+            F.first("closed_by", ignorenulls=True).alias("throttle_closed_by"),
             at("register").alias("register_ns"),
-            F.max(
-                F.when(
-                    F.col("event") == "register",
-                    F.get_json_object("detail", "$.queue_depth").cast("int"),
-                )
-            ).alias("queue_depth"),
+            F.max("queue_depth").alias("queue_depth"),
             F.min(F.when(ended, F.col("mono_ns"))).alias("close_ns"),
             F.first(F.when(ended, F.col("reason")), ignorenulls=True).alias("close_reason"),
-            F.max(
-                F.when(
-                    F.col("event") == "accept",
-                    F.get_json_object("detail", "$.protected").cast("boolean"),
-                )
-            ).alias("protected_flag"),
+            F.max("protected").alias("protected_flag"),
         )
         df = df.withColumn("listener", F.lower("listener")).withColumn(
             "outcome",
@@ -114,6 +102,18 @@ def client_conns(run: Run) -> DataFrame:
         c = run.events(source="client").where(
             F.col("client_ip").isNotNull() & F.col("client_port").isNotNull()
         )
+        # `detail` parsed once, on its own rows, before the window's shuffle
+        c = c.select(
+            "client_ip", "client_port", "mono_ns", "seq", "event", "ts", "listener", "reason",
+            "latency_ms",
+            F.when(
+                F.col("event").isin("connect_invoke", "connect_fail"),
+                F.get_json_object("detail", "$.profile"),
+            ).alias("profile"),
+            F.when(F.col("event") == "closed", F.get_json_object("detail", "$.outcome")).alias(
+                "outcome"
+            ),
+        )  # fmt: skip
         starts = F.when(
             (F.col("event") == "connect_invoke")
             | ((F.col("event") == "connect_fail") & (F.col("reason") == "not_offered")),
@@ -136,23 +136,14 @@ def client_conns(run: Run) -> DataFrame:
         df = c.groupBy("client_ip", "client_port", "attempt_ns").agg(
             F.first("listener", ignorenulls=True).alias("c_listener"),
             first("connect_invoke").alias("invoke_ns"),
-            F.first(
-                F.when(
-                    F.col("event").isin("connect_invoke", "connect_fail"),
-                    F.get_json_object("detail", "$.profile"),
-                ),
-                ignorenulls=True,
-            ).alias("profile"),
+            F.first("profile", ignorenulls=True).alias("profile"),
             first("connect_ok").alias("connect_ok_ns"),
             F.min(F.when(F.col("event") == "connect_ok", F.col("ts"))).alias("connect_ok_ts"),
             first("ready").alias("ready_ns"),
             first("ready", "latency_ms").alias("ready_latency_ms"),
             F.min(F.when(eof, F.col("mono_ns"))).alias("eof_ns"),
             F.min(F.when(F.col("event") == "connect_fail", F.col("reason"))).alias("fail_reason"),
-            F.first(
-                F.when(F.col("event") == "closed", F.get_json_object("detail", "$.outcome")),
-                ignorenulls=True,
-            ).alias("closed_outcome"),
+            F.first("outcome", ignorenulls=True).alias("closed_outcome"),
             F.max(F.when(F.col("event") == "closed", F.col("mono_ns"))).alias("closed_ns"),
         )
         return df.persist(StorageLevel.MEMORY_AND_DISK)

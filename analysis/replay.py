@@ -8,8 +8,8 @@ changes (re-bound the meters, keep their samples — Kafka swaps the MetricConfi
 
 Counts follow the *recorded* admissions and closes, so one wrong decision cannot cascade
 into the per-IP count decisions that follow; the meters follow the model's own decisions
-(what Kafka would have done). In Spark the pass runs as `applyInPandas` over the run; the
-pure function `replay_frame` is the same pass on a pandas frame.
+(what Kafka would have done). `replay_frame` is the pass, a pure function of a pandas
+frame; `replay` feeds it the per-connection table through Arrow.
 """
 
 from __future__ import annotations
@@ -266,7 +266,14 @@ def _default_client_listener(run: Run) -> str:
 
 
 def replay(run: Run, mode: str | None = None) -> pd.DataFrame:
-    """Run the replay in Spark (one group = the whole run); returns the small result frame."""
+    """Run the replay on the per-connection table; returns the small result frame.
+
+    The pass is sequential (the broker meter couples every connection), so it runs in
+    this process on the table fetched through Arrow: one task either way, without a
+    shuffle to a single partition or a Python worker to start. Rows are ordered by
+    (accept_ns, conn_id, client address) so that ties at one instant replay in the same
+    order every time.
+    """
     from pyspark.sql import functions as F
 
     mode = mode or ("acceptor" if run.has_source("acceptor") else "client")
@@ -276,9 +283,7 @@ def replay(run: Run, mode: str | None = None) -> pd.DataFrame:
         float(run.expect.get("delay_tolerance_ms") or 2.0),
         mode,
     )
-    df = _input(run, mode).where(F.col("accept_ns").isNotNull()).withColumn("g", F.lit(0))
-
-    def fn(pdf: pd.DataFrame) -> pd.DataFrame:
-        return replay_frame(pdf.drop(columns=["g"]), params)
-
-    return df.groupBy("g").applyInPandas(fn, OUT_SCHEMA).toPandas()
+    pdf: pd.DataFrame = _input(run, mode).where(F.col("accept_ns").isNotNull()).toPandas()
+    order = ["accept_ns", "conn_id", "client_ip", "client_port"]
+    pdf = pdf.sort_values(order, kind="stable").reset_index(drop=True)
+    return replay_frame(pdf, params)
