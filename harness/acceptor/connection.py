@@ -69,7 +69,7 @@ class Connection:
         self._client_eof = False
         self._upstream_eof = False
         self._order = ResponseOrder()
-        self._gate = RequestGate()  # one request in flight (Kafka's KIP-219 mute)
+        self.gate = RequestGate()  # one request in flight (Kafka's KIP-219 mute)
         self._readable = asyncio.Event()
         self._throttle: asyncio.TimerHandle | None = None
         self._cw: asyncio.StreamWriter | None = None
@@ -130,7 +130,7 @@ class Connection:
         """KIP-219: the request in flight is throttled until `until_ns` (called before its
         response is written): nothing more is taken from the client until then."""
         self.muted_until_ns = max(self.muted_until_ns, until_ns)
-        self._gate.throttle_started()
+        self.gate.throttle_started()
         delay = max(0.0, (until_ns - time.monotonic_ns()) / 1e9)
         self._throttle = asyncio.get_running_loop().call_later(delay, self._unmute)
 
@@ -140,7 +140,7 @@ class Connection:
             self._throttle = asyncio.get_running_loop().call_later(early_ns / 1e9, self._unmute)
             return
         self.muted_until_ns = 0
-        if self._gate.throttle_ended():
+        if self.gate.throttle_ended():
             self._readable.set()
 
     def finish(
@@ -194,7 +194,7 @@ class Connection:
         acceptor = self.acceptor
         decoder = FrameDecoder(acceptor.cfg.quota.socket_request_max_bytes)
         uw, cw = self._uw, self._cw
-        order, gate = self._order, self._gate
+        order, gate = self._order, self.gate
         pending = self.initial
         try:
             while True:
@@ -296,7 +296,7 @@ class Connection:
                 self.bytes_out += len(payload)
                 cw.write(payload)
                 await cw.drain()
-                if answered and self._gate.response_sent():
+                if answered and self.gate.response_sent():
                     self._readable.set()
         except FrameError as exc:
             self.finish("upstream_" + exc.reason, detail={"error": str(exc)})

@@ -101,7 +101,7 @@ class ProtoConnection:
         self._client_eof = False
         self._upstream_eof = False
         self._order = ResponseOrder()
-        self._gate = RequestGate()
+        self.gate = RequestGate()
         self._initial = initial  # read with the PROXY header, before the upstream is up
         self._req_decoder = FrameDecoder(acceptor.cfg.quota.socket_request_max_bytes)
         self._resp_decoder = FrameDecoder(2**31 - 1)
@@ -185,7 +185,7 @@ class ProtoConnection:
         """KIP-219: the request in flight is throttled until `until_ns` (called before its
         response is written): nothing more is taken from the client until then."""
         self.muted_until_ns = max(self.muted_until_ns, until_ns)
-        self._gate.throttle_started()
+        self.gate.throttle_started()
         delay = max(0.0, (self.muted_until_ns - time.monotonic_ns()) / 1e9)
         self._timers.append(asyncio.get_running_loop().call_later(delay, self._unmute))
 
@@ -198,7 +198,7 @@ class ProtoConnection:
             self._timers.append(loop.call_later(early_ns / 1e9, self._unmute))
             return
         self.muted_until_ns = 0
-        if self._gate.throttle_ended():
+        if self.gate.throttle_ended():
             self._pump()
 
     # -- data ----------------------------------------------------------------------------
@@ -217,7 +217,7 @@ class ProtoConnection:
                 bad: FrameError | None = None
             except FrameError as exc:  # whole requests before a bad size still get answers
                 frames, bad = exc.frames, exc
-            self._gate.received(frames, bad)
+            self.gate.received(frames, bad)
             if bad is not None:
                 self._close_after_answers(bad)
             self._pump()
@@ -228,7 +228,7 @@ class ProtoConnection:
     def _pump(self) -> None:
         """Take requests one at a time while the channel is readable (Kafka's processor:
         one request, then muted until its response is sent and its throttle is over)."""
-        ut, ct, gate = self._ut, self._ct, self._gate
+        ut, ct, gate = self._ut, self._ct, self.gate
         if ut is None or self.closed:
             return
         while not self.closed:
@@ -301,7 +301,7 @@ class ProtoConnection:
             self.bytes_out += len(payload)
             ct.write(payload)
             if answered:
-                self._gate.response_sent()
+                self.gate.response_sent()
                 self._pump()
         except FrameError as exc:
             self.finish("upstream_" + exc.reason, detail={"error": str(exc)})

@@ -12,6 +12,12 @@ reports `response_sent()`, `throttle_started()` and `throttle_ended()`.
 A request that gets no response (Produce with `acks=0`) is answered by the broker with a
 no-op response internally (`sendNoOpResponseExemptThrottle`), which unmutes the channel at
 once; `expects_response` tells the adapter so.
+
+The gate also knows what the request in flight may spend waiting in the broker's purgatory,
+which Kafka does not charge to request quotas (it charges handler-thread time,
+`apiLocalCompleteTimeNanos - requestDequeueTimeNanos`, set when `KafkaApis.handle` returns,
+before a delayed fetch waits): `charged_ns` takes a Fetch's `max_wait_ms` off the broker
+time the acceptor saw when the fetch took at least that long (it expired in purgatory).
 """
 
 from __future__ import annotations
@@ -25,6 +31,10 @@ from harness.wire.framing import FrameError
 __all__ = ["RequestGate", "expects_response"]
 
 PRODUCE = 0
+FETCH = 1
+#: Fetch versions with a v2 request header; from v15 the body starts with max_wait_ms
+_FETCH_FLEXIBLE_FROM = 12
+_FETCH_NO_REPLICA_ID_FROM = 15
 #: Produce versions with flexible (compact) encodings and a v2 request header
 _PRODUCE_FLEXIBLE_FROM = 9
 
@@ -42,20 +52,51 @@ def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
             raise ValueError("uvarint too long")
 
 
+def _body_offset(frame: bytes, flexible: bool) -> int:
+    """Where the request body starts (after the v1 header, and v2's tagged fields)."""
+    client_len: int = struct.unpack_from(">h", frame, 12)[0]
+    pos = 14 + max(client_len, 0)
+    if flexible:
+        count, pos = _uvarint(frame, pos)
+        for _ in range(count):
+            _tag, pos = _uvarint(frame, pos)
+            size, pos = _uvarint(frame, pos)
+            pos += size
+    return pos
+
+
+def fetch_max_wait_ms(frame: bytes) -> int | None:
+    """The `max_wait_ms` of a Fetch request frame (size prefix included), None if unreadable
+    or not a Fetch."""
+    try:
+        api_key, version = struct.unpack_from(">hh", frame, 4)
+        if api_key != FETCH:
+            return None
+        pos = _body_offset(frame, version >= _FETCH_FLEXIBLE_FROM)
+        if version < _FETCH_NO_REPLICA_ID_FROM:
+            pos += 4  # replica_id
+        (max_wait,) = struct.unpack_from(">i", frame, pos)
+        return int(max_wait)
+    except (struct.error, IndexError, ValueError):
+        return None
+
+
+def purgatory_allowance_ns(frame: bytes) -> int:
+    """How long the request may legitimately wait in the broker's purgatory, uncharged."""
+    if frame[4:6] != b"\x00\x01":
+        return 0
+    max_wait = fetch_max_wait_ms(frame)
+    return max(max_wait or 0, 0) * 1_000_000
+
+
 def produce_acks(frame: bytes) -> int | None:
     """The `acks` of a Produce request frame (size prefix included), None if unreadable."""
     try:
-        api_key, version, _cid, client_len = struct.unpack_from(">hhih", frame, 4)
+        api_key, version = struct.unpack_from(">hh", frame, 4)
         if api_key != PRODUCE:
             return None
-        pos = 4 + 10 + max(client_len, 0)
         flexible = version >= _PRODUCE_FLEXIBLE_FROM
-        if flexible:  # header v2: tagged fields
-            count, pos = _uvarint(frame, pos)
-            for _ in range(count):
-                _tag, pos = _uvarint(frame, pos)
-                size, pos = _uvarint(frame, pos)
-                pos += size
+        pos = _body_offset(frame, flexible)
         if version >= 3:  # transactional_id, nullable
             if flexible:
                 length, pos = _uvarint(frame, pos)
@@ -78,11 +119,12 @@ class RequestGate:
     """Complete request frames (and a bad frame's error) in arrival order, released one at
     a time while the channel is readable."""
 
-    __slots__ = ("_mute", "_queue")
+    __slots__ = ("_allowance_ns", "_mute", "_queue")
 
     def __init__(self) -> None:
         self._mute = ChannelMute()
         self._queue: deque[bytes | FrameError] = deque()
+        self._allowance_ns = 0  # purgatory wait the request in flight may spend uncharged
 
     def __len__(self) -> int:
         """Frames (and a bad-frame error) read but not yet taken."""
@@ -111,7 +153,16 @@ class RequestGate:
         if isinstance(item, bytes):
             self._mute.mute()
             self._mute.handle(MuteEvent.REQUEST_RECEIVED)
+            self._allowance_ns = purgatory_allowance_ns(item)
         return item
+
+    def charged_ns(self, broker_ns: int) -> int:
+        """The request-quota charge for the request in flight, from the broker time the
+        acceptor saw (forward -> response): a Fetch that took at least its `max_wait_ms`
+        waited that long in purgatory, which Kafka does not charge; everything else is
+        charged whole (an upper bound of Kafka's handler time)."""
+        allowance = self._allowance_ns
+        return broker_ns - allowance if allowance and broker_ns >= allowance else broker_ns
 
     def throttle_started(self) -> None:
         """A throttle for the request in flight (before its response is sent, as Kafka)."""

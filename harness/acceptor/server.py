@@ -274,8 +274,9 @@ class Acceptor:
                 detail=None if sample == 1 else self._sample_detail,
             )
         rq = self.request_quotas
+        charged_ns = conn.gate.charged_ns(done.latency_ns)  # no purgatory wait, as Kafka
         charge = rq.record_request(
-            PRINCIPAL, client_id, done.api_key, done.latency_ns, now_ns // 1_000_000
+            PRINCIPAL, client_id, done.api_key, charged_ns, now_ns // 1_000_000
         )
         if charge.throttle_ms <= 0:
             return frame
@@ -296,6 +297,7 @@ class Acceptor:
                 "quota": charge.quota,
                 "rate": charge.rate,
                 "broker_time_ms": latency_ms,
+                "charged_ms": charged_ns / 1e6,
             },
         )
         return with_throttle_time(frame, done.api_key, done.api_version, throttle)

@@ -231,3 +231,76 @@ def test_pipelined_requests_wait_for_the_throttle_as_on_the_broker(
         alter_client_quota(
             kafka_broker.bootstrap, {"client-id": broker_id}, {"request_percentage": None}
         )
+
+
+def _long_polls(boot: str, client_id: str, topic: str, n: int) -> list[tuple[float, int]]:
+    """`n` Fetch requests (v11, max_wait_ms 300) on an empty partition, one after another:
+    (latency ms, throttle_time_ms) of each."""
+    import time
+
+    from kafka.protocol.consumer import FetchRequest as F
+
+    part = F.FetchTopic.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1024)
+    req = F[11](
+        replica_id=-1,
+        max_wait_ms=300,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        topics=[F.FetchTopic(topic=topic, partitions=[part])],
+    )
+    out = []
+    with KafkaWire(boot, client_id=client_id) as wire:
+        for _ in range(n):
+            t0 = time.monotonic()
+            resp = wire.request(req)
+            out.append(((time.monotonic() - t0) * 1000, int(resp.throttle_time_ms)))
+            assert resp.error_code == 0
+    return out
+
+
+def test_a_long_poll_is_not_charged_its_wait_as_on_the_broker(
+    acceptor: AcceptorHandle, kafka_broker: Any
+) -> None:
+    # Kafka charges a fetch its handler time, set when KafkaApis.handle returns, before the
+    # DelayedFetch waits max_wait_ms in purgatory. Six back-to-back 300 ms long polls are
+    # >= 100 % of a thread when charged their wall time, so a 50 % quota (halfway) throttles
+    # them; the broker charges under a millisecond each and does not. The acceptor charges
+    # the broker time beyond max_wait_ms (the expiry's lateness and the answer's way back:
+    # 6-40 ms on the loaded 2-core machine), below 50 % unless that passes 150 ms a poll.
+    import os
+
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    topic = f"longpoll-{os.getpid()}"
+    admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
+    try:
+        admin.create_topics([NewTopic(topic, 1, 1)])
+    finally:
+        admin.close()
+    quota = {"request_percentage": 50.0}
+    mine = bootstrap(acceptor.address("CLIENT"))
+    cid = {"acceptor": f"poll-acceptor-{os.getpid()}", "broker": f"poll-broker-{os.getpid()}"}
+    alter_client_quota(mine, {"client-id": cid["acceptor"]}, quota)
+    alter_client_quota(kafka_broker.bootstrap, {"client-id": cid["broker"]}, quota)
+    try:
+        wait_until(
+            lambda: (
+                describe_client_quotas(
+                    kafka_broker.bootstrap, [("client-id", 0, cid["broker"])], strict=True
+                )
+                == [({"client-id": cid["broker"]}, quota)]
+            ),
+            timeout=30,
+            what="the broker's request quota",
+        )
+        polls = {
+            "acceptor": _long_polls(mine, cid["acceptor"], topic, 6),
+            "broker": _long_polls(kafka_broker.bootstrap, cid["broker"], topic, 6),
+        }
+    finally:
+        alter_client_quota(
+            kafka_broker.bootstrap, {"client-id": cid["broker"]}, {"request_percentage": None}
+        )
+    for name, results in polls.items():
+        assert all(ms >= 300 for ms, _ in results), (name, polls)  # they did wait
+        assert [t for _, t in results] == [0] * 6, (name, polls)

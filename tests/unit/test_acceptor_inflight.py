@@ -80,3 +80,49 @@ def test_a_bad_frame_comes_out_after_the_requests_before_it() -> None:
 def test_a_response_with_nothing_in_flight_is_a_bug() -> None:
     with pytest.raises(RuntimeError):
         RequestGate().response_sent()
+
+
+def fetch(version: int, max_wait_ms: int) -> bytes:
+    from kafka.protocol.consumer import FetchRequest
+
+    topic = FetchRequest.FetchTopic(
+        partitions=[
+            FetchRequest.FetchTopic.FetchPartition(
+                partition=0, fetch_offset=0, partition_max_bytes=1024
+            )
+        ],
+        **(
+            {"topic_id": "00000000-0000-0000-0000-000000000001"}
+            if version >= 13
+            else {"topic": "t"}
+        ),
+    )
+    req = FetchRequest[version](
+        replica_id=-1,
+        max_wait_ms=max_wait_ms,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        topics=[topic],
+    )
+    req.with_header(correlation_id=3, client_id="consumer-1")
+    return bytes(req.encode(header=True, framed=True))
+
+
+@pytest.mark.parametrize("version", [4, 11, 12, 13, 15, 17])
+def test_fetch_max_wait_in_every_version(version: int) -> None:
+    from harness.acceptor.inflight import fetch_max_wait_ms, purgatory_allowance_ns
+
+    assert fetch_max_wait_ms(fetch(version, 321)) == 321
+    assert purgatory_allowance_ns(fetch(version, 321)) == 321_000_000
+    assert purgatory_allowance_ns(produce(9, -1)) == 0  # acks=all: see docs/acceptor.md
+
+
+def test_a_fetch_that_waited_its_max_wait_is_charged_without_it() -> None:
+    gate = RequestGate()
+    gate.received([fetch(11, 500), api_versions_frame(2)])
+    gate.take()
+    assert gate.charged_ns(503_000_000) == 3_000_000  # expired in purgatory
+    assert gate.charged_ns(40_000_000) == 40_000_000  # answered before: charged whole
+    gate.response_sent()
+    gate.take()
+    assert gate.charged_ns(503_000_000) == 503_000_000  # not a fetch
