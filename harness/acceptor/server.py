@@ -260,7 +260,14 @@ class Acceptor:
         self.metrics.request(client_id, latency_ms)
         sample = self.cfg.request_sample
         self._requests_seen += 1
+        charged_ns = conn.gate.charged_ns(done.latency_ns)  # no purgatory wait, as Kafka
         if sample == 1 or (sample > 1 and self._requests_seen % sample == 0):
+            detail: str | dict[str, float] | None = None if sample == 1 else self._sample_detail
+            if charged_ns != done.latency_ns:  # a long poll's wait: not charged
+                detail = {
+                    "charged_ms": charged_ns / 1e6,
+                    **({"sample": sample} if sample > 1 else {}),
+                }
             self.rec.conn(
                 "request",
                 conn.info,
@@ -271,10 +278,9 @@ class Acceptor:
                 latency_ms=latency_ms,
                 bytes=done.request_bytes + done.response_bytes,
                 processor=conn.processor.index,
-                detail=None if sample == 1 else self._sample_detail,
+                detail=detail,
             )
         rq = self.request_quotas
-        charged_ns = conn.gate.charged_ns(done.latency_ns)  # no purgatory wait, as Kafka
         charge = rq.record_request(
             PRINCIPAL, client_id, done.api_key, charged_ns, now_ns // 1_000_000
         )

@@ -304,3 +304,15 @@ def test_a_long_poll_is_not_charged_its_wait_as_on_the_broker(
     for name, results in polls.items():
         assert all(ms >= 300 for ms, _ in results), (name, polls)  # they did wait
         assert [t for _, t in results] == [0] * 6, (name, polls)
+    # the history says what was charged, next to the broker time (for the checker's model)
+    from harness.acceptor.testing import history_rows
+
+    fetches = [
+        r
+        for r in history_rows(acceptor, "request")
+        if r["client_id"] == cid["acceptor"] and r["api_key"] == 1
+    ]
+    assert len(fetches) == 6
+    for r in fetches:
+        charged = json.loads(r["detail"])["charged_ms"]
+        assert 0 <= charged == pytest.approx(r["latency_ms"] - 300, abs=1e-3)
