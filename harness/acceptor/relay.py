@@ -1,0 +1,214 @@
+"""What both I/O flavours of a registered connection share (`forwarding.ProtoConnection`,
+`connection.Connection`): the connection's record and counters, one request in flight
+(`inflight.RequestGate`) with its KIP-219 throttle timer, the step that handles one request
+the gate releases, the answers to the broker's responses, the close after a bad frame, and
+the one `finish()` that releases the counts and writes the `close` row.
+
+Why a base class: the two flavours differ only in how bytes move (Protocol callbacks or
+stream pumps); every decision about requests, throttles and ends is made here once, so they
+cannot drift apart. A flavour supplies `_close_transports`, `_transport_made` and
+`_readable_again` (what to do when the gate lets the next request through).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import struct
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from harness.acceptor import intake
+from harness.acceptor.inflight import RequestGate, expects_response
+from harness.acceptor.intake import close_reason, take_requests
+from harness.acceptor.recorder import ConnInfo
+from harness.acceptor.tracker import ResponseOrder
+from harness.wire.framing import FrameError, correlation_id_of_response
+
+if TYPE_CHECKING:
+    from harness.acceptor.processor import Processor
+    from harness.acceptor.server import Acceptor
+
+UPSTREAM_CONNECT_TIMEOUT_S = 10.0
+#: after the broker's EOF, how long the client has to read what it was sent and close
+UPSTREAM_EOF_GRACE_S = 1.0
+LINGER_RST = struct.pack("ii", 1, 0)
+
+#: `Relay.step` outcomes for the request the gate released
+NEXT, WAIT, STOP = "next", "wait", "stop"
+
+
+def set_rst_on_close(sock: socket.socket | None) -> None:
+    """SO_LINGER 0: the close that follows sends a reset, not an orderly FIN."""
+    if sock is None:
+        return
+    with contextlib.suppress(OSError, ValueError):  # ValueError: uvloop, fd already gone
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, LINGER_RST)
+
+
+class Relay:
+    def __init__(
+        self,
+        acceptor: Acceptor,
+        processor: Processor,
+        info: ConnInfo,
+        sock: socket.socket,
+        initial: bytes,
+        protected: bool,
+    ) -> None:
+        self.acceptor = acceptor
+        self.processor = processor
+        self.info = info
+        self.sock = sock
+        self.initial = initial  # read with the PROXY header, before the upstream is up
+        self.protected = protected
+        self.last_active_ns = time.monotonic_ns()
+        self.started_ns = self.last_active_ns
+        self.closed = False
+        self.close_reason: str | None = None
+        self.bytes_in = 0
+        self.bytes_out = 0
+        self.requests = 0
+        self.muted_until_ns = 0
+        self.gate = RequestGate()  # one request in flight (Kafka's KIP-219 mute)
+        self._order = ResponseOrder()
+        self._client_eof = False
+        self._upstream_eof = False
+        self._timers: list[asyncio.TimerHandle] = []
+        self._done = asyncio.Event()
+        self._opening = False  # the client transport is being made (run() closes it)
+        # (reason, detail) of the bad frame the connection is closing after, if any
+        self._closing: tuple[str, dict[str, Any]] | None = None
+
+    # -- what a flavour supplies ------------------------------------------------------------
+    def _transport_made(self) -> bool:
+        """Whether the client socket was handed to a transport (which then closes it)."""
+        raise NotImplementedError
+
+    def _close_transports(self, reset: bool) -> None:
+        raise NotImplementedError
+
+    def _readable_again(self) -> None:
+        """The gate lets the next request through (its response was sent, its throttle
+        is over)."""
+        raise NotImplementedError
+
+    # -- shared ---------------------------------------------------------------------------
+    def touch(self) -> None:
+        self.last_active_ns = time.monotonic_ns()
+        self.processor.touch(self)  # type: ignore[arg-type]
+
+    def later(self, delay_s: float, fn: Callable[..., object], *args: Any) -> None:
+        """A timer that `finish()` cancels."""
+        self._timers.append(asyncio.get_running_loop().call_later(delay_s, fn, *args))
+
+    def mute(self, until_ns: int) -> None:
+        """KIP-219: the request in flight is throttled until `until_ns` (called before its
+        response is written): nothing more is taken from the client until then."""
+        self.muted_until_ns = max(self.muted_until_ns, until_ns)
+        self.gate.throttle_started()
+        self.later(max(0.0, (self.muted_until_ns - time.monotonic_ns()) / 1e9), self._unmute)
+
+    def _unmute(self) -> None:
+        if self.closed:
+            return
+        early_ns = self.muted_until_ns - time.monotonic_ns()
+        if early_ns > 0:  # timers may fire a little early (ms resolution): wait the rest
+            self.later(early_ns / 1e9, self._unmute)
+            return
+        self.muted_until_ns = 0
+        if self.gate.throttle_ended():
+            self._readable_again()
+
+    def step(self, item: bytes | FrameError, to_client: Callable[[bytes], None]) -> str:
+        """Handle one item the gate released: STOP (the connection is finished), WAIT
+        (forwarded with `forward`, its response owed), or NEXT (answered here, or forwarded
+        with no response owed: a Produce with acks=0)."""
+        if isinstance(item, FrameError):  # every request before it is answered
+            self.finish(item.reason)
+            return STOP
+        forwarded, stopped = take_requests(
+            self.acceptor,
+            self,  # type: ignore[arg-type]
+            self._order,
+            [item],
+            time.monotonic_ns(),
+            to_client,
+        )
+        if stopped is not None:  # unreadable header, refused admin request: Kafka closes
+            self.finish(stopped.reason, detail={"error": str(stopped)})
+            return STOP
+        if not forwarded:  # answered here: the answer is written
+            self.gate.response_sent()
+            return NEXT
+        self.forward(item)
+        if expects_response(item):
+            return WAIT  # muted until the broker's response is sent
+        self.gate.response_sent()  # acks=0: the broker's no-op response
+        return NEXT
+
+    def forward(self, frame: bytes) -> None:
+        raise NotImplementedError
+
+    def answers(self, frames: list[bytes]) -> tuple[bytes, bool]:
+        """The broker's responses as sent to the client (`request` rows, request-quota
+        charge, throttle_time_ms raised), and whether one answered the request in flight."""
+        now = time.monotonic_ns()
+        out: list[bytes] = []
+        answered = False
+        for frame in frames:
+            cid = correlation_id_of_response(frame)
+            before, done, after = self._order.response(cid, len(frame), now)
+            if done is not None:
+                frame = self.acceptor.request_done(self, done, now, frame)  # type: ignore[arg-type]
+                answered = True
+            out.extend(before)
+            out.append(frame)
+            out.extend(after)
+        payload = out[0] if len(out) == 1 else b"".join(out)
+        self.bytes_out += len(payload)
+        return payload, answered
+
+    def close_after_answers(self, exc: FrameError) -> None:
+        """A bad frame: nothing more is read from the client; the connection closes with
+        the frame's reason once the gate reaches it (every request before it answered), or
+        after `CLOSE_GRACE_S`."""
+        self._closing = (exc.reason, {"error": str(exc)})
+        self.later(intake.CLOSE_GRACE_S, self._grace_over)
+
+    def _grace_over(self) -> None:
+        self.finish("close_grace_expired", detail={"unanswered": len(self._order)})
+
+    def finish(
+        self,
+        reason: str,
+        *,
+        reset: bool = False,
+        evicted: bool = False,
+        detail: dict[str, Any] | None = None,
+    ) -> None:
+        """End the connection once: close both sides, release counts, write `close`."""
+        if self.closed:
+            return
+        reason, detail = close_reason(self._closing, reason, detail, evicted)
+        self.closed = True
+        self.close_reason = reason
+        for timer in self._timers:
+            timer.cancel()
+        self._close_transports(reset)
+        if not self._transport_made() and not self._opening:
+            with contextlib.suppress(OSError):  # never handed to the loop
+                self.sock.close()
+        now = time.monotonic_ns()
+        d: dict[str, Any] = {
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+            "requests": self.requests,
+            "duration_ms": (now - self.started_ns) / 1e6,
+        }
+        if detail:
+            d.update(detail)
+        self.acceptor.connection_closed(self, reason, now, d, evicted=evicted)  # type: ignore[arg-type]
+        self._done.set()
