@@ -29,7 +29,7 @@ def analyze_run(
 
     from analysis.frames import unpersist
     from analysis.load import load_run
-    from analysis.session import build_session
+    from analysis.session import build_session, sized_for
     from analysis.verdict import build_verdict, run_checks, write_junit, write_verdict
 
     say = progress or (lambda _msg: None)
@@ -51,23 +51,24 @@ def analyze_run(
             f"{n_events} events in {len(run.files)} files; target {run.target}; "
             f"{len(run.timeline.changes)} config change(s)"
         )
-        say("checks…")
-        results = run_checks(run, progress=say)
-        verdict = build_verdict(run, results, {"events": n_events})
-        report_dir = Path(run_dir) / "report"
-        outputs = {
-            "verdict": str(write_verdict(report_dir, verdict)),
-            "junit": str(write_junit(report_dir, verdict)),
-        }
-        if report:
-            say("report…")
-            from analysis.report import write_report
+        with sized_for(spark, n_events):
+            say("checks…")
+            results = run_checks(run, progress=say)
+            verdict = build_verdict(run, results, {"events": n_events})
+            report_dir = Path(run_dir) / "report"
+            outputs = {
+                "verdict": str(write_verdict(report_dir, verdict)),
+                "junit": str(write_junit(report_dir, verdict)),
+            }
+            if report:
+                say("report…")
+                from analysis.report import write_report
 
-            outputs["html"] = str(write_report(run, verdict, report_dir / "report.html"))
+                outputs["html"] = str(write_report(run, verdict, report_dir / "report.html"))
+            unpersist(run)
         verdict["outputs"] = outputs
         verdict["analysis_seconds"] = round(time.monotonic() - t_start, 2)
         write_verdict(report_dir, verdict)
-        unpersist(run)
         return verdict
     finally:
         if own:

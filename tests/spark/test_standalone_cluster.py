@@ -69,20 +69,22 @@ def standalone_master(tmp_path: Path) -> Iterator[tuple[str, ManagedProcess, Man
     url = f"spark://127.0.0.1:{port}"
     procs: list[ManagedProcess] = []
     try:
+        argv = [str(spark_class), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                "--port", str(port), "--webui-port", str(free_port())]  # fmt: skip
         master = ManagedProcess(
             "spark-master",
-            [str(spark_class), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-             "--port", str(port), "--webui-port", str(free_port())],  # fmt: skip
+            argv,
             log_path=tmp_path / "master.log",
             env=env,
         )
         procs.append(master)
         _wait_for(master, "I have been elected leader", START_TIMEOUT_S)
+        argv = [str(spark_class), "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+                "--port", str(free_port()), "--webui-port", str(free_port()), "--cores", "1",
+                "--memory", "1g", "--work-dir", str(tmp_path / "work"), url]  # fmt: skip
         worker = ManagedProcess(
             "spark-worker",
-            [str(spark_class), "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-             "--port", str(free_port()), "--webui-port", str(free_port()), "--cores", "1",
-             "--memory", "1g", "--work-dir", str(tmp_path / "work"), url],  # fmt: skip
+            argv,
             log_path=tmp_path / "worker.log",
             env=env,
         )
@@ -109,9 +111,10 @@ def test_cluster_verdict_equals_local(
     shutil.copy2(local_run / "run.json", cluster_run / "run.json")
 
     local = analyze_run(local_run, spark=spark, report=False)
+    argv = [sys.executable, "-m", "harness", "analyze", str(cluster_run), "--no-html",
+            "--spark-master", url]  # fmt: skip
     proc = subprocess.run(
-        [sys.executable, "-m", "harness", "analyze", str(cluster_run), "--no-html",
-         "--spark-master", url],  # fmt: skip
+        argv,
         capture_output=True,
         text=True,
         timeout=300,
