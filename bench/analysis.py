@@ -8,7 +8,9 @@ DIR/synth-<size>/ (the simulation takes ~30 s per million events) and reused whi
 spec is unchanged. Each size is analysed by `analyze_run` with a fresh SparkSession, so the
 wall time includes Spark's start. The per-phase times come from analyze_run's progress
 lines (Spark start, load, each check, report); a check's time includes any shared table it
-was the first to build. Results are printed and written to DIR/results.json (default
+was the first to build. CPU s is this process's and the driver JVM's CPU time (Python
+workers the JVM has not reaped are missed), steadier than wall time on a shared machine.
+Results are printed and written to DIR/results.json (default
 .cache/bench-analysis/). Not a test: numbers depend on whoever else shares the cores.
 """
 
@@ -64,6 +66,26 @@ def cached_run(out: Path, size: int, regenerate: bool) -> tuple[Path, dict[str, 
     return run_dir, info
 
 
+def _jvm_cpu_s() -> float:
+    """CPU seconds of the Spark driver JVM (user + system, its reaped children included);
+    0 before it started. Less sensitive to the shared machine's load than wall time."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None) if gateway is not None else None
+    if proc is None:
+        return 0.0
+    fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_s() -> float:
+    """This process's CPU seconds plus the driver JVM's."""
+    t = os.times()
+    return t.user + t.system + _jvm_cpu_s()
+
+
 class PhaseClock:
     """Turns analyze_run's progress lines into per-phase wall times."""
 
@@ -115,17 +137,20 @@ def main() -> int:
     for size in sorted(args.sizes):
         run_dir, gen = cached_run(out, size, args.regenerate)
         print(f"[{size:,}] {gen['events']:,} events, {gen['connections']:,} connections; analysing")
+        cpu0 = _cpu_s()
         clock = PhaseClock(size)
         verdict = analyze_run(
             run_dir, spark_master=args.spark_master, report=args.html, progress=clock
         )
         wall = time.monotonic() - clock.t0
+        cpu = _cpu_s() - cpu0
         phases = clock.finish()
         row = {
             "target_events": size,
             **gen,
             "analyze_s": round(wall, 1),
             "events_per_s": round(gen["events"] / wall),
+            "cpu_s": round(cpu, 1),
             "verdict": verdict["verdict"],
             "check_verdicts": {c["name"]: c["verdict"] for c in verdict["checks"]},
             "phases_s": {k: round(v, 2) for k, v in phases.items()},
@@ -149,13 +174,14 @@ def main() -> int:
 def table(results: list[dict[str, Any]]) -> str:
     """Markdown: one row per size, then the share of the wall time per phase and size."""
     lines = [
-        "| events | connections | analyse s | events/s | verdict | load avg (1 m, at end) |",
-        "|---|---|---|---|---|---|",
+        "| events | connections | analyse s | events/s | CPU s | verdict | load avg (1 m, end) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in results:
         lines.append(
             f"| {r['events']:,} | {r['connections']:,} | {r['analyze_s']} | "
-            f"{r['events_per_s']:,} | {r['verdict']} | {r['load_avg_1m_at_end']} |"
+            f"{r['events_per_s']:,} | {r.get('cpu_s', '-')} | {r['verdict']} | "
+            f"{r['load_avg_1m_at_end']} |"
         )
     names: list[str] = []
     for r in results:
