@@ -58,8 +58,11 @@ class Connection(Relay):
             self.finish("reset")
             return
         self._opening = False
-        if self.closed:  # evicted/shut down while we were setting up
-            _reset(self._cw)
+        if self.closed:  # ended while the transport was made: a FIN unless a reset
+            if self._reset:
+                _reset(self._cw)
+            else:
+                self._cw.close()
             return
         try:
             ureader, self._uw = await asyncio.wait_for(

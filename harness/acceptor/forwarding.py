@@ -89,8 +89,11 @@ class ProtoConnection(Relay):
             return
         self._opening = False
         self._ct = ct
-        if self.closed:
-            _abort_with_rst(ct)
+        if self.closed:  # ended while the transport was made (a client EOF: a FIN, as Kafka)
+            if self._reset:
+                _abort_with_rst(ct)
+            else:
+                ct.close()
             return
         try:
             ut, _ = await asyncio.wait_for(

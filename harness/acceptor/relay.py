@@ -79,6 +79,7 @@ class Relay:
         self._timers: list[asyncio.TimerHandle] = []
         self._done = asyncio.Event()
         self._opening = False  # the client transport is being made (run() closes it)
+        self._reset = False  # finish() asked for a reset (SO_LINGER 0) rather than a FIN
         # (reason, detail) of the bad frame the connection is closing after, if any
         self._closing: tuple[str, dict[str, Any]] | None = None
 
@@ -195,6 +196,7 @@ class Relay:
         reason, detail = close_reason(self._closing, reason, detail, evicted)
         self.closed = True
         self.close_reason = reason
+        self._reset = reset
         for timer in self._timers:
             timer.cancel()
         self._close_transports(reset)

@@ -1,0 +1,64 @@
+"""A client that half-closes at once gets a FIN back, as from the broker, never a reset.
+
+Found with Trogdor's ConnectionStress CONNECT action (issue 14): the client's EOF reached the
+acceptor while the client transport was still being made; the connection then ended as if
+evicted, with SO_LINGER 0 (a reset), while the history said `client_eof`.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.acceptor import AcceptorHandle, start_in_thread
+from harness.acceptor.testing import history_rows
+from harness.admin.client import split_bootstrap
+
+
+def answer_to_half_close(addr: tuple[str, int], wait_s: float) -> str:
+    s = socket.create_connection(addr, timeout=10)
+    try:
+        if wait_s:
+            time.sleep(wait_s)
+        s.shutdown(socket.SHUT_WR)
+        try:
+            return "fin" if s.recv(100) == b"" else "data"
+        except ConnectionResetError:
+            return "reset"
+    finally:
+        s.close()
+
+
+@pytest.fixture(params=["protocol", "streams"])
+def acceptor(request: Any, kafka_broker: Any, tmp_path: Path) -> Iterator[AcceptorHandle]:
+    h = start_in_thread(
+        {
+            "listeners": "CLIENT://127.0.0.1:0",
+            "listener.name.client.upstream": kafka_broker.bootstrap,
+            "metrics.port": "-1",
+            "acceptor.io": request.param,
+        },
+        history_dir=tmp_path / "history",
+        run_id="fin",
+    )
+    yield h
+    h.stop()
+
+
+@pytest.mark.parametrize("wait_s", [0.0, 0.05])
+def test_an_immediate_half_close_gets_a_fin_as_from_the_broker(
+    acceptor: AcceptorHandle, kafka_broker: Any, wait_s: float
+) -> None:
+    direct = Counter(
+        answer_to_half_close(split_bootstrap(kafka_broker.bootstrap), wait_s) for _ in range(30)
+    )
+    fronted = Counter(answer_to_half_close(acceptor.address("CLIENT"), wait_s) for _ in range(30))
+    assert direct == fronted == Counter({"fin": 30})
+    closes = history_rows(acceptor, "close")
+    assert len(closes) == 30 and {r["reason"] for r in closes} <= {"client_eof", "upstream_eof"}
