@@ -11,7 +11,9 @@ derivations: docs/kafka-reference.md), so it never blames Kafka for the client c
   accepted within one span of n·w never exceed what the broker/listener meter allows;
 - `client_ip_rate_span`: the same per source address against its connection_creation_rate;
 - `client_over_throttling`: an EOF before any response is Kafka's fault unless a per-IP
-  rate throttle or count limit could have caused it under some consistent timing;
+  rate throttle or count limit (or, on a non-protected listener, an LRU eviction) could
+  have caused it under some consistent timing; a served connection of the protected
+  listener closed by Kafka is its fault (Kafka never evicts those);
 - `client_connection_count`: served connections open at once per listener / broker-wide
   never exceed listener.name.<l>.max.connections / max.connections;
 - `client_request_throttle`: `throttle_time_ms` in responses is ≤ w and appears only when
@@ -328,6 +330,7 @@ def check_over_throttling(run: Run) -> CheckResult:
         lim.max_connections < INT_MAX and any(lim.is_protected(x) for x in lim.listeners)
         for lim in run.timeline.limits
     )
+    last = run.timeline.limits[-1]
     judged = skipped = 0
     bad: list[dict[str, Any]] = []
     by_ip = {ip: g.index for ip, g in df.groupby("client_ip")}
@@ -338,8 +341,11 @@ def check_over_throttling(run: Run) -> CheckResult:
             skipped += 1
             continue
         judged += 1
-        if protected_max:
-            continue  # an evicted LRU channel may be any connection
+        if protected_max and not last.is_protected(str(row["listener"] or "")):
+            # Kafka's non-protected processors close their least recently used channel
+            # while the total is over max.connections (closeExcessConnections): any
+            # connection of theirs may be the victim. Never a protected listener's.
+            continue
         ip = row["client_ip"]
         mine = by_ip[ip].drop(idx)
         # the lenient direction for this rule: the smallest quota / count limit that may
@@ -364,8 +370,10 @@ def check_over_throttling(run: Run) -> CheckResult:
         if m < INT_MAX:
             why += f"; at most {others_open} others open vs max.connections.per.ip {fmt(m)}"
         bad.append(_wit(row, run, why))
+    p_judged, p_bad, p_skipped, p_peak, p_max = _protected_closes(run, att, last)
+    exercised = True if p_peak > p_max else None
     total = len(df)
-    if judged == 0 and skipped == 0:
+    if judged == 0 and skipped == 0 and p_judged == 0 and p_skipped == 0:
         return CheckResult(
             "client_over_throttling",
             PASS,
@@ -374,15 +382,30 @@ def check_over_throttling(run: Run) -> CheckResult:
             judged=total,
             explanation="no connection was dropped, so none was dropped without cause",
         )
+    observed = (
+        f"{len(bad)} of {judged} EOFs before a response unexplained"
+        + (f"; {skipped} inside fault windows not judged" if skipped else "")
+        + (
+            "; a non-protected connection may be evicted (max.connections, protected listener)"
+            if protected_max
+            else ""
+        )
+    )
+    if p_judged or p_skipped:
+        observed += (
+            f"; protected listener: {len(p_bad)} of {p_judged} served connections closed by "
+            f"Kafka ({p_skipped} near a fault or the end not judged), peak {p_peak} open at "
+            f"once vs max.connections {fmt(p_max)}"
+        )
+    bad += p_bad
     return CheckResult(
         "client_over_throttling",
         FAIL if bad else PASS,
-        observed=(
-            f"{len(bad)} of {judged} EOFs before a response unexplained"
-            + (f"; {skipped} inside fault windows not judged" if skipped else "")
-            + ("; a protected listener with max.connections may evict any" if protected_max else "")
+        observed=observed,
+        expected=(
+            "every EOF could have come from a per-IP rate throttle or count limit (or an "
+            "eviction off the protected listener); no protected connection closed by Kafka"
         ),
-        expected="every EOF could have come from a per-IP rate throttle or count limit",
         tolerance=(
             f"an IP's other connections count if their interval meets (invoke - (n+1)·w, EOF]; "
             f"counts are released up to {fmt(PROCESSOR_POLL_MS + run.slack_ms)} ms after the "
@@ -392,9 +415,76 @@ def check_over_throttling(run: Run) -> CheckResult:
         explanation=(
             "over-strict enforcement is a bug like over-admission: a drop no limit explains "
             "under any timing consistent with the client's view is Kafka's (or the setup's)"
+            + (
+                "; exercised: the protected listener held more connections than "
+                "max.connections, and Kafka kept them (SocketServer.scala 1463-1474)"
+                if exercised
+                else ""
+            )
         ),
-        judged=judged,
+        judged=judged + p_judged,
+        exercised=exercised,
+        peak=float(p_peak) if exercised else None,
+        limit=float(p_max) if exercised else None,
     )
+
+
+#: Kafka closes an idle connection after connections.max.idle.ms (default 10 min): a
+#: protected connection this old when Kafka closed it is not judged.
+IDLE_MS = 600_000.0
+
+
+def _protected_closes(
+    run: Run, att: Attempts, last: Any
+) -> tuple[int, list[dict[str, Any]], int, int, float]:
+    """Served connections of a protected listener that Kafka closed (EOF after a response).
+
+    Kafka 4.3.1 never evicts them: `Processor.closeExcessConnections` closes an LRU channel
+    only while `maxConnectionsExceeded(listener)` = `totalCount > brokerMaxConnections &&
+    !protectedListener(listener)` (SocketServer.scala 1111–1116, 1463–1464), and a
+    protected listener always finds a slot under max.connections
+    (`connectionSlotAvailable`, 1467–1474). Not judged: closes in a fault window, after
+    the load ended (the broker stops), or of a connection older than the idle timeout.
+    Returns (judged, witnesses, skipped, peak protected open at once, largest max).
+    """
+    df = att.df
+    if df.empty:
+        return 0, [], 0, 0, float(INT_MAX)
+    prot = df["listener"].map(lambda x: bool(last.is_protected(str(x or "")))).astype(bool)
+    served = df[prot & df["ready_ns"].notna()]
+    broker_max = max(float(lim.max_connections) for lim in run.timeline.limits)
+    if served.empty or broker_max >= INT_MAX:
+        return 0, [], 0, 0, broker_max
+    from analysis.checks.clients import phases
+
+    ends = [int(p["end"]) for p in phases(run)]
+    load_end = max(ends) if ends else run.span_ns()[1]
+    judged = skipped = 0
+    bad: list[dict[str, Any]] = []
+    for r in served[served["eof_ns"].notna()].itertuples():
+        inv, eof = int(r.invoke_ns), int(r.eof_ns)
+        if (
+            any(s <= eof and e >= inv for s, e in att.faults)
+            or eof > load_end
+            or (eof - inv) / MS >= IDLE_MS
+        ):
+            skipped += 1
+            continue
+        judged += 1
+        bad.append(
+            _wit(
+                r,
+                run,
+                f"Kafka closed a served connection of the protected listener {r.listener}: "
+                "it never evicts or closes those for max.connections",
+            )
+        )
+    judged += len(served) - int(served["eof_ns"].notna().sum())
+    # client-closed: [ready, closed] lies in Kafka's count; closed by Kafka: only ready
+    end = served["closed_ns"].where(served["eof_ns"].isna(), served["ready_ns"])
+    end = end.fillna(served["ready_ns"])
+    peak, _ = max_overlap(served["ready_ns"].astype("int64").tolist(), end.astype("int64").tolist())
+    return judged, bad, skipped, int(peak), broker_max
 
 
 # --- connection counts -----------------------------------------------------------------------
@@ -599,6 +689,7 @@ CHECKS = [
         False,
         ("broker",),
         doc="every EOF before a response is explainable by a per-IP limit under some timing",
+        judges_limit=True,  # exercised only when protected connections went past max
     ),
     Check(
         "client_connection_count",

@@ -322,3 +322,73 @@ def test_synthetic_broker_run_passes_and_replay_is_a_diagnostic(spark: Any, tmp_
     replay = good["model_replay"]
     assert replay.verdict == "n/a" and 0.0 <= replay.data["agreement"] <= 1.0
     assert not replay.witnesses  # disagreements are data on a broker target, not witnesses
+
+
+# --- the protected listener past max.connections (Kafka never evicts it) ---------------------
+
+TWO = "CLIENT://127.0.0.1:9092,REPLICATION://127.0.0.1:9093"
+
+
+def _on(listener: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{**r, "listener": listener} for r in rows]
+
+
+def _protected_run(spark: Any, tmp: Path, name: str, rows: list[dict[str, Any]]) -> Any:
+    limits = {
+        "listeners": TWO,
+        "inter.broker.listener.name": "REPLICATION",
+        "max.connections": 4,
+    }
+    run_dir = _run(tmp, name, limits, rows)
+    return _results(spark, run_dir, ["client_over_throttling"])["client_over_throttling"]
+
+
+@pytest.mark.parametrize("holders, exercised", [(4, None), (5, True)])
+def test_protected_holders_past_max_are_kept(
+    spark: Any, tmp_path: Path, holders: int, exercised: bool | None
+) -> None:
+    rows: list[dict[str, Any]] = []
+    for i in range(holders):
+        rows += _on(
+            "replication",
+            _conn("127.0.0.30", 9000 + i, i * 5.0, ready_ms=i * 5.0 + 2, closed_ms=20_000.0),
+        )
+    res = _protected_run(spark, tmp_path, f"prot-{holders}", rows)
+    assert res.verdict == "pass", res.observed
+    assert res.exercised is exercised  # one past max.connections = 4: exercised
+    if exercised:
+        assert res.peak == holders and res.limit == 4
+
+
+def test_a_protected_connection_closed_by_kafka_is_over_strict(spark: Any, tmp_path: Path) -> None:
+    rows: list[dict[str, Any]] = []
+    for i in range(5):
+        rows += _on(
+            "replication",
+            _conn("127.0.0.30", 9000 + i, i * 5.0, ready_ms=i * 5.0 + 2, closed_ms=20_000.0),
+        )
+    # a sixth, served, then closed by the broker (EOF after its response) at 3 s
+    sixth = _on("replication", _conn("127.0.0.30", 9100, 100.0, ready_ms=102.0))
+    sixth = [r for r in sixth if r["event"] != "closed"]
+    sixth.append(
+        {
+            **sixth[0],
+            "event": "closed",
+            "mono_ns": T0 + 3000 * MS,
+            "reason": "eof",
+            "detail": {"outcome": "served"},
+        }
+    )
+    res = _protected_run(spark, tmp_path, "prot-closed", rows + sixth)
+    assert res.verdict == "fail", res.observed
+    assert [w["client_port"] for w in res.witnesses] == [9100]
+
+
+@pytest.mark.parametrize("listener, verdict", [("client", "pass"), ("replication", "fail")])
+def test_an_early_eof_is_an_eviction_only_off_the_protected_listener(
+    spark: Any, tmp_path: Path, listener: str, verdict: str
+) -> None:
+    rows = _on(listener, _conn("127.0.0.31", 9200, 1000.0, eof_ms=1001.0))
+    rows += _on("client", _conn("127.0.0.2", 9201, 0.0, ready_ms=2.0, closed_ms=5000.0))
+    res = _protected_run(spark, tmp_path, f"prot-eof-{listener}", rows)
+    assert res.verdict == verdict, res.observed
