@@ -37,7 +37,7 @@ from harness.acceptor.stall import parse_stalls, schedule_stalls
 from harness.acceptor.state import load_state, save_state
 from harness.acceptor.tracker import Completed
 from harness.history import HistoryWriter
-from harness.quota.client_quota_admin import ip_entity_address
+from harness.quota.client_quota_admin import enforced_ip_quotas, ip_entity_address
 from harness.quota.config import QuotaConfig, apply_dynamic_update, layered_update
 from harness.quota.connections import ConnectionQuotas
 from harness.quota.faults import FAULT_KEY, FAULTS, Faults
@@ -373,7 +373,7 @@ class Acceptor:
     def effective_limits(self) -> dict[str, object]:
         limits = dict(self.quota_cfg.to_properties())
         limits["listeners"] = limits.get("listeners")
-        limits["ip_quotas"] = self.ip_quotas()
+        limits["ip_quotas"] = enforced_ip_quotas(self.ip_quotas())  # by address
         limits["request_quotas"] = dict(self.state.request_quotas)
         limits["harness.test.skip.ip.rate.check"] = self.cfg.skip_ip_rate_check
         limits[FAULT_KEY] = self.cfg.faults.names()

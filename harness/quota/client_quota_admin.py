@@ -22,6 +22,7 @@ __all__ = [
     "UNKNOWN_SERVER_ERROR",
     "UNSUPPORTED_VERSION",
     "DescribeComponent",
+    "enforced_ip_quotas",
     "ip_entity_address",
     "validate_alteration",
     "validate_describe_filter",
@@ -57,6 +58,28 @@ def ip_entity_address(name: str | None, resolve: Resolver = resolve_host) -> str
     from ``127.0.0.9``. Raises ``OSError`` for a name that does not resolve.
     """
     return None if name is None else resolve(name)
+
+
+def enforced_ip_quotas(
+    by_name: Mapping[str, int], resolve: Resolver = resolve_host
+) -> dict[str, int]:
+    """``{"default" | entity name: rate}`` (in the order set) -> ``{"default" | address:
+    rate}``: what the quotas apply to, for ``config`` rows (the checker matches client
+    addresses). Two names of one address: the last set wins, as in ``ConnectionQuotas``; a
+    name that no longer resolves is left out (nothing can match it)."""
+    out: dict[str, int] = {}
+    for name, rate in by_name.items():
+        if name == "default":
+            out[name] = rate
+            continue
+        try:
+            address = ip_entity_address(name, resolve)
+        except (OSError, UnicodeError, ValueError):
+            continue
+        if address is not None:
+            out.pop(address, None)
+            out[address] = rate
+    return out
 
 
 def _resolvable(name: str, resolve: Resolver) -> bool:

@@ -453,9 +453,11 @@ def test_ip_entity_is_stored_and_matched_by_the_name_given(
             assert _ip_rows(mine, names, **filt) == _ip_rows(theirs, names, **filt), filt
         assert _ip_rows(mine, names) == [(name, {"connection_creation_rate": 17.0})]
         assert _ip_rows(mine, names, **by_address) == []  # the name, not the address
-        # enforced on the address
+        # enforced on the address; config rows say so (the checker matches addresses)
         assert h.call(lambda: h.acceptor.quotas.ip_quotas()) == {address: 17}
         assert h.acceptor.ip_quotas() == {name: 17}
+        configs = [json.loads(r["detail"]) for r in history(h, "harness") if r["event"] == "config"]
+        assert configs[-1]["ip_quotas"] == {address: 17}
     finally:
         for boot in (mine, theirs):
             alter_ip_quota(boot, name, None)
