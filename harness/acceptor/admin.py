@@ -56,6 +56,8 @@ INCREMENTAL_ALTER_CONFIGS = IncrementalAlterConfigsRequest.API_KEY  # 44
 ADMIN_KEYS = frozenset({DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS, INCREMENTAL_ALTER_CONFIGS})
 
 CLUSTER_AUTHORIZATION_FAILED = 31
+#: after the upstream could not tell its node id, how long before it is asked again
+NODE_ID_RETRY_S = 30.0
 INVALID_CONFIG = 40
 BROKER_RESOURCE = 4
 IP_RATE_KEY = "connection_creation_rate"
@@ -146,6 +148,7 @@ class AdminHandler:
         self.acceptor = acceptor
         self.resolve = resolve
         self._node_ids: dict[str, int] = {}  # listener -> node id learned from its upstream
+        self._node_id_failed: dict[str, float] = {}  # listener -> when asking last failed
 
     def node_id(self, conn: Connection) -> int | None:
         """The `node.id` of the broker behind the connection's listener: the configured
@@ -157,8 +160,12 @@ class AdminHandler:
             return configured
         listener = conn.info.listener
         if listener not in self._node_ids:
+            failed = self._node_id_failed.get(listener)
+            if failed is not None and time.monotonic() - failed < NODE_ID_RETRY_S:
+                return None  # do not stall the loop on every request while it is down
             learned = self._ask_node_id(listener)
             if learned is None:
+                self._node_id_failed[listener] = time.monotonic()
                 return None
             self._node_ids[listener] = learned
         return self._node_ids[listener]
