@@ -99,6 +99,36 @@ def is_connection_limit_key(key: str | None) -> bool:
     )
 
 
+def _entry_result(entry: Any, code: int, message: str | None) -> Any:
+    """One AlterClientQuotas answer entry, naming the entity as the request did."""
+    R = AlterClientQuotasResponse
+    return R.EntryData(
+        error_code=code,
+        error_message=message,
+        entity=[
+            R.EntryData.EntityData(entity_type=e.entity_type, entity_name=e.entity_name)
+            for e in entry.entity
+        ],
+    )
+
+
+def _resource_result(resource: Any, code: int, message: str | None) -> Any:
+    """One IncrementalAlterConfigs answer, naming the resource as the request did."""
+    return IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(
+        error_code=code,
+        error_message=message,
+        resource_type=resource.resource_type,
+        resource_name=resource.resource_name,
+    )
+
+
+def _outcome(code: int, validate_only: bool) -> str:
+    """The `admin` row's reason."""
+    if code:
+        return ERROR_NAMES.get(code, str(code))
+    return "validated" if validate_only else "applied"
+
+
 def check_broker_resource(
     name: str, configs: list[tuple[str, int, str | None]], node_id: int | None
 ) -> tuple[int, str] | None:
@@ -287,35 +317,17 @@ class AdminHandler:
                 entries=None,
             )
         elif info.api_key == ALTER_CLIENT_QUOTAS:
-            R = AlterClientQuotasResponse
-            response = R[v](
+            response = AlterClientQuotasResponse[v](
                 throttle_time_ms=0,
                 entries=[
-                    R.EntryData(
-                        error_code=CLUSTER_AUTHORIZATION_FAILED,
-                        error_message=msg,
-                        entity=[
-                            R.EntryData.EntityData(
-                                entity_type=e.entity_type, entity_name=e.entity_name
-                            )
-                            for e in entry.entity
-                        ],
-                    )
-                    for entry in req.entries
+                    _entry_result(entry, CLUSTER_AUTHORIZATION_FAILED, msg) for entry in req.entries
                 ],
             )
         else:
-            R2 = IncrementalAlterConfigsResponse
-            response = R2[v](
+            response = IncrementalAlterConfigsResponse[v](
                 throttle_time_ms=0,
                 responses=[
-                    R2.AlterConfigsResourceResponse(
-                        error_code=CLUSTER_AUTHORIZATION_FAILED,
-                        error_message=msg,
-                        resource_type=r.resource_type,
-                        resource_name=r.resource_name,
-                    )
-                    for r in req.resources
+                    _resource_result(r, CLUSTER_AUTHORIZATION_FAILED, msg) for r in req.resources
                 ],
             )
         self._admin_row(conn, info, "CLUSTER_AUTHORIZATION_FAILED", {"request": req.to_dict()})
@@ -417,22 +429,11 @@ class AdminHandler:
                             }
                         )
             code, msg = error if error is not None else (0, None)
-            results.append(
-                R.EntryData(
-                    error_code=code,
-                    error_message=msg,
-                    entity=[
-                        R.EntryData.EntityData(entity_type=e.entity_type, entity_name=e.entity_name)
-                        for e in entry.entity
-                    ],
-                )
-            )
+            results.append(_entry_result(entry, code, msg))
             self._admin_row(
                 conn,
                 info,
-                ERROR_NAMES.get(code, str(code))
-                if code
-                else ("validated" if req.validate_only else "applied"),
+                _outcome(code, req.validate_only),
                 {"entity": {k or "": v for k, v in entity.items()}, "ops": ops, "message": msg},
             )
         if applied:
@@ -494,20 +495,11 @@ class AdminHandler:
                         INVALID_REQUEST,
                         f"Invalid value {exc.value} for configuration {exc.key}: {reason}",
                     )
-            responses.append(
-                R.AlterConfigsResourceResponse(
-                    error_code=code,
-                    error_message=msg,
-                    resource_type=r.resource_type,
-                    resource_name=r.resource_name,
-                )
-            )
+            responses.append(_resource_result(r, code, msg))
             self._admin_row(
                 conn,
                 info,
-                ERROR_NAMES.get(code, str(code))
-                if code
-                else ("validated" if req.validate_only else "applied"),
+                _outcome(code, req.validate_only),
                 {"resource": r.resource_name, "changes": changes, "message": msg},
             )
         if changed:
