@@ -2,7 +2,8 @@
 
 Each processor's new-connection queue is an ArrayBlockingQueue(20): a queue depth above
 20 at hand-off cannot happen in Kafka. A per-IP count rejection is accept-then-close-now:
-the connection is never registered nor served, and the client sees EOF right away.
+the connection is never registered nor served, and the client sees EOF right away (the
+storm engine within the slack; a kafka-python client at its next poll of that socket).
 """
 
 from __future__ import annotations
@@ -146,10 +147,14 @@ def check_reject_closes_at_once(run: Run) -> CheckResult:
     n_late = 0
     if run.has_source("client"):
         j = match_attempts(rejects, client_conns(run))
+        # the storm engine reads every socket in its epoll loop, so its EOF time is prompt;
+        # kafka-python (the steady profile) notices a closed socket at its next poll of that
+        # connection, so its EOF time bounds nothing: there, only "never served, EOF seen"
+        watching = F.coalesce(F.col("c.profile"), F.lit("")) != F.lit("steady")
         late = j.where(
             F.col("c.ready_ns").isNotNull()
             | F.col("c.eof_ns").isNull()
-            | (F.col("c.eof_ns") - F.col("a.reject_ns") > F.lit(slack_ns))
+            | (watching & (F.col("c.eof_ns") - F.col("a.reject_ns") > F.lit(slack_ns)))
         )
         n_late = late.count()
         for r in late.select("a.*", "c.eof_ns", "c.ready_ns").limit(5).collect():
@@ -166,7 +171,8 @@ def check_reject_closes_at_once(run: Run) -> CheckResult:
         FAIL if n_bad else PASS,
         observed=f"{n} per-IP count rejects; {n_served} registered; {client_note}",
         expected="reject → closed at once: never registered; client EOF within slack of the reject",
-        tolerance=f"slack {fmt(run.slack_ms)} ms",
+        tolerance=f"slack {fmt(run.slack_ms)} ms (EOF time of engine clients only: a steady "
+        "kafka-python client sees the close at its next poll)",
         witnesses=wit,
         explanation="max.connections.per.ip is enforced by accept-then-close, the client reads EOF",
         judged=n,

@@ -1,0 +1,68 @@
+"""`ip_count_reject_closes_at_once` on the client side: an engine (storm) client watches its
+socket, so its EOF must come within the slack of the reject; a steady kafka-python client
+sees the close only at its next poll, so for it only "never served, EOF seen" is judged."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from analysis.checks.processors import check_reject_closes_at_once
+from analysis.load import load_run
+from harness.history import HistoryWriter
+
+MS = 1_000_000
+S = 1000 * MS
+T0 = 7_000 * S
+SLACK_MS = 50
+
+
+def _run(tmp: Path, name: str, profile: str, eof_after_ms: float | None) -> Path:
+    run = tmp / name
+    (run / "history").mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"run_id": name, "target": "acceptor"}))
+    cw = HistoryWriter(run / "history", "client", name, background=False)
+    aw = HistoryWriter(run / "history", "acceptor", name, background=False)
+    hw = HistoryWriter(run / "history", "harness", name, background=False)
+    hw.record("config", mono_ns=T0, detail={"max.connections.per.ip": 1})
+    addr = {"client_ip": "127.0.0.1", "client_port": 58012}
+    cw.record("connect_invoke", mono_ns=T0 + S, detail={"profile": profile}, **addr)
+    cw.record("connect_ok", mono_ns=T0 + S + MS, latency_ms=1.0, **addr)
+    reject = T0 + S + 200 * MS
+    conn = {"conn_id": "CLIENT-1", "listener": "CLIENT", **addr}
+    aw.record("accept", mono_ns=reject - 10_000, **conn)
+    aw.record("reject", mono_ns=reject, reason="ip_count", **conn)
+    if eof_after_ms is not None:
+        cw.record(
+            "closed",
+            mono_ns=reject + int(eof_after_ms * MS),
+            reason="reset",
+            detail={"outcome": "eof_after_accept", "profile": profile},
+            **addr,
+        )
+    for w in (cw, aw, hw):
+        w.close()
+    return run
+
+
+@pytest.mark.parametrize(
+    "profile, eof_after_ms, verdict",
+    [
+        ("storm", SLACK_MS - 1, "pass"),
+        ("storm", SLACK_MS + 1, "fail"),  # the engine watches its socket: late is late
+        ("steady", 104.0, "pass"),  # kafka-python saw it at its next poll (a real run's gap)
+        ("steady", None, "fail"),  # but it must see it
+    ],
+    ids=["storm-prompt", "storm-late", "steady-next-poll", "steady-never"],
+)
+def test_reject_eof_on_the_client(
+    spark: Any, tmp_path: Path, profile: str, eof_after_ms: float | None, verdict: str
+) -> None:
+    run = load_run(spark, _run(tmp_path, f"{profile}-{eof_after_ms}", profile, eof_after_ms))
+    r = check_reject_closes_at_once(run)
+    assert r.verdict == verdict, (r.observed, r.witnesses)
+    if verdict == "fail":
+        assert r.witnesses and r.witnesses[0]["client_port"] == 58012, r.witnesses
