@@ -118,6 +118,8 @@ def check_agreement(run: Run) -> CheckResult:
         .orderBy("accept_ns")
         .limit(10)
         .collect()
+        if bad  # witnesses cost another join; only a disagreement needs them
+        else []
     )
     wit = [witness(r.asDict(), r["why"]) for r in rows]
     share = joined / total if total else 0.0
@@ -195,21 +197,21 @@ def offered_stats(run: Run) -> dict[str, Any]:
             "profile", F.get_json_object("detail", "$.profile")
         )
         not_offered = (F.col("event") == "connect_fail") & (F.col("reason") == "not_offered")
-        row = c.agg(
-            F.sum(F.when(F.col("event") == "connect_invoke", 1).otherwise(0)).alias("offered"),
-            F.sum(F.when(not_offered, 1).otherwise(0)).alias("not_offered"),
-        ).first()
-        offered = int(row["offered"] or 0) if row else 0
-        missed = int(row["not_offered"] or 0) if row else 0
         rated = [p for p in phases(run) if float(p.get("intended_rate") or 0) > 0]
         at = F.coalesce("intended", "mono_ns")
         sums = []
-        for i, p in enumerate(rated):  # one scan for every phase
+        for i, p in enumerate(rated):  # one scan for the totals and every phase
             cond = (F.col("event") == "connect_invoke") & (at >= p["start"]) & (at < p["end"])
             if p.get("profile"):
                 cond = cond & (F.col("profile") == p["profile"])
             sums.append(F.sum(F.when(cond, 1).otherwise(0)).alias(f"p{i}"))
-        got_row = c.agg(*sums).first() if sums else None
+        got_row = c.agg(
+            F.sum(F.when(F.col("event") == "connect_invoke", 1).otherwise(0)).alias("offered"),
+            F.sum(F.when(not_offered, 1).otherwise(0)).alias("not_offered"),
+            *sums,
+        ).first()
+        offered = int(got_row["offered"] or 0) if got_row else 0
+        missed = int(got_row["not_offered"] or 0) if got_row else 0
         short_phases = []
         for i, p in enumerate(rated):
             rate = float(p["intended_rate"])

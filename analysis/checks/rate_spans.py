@@ -90,11 +90,18 @@ def _span_check(
     ev = ev.withColumn("bound", F.greatest(b_now, b_then))
     ev = ev.where(F.col("bound") < F.lit(float(INT_MAX)))
     part = [key] if key else []
-    # One row per (key, millisecond, bound) with its number of connections: the span
-    # window then slides over milliseconds, not connections (a storm puts many in one ms).
+    # One row per (key, millisecond, bound) with its number of connections, and the count
+    # in (t − S, t] as a difference of two prefix sums: the running count up to t minus the
+    # one up to t − S. Spark grows a frame that starts at the partition's first row
+    # incrementally, but recomputes a sliding frame whenever rows leave it (quadratic
+    # in the connections per span: 10× slower on a storm).
     per_ms = ev.groupBy(*part, "ms", "bound").agg(F.count(F.lit(1)).alias("n"))
-    win = Window.partitionBy(*part).orderBy("ms").rangeBetween(-(span_ms - 1), 0)
-    per_ms = per_ms.withColumn("in_span", F.sum("n").over(win))
+    by_ms = Window.partitionBy(*part).orderBy("ms")
+    upto_now = by_ms.rangeBetween(Window.unboundedPreceding, 0)
+    upto_then = by_ms.rangeBetween(Window.unboundedPreceding, -span_ms)
+    per_ms = per_ms.withColumn(
+        "in_span", F.sum("n").over(upto_now) - F.coalesce(F.sum("n").over(upto_then), F.lit(0))
+    )
     allowed = (
         F.col("bound") * F.lit(span_ms / 1000.0)
         + F.col("bound") * F.lit((n - 1) * w / 1000.0)
