@@ -71,6 +71,7 @@ class ProtoConnection(Relay):
         self._ct: asyncio.Transport | None = None
         self._ut: asyncio.Transport | None = None
         self._paused: dict[bool, set[str]] = {True: set(), False: set()}
+        self._eof_passed = False  # the client's EOF was written upstream
 
     # -- lifecycle -----------------------------------------------------------------------
     async def run(self) -> None:
@@ -187,6 +188,21 @@ class ProtoConnection(Relay):
                 self.pause_reading(True, "in_flight")
         elif held:
             self.resume_reading(True, "in_flight")
+        self._pass_eof_when_forwarded()
+
+    def _pass_eof_when_forwarded(self) -> None:
+        """The client's half-close goes upstream once every request it sent before it was
+        forwarded (the broker reads them all, then the EOF)."""
+        ut = self._ut
+        if not self._client_eof or self._eof_passed or self.closed or ut is None:
+            return
+        if len(self.gate) or self.initial:
+            return
+        self._eof_passed = True
+        if ut.can_write_eof() and not ut.is_closing():
+            ut.write_eof()
+        else:
+            self.finish("client_eof")
 
     _readable_again = _pump
 
@@ -223,12 +239,11 @@ class ProtoConnection(Relay):
             if self._upstream_eof:
                 self.finish("upstream_eof")
                 return False
-            ut = self._ut
-            if ut is not None and ut.can_write_eof() and not ut.is_closing():
-                ut.write_eof()
-                return True
-            self.finish("client_eof")
-            return False
+            if self._ut is None and not len(self.gate) and not self.initial:
+                self.finish("client_eof")  # nothing was sent: nothing to answer
+                return False
+            self._pass_eof_when_forwarded()
+            return True
         self._upstream_eof = True
         if self._client_eof:
             self.finish("client_eof")

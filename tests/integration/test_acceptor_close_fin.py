@@ -62,3 +62,35 @@ def test_an_immediate_half_close_gets_a_fin_as_from_the_broker(
     assert direct == fronted == Counter({"fin": 30})
     closes = history_rows(acceptor, "close")
     assert len(closes) == 30 and {r["reason"] for r in closes} <= {"client_eof", "upstream_eof"}
+
+
+def pipelined_then_half_close(addr: tuple[str, int]) -> tuple[int, str]:
+    """Three ApiVersions in one write, then the client's FIN: (responses read, how it ended)."""
+    from harness.acceptor.testing import api_versions_frame
+    from harness.wire.framing import FrameDecoder
+
+    s = socket.create_connection(addr, timeout=10)
+    decoder, answered = FrameDecoder(2**31 - 1), 0
+    try:
+        s.sendall(b"".join(api_versions_frame(i) for i in (1, 2, 3)))
+        s.shutdown(socket.SHUT_WR)
+        while True:
+            data = s.recv(65536)
+            if not data:
+                return answered, "fin"
+            answered += len(decoder.feed(data))
+    except ConnectionResetError:
+        return answered, "reset"
+    finally:
+        s.close()
+
+
+def test_requests_sent_before_a_half_close_are_all_answered_as_by_the_broker(
+    acceptor: AcceptorHandle, kafka_broker: Any
+) -> None:
+    # the broker reads the requests one at a time, then the EOF; the acceptor holds the
+    # client's EOF until every request before it was forwarded (it used to drop them when
+    # the EOF came before the upstream connection was up)
+    direct = [pipelined_then_half_close(split_bootstrap(kafka_broker.bootstrap)) for _ in range(10)]
+    fronted = [pipelined_then_half_close(acceptor.address("CLIENT")) for _ in range(10)]
+    assert direct == fronted == [(3, "fin")] * 10
