@@ -130,6 +130,8 @@ class Relay:
         if isinstance(item, FrameError):  # every request before it is answered
             self.finish(item.reason)
             return STOP
+        if self._order:  # the gate let it through: nothing is in flight, so what is left
+            self._order = ResponseOrder()  # is acks=0 produce the broker never answers
         forwarded, stopped = take_requests(
             self.acceptor,
             self,  # type: ignore[arg-type]
