@@ -115,6 +115,22 @@ def attempts(run: Run) -> Attempts:
     return run.cached("broker_side_attempts", build)  # type: ignore[no-any-return]
 
 
+def kafka_listener_max(lim: Any, listener: str | None) -> float:
+    """A listener's connection maximum as Kafka 4.3.1 applies it: its own
+    `listener.name.<l>.max.connections`, else the broker-wide `max.connections`.
+
+    `ListenerConnectionQuota.configure` reads `max.connections` from
+    `config.valuesWithPrefixOverride(listener.configPrefix)` (SocketServer.scala 1395,
+    1638-1641, 1671-1673), and `AbstractConfig.valuesWithPrefixOverride` (kafka-clients
+    312-329) starts from every unprefixed value: without an override the listener's cap is
+    the broker's. So even the protected inter-broker listener, exempt from the broker-wide
+    total, holds at most max.connections (`connectionSlotAvailable`'s first clause,
+    SocketServer.scala 1467-1474).
+    """
+    own = lim.listener_max.get((listener or "").lower())
+    return float(own) if own is not None else float(lim.max_connections)
+
+
 def _window(run: Run) -> tuple[int, int]:
     lim = run.timeline.limits[0]
     return lim.window_num, lim.window_ms
@@ -505,7 +521,7 @@ def check_connection_count(run: Run) -> CheckResult:
         mask = [not tl.limits[-1].is_protected(x) for x in served["listener"]]
         checks.append(("broker (non-protected listeners)", mask, broker_max))
     for name in sorted(set(served["listener"].dropna())):
-        lmax = max(float(lim.listener_max_for(name)) for lim in tl.limits)
+        lmax = max(kafka_listener_max(lim, name) for lim in tl.limits)
         if lmax < INT_MAX:
             checks.append((f"listener {name}", [x == name for x in served["listener"]], lmax))
     if not checks:

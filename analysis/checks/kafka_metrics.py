@@ -35,6 +35,7 @@ from analysis.checks.base import (
     fmt,
     not_configured,
 )
+from analysis.checks.broker_side import kafka_listener_max
 from analysis.model import INT_MAX
 
 if TYPE_CHECKING:
@@ -132,7 +133,7 @@ def check_connection_count(run: Run) -> CheckResult:
         pairs = [("broker (non-protected)", total, broker_max)]
         for lst, value in counts.items():
             pairs.append(
-                (f"listener {lst}", value or 0.0, max(lim.listener_max_for(lst) for lim in lims))
+                (f"listener {lst}", value or 0.0, max(kafka_listener_max(lim, lst) for lim in lims))
             )
         for label, value, limit in pairs:
             if limit >= INT_MAX:

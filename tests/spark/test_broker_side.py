@@ -392,3 +392,34 @@ def test_an_early_eof_is_an_eviction_only_off_the_protected_listener(
     rows += _on("client", _conn("127.0.0.2", 9201, 0.0, ready_ms=2.0, closed_ms=5000.0))
     res = _protected_run(spark, tmp_path, f"prot-eof-{listener}", rows)
     assert res.verdict == verdict, res.observed
+
+
+@pytest.mark.parametrize(
+    "holders, listener_max, verdict",
+    [(4, None, "pass"), (5, None, "fail"), (5, 10, "pass")],
+)
+def test_the_protected_listener_is_capped_by_max_connections_unless_its_own_max(
+    spark: Any, tmp_path: Path, holders: int, listener_max: int | None, verdict: str
+) -> None:
+    """Kafka 4.3.1: a listener without listener.name.<l>.max.connections takes the broker's
+    max.connections as its own cap (valuesWithPrefixOverride), protected or not."""
+    rows: list[dict[str, Any]] = []
+    for i in range(holders):
+        rows += _on(
+            "replication",
+            _conn("127.0.0.30", 9300 + i, i * 5.0, ready_ms=i * 5.0 + 2, closed_ms=20_000.0),
+        )
+    limits: dict[str, Any] = {
+        "listeners": TWO,
+        "inter.broker.listener.name": "REPLICATION",
+        "max.connections": 4,
+    }
+    if listener_max is not None:
+        limits["listener.name.replication.max.connections"] = listener_max
+    run_dir = _run(tmp_path, f"prot-cap-{holders}-{listener_max}", limits, rows)
+    res = _results(spark, run_dir, ["client_connection_count"])["client_connection_count"]
+    assert res.verdict == verdict, res.observed
+    if verdict == "fail":
+        assert "listener replication" in res.witnesses[0]["why"]
+    elif listener_max is None:
+        assert res.exercised and res.peak == 4 and res.limit == 4
