@@ -128,7 +128,11 @@ def kafka_listener_max(lim: Any, listener: str | None) -> float:
     SocketServer.scala 1467-1474).
     """
     own = lim.listener_max.get((listener or "").lower())
-    return float(own) if own is not None else float(lim.max_connections)
+    # the runner's config rows carry Int.MaxValue for a key it left unset (and never
+    # sends those to the broker: harness.runner.targets._props), so that is "unset"
+    if own is None or float(own) >= INT_MAX:
+        return float(lim.max_connections)
+    return float(own)
 
 
 def _window(run: Run) -> tuple[int, int]:

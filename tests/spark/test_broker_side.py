@@ -396,7 +396,8 @@ def test_an_early_eof_is_an_eviction_only_off_the_protected_listener(
 
 @pytest.mark.parametrize(
     "holders, listener_max, verdict",
-    [(4, None, "pass"), (5, None, "fail"), (5, 10, "pass")],
+    # 2147483647: the runner's config row for a key it left unset (never sent to Kafka)
+    [(4, None, "pass"), (5, None, "fail"), (5, 2147483647, "fail"), (5, 10, "pass")],
 )
 def test_the_protected_listener_is_capped_by_max_connections_unless_its_own_max(
     spark: Any, tmp_path: Path, holders: int, listener_max: int | None, verdict: str
