@@ -116,6 +116,15 @@ def check_connection_count(run: Run) -> CheckResult:
     data = scrapes(run)
     if not data:
         return _no_scrapes(name, run)
+    # Kafka caps a listener without its own maximum at max.connections (kafka_listener_max).
+    # The acceptor and the model do not yet (a listener without its own key is unlimited
+    # there; reported for issue 14): on target acceptor the check keeps the acceptor's rule
+    # so its verdicts do not change until the acceptor follows Kafka.
+    listener_cap = (
+        kafka_listener_max
+        if run.target == "broker"
+        else (lambda lim, lst: float(lim.listener_max_for(lst)))
+    )
     lag = int((PROCESSOR_POLL_MS + run.slack_ms) * MS)
     judged = 0
     bad: list[dict[str, Any]] = []
@@ -133,7 +142,7 @@ def check_connection_count(run: Run) -> CheckResult:
         pairs = [("broker (non-protected)", total, broker_max)]
         for lst, value in counts.items():
             pairs.append(
-                (f"listener {lst}", value or 0.0, max(kafka_listener_max(lim, lst) for lim in lims))
+                (f"listener {lst}", value or 0.0, max(listener_cap(lim, lst) for lim in lims))
             )
         for label, value, limit in pairs:
             if limit >= INT_MAX:

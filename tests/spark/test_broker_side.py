@@ -424,3 +424,29 @@ def test_the_protected_listener_is_capped_by_max_connections_unless_its_own_max(
         assert "listener replication" in res.witnesses[0]["why"]
     elif listener_max is None:
         assert res.exercised and res.peak == 4 and res.limit == 4
+
+
+@pytest.mark.parametrize("target, verdict", [("broker", "fail"), ("acceptor", "pass")])
+def test_kafka_count_of_the_protected_listener_uses_kafkas_cap_on_kafka_only(
+    spark: Any, tmp_path: Path, target: str, verdict: str
+) -> None:
+    """Kafka's own connection-count of REPLICATION at 5 with max.connections 4: over
+    Kafka's cap on target broker; the acceptor's rule (no listener cap) on target acceptor."""
+    ssm = "kafka_server_socket_server_metrics_"
+    samples = [
+        [ssm + "connection_count", {"listener": "CLIENT", "network_processor": "0"}, 0.0],
+        [ssm + "connection_count", {"listener": "REPLICATION", "network_processor": "0"}, 5.0],
+    ]
+    scrape = {
+        "source": "harness",
+        "event": "kafka_metrics",
+        "mono_ns": T0 + 1000 * MS,
+        "detail": {"url": "http://x/metrics", "target": target, "samples": samples},
+    }
+    cfg = {"listeners": TWO, "inter.broker.listener.name": "REPLICATION", "max.connections": 4}
+    head = [{"source": "harness", "event": "config", "mono_ns": T0 - 1, "detail": cfg}]
+    rows = [*head, scrape, *_conn("127.0.0.2", 8000, 0.0, ready_ms=3.0)]
+    meta = {"run_id": f"kc-{target}", "target": target, "limits": cfg, "expect": {"slack_ms": 50}}
+    run_dir = write_rows(tmp_path / f"kc-{target}", rows, meta)
+    r = _results(spark, run_dir, ["kafka_metric_connection_count"])["kafka_metric_connection_count"]
+    assert r.verdict == verdict, r.observed
