@@ -308,6 +308,8 @@ class ListenerAcceptor:
         end_ms = t0_ms + delay_ms
         self._not_blocked.clear()
         missed_free_slot = self._f_slot_wait
+        heartbeat = self.acceptor.heartbeat
+        heartbeat.arm()  # measure the loop's stalls while this admission waits
         try:
             while True:
                 remaining = end_ms - time.monotonic_ns() // 1_000_000
@@ -325,6 +327,7 @@ class ListenerAcceptor:
                     reason = "rate+slot"
                 await self.acceptor.wait_slot_freed(SLOT_WAIT_POLL_S)
         finally:
+            heartbeat.disarm()
             self._not_blocked.set()
         self._blocked(start, reason)
 

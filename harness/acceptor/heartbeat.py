@@ -17,9 +17,13 @@ What the rows prove (the checker's tolerance, docs/analysis.md): a loop stall co
 tick was late by ≤ THRESHOLD_MS leave no row, so an unmeasured stall is shorter than
 THRESHOLD_MS + PERIOD_MS (+ the loop's 1 ms timer resolution under uvloop).
 
-Cost: one timer callback per period (100/s) and a row only when late: no work per
-connection. A `loop_lag` row of reason `start` records the period and threshold, so the
-checker knows the heartbeat ran (absence of stall rows then means no stall).
+When: the checker credits a stall only where it overlaps an admission's wait (a rate
+delay or a slot wait), so the timer runs only while some admission waits (`arm` when the
+wait begins, `disarm` when it ends): its first tick is due one period after the wait began,
+so the credit interval of any stall row starts no later than the wait. Cost: nothing on a
+path without waits (no timer at all); while waiting, one callback per period (100/s) and a
+row only when late. A `loop_lag` row of reason `start` records the period and threshold, so
+the checker knows the heartbeat ran (absence of stall rows then means no stall).
 """
 
 from __future__ import annotations
@@ -38,8 +42,13 @@ class Heartbeat:
         self.rec = rec
         self.period_ns = period_ms * 1_000_000
         self.threshold_ns = threshold_ms * 1_000_000
-        self._detail_start = {"period_ms": period_ms, "threshold_ms": threshold_ms}
+        self._detail_start = {
+            "period_ms": period_ms,
+            "threshold_ms": threshold_ms,
+            "armed": "while an admission waits",
+        }
         self._due_ns = 0
+        self._armed = 0
         self._handle: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         #: measured stalls (for tests and metrics): count and the longest lateness, ns
@@ -48,17 +57,31 @@ class Heartbeat:
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        now = time.monotonic_ns()
-        self.rec.row("loop_lag", now, reason="start", delay_ms=0.0, detail=self._detail_start)
-        self._schedule(now)
+        self.rec.row("loop_lag", time.monotonic_ns(), reason="start", delay_ms=0.0,
+                     detail=self._detail_start)  # fmt: skip
+
+    def arm(self) -> None:
+        """An admission starts waiting: tick from now on (nested arms count)."""
+        self._armed += 1
+        if self._armed == 1 and self._loop is not None:
+            self._schedule(time.monotonic_ns())
+
+    def disarm(self) -> None:
+        """An admission stopped waiting; the last one stops the timer, its overdue tick
+        counted first (a stall that ends the wait is measured, whichever callback runs
+        first after it)."""
+        self._armed -= 1
+        if self._armed == 0 and self._handle is not None:
+            self._check(time.monotonic_ns())
+            self._handle.cancel()
+            self._handle = None
 
     def _schedule(self, now_ns: int) -> None:
         assert self._loop is not None
         self._due_ns = now_ns + self.period_ns
         self._handle = self._loop.call_later(self.period_ns / 1e9, self._tick)
 
-    def _tick(self) -> None:
-        now = time.monotonic_ns()
+    def _check(self, now: int) -> None:
         late = now - self._due_ns
         if late > self.threshold_ns:
             self.stalls += 1
@@ -70,9 +93,14 @@ class Heartbeat:
                 delay_ms=late / 1e6,
                 detail={"due_mono_ns": self._due_ns, "period_ms": self.period_ns / 1e6},
             )
+
+    def _tick(self) -> None:
+        now = time.monotonic_ns()
+        self._check(now)
         self._schedule(now)
 
     def stop(self) -> None:
+        self._armed = 0
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None

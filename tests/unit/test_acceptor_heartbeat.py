@@ -29,14 +29,19 @@ class Rows:
         self.rows.append({"event": event, "mono_ns": mono_ns, **fields})
 
 
-def _run(body: Any) -> list[dict[str, Any]]:
+def _run(body: Any, armed: bool = True) -> list[dict[str, Any]]:
     rec = Rows()
 
     async def main() -> None:
         hb = Heartbeat(rec)  # type: ignore[arg-type]
         hb.start()
+        if armed:
+            hb.arm()  # as an admission does while it waits
         await asyncio.sleep(0.05)
         await body()
+        if armed:
+            hb.disarm()
+        assert hb._handle is None  # disarmed: no timer left
         await asyncio.sleep(0.05)
         hb.stop()
 
@@ -66,6 +71,35 @@ def test_a_sleeping_coroutine_is_not_a_stall() -> None:
     stalls = [r for r in rows if r["reason"] == "stall"]
     # a loaded machine may delay a tick now and then, never by the length of the sleep
     assert all(r["delay_ms"] < 60 for r in stalls), stalls
+
+
+def test_unarmed_it_runs_no_timer_and_measures_nothing() -> None:
+    """No admission waiting: no timer at all (the production path without waits pays
+    nothing), so a block then is not measured; the checker credits stalls only inside
+    waits."""
+
+    async def block() -> None:
+        time.sleep(0.05)
+
+    rows = _run(block, armed=False)
+    assert [r["reason"] for r in rows] == ["start"]
+
+
+def test_a_stall_that_ends_the_wait_is_counted_at_disarm() -> None:
+    """The waiting admission may run before the overdue tick: disarm checks it."""
+    rec = Rows()
+
+    async def main() -> None:
+        hb = Heartbeat(rec)  # type: ignore[arg-type]
+        hb.start()
+        hb.arm()
+        time.sleep(0.06)  # the loop stands still; the tick due at +10 ms cannot run
+        hb.disarm()  # before the loop gets to the timer
+        hb.stop()
+
+    asyncio.run(main())
+    stalls = [r for r in rec.rows if r["reason"] == "stall"]
+    assert len(stalls) == 1 and stalls[0]["delay_ms"] >= 60 - 10, rec.rows
 
 
 def _cfg(stall: str, threads: str = "3") -> Any:
