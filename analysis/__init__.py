@@ -28,8 +28,8 @@ def analyze_run(
     import time
 
     from analysis.frames import unpersist
-    from analysis.load import load_run
-    from analysis.session import build_session, sized_for
+    from analysis.load import history_rows, load_run
+    from analysis.session import SMALL_RUN_EVENTS, build_session, sized_for
     from analysis.verdict import build_verdict, run_checks, write_junit, write_verdict
 
     say = progress or (lambda _msg: None)
@@ -41,7 +41,9 @@ def analyze_run(
         spark = SparkSession.getActiveSession()
         if spark is None:  # ours to stop; an active session belongs to the caller
             say("starting Spark (local JVM, ~10 s)…")
-            spark = build_session(spark_master)
+            spark = build_session(
+                spark_master, small=history_rows(Path(run_dir)) < SMALL_RUN_EVENTS
+            )
             own = True
     try:
         say(f"loading {run_dir}…")

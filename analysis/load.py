@@ -63,6 +63,13 @@ def history_files(run_dir: Path) -> list[Path]:
     )
 
 
+def history_rows(run_dir: Path) -> int:
+    """Rows in the run's history, from the Parquet footers (no Spark needed)."""
+    import pyarrow.parquet as pq
+
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in history_files(run_dir))
+
+
 def read_run_json(run_dir: Path) -> dict[str, Any]:
     path = run_dir / "run.json"
     if not path.exists():

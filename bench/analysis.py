@@ -5,13 +5,14 @@ Usage: .venv/bin/python -m bench.analysis [--sizes 10000 1000000 10000000] [--ou
 Each size is a conforming synthetic run (analysis.synth; 10 k at scale 1, the larger ones at
 rates × 10 so that the storm stays realistic at size). Generated histories are cached in
 DIR/synth-<size>/ (the simulation takes ~30 s per million events) and reused while their
-spec is unchanged. Each size is analysed by `analyze_run` with a fresh SparkSession, so the
-wall time includes Spark's start. The per-phase times come from analyze_run's progress
-lines (Spark start, load, each check, report); a check's time includes any shared table it
-was the first to build. CPU s is this process's and the driver JVM's CPU time (Python
-workers the JVM has not reaped are missed), steadier than wall time on a shared machine.
-Results are printed and written to DIR/results.json (default
-.cache/bench-analysis/). Not a test: numbers depend on whoever else shares the cores.
+spec is unchanged. Each size is analysed by `analyze_run` in a process of its own, so the
+wall time includes Spark's (and the JVM's) start. The per-phase times come from
+analyze_run's progress lines (Spark start, load, each check, report); a check's time
+includes any shared table it was the first to build. CPU s is this process's and the
+driver JVM's CPU time (Python workers the JVM has not reaped are missed), steadier than
+wall time on a shared machine. Results are printed and written to DIR/results.json
+(default .cache/bench-analysis/). Not a test: numbers depend on whoever else shares the
+cores.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -120,6 +123,39 @@ class PhaseClock:
         return self.phases
 
 
+def measure(out: Path, size: int, args: argparse.Namespace) -> dict[str, Any]:
+    """Analyse the cached run of `size` events in this (fresh) process; one result row."""
+    from analysis import analyze_run
+
+    run_dir, gen = cached_run(out, size, args.regenerate)
+    print(f"[{size:,}] {gen['events']:,} events, {gen['connections']:,} connections; analysing")
+    cpu0 = _cpu_s()
+    clock = PhaseClock(size)
+    verdict = analyze_run(run_dir, spark_master=args.spark_master, report=args.html, progress=clock)
+    wall = time.monotonic() - clock.t0
+    cpu = _cpu_s() - cpu0
+    phases = clock.finish()
+    row = {
+        "target_events": size,
+        **gen,
+        "analyze_s": round(wall, 1),
+        "events_per_s": round(gen["events"] / wall),
+        "cpu_s": round(cpu, 1),
+        "verdict": verdict["verdict"],
+        "check_verdicts": {c["name"]: c["verdict"] for c in verdict["checks"]},
+        "phases_s": {k: round(v, 2) for k, v in phases.items()},
+        "html": args.html,
+        "cpus": os.cpu_count(),
+        "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
+    }
+    print(
+        f"[{size:,}] analysed in {wall:.1f} s = {row['events_per_s']:,} events/s; "
+        f"verdict {verdict['verdict']}; load average {row['load_avg_1m_at_end']}",
+        flush=True,
+    )
+    return row
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 1_000_000, 10_000_000])
@@ -127,43 +163,28 @@ def main() -> int:
     parser.add_argument("--html", action="store_true", help="also write report.html")
     parser.add_argument("--regenerate", action="store_true", help="ignore the cached runs")
     parser.add_argument("--spark-master", default=None)
+    parser.add_argument("--row", type=Path, help=argparse.SUPPRESS)  # one size, row to file
     args = parser.parse_args()
-
-    from analysis import analyze_run
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.row:
+        args.row.write_text(json.dumps(measure(out, args.sizes[0], args)))
+        return 0
     results = []
     for size in sorted(args.sizes):
-        run_dir, gen = cached_run(out, size, args.regenerate)
-        print(f"[{size:,}] {gen['events']:,} events, {gen['connections']:,} connections; analysing")
-        cpu0 = _cpu_s()
-        clock = PhaseClock(size)
-        verdict = analyze_run(
-            run_dir, spark_master=args.spark_master, report=args.html, progress=clock
-        )
-        wall = time.monotonic() - clock.t0
-        cpu = _cpu_s() - cpu0
-        phases = clock.finish()
-        row = {
-            "target_events": size,
-            **gen,
-            "analyze_s": round(wall, 1),
-            "events_per_s": round(gen["events"] / wall),
-            "cpu_s": round(cpu, 1),
-            "verdict": verdict["verdict"],
-            "check_verdicts": {c["name"]: c["verdict"] for c in verdict["checks"]},
-            "phases_s": {k: round(v, 2) for k, v in phases.items()},
-            "html": args.html,
-            "cpus": os.cpu_count(),
-            "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
-        }
-        results.append(row)
-        print(
-            f"[{size:,}] analysed in {wall:.1f} s = {row['events_per_s']:,} events/s; "
-            f"verdict {verdict['verdict']}; load average {row['load_avg_1m_at_end']}",
-            flush=True,
-        )
+        # one process per size: each pays a JVM start, and a small run's JVM flags
+        # (analysis.session.build_session) do not carry over to a large one
+        row_file = out / f"row-{size}.json"
+        row_file.unlink(missing_ok=True)
+        argv = [sys.executable, "-m", "bench.analysis", "--sizes", str(size), "--out", str(out),
+                "--row", str(row_file)]  # fmt: skip
+        argv += ["--html"] * args.html + ["--regenerate"] * args.regenerate
+        argv += ["--spark-master", args.spark_master] if args.spark_master else []
+        if subprocess.run(argv, check=False).returncode != 0 or not row_file.exists():
+            print(f"[{size:,}] the measurement failed (see above)", flush=True)
+            return 1
+        results.append(json.loads(row_file.read_text()))
     path = out / "results.json"
     path.write_text(json.dumps(results, indent=2))
     print(table(results))
