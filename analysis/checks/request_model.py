@@ -1,9 +1,11 @@
 """Request quotas judged by the checker's own model (KIP-124, reference §0.5, §4.2, §4.3).
 
 Every answered request is charged its request-handler time as a percentage of one thread
-(`latency_ms` of its `request` row × 100 / 1000) to its entity's bucket when the response
-is queued (the row's instant), with a quota check: a violation iff the bucket's rate over
-the window exceeds `request_percentage`; the throttle is min(round((rate − q)/q · W), w).
+(`detail.charged_ms` of its `request` row where the acceptor recorded one, i.e. a fetch
+long poll without its purgatory wait, else `latency_ms`; × 100 / 1000) to its entity's
+bucket when the response is queued (the row's instant), with a quota check: a violation
+iff the bucket's rate over the window exceeds `request_percentage`; the throttle is
+min(round((rate − q)/q · W), w).
 Cluster-action (exempt) APIs are not charged. The bucket and its quota follow Kafka's
 `DefaultQuotaCallback`: `quotaMetricTags` (a single enabled quota type fixes the key;
 otherwise the first of the 8 precedence levels that exists) and `quotaLimit`. The quotas
@@ -111,6 +113,14 @@ class QuotaCallback:
         return None
 
 
+def _charged_ms(r: Any) -> float:
+    """The time the acceptor charged: `detail.charged_ms` where it differs from the
+    request's latency (a fetch long poll's purgatory wait is not charged), else latency_ms."""
+    if r["charged_ms"] is not None:
+        return float(r["charged_ms"])
+    return float(r["latency_ms"] or 0.0)
+
+
 def check_request_model(run: Run) -> CheckResult:
     from pyspark.sql import functions as F
 
@@ -126,6 +136,7 @@ def check_request_model(run: Run) -> CheckResult:
             "conn_id", "client_ip", "client_port", "listener", "mono_ns", "ts", "seq",
             "api_key", "client_id", "principal", "latency_ms",
             F.get_json_object("detail", "$.sample").cast("int").alias("sample"),
+            F.get_json_object("detail", "$.charged_ms").cast("double").alias("charged_ms"),
         )
         .orderBy("mono_ns", "seq")
         .collect()
@@ -186,7 +197,7 @@ def check_request_model(run: Run) -> CheckResult:
             meter = meters[tags] = RateMeter(quota, n_w, w)
         meter.bound = quota
         t = ns // 1_000_000
-        meter.record(float(r["latency_ms"] or 0.0) * 100.0 / 1000.0, t)
+        meter.record(_charged_ms(r) * 100.0 / 1000.0, t)
         rate, ws = meter.measure(t)
         model = 0
         if rate > quota * (1 + RATE_REL_TOL):

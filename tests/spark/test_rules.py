@@ -336,6 +336,30 @@ def test_request_quota_model_both_ways(
         assert any(why in w["why"] for w in r.witnesses), r.witnesses
 
 
+@pytest.mark.parametrize(
+    "charged, recorded, verdict",
+    [(100.5, {"hot": 50}, "pass"), (90.0, {}, "unknown"), (90.0, {"hot": 50}, "fail")],
+    ids=["charged-over", "charged-under", "charged-under-throttled"],
+)
+def test_request_model_charges_charged_ms_not_the_long_poll(
+    spark: Any, tmp_path: Path, charged: float, recorded: dict[str, float], verdict: str
+) -> None:
+    """A fetch long poll of 600 ms whose purgatory wait the acceptor did not charge
+    (`detail.charged_ms`): the model charges what was charged. Charged 100.5 ms → the model
+    throttles 50 ms as in the base case; charged 90 ms → no throttle is due (the quota is
+    then not reached: unknown, and a recorded throttle fails), where latency 600 ms would
+    have meant the 1000 ms cap."""
+    rows = _request_rows(CLIENT_Q, recorded)
+    hot = next(r for r in rows if r.get("event") == "request" and r["client_id"] == "hot")
+    hot["latency_ms"] = 600.0
+    hot["detail"] = {"charged_ms": charged}
+    name = f"rq-charged-{charged}-{len(recorded)}"
+    run_dir = write_rows(tmp_path / name, rows, {"run_id": name, "target": "acceptor"})
+    r = results(spark, run_dir, "request_quota_model")["request_quota_model"]
+    assert r.verdict == verdict, (r.observed, r.witnesses)
+    assert r.judged == 2
+
+
 def test_a_stall_of_the_acceptors_loop_is_not_over_strictness(spark: Any, tmp_path: Path) -> None:
     """800 ms accept → admit with no delay: a witness when the rest of the acceptor kept
     writing (or was idle); excused when its rows show the loop stood still (a gap ended by
