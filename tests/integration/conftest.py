@@ -9,6 +9,10 @@ Fixtures (names are stable; other test modules depend on them):
     ``.version``, ``.log_path``. Do not pause, kill or reconfigure it: tests that need faults or
     special limits take their own broker from ``broker_factory``.
 
+``fronted_acceptor`` (function scope, two params)
+    An acceptor with no limits in front of ``kafka_broker``, once per I/O flavour
+    (``acceptor.io`` = ``protocol``, ``streams``); history under the test's tmp dir.
+
 ``broker_factory`` (function scope)
     ``broker_factory(**kwargs) -> Broker``: starts a fresh broker with
     :func:`harness.broker.start_broker`'s keyword arguments (``properties=``, ``listeners=``,
@@ -32,10 +36,12 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from harness.acceptor import AcceptorHandle, start_in_thread
 from harness.broker import Broker, BrokerError, start_broker
 
 
@@ -98,3 +104,21 @@ def module_broker_factory(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Callable[..., Broker]]:
     yield from _factory(tmp_path_factory)
+
+
+@pytest.fixture(params=["protocol", "streams"])
+def fronted_acceptor(
+    request: pytest.FixtureRequest, kafka_broker: Broker, tmp_path: Path
+) -> Iterator[AcceptorHandle]:
+    handle = start_in_thread(
+        {
+            "listeners": "CLIENT://127.0.0.1:0",
+            "listener.name.client.upstream": kafka_broker.bootstrap,
+            "metrics.port": "-1",
+            "acceptor.io": request.param,
+        },
+        history_dir=tmp_path / "history",
+        run_id=request.node.name,
+    )
+    yield handle
+    handle.stop()

@@ -10,13 +10,11 @@ from __future__ import annotations
 import socket
 import time
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness.acceptor import AcceptorHandle, start_in_thread
+from harness.acceptor import AcceptorHandle
 from harness.acceptor.testing import history_rows
 from harness.admin.client import split_bootstrap
 
@@ -35,20 +33,9 @@ def answer_to_half_close(addr: tuple[str, int], wait_s: float) -> str:
         s.close()
 
 
-@pytest.fixture(params=["protocol", "streams"])
-def acceptor(request: Any, kafka_broker: Any, tmp_path: Path) -> Iterator[AcceptorHandle]:
-    h = start_in_thread(
-        {
-            "listeners": "CLIENT://127.0.0.1:0",
-            "listener.name.client.upstream": kafka_broker.bootstrap,
-            "metrics.port": "-1",
-            "acceptor.io": request.param,
-        },
-        history_dir=tmp_path / "history",
-        run_id="fin",
-    )
-    yield h
-    h.stop()
+@pytest.fixture
+def acceptor(fronted_acceptor: AcceptorHandle) -> AcceptorHandle:
+    return fronted_acceptor
 
 
 @pytest.mark.parametrize("wait_s", [0.0, 0.05])

@@ -4,8 +4,6 @@ acks=0) release the channel at once, and nothing is held behind them."""
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,25 +11,14 @@ from kafka.protocol.admin import DescribeClientQuotasRequest, DescribeClientQuot
 from kafka.protocol.metadata import ApiVersionsResponse
 from kafka.protocol.producer import ProduceRequest
 
-from harness.acceptor import AcceptorHandle, start_in_thread
+from harness.acceptor import AcceptorHandle
 from harness.acceptor.testing import api_versions_frame
 from harness.wire.framing import FrameDecoder
 
 
-@pytest.fixture(params=["protocol", "streams"])
-def acceptor(request: Any, kafka_broker: Any, tmp_path: Path) -> Iterator[AcceptorHandle]:
-    h = start_in_thread(
-        {
-            "listeners": "CLIENT://127.0.0.1:0",
-            "listener.name.client.upstream": kafka_broker.bootstrap,
-            "metrics.port": "-1",
-            "acceptor.io": request.param,
-        },
-        history_dir=tmp_path / "history",
-        run_id="inflight",
-    )
-    yield h
-    h.stop()
+@pytest.fixture
+def acceptor(fronted_acceptor: AcceptorHandle) -> AcceptorHandle:
+    return fronted_acceptor
 
 
 def _frame(req: Any, correlation_id: int) -> bytes:
