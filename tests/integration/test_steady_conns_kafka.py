@@ -15,25 +15,7 @@ from kafka import KafkaProducer
 from harness.admin.client import alter_client_quota
 from loadprofiles import steady_conns
 from loadprofiles.steady_conns import ConnectionRecorder
-
-
-class Rows:
-    """A thread-safe enough recorder (kafka-python writes from its IO thread)."""
-
-    def __init__(self) -> None:
-        self.rows: list[dict[str, Any]] = []
-
-    def record(
-        self,
-        event: str,
-        *,
-        ts_us: Any = None,
-        mono_ns: Any = None,
-        detail: Any = None,
-        **fields: Any,
-    ) -> int:
-        self.rows.append({"event": event, "mono_ns": mono_ns, "detail": detail, **fields})
-        return len(self.rows)
+from tests.unit.test_steady_conns import Rows
 
 
 @pytest.fixture
