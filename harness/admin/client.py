@@ -9,8 +9,10 @@ kafka-python's protocol classes (`KafkaProtocol` does the framing and correlatio
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 from kafka.protocol.admin import (
@@ -105,6 +107,13 @@ class KafkaWire:
         self.close()
 
 
+def _connection(
+    bootstrap: str, wire: KafkaWire | None, kw: Mapping[str, Any]
+) -> AbstractContextManager[KafkaWire]:
+    """The caller's connection (left open: a connection held for a run) or one for this call."""
+    return contextlib.nullcontext(wire) if wire is not None else KafkaWire(bootstrap, **kw)
+
+
 # -- client quotas ------------------------------------------------------------------------
 def _entity_key(entity: list[Any]) -> dict[str, str | None]:
     return {e.entity_type: e.entity_name for e in entity}
@@ -159,9 +168,11 @@ def alter_client_quota(
     ops: Mapping[str, float | None],
     *,
     validate_only: bool = False,
+    wire: KafkaWire | None = None,
     **kw: Any,
 ) -> None:
-    """One AlterClientQuotas entry; `None` values remove the key. Raises AdminError."""
+    """One AlterClientQuotas entry; `None` values remove the key. Raises AdminError.
+    Sent on `wire` when given, else on a connection of its own (`kw`: KafkaWire's)."""
     A = AlterClientQuotasRequest
     entry = A.EntryData(
         entity=[A.EntryData.EntityData(entity_type=t, entity_name=n) for t, n in entity.items()],
@@ -170,9 +181,8 @@ def alter_client_quota(
             for k, v in ops.items()
         ],
     )
-    with KafkaWire(bootstrap, **kw) as wire:
-        v = wire.version_for(A)
-        resp = wire.request(A[v](entries=[entry], validate_only=validate_only))
+    with _connection(bootstrap, wire, kw) as w:
+        resp = w.request(A[w.version_for(A)](entries=[entry], validate_only=validate_only))
     for e in resp.entries:
         if e.error_code:
             raise AdminError(e.error_code, e.error_message, "AlterClientQuotas: ")
@@ -184,9 +194,15 @@ def alter_ip_quota(bootstrap: str, ip: str | None, rate: float | None, **kw: Any
 
 
 def alter_broker_config(
-    bootstrap: str, changes: Mapping[str, str | None], *, broker: str = "", **kw: Any
+    bootstrap: str,
+    changes: Mapping[str, str | None],
+    *,
+    broker: str = "",
+    wire: KafkaWire | None = None,
+    **kw: Any,
 ) -> None:
-    """IncrementalAlterConfigs on the BROKER resource ("" = cluster default); None deletes."""
+    """IncrementalAlterConfigs on the BROKER resource ("" = cluster default); None deletes.
+    Sent on `wire` when given, else on a connection of its own (`kw`: KafkaWire's)."""
     I = IncrementalAlterConfigsRequest  # noqa: E741
     resource = I.AlterConfigsResource(
         resource_type=BROKER_RESOURCE,
@@ -198,9 +214,8 @@ def alter_broker_config(
             for k, v in changes.items()
         ],
     )
-    with KafkaWire(bootstrap, **kw) as wire:
-        v = wire.version_for(I)
-        resp = wire.request(I[v](resources=[resource], validate_only=False))
+    with _connection(bootstrap, wire, kw) as w:
+        resp = w.request(I[w.version_for(I)](resources=[resource], validate_only=False))
     for r in resp.responses:
         if r.error_code:
             raise AdminError(r.error_code, r.error_message, "IncrementalAlterConfigs: ")

@@ -9,6 +9,7 @@ the way an operator would make them.
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
 import sys
@@ -57,25 +58,40 @@ def _call(what: str, fn: Callable[..., Any], *args: Any) -> None:
         raise TargetError(f"{what} failed: {exc}") from exc
 
 
-def apply_ip_quota(bootstrap: str, ip: str, rate: int | None) -> None:
+def _sender(bootstrap: str, held: HeldAdmin | None, name: str) -> tuple[str, Callable[..., Any]]:
+    """Where a change goes and the admin call sending it: on the held connection when there
+    is one, else on a connection of its own to `bootstrap`."""
+    if held is not None:
+        return f"at {bootstrap} (held connection)", getattr(held, name)
+    return f"at {bootstrap}", functools.partial(getattr(_admin(), name), bootstrap)
+
+
+def apply_ip_quota(
+    bootstrap: str, ip: str, rate: int | None, held: HeldAdmin | None = None
+) -> None:
+    from harness.admin.client import IP_RATE_KEY
+
+    where, alter = _sender(bootstrap, held, "alter_client_quota")
     entity = None if ip == "default" else ip
-    _call(f"ip quota {ip}={rate} at {bootstrap}", _admin().alter_ip_quota, bootstrap, entity, rate)
+    _call(f"ip quota {ip}={rate} {where}", alter, {"ip": entity}, {IP_RATE_KEY: rate})
 
 
-def apply_broker_config(bootstrap: str, changes: Mapping[str, Any]) -> None:
+def apply_broker_config(
+    bootstrap: str, changes: Mapping[str, Any], held: HeldAdmin | None = None
+) -> None:
+    where, alter = _sender(bootstrap, held, "alter_broker_config")
     text = {k: (None if v is None else str(v)) for k, v in changes.items()}
-    _call(f"broker config {text} at {bootstrap}", _admin().alter_broker_config, bootstrap, text)
+    _call(f"broker config {text} {where}", alter, text)
 
 
-def apply_request_quota(bootstrap: str, quota: Mapping[str, Any]) -> None:
-    admin = _admin()
+def apply_request_quota(
+    bootstrap: str, quota: Mapping[str, Any], held: HeldAdmin | None = None
+) -> None:
+    where, alter = _sender(bootstrap, held, "alter_client_quota")
     entity = {k: quota[k] for k in ("user", "client-id") if k in quota}
     pct = quota.get("request_percentage")
-    fn = getattr(admin, "alter_client_quota", None)
-    if fn is None:
-        raise TargetError("harness.admin has no alter_client_quota: request quotas cannot be set")
     ops = {"request_percentage": None if pct is None else float(pct)}
-    _call(f"request quota {entity} {ops} at {bootstrap}", fn, bootstrap, entity, ops)
+    _call(f"request quota {entity} {ops} {where}", alter, entity, ops)
 
 
 def _props(limits: Mapping[str, Any]) -> dict[str, str]:
@@ -106,8 +122,7 @@ class HeldAdmin:
     run's changes do not queue. If Kafka closes it (a broker kill, an LRU eviction), the
     next change opens a new one (and may then queue like any client).
 
-    The requests are harness.admin.client's (same kafka-python classes, same error
-    handling); only the connection is kept instead of opened per call.
+    The requests are harness.admin.client's, sent on the kept connection (`wire=`).
     """
 
     def __init__(self, bootstrap: str, source_ip: str | None, timeout: float = 15.0) -> None:
@@ -128,14 +143,14 @@ class HeldAdmin:
             self.wire.close()
             self.wire = None
 
-    def _request(self, build: Callable[[Any], Any]) -> Any:
-        """Send on the held connection; reopen once if Kafka closed it."""
+    def _send(self, call: Callable[[Any], None]) -> None:
+        """`call(wire)` on the held connection; reopen once if Kafka closed it."""
         for attempt in (0, 1):
             if self.wire is None:
                 self.open()
                 self.reconnects += attempt
             try:
-                return self.wire.request(build(self.wire))
+                return call(self.wire)
             except (OSError, ConnectionError):
                 self.close()
                 if attempt:
@@ -145,45 +160,14 @@ class HeldAdmin:
     def alter_client_quota(
         self, entity: Mapping[str, str | None], ops: Mapping[str, float | None]
     ) -> None:
-        from kafka.protocol.admin import AlterClientQuotasRequest as A
+        from harness.admin.client import alter_client_quota
 
-        from harness.admin.client import AdminError
-
-        entry = A.EntryData(
-            entity=[
-                A.EntryData.EntityData(entity_type=t, entity_name=n) for t, n in entity.items()
-            ],
-            ops=[
-                A.EntryData.OpData(key=k, value=0.0 if v is None else float(v), remove=v is None)
-                for k, v in ops.items()
-            ],
-        )
-        resp = self._request(lambda w: A[w.version_for(A)](entries=[entry], validate_only=False))
-        for e in resp.entries:
-            if e.error_code:
-                raise AdminError(e.error_code, e.error_message, "AlterClientQuotas: ")
+        self._send(lambda wire: alter_client_quota(self.bootstrap, entity, ops, wire=wire))
 
     def alter_broker_config(self, changes: Mapping[str, str | None]) -> None:
-        from kafka.protocol.admin import IncrementalAlterConfigsRequest as I
+        from harness.admin.client import alter_broker_config
 
-        from harness.admin.client import BROKER_RESOURCE, AdminError
-
-        resource = I.AlterConfigsResource(
-            resource_type=BROKER_RESOURCE,
-            resource_name="",
-            configs=[
-                I.AlterConfigsResource.AlterableConfig(
-                    name=k, config_operation=1 if v is None else 0, value=v
-                )
-                for k, v in changes.items()
-            ],
-        )
-        resp = self._request(
-            lambda w: I[w.version_for(I)](resources=[resource], validate_only=False)
-        )
-        for r in resp.responses:
-            if r.error_code:
-                raise AdminError(r.error_code, r.error_message, "IncrementalAlterConfigs: ")
+        self._send(lambda wire: alter_broker_config(self.bootstrap, changes, wire=wire))
 
 
 def _source_ips_in_use(scenario: Scenario) -> set[str]:
@@ -240,6 +224,8 @@ class Target:
         self.metrics_url: str | None = None
         #: the admin bootstrap (the acceptor for target acceptor, the broker otherwise)
         self.admin_bootstrap = ""
+        #: the admin connection kept for run-time changes (None: one per change)
+        self.held_admin: HeldAdmin | None = None
         self.limits: dict[str, Any] = {}
 
     @property
@@ -330,13 +316,13 @@ class Target:
         raise NotImplementedError
 
     def apply(self, action: Action) -> None:
-        p = action.params
+        p, held = action.params, self.held_admin
         if action.kind == "ip_quota":
-            apply_ip_quota(self.admin_bootstrap, p["ip"], p["rate"])
+            apply_ip_quota(self.admin_bootstrap, p["ip"], p["rate"], held)
         elif action.kind == "broker_config":
-            apply_broker_config(self.admin_bootstrap, p)
+            apply_broker_config(self.admin_bootstrap, p, held)
         elif action.kind == "request_quota":
-            apply_request_quota(self.admin_bootstrap, p)
+            apply_request_quota(self.admin_bootstrap, p, held)
         else:
             raise TargetError(f"not a change: {action.kind}")
 
@@ -381,8 +367,6 @@ class BrokerTarget(Target):
     """Kafka's own enforcement: the limits become broker properties and dynamic quotas."""
 
     name = "broker"
-    #: the admin connection kept for run-time changes (None: one per change)
-    held_admin: HeldAdmin | None = None
 
     def start(
         self,
@@ -430,31 +414,6 @@ class BrokerTarget(Target):
             f"admin connection held for the run's changes: {self.admin_bootstrap}"
             + (f" from {held.source_ip}" if held.source_ip else "")
         )
-
-    def apply(self, action: Action) -> None:
-        held = self.held_admin
-        if held is None or action.kind not in ("ip_quota", "broker_config", "request_quota"):
-            super().apply(action)
-            return
-        p = action.params
-        where = f"at {self.admin_bootstrap} (held connection)"
-        if action.kind == "ip_quota":
-            ip, rate = p["ip"], p["rate"]
-            entity = None if ip == "default" else ip
-            _call(
-                f"ip quota {ip}={rate} {where}",
-                held.alter_client_quota,
-                {"ip": entity},
-                {"connection_creation_rate": rate},
-            )
-        elif action.kind == "broker_config":
-            text = {k: (None if v is None else str(v)) for k, v in p.items()}
-            _call(f"broker config {text} {where}", held.alter_broker_config, text)
-        else:
-            entity = {k: p[k] for k in ("user", "client-id") if k in p}
-            pct = p.get("request_percentage")
-            ops = {"request_percentage": None if pct is None else float(pct)}
-            _call(f"request quota {entity} {ops} {where}", held.alter_client_quota, entity, ops)
 
     def stop(self) -> None:
         held = self.held_admin
