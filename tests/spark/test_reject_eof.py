@@ -4,7 +4,6 @@ sees the close only at its next poll, so for it only "never served, EOF seen" is
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,7 @@ import pytest
 
 from analysis.checks.processors import check_reject_closes_at_once
 from analysis.load import load_run
-from harness.history import HistoryWriter
+from analysis.synth import write_rows
 
 MS = 1_000_000
 S = 1000 * MS
@@ -21,31 +20,24 @@ SLACK_MS = 50
 
 
 def _run(tmp: Path, name: str, profile: str, eof_after_ms: float | None) -> Path:
-    run = tmp / name
-    (run / "history").mkdir(parents=True)
-    (run / "run.json").write_text(json.dumps({"run_id": name, "target": "acceptor"}))
-    cw = HistoryWriter(run / "history", "client", name, background=False)
-    aw = HistoryWriter(run / "history", "acceptor", name, background=False)
-    hw = HistoryWriter(run / "history", "harness", name, background=False)
-    hw.record("config", mono_ns=T0, detail={"max.connections.per.ip": 1})
-    addr = {"client_ip": "127.0.0.1", "client_port": 58012}
-    cw.record("connect_invoke", mono_ns=T0 + S, detail={"profile": profile}, **addr)
-    cw.record("connect_ok", mono_ns=T0 + S + MS, latency_ms=1.0, **addr)
+    addr = {"ip": "127.0.0.1", "port": 58012}
     reject = T0 + S + 200 * MS
     conn = {"conn_id": "CLIENT-1", "listener": "CLIENT", **addr}
-    aw.record("accept", mono_ns=reject - 10_000, **conn)
-    aw.record("reject", mono_ns=reject, reason="ip_count", **conn)
+    client, acceptor = {"source": "client", **addr}, {"source": "acceptor", **conn}
+    rows: list[dict[str, Any]] = [
+        {"source": "harness", "event": "config", "mono_ns": T0,
+         "detail": {"max.connections.per.ip": 1}},
+        {**client, "event": "connect_invoke", "mono_ns": T0 + S, "detail": {"profile": profile}},
+        {**client, "event": "connect_ok", "mono_ns": T0 + S + MS, "latency_ms": 1.0},
+        {**acceptor, "event": "accept", "mono_ns": reject - 10_000},
+        {**acceptor, "event": "reject", "mono_ns": reject, "reason": "ip_count"},
+    ]  # fmt: skip
     if eof_after_ms is not None:
-        cw.record(
-            "closed",
-            mono_ns=reject + int(eof_after_ms * MS),
-            reason="reset",
-            detail={"outcome": "eof_after_accept", "profile": profile},
-            **addr,
-        )
-    for w in (cw, aw, hw):
-        w.close()
-    return run
+        rows.append(
+            {**client, "event": "closed", "mono_ns": reject + int(eof_after_ms * MS),
+             "reason": "reset", "detail": {"outcome": "eof_after_accept", "profile": profile}}
+        )  # fmt: skip
+    return write_rows(tmp / name, rows, {"run_id": name, "target": "acceptor"})
 
 
 @pytest.mark.parametrize(
