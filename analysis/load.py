@@ -178,11 +178,9 @@ def limit_values(lim: Limits) -> dict[str, Any]:
         "max.connections.per.ip": lim.max_connections_per_ip,
         "max.connections.per.ip.overrides": dict(sorted(lim.per_ip_overrides.items())),
         "max.connection.creation.rate": lim.broker_rate,
-        "listener max.connections": {
-            k: v for k, v in sorted(lim.listener_max.items()) if v < INT_MAX
-        },
+        "listener max.connections": {k: v for k, v in lim.listener_maxes().items() if v < INT_MAX},
         "listener max.connection.creation.rate": {
-            k: v for k, v in sorted(lim.listener_rate.items()) if v < INT_MAX
+            k: v for k, v in lim.listener_rates().items() if v < INT_MAX
         },
         "ip_quotas.default": lim.ip_quota_default,
         "ip_quotas": {k: v for k, v in sorted(lim.ip_quotas.items()) if v < INT_MAX},

@@ -279,10 +279,30 @@ class Limits:
         return float(self.ip_quotas.get(ip or "", self.ip_quota_default))
 
     def listener_rate_for(self, listener: str | None) -> float:
-        return float(self.listener_rate.get((listener or "").lower(), INT_MAX))
+        """The listener's own ``max.connection.creation.rate``, else the broker-wide one.
+
+        Kafka 4.3.1 configures each listener's quota from ``valuesWithPrefixOverride`` of
+        its prefix, so an unset listener key takes the unprefixed broker-wide value
+        (SocketServer.scala 1395, 1675-1677), also after a dynamic change."""
+        return float(self.listener_rate.get((listener or "").lower(), self.broker_rate))
 
     def listener_max_for(self, listener: str | None) -> float:
-        return float(self.listener_max.get((listener or "").lower(), INT_MAX))
+        """The listener's own ``max.connections``, else the broker-wide one (as the rate):
+        even the protected inter-broker listener is capped by ``max.connections`` unless it
+        sets its own (measured on Kafka 4.3.1: docs/kafka-reference.md 10.4)."""
+        return float(self.listener_max.get((listener or "").lower(), self.max_connections))
+
+    def listener_names(self) -> list[str]:
+        """Every listener named in `listeners` or by a listener key (lower case, sorted)."""
+        return sorted({*self.listeners, *self.listener_max, *self.listener_rate})
+
+    def listener_maxes(self) -> dict[str, float]:
+        """Each listener's effective `max.connections` (own value, else broker-wide)."""
+        return {name: self.listener_max_for(name) for name in self.listener_names()}
+
+    def listener_rates(self) -> dict[str, float]:
+        """Each listener's effective `max.connection.creation.rate` (own, else broker-wide)."""
+        return {name: self.listener_rate_for(name) for name in self.listener_names()}
 
 
 # ---------------------------------------------------------------------------------------

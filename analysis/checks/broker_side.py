@@ -115,26 +115,6 @@ def attempts(run: Run) -> Attempts:
     return run.cached("broker_side_attempts", build)  # type: ignore[no-any-return]
 
 
-def kafka_listener_max(lim: Any, listener: str | None) -> float:
-    """A listener's connection maximum as Kafka 4.3.1 applies it: its own
-    `listener.name.<l>.max.connections`, else the broker-wide `max.connections`.
-
-    `ListenerConnectionQuota.configure` reads `max.connections` from
-    `config.valuesWithPrefixOverride(listener.configPrefix)` (SocketServer.scala 1395,
-    1638-1641, 1671-1673), and `AbstractConfig.valuesWithPrefixOverride` (kafka-clients
-    312-329) starts from every unprefixed value: without an override the listener's cap is
-    the broker's. So even the protected inter-broker listener, exempt from the broker-wide
-    total, holds at most max.connections (`connectionSlotAvailable`'s first clause,
-    SocketServer.scala 1467-1474).
-    """
-    own = lim.listener_max.get((listener or "").lower())
-    # the runner's config rows carry Int.MaxValue for a key it left unset (and never
-    # sends those to the broker: harness.runner.targets._props), so that is "unset"
-    if own is None or float(own) >= INT_MAX:
-        return float(lim.max_connections)
-    return float(own)
-
-
 def _window(run: Run) -> tuple[int, int]:
     lim = run.timeline.limits[0]
     return lim.window_num, lim.window_ms
@@ -525,12 +505,12 @@ def check_connection_count(run: Run) -> CheckResult:
         mask = [not tl.limits[-1].is_protected(x) for x in served["listener"]]
         checks.append(("broker (non-protected listeners)", mask, broker_max))
     for name in sorted(set(served["listener"].dropna())):
-        lmax = max(kafka_listener_max(lim, name) for lim in tl.limits)
+        lmax = max(lim.listener_max_for(name) for lim in tl.limits)
         if lmax < INT_MAX:
             checks.append((f"listener {name}", [x == name for x in served["listener"]], lmax))
     if not checks:
         if broker_max < INT_MAX or any(
-            v < INT_MAX for lim in tl.limits for v in lim.listener_max.values()
+            v < INT_MAX for lim in tl.limits for v in lim.listener_maxes().values()
         ):
             return nothing_judged(
                 "client_connection_count", "served connections with client-side rows"

@@ -179,10 +179,12 @@ def check_max_connections(run: Run) -> CheckResult:
 
 def check_listener_max_connections(run: Run) -> CheckResult:
     def lim(ns: Column, k: Column) -> Column:
-        return _keyed_limit(run, ns, k, lambda x: dict(x.listener_max), lambda x: INT_MAX)
+        return _keyed_limit(run, ns, k, lambda x: x.listener_maxes(), lambda x: x.max_connections)
 
     ev = _concurrency(run, "listener", lim)
-    limited = any(v < INT_MAX for lim_ in run.timeline.limits for v in lim_.listener_max.values())
+    limited = any(
+        v < INT_MAX for lim_ in run.timeline.limits for v in lim_.listener_maxes().values()
+    )
     return _judge(
         run,
         "listener_max_connections",

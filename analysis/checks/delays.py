@@ -40,7 +40,7 @@ def check_rate_delay_within_window(run: Run) -> CheckResult:
     w = _window_ms(run)
     bound = w + run.slack_ms
     rate_limited = run.timeline.ever(lambda x: x.broker_rate) or any(
-        v < INT_MAX for lim in run.timeline.limits for v in lim.listener_rate.values()
+        v < INT_MAX for lim in run.timeline.limits for v in lim.listener_rates().values()
     )
     delays_seen = acceptor_conns(run).where(F.col("delay_ms") > 0).limit(1).count()
     if not rate_limited and not delays_seen:
@@ -52,7 +52,7 @@ def check_rate_delay_within_window(run: Run) -> CheckResult:
     # (accept -> IP step) may also include a slot wait, so only a delayed connection that
     # waited longer than w + slack *without* a count limit in play is a witness.
     count_limited = run.timeline.ever(lambda x: x.max_connections) or any(
-        lim.listener_max for lim in run.timeline.limits
+        v < INT_MAX for lim in run.timeline.limits for v in lim.listener_maxes().values()
     )
     too_long = F.col("delay_ms") > F.lit(w + 0.5)
     if not count_limited:

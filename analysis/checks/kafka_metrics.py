@@ -35,7 +35,6 @@ from analysis.checks.base import (
     fmt,
     not_configured,
 )
-from analysis.checks.broker_side import kafka_listener_max
 from analysis.model import INT_MAX
 
 if TYPE_CHECKING:
@@ -110,21 +109,12 @@ def check_connection_count(run: Run) -> CheckResult:
     name = "kafka_metric_connection_count"
     tl = run.timeline
     if not tl.ever(lambda lim: lim.max_connections) and not any(
-        v < INT_MAX for lim in tl.limits for v in lim.listener_max.values()
+        v < INT_MAX for lim in tl.limits for v in lim.listener_maxes().values()
     ):
         return not_configured(name, run, "max.connections / listener.name.<l>.max.connections")
     data = scrapes(run)
     if not data:
         return _no_scrapes(name, run)
-    # Kafka caps a listener without its own maximum at max.connections (kafka_listener_max).
-    # The acceptor and the model do not yet (a listener without its own key is unlimited
-    # there; reported for issue 14): on target acceptor the check keeps the acceptor's rule
-    # so its verdicts do not change until the acceptor follows Kafka.
-    listener_cap = (
-        kafka_listener_max
-        if run.target == "broker"
-        else (lambda lim, lst: float(lim.listener_max_for(lst)))
-    )
     lag = int((PROCESSOR_POLL_MS + run.slack_ms) * MS)
     judged = 0
     bad: list[dict[str, Any]] = []
@@ -142,7 +132,7 @@ def check_connection_count(run: Run) -> CheckResult:
         pairs = [("broker (non-protected)", total, broker_max)]
         for lst, value in counts.items():
             pairs.append(
-                (f"listener {lst}", value or 0.0, max(listener_cap(lim, lst) for lim in lims))
+                (f"listener {lst}", value or 0.0, max(lim.listener_max_for(lst) for lim in lims))
             )
         for label, value, limit in pairs:
             if limit >= INT_MAX:
@@ -199,7 +189,7 @@ def check_throttle_bounded(run: Run) -> CheckResult:
         or any(
             v < INT_MAX
             for lim in tl.limits
-            for v in (*lim.ip_quotas.values(), *lim.listener_rate.values())
+            for v in (*lim.ip_quotas.values(), *lim.listener_rates().values())
         )
         or any(raw.get("request_quotas") for raw in tl.raw)
     )

@@ -220,7 +220,7 @@ def check_broker_rate(run: Run) -> CheckResult:
 
 
 def check_listener_rate(run: Run) -> CheckResult:
-    if not any(v < INT_MAX for lim in run.timeline.limits for v in lim.listener_rate.values()):
+    if not any(v < INT_MAX for lim in run.timeline.limits for v in lim.listener_rates().values()):
         return not_configured(
             "listener_rate_span", run, "listener.name.<l>.max.connection.creation.rate"
         )

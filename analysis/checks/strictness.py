@@ -115,7 +115,7 @@ def _slot_free(run: Run, counts: Counts, listener: str, ns: int) -> bool:
 
 def _count_limited(run: Run) -> bool:
     return run.timeline.ever(lambda x: x.max_connections) or any(
-        v < INT_MAX for lim in run.timeline.limits for v in lim.listener_max.values()
+        v < INT_MAX for lim in run.timeline.limits for v in lim.listener_maxes().values()
     )
 
 

@@ -130,7 +130,13 @@ class QuotaConfig:
     """Every connection limit in force, with Kafka's defaults.
 
     ``listener_max_connections`` and ``listener_max_connection_creation_rate`` hold only the
-    listeners that set them (upper-case names); the rest are ``INT_MAX``.
+    listeners that set them (upper-case names). A listener without its own value takes the
+    broker-wide ``max.connections`` / ``max.connection.creation.rate``, as in Kafka 4.3.1:
+    ``ListenerConnectionQuota`` is configured from ``valuesWithPrefixOverride(listener
+    prefix)`` (SocketServer.scala 1395, 1671-1677), so the unprefixed broker-wide value
+    stands in for a missing listener key, also after a dynamic change
+    (``DynamicBrokerConfig.processListenerReconfigurable``). ``listener_max`` and
+    ``listener_rate`` give that effective value.
     ``max_connections_per_ip_overrides`` is keyed by resolved IP; the operator's text is in
     ``max_connections_per_ip_overrides_text``. ``static_properties`` keeps the parsed static
     values so that deleting a dynamic value falls back to them, as in Kafka.
@@ -170,10 +176,15 @@ class QuotaConfig:
         return listener == self.inter_broker_listener_name and len(self.listeners) > 1
 
     def listener_max(self, listener: str) -> int:
-        return self.listener_max_connections.get(listener, INT_MAX)
+        """The listener's own ``max.connections``, else the broker-wide one (Kafka's
+        prefix override: even the protected listener is capped by it unless it sets its own)."""
+        return self.listener_max_connections.get(listener, self.max_connections)
 
     def listener_rate(self, listener: str) -> int:
-        return self.listener_max_connection_creation_rate.get(listener, INT_MAX)
+        """The listener's own ``max.connection.creation.rate``, else the broker-wide one."""
+        return self.listener_max_connection_creation_rate.get(
+            listener, self.max_connection_creation_rate
+        )
 
     def max_connections_for_ip(self, ip: str) -> int:
         return self.max_connections_per_ip_overrides.get(ip, self.max_connections_per_ip)
@@ -181,8 +192,9 @@ class QuotaConfig:
     def to_properties(self) -> dict[str, object]:
         """Every effective limit under its Kafka key, for ``config`` history rows.
 
-        Per-listener limits are listed for every listener (``INT_MAX`` when unset), so a
-        checker never needs Kafka's defaults. The resolved per-IP overrides are added under
+        Per-listener limits are listed for every listener with their effective value (the
+        broker-wide one when the listener sets none), so a checker never needs Kafka's
+        defaults. The resolved per-IP overrides are added under
         ``max.connections.per.ip.overrides.resolved`` (not a Kafka key).
         """
         props: dict[str, object] = {

@@ -193,8 +193,11 @@ class ConnectionQuotas:
         self._broker = self._meter(
             self._n, self._w, config.max_connection_creation_rate, legacy=legacy_meter
         )
+        self._f_not_inherited = "listener_defaults_not_inherited" in faults
         self._listener_meters = {
-            name: self._meter(self._n, self._w, config.listener_rate(name), legacy=legacy_meter)
+            name: self._meter(
+                self._n, self._w, self._listener_rate_of(config, name), legacy=legacy_meter
+            )
             for name in config.listener_names
         }
         self._listener_counts = dict.fromkeys(config.listener_names, 0)
@@ -225,14 +228,16 @@ class ConnectionQuotas:
         self._evict_exempt = (
             dict.fromkeys(names, False) if "protected_evicted" in faults else dict(self._protected)
         )
+        self._broker_max = config.max_connections
+        if "max_connections_off_by_one" in faults and self._broker_max < INT_MAX:
+            self._broker_max += 1  # (SEEDED FAULT: also in the listeners that inherit it)
+        own_max = config.listener_max_connections
+        inherited = INT_MAX if self._f_not_inherited else self._broker_max
         self._listener_max = (
             dict.fromkeys(names, INT_MAX)
             if "listener_max_ignored" in faults
-            else {name: config.listener_max(name) for name in names}
+            else {name: own_max.get(name, inherited) for name in names}
         )
-        self._broker_max = config.max_connections
-        if "max_connections_off_by_one" in faults and self._broker_max < INT_MAX:
-            self._broker_max += 1
         self._per_ip_default = config.max_connections_per_ip
         self._per_ip_overrides = dict(config.max_connections_per_ip_overrides)
         if "ip_count_off_by_one" in faults:
@@ -241,6 +246,11 @@ class ConnectionQuotas:
             self._per_ip_overrides = {
                 ip: n + 1 if n < INT_MAX else n for ip, n in self._per_ip_overrides.items()
             }
+
+    def _listener_rate_of(self, config: QuotaConfig, name: str) -> int:
+        if self._f_not_inherited:  # (SEEDED FAULT: no own key = unlimited)
+            return config.listener_max_connection_creation_rate.get(name, INT_MAX)
+        return config.listener_rate(name)
 
     # -- limits -----------------------------------------------------------------------------
 
@@ -261,7 +271,7 @@ class ConnectionQuotas:
         self.config = config
         self._broker.bound = float(config.max_connection_creation_rate)
         for name, meter in self._listener_meters.items():
-            meter.bound = float(config.listener_rate(name))
+            meter.bound = float(self._listener_rate_of(config, name))
         self._load_limits(config)
 
     def set_ip_quota(self, ip: str | None, rate: int | None, now_ms: int) -> None:

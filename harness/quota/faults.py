@@ -87,7 +87,7 @@ FAULTS: tuple[Fault, ...] = (
     Fault(
         "max_connections_off_by_one",
         "max.connections: no slot when total >= max; evict while total > max",
-        "the broker-wide maximum is enforced one too high",
+        "the broker-wide maximum is enforced one too high (also where a listener inherits it)",
         "harness/quota/connections.py ConnectionQuotas (broker max)",
     ),
     Fault(
@@ -95,6 +95,13 @@ FAULTS: tuple[Fault, ...] = (
         "listener.name.<l>.max.connections caps the listener",
         "listener maxima are accepted and reported but never enforced",
         "harness/quota/connections.py ConnectionQuotas (listener max)",
+    ),
+    Fault(
+        "listener_defaults_not_inherited",
+        "a listener without its own max.connections / max.connection.creation.rate takes "
+        "the broker-wide value (Kafka's valuesWithPrefixOverride)",
+        "such a listener is unlimited (this acceptor before issue 14's fix)",
+        "harness/quota/connections.py ConnectionQuotas (listener max and rate)",
     ),
     Fault(
         "protected_counts_broker_rate",

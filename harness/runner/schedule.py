@@ -101,13 +101,13 @@ def listeners_property(addresses: Mapping[str, tuple[str, int]]) -> str:
 def initial_limits(
     scenario: Scenario, addresses: Mapping[str, tuple[str, int]] | None = None
 ) -> dict[str, Any]:
-    """The full effective limits at start, as a `config` row's detail carries them."""
+    """The full effective limits at start, as a `config` row's detail carries them.
+
+    Listener keys appear only where the scenario sets them: a listener without its own
+    `listener.name.<l>.max.connections` / `.max.connection.creation.rate` takes the
+    broker-wide value, as in Kafka (an explicit Int.MaxValue is a different limit)."""
     limits: dict[str, Any] = dict(KAFKA_DEFAULTS)
     limits.update(scenario.limits)
-    for lname in scenario.listeners:
-        lower = lname.lower()
-        for key in ("max.connections", "max.connection.creation.rate"):
-            limits.setdefault(f"listener.name.{lower}.{key}", INT_MAX)
     if addresses is not None:
         limits["listeners"] = listeners_property(addresses)
     else:
@@ -131,9 +131,10 @@ def apply_change(limits: Mapping[str, Any], action: Action) -> dict[str, Any]:
         out["ip_quotas"] = quotas
     elif action.kind == "broker_config":
         for key, value in action.params.items():
-            if value is None:
-                default = KAFKA_DEFAULTS.get(key, INT_MAX)
-                out[key] = default
+            if value is None and key.startswith("listener.name."):
+                out.pop(key, None)  # back to the broker-wide value
+            elif value is None:
+                out[key] = KAFKA_DEFAULTS.get(key, INT_MAX)
             else:
                 out[key] = value
     elif action.kind == "request_quota":

@@ -95,12 +95,14 @@ def apply_request_quota(
 
 
 def _props(limits: Mapping[str, Any]) -> dict[str, str]:
-    """Kafka broker properties for the scenario's static limits (skip INT_MAX defaults)."""
+    """Kafka broker properties for the scenario's static limits (skip broker-wide INT_MAX
+    defaults; a listener key is always sent: its Int.MaxValue differs from unset, which
+    takes the broker-wide value)."""
     out: dict[str, str] = {}
     for key, value in limits.items():
         if key in ("listeners", "inter.broker.listener.name", "ip_quotas", "request_quotas"):
             continue
-        if value == INT_MAX or value == "":
+        if value == "" or (value == INT_MAX and not key.startswith("listener.name.")):
             continue
         out[key] = str(value)
     return out

@@ -29,6 +29,7 @@ FAULT_SCENARIOS: dict[str, tuple[str, ...]] = {
     "ip_count_off_by_one": ("ip-count",),
     "max_connections_off_by_one": ("max-connections-protected", "eviction-order"),
     "listener_max_ignored": ("listener-max",),
+    "listener_defaults_not_inherited": ("protected-inherits-max", "broker-rate-protected"),
     "protected_counts_broker_rate": ("broker-rate-protected",),
     "protected_evicted": ("protected-over-max",),
     "evict_most_recent": ("eviction-order",),

@@ -98,7 +98,7 @@ def test_cursor_hands_out_each_event_once() -> None:
     assert len(seen) == len(build_timeline(sc)) - 4
 
 
-def test_initial_limits_carry_every_key_with_kafka_defaults() -> None:
+def test_initial_limits_carry_every_broker_key_with_kafka_defaults() -> None:
     sc = parse_scenario(SPEC)
     limits = initial_limits(sc, {"CLIENT": ("127.0.0.1", 9092), "REPLICATION": ("127.0.0.1", 9093)})
     assert limits["max.connection.creation.rate"] == 40
@@ -106,7 +106,9 @@ def test_initial_limits_carry_every_key_with_kafka_defaults() -> None:
     assert limits["max.connections.per.ip"] == INT_MAX
     assert limits["quota.window.num"] == 11 and limits["quota.window.size.seconds"] == 1
     assert limits["listener.name.client.max.connections"] == 50
-    assert limits["listener.name.replication.max.connection.creation.rate"] == INT_MAX
+    # unset listener keys stay unset: the listener takes the broker-wide value (Kafka's
+    # valuesWithPrefixOverride), which an explicit Int.MaxValue would not
+    assert "listener.name.replication.max.connection.creation.rate" not in limits
     assert limits["listeners"] == "CLIENT://127.0.0.1:9092,REPLICATION://127.0.0.1:9093"
     assert limits["inter.broker.listener.name"] == "REPLICATION"
     assert limits["ip_quotas"] == {"default": 10, "127.0.0.9": 1}
@@ -134,3 +136,15 @@ def test_fault_changes_no_limit_and_windows_are_listed() -> None:
     pause = sc.faults[0]
     assert apply_change(start, pause) == start
     assert fault_windows(sc) == [("broker_pause", 10, 15), ("upstream_latency", 25, 28)]
+
+
+def test_deleting_a_listener_key_drops_it_back_to_the_broker_wide_value() -> None:
+    from harness.runner.scenario import Action
+
+    start = initial_limits(parse_scenario(SPEC))
+    assert start["listener.name.client.max.connections"] == 50
+    after = apply_change(
+        start, Action(1.0, "broker_config", {"listener.name.client.max.connections": None})
+    )
+    assert "listener.name.client.max.connections" not in after
+    assert start["listener.name.client.max.connections"] == 50  # never mutated

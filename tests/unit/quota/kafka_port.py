@@ -142,11 +142,15 @@ class KafkaConnectionQuotas:
         self.listeners = listeners
         self.inter = inter_broker
         self.broker_sensor = KafkaRate(n, w, broker_rate, legacy)
+        # ListenerConnectionQuota.configure(config.valuesWithPrefixOverride(prefix)): a
+        # listener without its own key reads the unprefixed broker-wide value
+        # (SocketServer.scala 1395, 1671-1677)
         self.listener_sensors = {
-            name: KafkaRate(n, w, listener_rates.get(name, INT_MAX), legacy) for name in listeners
+            name: KafkaRate(n, w, listener_rates.get(name, broker_rate), legacy)
+            for name in listeners
         }
         self.broker_max = broker_max
-        self.listener_max = listener_max
+        self.listener_max = {name: listener_max.get(name, broker_max) for name in listeners}
         self.per_ip = per_ip
         self.counts: dict[str, int] = {}
         self.listener_counts = dict.fromkeys(listeners, 0)
@@ -169,7 +173,7 @@ class KafkaConnectionQuotas:
         return max(broker, self._record_and_get_throttle(self.listener_sensors[listener], t))
 
     def slot_available(self, listener: str) -> bool:
-        if self.listener_counts[listener] >= self.listener_max.get(listener, INT_MAX):
+        if self.listener_counts[listener] >= self.listener_max[listener]:
             return False
         if self.protected(listener):
             return True

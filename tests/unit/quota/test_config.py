@@ -281,7 +281,8 @@ class TestDynamicUpdate:
         )
         assert restored.max_connections == 100  # static value
         assert restored.listener_max("CLIENT") == 40  # static value
-        assert restored.listener_max("REPLICATION") == INT_MAX  # default
+        # no own value: the broker-wide one (Kafka's valuesWithPrefixOverride)
+        assert restored.listener_max("REPLICATION") == 100
         assert restored.max_connection_creation_rate == INT_MAX
 
     @pytest.mark.parametrize(

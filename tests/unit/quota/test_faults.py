@@ -90,7 +90,8 @@ def test_empty_faults_leave_every_hooked_attribute_at_kafkas_value() -> None:
     assert q._cap == cfg.window_ms
     assert q._broker_max == 7 and q._per_ip_default == 3
     assert q._per_ip_overrides == {"127.0.0.9": 5}
-    assert q._listener_max == {"EXTERNAL": 4, "REPLICATION": INT_MAX}
+    # REPLICATION sets no maximum of its own: the broker-wide one (Kafka's prefix override)
+    assert q._listener_max == {"EXTERNAL": 4, "REPLICATION": 7}
     assert q._broker_rate_exempt == q._evict_exempt == {"EXTERNAL": False, "REPLICATION": True}
     assert not (q._legacy or q._f_no_unrecord or q._f_override_ignored or q._f_default_kept)
     r = RequestQuotas(faults=NO_FAULTS)
@@ -213,10 +214,16 @@ TRACES: dict[str, Trace] = {
         _burst(20, listener="REPLICATION") + _burst(1, listener="EXTERNAL"),
         release=True,
     ),
-    # 2 replication connections over max.connections=1: only EXTERNAL may evict
+    # 2 replication connections over max.connections=1 (REPLICATION's own maximum is 5):
+    # only EXTERNAL may evict
     "protected_evicted": Trace(
-        {**TWO_LISTENERS, "max.connections": "1"},
+        {**TWO_LISTENERS, "max.connections": "1", "listener.name.replication.max.connections": "5"},
         _burst(1, listener="EXTERNAL") + _burst(2, listener="REPLICATION"),
+    ),
+    # REPLICATION sets neither limit: it takes max.connections=1 and the broker rate 1/s
+    "listener_defaults_not_inherited": Trace(
+        {**TWO_LISTENERS, "max.connections": "1", "max.connection.creation.rate": "1"},
+        _burst(3, listener="REPLICATION"),
     ),
 }
 
