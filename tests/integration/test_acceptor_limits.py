@@ -6,6 +6,7 @@ broker as upstream; outcomes are read from the sockets and from the acceptor's h
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -171,6 +172,9 @@ def test_protected_listener_keeps_connecting_while_others_are_throttled(
             "inter.broker.listener.name": "INTERNAL",
             "listener.name.internal.upstream": kafka_broker.bootstrap,
             "max.connection.creation.rate": "5",
+            # its own rate: without one it would take the broker-wide 5/s (Kafka 4.3.1;
+            # test_protected_listener_inherits_the_broker_wide_rate_as_its_own)
+            "listener.name.internal.max.connection.creation.rate": "100000",
             "quota.window.num": "2",
         }
     )
@@ -194,6 +198,29 @@ def test_protected_listener_keeps_connecting_while_others_are_throttled(
     admits_c = [r for r in rows(h, "admit") if r["listener"] == "CLIENT"]
     # the broker-wide rate would allow ~5/s x (2.5 s + 1 s); the protected listener is exempt
     assert len(admits_i) > 5 * 3.5 * 1.25 + 3 > len(admits_c) * 0.5
+
+
+def test_protected_listener_inherits_the_broker_wide_rate_as_its_own(
+    start: Start, kafka_broker: Any
+) -> None:
+    """Kafka 4.3.1 (bench.protected_listener_rate): INTERNAL, exempt from the broker-wide
+    sensor, is delayed by its own listener sensor at the broker-wide rate."""
+    h = start(
+        **{
+            "listeners": "CLIENT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
+            "inter.broker.listener.name": "INTERNAL",
+            "listener.name.internal.upstream": kafka_broker.bootstrap,
+            "max.connection.creation.rate": "5",
+            "quota.window.num": "2",
+        }
+    )
+    res: list[str] = []
+    _hammer(h.address("INTERNAL"), "127.0.0.30", 2.5, res)
+    assert res and set(res) == {"ok"}
+    delays = rows(h, "delay")
+    assert delays and {r["listener"] for r in delays} == {"INTERNAL"}
+    assert all(r["reason"] == "listener_rate" for r in delays)
+    assert all(json.loads(r["detail"])["broker_delay_ms"] == 0 for r in delays)
 
 
 def test_protected_listener_over_max_connections_evicts_lru_on_other_listener(
