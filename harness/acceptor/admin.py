@@ -47,8 +47,10 @@ from harness.wire.framing import (
 )
 
 if TYPE_CHECKING:
-    from harness.acceptor.processor import Channel as Connection
-    from harness.acceptor.server import Acceptor
+    from harness.acceptor.config import AcceptorConfig
+    from harness.acceptor.dynamic import DynamicConfig
+    from harness.acceptor.ports import Channel as Connection
+    from harness.acceptor.ports import Rows
 
 DESCRIBE_CLIENT_QUOTAS = DescribeClientQuotasRequest.API_KEY  # 48
 ALTER_CLIENT_QUOTAS = AlterClientQuotasRequest.API_KEY  # 49
@@ -174,8 +176,27 @@ def check_broker_resource(
 
 
 class AdminHandler:
-    def __init__(self, acceptor: Acceptor, resolve: Callable[[str], str] = resolve_host) -> None:
-        self.acceptor = acceptor
+    """Receives the static configuration, the run-time quota changes (`dynamic`), where
+    history rows go, a log, the listeners' own addresses (to find the broker behind one) and
+    what to call once a change is applied (the `config` row)."""
+
+    def __init__(
+        self,
+        cfg: AcceptorConfig,
+        dynamic: DynamicConfig,
+        rec: Rows,
+        *,
+        log: Callable[[str], None],
+        address: Callable[[str], tuple[str, int]],
+        config_changed: Callable[[str], None],
+        resolve: Callable[[str], str] = resolve_host,
+    ) -> None:
+        self.cfg = cfg
+        self.dynamic = dynamic
+        self.rec = rec
+        self._log = log
+        self._address = address
+        self._config_changed = config_changed
         self.resolve = resolve
         self._node_ids: dict[str, int] = {}  # listener -> node id learned from its upstream
         self._node_id_failed: dict[str, float] = {}  # listener -> when asking last failed
@@ -185,7 +206,7 @@ class AdminHandler:
         `node.id`, else asked once from the upstream (a blocking Metadata round trip on the
         loop, like the host resolution here): its only broker, or the broker advertising
         this listener's or the upstream's address. None when it cannot be told."""
-        configured = self.acceptor.cfg.node_id
+        configured = self.cfg.node_id
         if configured is not None:
             return configured
         listener = conn.info.listener
@@ -205,7 +226,7 @@ class AdminHandler:
 
         from harness.admin.client import KafkaWire
 
-        spec = self.acceptor.cfg.listener(listener)
+        spec = self.cfg.listener(listener)
         try:
             with KafkaWire(f"{spec.upstream_host}:{spec.upstream_port}", timeout=5.0) as wire:
                 v = wire.version_for(MetadataRequest)
@@ -217,14 +238,12 @@ class AdminHandler:
                     )
                 )
         except (OSError, ValueError) as exc:
-            self.acceptor.log(
-                f"node.id: cannot ask {spec.upstream_host}:{spec.upstream_port}: {exc!r}"
-            )
+            self._log(f"node.id: cannot ask {spec.upstream_host}:{spec.upstream_port}: {exc!r}")
             return None
         brokers = [(b.node_id, b.host, b.port) for b in resp.brokers]
         if len(brokers) == 1:
             return int(brokers[0][0])
-        ours = {self.acceptor.address(listener), (spec.upstream_host, spec.upstream_port)}
+        ours = {self._address(listener), (spec.upstream_host, spec.upstream_port)}
         matches = {node for node, host, port in brokers if (host, port) in ours}
         return int(matches.pop()) if len(matches) == 1 else None
 
@@ -279,7 +298,7 @@ class AdminHandler:
         return encode_response(response, info.correlation_id)
 
     def allowed(self, conn: Connection) -> bool:
-        cfg = self.acceptor.cfg
+        cfg = self.cfg
         if cfg.admin_listeners is not None and conn.info.listener not in cfg.admin_listeners:
             return False
         try:
@@ -293,7 +312,7 @@ class AdminHandler:
         self, conn: Connection, info: RequestInfo, reason: str, detail: dict[str, Any]
     ) -> None:
         detail = {"api_key": info.api_key, "api_version": info.api_version, **detail}
-        self.acceptor.rec.conn(
+        self.rec.conn(
             "admin",
             conn.info,
             time.monotonic_ns(),
@@ -346,11 +365,11 @@ class AdminHandler:
             )
         candidates: list[tuple[dict[str, str | None], dict[str, float]]] = []
         if "ip" in [c.entity_type for c in req.components]:
-            for key, rate in sorted(self.acceptor.ip_quotas().items()):
+            for key, rate in sorted(self.dynamic.ip_quotas().items()):
                 name = None if key == "default" else key
                 candidates.append(({"ip": name}, {IP_RATE_KEY: float(rate)}))
         else:
-            for q in self.acceptor.request_quotas.quotas():
+            for q in self.dynamic.request_quotas.quotas():
                 candidates.append((dict(q.entity), dict(q.values)))
         entries = []
         for entity, values in candidates:
@@ -413,7 +432,7 @@ class AdminHandler:
                     user = _entity_name(entity, "user")
                     client = _entity_name(entity, "client-id")
                     for key, value in ops:
-                        self.acceptor.set_request_quota(user, client, key, value)
+                        self.dynamic.set_request_quota(user, client, key, value)
                         applied.append({"entity": entity, "key": key, "value": value})
             elif error is None and not req.validate_only:
                 # stored under the name as given (DescribeClientQuotas answers it back);
@@ -421,7 +440,7 @@ class AdminHandler:
                 name = entity["ip"]
                 for key, value in ops:
                     if key == IP_RATE_KEY:
-                        self.acceptor.set_ip_quota(name, None if value is None else round(value))
+                        self.dynamic.set_ip_quota(name, None if value is None else round(value))
                         applied.append(
                             {
                                 "ip": name or "default",
@@ -437,7 +456,7 @@ class AdminHandler:
                 {"entity": {k or "": v for k, v in entity.items()}, "ops": ops, "message": msg},
             )
         if applied:
-            self.acceptor.write_config_row("alter_client_quotas")
+            self._config_changed("alter_client_quotas")
         return R[info.api_version](throttle_time_ms=0, entries=results)
 
     # -- IncrementalAlterConfigs (BROKER resource, connection limits) ----------------------------
@@ -484,9 +503,9 @@ class AdminHandler:
                 try:
                     # Kafka validates the changed layer's values, even where the other layer
                     # overrides them
-                    apply_dynamic_update(self.acceptor.quota_cfg, changes)
+                    apply_dynamic_update(self.dynamic.quota_cfg, changes)
                     if not req.validate_only:
-                        self.acceptor.alter_broker_config(changes, per_broker=r.resource_name != "")
+                        self.dynamic.alter_broker_config(changes, per_broker=r.resource_name != "")
                         changed = True
                 except ConfigError as exc:
                     # what a Kafka 4.3 broker answers for a bad dynamic value (observed)
@@ -503,5 +522,5 @@ class AdminHandler:
                 {"resource": r.resource_name, "changes": changes, "message": msg},
             )
         if changed:
-            self.acceptor.write_config_row("incremental_alter_configs")
+            self._config_changed("incremental_alter_configs")
         return R[info.api_version](throttle_time_ms=0, responses=responses)

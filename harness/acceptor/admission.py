@@ -35,7 +35,13 @@ from harness.quota.connections import Outcome
 from harness.wire.proxy import ProxyError, ProxyHeaderReader
 
 if TYPE_CHECKING:
-    from harness.acceptor.server import Acceptor
+    from collections.abc import Callable
+
+    from harness.acceptor.config import AcceptorConfig
+    from harness.acceptor.connections import SlotSignal
+    from harness.acceptor.heartbeat import Heartbeat
+    from harness.acceptor.ports import Counts, ProcessorHost, Rows
+    from harness.quota.connections import ConnectionQuotas
 
 SLOT_WAIT_POLL_S = 0.5
 
@@ -54,20 +60,47 @@ def _peer(addr: tuple[str, int] | tuple[str, int, int, int]) -> tuple[str, int]:
 
 
 class ListenerAcceptor:
-    def __init__(self, acceptor: Acceptor, settings: ListenerSettings) -> None:
-        self.acceptor = acceptor
+    """Receives its listener's settings and, for every listener alike: the configuration
+    (backlog, PROXY timeout, faults), the connection engine, where rows and counts go, the
+    slot signal, the loop's heartbeat, a log, the connection ids, a way to wake every
+    processor of every listener, and what its processors need (`processor_host`)."""
+
+    def __init__(
+        self,
+        settings: ListenerSettings,
+        *,
+        cfg: AcceptorConfig,
+        quotas: ConnectionQuotas,
+        rec: Rows,
+        counts: Counts,
+        slots: SlotSignal,
+        heartbeat: Heartbeat,
+        log: Callable[[str], None],
+        next_conn_id: Callable[[str], str],
+        wake_all_processors: Callable[[], None],
+        processor_host: ProcessorHost,
+    ) -> None:
+        self.cfg = cfg
+        self.quotas = quotas
+        self.rec = rec
+        self.counts = counts
+        self.slots = slots
+        self.heartbeat = heartbeat
+        self.log = log
+        self.next_conn_id = next_conn_id
+        self._wake_all_processors = wake_all_processors
         self.settings = settings
         self.name = settings.name
-        self.protected = acceptor.quotas.is_protected(settings.name)
+        self.protected = quotas.is_protected(settings.name)
         self._accept_detail = '{"protected": %s}' % ("true" if self.protected else "false")
-        faults = acceptor.cfg.faults
+        faults = cfg.faults
         # Seeded faults (harness.quota.faults): read once; False in production.
         self._f_no_wait = "rate_delay_not_waited" in faults
         self._f_double = "delay_doubled" in faults
         self._f_slot_wait = "slot_wait_while_free" in faults
         self.processors = [
-            Processor(acceptor, settings.name, i, self.protected)
-            for i in range(acceptor.cfg.quota.num_network_threads)
+            Processor(processor_host, settings.name, i, self.protected)
+            for i in range(cfg.quota.num_network_threads)
         ]
         self.current_processor = 0
         self.blocked_ns = 0
@@ -89,7 +122,7 @@ class ListenerAcceptor:
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, self.port))
-        sock.listen(self.acceptor.cfg.backlog)
+        sock.listen(self.cfg.backlog)
         sock.setblocking(False)
         self._lsock = sock
         self.port = sock.getsockname()[1]
@@ -133,18 +166,17 @@ class ListenerAcceptor:
         assert self._lsock is not None
         lsock = self._lsock
         mode = self.settings.proxy
-        acceptor = self.acceptor
         while True:
             await self._not_blocked.wait()
             try:
                 sock, addr = await loop.sock_accept(lsock)
             except OSError as exc:  # EMFILE and friends: back off, as Kafka's acceptor does
-                acceptor.log(f"accept on {self.name} failed: {exc!r}; retrying")
+                self.log(f"accept on {self.name} failed: {exc!r}; retrying")
                 await asyncio.sleep(0.1)
                 continue
             now = time.monotonic_ns()
             ip, port = _peer(addr)
-            info = ConnInfo(acceptor.next_conn_id(self.name), self.name, ip, port, ip, port)
+            info = ConnInfo(self.next_conn_id(self.name), self.name, ip, port, ip, port)
             if mode == "off":
                 await self._handoff.put(Accepted(sock, info, now, b"", False))
             else:
@@ -154,9 +186,8 @@ class ListenerAcceptor:
 
     async def _read_proxy_header(self, sock: socket.socket, info: ConnInfo, tcp_ns: int) -> None:
         loop = asyncio.get_running_loop()
-        acceptor = self.acceptor
         reader = ProxyHeaderReader(optional=self.settings.proxy == "optional")
-        deadline = loop.time() + acceptor.cfg.proxy_timeout_ms / 1000
+        deadline = loop.time() + self.cfg.proxy_timeout_ms / 1000
         try:
             while True:
                 remaining = deadline - loop.time()
@@ -195,14 +226,14 @@ class ListenerAcceptor:
         """A socket that never reached admission: closed, never counted."""
         with contextlib.suppress(OSError):
             sock.close()
-        self.acceptor.rec.conn(
+        self.rec.conn(
             "close",
             info,
             time.monotonic_ns(),
             reason=reason,
             detail={"error": why, "counted": False, "tcp_accept_mono_ns": tcp_ns},
         )
-        self.acceptor.count(self.name, info.client_ip, "closed")
+        self.counts.count(self.name, info.client_ip, "closed")
 
     # -- admission (Kafka's acceptor thread) -----------------------------------------------
     async def _admission_loop(self) -> None:
@@ -215,14 +246,13 @@ class ListenerAcceptor:
                     item.sock.close()
                 raise
             except Exception as exc:  # the acceptor must outlive one bad socket
-                self.acceptor.log(f"admission of {item.info.conn_id} failed: {exc!r}")
+                self.log(f"admission of {item.info.conn_id} failed: {exc!r}")
                 with contextlib.suppress(OSError):
                     item.sock.close()
 
     async def _admit(self, item: Accepted) -> None:
-        acceptor = self.acceptor
-        quotas = acceptor.quotas
-        rec = acceptor.rec
+        quotas = self.quotas
+        rec = self.rec
         info = item.info
         name = self.name
         t0_ns = time.monotonic_ns()
@@ -236,7 +266,7 @@ class ListenerAcceptor:
         else:
             detail = self._accept_detail  # the hot path: a constant, not a json.dumps per row
         rec.conn("accept", info, t0_ns, detail=detail)
-        acceptor.count(name, info.client_ip, "accepted")
+        self.counts.count(name, info.client_ip, "accepted")
 
         step = quotas.record_connection_rate(name, t0)
         if step.delay_ms > 0:
@@ -251,7 +281,7 @@ class ListenerAcceptor:
                     "listener_delay_ms": step.listener_delay_ms,
                 },
             )
-            acceptor.count(name, info.client_ip, "delayed")
+            self.counts.count(name, info.client_ip, "delayed")
             wait_ms = step.delay_ms
             if self._f_no_wait:  # SEEDED FAULT: recorded, not waited
                 wait_ms = 0
@@ -278,20 +308,18 @@ class ListenerAcceptor:
                 reason="ip_count",
                 detail={"count": adm.ip_count, "max": adm.ip_limit},
             )
-            acceptor.count(name, info.client_ip, "rejected")
+            self.counts.count(name, info.client_ip, "rejected")
             return
         rec.conn("admit", info, t1_ns, delay_ms=(t1_ns - t0_ns) / 1e6)
         if self.protected and quotas.total > quotas.config.max_connections:
             # past max.connections through the protected listener: the other listeners'
             # processors must shed the excess now, as Kafka's (whose loops turn on any I/O)
-            for la in acceptor.listeners.values():
-                for proc in la.processors:
-                    proc.wake()
+            self._wake_all_processors()
         try:
             item.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError:
             quotas.release(name, info.client_ip)
-            acceptor.slot_freed()
+            self.slots.freed()
             with contextlib.suppress(OSError):
                 item.sock.close()
             rec.conn(
@@ -302,13 +330,13 @@ class ListenerAcceptor:
 
     async def _wait_for_slot(self, t0_ms: int, delay_ms: int) -> None:
         """`waitForConnectionSlot`: sleep out the delay, then wait for a free slot."""
-        quotas = self.acceptor.quotas
+        quotas = self.quotas
         start = time.monotonic_ns()
         reason = "rate" if delay_ms > 0 else "slot"
         end_ms = t0_ms + delay_ms
         self._not_blocked.clear()
         missed_free_slot = self._f_slot_wait
-        heartbeat = self.acceptor.heartbeat
+        heartbeat = self.heartbeat
         heartbeat.arm()  # measure the loop's stalls while this admission waits
         try:
             while True:
@@ -319,13 +347,13 @@ class ListenerAcceptor:
                 if missed_free_slot:  # SEEDED FAULT: wait for a release before looking
                     missed_free_slot = False
                     reason = "rate+slot" if reason == "rate" else reason
-                    await self.acceptor.wait_slot_freed(SLOT_WAIT_POLL_S)
+                    await self.slots.wait(SLOT_WAIT_POLL_S)
                     continue
                 if quotas.slot_available(self.name):
                     break
                 if reason == "rate":
                     reason = "rate+slot"
-                await self.acceptor.wait_slot_freed(SLOT_WAIT_POLL_S)
+                await self.slots.wait(SLOT_WAIT_POLL_S)
         finally:
             heartbeat.disarm()
             self._not_blocked.set()
@@ -334,7 +362,7 @@ class ListenerAcceptor:
     def _blocked(self, start_ns: int, reason: str) -> None:
         end = time.monotonic_ns()
         self.blocked_ns += end - start_ns
-        self.acceptor.rec.row(
+        self.rec.row(
             "blocked",
             end,
             listener=self.name,
@@ -396,7 +424,7 @@ class ListenerAcceptor:
         end_ms, _, sock, info, throttle_ms, t1_ns = entry
         with contextlib.suppress(OSError):
             sock.close()
-        self.acceptor.rec.conn(
+        self.rec.conn(
             "throttle_close",
             info,
             time.monotonic_ns(),
@@ -404,4 +432,4 @@ class ListenerAcceptor:
             delay_ms=float(throttle_ms),
             detail={"throttle_start_mono_ns": t1_ns, "end_ms": end_ms, "closed_by": reason},
         )
-        self.acceptor.count(self.name, info.client_ip, "throttle_closed")
+        self.counts.count(self.name, info.client_ip, "throttle_closed")

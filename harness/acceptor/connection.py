@@ -45,7 +45,7 @@ class Connection(Relay):
 
     # -- lifecycle -----------------------------------------------------------------
     async def run(self) -> None:
-        spec = self.acceptor.cfg.listener(self.info.listener)
+        upstream_host, upstream_port = self.host.upstream(self.info.listener)
         if self.closed:
             return
         self._opening = True
@@ -66,7 +66,7 @@ class Connection(Relay):
             return
         try:
             ureader, self._uw = await asyncio.wait_for(
-                asyncio.open_connection(spec.upstream_host, spec.upstream_port, limit=READ_SIZE),
+                asyncio.open_connection(upstream_host, upstream_port, limit=READ_SIZE),
                 UPSTREAM_CONNECT_TIMEOUT_S,
             )
         except (OSError, TimeoutError) as exc:
@@ -113,7 +113,7 @@ class Connection(Relay):
     # -- pumps -----------------------------------------------------------------------
     async def _client_to_upstream(self, reader: asyncio.StreamReader) -> None:
         assert self._uw is not None and self._cw is not None
-        decoder = FrameDecoder(self.acceptor.cfg.quota.socket_request_max_bytes)
+        decoder = FrameDecoder(self.host.request_max_bytes)
         uw, cw, gate = self._uw, self._cw, self.gate
         pending, self.initial = self.initial, b""
         try:
@@ -163,7 +163,7 @@ class Connection(Relay):
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug must end this connection visibly, not leak it
-            self.acceptor.log(f"{self.info.conn_id}: internal error {exc!r}")
+            self.host.log(f"{self.info.conn_id}: internal error {exc!r}")
             self.finish("internal_error", reset=True, detail={"error": repr(exc)})
 
     async def _upstream_to_client(self, reader: asyncio.StreamReader) -> None:
@@ -201,5 +201,5 @@ class Connection(Relay):
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            self.acceptor.log(f"{self.info.conn_id}: internal error {exc!r}")
+            self.host.log(f"{self.info.conn_id}: internal error {exc!r}")
             self.finish("internal_error", reset=True, detail={"error": repr(exc)})

@@ -66,7 +66,7 @@ class _Side(asyncio.Protocol):
 class ProtoConnection(Relay):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._req_decoder = FrameDecoder(self.acceptor.cfg.quota.socket_request_max_bytes)
+        self._req_decoder = FrameDecoder(self.host.request_max_bytes)
         self._resp_decoder = FrameDecoder(2**31 - 1)
         self._ct: asyncio.Transport | None = None
         self._ut: asyncio.Transport | None = None
@@ -78,7 +78,7 @@ class ProtoConnection(Relay):
         if self.closed:
             return
         loop = asyncio.get_running_loop()
-        spec = self.acceptor.cfg.listener(self.info.listener)
+        upstream_host, upstream_port = self.host.upstream(self.info.listener)
         self._opening = True
         try:
             ct, _ = await loop.connect_accepted_socket(lambda: _Side(self, True), self.sock)
@@ -98,9 +98,7 @@ class ProtoConnection(Relay):
             return
         try:
             ut, _ = await asyncio.wait_for(
-                loop.create_connection(
-                    lambda: _Side(self, False), spec.upstream_host, spec.upstream_port
-                ),
+                loop.create_connection(lambda: _Side(self, False), upstream_host, upstream_port),
                 UPSTREAM_CONNECT_TIMEOUT_S,
             )
         except (OSError, TimeoutError) as exc:
@@ -161,7 +159,7 @@ class ProtoConnection(Relay):
                 self.pause_reading(True, "closing")
             self._pump()
         except Exception as exc:  # a bug must end this connection visibly, not leak it
-            self.acceptor.log(f"{self.info.conn_id}: internal error {exc!r}")
+            self.host.log(f"{self.info.conn_id}: internal error {exc!r}")
             self.finish("internal_error", reset=True, detail={"error": repr(exc)})
 
     def _pump(self) -> None:
@@ -227,7 +225,7 @@ class ProtoConnection(Relay):
         except FrameError as exc:
             self.finish("upstream_" + exc.reason, detail={"error": str(exc)})
         except Exception as exc:
-            self.acceptor.log(f"{self.info.conn_id}: internal error {exc!r}")
+            self.host.log(f"{self.info.conn_id}: internal error {exc!r}")
             self.finish("internal_error", reset=True, detail={"error": repr(exc)})
 
     def on_eof(self, client: bool) -> bool:

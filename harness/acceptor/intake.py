@@ -18,8 +18,7 @@ from harness.acceptor.tracker import ResponseOrder
 from harness.wire.framing import FrameError, parse_request_header
 
 if TYPE_CHECKING:
-    from harness.acceptor.processor import Channel
-    from harness.acceptor.server import Acceptor
+    from harness.acceptor.ports import Channel, LocalAnswers
 
 #: how long a connection that met a bad frame waits for the answers still owed to its client
 CLOSE_GRACE_S = 30.0
@@ -30,7 +29,7 @@ _EXTERNAL_REASONS = frozenset({"shutdown", "idle_timeout", "max_connections"})
 
 
 def take_requests(
-    acceptor: Acceptor,
+    admin: LocalAnswers,
     conn: Channel,
     order: ResponseOrder,
     frames: list[bytes],
@@ -42,14 +41,15 @@ def take_requests(
     Returns the frames to forward upstream (unchanged) and the `FrameError` of the first
     frame that could not be taken (unreadable header, refused admin request), if any: the
     frames after it are dropped, as the broker never reads past a request it cannot parse.
-    Answers the acceptor builds itself go to `to_client` as soon as their turn comes.
+    Answers the acceptor builds itself (`admin`) go to `to_client` as soon as their turn
+    comes.
     """
     out: list[bytes] = []
     for frame in frames:
         try:
             info = parse_request_header(frame)
             conn.requests += 1
-            local = acceptor.admin.maybe_handle(conn, frame, info)
+            local = admin.maybe_handle(conn, frame, info)
         except FrameError as exc:
             return out, exc
         if local is not None:

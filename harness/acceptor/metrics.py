@@ -14,14 +14,14 @@ import math
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
 if TYPE_CHECKING:
-    from harness.acceptor.server import Acceptor
+    from harness.quota.connections import QuotaSnapshot
 
 SSM = "kafka_server_socket_server_metrics_"
 
@@ -31,8 +31,25 @@ def _num(v: float) -> float:
 
 
 class AcceptorMetrics(Collector):
-    def __init__(self, acceptor: Acceptor) -> None:
-        self.acceptor = acceptor
+    """Receives where to serve, when the acceptor started, and three readers it calls on each
+    scrape (on the loop): the engine's snapshot, each listener's time blocked, the limits."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        started_ns: int,
+        snapshot: Callable[[int], QuotaSnapshot],
+        blocked_ns: Callable[[], dict[str, int]],
+        limits: Callable[[], dict[str, object]],
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.started_ns = started_ns
+        self._snapshot = snapshot
+        self._blocked_ns = blocked_ns
+        self._limits = limits
         self.listener_counts: defaultdict[tuple[str, str], int] = defaultdict(int)
         self.ip_counts: defaultdict[tuple[str, str], int] = defaultdict(int)
         self.request_time: defaultdict[str, list[float]] = defaultdict(lambda: [0, 0.0])
@@ -65,15 +82,14 @@ class AcceptorMetrics(Collector):
 
     # -- serving --------------------------------------------------------------------------
     def start(self) -> None:
-        cfg = self.acceptor.cfg
-        if cfg.metrics_port < 0:
+        if self.port < 0:
             return
         from prometheus_client import start_http_server
 
         self._loop = asyncio.get_running_loop()
         self.registry.register(self)
         self._server, self._thread = start_http_server(
-            cfg.metrics_port, addr=cfg.metrics_host, registry=self.registry
+            self.port, addr=self.host, registry=self.registry
         )
         host, port = self._server.server_address[:2]
         shown = f"[{host}]" if ":" in str(host) else host
@@ -87,16 +103,16 @@ class AcceptorMetrics(Collector):
 
     # -- scrape (HTTP thread) ----------------------------------------------------------------
     def _gather(self) -> dict[str, Any]:
-        acc = self.acceptor
         now_ns = time.monotonic_ns()
-        elapsed = max(1, now_ns - acc.started_ns)
+        elapsed = max(1, now_ns - self.started_ns)
+        blocked_ns = self._blocked_ns()
         return {
-            "snap": acc.quotas.snapshot(now_ns // 1_000_000),
-            "blocked": {n: la.blocked_ns / elapsed for n, la in acc.listeners.items()},
-            "blocked_ns": {n: la.blocked_ns for n, la in acc.listeners.items()},
+            "snap": self._snapshot(now_ns // 1_000_000),
+            "blocked": {n: ns / elapsed for n, ns in blocked_ns.items()},
+            "blocked_ns": blocked_ns,
             "listener_counts": dict(self.listener_counts),
             "ip_counts": dict(self.ip_counts),
-            "limits": acc.effective_limits(),
+            "limits": self._limits(),
             "request_time": {k: tuple(v) for k, v in self.request_time.items()},
             "throttle_time": {k: tuple(v) for k, v in self.throttle_time.items()},
         }

@@ -17,15 +17,10 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from harness.acceptor.connection import Connection
-from harness.acceptor.forwarding import ProtoConnection
 from harness.acceptor.recorder import ConnInfo
 
 if TYPE_CHECKING:
-    from harness.acceptor.server import Acceptor
-
-#: a registered connection, either I/O flavour (`acceptor.io`)
-Channel = Connection | ProtoConnection
+    from harness.acceptor.ports import Channel, ProcessorHost
 
 CONNECTION_QUEUE_SIZE = 20  # Processor.ConnectionQueueSize
 POLL_TIMEOUT_S = 0.3  # poll timeout when no new connections are queued
@@ -46,12 +41,16 @@ class NewConnection:
 
 
 class Processor:
-    def __init__(self, acceptor: Acceptor, listener: str, index: int, protected: bool) -> None:
-        self.acceptor = acceptor
+    """Receives `host` (`ports.ProcessorHost`): it opens the channel of a queued socket, says
+    whether the broker is over `max.connections`, and carries the configuration (faults,
+    idle time) and the history rows."""
+
+    def __init__(self, host: ProcessorHost, listener: str, index: int, protected: bool) -> None:
+        self.host = host
         self.listener = listener
         self.index = index
         self.protected = protected
-        faults = acceptor.cfg.faults
+        faults = host.cfg.faults
         # Seeded faults (harness.quota.faults): read once; Kafka's behaviour in production.
         self.queue_size = (
             2 * CONNECTION_QUEUE_SIZE
@@ -94,6 +93,10 @@ class Processor:
         self._running.set()
         self._wake.set()
 
+    def queued(self) -> int:
+        """Admitted sockets waiting in the queue (not yet registered)."""
+        return self.queue.qsize()
+
     # -- loop ----------------------------------------------------------------------------
     def start(self) -> None:
         self.task = asyncio.ensure_future(self._run())
@@ -122,13 +125,11 @@ class Processor:
                 await asyncio.sleep(0)
 
     def _register(self, item: NewConnection, processed: int) -> None:
-        acceptor = self.acceptor
-        cls = ProtoConnection if acceptor.cfg.io == "protocol" else Connection
-        conn: Channel = cls(acceptor, self, item.info, item.sock, item.initial, item.protected)
+        host = self.host
+        conn = host.open_channel(self, item.info, item.sock, item.initial, item.protected)
         self.channels[item.info.conn_id] = conn
-        acceptor.connection_started(conn)
         now = time.monotonic_ns()
-        acceptor.rec.conn(
+        host.rec.conn(
             "register",
             item.info,
             now,
@@ -139,7 +140,7 @@ class Processor:
                 f'"queue_depth": {self.queue.qsize() + 1}}}'
             ),
         )
-        acceptor.spawn(conn.run())
+        host.spawn(conn.run())
 
     def touch(self, conn: Channel) -> None:
         try:
@@ -155,7 +156,7 @@ class Processor:
 
         True when it evicted one (the next iteration comes soon, to shed the rest).
         """
-        if self.evict_exempt or not self.acceptor.quotas.max_connections_exceeded(self.listener):
+        if self.evict_exempt or not self.host.max_connections_exceeded(self.listener):
             return False
         if self._evict_mru:  # SEEDED FAULT: the most recently used one
             for conn in reversed(self.channels.values()):
@@ -167,7 +168,7 @@ class Processor:
         return False
 
     def _expire_idle(self) -> None:
-        idle_ms = self.acceptor.cfg.idle_ms
+        idle_ms = self.host.cfg.idle_ms
         if idle_ms < 0 or not self.channels:
             return
         deadline = time.monotonic_ns() - idle_ms * 1_000_000

@@ -28,8 +28,7 @@ from harness.acceptor.tracker import ResponseOrder
 from harness.wire.framing import FrameError, correlation_id_of_response
 
 if TYPE_CHECKING:
-    from harness.acceptor.processor import Processor
-    from harness.acceptor.server import Acceptor
+    from harness.acceptor.ports import ChannelSlot, ConnectionHost
 
 UPSTREAM_CONNECT_TIMEOUT_S = 10.0
 #: after the broker's EOF, how long the client has to read what it was sent and close
@@ -49,16 +48,19 @@ def set_rst_on_close(sock: socket.socket | None) -> None:
 
 
 class Relay:
+    """Receives what it calls back (`host`: admin answers, the request charge, the end) and
+    its processor (`processor`: LRU order, removal); satisfies `ports.Channel`."""
+
     def __init__(
         self,
-        acceptor: Acceptor,
-        processor: Processor,
+        host: ConnectionHost,
+        processor: ChannelSlot,
         info: ConnInfo,
         sock: socket.socket,
         initial: bytes,
         protected: bool,
     ) -> None:
-        self.acceptor = acceptor
+        self.host = host
         self.processor = processor
         self.info = info
         self.sock = sock
@@ -83,7 +85,16 @@ class Relay:
         # (reason, detail) of the bad frame the connection is closing after, if any
         self._closing: tuple[str, dict[str, Any]] | None = None
 
+    @property
+    def acceptor(self) -> ConnectionHost:
+        """The former name of `host` (tests/fuzz still reach the admin path through it)."""
+        return self.host
+
     # -- what a flavour supplies ------------------------------------------------------------
+    async def run(self) -> None:
+        """Open both transports and move bytes until the connection is finished."""
+        raise NotImplementedError
+
     def _transport_made(self) -> bool:
         """Whether the client socket was handed to a transport (which then closes it)."""
         raise NotImplementedError
@@ -99,7 +110,7 @@ class Relay:
     # -- shared ---------------------------------------------------------------------------
     def touch(self) -> None:
         self.last_active_ns = time.monotonic_ns()
-        self.processor.touch(self)  # type: ignore[arg-type]
+        self.processor.touch(self)
 
     def later(self, delay_s: float, fn: Callable[..., object], *args: Any) -> None:
         """A timer that `finish()` cancels."""
@@ -133,8 +144,8 @@ class Relay:
         if self._order:  # the gate let it through: nothing is in flight, so what is left
             self._order = ResponseOrder()  # is acks=0 produce the broker never answers
         forwarded, stopped = take_requests(
-            self.acceptor,
-            self,  # type: ignore[arg-type]
+            self.host.admin,
+            self,
             self._order,
             [item],
             time.monotonic_ns(),
@@ -165,7 +176,7 @@ class Relay:
             cid = correlation_id_of_response(frame)
             before, done, after = self._order.response(cid, len(frame), now)
             if done is not None:
-                frame = self.acceptor.request_done(self, done, now, frame)  # type: ignore[arg-type]
+                frame = self.host.request_done(self, done, now, frame)
                 answered = True
             out.extend(before)
             out.append(frame)
@@ -214,5 +225,5 @@ class Relay:
         }
         if detail:
             d.update(detail)
-        self.acceptor.connection_closed(self, reason, now, d, evicted=evicted)  # type: ignore[arg-type]
+        self.host.connection_closed(self, reason, now, d, evicted=evicted)
         self._done.set()

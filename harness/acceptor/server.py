@@ -16,32 +16,26 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from harness.acceptor.admin import AdminHandler
 from harness.acceptor.admission import ListenerAcceptor
 from harness.acceptor.config import AcceptorConfig, parse_acceptor_config
+from harness.acceptor.connections import Connections, SlotSignal
+from harness.acceptor.dynamic import DynamicConfig
 from harness.acceptor.heartbeat import Heartbeat
 from harness.acceptor.metrics import AcceptorMetrics
-from harness.acceptor.processor import Channel
+from harness.acceptor.ports import Channel
+from harness.acceptor.processor import Processor
 from harness.acceptor.recorder import Recorder
-from harness.acceptor.request_quotas import (
-    PRINCIPAL,
-    entity_key,
-    parse_entity_key,
-    with_throttle_time,
-)
 from harness.acceptor.stall import parse_stalls, schedule_stalls
-from harness.acceptor.state import load_state, save_state
-from harness.acceptor.tracker import Completed
 from harness.history import HistoryWriter
-from harness.quota.client_quota_admin import enforced_ip_quotas, ip_entity_address
-from harness.quota.config import QuotaConfig, apply_dynamic_update, layered_update
+from harness.quota.config import QuotaConfig
 from harness.quota.connections import ConnectionQuotas
 from harness.quota.faults import FAULT_KEY, FAULTS, Faults
-from harness.quota.requests import EntityName, RequestQuotas
+from harness.quota.requests import RequestQuotas
 
 log = logging.getLogger("harness.acceptor")
 
@@ -66,6 +60,10 @@ def fault_warning(faults: Faults) -> str:
 
 
 class Acceptor:
+    """Builds every component and hands each the few things it needs (`ports`); owns the
+    listeners, the writers and start/stop. Nothing but the entry points (`cli`, tests, the
+    scenario runner) holds it."""
+
     def __init__(
         self,
         cfg: AcceptorConfig,
@@ -75,7 +73,6 @@ class Acceptor:
         out: Any = None,
     ) -> None:
         self.cfg = cfg
-        self.quota_cfg: QuotaConfig = cfg.quota
         self.quotas = ConnectionQuotas(cfg.quota, faults=cfg.faults)
         self.request_quotas = RequestQuotas(
             cfg.quota.quota_window_num, cfg.quota.quota_window_size_seconds, faults=cfg.faults
@@ -83,7 +80,9 @@ class Acceptor:
         self.run_id = run_id
         self.history_dir = Path(history_dir) if history_dir is not None else None
         self.out = out
-        self.state = load_state(cfg.state_dir)
+        self.slots = SlotSignal()
+        #: run-time quota changes (admin path), the state file, the limits in force
+        self.dynamic = DynamicConfig(cfg, self.quotas, self.request_quotas, self.slots.freed)
         self.started_ns = time.monotonic_ns()
         writer = None
         self.config_writer: HistoryWriter | None = None
@@ -110,20 +109,58 @@ class Acceptor:
         self._stalls = parse_stalls(cfg)
         self._stall_timers: list[asyncio.TimerHandle] = []
         self.listeners: dict[str, ListenerAcceptor] = {}
-        self.admin = AdminHandler(self)
-        self.metrics = AcceptorMetrics(self)
+        self.admin = AdminHandler(
+            cfg,
+            self.dynamic,
+            self.rec,
+            log=self.log,
+            address=self.address,
+            config_changed=self.write_config_row,
+        )
+        self.metrics = AcceptorMetrics(
+            cfg.metrics_host,
+            cfg.metrics_port,
+            started_ns=self.started_ns,
+            snapshot=self.quotas.snapshot,
+            blocked_ns=self._blocked_ns,
+            limits=self.effective_limits,
+        )
+        #: the registered connections (what processors and connections call back into)
+        self.conns = Connections(
+            cfg,
+            self.quotas,
+            self.request_quotas,
+            self.rec,
+            self.metrics,
+            self.admin,
+            self.slots,
+            self.log,
+        )
         self._conn_seq = 0
-        self._requests_seen = 0
-        self._sample_detail = f'{{"sample": {cfg.request_sample}}}'
-        self._slot_event: asyncio.Event | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self.connections: set[Channel] = set()
         self.stopped = False
         if cfg.skip_ip_rate_check:
             self.log(SKIP_IP_RATE_WARNING)
         if cfg.faults:
             self.log(fault_warning(cfg.faults))
-        self._restore_state()
+        self.dynamic.restore()
+
+    # -- what tests and the runner read ------------------------------------------------------
+    @property
+    def connections(self) -> set[Channel]:
+        """The registered connections not yet finished."""
+        return self.conns.open
+
+    @property
+    def quota_cfg(self) -> QuotaConfig:
+        """The connection limits in force (static with the run-time changes applied)."""
+        return self.dynamic.quota_cfg
+
+    def ip_quotas(self) -> dict[str, int]:
+        """The IP quotas in force ("default" for the default entity): the admin truth."""
+        return self.dynamic.ip_quotas()
+
+    def set_ip_quota(self, ip: str | None, rate: int | None) -> None:
+        self.dynamic.set_ip_quota(ip, rate)
 
     # -- helpers -----------------------------------------------------------------------------
     def log(self, message: str) -> None:
@@ -135,30 +172,34 @@ class Acceptor:
         self._conn_seq += 1
         return f"{listener}-{os.getpid()}-{self._conn_seq}"
 
-    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def _processor(self, listener: str, index: int) -> Processor:
+        return self.listeners[listener].processors[index]
 
-    def count(self, listener: str, ip: str, outcome: str) -> None:
-        self.metrics.count(listener, ip, outcome)
+    def _wake_all_processors(self) -> None:
+        for la in self.listeners.values():
+            for proc in la.processors:
+                proc.wake()
 
-    def slot_freed(self) -> None:
-        if self._slot_event is not None:
-            self._slot_event.set()
-            self._slot_event = asyncio.Event()
-
-    async def wait_slot_freed(self, timeout: float) -> None:
-        if self._slot_event is None:
-            self._slot_event = asyncio.Event()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._slot_event.wait(), timeout)
+    def _blocked_ns(self) -> dict[str, int]:
+        return {name: la.blocked_ns for name, la in self.listeners.items()}
 
     # -- start / stop ---------------------------------------------------------------------------
     async def start(self) -> None:
-        self._slot_event = asyncio.Event()
+        self.slots.start()
         for spec in self.cfg.listeners:
-            la = ListenerAcceptor(self, spec)
+            la = ListenerAcceptor(
+                spec,
+                cfg=self.cfg,
+                quotas=self.quotas,
+                rec=self.rec,
+                counts=self.metrics,
+                slots=self.slots,
+                heartbeat=self.heartbeat,
+                log=self.log,
+                next_conn_id=self.next_conn_id,
+                wake_all_processors=self._wake_all_processors,
+                processor_host=self.conns,
+            )
             la.bind()
             self.listeners[spec.name] = la
         self.metrics.start()
@@ -167,7 +208,7 @@ class Acceptor:
         for la in self.listeners.values():
             la.start()
         if self._stalls:
-            self._stall_timers = schedule_stalls(self, self._stalls)
+            self._stall_timers = schedule_stalls(self._stalls, self._processor, self.rec)
 
     async def stop(self) -> None:
         """Stop accepting, close parked and queued sockets, close connections, flush."""
@@ -196,9 +237,9 @@ class Acceptor:
                         reason="shutdown",
                         detail={"registered": False},
                     )
-        for conn in list(self.connections):
+        for conn in list(self.conns.open):
             conn.finish("shutdown")
-        pending = [t for t in self._tasks if not t.done()]
+        pending = [t for t in self.conns.tasks if not t.done()]
         if pending:
             await asyncio.wait(pending, timeout=5)
         for t in pending:
@@ -216,167 +257,9 @@ class Acceptor:
         la = self.listeners[listener.upper()]
         return la.host, la.port
 
-    # -- connection events ------------------------------------------------------------------------
-    def connection_started(self, conn: Channel) -> None:
-        self.connections.add(conn)
-
-    def connection_closed(
-        self,
-        conn: Channel,
-        reason: str,
-        now_ns: int,
-        detail: dict[str, object],
-        *,
-        evicted: bool,
-    ) -> None:
-        info = conn.info
-        self.connections.discard(conn)
-        conn.processor.remove(conn)
-        self.quotas.release(info.listener, info.client_ip)
-        self.slot_freed()
-        if evicted:
-            self.rec.conn(
-                "evict", info, now_ns, reason="max_connections", processor=conn.processor.index
-            )
-            self.count(info.listener, info.client_ip, "evicted")
-        self.rec.conn(
-            "close",
-            info,
-            now_ns,
-            reason=reason,
-            processor=conn.processor.index,
-            bytes=conn.bytes_in + conn.bytes_out,
-            detail=detail,
-        )
-        self.count(info.listener, info.client_ip, "closed")
-
-    def request_done(self, conn: Channel, done: Completed, now_ns: int, frame: bytes) -> bytes:
-        """A broker response: the `request` row, the request-quota charge (KIP-124/219).
-
-        Returns the frame to send (with throttle_time_ms raised when throttled).
-        """
-        latency_ms = done.latency_ns / 1e6
-        client_id = done.client_id or ""
-        self.metrics.request(client_id, latency_ms)
-        sample = self.cfg.request_sample
-        self._requests_seen += 1
-        charged_ns = conn.gate.charged_ns(done.latency_ns)  # no purgatory wait, as Kafka
-        if sample == 1 or (sample > 1 and self._requests_seen % sample == 0):
-            detail: str | dict[str, float] | None = None if sample == 1 else self._sample_detail
-            if charged_ns != done.latency_ns:  # a long poll's wait: not charged
-                detail = {
-                    "charged_ms": charged_ns / 1e6,
-                    **({"sample": sample} if sample > 1 else {}),
-                }
-            self.rec.conn(
-                "request",
-                conn.info,
-                now_ns,
-                api_key=done.api_key,
-                client_id=done.client_id,
-                principal=PRINCIPAL,
-                latency_ms=latency_ms,
-                bytes=done.request_bytes + done.response_bytes,
-                processor=conn.processor.index,
-                detail=detail,
-            )
-        rq = self.request_quotas
-        charge = rq.record_request(
-            PRINCIPAL, client_id, done.api_key, charged_ns, now_ns // 1_000_000
-        )
-        if charge.throttle_ms <= 0:
-            return frame
-        throttle = charge.throttle_ms
-        conn.mute(now_ns + throttle * 1_000_000)
-        self.metrics.throttled(charge.bucket, throttle)
-        self.rec.conn(
-            "request_throttle",
-            conn.info,
-            now_ns,
-            delay_ms=float(throttle),
-            api_key=done.api_key,
-            client_id=done.client_id,
-            principal=PRINCIPAL,
-            processor=conn.processor.index,
-            detail={
-                "bucket": {"user": charge.bucket[0], "client-id": charge.bucket[1]},
-                "quota": charge.quota,
-                "rate": charge.rate,
-                "broker_time_ms": latency_ms,
-                "charged_ms": charged_ns / 1e6,
-            },
-        )
-        return with_throttle_time(frame, done.api_key, done.api_version, throttle)
-
-    def set_request_quota(
-        self, user: EntityName, client_id: EntityName, key: str, value: float | None
-    ) -> None:
-        self.request_quotas.set_quota(user, client_id, key, value)
-        ek = entity_key(user, client_id)
-        values = self.state.request_quotas.setdefault(ek, {})
-        if value is None:
-            values.pop(key, None)
-            if not values:
-                self.state.request_quotas.pop(ek, None)
-        else:
-            values[key] = float(value)
-        save_state(self.cfg.state_dir, self.state)
-
-    # -- dynamic configuration (admin path) ------------------------------------------------
-    def _restore_state(self) -> None:
-        st = self.state
-        if st.broker_config or st.node_config:
-            layers = {**st.broker_config, **st.node_config}  # per-broker wins
-            self.quota_cfg = apply_dynamic_update(self.quota_cfg, layers)
-            self.quotas.reconfigure(self.quota_cfg, time.monotonic_ns() // 1_000_000)
-        for ek, values in st.request_quotas.items():
-            user, client = parse_entity_key(ek)
-            for key, value in values.items():
-                self.request_quotas.set_quota(user, client, key, value)
-        now = time.monotonic_ns() // 1_000_000
-        for key, rate in st.ip_quotas.items():
-            ip = None if key == "default" else key
-            if not self.cfg.skip_ip_rate_check:
-                self.quotas.set_ip_quota(ip_entity_address(ip), rate, now)
-
-    def ip_quotas(self) -> dict[str, int]:
-        """The IP quotas in force ("default" for the default entity): the admin truth."""
-        return dict(self.state.ip_quotas)
-
-    def set_ip_quota(self, ip: str | None, rate: int | None) -> None:
-        now_ns = time.monotonic_ns()
-        key = "default" if ip is None else ip  # the entity name as given (Kafka's image)
-        if not self.cfg.skip_ip_rate_check:
-            self.quotas.set_ip_quota(ip_entity_address(ip), rate, now_ns // 1_000_000)
-        if rate is None:
-            self.state.ip_quotas.pop(key, None)
-        else:
-            self.state.ip_quotas[key] = rate
-        save_state(self.cfg.state_dir, self.state)
-
-    def alter_broker_config(
-        self, changes: Mapping[str, str | None], *, per_broker: bool = False
-    ) -> None:
-        """Apply dynamic broker keys to the cluster-default or (per_broker) this broker's
-        layer (raises ConfigError and changes nothing on bad input)."""
-        effective, cluster, node = layered_update(
-            self.state.broker_config, self.state.node_config, changes, per_broker=per_broker
-        )
-        new_cfg = apply_dynamic_update(self.quota_cfg, effective)
-        now_ms = time.monotonic_ns() // 1_000_000
-        self.quotas.reconfigure(new_cfg, now_ms)
-        self.quota_cfg = new_cfg
-        self.state.broker_config, self.state.node_config = cluster, node
-        save_state(self.cfg.state_dir, self.state)
-        self.slot_freed()
-
+    # -- limits in force ----------------------------------------------------------------------
     def effective_limits(self) -> dict[str, object]:
-        limits = dict(self.quota_cfg.to_properties())
-        limits["listeners"] = limits.get("listeners")
-        limits["ip_quotas"] = enforced_ip_quotas(self.ip_quotas())  # by address
-        limits["request_quotas"] = dict(self.state.request_quotas)
-        limits["harness.test.skip.ip.rate.check"] = self.cfg.skip_ip_rate_check
-        limits[FAULT_KEY] = self.cfg.faults.names()
+        limits = self.dynamic.limits()
         limits["acceptor.listeners"] = {
             name: {
                 "host": la.host,

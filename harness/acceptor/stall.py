@@ -28,8 +28,10 @@ from typing import TYPE_CHECKING
 from harness.quota.config import ConfigError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from harness.acceptor.config import AcceptorConfig
-    from harness.acceptor.server import Acceptor
+    from harness.acceptor.ports import Rows, Stallable
 
 STALL_KEY = "harness.test.processor.stall"
 _ITEM = re.compile(r"^([A-Za-z0-9_\-]+)/(\d+)@(\d+(?:\.\d+)?)\+(\d+(?:\.\d+)?)$")
@@ -67,15 +69,18 @@ def parse_stalls(cfg: AcceptorConfig) -> tuple[Stall, ...]:
     return tuple(out)
 
 
-def schedule_stalls(acceptor: Acceptor, stalls: tuple[Stall, ...]) -> list[asyncio.TimerHandle]:
-    """Arm every stall (times from now, the acceptor's start)."""
+def schedule_stalls(
+    stalls: tuple[Stall, ...], processor: Callable[[str, int], Stallable], rec: Rows
+) -> list[asyncio.TimerHandle]:
+    """Arm every stall (times from now, the acceptor's start); `processor(listener, index)`
+    finds the processor to pause."""
     loop = asyncio.get_running_loop()
     handles = []
     for st in stalls:
 
         def begin(st: Stall = st) -> None:
-            acceptor.listeners[st.listener].processors[st.index].pause()
-            acceptor.rec.row(
+            processor(st.listener, st.index).pause()
+            rec.row(
                 "processor_stall",
                 time.monotonic_ns(),
                 listener=st.listener,
@@ -85,15 +90,15 @@ def schedule_stalls(acceptor: Acceptor, stalls: tuple[Stall, ...]) -> list[async
             )
 
         def end(st: Stall = st) -> None:
-            proc = acceptor.listeners[st.listener].processors[st.index]
+            proc = processor(st.listener, st.index)
             proc.resume()
-            acceptor.rec.row(
+            rec.row(
                 "processor_stall",
                 time.monotonic_ns(),
                 listener=st.listener,
                 processor=st.index,
                 reason="end",
-                detail={"queued": proc.queue.qsize()},
+                detail={"queued": proc.queued()},
             )
 
         handles.append(loop.call_later(st.at_s, begin))

@@ -1,0 +1,214 @@
+"""The registered connections: opened for the processors, charged per request, ended once.
+
+Why one object: every end of a registered connection (either side hangs up, eviction, idle
+expiry, shutdown) must release its counts in the engine exactly once, wake the admissions
+waiting for a slot, and write the `evict`/`close` rows and the metrics; every broker
+response must be charged to the request quotas (KIP-124) and, when throttled, mute its
+channel (KIP-219). Processors and connections reach this through `ports.ProcessorHost` and
+`ports.ConnectionHost`; it receives the engines, the history rows, the metrics counters, the
+admin answers and the slot signal, never the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+from harness.acceptor.config import AcceptorConfig
+from harness.acceptor.connection import Connection
+from harness.acceptor.forwarding import ProtoConnection
+from harness.acceptor.request_quotas import PRINCIPAL, with_throttle_time
+from harness.quota.connections import ConnectionQuotas
+from harness.quota.requests import RequestQuotas
+
+if TYPE_CHECKING:
+    from harness.acceptor.ports import Channel, ChannelSlot, Counts, LocalAnswers, Rows
+    from harness.acceptor.recorder import ConnInfo
+    from harness.acceptor.tracker import Completed
+
+
+class SlotSignal:
+    """Wakes the admissions waiting for a connection slot (`max.connections`, per listener)
+    when one may have been freed: a release, or a limit raised at run time."""
+
+    def __init__(self) -> None:
+        self._event: asyncio.Event | None = None
+
+    def start(self) -> None:
+        """On the loop, before the first admission."""
+        self._event = asyncio.Event()
+
+    def freed(self) -> None:
+        if self._event is not None:
+            self._event.set()
+            self._event = asyncio.Event()
+
+    async def wait(self, timeout: float) -> None:
+        if self._event is None:
+            self._event = asyncio.Event()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._event.wait(), timeout)
+
+
+class Connections:
+    def __init__(
+        self,
+        cfg: AcceptorConfig,
+        quotas: ConnectionQuotas,
+        request_quotas: RequestQuotas,
+        rec: Rows,
+        counts: Counts,
+        admin: LocalAnswers,
+        slots: SlotSignal,
+        log: Callable[[str], None],
+    ) -> None:
+        self._cfg = cfg
+        self._quotas = quotas
+        self._request_quotas = request_quotas
+        self._rec = rec
+        self._counts = counts
+        self._admin = admin
+        self._slots = slots
+        self._log = log
+        #: every registered connection not yet finished (shutdown closes them)
+        self.open: set[Channel] = set()
+        #: the connections' own tasks (`run()`), awaited at shutdown
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self._requests_seen = 0
+        self._sample_detail = f'{{"sample": {cfg.request_sample}}}'
+        self._flavour = ProtoConnection if cfg.io == "protocol" else Connection
+
+    # -- ports.ProcessorHost ---------------------------------------------------------------
+    @property
+    def cfg(self) -> AcceptorConfig:
+        return self._cfg
+
+    @property
+    def rec(self) -> Rows:
+        return self._rec
+
+    def max_connections_exceeded(self, listener: str) -> bool:
+        return self._quotas.max_connections_exceeded(listener)
+
+    def open_channel(
+        self,
+        processor: ChannelSlot,
+        info: ConnInfo,
+        sock: socket.socket,
+        initial: bytes,
+        protected: bool,
+    ) -> Channel:
+        conn = self._flavour(self, processor, info, sock, initial, protected)
+        self.open.add(conn)
+        return conn
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    # -- ports.ConnectionHost --------------------------------------------------------------
+    @property
+    def admin(self) -> LocalAnswers:
+        return self._admin
+
+    @property
+    def request_max_bytes(self) -> int:
+        return self._cfg.quota.socket_request_max_bytes
+
+    def upstream(self, listener: str) -> tuple[str, int]:
+        spec = self._cfg.listener(listener)
+        return spec.upstream_host, spec.upstream_port
+
+    def log(self, message: str) -> None:
+        self._log(message)
+
+    def connection_closed(
+        self,
+        conn: Channel,
+        reason: str,
+        now_ns: int,
+        detail: dict[str, object],
+        *,
+        evicted: bool,
+    ) -> None:
+        info = conn.info
+        self.open.discard(conn)
+        conn.processor.remove(conn)
+        self._quotas.release(info.listener, info.client_ip)
+        self._slots.freed()
+        if evicted:
+            self._rec.conn(
+                "evict", info, now_ns, reason="max_connections", processor=conn.processor.index
+            )
+            self._counts.count(info.listener, info.client_ip, "evicted")
+        self._rec.conn(
+            "close",
+            info,
+            now_ns,
+            reason=reason,
+            processor=conn.processor.index,
+            bytes=conn.bytes_in + conn.bytes_out,
+            detail=detail,
+        )
+        self._counts.count(info.listener, info.client_ip, "closed")
+
+    def request_done(self, conn: Channel, done: Completed, now_ns: int, frame: bytes) -> bytes:
+        """A broker response: the `request` row, the request-quota charge (KIP-124/219).
+
+        Returns the frame to send (with throttle_time_ms raised when throttled).
+        """
+        latency_ms = done.latency_ns / 1e6
+        client_id = done.client_id or ""
+        self._counts.request(client_id, latency_ms)
+        sample = self._cfg.request_sample
+        self._requests_seen += 1
+        charged_ns = conn.gate.charged_ns(done.latency_ns)  # no purgatory wait, as Kafka
+        if sample == 1 or (sample > 1 and self._requests_seen % sample == 0):
+            detail: str | dict[str, float] | None = None if sample == 1 else self._sample_detail
+            if charged_ns != done.latency_ns:  # a long poll's wait: not charged
+                detail = {
+                    "charged_ms": charged_ns / 1e6,
+                    **({"sample": sample} if sample > 1 else {}),
+                }
+            self._rec.conn(
+                "request",
+                conn.info,
+                now_ns,
+                api_key=done.api_key,
+                client_id=done.client_id,
+                principal=PRINCIPAL,
+                latency_ms=latency_ms,
+                bytes=done.request_bytes + done.response_bytes,
+                processor=conn.processor.index,
+                detail=detail,
+            )
+        charge = self._request_quotas.record_request(
+            PRINCIPAL, client_id, done.api_key, charged_ns, now_ns // 1_000_000
+        )
+        if charge.throttle_ms <= 0:
+            return frame
+        throttle = charge.throttle_ms
+        conn.mute(now_ns + throttle * 1_000_000)
+        self._counts.throttled(charge.bucket, throttle)
+        self._rec.conn(
+            "request_throttle",
+            conn.info,
+            now_ns,
+            delay_ms=float(throttle),
+            api_key=done.api_key,
+            client_id=done.client_id,
+            principal=PRINCIPAL,
+            processor=conn.processor.index,
+            detail={
+                "bucket": {"user": charge.bucket[0], "client-id": charge.bucket[1]},
+                "quota": charge.quota,
+                "rate": charge.rate,
+                "broker_time_ms": latency_ms,
+                "charged_ms": charged_ns / 1e6,
+            },
+        )
+        return with_throttle_time(frame, done.api_key, done.api_version, throttle)

@@ -1,0 +1,160 @@
+"""The small interfaces the acceptor's components hand each other (a leaf module).
+
+Why: every component used to hold the whole `server.Acceptor` and call back into it, so the
+acceptor's modules imported each other in one cycle and any component could reach anything.
+Now each component names here the few things it needs, and `server` (the only module that
+knows every component) wires real objects into them. This module imports no acceptor
+component: only the value modules (`recorder.ConnInfo`, `tracker.Completed`,
+`inflight.RequestGate`, `config.AcceptorConfig`).
+
+Who provides what:
+- `Rows`: records a history row (`recorder.Recorder`);
+- `Counts`: the metrics' counters of outcomes and request times (`metrics.AcceptorMetrics`);
+- `Channel`: a registered connection as processors and the admin path see it
+  (`relay.Relay`, both I/O flavours);
+- `ChannelSlot`: the processor a connection belongs to (`processor.Processor`);
+- `LocalAnswers`: answers the admin requests the acceptor answers itself
+  (`admin.AdminHandler`);
+- `ConnectionHost`: what a registered connection calls back: its request charged, its end
+  (`connections.Connections`);
+- `ProcessorHost`: what a processor needs: a channel opened for a queued socket, whether the
+  broker is over `max.connections` (`connections.Connections`);
+- `Stallable`: a processor a test-scheduled stall pauses (`processor.Processor`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import socket
+
+    from harness.acceptor.config import AcceptorConfig
+    from harness.acceptor.inflight import RequestGate
+    from harness.acceptor.recorder import ConnInfo
+    from harness.acceptor.tracker import Completed
+    from harness.wire.framing import RequestInfo
+
+
+class Rows(Protocol):
+    """Something that records a history row (`recorder.Recorder`)."""
+
+    def conn(self, event: str, info: ConnInfo, mono_ns: int, **fields: Any) -> None: ...
+
+    def row(self, event: str, mono_ns: int, **fields: Any) -> None: ...
+
+
+class Counts(Protocol):
+    """The metrics' hot-path counters (`metrics.AcceptorMetrics`)."""
+
+    def count(self, listener: str, ip: str, outcome: str) -> None: ...
+
+    def request(self, client_id: str | None, latency_ms: float) -> None: ...
+
+    def throttled(self, bucket: tuple[str, str], throttle_ms: int) -> None: ...
+
+
+class ChannelSlot(Protocol):
+    """The processor a registered connection belongs to (`processor.Processor`)."""
+
+    @property
+    def index(self) -> int: ...
+
+    def touch(self, conn: Channel) -> None: ...
+
+    def remove(self, conn: Channel) -> None: ...
+
+
+class Channel(Protocol):
+    """A registered connection, either I/O flavour, as the rest of the acceptor sees it."""
+
+    info: ConnInfo
+    requests: int
+    bytes_in: int
+    bytes_out: int
+    last_active_ns: int
+
+    @property
+    def processor(self) -> ChannelSlot: ...
+
+    @property
+    def gate(self) -> RequestGate: ...
+
+    async def run(self) -> None: ...
+
+    def mute(self, until_ns: int) -> None: ...
+
+    def finish(
+        self,
+        reason: str,
+        *,
+        reset: bool = False,
+        evicted: bool = False,
+        detail: dict[str, Any] | None = None,
+    ) -> None: ...
+
+
+class LocalAnswers(Protocol):
+    """The admin requests the acceptor answers itself (`admin.AdminHandler`)."""
+
+    def maybe_handle(self, conn: Channel, frame: bytes, info: RequestInfo) -> bytes | None: ...
+
+
+class ConnectionHost(Protocol):
+    """What a registered connection calls back into (`connections.Connections`)."""
+
+    @property
+    def admin(self) -> LocalAnswers: ...
+
+    @property
+    def request_max_bytes(self) -> int: ...
+
+    def upstream(self, listener: str) -> tuple[str, int]: ...
+
+    def log(self, message: str) -> None: ...
+
+    def request_done(self, conn: Channel, done: Completed, now_ns: int, frame: bytes) -> bytes: ...
+
+    def connection_closed(
+        self,
+        conn: Channel,
+        reason: str,
+        now_ns: int,
+        detail: dict[str, object],
+        *,
+        evicted: bool,
+    ) -> None: ...
+
+
+class ProcessorHost(Protocol):
+    """What a processor needs besides its queue (`connections.Connections`)."""
+
+    @property
+    def cfg(self) -> AcceptorConfig: ...
+
+    @property
+    def rec(self) -> Rows: ...
+
+    def max_connections_exceeded(self, listener: str) -> bool: ...
+
+    def open_channel(
+        self,
+        processor: ChannelSlot,
+        info: ConnInfo,
+        sock: socket.socket,
+        initial: bytes,
+        protected: bool,
+    ) -> Channel: ...
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None: ...
+
+
+class Stallable(Protocol):
+    """A processor a test-scheduled stall pauses (`processor.Processor`)."""
+
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+    def queued(self) -> int: ...
