@@ -1,25 +1,41 @@
 """Benchmark: the acceptor's cost, measured against the same broker reached directly.
 
-One real broker with two listeners: PLAINTEXT (clients reach it directly) and FRONTED
-(advertised as the acceptor's address, where the acceptor forwards). The acceptor runs as
-its own process (`harness acceptor`), as in production, so it does not share the client's
-GIL. In one run, for both paths:
+One real broker with a listener per path: PLAINTEXT (clients reach it directly) and
+FRONTED (advertised as the acceptor's address, where the acceptor forwards; with
+``--compare-ref`` also FRONTEDREF, advertised as the other commit's acceptor). Each acceptor
+runs as its own process (`harness acceptor`, history ON, metrics on), as in production, so it
+does not share the client's GIL. In one run, each phase alternating the paths round by round
+(the machine is shared: ratios within one run are what counts):
 
-  1. accept rate: connect -> ApiVersions -> close, from --threads client threads;
-  2. produce throughput: --records records of --record-size bytes, acks=1, batched;
-  3. latency: one producer at half of the direct throughput (linger 0), p50/p99 per record.
+  trogdor  Kafka's own ConnectionStress (org.apache.kafka:trogdor, 8 threads), CONNECT (a TCP
+           connect and close) and FETCH_METADATA (a new admin client per operation: two
+           connections, ApiVersions + Metadata each); per round: connections/s counted by the
+           server (the broker's connection-creation counter for direct, the acceptor's
+           accepted counter through it), Trogdor's own successful operations/s, the kernel's
+           ListenOverflows/ListenDrops and resets sent (Tcp OutRsts, TcpExt TCPAbortOnClose/
+           OnData) as deltas over the round, the acceptor's CPU per connection;
+  accept   connect -> ApiVersions -> close from --threads Python threads; acceptor CPU per
+           connection (utime+stime from /proc);
+  produce  --records records of --record-size bytes, acks=1, batched;
+  latency  one producer at half of the slower path's throughput (capped), p50/p99 per record.
 
-    .venv/bin/python -m bench.acceptor [--seconds 5] [--records 50000] [--loop auto] [--json FILE]
-        [--compare-ref GIT_REF [--rounds 3] [--accept-only]]
+    .venv/bin/python -m bench.acceptor                      # all phases, ~4 minutes
+    .venv/bin/python -m bench.acceptor --phases trogdor --rounds 3 --compare-ref HEAD~1
+    .venv/bin/python -m bench.acceptor --phases trogdor --profile   # + py-spy of the acceptor
 
-``--compare-ref`` also starts the acceptor of another commit (``git archive`` of its
-``harness/`` into a temporary folder) next to the current one, on the same broker, and
-compares the two in alternating rounds: accept rate and the acceptor process's CPU time per
-connection (utime+stime from /proc), which is the steadier number on a shared machine.
-Used to show that the seeded-fault hooks (``harness.test.fault``) cost nothing when off.
+The kernel counters are per network namespace: as root (with util-linux ``unshare``) the
+bench re-runs itself in a private one with only loopback up (``--netns auto``), so the
+counters hold this bench's traffic only; elsewhere they are machine-wide (said in the output).
+``--compare-ref GIT_REF`` adds the acceptor of another commit (``git archive`` of its
+``harness/``) as a third path, so current/ref ratios come from the same rounds.
+``--profile`` adds one Trogdor round per action through the current acceptor under
+``py-spy record`` (not counted in the ratios) and prints its hot spots (self and inclusive
+share of the acceptor's samples). The load average is printed next to every round.
 
-Prints progress, then the ratios (goals: forwarding throughput >= 0.8x direct, added p99
-latency <= 2 ms at half load, accept rate >= 0.5x the broker's own).
+Prints progress, then per-action tables and the goals of issue 14 (Trogdor >= 1.0x direct for
+both actions, no more listen-queue overflows than direct, no resets where direct has none,
+produce throughput >= 0.95x direct, added p99 <= 1 ms at half load); JSON in
+bench/results/acceptor-<time>.json (or --json FILE).
 """
 
 from __future__ import annotations
@@ -27,6 +43,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -34,16 +52,40 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.generator import _children, accepted_total, run_trogdor, trogdor_classpath
 from harness.acceptor.testing import free_port, round_trip
+
+RESULTS = Path(__file__).resolve().parent / "results"
+PHASES = ("trogdor", "accept", "produce", "latency")
+ACTIONS = ("CONNECT", "FETCH_METADATA")
+#: kernel TCP counters read around every Trogdor round: (file section, name)
+NET_COUNTERS = (
+    ("TcpExt", "ListenOverflows"),
+    ("TcpExt", "ListenDrops"),
+    ("TcpExt", "TCPAbortOnClose"),
+    ("TcpExt", "TCPAbortOnData"),
+    ("Tcp", "OutRsts"),
+    ("Tcp", "EstabResets"),
+    ("Tcp", "PassiveOpens"),
+)
+_NETNS_ENV = "BENCH_ACCEPTOR_NETNS"
 
 
 def _progress(msg: str) -> None:
     print(f"[bench] {msg}", flush=True)
 
 
+def _load() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+# -- measurements -----------------------------------------------------------------------------
 def accept_rate(addr: tuple[str, int], threads: int, seconds: float) -> float:
     counts = [0] * threads
     bad: list[str] = []
@@ -77,10 +119,51 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def net_counters() -> dict[str, int]:
+    """The NET_COUNTERS of this network namespace (/proc/net/snmp and /proc/net/netstat)."""
+    wanted = set(NET_COUNTERS)
+    out: dict[str, int] = {}
+    for path in ("/proc/net/snmp", "/proc/net/netstat"):
+        lines = Path(path).read_text().splitlines()
+        for head, values in zip(lines[::2], lines[1::2], strict=False):
+            section, names = head.split(":", 1)
+            for name, value in zip(names.split(), values.split(":", 1)[1].split(), strict=False):
+                if (section, name) in wanted:
+                    out[name] = int(value)
+    return out
+
+
+def acceptor_accepted(metrics_url: str | None) -> float | None:
+    """Connections the acceptor accepted so far (its `harness_acceptor_connections` counter)."""
+    if not metrics_url:
+        return None
+    try:
+        with urllib.request.urlopen(metrics_url, timeout=5) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return None
+    total = 0.0  # no line yet: nothing accepted so far
+    for line in text.splitlines():
+        if line.startswith("harness_acceptor_connections_total{") and 'outcome="accepted"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+# -- acceptor processes -----------------------------------------------------------------------
 def start_acceptor(
-    work: Path, tag: str, port: int, upstream_port: int, loop: str, cwd: Path | None = None
+    work: Path,
+    tag: str,
+    port: int,
+    upstream_port: int,
+    loop: str,
+    cwd: Path | None = None,
+    *,
+    metrics: bool = False,
 ) -> subprocess.Popen[bytes]:
-    """`harness acceptor` as its own process (from `cwd`'s harness/ when given)."""
+    """`harness acceptor` with history on, as its own process (from `cwd`'s harness/ if given).
+
+    With ``metrics`` its /metrics listens on a free port (``ready_info(work, tag)``).
+    """
     ready = work / f"ready-{tag}.json"
     env = dict(os.environ)
     if cwd is not None:
@@ -89,7 +172,7 @@ def start_acceptor(
         [sys.executable, "-m", "harness", "acceptor", "--loop", loop,
          "--set", f"listeners=CLIENT://127.0.0.1:{port}",
          "--set", f"listener.name.client.upstream=127.0.0.1:{upstream_port}",
-         "--set", "metrics.port=-1",
+         "--set", f"metrics.port={0 if metrics else -1}",
          "--history", str(work / f"history-{tag}"), "--run-id", f"bench-{tag}",
          "--ready-file", str(ready)],
         stdout=open(work / f"acceptor-{tag}.log", "w"), stderr=subprocess.STDOUT,
@@ -98,60 +181,251 @@ def start_acceptor(
     deadline = time.monotonic() + 60
     while not ready.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
+            stop_process(proc)
             raise SystemExit(f"acceptor {tag} did not start; see {work / f'acceptor-{tag}.log'}")
         time.sleep(0.1)
     return proc
 
 
-def compare_ref(
-    work: Path, ref: str, upstream_port: int, args: argparse.Namespace
+def ready_info(work: Path, tag: str) -> dict[str, Any]:
+    info: dict[str, Any] = json.loads((work / f"ready-{tag}.json").read_text())
+    return info
+
+
+def stop_process(proc: subprocess.Popen[Any]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def kill_descendants() -> None:
+    """Kill what this bench started and left running (Trogdor JVMs after an interrupt)."""
+    kids = _children()
+    todo, mine = [os.getpid()], []
+    while todo:
+        for child in kids.get(todo.pop(), []):
+            mine.append(child)
+            todo.append(child)
+    for pid in mine:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+@dataclass
+class Target:
+    """One path to the broker: direct, or through an acceptor process."""
+
+    name: str
+    port: int
+    proc: subprocess.Popen[bytes] | None = None
+    metrics_url: str | None = None
+
+    @property
+    def addr(self) -> tuple[str, int]:
+        return ("127.0.0.1", self.port)
+
+
+def rotations(targets: list[Target], rounds: int) -> list[tuple[int, list[Target]]]:
+    """Round r visits the paths in an order rotated by r (no path always goes first)."""
+    return [(r, targets[r % len(targets) :] + targets[: r % len(targets)]) for r in range(rounds)]
+
+
+# -- Trogdor ----------------------------------------------------------------------------------
+def trogdor_round(
+    cp: str, t: Target, action: str, args: argparse.Namespace, work: Path, broker_url: str | None
 ) -> dict[str, Any]:
-    """Current acceptor vs the one at `ref`: accept rate and CPU per connection, A/B rounds."""
-    src = work / "ref-src"
-    src.mkdir()
-    root = Path(__file__).resolve().parent.parent
-    archive = subprocess.run(
-        ["git", "-C", str(root), "archive", ref, "harness"], check=True, capture_output=True
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
-    procs: dict[str, subprocess.Popen[bytes]] = {}
-    ports: dict[str, int] = {}
-    out: dict[str, Any] = {"ref": ref}
-    try:
-        for tag, cwd in (("ref", src), ("current", None)):
-            ports[tag] = free_port()
-            procs[tag] = start_acceptor(work, tag, ports[tag], upstream_port, args.loop, cwd)
-            _progress(f"acceptor {tag} pid {procs[tag].pid} on 127.0.0.1:{ports[tag]}")
-        for tag in procs:  # warm-up: imports, first connections
-            accept_rate(("127.0.0.1", ports[tag]), args.threads, 1.0)
-        for rnd in range(1, args.rounds + 1):
-            for tag in ("ref", "current") if rnd % 2 else ("current", "ref"):
-                cpu0 = cpu_seconds(procs[tag].pid)
-                t0 = time.monotonic()
-                rate = accept_rate(("127.0.0.1", ports[tag]), args.threads, args.seconds)
-                conns = rate * (time.monotonic() - t0)
-                cpu_ms = (cpu_seconds(procs[tag].pid) - cpu0) * 1000 / max(conns, 1)
-                out.setdefault(f"accept_rate_{tag}", []).append(rate)
-                out.setdefault(f"cpu_ms_per_conn_{tag}", []).append(cpu_ms)
+    """One ConnectionStress run against `t`; counters read around the whole run."""
+    load = _load()
+    net0 = net_counters()
+    acc0 = acceptor_accepted(t.metrics_url) if t.proc else accepted_total(broker_url)
+    cpu0 = cpu_seconds(t.proc.pid) if t.proc else 0.0
+    trog = run_trogdor(
+        cp, f"127.0.0.1:{t.port}", action, args.trogdor_seconds, args.trogdor_threads, None,
+        work, None,
+    )  # fmt: skip
+    cpu1 = cpu_seconds(t.proc.pid) if t.proc else 0.0
+    acc1 = acceptor_accepted(t.metrics_url) if t.proc else accepted_total(broker_url)
+    net1 = net_counters()
+    seconds = args.trogdor_seconds
+    row: dict[str, Any] = {
+        "action": action,
+        "path": t.name,
+        "load_avg": load,
+        "trogdor_ok_per_s": trog["ops_per_s"],
+        "trogdor_connections": trog.get("totalConnections"),
+        "trogdor_failed": trog.get("totalFailedConnections"),
+        **{k: net1[k] - net0[k] for k in net1},
+    }
+    row["resets_sent"] = row["OutRsts"]
+    if acc0 is not None and acc1 is not None:
+        row["accepted"] = acc1 - acc0
+        row["conn_per_s"] = round((acc1 - acc0) / seconds, 1)
+        if t.proc and acc1 > acc0:
+            row["cpu_ms_per_conn"] = round((cpu1 - cpu0) * 1000 / (acc1 - acc0), 4)
+    if "error" in trog:
+        row["error"] = trog["error"][-500:]
+    return row
+
+
+def trogdor_phase(
+    cp: str, targets: list[Target], args: argparse.Namespace, work: Path, broker_url: str | None
+) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for action in ACTIONS:
+        for rnd, order in rotations(targets, args.rounds):
+            for t in order:
+                row = trogdor_round(cp, t, action, args, work, broker_url)
+                row["round"] = rnd + 1
+                rows.append(row)
                 _progress(
-                    f"  round {rnd} {tag:7}: {rate:.0f} connections/s, "
-                    f"{cpu_ms:.3f} ms acceptor CPU per connection"
+                    f"trogdor {action:<14} round {rnd + 1} {t.name:<8} "
+                    f"{row.get('conn_per_s', float('nan')):>7.0f} conn/s (server), "
+                    f"Trogdor ok {row['trogdor_ok_per_s']:>6.0f}/s, overflows "
+                    f"{row['ListenOverflows']}/{row['ListenDrops']} drops, resets sent "
+                    f"{row['resets_sent']}, CPU {row.get('cpu_ms_per_conn', '-')} ms/conn "
+                    f"(load {row['load_avg']})"
+                    + (f"  ERROR {row['error'][-200:]!r}" if "error" in row else "")
                 )
-    finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(30)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-    out["ratio_accept_rate_best"] = max(out["accept_rate_current"]) / max(out["accept_rate_ref"])
-    out["ratio_cpu_per_conn_median"] = statistics.median(
-        out["cpu_ms_per_conn_current"]
-    ) / statistics.median(out["cpu_ms_per_conn_ref"])
+    return rows
+
+
+def summarize_trogdor(rows: list[dict[str, Any]], paths: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for action in ACTIONS:
+        per: dict[str, Any] = {}
+        for p in paths:
+            rs = [r for r in rows if r["action"] == action and r["path"] == p]
+            if not rs:
+                continue
+            conn = [r["conn_per_s"] for r in rs if "conn_per_s" in r]
+            cpu = [r["cpu_ms_per_conn"] for r in rs if "cpu_ms_per_conn" in r]
+            per[p] = {
+                "conn_per_s": statistics.mean(conn) if conn else None,
+                "trogdor_ok_per_s": statistics.mean(r["trogdor_ok_per_s"] for r in rs),
+                "listen_overflows": sum(r["ListenOverflows"] for r in rs),
+                "listen_drops": sum(r["ListenDrops"] for r in rs),
+                "resets_sent": sum(r["resets_sent"] for r in rs),
+                "abort_on_close": sum(r["TCPAbortOnClose"] for r in rs),
+                "cpu_ms_per_conn": statistics.median(cpu) if cpu else None,
+                "load_avg": [r["load_avg"] for r in rs],
+            }
+        for p in paths:
+            if p == "direct" or p not in per or "direct" not in per:
+                continue
+            a, d = per[p], per["direct"]
+            if a["conn_per_s"] and d["conn_per_s"]:
+                a["ratio"] = a["conn_per_s"] / d["conn_per_s"]
+                paired = [
+                    ra["conn_per_s"] / rd["conn_per_s"]
+                    for ra in rows
+                    for rd in rows
+                    if ra["action"] == rd["action"] == action
+                    and ra["path"] == p
+                    and rd["path"] == "direct"
+                    and ra["round"] == rd["round"]
+                    and ra.get("conn_per_s")
+                    and rd.get("conn_per_s")
+                ]
+                a["ratio_per_round"] = [round(x, 3) for x in paired]
+            if d["trogdor_ok_per_s"]:
+                a["ratio_trogdor_ok"] = a["trogdor_ok_per_s"] / d["trogdor_ok_per_s"]
+        if "ref" in per and "acceptor" in per:
+            a, r = per["acceptor"], per["ref"]
+            per["current_vs_ref"] = {
+                "conn_per_s": a["conn_per_s"] / r["conn_per_s"]
+                if a["conn_per_s"] and r["conn_per_s"]
+                else None,
+                "cpu_ms_per_conn": a["cpu_ms_per_conn"] / r["cpu_ms_per_conn"]
+                if a["cpu_ms_per_conn"] and r["cpu_ms_per_conn"]
+                else None,
+            }
+        out[action] = per
     return out
 
 
+# -- py-spy -----------------------------------------------------------------------------------
+_FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*?)(?::\d+)?\)$")
+
+
+def _frame_name(frame: str) -> str:
+    m = _FRAME.match(frame.strip())
+    if not m:
+        return frame.strip()
+    path = m["file"]
+    short = path.split("site-packages/", 1)[-1]
+    for root in ("harness/", "bench/", "loadprofiles/", "asyncio/"):
+        if root in short:
+            short = root + short.split(root, 1)[1]
+            break
+    return f"{m['func']} ({short})"
+
+
+def hot_spots(raw: str, top: int = 15) -> dict[str, Any]:
+    """py-spy's collapsed stacks -> self and inclusive shares of all samples, by function."""
+    self_c: Counter[str] = Counter()
+    incl: Counter[str] = Counter()
+    total = 0
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        frames = [_frame_name(f) for f in stack.split(";")]
+        frames = [f for f in frames if not f.startswith(("process ", "thread "))]
+        if not frames:
+            continue
+        total += n
+        self_c[frames[-1]] += n
+        for f in set(frames):
+            incl[f] += n
+    return {
+        "samples": total,
+        "self": [(f, round(100 * c / total, 1)) for f, c in self_c.most_common(top)],
+        "inclusive": [
+            (f, round(100 * c / total, 1))
+            for f, c in incl.most_common()
+            if "harness/" in f or "history" in f
+        ][:top],
+    }
+
+
+def profile_phase(
+    cp: str, t: Target, args: argparse.Namespace, work: Path, broker_url: str | None
+) -> dict[str, Any]:
+    """One Trogdor round per action with py-spy sampling the acceptor (not in the ratios)."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(spy).exists() or t.proc is None:
+        _progress("--profile: py-spy not found (pip install -e '.[dev]'); skipped")
+        return {}
+    out: dict[str, Any] = {}
+    for action in ACTIONS:
+        raw = work / f"profile-{action}.txt"
+        # --gil: only the thread holding the GIL is sampled, so the shares are of the
+        # acceptor's Python time (uvloop waits in epoll without the GIL)
+        cmd = [spy, "record", "--pid", str(t.proc.pid), "--rate", "200", "--nonblocking", "--gil"]
+        cmd += ["--format", "raw", "--output", str(raw), "--duration", "600"]
+        spy_proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            row = trogdor_round(cp, t, action, args, work, broker_url)
+        finally:
+            spy_proc.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+            try:
+                spy_proc.wait(30)
+            except subprocess.TimeoutExpired:
+                spy_proc.kill()
+        spots = hot_spots(raw.read_text()) if raw.exists() else {}
+        out[action] = {"round": row, **spots, "raw": str(raw)}
+        _progress(f"profile {action}: {spots.get('samples', 0)} samples in {raw}")
+    return out
+
+
+# -- producer ---------------------------------------------------------------------------------
 def produce_throughput(boot: str, topic: str, records: int, size: int) -> float:
     from kafka import KafkaProducer
 
@@ -199,134 +473,261 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
 
 
+# -- the other phases -------------------------------------------------------------------------
+def accept_phase(targets: list[Target], args: argparse.Namespace, res: dict[str, Any]) -> None:
+    for t in targets:  # warm-up: imports, first connections
+        accept_rate(t.addr, args.threads, 1.0)
+    for rnd, order in rotations(targets, args.rounds):
+        for t in order:
+            load = _load()
+            cpu0 = cpu_seconds(t.proc.pid) if t.proc else 0.0
+            t0 = time.monotonic()
+            rate = accept_rate(t.addr, args.threads, args.seconds)
+            msg = f"accept round {rnd + 1} {t.name:<8} {rate:6.0f} conn/s"
+            res.setdefault(f"accept_rate_{t.name}", []).append(rate)
+            if t.proc:
+                conns = max(rate * (time.monotonic() - t0), 1.0)
+                cpu_ms = (cpu_seconds(t.proc.pid) - cpu0) * 1000 / conns
+                res.setdefault(f"cpu_ms_per_conn_{t.name}", []).append(cpu_ms)
+                msg += f", {cpu_ms:.3f} ms acceptor CPU per connection"
+            _progress(f"{msg} (load {load})")
+
+
+def produce_phase(targets: list[Target], args: argparse.Namespace, res: dict[str, Any]) -> None:
+    for rnd, order in rotations(targets, 2):
+        for t in order:
+            load = _load()
+            boot = f"127.0.0.1:{t.port}"
+            r = produce_throughput(boot, f"bench-tp-{t.name}", args.records, args.record_size)
+            res.setdefault(f"throughput_{t.name}", []).append(r)
+            _progress(
+                f"produce round {rnd + 1} {t.name:<8} {r:6.0f} records/s "
+                f"({args.records} x {args.record_size} B, load {load})"
+            )
+
+
+def latency_phase(targets: list[Target], args: argparse.Namespace, res: dict[str, Any]) -> None:
+    # "half load" for a steady unbatched (linger 0) producer: capped so that the Python
+    # client itself is not the bottleneck being measured
+    tps = [max(v) for k, v in res.items() if k.startswith("throughput_")]
+    rate = min(min(tps) / 2 if tps else args.latency_rate, args.latency_rate)
+    res["latency_rate"] = rate
+    for t in targets:
+        load = _load()
+        boot = f"127.0.0.1:{t.port}"
+        lat = produce_latency(boot, f"bench-lat-{t.name}", rate, args.seconds, args.record_size)
+        res[f"p50_ms_{t.name}"] = statistics.median(lat)
+        res[f"p99_ms_{t.name}"] = pct(lat, 0.99)
+        _progress(
+            f"latency {t.name:<8} at {rate:.0f} records/s: p50 {res[f'p50_ms_{t.name}']:.2f} ms,"
+            f" p99 {res[f'p99_ms_{t.name}']:.2f} ms (load {load})"
+        )
+
+
+# -- report -----------------------------------------------------------------------------------
+def report(res: dict[str, Any], paths: list[str]) -> list[str]:
+    lines: list[str] = []
+    trog = res.get("trogdor_summary", {})
+    for action, per in trog.items():
+        lines.append(f"Trogdor ConnectionStress {action} (mean of rounds; sums for counters):")
+        lines.append(
+            f"  {'path':<9}{'conn/s':>8}{'ratio':>7}{'Trogdor ok/s':>14}{'ratio':>7}"
+            f"{'overflows':>11}{'drops':>7}{'resets':>8}{'CPU ms/conn':>13}  load"
+        )
+        for p in paths:
+            s = per.get(p)
+            if not s:
+                continue
+            lines.append(
+                f"  {p:<9}{s['conn_per_s'] or 0:>8.0f}{s.get('ratio', 1.0):>7.2f}"
+                f"{s['trogdor_ok_per_s']:>14.0f}{s.get('ratio_trogdor_ok', 1.0):>7.2f}"
+                f"{s['listen_overflows']:>11}{s['listen_drops']:>7}{s['resets_sent']:>8}"
+                f"{s['cpu_ms_per_conn'] or 0:>13.3f}  {s['load_avg']}"
+            )
+        if "current_vs_ref" in per:
+            c = per["current_vs_ref"]
+            lines.append(
+                f"  current/ref: conn/s {c['conn_per_s'] or float('nan'):.3f}, "
+                f"CPU per connection {c['cpu_ms_per_conn'] or float('nan'):.3f}"
+            )
+    goals = res.get("goals", {})
+    if goals:
+        lines.append("Goals (issue 14):")
+        lines += [f"  {'MET ' if ok else 'NOT '} {name}" for name, ok in goals.items()]
+    for key in ("ratio_accept_rate", "ratio_throughput", "added_p50_ms", "added_p99_ms"):
+        if key in res:
+            lines.append(f"{key} = {res[key]:.3f}")
+    if "ratio_accept_current_vs_ref" in res:
+        lines.append(
+            f"accept (Python threads) current/ref: rate (median) "
+            f"{res['ratio_accept_current_vs_ref']:.3f}, CPU per connection (median) "
+            f"{res['ratio_cpu_current_vs_ref']:.3f}"
+        )
+    for action, prof in res.get("profile", {}).items():
+        lines.append(f"py-spy, acceptor under Trogdor {action} ({prof.get('samples')} samples):")
+        lines += [f"  self {pct_:5.1f} %  {f}" for f, pct_ in prof.get("self", [])[:12]]
+        lines += [f"  incl {pct_:5.1f} %  {f}" for f, pct_ in prof.get("inclusive", [])[:12]]
+    return lines
+
+
+def goals(res: dict[str, Any]) -> dict[str, bool]:
+    out: dict[str, bool] = {}
+    for action, per in res.get("trogdor_summary", {}).items():
+        a, d = per.get("acceptor"), per.get("direct")
+        if not a or not d:
+            continue
+        out[f"Trogdor {action} conn/s >= 1.0x direct"] = a.get("ratio", 0.0) >= 1.0
+        out[f"Trogdor {action} ok ops/s >= 1.0x direct"] = a.get("ratio_trogdor_ok", 0.0) >= 1.0
+        out[f"Trogdor {action} listen overflows <= direct"] = (
+            a["listen_overflows"] + a["listen_drops"] <= d["listen_overflows"] + d["listen_drops"]
+        )
+        if d["resets_sent"] == 0:
+            out[f"Trogdor {action} no resets (direct has none)"] = a["resets_sent"] == 0
+    if "ratio_throughput" in res:
+        out["produce throughput >= 0.95x direct"] = res["ratio_throughput"] >= 0.95
+    if "added_p99_ms" in res:
+        out["added p99 <= 1 ms at half load"] = res["added_p99_ms"] <= 1.0
+    return out
+
+
+# -- main -------------------------------------------------------------------------------------
+def reexec_in_netns(argv: list[str]) -> int | None:
+    """Run this bench again in a private network namespace (loopback only); None: cannot."""
+    if os.environ.get(_NETNS_ENV) or os.geteuid() != 0 or not shutil.which("unshare"):
+        return None
+    env = dict(os.environ, **{_NETNS_ENV: "1"})
+    cmd = ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "sh"]
+    cmd += [sys.executable, "-m", "bench.acceptor", *argv]
+    proc = subprocess.Popen(cmd, env=env, cwd=str(Path(__file__).resolve().parent.parent))
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.send_signal(signal.SIGINT)
+        return proc.wait()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m bench.acceptor",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ap.add_argument("--seconds", type=float, default=5.0, help="per accept-rate / latency phase")
-    ap.add_argument("--threads", type=int, default=4)
+    ap.add_argument("--phases", default=",".join(PHASES), help="comma list of " + ",".join(PHASES))
+    ap.add_argument("--rounds", type=int, default=2, help="rounds of trogdor and accept phases")
+    ap.add_argument("--trogdor-seconds", type=float, default=8.0)
+    ap.add_argument("--trogdor-threads", type=int, default=8)
+    ap.add_argument("--seconds", type=float, default=5.0, help="per accept-rate / latency run")
+    ap.add_argument("--threads", type=int, default=4, help="accept phase client threads")
     ap.add_argument("--records", type=int, default=50_000)
     ap.add_argument("--record-size", type=int, default=100)
     ap.add_argument("--latency-rate", type=float, default=200.0, help="cap of the steady rate")
     ap.add_argument("--loop", choices=("auto", "uvloop", "asyncio"), default="auto")
-    ap.add_argument("--json", type=Path, help="also write the numbers here")
-    ap.add_argument("--compare-ref", metavar="GIT_REF", help="also compare with this commit")
-    ap.add_argument("--rounds", type=int, default=3, help="A/B rounds of --compare-ref")
-    ap.add_argument(
-        "--accept-only", action="store_true", help="with --compare-ref: only that comparison"
-    )
+    ap.add_argument("--json", type=Path, help="write the numbers here (default bench/results/)")
+    ap.add_argument("--compare-ref", metavar="GIT_REF", help="also run this commit's acceptor")
+    ap.add_argument("--accept-only", action="store_true", help="same as --phases accept")
+    ap.add_argument("--profile", action="store_true", help="py-spy the acceptor under Trogdor")
+    ap.add_argument("--netns", choices=("auto", "off"), default="auto")
     args = ap.parse_args(argv)
-
+    phases = ["accept"] if args.accept_only else [p for p in args.phases.split(",") if p]
+    if unknown := set(phases) - set(PHASES):
+        ap.error(f"--phases: unknown {sorted(unknown)}")
+    cp = trogdor_classpath(_progress) if "trogdor" in phases or args.profile else ""
+    if args.netns == "auto":
+        rc = reexec_in_netns(sys.argv[1:] if argv is None else argv)
+        if rc is not None:
+            return rc
+    private = bool(os.environ.get(_NETNS_ENV))
     from harness.broker import start_broker
 
     work = Path(tempfile.mkdtemp(prefix="bench-acceptor-"))
-    port = free_port()
-    _progress(
-        f"starting a Kafka broker (listeners PLAINTEXT + FRONTED -> 127.0.0.1:{port}); "
-        f"work dir {work}"
-    )
+    port, ref_port = free_port(), free_port()
+    names = ("PLAINTEXT", "FRONTED", "FRONTEDREF") if args.compare_ref else ("PLAINTEXT", "FRONTED")
+    advertised = {"FRONTED": f"127.0.0.1:{port}", "FRONTEDREF": f"127.0.0.1:{ref_port}"}
+    _progress(f"starting a Kafka broker (listeners {', '.join(names)}); work dir {work}")
     broker = start_broker(
         launcher="local",
-        listeners=("PLAINTEXT", "FRONTED"),
-        advertised={"FRONTED": f"127.0.0.1:{port}"},
+        listeners=names,
+        advertised={k: v for k, v in advertised.items() if k in names},
         workdir=work / "broker",
         progress=_progress,
     )
-    proc = None
+    res: dict[str, Any] = {
+        "phases": phases,
+        "loop": args.loop,
+        "cpus": os.cpu_count(),
+        "private_netns": private,
+        "load_avg_start": os.getloadavg(),
+        "compare_ref": args.compare_ref,
+    }
+    targets = [Target("direct", broker.listener_ports["PLAINTEXT"])]
+    paths = [t.name for t in targets]
     try:
-        direct_port = broker.listener_ports["PLAINTEXT"]
-        fronted_port = broker.listener_ports["FRONTED"]
+        plan: list[tuple[str, int, str, Path | None]] = [("acceptor", port, "FRONTED", None)]
         if args.compare_ref:
-            _progress(
-                f"comparing the current acceptor with {args.compare_ref} ({args.rounds} rounds)"
+            src = work / "ref-src"
+            src.mkdir()
+            root = Path(__file__).resolve().parent.parent
+            archive = subprocess.run(
+                ["git", "-C", str(root), "archive", args.compare_ref, "harness"],
+                check=True,
+                capture_output=True,
+            ).stdout
+            subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+            plan.append(("ref", ref_port, "FRONTEDREF", src))
+        for tag, p, listener, cwd in plan:
+            up = broker.listener_ports[listener]
+            proc = start_acceptor(work, tag, p, up, args.loop, cwd, metrics=True)
+            url = ready_info(work, tag).get("metrics_url")
+            targets.append(Target(tag, p, proc, url))
+            _progress(f"acceptor {tag} pid {proc.pid} on 127.0.0.1:{p} -> {listener}, {url}")
+        if not private:
+            _progress("kernel counters are machine-wide here (not in a private netns)")
+        paths = [t.name for t in targets]
+        broker_url = getattr(broker, "metrics_url", None)
+        if "trogdor" in phases:
+            rows = trogdor_phase(cp, targets, args, work, broker_url)
+            res["trogdor_rounds"] = rows
+            res["trogdor_summary"] = summarize_trogdor(rows, paths)
+        if "accept" in phases:
+            accept_phase(targets, args, res)
+            acc = res["accept_rate_acceptor"]
+            res["ratio_accept_rate"] = statistics.median(acc) / statistics.median(
+                res["accept_rate_direct"]
             )
-            cmp = compare_ref(work, args.compare_ref, fronted_port, args)
-            print()
-            print(
-                f"current/{args.compare_ref}: accept rate (best) "
-                f"{cmp['ratio_accept_rate_best']:.3f}, CPU per connection (median) "
-                f"{cmp['ratio_cpu_per_conn_median']:.3f}"
+            if args.compare_ref:
+                res["ratio_accept_current_vs_ref"] = statistics.median(acc) / statistics.median(
+                    res["accept_rate_ref"]
+                )
+                res["ratio_cpu_current_vs_ref"] = statistics.median(
+                    res["cpu_ms_per_conn_acceptor"]
+                ) / statistics.median(res["cpu_ms_per_conn_ref"])
+        if "produce" in phases:
+            produce_phase(targets, args, res)
+            res["ratio_throughput"] = max(res["throughput_acceptor"]) / max(
+                res["throughput_direct"]
             )
-            if args.accept_only:
-                if args.json:
-                    args.json.write_text(json.dumps(cmp, indent=2), encoding="utf-8")
-                    print(f"numbers written to {args.json}")
-                print(f"acceptor logs and history: {work}")
-                return 0
-        ready = work / "ready.json"
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "harness", "acceptor", "--loop", args.loop,
-             "--set", f"listeners=CLIENT://127.0.0.1:{port}",
-             "--set", f"listener.name.client.upstream=127.0.0.1:{fronted_port}",
-             "--history", str(work / "history"), "--run-id", "bench", "--ready-file", str(ready)],
-            stdout=open(work / "acceptor.log", "w"), stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        deadline = time.monotonic() + 60
-        while not ready.exists():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"acceptor did not start; see {work / 'acceptor.log'}")
-            time.sleep(0.1)
-        _progress(f"acceptor (loop={args.loop}) pid {proc.pid} on 127.0.0.1:{port}")
-        direct = ("127.0.0.1", direct_port)
-        front = ("127.0.0.1", port)
-        res: dict[str, Any] = {"loop": args.loop, "threads": args.threads, "cpus": os.cpu_count()}
-
-        # A/B/A/B, best of two per path: the machine is shared, so one slow round is noise
-        paths = (("direct", direct), ("acceptor", front))
-        for rnd in (1, 2):
-            for name, addr in paths:
-                _progress(
-                    f"accept rate via {name}, round {rnd} ({args.threads} threads, {args.seconds}s)"
-                )
-                r = accept_rate(addr, args.threads, args.seconds)
-                res[f"accept_rate_{name}"] = max(r, res.get(f"accept_rate_{name}", 0.0))
-                _progress(f"  {r:.0f} connections/s")
-        for rnd in (1, 2):
-            for name, addr in paths:
-                boot = f"{addr[0]}:{addr[1]}"
-                _progress(
-                    f"produce throughput via {name}, round {rnd} "
-                    f"({args.records} x {args.record_size} B)"
-                )
-                r = produce_throughput(boot, f"bench-tp-{name}", args.records, args.record_size)
-                res[f"throughput_{name}"] = max(r, res.get(f"throughput_{name}", 0.0))
-                _progress(f"  {r:.0f} records/s")
-        # "half load" for a steady unbatched (linger 0) producer: capped so that the Python
-        # client itself is not the bottleneck being measured
-        half = min(res["throughput_direct"], res["throughput_acceptor"]) / 2
-        rate = min(half, args.latency_rate)
-        res["latency_rate"] = rate
-        for name, addr in (("direct", direct), ("acceptor", front)):
-            boot = f"{addr[0]}:{addr[1]}"
-            _progress(f"produce latency via {name} at {rate:.0f} records/s for {args.seconds}s")
-            lat = produce_latency(boot, f"bench-lat-{name}", rate, args.seconds, args.record_size)
-            res[f"p50_ms_{name}"] = statistics.median(lat)
-            res[f"p99_ms_{name}"] = pct(lat, 0.99)
-            _progress(f"  p50 {res[f'p50_ms_{name}']:.2f} ms, p99 {res[f'p99_ms_{name}']:.2f} ms")
-
-        res["ratio_accept_rate"] = res["accept_rate_acceptor"] / res["accept_rate_direct"]
-        res["ratio_throughput"] = res["throughput_acceptor"] / res["throughput_direct"]
-        res["added_p50_ms"] = res["p50_ms_acceptor"] - res["p50_ms_direct"]
-        res["added_p99_ms"] = res["p99_ms_acceptor"] - res["p99_ms_direct"]
-        print()
-        print(f"accept rate      acceptor/direct = {res['ratio_accept_rate']:.2f}  (goal >= 0.5)")
-        print(f"throughput       acceptor/direct = {res['ratio_throughput']:.2f}  (goal >= 0.8)")
-        print(
-            f"added latency    p50 {res['added_p50_ms']:+.2f} ms, "
-            f"p99 {res['added_p99_ms']:+.2f} ms at {rate:.0f} rec/s  (goal p99 <= 2 ms)"
-        )
-        if args.json:
-            args.json.write_text(json.dumps(res, indent=2), encoding="utf-8")
-            print(f"numbers written to {args.json}")
-        print(f"acceptor log and history: {work}")
+        if "latency" in phases:
+            latency_phase(targets, args, res)
+            res["added_p50_ms"] = res["p50_ms_acceptor"] - res["p50_ms_direct"]
+            res["added_p99_ms"] = res["p99_ms_acceptor"] - res["p99_ms_direct"]
+        if args.profile:
+            res["profile"] = profile_phase(cp, targets[1], args, work, broker_url)
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        for t in targets:
+            if t.proc is not None:
+                stop_process(t.proc)
         broker.stop()
+        kill_descendants()
+    res["load_avg_end"] = os.getloadavg()
+    res["goals"] = goals(res)
+    print()
+    for line in report(res, paths):
+        print(line)
+    out = args.json or RESULTS / f"acceptor-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=2, default=str), encoding="utf-8")
+    print(f"numbers written to {out}")
+    print(f"acceptor logs and history: {work}")
     return 0
 
 
