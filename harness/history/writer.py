@@ -1,9 +1,19 @@
 """Buffered, atomic Parquet history writer.
 
-Callers (an asyncio acceptor, gevent Locust users, the runner) must never block on
-disk: `record()` appends a tuple to a list under a lock; a background thread turns
-the buffer into a Parquet part file. A part is written under a dot-name and renamed
-when closed, so a crash never leaves a half file for Spark to read.
+Callers (an asyncio acceptor, gevent Locust users, the runner) must never block on disk
+nor pay for a row's encoding: a row is ONE tuple appended to a list under a lock. The
+acceptor's recorder builds that tuple itself, positionally in ``ROW`` order, and hands it
+to `append()` (no dict per row, nothing encoded); `record()` is the keyword interface for
+everything else and builds the same tuple.
+
+A background thread turns the buffer into columns: ``zip(*rows)`` transposes a chunk of
+rows in C, each column becomes an Arrow array, ``detail`` mappings are JSON-encoded there
+(never on the caller's thread), ``seq`` numbers the rows in append order and ``ts``
+becomes microseconds. It works in chunks of ``CHUNK`` rows and yields the GIL between
+them, so an event loop sharing the process waits for it at most about one chunk's
+conversion (~1 ms), never a whole flush; pyarrow is imported and warmed up when the writer
+is created, not at the first flush under load. A part is written under a dot-name and
+renamed when closed, so a crash never leaves a half file for Spark to read.
 """
 
 from __future__ import annotations
@@ -16,17 +26,36 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from harness.history.schema import COLUMNS, EVENTS, SCHEMA
 
-_OPTIONAL = COLUMNS[6:]  # everything after `event`
-_OPTIONAL_SET = frozenset(_OPTIONAL)
+#: a buffered row's slots, in order: ``ts`` is in ns (``time.time_ns()``) until the flush
+#: divides it; ``run_id``, ``source`` and ``seq`` are not buffered (constant or derived)
+ROW: tuple[str, ...] = ("ts_ns", "mono_ns", "event", *COLUMNS[6:])
+Row = tuple[Any, ...]
+#: the keyword fields of `record()` (everything after ``event`` except ``detail``)
+_FIELDS = COLUMNS[6:-1]
+_FIELDS_SET = frozenset(_FIELDS)
+#: rows converted per step of a flush (the GIL is yielded between steps)
+CHUNK = 2048
+_TYPES = [SCHEMA.field(name).type for name in COLUMNS[5:]]  # event, conn_id, ..., detail
+_TS_TYPE = SCHEMA.field("ts").type
+# json.dumps(d, sort_keys=True, default=str) builds an encoder per call; one is enough
+_ENCODE = json.JSONEncoder(sort_keys=True, default=str).encode
 
 
 def now_us() -> int:
     return time.time_ns() // 1000
+
+
+def encode_detail(detail: Any) -> str | None:
+    """A row's ``detail`` as stored: None, a string as given, a mapping as sorted JSON."""
+    if detail is None or detail.__class__ is str:
+        return detail
+    return _ENCODE(detail)
 
 
 class HistoryWriter:
@@ -59,15 +88,18 @@ class HistoryWriter:
         self.flush_interval_s = flush_interval_s
         self.strict_events = strict_events
         self._events = EVENTS[source]
-        self._rows: list[tuple[Any, ...]] = []
+        self._rows: list[Row] = []
         self._lock = threading.Lock()
         self._io_lock = threading.Lock()
-        self._seq = 0
+        self._seq = 0  # rows appended so far (the last row's seq)
         self._part = 0
         self._closed = False
         self.rows_written = 0
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        # pyarrow's first conversion imports pandas (~0.2-1 s holding the GIL): here, at
+        # start-up, instead of in the first flush while the caller's loop is under load
+        self._batch([], 0)
         if background:
             self._thread = threading.Thread(
                 target=self._loop, name=f"history-{self.name}", daemon=True
@@ -75,6 +107,24 @@ class HistoryWriter:
             self._thread.start()
 
     # -- recording -------------------------------------------------------------------
+    def append(self, row: Row) -> None:
+        """The hot path: one row as a tuple in ``ROW`` order, taken as it is.
+
+        Only the event name is checked; the caller builds the tuple from typed
+        parameters (``harness.acceptor.recorder``) and must not mutate a ``detail``
+        mapping afterwards. Raises RuntimeError once the writer is closed.
+        """
+        if self.strict_events and row[2] not in self._events:
+            raise ValueError(f"event {row[2]!r} is not a {self.source} event")
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"history writer {self.name} is closed")
+            rows = self._rows
+            rows.append(row)
+            self._seq += 1
+            if len(rows) >= self.max_rows:
+                self._wake.set()
+
     def record(
         self,
         event: str,
@@ -86,62 +136,64 @@ class HistoryWriter:
     ) -> int:
         """Append one row; returns its ``seq``. Unknown field names are a bug: KeyError.
 
-        The hot path only stores references: building columns and serialising
-        ``detail`` to JSON happen in the flush thread, off the caller's event loop.
-        A ``detail`` mapping is copied shallowly, so callers may reuse theirs.
+        Only references are stored: building columns and serialising ``detail`` to
+        JSON happen in the flush thread, off the caller's event loop. A ``detail``
+        mapping is copied shallowly, so callers may reuse theirs.
         """
         if self.strict_events and event not in self._events:
             raise ValueError(f"event {event!r} is not a {self.source} event")
-        if fields and not fields.keys() <= _OPTIONAL_SET:
-            raise KeyError(f"unknown history fields: {sorted(fields.keys() - _OPTIONAL_SET)}")
+        if fields and not fields.keys() <= _FIELDS_SET:
+            raise KeyError(f"unknown history fields: {sorted(fields.keys() - _FIELDS_SET)}")
         if detail is not None and not isinstance(detail, str):
             detail = dict(detail)
-        ts = time.time_ns() // 1000 if ts_us is None else ts_us
+        ts = time.time_ns() if ts_us is None else ts_us * 1000
         mono = time.monotonic_ns() if mono_ns is None else mono_ns
+        get = fields.get
+        row = (ts, mono, event, *[get(name) for name in _FIELDS], detail)
         with self._lock:
             if self._closed:
                 raise RuntimeError(f"history writer {self.name} is closed")
+            self._rows.append(row)
             self._seq += 1
             seq = self._seq
-            self._rows.append((seq, ts, mono, event, fields, detail))
             full = len(self._rows) >= self.max_rows
         if full:
             self._wake.set()
         return seq
 
     # -- flushing --------------------------------------------------------------------
-    def _table(self, rows: list[tuple[Any, ...]]) -> pa.Table:
+    def _batch(self, rows: list[Row], first_seq: int) -> pa.RecordBatch:
+        """One chunk of rows as a record batch of SCHEMA; seq numbers from ``first_seq``."""
         n = len(rows)
-        columns: dict[str, list[Any]] = {
-            "run_id": [self.run_id] * n,
-            "source": [self.source] * n,
-            "seq": [r[0] for r in rows],
-            "ts": [r[1] for r in rows],
-            "mono_ns": [r[2] for r in rows],
-            "event": [r[3] for r in rows],
-        }
-        for name in _OPTIONAL:
-            if name == "detail":
-                columns[name] = [
-                    d
-                    if d is None or isinstance(d, str)
-                    else json.dumps(d, sort_keys=True, default=str)
-                    for d in (r[5] for r in rows)
-                ]
-            else:
-                columns[name] = [r[4].get(name) for r in rows]
-        return pa.Table.from_arrays(
-            [pa.array(columns[f.name], type=f.type) for f in SCHEMA], schema=SCHEMA
-        )
+        cols: list[Any] = list(zip(*rows, strict=True)) if n else [()] * len(ROW)
+        ts_us = np.asarray(cols[0], dtype=np.int64) // 1000
+        arrays = [
+            pa.array([self.run_id] * n, pa.string()),
+            pa.array([self.source] * n, pa.string()),
+            pa.array(np.arange(first_seq, first_seq + n, dtype=np.int64)),
+            pa.array(ts_us, _TS_TYPE),
+            pa.array(np.asarray(cols[1], dtype=np.int64)),
+        ]
+        arrays += [pa.array(col, t) for col, t in zip(cols[2:-1], _TYPES[:-1], strict=True)]
+        arrays.append(pa.array([encode_detail(d) for d in cols[-1]], pa.string()))
+        return pa.RecordBatch.from_arrays(arrays, schema=SCHEMA)
+
+    def _table(self, rows: list[Row], first_seq: int) -> pa.Table:
+        batches = []
+        for start in range(0, len(rows), CHUNK):
+            batches.append(self._batch(rows[start : start + CHUNK], first_seq + start))
+            time.sleep(0)  # let a waiting event loop have the GIL between chunks
+        return pa.Table.from_batches(batches, schema=SCHEMA)
 
     def flush(self) -> Path | None:
         """Write buffered rows as one atomic part file; returns its path (None if empty)."""
-        with self._lock:
-            rows, self._rows = self._rows, []
-        if not rows:
-            return None
-        with self._io_lock:
-            table = self._table(rows)
+        with self._io_lock:  # parts and seq numbers in append order
+            with self._lock:
+                rows, self._rows = self._rows, []
+                first_seq = self._seq - len(rows) + 1
+            if not rows:
+                return None
+            table = self._table(rows, first_seq)
             self._part += 1
             final = self.dir / f"{self.name}-{self._part:05d}.parquet"
             tmp = self.dir / f".{final.name}.tmp"
@@ -161,9 +213,10 @@ class HistoryWriter:
 
     def close(self) -> None:
         """Flush everything and stop the background thread. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)

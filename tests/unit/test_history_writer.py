@@ -60,3 +60,108 @@ def test_rejects_unknown_events_fields_and_sources(tmp_path: Path) -> None:
     w.close()
     with pytest.raises(RuntimeError, match="closed"):
         w.record("closed")
+
+
+def test_append_rows_and_keyword_rows_share_seq_ts_and_columns(tmp_path: Path) -> None:
+    from harness.history.writer import ROW
+
+    w = HistoryWriter(tmp_path, "acceptor", "run-2", background=False)
+    values = {name: None for name in ROW}
+    values.update(
+        ts_ns=1_700_000_000_123_456_789,
+        mono_ns=42,
+        event="close",
+        conn_id="c9",
+        listener="CLIENT",
+        client_ip="127.0.0.3",
+        client_port=40000,
+        sock_ip="127.0.0.4",
+        sock_port=9092,
+        processor=1,
+        reason="client_eof",
+        delay_ms=0.5,
+        bytes=77,
+        detail={"registered": True, "path": tmp_path},
+    )
+    assert w.record("accept", ts_us=5, mono_ns=41, conn_id="c9", detail='{"protected": false}') == 1
+    w.append(tuple(values[name] for name in ROW))
+    assert w.record("request", mono_ns=43, api_key=18, latency_ms=1.25, principal="User:A") == 3
+    w.close()
+    rows = sorted(read_history(tmp_path).to_pylist(), key=lambda r: r["seq"])
+    assert [(r["seq"], r["event"]) for r in rows] == [(1, "accept"), (2, "close"), (3, "request")]
+    accept, close, request = rows
+    assert accept["detail"] == '{"protected": false}'  # a string is stored as given
+    assert int(accept["ts"].timestamp() * 1_000_000) == 5
+    assert int(close["ts"].timestamp() * 1_000_000) == 1_700_000_000_123_456  # ns -> µs
+    assert {k: close[k] for k in ("conn_id", "client_port", "sock_ip", "sock_port")} == {
+        "conn_id": "c9",
+        "client_port": 40000,
+        "sock_ip": "127.0.0.4",
+        "sock_port": 9092,
+    }
+    assert (close["processor"], close["reason"], close["delay_ms"], close["bytes"]) == (
+        1,
+        "client_eof",
+        0.5,
+        77,
+    )
+    # a mapping is encoded as json.dumps(sort_keys=True, default=str) would
+    assert close["detail"] == json.dumps(values["detail"], sort_keys=True, default=str)
+    assert (request["api_key"], request["latency_ms"], request["principal"]) == (18, 1.25, "User:A")
+    assert request["conn_id"] is None and request["detail"] is None
+
+
+def test_a_large_flush_is_one_part_in_chunks_with_contiguous_seq(tmp_path: Path) -> None:
+    from harness.history.writer import CHUNK
+
+    w = HistoryWriter(tmp_path, "acceptor", "r", background=False)
+    n = 2 * CHUNK + 3
+    for i in range(n):
+        w.record("admit", mono_ns=i, conn_id=f"c{i}", delay_ms=float(i))
+    part = w.flush()
+    w.close()
+    assert part is not None
+    table = pq.read_table(part)
+    assert table.schema == SCHEMA  # exactly the shared schema, no metadata added
+    assert table.column("seq").to_pylist() == list(range(1, n + 1))
+    assert table.column("mono_ns").to_pylist() == list(range(n))
+    assert table.column("conn_id").to_pylist()[-1] == f"c{n - 1}"
+
+
+def test_append_checks_the_event_and_refuses_after_close(tmp_path: Path) -> None:
+    from harness.history.writer import ROW
+
+    w = HistoryWriter(tmp_path, "acceptor", "r", background=False)
+    row = [None] * len(ROW)
+    row[:3] = [1, 2, "connect_ok"]  # a client event
+    with pytest.raises(ValueError, match="not a acceptor event"):
+        w.append(tuple(row))
+    row[2] = "accept"
+    w.append(tuple(row))
+    w.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        w.append(tuple(row))
+    assert read_history(tmp_path).num_rows == 1
+
+
+def test_flushes_from_two_threads_keep_every_row_once_in_seq_order(tmp_path: Path) -> None:
+    import threading
+
+    w = HistoryWriter(tmp_path, "harness", "r", max_rows=7, flush_interval_s=0.001)
+
+    def produce(k: int) -> None:
+        for i in range(500):
+            w.record("phase_start", mono_ns=k * 1000 + i)
+
+    threads = [threading.Thread(target=produce, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    w.close()
+    files = sorted((tmp_path / "harness").glob("*.parquet"))
+    seqs = [s for f in files for s in pq.read_table(f).column("seq").to_pylist()]
+    assert seqs == list(range(1, 1501))  # parts in order, each row once
+    assert sorted(read_history(tmp_path).column("mono_ns").to_pylist()) == sorted(
+        k * 1000 + i for k in range(3) for i in range(500)
+    )

@@ -1,0 +1,107 @@
+"""The acceptor's recorder: one flat row per call, the writer's schema, nothing lost or added."""
+
+from __future__ import annotations
+
+import gc
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.acceptor.recorder import ConnInfo, Recorder
+from harness.history import HistoryWriter, read_history
+
+
+def _info() -> ConnInfo:
+    return ConnInfo("CLIENT-7", "CLIENT", "127.0.0.5", 41000, "127.0.0.9", 9093)
+
+
+def test_connection_rows_carry_identity_fields_and_detail(tmp_path: Path) -> None:
+    rec = Recorder(HistoryWriter(tmp_path, "acceptor", "run", background=False))
+    info = _info()
+    detail = {"registered": True, "upstream": "fin"}
+    rec.conn("accept", info, 100, detail='{"protected": false}')
+    rec.conn("register", info, 101, processor=2, delay_ms=0.25)
+    rec.conn(
+        "request",
+        info,
+        102,
+        api_key=3,
+        client_id="c",
+        principal="User:ANONYMOUS",
+        latency_ms=1.5,
+        bytes=60,
+        processor=2,
+    )
+    rec.conn("close", info, 103, reason="client_eof", processor=2, bytes=60, detail=detail)
+    detail["registered"] = False  # the recorder keeps what was recorded
+    info.client_port = 1  # and the identity as it was at the call
+    rec.row("loop_lag", 104, reason="stall", delay_ms=12.0, detail={"period_ms": 5.0})
+    rec.close()
+    rows = sorted(read_history(tmp_path).to_pylist(), key=lambda r: r["seq"])
+    assert [r["event"] for r in rows] == ["accept", "register", "request", "close", "loop_lag"]
+    for r in rows[:4]:
+        assert (r["conn_id"], r["listener"], r["client_ip"], r["client_port"]) == (
+            "CLIENT-7",
+            "CLIENT",
+            "127.0.0.5",
+            41000,
+        )
+        assert (r["sock_ip"], r["sock_port"], r["source"], r["run_id"]) == (
+            "127.0.0.9",
+            9093,
+            "acceptor",
+            "run",
+        )
+    accept, register, request, close, lag = rows
+    assert [r["mono_ns"] for r in rows] == [100, 101, 102, 103, 104]
+    assert accept["detail"] == '{"protected": false}' and accept["processor"] is None
+    assert (register["processor"], register["delay_ms"], register["reason"]) == (2, 0.25, None)
+    assert (request["api_key"], request["client_id"], request["principal"]) == (
+        3,
+        "c",
+        "User:ANONYMOUS",
+    )
+    assert (request["latency_ms"], request["bytes"], request["detail"]) == (1.5, 60, None)
+    assert json.loads(close["detail"]) == {"registered": True, "upstream": "fin"}
+    assert close["reason"] == "client_eof" and close["bytes"] == 60
+    assert lag["conn_id"] is None and json.loads(lag["detail"]) == {"period_ms": 5.0}
+
+
+def test_a_misspelt_field_fails_at_the_call(tmp_path: Path) -> None:
+    rec = Recorder(HistoryWriter(tmp_path, "acceptor", "run", background=False))
+    with pytest.raises(TypeError, match="byte"):
+        rec.conn("close", _info(), 1, byte=3)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="not a acceptor event"):
+        rec.conn("connect_ok", _info(), 1)
+    rec.close()
+    assert read_history(tmp_path).num_rows == 0
+
+
+def test_without_history_and_after_close_rows_are_dropped(tmp_path: Path) -> None:
+    Recorder(None).conn("accept", _info(), 1)  # no writer: nothing, no error
+    rec = Recorder(HistoryWriter(tmp_path, "acceptor", "run", background=False))
+    rec.conn("accept", _info(), 1)
+    rec.close()
+    rec.conn("close", _info(), 2, reason="shutdown")  # late row at shutdown: dropped
+    rec.row("loop_lag", 3, reason="stall")
+    assert [r["event"] for r in read_history(tmp_path).to_pylist()] == ["accept"]
+
+
+def test_history_on_freezes_the_start_up_heap_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import harness.acceptor.recorder as recorder
+
+    gc.unfreeze()
+    monkeypatch.setattr(recorder, "_frozen", False)
+    Recorder(None)  # no history: nothing imported, nothing frozen
+    assert gc.get_freeze_count() == 0
+    rec = Recorder(HistoryWriter(tmp_path, "acceptor", "run", background=False))
+    frozen = gc.get_freeze_count()
+    assert frozen > 0
+    keep = [[i] for i in range(1000)]  # later objects stay collectable
+    Recorder(HistoryWriter(tmp_path, "acceptor", "run2", background=False)).close()
+    assert gc.get_freeze_count() == frozen and len(keep) == 1000  # once per process
+    rec.close()
+    gc.unfreeze()
