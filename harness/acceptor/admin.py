@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from harness.acceptor.config import AcceptorConfig
     from harness.acceptor.dynamic import DynamicConfig
     from harness.acceptor.ports import Channel as Connection
-    from harness.acceptor.ports import Rows
+    from harness.acceptor.recorder import Recorder
 
 DESCRIBE_CLIENT_QUOTAS = DescribeClientQuotasRequest.API_KEY  # 48
 ALTER_CLIENT_QUOTAS = AlterClientQuotasRequest.API_KEY  # 49
@@ -184,7 +184,7 @@ class AdminHandler:
         self,
         cfg: AcceptorConfig,
         dynamic: DynamicConfig,
-        rec: Rows,
+        rec: Recorder,
         *,
         log: Callable[[str], None],
         address: Callable[[str], tuple[str, int]],

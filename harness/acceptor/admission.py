@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from harness.acceptor.config import ListenerSettings
 from harness.acceptor.processor import NewConnection, Processor
-from harness.acceptor.recorder import ConnInfo
+from harness.acceptor.recorder import ConnInfo, Recorder
 from harness.quota.connections import Outcome
 from harness.wire.proxy import ProxyError, ProxyHeaderReader
 
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from harness.acceptor.config import AcceptorConfig
     from harness.acceptor.connections import SlotSignal
     from harness.acceptor.heartbeat import Heartbeat
-    from harness.acceptor.ports import Counts, ProcessorHost, Rows
+    from harness.acceptor.ports import Counts, ProcessorHost
     from harness.quota.connections import ConnectionQuotas
 
 SLOT_WAIT_POLL_S = 0.5
@@ -71,7 +71,7 @@ class ListenerAcceptor:
         *,
         cfg: AcceptorConfig,
         quotas: ConnectionQuotas,
-        rec: Rows,
+        rec: Recorder,
         counts: Counts,
         slots: SlotSignal,
         heartbeat: Heartbeat,

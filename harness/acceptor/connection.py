@@ -11,15 +11,14 @@ the upstream pump writes the broker's answers.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import socket
-from typing import Any
+from typing import Any, cast
 
 from harness.acceptor.relay import (
     STOP,
-    UPSTREAM_CONNECT_TIMEOUT_S,
     UPSTREAM_EOF_GRACE_S,
+    Closable,
     Relay,
+    set_nodelay,
     set_rst_on_close,
 )
 from harness.wire.framing import FrameDecoder, FrameError
@@ -41,50 +40,26 @@ class Connection(Relay):
         self._readable = asyncio.Event()  # the gate lets the next request through
         self._cw: asyncio.StreamWriter | None = None
         self._uw: asyncio.StreamWriter | None = None
+        self._creader: asyncio.StreamReader | None = None
+        self._ureader: asyncio.StreamReader | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- lifecycle -----------------------------------------------------------------
-    async def run(self) -> None:
-        upstream_host, upstream_port = self.host.upstream(self.info.listener)
-        if self.closed:
-            return
-        self._opening = True
-        try:
-            creader, self._cw = await asyncio.open_connection(sock=self.sock, limit=READ_SIZE)
-        except OSError:
-            self._opening = False
-            with contextlib.suppress(OSError):
-                self.sock.close()
-            self.finish("reset")
-            return
-        self._opening = False
-        if self.closed:  # ended while the transport was made: a FIN unless a reset
-            if self._reset:
-                _reset(self._cw)
-            else:
-                self._cw.close()
-            return
-        try:
-            ureader, self._uw = await asyncio.wait_for(
-                asyncio.open_connection(upstream_host, upstream_port, limit=READ_SIZE),
-                UPSTREAM_CONNECT_TIMEOUT_S,
-            )
-        except (OSError, TimeoutError) as exc:
-            self.finish("upstream_unreachable", detail={"error": repr(exc)})
-            return
-        if self.closed:
-            self._uw.close()
-            return
-        for s in (self._cw, self._uw):
-            sk = s.get_extra_info("socket") if s is not None else None
-            if sk is not None:
-                with contextlib.suppress(OSError):
-                    sk.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    async def _open_client(self) -> None:
+        self._creader, self._cw = await asyncio.open_connection(sock=self.sock, limit=READ_SIZE)
+
+    async def _open_upstream(self, host: str, port: int) -> asyncio.StreamWriter:
+        self._ureader, uw = await asyncio.open_connection(host, port, limit=READ_SIZE)
+        return uw
+
+    def _started(self, upstream: Closable) -> None:
+        assert self._creader is not None and self._ureader is not None
+        self._uw = uw = cast(asyncio.StreamWriter, upstream)
+        set_nodelay(self._cw, uw)
         self._tasks = [
-            asyncio.ensure_future(self._client_to_upstream(creader)),
-            asyncio.ensure_future(self._upstream_to_client(ureader)),
+            asyncio.ensure_future(self._client_to_upstream(self._creader)),
+            asyncio.ensure_future(self._upstream_to_client(self._ureader)),
         ]
-        await self._done.wait()
 
     def _readable_again(self) -> None:
         self._readable.set()
@@ -148,14 +123,7 @@ class Connection(Relay):
                     return
                 self.bytes_in += len(data)
                 self.touch()
-                try:
-                    frames = decoder.feed(data)
-                    bad: FrameError | None = None
-                except FrameError as exc:  # whole requests before a bad size still get answers
-                    frames, bad = exc.frames, exc
-                gate.received(frames, bad)
-                if bad is not None:
-                    self.close_after_answers(bad)  # nothing more is read: the gate ends it
+                self.received(decoder, data)  # after a bad frame, the gate ends it
         except ConnectionResetError:
             self.finish("reset", reset=True)
         except (BrokenPipeError, ConnectionError, OSError) as exc:
@@ -163,8 +131,7 @@ class Connection(Relay):
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug must end this connection visibly, not leak it
-            self.host.log(f"{self.info.conn_id}: internal error {exc!r}")
-            self.finish("internal_error", reset=True, detail={"error": repr(exc)})
+            self.internal_error(exc)
 
     async def _upstream_to_client(self, reader: asyncio.StreamReader) -> None:
         assert self._cw is not None
@@ -201,5 +168,4 @@ class Connection(Relay):
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            self.host.log(f"{self.info.conn_id}: internal error {exc!r}")
-            self.finish("internal_error", reset=True, detail={"error": repr(exc)})
+            self.internal_error(exc)

@@ -25,8 +25,8 @@ from harness.quota.connections import ConnectionQuotas
 from harness.quota.requests import RequestQuotas
 
 if TYPE_CHECKING:
-    from harness.acceptor.ports import Channel, ChannelSlot, Counts, LocalAnswers, Rows
-    from harness.acceptor.recorder import ConnInfo
+    from harness.acceptor.ports import Channel, ChannelSlot, Counts, LocalAnswers
+    from harness.acceptor.recorder import ConnInfo, Recorder
     from harness.acceptor.tracker import Completed
 
 
@@ -59,7 +59,7 @@ class Connections:
         cfg: AcceptorConfig,
         quotas: ConnectionQuotas,
         request_quotas: RequestQuotas,
-        rec: Rows,
+        rec: Recorder,
         counts: Counts,
         admin: LocalAnswers,
         slots: SlotSignal,
@@ -87,7 +87,7 @@ class Connections:
         return self._cfg
 
     @property
-    def rec(self) -> Rows:
+    def rec(self) -> Recorder:
         return self._rec
 
     def max_connections_exceeded(self, listener: str) -> bool:

@@ -10,16 +10,15 @@ about requests, throttles and ends is `relay.Relay`'s, shared with the streams f
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import socket
-from typing import Any
+from typing import Any, cast
 
 from harness.acceptor.relay import (
     STOP,
-    UPSTREAM_CONNECT_TIMEOUT_S,
     UPSTREAM_EOF_GRACE_S,
     WAIT,
+    Closable,
     Relay,
+    set_nodelay,
     set_rst_on_close,
 )
 from harness.wire.framing import FrameDecoder, FrameError
@@ -74,48 +73,22 @@ class ProtoConnection(Relay):
         self._eof_passed = False  # the client's EOF was written upstream
 
     # -- lifecycle -----------------------------------------------------------------------
-    async def run(self) -> None:
-        if self.closed:
-            return
+    async def _open_client(self) -> None:
         loop = asyncio.get_running_loop()
-        upstream_host, upstream_port = self.host.upstream(self.info.listener)
-        self._opening = True
-        try:
-            ct, _ = await loop.connect_accepted_socket(lambda: _Side(self, True), self.sock)
-        except OSError:
-            self._opening = False
-            with contextlib.suppress(OSError):
-                self.sock.close()
-            self.finish("reset")
-            return
-        self._opening = False
-        self._ct = ct
-        if self.closed:  # ended while the transport was made (a client EOF: a FIN, as Kafka)
-            if self._reset:
-                _abort_with_rst(ct)
-            else:
-                ct.close()
-            return
-        try:
-            ut, _ = await asyncio.wait_for(
-                loop.create_connection(lambda: _Side(self, False), upstream_host, upstream_port),
-                UPSTREAM_CONNECT_TIMEOUT_S,
-            )
-        except (OSError, TimeoutError) as exc:
-            self.finish("upstream_unreachable", detail={"error": repr(exc)})
-            return
-        if self.closed:
-            ut.close()
-            return
-        self._ut = ut
-        for t in (ct, ut):
-            with contextlib.suppress(OSError, ValueError):
-                t.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._ct, _ = await loop.connect_accepted_socket(lambda: _Side(self, True), self.sock)
+
+    async def _open_upstream(self, host: str, port: int) -> asyncio.Transport:
+        loop = asyncio.get_running_loop()
+        ut, _ = await loop.create_connection(lambda: _Side(self, False), host, port)
+        return ut
+
+    def _started(self, upstream: Closable) -> None:
+        self._ut = ut = cast(asyncio.Transport, upstream)  # uvloop's is not a subclass
+        set_nodelay(self._ct, ut)
         if self.initial:
             initial, self.initial = self.initial, b""
             self.on_client_data(initial, counted=True)
         self._pump()
-        await self._done.wait()
 
     # -- flow control --------------------------------------------------------------------
     def _transport(self, client: bool) -> asyncio.Transport | None:
@@ -148,19 +121,11 @@ class ProtoConnection(Relay):
             self.initial += data
             return
         try:
-            try:
-                frames = self._req_decoder.feed(data)
-                bad: FrameError | None = None
-            except FrameError as exc:  # whole requests before a bad size still get answers
-                frames, bad = exc.frames, exc
-            self.gate.received(frames, bad)
-            if bad is not None:
-                self.close_after_answers(bad)
+            if self.received(self._req_decoder, data):
                 self.pause_reading(True, "closing")
             self._pump()
         except Exception as exc:  # a bug must end this connection visibly, not leak it
-            self.host.log(f"{self.info.conn_id}: internal error {exc!r}")
-            self.finish("internal_error", reset=True, detail={"error": repr(exc)})
+            self.internal_error(exc)
 
     def _pump(self) -> None:
         """Take requests one at a time while the channel is readable (Kafka's processor:
@@ -225,8 +190,7 @@ class ProtoConnection(Relay):
         except FrameError as exc:
             self.finish("upstream_" + exc.reason, detail={"error": str(exc)})
         except Exception as exc:
-            self.host.log(f"{self.info.conn_id}: internal error {exc!r}")
-            self.finish("internal_error", reset=True, detail={"error": repr(exc)})
+            self.internal_error(exc)
 
     def on_eof(self, client: bool) -> bool:
         """Half-close: propagate it; the other side's EOF (or a grace period) ends it."""

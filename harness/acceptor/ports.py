@@ -8,7 +8,6 @@ component: only the value modules (`recorder.ConnInfo`, `tracker.Completed`,
 `inflight.RequestGate`, `config.AcceptorConfig`).
 
 Who provides what:
-- `Rows`: records a history row (`recorder.Recorder`);
 - `Counts`: the metrics' counters of outcomes and request times (`metrics.AcceptorMetrics`);
 - `Channel`: a registered connection as processors and the admin path see it
   (`relay.Relay`, both I/O flavours);
@@ -32,17 +31,9 @@ if TYPE_CHECKING:
 
     from harness.acceptor.config import AcceptorConfig
     from harness.acceptor.inflight import RequestGate
-    from harness.acceptor.recorder import ConnInfo
+    from harness.acceptor.recorder import ConnInfo, Recorder
     from harness.acceptor.tracker import Completed
     from harness.wire.framing import RequestInfo
-
-
-class Rows(Protocol):
-    """Something that records a history row (`recorder.Recorder`)."""
-
-    def conn(self, event: str, info: ConnInfo, mono_ns: int, **fields: Any) -> None: ...
-
-    def row(self, event: str, mono_ns: int, **fields: Any) -> None: ...
 
 
 class Counts(Protocol):
@@ -134,7 +125,7 @@ class ProcessorHost(Protocol):
     def cfg(self) -> AcceptorConfig: ...
 
     @property
-    def rec(self) -> Rows: ...
+    def rec(self) -> Recorder: ...
 
     def max_connections_exceeded(self, listener: str) -> bool: ...
 

@@ -18,14 +18,14 @@ import socket
 import struct
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.acceptor import intake
 from harness.acceptor.inflight import RequestGate, expects_response
 from harness.acceptor.intake import close_reason, take_requests
 from harness.acceptor.recorder import ConnInfo
 from harness.acceptor.tracker import ResponseOrder
-from harness.wire.framing import FrameError, correlation_id_of_response
+from harness.wire.framing import FrameDecoder, FrameError, correlation_id_of_response
 
 if TYPE_CHECKING:
     from harness.acceptor.ports import ChannelSlot, ConnectionHost
@@ -37,6 +37,17 @@ LINGER_RST = struct.pack("ii", 1, 0)
 
 #: `Relay.step` outcomes for the request the gate released
 NEXT, WAIT, STOP = "next", "wait", "stop"
+
+
+class Closable(Protocol):
+    def close(self) -> None: ...
+
+
+def set_nodelay(*sides: Any) -> None:
+    """TCP_NODELAY on each side's socket (a transport or a stream writer)."""
+    for side in sides:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            side.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 def set_rst_on_close(sock: socket.socket | None) -> None:
@@ -91,8 +102,16 @@ class Relay:
         return self.host
 
     # -- what a flavour supplies ------------------------------------------------------------
-    async def run(self) -> None:
-        """Open both transports and move bytes until the connection is finished."""
+    async def _open_client(self) -> None:
+        """Hand the client socket to the loop (the flavour keeps what it gets)."""
+        raise NotImplementedError
+
+    async def _open_upstream(self, host: str, port: int) -> Closable:
+        """Connect to the broker; returns what to close if the connection ended meanwhile."""
+        raise NotImplementedError
+
+    def _started(self, upstream: Closable) -> None:
+        """Both sides are up: start moving bytes (`upstream` is what `_open_upstream` made)."""
         raise NotImplementedError
 
     def _transport_made(self) -> bool:
@@ -108,6 +127,55 @@ class Relay:
         raise NotImplementedError
 
     # -- shared ---------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Open the client side, then the upstream, then move bytes until finished."""
+        if self.closed:
+            return
+        upstream_host, upstream_port = self.host.upstream(self.info.listener)
+        self._opening = True
+        try:
+            await self._open_client()
+        except OSError:
+            self._opening = False
+            with contextlib.suppress(OSError):
+                self.sock.close()
+            self.finish("reset")
+            return
+        self._opening = False
+        if self.closed:  # ended while the transport was made (a client EOF: a FIN, as Kafka)
+            self._close_transports(self._reset)
+            return
+        try:
+            upstream = await asyncio.wait_for(
+                self._open_upstream(upstream_host, upstream_port), UPSTREAM_CONNECT_TIMEOUT_S
+            )
+        except (OSError, TimeoutError) as exc:
+            self.finish("upstream_unreachable", detail={"error": repr(exc)})
+            return
+        if self.closed:
+            upstream.close()
+            return
+        self._started(upstream)
+        await self._done.wait()
+
+    def received(self, decoder: FrameDecoder, data: bytes) -> bool:
+        """Client bytes, cut into requests, into the gate. True when a bad frame ends the
+        reading: the whole requests before it are still answered, then the connection
+        closes with its reason (`close_after_answers`)."""
+        try:
+            frames = decoder.feed(data)
+        except FrameError as exc:  # whole requests before a bad size still get answers
+            self.gate.received(exc.frames, exc)
+            self.close_after_answers(exc)
+            return True
+        self.gate.received(frames, None)
+        return False
+
+    def internal_error(self, exc: Exception) -> None:
+        """A bug must end this connection visibly, not leak it."""
+        self.host.log(f"{self.info.conn_id}: internal error {exc!r}")
+        self.finish("internal_error", reset=True, detail={"error": repr(exc)})
+
     def touch(self) -> None:
         self.last_active_ns = time.monotonic_ns()
         self.processor.touch(self)

@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from harness.acceptor.config import AcceptorConfig
-    from harness.acceptor.ports import Rows, Stallable
+    from harness.acceptor.ports import Stallable
+    from harness.acceptor.recorder import Recorder
 
 STALL_KEY = "harness.test.processor.stall"
 _ITEM = re.compile(r"^([A-Za-z0-9_\-]+)/(\d+)@(\d+(?:\.\d+)?)\+(\d+(?:\.\d+)?)$")
@@ -70,7 +71,7 @@ def parse_stalls(cfg: AcceptorConfig) -> tuple[Stall, ...]:
 
 
 def schedule_stalls(
-    stalls: tuple[Stall, ...], processor: Callable[[str, int], Stallable], rec: Rows
+    stalls: tuple[Stall, ...], processor: Callable[[str, int], Stallable], rec: Recorder
 ) -> list[asyncio.TimerHandle]:
     """Arm every stall (times from now, the acceptor's start); `processor(listener, index)`
     finds the processor to pause."""
