@@ -90,10 +90,18 @@ def _concurrency(
 
 
 def _judge(
-    run: Run, name: str, ev: DataFrame, what: str, limited: bool, hint: str, rejects: int = 0
+    run: Run,
+    name: str,
+    ev: DataFrame,
+    what: str,
+    limited: bool,
+    hint: str,
+    rejects: int = 0,
+    configured: float = INT_MAX,
 ) -> CheckResult:
     """Exercised when some admission brought the count to its limit (or a reject for this
-    limit happened); a limit never reached is `unknown` with the closest approach."""
+    limit happened); a limit never reached is `unknown` with the closest approach
+    (`configured`, the smallest limit set, when nothing was admitted under it at all)."""
     from pyspark.sql import functions as F
 
     stats = ev.agg(
@@ -114,7 +122,7 @@ def _judge(
         return res
     closest = stats["closest"]
     peak = float(closest["count"]) if closest is not None else 0.0
-    lim_then = float(closest["limit"]) if closest is not None else float(INT_MAX)
+    lim_then = float(closest["limit"]) if closest is not None else float(configured)
     if not violations and peak < lim_then and not rejects:
         return not_exercised(
             name,
@@ -174,6 +182,7 @@ def check_max_connections(run: Run) -> CheckResult:
         "max.connections",
         limited,
         "the number of connections held open at once (longer hold or more clients)",
+        configured=min(lim.max_connections for lim in run.timeline.limits),
     )
 
 
@@ -192,6 +201,10 @@ def check_listener_max_connections(run: Run) -> CheckResult:
         "listener.name.<l>.max.connections",
         limited,
         "the connections held open at once on the limited listener",
+        configured=min(
+            (v for lim in run.timeline.limits for v in lim.listener_maxes().values()),
+            default=INT_MAX,
+        ),
     )
 
 

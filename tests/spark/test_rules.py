@@ -457,3 +457,37 @@ def test_only_write_txn_markers_is_exempt_from_request_throttles(
     assert r.verdict == verdict, (r.observed, r.witnesses)
     if verdict == "fail":
         assert "WriteTxnMarkers" in r.witnesses[0]["why"]
+
+
+@pytest.mark.parametrize(
+    "holders, own_max, verdict",
+    [(2, None, "pass"), (3, None, "fail"), (3, 3, "pass")],
+    ids=["at-inherited-max", "one-over-inherited-max", "own-max"],
+)
+def test_a_listener_without_its_own_max_is_held_to_max_connections(
+    spark: Any, tmp_path: Path, holders: int, own_max: int | None, verdict: str
+) -> None:
+    """Kafka 4.3.1 (valuesWithPrefixOverride): the protected REPLICATION, exempt from the
+    broker-wide total, still takes max.connections (2) as its own maximum unless it sets
+    one; one admission over it fails listener_max_connections."""
+    limits: dict[str, Any] = {
+        "listeners": "CLIENT://127.0.0.1:9092,REPLICATION://127.0.0.1:9093",
+        "inter.broker.listener.name": "REPLICATION",
+        "max.connections": 2,
+    }
+    if own_max is not None:
+        limits["listener.name.replication.max.connections"] = own_max
+    rows = [cfg(T0 - MS, limits)]
+    for i in range(holders):
+        rows += conn(i, T0 + i * MS, listener="REPLICATION", ip="127.0.0.30", close_after=S)
+    run_dir = write_rows(tmp_path / f"inh-{holders}-{own_max}", rows,
+                         {"run_id": "inh", "target": "acceptor"})  # fmt: skip
+    got = results(spark, run_dir, "listener_max_connections", "max_connections")
+    r = got["listener_max_connections"]
+    assert r.verdict == verdict, (r.observed, r.witnesses)
+    assert r.exercised
+    if verdict == "fail":
+        assert "#3 concurrent for replication" in r.witnesses[0]["why"]
+    # nothing on CLIENT: max.connections is not exercised, and says its configured limit
+    m = got["max_connections"]
+    assert m.verdict == "unknown" and m.limit == 2, m.observed
