@@ -175,41 +175,32 @@ def check_broker_resource(
     return None
 
 
-class AdminHandler:
-    """Receives the static configuration, the run-time quota changes (`dynamic`), where
-    history rows go, a log, the listeners' own addresses (to find the broker behind one) and
-    what to call once a change is applied (the `config` row)."""
+class NodeIds:
+    """The `node.id` of the broker behind each listener (per-broker BROKER resources).
+
+    Receives the configuration (`node.id`, the listeners' upstreams), the listeners' own
+    addresses (to pick the broker advertising one) and a log."""
 
     def __init__(
         self,
         cfg: AcceptorConfig,
-        dynamic: DynamicConfig,
-        rec: Recorder,
-        *,
-        log: Callable[[str], None],
         address: Callable[[str], tuple[str, int]],
-        config_changed: Callable[[str], None],
-        resolve: Callable[[str], str] = resolve_host,
+        log: Callable[[str], None],
     ) -> None:
         self.cfg = cfg
-        self.dynamic = dynamic
-        self.rec = rec
-        self._log = log
         self._address = address
-        self._config_changed = config_changed
-        self.resolve = resolve
+        self._log = log
         self._node_ids: dict[str, int] = {}  # listener -> node id learned from its upstream
         self._node_id_failed: dict[str, float] = {}  # listener -> when asking last failed
 
-    def node_id(self, conn: Connection) -> int | None:
-        """The `node.id` of the broker behind the connection's listener: the configured
-        `node.id`, else asked once from the upstream (a blocking Metadata round trip on the
-        loop, like the host resolution here): its only broker, or the broker advertising
-        this listener's or the upstream's address. None when it cannot be told."""
+    def of(self, listener: str) -> int | None:
+        """The `node.id` of the broker behind `listener`: the configured `node.id`, else
+        asked once from the upstream (a blocking Metadata round trip on the loop, like the
+        host resolution here): its only broker, or the broker advertising this listener's or
+        the upstream's address. None when it cannot be told."""
         configured = self.cfg.node_id
         if configured is not None:
             return configured
-        listener = conn.info.listener
         if listener not in self._node_ids:
             failed = self._node_id_failed.get(listener)
             if failed is not None and time.monotonic() - failed < NODE_ID_RETRY_S:
@@ -246,6 +237,31 @@ class AdminHandler:
         ours = {self._address(listener), (spec.upstream_host, spec.upstream_port)}
         matches = {node for node, host, port in brokers if (host, port) in ours}
         return int(matches.pop()) if len(matches) == 1 else None
+
+
+class AdminHandler:
+    """Receives the static configuration, the run-time quota changes (`dynamic`), where
+    history rows go, a log, the listeners' own addresses (to find the broker behind one) and
+    what to call once a change is applied (the `config` row)."""
+
+    def __init__(
+        self,
+        cfg: AcceptorConfig,
+        dynamic: DynamicConfig,
+        rec: Recorder,
+        *,
+        log: Callable[[str], None],
+        address: Callable[[str], tuple[str, int]],
+        config_changed: Callable[[str], None],
+        resolve: Callable[[str], str] = resolve_host,
+    ) -> None:
+        self.cfg = cfg
+        self.dynamic = dynamic
+        self.rec = rec
+        self._config_changed = config_changed
+        self.node_ids = NodeIds(cfg, address, log)
+        #: how admin requests' host names become addresses (tests swap in their own)
+        self.resolve = resolve
 
     # -- routing -----------------------------------------------------------------------------
     def maybe_handle(self, conn: Connection, frame: bytes, info: RequestInfo) -> bytes | None:
@@ -467,7 +483,7 @@ class AdminHandler:
         per_broker = any(
             r.resource_type == BROKER_RESOURCE and r.resource_name for r in req.resources
         )
-        node_id = self.node_id(conn) if per_broker else None
+        node_id = self.node_ids.of(conn.info.listener) if per_broker else None
         seen: dict[tuple[int, str], int] = {}
         for r in req.resources:
             seen[(r.resource_type, r.resource_name)] = (

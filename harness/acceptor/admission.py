@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from harness.acceptor.config import ListenerSettings
-from harness.acceptor.processor import NewConnection, Processor
+from harness.acceptor.ports import NewConnection
+from harness.acceptor.processor import Processor
 from harness.acceptor.recorder import ConnInfo, Recorder
 from harness.quota.connections import Outcome
 from harness.wire.proxy import ProxyError, ProxyHeaderReader
@@ -80,32 +81,35 @@ class ListenerAcceptor:
         wake_all_processors: Callable[[], None],
         processor_host: ProcessorHost,
     ) -> None:
-        self.cfg = cfg
-        self.quotas = quotas
-        self.rec = rec
-        self.counts = counts
-        self.slots = slots
-        self.heartbeat = heartbeat
-        self.log = log
-        self.next_conn_id = next_conn_id
-        self._wake_all_processors = wake_all_processors
         self.settings = settings
         self.name = settings.name
+        self.host = settings.host or "0.0.0.0"
+        self.port = settings.port
         self.protected = quotas.is_protected(settings.name)
         self._accept_detail = '{"protected": %s}' % ("true" if self.protected else "false")
+        self._backlog = cfg.backlog
+        self._proxy_timeout_s = cfg.proxy_timeout_ms / 1000
+        # admission: the engine, the slot waiters, the loop's heartbeat, every processor
+        self.quotas = quotas
+        self.slots = slots
+        self.heartbeat = heartbeat
+        self._wake_all_processors = wake_all_processors
         faults = cfg.faults
         # Seeded faults (harness.quota.faults): read once; False in production.
         self._f_no_wait = "rate_delay_not_waited" in faults
         self._f_double = "delay_doubled" in faults
         self._f_slot_wait = "slot_wait_while_free" in faults
+        # accepting, and what it records
+        self.next_conn_id = next_conn_id
+        self.log = log
+        self.rec = rec
+        self.counts = counts
         self.processors = [
             Processor(processor_host, settings.name, i, self.protected)
             for i in range(cfg.quota.num_network_threads)
         ]
         self.current_processor = 0
         self.blocked_ns = 0
-        self.host = settings.host or "0.0.0.0"
-        self.port = settings.port
         self._lsock: socket.socket | None = None
         self._handoff: asyncio.Queue[Accepted] = asyncio.Queue(1)
         self._not_blocked = asyncio.Event()
@@ -122,7 +126,7 @@ class ListenerAcceptor:
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, self.port))
-        sock.listen(self.cfg.backlog)
+        sock.listen(self._backlog)
         sock.setblocking(False)
         self._lsock = sock
         self.port = sock.getsockname()[1]
@@ -187,7 +191,7 @@ class ListenerAcceptor:
     async def _read_proxy_header(self, sock: socket.socket, info: ConnInfo, tcp_ns: int) -> None:
         loop = asyncio.get_running_loop()
         reader = ProxyHeaderReader(optional=self.settings.proxy == "optional")
-        deadline = loop.time() + self.cfg.proxy_timeout_ms / 1000
+        deadline = loop.time() + self._proxy_timeout_s
         try:
             while True:
                 remaining = deadline - loop.time()

@@ -68,8 +68,11 @@ class Connection(Relay):
         if self._uw is not None:
             self._uw.write(frame)
 
-    def _transport_made(self) -> bool:
-        return self._cw is not None
+    def _sides(self) -> tuple[asyncio.StreamWriter | None, asyncio.StreamWriter | None]:
+        return self._cw, self._uw
+
+    def _abort(self, side: Any) -> None:
+        _reset(side)
 
     def _close_transports(self, reset: bool) -> None:
         self._readable.set()  # the client pump wakes and sees `closed`
@@ -77,13 +80,7 @@ class Connection(Relay):
         for task in self._tasks:
             if task is not current:
                 task.cancel()
-        if reset:
-            _reset(self._cw)
-            _reset(self._uw)
-        else:
-            for w in (self._cw, self._uw):
-                if w is not None:
-                    w.close()
+        super()._close_transports(reset)
 
     # -- pumps -----------------------------------------------------------------------
     async def _client_to_upstream(self, reader: asyncio.StreamReader) -> None:
@@ -124,14 +121,8 @@ class Connection(Relay):
                 self.bytes_in += len(data)
                 self.touch()
                 self.received(decoder, data)  # after a bad frame, the gate ends it
-        except ConnectionResetError:
-            self.finish("reset", reset=True)
-        except (BrokenPipeError, ConnectionError, OSError) as exc:
-            self.finish("upstream_reset", reset=True, detail={"error": repr(exc)})
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # a bug must end this connection visibly, not leak it
-            self.internal_error(exc)
+        except Exception as exc:  # (a cancellation is not an Exception: it propagates)
+            self._pump_failed(exc, client=True)
 
     async def _upstream_to_client(self, reader: asyncio.StreamReader) -> None:
         assert self._cw is not None
@@ -159,13 +150,19 @@ class Connection(Relay):
                 await cw.drain()
                 if answered and self.gate.response_sent():
                     self._readable.set()
-        except FrameError as exc:
-            self.finish("upstream_" + exc.reason, detail={"error": str(exc)})
-        except ConnectionResetError:
-            self.finish("upstream_reset", reset=True)
-        except (BrokenPipeError, ConnectionError, OSError) as exc:
-            self.finish("reset", reset=True, detail={"error": repr(exc)})
-        except asyncio.CancelledError:
-            raise
         except Exception as exc:
+            self._pump_failed(exc, client=False)
+
+    def _pump_failed(self, exc: Exception, client: bool) -> None:
+        """A pump (`client`: the one reading the client) ended by an exception: a reset of
+        the side it reads is that side's reset, any other socket error the other side's
+        (where it wrote), a bad response frame the upstream's, anything else a bug."""
+        near, far = ("reset", "upstream_reset") if client else ("upstream_reset", "reset")
+        if isinstance(exc, FrameError) and not client:
+            self.finish("upstream_" + exc.reason, detail={"error": str(exc)})
+        elif isinstance(exc, ConnectionResetError):
+            self.finish(near, reset=True)
+        elif isinstance(exc, OSError):  # BrokenPipeError, other ConnectionErrors
+            self.finish(far, reset=True, detail={"error": repr(exc)})
+        else:
             self.internal_error(exc)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
@@ -25,8 +24,8 @@ from harness.quota.connections import ConnectionQuotas
 from harness.quota.requests import RequestQuotas
 
 if TYPE_CHECKING:
-    from harness.acceptor.ports import Channel, ChannelSlot, Counts, LocalAnswers
-    from harness.acceptor.recorder import ConnInfo, Recorder
+    from harness.acceptor.ports import Channel, ChannelSlot, Counts, LocalAnswers, NewConnection
+    from harness.acceptor.recorder import Recorder
     from harness.acceptor.tracker import Completed
 
 
@@ -54,6 +53,10 @@ class SlotSignal:
 
 
 class Connections:
+    """Receives the configuration, both quota engines, where rows and metrics counts go, the
+    admin answers, the slot signal and a log; implements `ports.ProcessorHost` and
+    `ports.ConnectionHost`."""
+
     def __init__(
         self,
         cfg: AcceptorConfig,
@@ -65,43 +68,30 @@ class Connections:
         slots: SlotSignal,
         log: Callable[[str], None],
     ) -> None:
-        self._cfg = cfg
+        self.cfg = cfg
+        self.rec = rec
+        self.admin = admin
+        self._flavour = ProtoConnection if cfg.io == "protocol" else Connection
+        # what an end releases and tells
         self._quotas = quotas
-        self._request_quotas = request_quotas
-        self._rec = rec
-        self._counts = counts
-        self._admin = admin
         self._slots = slots
+        self._counts = counts
         self._log = log
         #: every registered connection not yet finished (shutdown closes them)
         self.open: set[Channel] = set()
         #: the connections' own tasks (`run()`), awaited at shutdown
         self.tasks: set[asyncio.Task[Any]] = set()
+        # request charging (KIP-124)
+        self._request_quotas = request_quotas
         self._requests_seen = 0
         self._sample_detail = f'{{"sample": {cfg.request_sample}}}'
-        self._flavour = ProtoConnection if cfg.io == "protocol" else Connection
 
     # -- ports.ProcessorHost ---------------------------------------------------------------
-    @property
-    def cfg(self) -> AcceptorConfig:
-        return self._cfg
-
-    @property
-    def rec(self) -> Recorder:
-        return self._rec
-
     def max_connections_exceeded(self, listener: str) -> bool:
         return self._quotas.max_connections_exceeded(listener)
 
-    def open_channel(
-        self,
-        processor: ChannelSlot,
-        info: ConnInfo,
-        sock: socket.socket,
-        initial: bytes,
-        protected: bool,
-    ) -> Channel:
-        conn = self._flavour(self, processor, info, sock, initial, protected)
+    def open_channel(self, processor: ChannelSlot, item: NewConnection) -> Channel:
+        conn = self._flavour(self, processor, item.info, item.sock, item.initial, item.protected)
         self.open.add(conn)
         return conn
 
@@ -112,28 +102,18 @@ class Connections:
 
     # -- ports.ConnectionHost --------------------------------------------------------------
     @property
-    def admin(self) -> LocalAnswers:
-        return self._admin
-
-    @property
     def request_max_bytes(self) -> int:
-        return self._cfg.quota.socket_request_max_bytes
+        return self.cfg.quota.socket_request_max_bytes
 
     def upstream(self, listener: str) -> tuple[str, int]:
-        spec = self._cfg.listener(listener)
+        spec = self.cfg.listener(listener)
         return spec.upstream_host, spec.upstream_port
 
     def log(self, message: str) -> None:
         self._log(message)
 
     def connection_closed(
-        self,
-        conn: Channel,
-        reason: str,
-        now_ns: int,
-        detail: dict[str, object],
-        *,
-        evicted: bool,
+        self, conn: Channel, reason: str, now_ns: int, detail: dict[str, object], *, evicted: bool
     ) -> None:
         info = conn.info
         self.open.discard(conn)
@@ -141,11 +121,11 @@ class Connections:
         self._quotas.release(info.listener, info.client_ip)
         self._slots.freed()
         if evicted:
-            self._rec.conn(
+            self.rec.conn(
                 "evict", info, now_ns, reason="max_connections", processor=conn.processor.index
             )
             self._counts.count(info.listener, info.client_ip, "evicted")
-        self._rec.conn(
+        self.rec.conn(
             "close",
             info,
             now_ns,
@@ -164,7 +144,7 @@ class Connections:
         latency_ms = done.latency_ns / 1e6
         client_id = done.client_id or ""
         self._counts.request(client_id, latency_ms)
-        sample = self._cfg.request_sample
+        sample = self.cfg.request_sample
         self._requests_seen += 1
         charged_ns = conn.gate.charged_ns(done.latency_ns)  # no purgatory wait, as Kafka
         if sample == 1 or (sample > 1 and self._requests_seen % sample == 0):
@@ -174,7 +154,7 @@ class Connections:
                     "charged_ms": charged_ns / 1e6,
                     **({"sample": sample} if sample > 1 else {}),
                 }
-            self._rec.conn(
+            self.rec.conn(
                 "request",
                 conn.info,
                 now_ns,
@@ -194,7 +174,7 @@ class Connections:
         throttle = charge.throttle_ms
         conn.mute(now_ns + throttle * 1_000_000)
         self._counts.throttled(charge.bucket, throttle)
-        self._rec.conn(
+        self.rec.conn(
             "request_throttle",
             conn.info,
             now_ns,

@@ -230,14 +230,8 @@ class ProtoConnection(Relay):
             self.finish("upstream_reset", reset=True, detail={"error": repr(exc)})
 
     # -- the end -------------------------------------------------------------------------
-    def _transport_made(self) -> bool:
-        return self._ct is not None
+    def _sides(self) -> tuple[asyncio.Transport | None, asyncio.Transport | None]:
+        return self._ct, self._ut
 
-    def _close_transports(self, reset: bool) -> None:
-        if reset:
-            _abort_with_rst(self._ct)
-            _abort_with_rst(self._ut)
-        else:
-            for t in (self._ct, self._ut):
-                if t is not None:
-                    t.close()
+    def _abort(self, side: Any) -> None:
+        _abort_with_rst(side)

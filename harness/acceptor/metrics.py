@@ -14,7 +14,7 @@ import math
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -30,22 +30,27 @@ def _num(v: float) -> float:
     return float("nan") if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
 
 
+def _per_listener(name: str, help_text: str, values: Mapping[str, Any]) -> GaugeMetricFamily:
+    """A gauge with one sample per listener."""
+    g = GaugeMetricFamily(name, help_text, labels=["listener"])
+    for listener, value in values.items():
+        g.add_metric([listener], _num(value))
+    return g
+
+
 class AcceptorMetrics(Collector):
-    """Receives where to serve, when the acceptor started, and three readers it calls on each
-    scrape (on the loop): the engine's snapshot, each listener's time blocked, the limits."""
+    """Receives when the acceptor started and three readers it calls on each scrape (on the
+    loop): the engine's snapshot, each listener's time blocked, the limits in force;
+    `start()` is told where to serve."""
 
     def __init__(
         self,
-        host: str,
-        port: int,
         *,
         started_ns: int,
         snapshot: Callable[[int], QuotaSnapshot],
         blocked_ns: Callable[[], dict[str, int]],
         limits: Callable[[], dict[str, object]],
     ) -> None:
-        self.host = host
-        self.port = port
         self.started_ns = started_ns
         self._snapshot = snapshot
         self._blocked_ns = blocked_ns
@@ -81,19 +86,18 @@ class AcceptorMetrics(Collector):
         """Limits are read from the config on scrape; nothing to cache."""
 
     # -- serving --------------------------------------------------------------------------
-    def start(self) -> None:
-        if self.port < 0:
+    def start(self, host: str, port: int) -> None:
+        """Serve on `host:port` (`0`: a free port; below 0: not at all)."""
+        if port < 0:
             return
         from prometheus_client import start_http_server
 
         self._loop = asyncio.get_running_loop()
         self.registry.register(self)
-        self._server, self._thread = start_http_server(
-            self.port, addr=self.host, registry=self.registry
-        )
-        host, port = self._server.server_address[:2]
-        shown = f"[{host}]" if ":" in str(host) else host
-        self.url = f"http://{shown}:{port}/metrics"
+        self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
+        bound_host, bound_port = self._server.server_address[:2]
+        shown = f"[{bound_host}]" if ":" in str(bound_host) else bound_host
+        self.url = f"http://{shown}:{bound_port}/metrics"
 
     def stop(self) -> None:
         if self._server is not None:
@@ -168,32 +172,20 @@ class AcceptorMetrics(Collector):
                 "ip-connection-accept-throttle-time (avg ms)",
             ),
         ):
-            g = GaugeMetricFamily(SSM + metric, help_text, labels=["listener"])
-            for name, value in source.items():
-                g.add_metric([name], _num(value))
-            yield g
-        cc = GaugeMetricFamily(SSM + "connection_count", "connection-count", labels=["listener"])
-        for name, value in snap.listener_counts.items():
-            cc.add_metric([name], float(value))
-        yield cc
-        bp = GaugeMetricFamily(
+            yield _per_listener(SSM + metric, help_text, source)
+        yield _per_listener(SSM + "connection_count", "connection-count", snap.listener_counts)
+        yield _per_listener(
             "kafka_network_acceptor_acceptorblockedpercent",
             "AcceptorBlockedPercent (fraction of time blocked, mean rate)",
-            labels=["listener"],
+            data["blocked"],
         )
-        for name, value in data["blocked"].items():
-            bp.add_metric([name], value)
-        yield bp
         # the meter's Count: ns blocked so far (the JMX exporter maps Kafka's the same way);
         # its increase between two scrapes over their distance is the blocked fraction then
-        bc = GaugeMetricFamily(
+        yield _per_listener(
             "kafka_network_acceptor_acceptorblockedpercent_count",
             "AcceptorBlockedPercent Count (ns blocked since start)",
-            labels=["listener"],
+            data["blocked_ns"],
         )
-        for name, value in data["blocked_ns"].items():
-            bc.add_metric([name], float(value))
-        yield bc
         # Kafka's Selector counters (per processor there; per listener here): connections
         # handed to a processor (accepted, not rejected or throttle-closed) and closed
         created: defaultdict[str, float] = defaultdict(float)
@@ -208,10 +200,7 @@ class AcceptorMetrics(Collector):
             ("connection_creation_total", created),
             ("connection_close_total", closed),
         ):
-            g = GaugeMetricFamily(SSM + metric, metric.replace("_", "-"), labels=["listener"])
-            for name, value in values.items():
-                g.add_metric([name], value)
-            yield g
+            yield _per_listener(SSM + metric, metric.replace("_", "-"), values)
         rt = GaugeMetricFamily(
             "kafka_server_request_request_time",
             "mean broker time per request (ms) seen through the acceptor",

@@ -7,7 +7,8 @@ knows every component) wires real objects into them. This module imports no acce
 component: only the value modules (`recorder.ConnInfo`, `tracker.Completed`,
 `inflight.RequestGate`, `config.AcceptorConfig`).
 
-Who provides what:
+Who provides what (and one shared value, `NewConnection`: an admitted socket on its way
+to a processor):
 - `Counts`: the metrics' counters of outcomes and request times (`metrics.AcceptorMetrics`);
 - `Channel`: a registered connection as processors and the admin path see it
   (`relay.Relay`, both I/O flavours);
@@ -24,6 +25,7 @@ Who provides what:
 from __future__ import annotations
 
 from collections.abc import Coroutine
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -34,6 +36,17 @@ if TYPE_CHECKING:
     from harness.acceptor.recorder import ConnInfo, Recorder
     from harness.acceptor.tracker import Completed
     from harness.wire.framing import RequestInfo
+
+
+@dataclass(slots=True)
+class NewConnection:
+    """An admitted socket on its way to a processor (already counted)."""
+
+    info: ConnInfo
+    sock: socket.socket
+    initial: bytes
+    protected: bool
+    admitted_ns: int
 
 
 class Counts(Protocol):
@@ -76,14 +89,8 @@ class Channel(Protocol):
 
     def mute(self, until_ns: int) -> None: ...
 
-    def finish(
-        self,
-        reason: str,
-        *,
-        reset: bool = False,
-        evicted: bool = False,
-        detail: dict[str, Any] | None = None,
-    ) -> None: ...
+    def finish(self, reason: str, *, evicted: bool = False) -> None:
+        """End it once (an eviction, idle expiry or shutdown, from outside)."""
 
 
 class LocalAnswers(Protocol):
@@ -108,14 +115,9 @@ class ConnectionHost(Protocol):
     def request_done(self, conn: Channel, done: Completed, now_ns: int, frame: bytes) -> bytes: ...
 
     def connection_closed(
-        self,
-        conn: Channel,
-        reason: str,
-        now_ns: int,
-        detail: dict[str, object],
-        *,
-        evicted: bool,
-    ) -> None: ...
+        self, conn: Channel, reason: str, now_ns: int, detail: dict[str, object], *, evicted: bool
+    ) -> None:
+        """Once per connection: release its counts, wake slot waiters, `close` row."""
 
 
 class ProcessorHost(Protocol):
@@ -129,14 +131,7 @@ class ProcessorHost(Protocol):
 
     def max_connections_exceeded(self, listener: str) -> bool: ...
 
-    def open_channel(
-        self,
-        processor: ChannelSlot,
-        info: ConnInfo,
-        sock: socket.socket,
-        initial: bytes,
-        protected: bool,
-    ) -> Channel: ...
+    def open_channel(self, processor: ChannelSlot, item: NewConnection) -> Channel: ...
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None: ...
 

@@ -11,33 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from harness.acceptor.recorder import ConnInfo
-
 if TYPE_CHECKING:
-    from harness.acceptor.ports import Channel, ProcessorHost
+    from harness.acceptor.ports import Channel, NewConnection, ProcessorHost
 
 CONNECTION_QUEUE_SIZE = 20  # Processor.ConnectionQueueSize
 POLL_TIMEOUT_S = 0.3  # poll timeout when no new connections are queued
 #: pause between iterations while evicting: Kafka's loop turns on any I/O, so under traffic
 #: the excess is shed within milliseconds (reference Errata, §1.2), not one per 300 ms poll
 EXCESS_ITERATION_S = 0.001
-
-
-@dataclass(slots=True)
-class NewConnection:
-    """An admitted socket on its way to a processor (already counted)."""
-
-    info: ConnInfo
-    sock: socket.socket
-    initial: bytes
-    protected: bool
-    admitted_ns: int
 
 
 class Processor:
@@ -126,7 +111,7 @@ class Processor:
 
     def _register(self, item: NewConnection, processed: int) -> None:
         host = self.host
-        conn = host.open_channel(self, item.info, item.sock, item.initial, item.protected)
+        conn = host.open_channel(self, item)
         self.channels[item.info.conn_id] = conn
         now = time.monotonic_ns()
         host.rec.conn(

@@ -6,8 +6,9 @@ the one `finish()` that releases the counts and writes the `close` row.
 
 Why a base class: the two flavours differ only in how bytes move (Protocol callbacks or
 stream pumps); every decision about requests, throttles and ends is made here once, so they
-cannot drift apart. A flavour supplies `_close_transports`, `_transport_made` and
-`_readable_again` (what to do when the gate lets the next request through).
+cannot drift apart. A flavour supplies how each side is opened (`_open_client`,
+`_open_upstream`, `_started`), its two sides and how to reset one (`_sides`, `_abort`),
+`forward` and `_readable_again` (what to do when the gate lets the next request through).
 """
 
 from __future__ import annotations
@@ -73,12 +74,13 @@ class Relay:
     ) -> None:
         self.host = host
         self.processor = processor
+        self.last_active_ns = time.monotonic_ns()
+        self.started_ns = self.last_active_ns
+        # the connection's record, as admitted
         self.info = info
         self.sock = sock
         self.initial = initial  # read with the PROXY header, before the upstream is up
         self.protected = protected
-        self.last_active_ns = time.monotonic_ns()
-        self.started_ns = self.last_active_ns
         self.closed = False
         self.close_reason: str | None = None
         self.bytes_in = 0
@@ -114,12 +116,26 @@ class Relay:
         """Both sides are up: start moving bytes (`upstream` is what `_open_upstream` made)."""
         raise NotImplementedError
 
-    def _transport_made(self) -> bool:
-        """Whether the client socket was handed to a transport (which then closes it)."""
+    def _sides(self) -> tuple[Closable | None, Closable | None]:
+        """The client side and the upstream side, once made."""
         raise NotImplementedError
 
-    def _close_transports(self, reset: bool) -> None:
+    def _abort(self, side: Any) -> None:
+        """Close one side with a reset (SO_LINGER 0), not an orderly FIN."""
         raise NotImplementedError
+
+    def _transport_made(self) -> bool:
+        """Whether the client socket was handed to a transport (which then closes it)."""
+        return self._sides()[0] is not None
+
+    def _close_transports(self, reset: bool) -> None:
+        for side in self._sides():
+            if side is None:
+                continue
+            if reset:
+                self._abort(side)
+            else:
+                side.close()
 
     def _readable_again(self) -> None:
         """The gate lets the next request through (its response was sent, its throttle

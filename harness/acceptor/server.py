@@ -118,8 +118,6 @@ class Acceptor:
             config_changed=self.write_config_row,
         )
         self.metrics = AcceptorMetrics(
-            cfg.metrics_host,
-            cfg.metrics_port,
             started_ns=self.started_ns,
             snapshot=self.quotas.snapshot,
             blocked_ns=self._blocked_ns,
@@ -202,7 +200,7 @@ class Acceptor:
             )
             la.bind()
             self.listeners[spec.name] = la
-        self.metrics.start()
+        self.metrics.start(self.cfg.metrics_host, self.cfg.metrics_port)
         self.write_config_row("start")
         self.heartbeat.start()
         for la in self.listeners.values():

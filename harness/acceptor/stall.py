@@ -23,7 +23,7 @@ import asyncio
 import re
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from harness.quota.config import ConfigError
 
@@ -38,7 +38,7 @@ STALL_KEY = "harness.test.processor.stall"
 _ITEM = re.compile(r"^([A-Za-z0-9_\-]+)/(\d+)@(\d+(?:\.\d+)?)\+(\d+(?:\.\d+)?)$")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Stall:
     listener: str
     index: int
@@ -77,30 +77,27 @@ def schedule_stalls(
     finds the processor to pause."""
     loop = asyncio.get_running_loop()
     handles = []
+
+    def row(st: Stall, reason: str, **fields: Any) -> None:
+        rec.row(
+            "processor_stall",
+            time.monotonic_ns(),
+            listener=st.listener,
+            processor=st.index,
+            reason=reason,
+            **fields,
+        )
+
     for st in stalls:
 
         def begin(st: Stall = st) -> None:
             processor(st.listener, st.index).pause()
-            rec.row(
-                "processor_stall",
-                time.monotonic_ns(),
-                listener=st.listener,
-                processor=st.index,
-                reason="start",
-                delay_ms=st.for_s * 1000,
-            )
+            row(st, "start", delay_ms=st.for_s * 1000)
 
         def end(st: Stall = st) -> None:
             proc = processor(st.listener, st.index)
             proc.resume()
-            rec.row(
-                "processor_stall",
-                time.monotonic_ns(),
-                listener=st.listener,
-                processor=st.index,
-                reason="end",
-                detail={"queued": proc.queued()},
-            )
+            row(st, "end", detail={"queued": proc.queued()})
 
         handles.append(loop.call_later(st.at_s, begin))
         handles.append(loop.call_later(st.at_s + st.for_s, end))
