@@ -109,14 +109,7 @@ class Connection(Relay):
                 else:
                     data = await reader.read(READ_SIZE)
                 if not data:
-                    self._client_eof = True
-                    if self._upstream_eof:
-                        self.finish("upstream_eof")
-                        return
-                    if uw.can_write_eof():
-                        uw.write_eof()  # propagate the half-close; upstream's EOF ends it
-                    else:
-                        self.finish("client_eof")
+                    self._eof(client=True)
                     return
                 self.bytes_in += len(data)
                 self.touch()
@@ -132,14 +125,7 @@ class Connection(Relay):
             while True:
                 data = await reader.read(READ_SIZE)
                 if not data:
-                    self._upstream_eof = True
-                    if self._client_eof:
-                        self.finish("client_eof")
-                        return
-                    if cw.can_write_eof():
-                        cw.write_eof()
-                    # the client's EOF (or this grace) ends it
-                    self.later(UPSTREAM_EOF_GRACE_S, self.finish, "upstream_eof")
+                    self._eof(client=False)
                     return
                 self.touch()
                 frames = decoder.feed(data)
@@ -152,6 +138,27 @@ class Connection(Relay):
                     self._readable.set()
         except Exception as exc:
             self._pump_failed(exc, client=False)
+
+    def _eof(self, client: bool) -> None:
+        """A side's EOF, read by its pump (which then stops). After the other side's EOF the
+        connection ends, with the reason of the side that hung up first; else the half-close
+        is passed on: the client's upstream (the connection ends where the upstream cannot
+        take one), the upstream's to the client, who has `UPSTREAM_EOF_GRACE_S` to read what
+        it was sent and close."""
+        if client:
+            self._client_eof = True
+        else:
+            self._upstream_eof = True
+        if self._client_eof and self._upstream_eof:
+            self.finish("upstream_eof" if client else "client_eof")
+            return
+        other = self._uw if client else self._cw
+        if other is not None and other.can_write_eof():
+            other.write_eof()
+        elif client:
+            self.finish("client_eof")
+        if not client:
+            self.later(UPSTREAM_EOF_GRACE_S, self.finish, "upstream_eof")
 
     def _pump_failed(self, exc: Exception, client: bool) -> None:
         """A pump (`client`: the one reading the client) ended by an exception: a reset of
