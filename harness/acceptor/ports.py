@@ -4,8 +4,8 @@ Why: every component used to hold the whole `server.Acceptor` and call back into
 acceptor's modules imported each other in one cycle and any component could reach anything.
 Now each component names here the few things it needs, and `server` (the only module that
 knows every component) wires real objects into them. This module imports no acceptor
-component: only the value modules (`recorder.ConnInfo`, `tracker.Completed`,
-`inflight.RequestGate`, `config.AcceptorConfig`).
+component: only the value modules (`recorder` for `ConnInfo` and the `Recorder` that history
+rows go to, `tracker.Completed`, `inflight.RequestGate`, `config.AcceptorConfig`).
 
 Who provides what (and one shared value, `NewConnection`: an admitted socket on its way
 to a processor):
