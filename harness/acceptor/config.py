@@ -69,8 +69,6 @@ class AcceptorConfig:
     history_flush_ms: int
     #: one `request` row per this many answered requests (1 = all, 0 = none)
     request_sample: int
-    #: "protocol" (asyncio Protocols, the default) or "streams" (StreamReader/Writer)
-    io: str
     #: seeded enforcement faults (`harness.test.fault`; empty in production)
     faults: Faults
     #: `node.id` of the broker behind the acceptor: the only per-broker BROKER resource
@@ -217,6 +215,8 @@ def parse_acceptor_config(props: Mapping[str, str]) -> AcceptorConfig:
         faults = Faults(faults.enabled | {"skip_ip_rate_check"})
     state_dir = props.get("state.dir", "")
     node_id = _int(props, "node.id", 0) if props.get("node.id", "") else None
+    # the streams flavour is gone (issue 14): the key stays, for configs that name it
+    _choice(props, "acceptor.io", ("protocol",))
     return AcceptorConfig(
         quota=quota,
         listeners=tuple(listeners),
@@ -230,7 +230,6 @@ def parse_acceptor_config(props: Mapping[str, str]) -> AcceptorConfig:
         proxy_timeout_ms=_int(props, "proxy.header.timeout.ms", 1),
         history_flush_ms=_int(props, "history.flush.interval.ms", 10),
         request_sample=_int(props, "history.request.sample", 0),
-        io=_choice(props, "acceptor.io", ("protocol", "streams")),
         faults=faults,
         node_id=node_id,
         properties=dict(props),

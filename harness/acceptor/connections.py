@@ -17,7 +17,6 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from harness.acceptor.config import AcceptorConfig
-from harness.acceptor.connection import Connection
 from harness.acceptor.forwarding import ProtoConnection
 from harness.acceptor.request_quotas import PRINCIPAL, with_throttle_time
 from harness.quota.connections import ConnectionQuotas
@@ -71,7 +70,6 @@ class Connections:
         self.cfg = cfg
         self.rec = rec
         self.admin = admin
-        self._flavour = ProtoConnection if cfg.io == "protocol" else Connection
         # what an end releases and tells
         self._quotas = quotas
         self._slots = slots
@@ -91,7 +89,7 @@ class Connections:
         return self._quotas.max_connections_exceeded(listener)
 
     def open_channel(self, processor: ChannelSlot, item: NewConnection) -> Channel:
-        conn = self._flavour(self, processor, item.info, item.sock, item.initial, item.protected)
+        conn = ProtoConnection(self, processor, item.info, item.sock, item.initial, item.protected)
         self.open.add(conn)
         return conn
 

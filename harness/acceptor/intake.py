@@ -1,8 +1,8 @@
-"""The per-request path both I/O flavours share, and how a bad frame ends a connection.
+"""The per-request path of a registered connection, and how a bad frame ends it.
 
-Why one place: `connection.Connection` (streams) and `forwarding.ProtoConnection` (Protocols)
-must treat every request alike (header, admin answered locally, response order, `request`
-rows), including the whole requests that arrived in the same read as a bad frame. Kafka's
+Why one place: every request is treated alike (header, admin answered locally, response
+order, `request` rows), including the whole requests that arrived in the same read as a bad
+frame. Kafka's
 selector reads one receive at a time and answers it before reading the next, so a client
 that sends a valid request and then a bad size gets its answer and then the close (finding F3
 in docs/hostile-input.md). The acceptor does the same: "answer what was read, then close",

@@ -11,7 +11,7 @@ Who provides what (and one shared value, `NewConnection`: an admitted socket on 
 to a processor):
 - `Counts`: the metrics' counters of outcomes and request times (`metrics.AcceptorMetrics`);
 - `Channel`: a registered connection as processors and the admin path see it
-  (`relay.Relay`, both I/O flavours);
+  (`relay.Relay`, driven by `forwarding.ProtoConnection`);
 - `ChannelSlot`: the processor a connection belongs to (`processor.Processor`);
 - `LocalAnswers`: answers the admin requests the acceptor answers itself
   (`admin.AdminHandler`);
@@ -71,7 +71,7 @@ class ChannelSlot(Protocol):
 
 
 class Channel(Protocol):
-    """A registered connection, either I/O flavour, as the rest of the acceptor sees it."""
+    """A registered connection, as the rest of the acceptor sees it."""
 
     info: ConnInfo
     requests: int

@@ -1,14 +1,15 @@
-"""What both I/O flavours of a registered connection share (`forwarding.ProtoConnection`,
-`connection.Connection`): the connection's record and counters, one request in flight
+"""What a registered connection decides, apart from how its bytes move (that is
+`forwarding.ProtoConnection`, the thin asyncio adapter): the connection's record and
+counters, opening the client side then the upstream, one request in flight
 (`inflight.RequestGate`) with its KIP-219 throttle timer, the step that handles one request
 the gate releases, the answers to the broker's responses, the close after a bad frame, and
 the one `finish()` that releases the counts and writes the `close` row.
 
-Why a base class: the two flavours differ only in how bytes move (Protocol callbacks or
-stream pumps); every decision about requests, throttles and ends is made here once, so they
-cannot drift apart. A flavour supplies how each side is opened (`_open_client`,
-`_open_upstream`, `_started`), its two sides and how to reset one (`_sides`, `_abort`),
-`forward` and `_readable_again` (what to do when the gate lets the next request through).
+Why a base class: the adapter only moves bytes, so every decision about requests, throttles
+and ends reads here without the transports in the way. The adapter supplies how each side is
+opened (`_open_client`, `_open_upstream`, `_started`), its two sides and how to reset one
+(`_sides`, `_abort`), `forward` and `_readable_again` (what to do when the gate lets the
+next request through).
 """
 
 from __future__ import annotations
@@ -97,11 +98,6 @@ class Relay:
         self._reset = False  # finish() asked for a reset (SO_LINGER 0) rather than a FIN
         # (reason, detail) of the bad frame the connection is closing after, if any
         self._closing: tuple[str, dict[str, Any]] | None = None
-
-    @property
-    def acceptor(self) -> ConnectionHost:
-        """The former name of `host` (tests/fuzz still reach the admin path through it)."""
-        return self.host
 
     # -- what a flavour supplies ------------------------------------------------------------
     async def _open_client(self) -> None:

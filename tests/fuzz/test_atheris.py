@@ -58,7 +58,7 @@ def _main() -> None:
     # coverage of our code only: instrumenting kafka-python and pyarrow costs a minute
     with atheris.instrument_imports(include=["harness"]):
         from harness.acceptor.config import parse_acceptor_config
-        from harness.acceptor.connection import Connection
+        from harness.acceptor.forwarding import ProtoConnection
         from harness.acceptor.processor import Processor
         from harness.acceptor.recorder import ConnInfo
         from harness.acceptor.server import Acceptor
@@ -118,9 +118,9 @@ def _main() -> None:
         frame = len(payload).to_bytes(4, "big") + payload
         acceptor = Acceptor(cfg)
         acceptor.admin.resolve = resolve
-        proc = Processor(acceptor, "CLIENT", 0, False)
+        proc = Processor(acceptor.conns, "CLIENT", 0, False)
         info = ConnInfo("CLIENT-atheris", "CLIENT", "127.0.0.1", 1, "127.0.0.1", 1)
-        conn = Connection(acceptor, proc, info, None, b"", False)  # type: ignore[arg-type]
+        conn = ProtoConnection(acceptor.conns, proc, info, None, b"", False)  # type: ignore[arg-type]
         try:
             acceptor.admin.maybe_handle(conn, frame, parse_request_header(frame))
         except FrameError as exc:

@@ -1,10 +1,10 @@
 """Fuzz the admin requests the acceptor decodes and answers itself.
 
 Why: DescribeClientQuotas, AlterClientQuotas and IncrementalAlterConfigs are decoded and
-acted on inside the connection's client->broker pump (`Connection._client_to_upstream`),
-which only turns `FrameError` (and socket errors) into a `close` row. Any other exception
-from `AdminHandler.maybe_handle` ends the pump with no response, no `close` row and the
-counts still held until the idle timeout. So the property is: for any bytes, and for any
+acted on inside the connection's per-request step (`Relay.step`, from
+`ProtoConnection.on_client_data`), which only turns `FrameError` into a `close` row with
+that frame's reason; any other exception from `AdminHandler.maybe_handle` is a bug (it ends
+the connection as `internal_error`, with no answer). So the property is: for any bytes, and for any
 structurally valid request with hostile values (NaN, infinities, null names, unknown
 entity types and operations), `maybe_handle` returns None (forward), or a framed response
 of the right class and correlation id, or raises `FrameError` — nothing else.
@@ -36,7 +36,7 @@ from kafka.protocol.admin import (
 from kafka.protocol.api_header import ResponseHeader
 
 from harness.acceptor.config import parse_acceptor_config
-from harness.acceptor.connection import Connection
+from harness.acceptor.forwarding import ProtoConnection
 from harness.acceptor.processor import Processor
 from harness.acceptor.recorder import ConnInfo
 from harness.acceptor.server import Acceptor
@@ -58,7 +58,7 @@ def literal_resolver(host: str) -> str:
     return ipaddress.ip_address(host).compressed  # ValueError: "not a valid IP or host"
 
 
-def new_connection(client_ip: str = "127.0.0.1") -> Connection:
+def new_connection(client_ip: str = "127.0.0.1") -> ProtoConnection:
     cfg = parse_acceptor_config(
         {
             "listeners": "CLIENT://127.0.0.1:0",
@@ -68,15 +68,15 @@ def new_connection(client_ip: str = "127.0.0.1") -> Connection:
     )
     acceptor = Acceptor(cfg)  # no history dir, no state dir: nothing touches the disk
     acceptor.admin.resolve = literal_resolver
-    proc = Processor(acceptor, "CLIENT", 0, False)
+    proc = Processor(acceptor.conns, "CLIENT", 0, False)
     info = ConnInfo("CLIENT-fuzz-1", "CLIENT", client_ip, 40000, client_ip, 40000)
-    return Connection(acceptor, proc, info, None, b"", False)  # type: ignore[arg-type]
+    return ProtoConnection(acceptor.conns, proc, info, None, b"", False)  # type: ignore[arg-type]
 
 
-def handle(conn: Connection, frame: bytes) -> bytes | None:
+def handle(conn: ProtoConnection, frame: bytes) -> bytes | None:
     """The pump's steps for one frame; returns the local response or None (forwarded)."""
     info = parse_request_header(frame)
-    out = conn.acceptor.admin.maybe_handle(conn, frame, info)
+    out = conn.host.admin.maybe_handle(conn, frame, info)
     if out is None:
         return None
     assert isinstance(out, bytes)

@@ -9,9 +9,9 @@ Fixtures (names are stable; other test modules depend on them):
     ``.version``, ``.log_path``. Do not pause, kill or reconfigure it: tests that need faults or
     special limits take their own broker from ``broker_factory``.
 
-``fronted_acceptor`` (function scope, two params)
-    An acceptor with no limits in front of ``kafka_broker``, once per I/O flavour
-    (``acceptor.io`` = ``protocol``, ``streams``); history under the test's tmp dir.
+``fronted_acceptor`` (function scope)
+    An acceptor with no limits in front of ``kafka_broker``; history under the test's tmp
+    dir.
 
 ``broker_factory`` (function scope)
     ``broker_factory(**kwargs) -> Broker``: starts a fresh broker with
@@ -106,7 +106,7 @@ def module_broker_factory(
     yield from _factory(tmp_path_factory)
 
 
-@pytest.fixture(params=["protocol", "streams"])
+@pytest.fixture
 def fronted_acceptor(
     request: pytest.FixtureRequest, kafka_broker: Broker, tmp_path: Path
 ) -> Iterator[AcceptorHandle]:
@@ -115,7 +115,6 @@ def fronted_acceptor(
             "listeners": "CLIENT://127.0.0.1:0",
             "listener.name.client.upstream": kafka_broker.bootstrap,
             "metrics.port": "-1",
-            "acceptor.io": request.param,
         },
         history_dir=tmp_path / "history",
         run_id=request.node.name,

@@ -26,13 +26,12 @@ from harness.history import read_history
 from harness.wire.proxy import encode_v1, encode_v2
 
 
-@pytest.fixture(params=["protocol", "streams"])
+@pytest.fixture
 def acceptor(
     kafka_broker: Any, tmp_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[AcceptorHandle]:
     h = start_in_thread(
         {
-            "acceptor.io": request.param,  # both I/O flavours take the same beating
             "listeners": "CLIENT://127.0.0.1:0,PROXIED://127.0.0.1:0",
             "listener.name.client.upstream": kafka_broker.bootstrap,
             "listener.name.proxied.upstream": kafka_broker.bootstrap,

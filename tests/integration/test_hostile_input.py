@@ -48,14 +48,12 @@ MAX_BYTES = 1_048_576
 IDLE_MS = 60_000  # longer than any wait here: a connection left hanging shows as hanging
 
 
-@pytest.fixture(scope="module", params=["protocol", "streams"])
+@pytest.fixture(scope="module")
 def acceptor(
     request: pytest.FixtureRequest, kafka_broker: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[AcceptorHandle]:
-    """One acceptor per I/O implementation (`acceptor.io`): both must hold."""
     h = start_in_thread(
         {
-            "acceptor.io": request.param,
             "listeners": "CLIENT://127.0.0.1:0,PROXIED://127.0.0.1:0",
             "listener.name.client.upstream": kafka_broker.bootstrap,
             "listener.name.proxied.upstream": kafka_broker.bootstrap,

@@ -47,7 +47,7 @@ def test_defaults_and_listeners() -> None:
         ("admin.allowed.addresses", "10.0.0.0/33", "CIDR"),
         ("admin.listeners", "NOPE", "no listener"),
         ("harness.test.skip.ip.rate.check", "yes", "true or false"),
-        ("acceptor.io", "threads", "one of protocol, streams"),
+        ("acceptor.io", "streams", "one of protocol"),
         ("max.connections.per.ip", "-1", "at least 0"),
         ("listener.name.nope.upstream", "127.0.0.1:1", "no listener"),
     ],
