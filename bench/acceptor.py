@@ -28,9 +28,11 @@ bench re-runs itself in a private one with only loopback up (``--netns auto``), 
 counters hold this bench's traffic only; elsewhere they are machine-wide (said in the output).
 ``--compare-ref GIT_REF`` adds the acceptor of another commit (``git archive`` of its
 ``harness/``) as a third path, so current/ref ratios come from the same rounds.
-``--profile`` adds one Trogdor round per action through the current acceptor under
-``py-spy record`` (not counted in the ratios) and prints its hot spots (self and inclusive
-share of the acceptor's samples). The load average is printed next to every round.
+``--history-off-path`` adds the current acceptor without history (path ``nohist``), so the
+history's own share shows in the same rounds. ``--profile`` adds one Trogdor round per
+action through the current acceptor under ``py-spy record`` (not counted in the ratios)
+and prints its hot spots (self and inclusive share of the acceptor's samples). The load
+average is printed next to every round.
 
 Prints progress, then per-action tables and the goals of issue 14 (Trogdor >= 1.0x direct for
 both actions, no more listen-queue overflows than direct, no resets where direct has none,
@@ -159,10 +161,12 @@ def start_acceptor(
     cwd: Path | None = None,
     *,
     metrics: bool = False,
+    history: bool = True,
 ) -> subprocess.Popen[bytes]:
-    """`harness acceptor` with history on, as its own process (from `cwd`'s harness/ if given).
+    """`harness acceptor` as its own process (from `cwd`'s harness/ if given).
 
-    With ``metrics`` its /metrics listens on a free port (``ready_info(work, tag)``).
+    History on unless ``history`` is False; with ``metrics`` its /metrics listens on a free
+    port (``ready_info(work, tag)``).
     """
     ready = work / f"ready-{tag}.json"
     env = dict(os.environ)
@@ -173,8 +177,8 @@ def start_acceptor(
          "--set", f"listeners=CLIENT://127.0.0.1:{port}",
          "--set", f"listener.name.client.upstream=127.0.0.1:{upstream_port}",
          "--set", f"metrics.port={0 if metrics else -1}",
-         "--history", str(work / f"history-{tag}"), "--run-id", f"bench-{tag}",
-         "--ready-file", str(ready)],
+         *(["--history", str(work / f"history-{tag}")] if history else []),
+         "--run-id", f"bench-{tag}", "--ready-file", str(ready)],
         stdout=open(work / f"acceptor-{tag}.log", "w"), stderr=subprocess.STDOUT,
         cwd=str(cwd) if cwd is not None else None, env=env,
     )  # fmt: skip
@@ -335,16 +339,13 @@ def summarize_trogdor(rows: list[dict[str, Any]], paths: list[str]) -> dict[str,
                 a["ratio_per_round"] = [round(x, 3) for x in paired]
             if d["trogdor_ok_per_s"]:
                 a["ratio_trogdor_ok"] = a["trogdor_ok_per_s"] / d["trogdor_ok_per_s"]
-        if "ref" in per and "acceptor" in per:
-            a, r = per["acceptor"], per["ref"]
-            per["current_vs_ref"] = {
-                "conn_per_s": a["conn_per_s"] / r["conn_per_s"]
-                if a["conn_per_s"] and r["conn_per_s"]
-                else None,
-                "cpu_ms_per_conn": a["cpu_ms_per_conn"] / r["cpu_ms_per_conn"]
-                if a["cpu_ms_per_conn"] and r["cpu_ms_per_conn"]
-                else None,
-            }
+        for other in ("ref", "nohist"):
+            if other in per and "acceptor" in per:
+                a, r = per["acceptor"], per[other]
+                per[f"acceptor_vs_{other}"] = {
+                    key: a[key] / r[key] if a[key] and r[key] else None
+                    for key in ("conn_per_s", "cpu_ms_per_conn")
+                }
         out[action] = per
     return out
 
@@ -406,9 +407,11 @@ def profile_phase(
     out: dict[str, Any] = {}
     for action in ACTIONS:
         raw = work / f"profile-{action}.txt"
-        # --gil: only the thread holding the GIL is sampled, so the shares are of the
-        # acceptor's Python time (uvloop waits in epoll without the GIL)
-        cmd = [spy, "record", "--pid", str(t.proc.pid), "--rate", "200", "--nonblocking", "--gil"]
+        # gil: only the thread holding the GIL is sampled, so the shares are of the
+        # acceptor's Python time (uvloop waits in epoll without the GIL); native: C frames
+        # too (uvloop, pyarrow, the socket calls), which py-spy can only read by pausing
+        cmd = [spy, "record", "--pid", str(t.proc.pid), "--rate", "200", "--gil"]
+        cmd += ["--native"] if args.profile == "native" else ["--nonblocking"]
         cmd += ["--format", "raw", "--output", str(raw), "--duration", "600"]
         spy_proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
@@ -544,12 +547,12 @@ def report(res: dict[str, Any], paths: list[str]) -> list[str]:
                 f"{s['listen_overflows']:>11}{s['listen_drops']:>7}{s['resets_sent']:>8}"
                 f"{s['cpu_ms_per_conn'] or 0:>13.3f}  {s['load_avg']}"
             )
-        if "current_vs_ref" in per:
-            c = per["current_vs_ref"]
-            lines.append(
-                f"  current/ref: conn/s {c['conn_per_s'] or float('nan'):.3f}, "
-                f"CPU per connection {c['cpu_ms_per_conn'] or float('nan'):.3f}"
-            )
+        for other in ("ref", "nohist"):
+            if c := per.get(f"acceptor_vs_{other}"):
+                lines.append(
+                    f"  acceptor/{other}: conn/s {c['conn_per_s'] or float('nan'):.3f}, "
+                    f"CPU per connection {c['cpu_ms_per_conn'] or float('nan'):.3f}"
+                )
     goals = res.get("goals", {})
     if goals:
         lines.append("Goals (issue 14):")
@@ -624,8 +627,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--loop", choices=("auto", "uvloop", "asyncio"), default="auto")
     ap.add_argument("--json", type=Path, help="write the numbers here (default bench/results/)")
     ap.add_argument("--compare-ref", metavar="GIT_REF", help="also run this commit's acceptor")
+    ap.add_argument(
+        "--history-off-path",
+        action="store_true",
+        help="also run the current acceptor without history (path 'nohist')",
+    )
     ap.add_argument("--accept-only", action="store_true", help="same as --phases accept")
-    ap.add_argument("--profile", action="store_true", help="py-spy the acceptor under Trogdor")
+    ap.add_argument(
+        "--profile",
+        nargs="?",
+        const="gil",
+        choices=("gil", "native"),
+        help="py-spy the acceptor under Trogdor (native: with C frames; slows it down)",
+    )
     ap.add_argument("--netns", choices=("auto", "off"), default="auto")
     args = ap.parse_args(argv)
     phases = ["accept"] if args.accept_only else [p for p in args.phases.split(",") if p]
@@ -640,14 +654,20 @@ def main(argv: list[str] | None = None) -> int:
     from harness.broker import start_broker
 
     work = Path(tempfile.mkdtemp(prefix="bench-acceptor-"))
-    port, ref_port = free_port(), free_port()
-    names = ("PLAINTEXT", "FRONTED", "FRONTEDREF") if args.compare_ref else ("PLAINTEXT", "FRONTED")
-    advertised = {"FRONTED": f"127.0.0.1:{port}", "FRONTEDREF": f"127.0.0.1:{ref_port}"}
+    # the acceptors: (path, its broker listener, harness/ source or None, history on)
+    plan: list[tuple[str, str, Path | None, bool]] = [("acceptor", "FRONTED", None, True)]
+    if args.compare_ref:
+        plan.append(("ref", "FRONTEDREF", work / "ref-src", True))
+    if args.history_off_path:
+        plan.append(("nohist", "FRONTEDNOHIST", None, False))
+    ports = {tag: free_port() for tag, *_ in plan}
+    names = ("PLAINTEXT", *(listener for _, listener, *_ in plan))
+    advertised = {listener: f"127.0.0.1:{ports[tag]}" for tag, listener, *_ in plan}
     _progress(f"starting a Kafka broker (listeners {', '.join(names)}); work dir {work}")
     broker = start_broker(
         launcher="local",
         listeners=names,
-        advertised={k: v for k, v in advertised.items() if k in names},
+        advertised=advertised,
         workdir=work / "broker",
         progress=_progress,
     )
@@ -662,7 +682,6 @@ def main(argv: list[str] | None = None) -> int:
     targets = [Target("direct", broker.listener_ports["PLAINTEXT"])]
     paths = [t.name for t in targets]
     try:
-        plan: list[tuple[str, int, str, Path | None]] = [("acceptor", port, "FRONTED", None)]
         if args.compare_ref:
             src = work / "ref-src"
             src.mkdir()
@@ -673,13 +692,15 @@ def main(argv: list[str] | None = None) -> int:
                 capture_output=True,
             ).stdout
             subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
-            plan.append(("ref", ref_port, "FRONTEDREF", src))
-        for tag, p, listener, cwd in plan:
-            up = broker.listener_ports[listener]
-            proc = start_acceptor(work, tag, p, up, args.loop, cwd, metrics=True)
+        for tag, listener, cwd, history in plan:
+            p, up = ports[tag], broker.listener_ports[listener]
+            proc = start_acceptor(work, tag, p, up, args.loop, cwd, metrics=True, history=history)
             url = ready_info(work, tag).get("metrics_url")
             targets.append(Target(tag, p, proc, url))
-            _progress(f"acceptor {tag} pid {proc.pid} on 127.0.0.1:{p} -> {listener}, {url}")
+            _progress(
+                f"acceptor {tag} pid {proc.pid} on 127.0.0.1:{p} -> {listener}, {url}"
+                f"{'' if history else ', history OFF'}"
+            )
         if not private:
             _progress("kernel counters are machine-wide here (not in a private netns)")
         paths = [t.name for t in targets]
