@@ -101,6 +101,26 @@ def round_trip(addr: tuple[str, int], source_ip: str | None = None, timeout: flo
         s.close()
 
 
+def until_throttled(
+    addr: tuple[str, int], source_ip: str, limit: int = 600, timeout: float = 10
+) -> tuple[int, float, str]:
+    """Round trips from `source_ip` until one is not answered (an IP-rate throttle, its
+    meter just over the bound, so its throttle is a few ms): how many were answered, the
+    seconds from that one's connect to its end, and how it ended ('eof', 'reset',
+    'timeout')."""
+    for n in range(limit):
+        t0 = time.monotonic()
+        s = raw(addr, source_ip, timeout)
+        try:
+            s.sendall(api_versions_frame())
+            out = read_outcome(s, timeout)
+        finally:
+            s.close()
+        if out != "data":
+            return n, time.monotonic() - t0, out
+    raise AssertionError(f"{source_ip}: none of {limit} connections to {addr} was throttled")
+
+
 def wait_until(
     pred: Callable[[], Any], timeout: float = 30, interval: float = 0.05, what: str = "condition"
 ) -> Any:

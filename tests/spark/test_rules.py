@@ -491,3 +491,61 @@ def test_a_listener_without_its_own_max_is_held_to_max_connections(
     # nothing on CLIENT: max.connections is not exercised, and says its configured limit
     m = got["max_connections"]
     assert m.verdict == "unknown" and m.limit == 2, m.observed
+
+
+def _throttled_rows(close_after_end_ms: float, other: tuple[float, float] | None) -> list[Any]:
+    """One socket throttled 10 ms from T0+10ms (end T0+20ms), closed `close_after_end_ms`
+    after its end; `other` = (accept, admit) of another admission on the listener, in ms
+    after that end."""
+    limits = {**BASE, "ip_quotas": {"default": 5}}
+    c = {"conn_id": "t-1", "listener": "client", "ip": "127.0.0.9", "port": 4100}
+    t1 = T0 + 10 * MS
+    end = t1 + 10 * MS
+    rows = [
+        cfg(T0 - MS, limits),
+        {"source": "acceptor", "event": "accept", "mono_ns": T0, **c},
+        {"source": "acceptor", "event": "throttle_close",
+         "mono_ns": end + int(close_after_end_ms * MS), "reason": "ip_rate", "delay_ms": 10.0,
+         **c, "detail": {"throttle_start_mono_ns": t1, "closed_by": "ip_rate"}},
+    ]  # fmt: skip
+    if other is not None:
+        a, b = other
+        rows += conn(2, end + int(a * MS), ip="127.0.0.20", admit_after=int((b - a) * MS),
+                     close_after=S)  # fmt: skip
+    return rows
+
+
+@pytest.mark.parametrize(
+    "close_after, other, verdict",
+    [
+        # idle listener: the 500 ms select timeout, + 50 ms slack
+        (549.0, None, "pass"),
+        (551.0, None, "fail"),
+        # an admission accepted 100 ms after the end completes at 300 ms: that turn closes it
+        (349.0, (100.0, 300.0), "pass"),
+        (351.0, (100.0, 300.0), "fail"),
+        # an admission in progress at the end (a 1000 ms delay, done at 800 ms): not before
+        (849.0, (-200.0, 800.0), "pass"),
+        (851.0, (-200.0, 800.0), "fail"),
+        # accepted after the select timeout: the timeout came first
+        (549.0, (600.0, 900.0), "pass"),
+        (551.0, (600.0, 900.0), "fail"),
+    ],
+    ids=["idle-in", "idle-late", "turn-in", "turn-late", "busy-in", "busy-late",
+         "timeout-first-in", "timeout-first-late"],  # fmt: skip
+)
+def test_a_throttled_socket_closes_at_the_acceptor_loops_first_turn_past_its_end(
+    spark: Any,
+    tmp_path: Path,
+    close_after: float,
+    other: tuple[float, float] | None,
+    verdict: str,
+) -> None:
+    """Kafka's closeThrottledConnections runs once per turn of the acceptor loop (after
+    select(500) and the ready connection's admission): 1 ms either side of the slack."""
+    rows = _throttled_rows(close_after, other)
+    run_dir = write_rows(tmp_path / "turn", rows, {"run_id": "turn", "target": "acceptor"})
+    r = results(spark, run_dir, "ip_throttle_within_window")["ip_throttle_within_window"]
+    assert r.verdict == verdict, (r.observed, r.witnesses)
+    if verdict == "fail":
+        assert "first turn past its end" in r.witnesses[0]["why"]

@@ -1,0 +1,76 @@
+"""An IP-throttled socket closes at the acceptor loop's next turn, on Kafka and on ours.
+
+Kafka 4.3.1's acceptor thread parks a socket over its IP's `connection_creation_rate` and
+closes it in `closeThrottledConnections`, once per turn of its loop (after `select(500)`
+and the ready connection's admission), once `end < now`. On an idle listener a socket
+throttled for a few ms therefore stays open until the 500 ms select timeout. The same
+sequence runs against a real broker and through the acceptor; the assertion is the
+shape (closed unanswered, and not at its few-ms end), never a tight timing: numbers side
+by side are `python -m bench.throttle_close`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.acceptor import start_in_thread
+from harness.acceptor.testing import history_rows, until_throttled
+from harness.admin.client import alter_ip_quota
+
+#: well under the 500 ms select timeout, well over a few-ms throttle and a loaded machine's
+#: scheduling noise; a slower machine can only close later
+NOT_AT_ITS_END_S = 0.35
+
+
+@pytest.fixture(scope="module")
+def kafka(module_broker_factory: Callable[..., Any]) -> Any:
+    return module_broker_factory()
+
+
+@pytest.fixture(params=["broker", "acceptor"])
+def target(
+    request: pytest.FixtureRequest, kafka: Any, tmp_path: Path
+) -> Iterator[tuple[tuple[str, int], str, Any]]:
+    if request.param == "broker":
+        yield (kafka.host, kafka.port), kafka.bootstrap, None
+        return
+    h = start_in_thread(
+        {
+            "listeners": "CLIENT://127.0.0.1:0",
+            "listener.name.client.upstream": kafka.bootstrap,
+            "metrics.port": "-1",
+        },
+        history_dir=tmp_path / "history",
+        run_id="throttle-close",
+    )
+    try:
+        addr = h.address("CLIENT")
+        yield addr, f"{addr[0]}:{addr[1]}", h
+    finally:
+        h.stop()
+
+
+def test_an_idle_listener_closes_a_throttled_socket_at_its_select_timeout(
+    target: tuple[tuple[str, int], str, Any],
+) -> None:
+    addr, boot, handle = target
+    ip = "127.0.3.10" if handle is None else "127.0.3.11"
+    alter_ip_quota(boot, ip, 10)
+    time.sleep(1.0)  # the broker applies it from its metadata log
+    try:
+        answered, held_s, how = until_throttled(addr, ip)
+    finally:
+        alter_ip_quota(boot, ip, None)
+    # 10/s over a window padded to (n-1)*w = 10 s: about 100 answered first
+    assert 90 <= answered <= 120, answered
+    assert how in ("eof", "reset"), how
+    assert held_s >= NOT_AT_ITS_END_S, f"closed after {held_s * 1000:.0f} ms"
+    if handle is not None:
+        closes = history_rows(handle, "throttle_close")
+        assert closes and closes[-1]["reason"] == "ip_rate"
+        assert closes[-1]["delay_ms"] < 100  # the throttle itself: a few ms
