@@ -48,6 +48,12 @@ SLOT_WAIT_POLL_S = 0.5
 #: Kafka's acceptor loop: `select(500)`, then the ready connection, then
 #: `closeThrottledConnections` (SocketServer.scala Acceptor.run / acceptNewConnections)
 SELECT_TIMEOUT_S = 0.5
+#: PROXY listeners: sockets accepted whose header is being read or waits for the hand-off.
+#: Accepting stops at this many, so a stalled admission leaves new connections in the
+#: kernel backlog as on Kafka's blocking acceptor (without a header: the one hand-off slot
+#: plus the one socket waiting for it). Two, so that one silent peer alone cannot stop the
+#: listener for `proxy.header.timeout.ms`.
+PROXY_PENDING_MAX = 2
 
 
 @dataclass(slots=True)
@@ -121,6 +127,7 @@ class ListenerAcceptor:
         self._park_seq = itertools.count()
         self._tasks: list[asyncio.Task[None]] = []
         self._header_tasks: set[asyncio.Task[None]] = set()
+        self._proxy_pending = asyncio.Semaphore(PROXY_PENDING_MAX)
 
     # -- start / stop --------------------------------------------------------------------
     def bind(self) -> None:
@@ -170,11 +177,16 @@ class ListenerAcceptor:
         assert self._lsock is not None
         lsock = self._lsock
         mode = self.settings.proxy
+        pending = self._proxy_pending
         while True:
             await self._not_blocked.wait()
+            if mode != "off":
+                await pending.acquire()  # released once the header's socket is handed off
             try:
                 sock, addr = await loop.sock_accept(lsock)
             except OSError as exc:  # EMFILE and friends: back off, as Kafka's acceptor does
+                if mode != "off":
+                    pending.release()
                 self.log(f"accept on {self.name} failed: {exc!r}; retrying")
                 await asyncio.sleep(0.1)
                 continue
@@ -189,6 +201,12 @@ class ListenerAcceptor:
                 task.add_done_callback(self._header_tasks.discard)
 
     async def _read_proxy_header(self, sock: socket.socket, info: ConnInfo, tcp_ns: int) -> None:
+        try:
+            await self._proxy_then_hand_off(sock, info, tcp_ns)
+        finally:
+            self._proxy_pending.release()
+
+    async def _proxy_then_hand_off(self, sock: socket.socket, info: ConnInfo, tcp_ns: int) -> None:
         loop = asyncio.get_running_loop()
         reader = ProxyHeaderReader(optional=self.settings.proxy == "optional")
         deadline = loop.time() + self._proxy_timeout_s

@@ -101,6 +101,19 @@ def round_trip(addr: tuple[str, int], source_ip: str | None = None, timeout: flo
         s.close()
 
 
+def listen_backlog(port: int) -> int:
+    """Connections waiting in the kernel's accept queue of the IPv4 listening socket on
+    `port` (the LISTEN row's rx_queue in /proc/net/tcp); -1 when there is no such socket."""
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            fields = line.split()
+            local, state, queues = fields[1], fields[3], fields[4]
+            if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+                return int(queues.split(":")[1], 16)
+    return -1
+
+
 def until_throttled(
     addr: tuple[str, int], source_ip: str, limit: int = 600, timeout: float = 10
 ) -> tuple[int, float, str]:

@@ -1,0 +1,69 @@
+"""A PROXY listener whose admission is stalled leaves new connections in the kernel backlog.
+
+Kafka's acceptor thread accepts one socket, admits it (sleeping out a rate delay, waiting
+for a slot) and only then accepts the next, so a stalled admission leaves the rest in the
+listen queue, where the kernel holds them (and drops past `socket.listen.backlog.size`).
+The acceptor reads a PROXY header before admission; it must not accept ahead of a stalled
+admission just because headers can be read: at most `PROXY_PENDING_MAX` sockets wait in
+user space besides the hand-off slot and the one in admission.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.acceptor import AcceptorHandle, start_in_thread
+from harness.acceptor.admission import PROXY_PENDING_MAX
+from harness.acceptor.testing import history_rows, listen_backlog, raw
+from harness.wire.proxy import encode_v2
+
+N = 30
+
+
+@pytest.fixture(params=["required", "off"])
+def handle(request: pytest.FixtureRequest, kafka_broker: Any, tmp_path: Path) -> Iterator[Any]:
+    h = start_in_thread(
+        {
+            "listeners": "CLIENT://127.0.0.1:0",
+            "listener.name.client.upstream": kafka_broker.bootstrap,
+            "listener.name.client.proxy.protocol": request.param,
+            # ~11 admitted at once (the window is padded to 10 s), then one per second
+            "max.connection.creation.rate": "1",
+            "metrics.port": "-1",
+        },
+        history_dir=tmp_path / "history",
+        run_id="proxy-backlog",
+    )
+    yield h, request.param
+    h.stop()
+
+
+def test_a_stalled_admission_leaves_connections_in_the_kernel_backlog(
+    handle: tuple[AcceptorHandle, str],
+) -> None:
+    h, mode = handle
+    addr = h.address("CLIENT")
+    socks = []
+    try:
+        for i in range(N):
+            s = raw(addr, "127.0.0.2", 10)
+            if mode != "off":
+                s.sendall(encode_v2(f"10.9.0.{i + 1}", 4000 + i, addr[0], addr[1]))
+            socks.append(s)
+        time.sleep(2.0)  # the first ~11 admitted, then the admission waits ~1 s per socket
+        backlog = listen_backlog(addr[1])
+        decided = len(
+            [r for r in history_rows(h) if r["event"] in ("admit", "reject", "throttle_close")]
+        )
+        in_user_space = N - backlog - decided
+        # besides those decided: the one in admission, the hand-off slot, the pending
+        assert backlog > 0, (backlog, decided)
+        assert in_user_space <= 1 + 1 + PROXY_PENDING_MAX, (backlog, decided, in_user_space)
+    finally:
+        for s in socks:
+            s.close()
