@@ -37,6 +37,7 @@ DEFAULTS: dict[str, str] = {
     "history.request.sample": "1",
     "acceptor.io": "protocol",
     "node.id": "",
+    "upstream.request.log": "",  # the broker's request log (harness.acceptor.broker_charge)
     LEGACY_SKIP_KEY: "false",
     FAULT_KEY: "",
     "harness.test.processor.stall": "",  # parsed by harness.acceptor.stall (issue 13)
