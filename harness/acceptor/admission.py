@@ -72,8 +72,8 @@ def _peer(addr: tuple[str, int] | tuple[str, int, int, int]) -> tuple[str, int]:
 class ListenerAcceptor:
     """Receives its listener's settings and, for every listener alike: the configuration
     (backlog, PROXY timeout, faults), the connection engine, where rows and counts go, the
-    slot signal, the loop's heartbeat, a log, the connection ids, a way to wake every
-    processor of every listener, and what its processors need (`processor_host`)."""
+    slot signal, the loop's heartbeat, a log, the connection ids, and what its processors
+    need (`processor_host`)."""
 
     def __init__(
         self,
@@ -87,7 +87,6 @@ class ListenerAcceptor:
         heartbeat: Heartbeat,
         log: Callable[[str], None],
         next_conn_id: Callable[[str], str],
-        wake_all_processors: Callable[[], None],
         processor_host: ProcessorHost,
     ) -> None:
         self.settings = settings
@@ -102,7 +101,6 @@ class ListenerAcceptor:
         self.quotas = quotas
         self.slots = slots
         self.heartbeat = heartbeat
-        self._wake_all_processors = wake_all_processors
         faults = cfg.faults
         # Seeded faults (harness.quota.faults): read once; False in production.
         self._f_no_wait = "rate_delay_not_waited" in faults
@@ -349,10 +347,6 @@ class ListenerAcceptor:
             self.counts.count(name, info.client_ip, "rejected")
             return
         rec.conn("admit", info, t1_ns, delay_ms=(t1_ns - t0_ns) / 1e6)
-        if self.protected and quotas.total > quotas.config.max_connections:
-            # past max.connections through the protected listener: the other listeners'
-            # processors must shed the excess now, as Kafka's (whose loops turn on any I/O)
-            self._wake_all_processors()
         try:
             item.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError:

@@ -173,11 +173,6 @@ class Acceptor:
     def _processor(self, listener: str, index: int) -> Processor:
         return self.listeners[listener].processors[index]
 
-    def _wake_all_processors(self) -> None:
-        for la in self.listeners.values():
-            for proc in la.processors:
-                proc.wake()
-
     def _blocked_ns(self) -> dict[str, int]:
         return {name: la.blocked_ns for name, la in self.listeners.items()}
 
@@ -195,7 +190,6 @@ class Acceptor:
                 heartbeat=self.heartbeat,
                 log=self.log,
                 next_conn_id=self.next_conn_id,
-                wake_all_processors=self._wake_all_processors,
                 processor_host=self.conns,
             )
             la.bind()

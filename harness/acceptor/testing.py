@@ -114,6 +114,31 @@ def listen_backlog(port: int) -> int:
     return -1
 
 
+def close_times(socks: list[socket.socket], seconds: float) -> dict[int, float]:
+    """Watch idle sockets for up to `seconds`: index -> seconds until the peer closed it."""
+    import select
+
+    t0 = time.monotonic()
+    closed: dict[int, float] = {}
+    deadline = t0 + seconds
+    while len(closed) < len(socks):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        ready, _, _ = select.select(
+            [s for i, s in enumerate(socks) if i not in closed], [], [], left
+        )
+        now = time.monotonic()
+        for s in ready:
+            try:
+                data = s.recv(1)
+            except ConnectionResetError:
+                data = b""
+            if not data:
+                closed[socks.index(s)] = now - t0
+    return closed
+
+
 def until_throttled(
     addr: tuple[str, int], source_ip: str, limit: int = 600, timeout: float = 10
 ) -> tuple[int, float, str]:

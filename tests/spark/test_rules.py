@@ -549,3 +549,46 @@ def test_a_throttled_socket_closes_at_the_acceptor_loops_first_turn_past_its_end
     assert r.verdict == verdict, (r.observed, r.witnesses)
     if verdict == "fail":
         assert "first turn past its end" in r.witnesses[0]["why"]
+
+
+@pytest.mark.parametrize(
+    "second_after_ms, verdict",
+    [(349.0, "pass"), (351.0, "fail")],
+    ids=["each-turn-in-pace", "a-turn-late"],
+)
+def test_an_excess_of_two_is_shed_one_per_processor_turn(
+    spark: Any, tmp_path: Path, second_after_ms: float, verdict: str
+) -> None:
+    """Kafka 4.3.1 sheds one LRU channel per processor loop turn, and with idle channels a
+    turn comes every 300 ms (bench.eviction_pace: 6 over on 3 processors at ~180 and ~480
+    ms): two over on one processor take two turns. Each step may take 300 ms + 50 ms slack;
+    1 ms over is a witness."""
+    rows = [cfg(T0 - MS, TWO)]
+    for i in (0, 1):
+        c = conn(i, T0 + i * MS)
+        for r in c:
+            r["processor"] = 0
+        rows += c
+    over_at = T0 + 3 * S
+    rows += conn(5, over_at, listener="internal", ip="127.0.0.3")
+    rows += conn(6, over_at, listener="internal", ip="127.0.0.4")  # total 4 > 2
+    admitted = over_at + 100_000  # conn()'s admit_after
+
+    def evict(cid: str, port: int, ns: int) -> list[dict[str, Any]]:
+        common = {"conn_id": cid, "listener": "client", "ip": "127.0.0.10", "port": port,
+                  "processor": 0}  # fmt: skip
+        return [
+            {"source": "acceptor", "event": e, "mono_ns": ns, "reason": "max_connections",
+             **common}
+            for e in ("evict", "close")
+        ]  # fmt: skip
+
+    first = admitted + 349 * MS
+    rows += evict("c-0", 4000, first)
+    rows += evict("c-1", 4001, first + int(second_after_ms * MS))
+    rows.append({"source": "harness", "event": "phase_end", "mono_ns": T0 + 5 * S})
+    run_dir = write_rows(tmp_path / "pace", rows, {"run_id": "pace", "target": "acceptor"})
+    r = results(spark, run_dir, "eviction_rule")["eviction_rule"]
+    assert r.verdict == verdict, (r.observed, r.witnesses)
+    if verdict == "fail":
+        assert any("without an eviction" in w["why"] for w in r.witnesses), r.witnesses
