@@ -16,6 +16,7 @@ import contextlib
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
+from harness.acceptor.broker_charge import RequestLog
 from harness.acceptor.config import AcceptorConfig
 from harness.acceptor.forwarding import ProtoConnection
 from harness.acceptor.request_quotas import PRINCIPAL, with_throttle_time
@@ -26,6 +27,11 @@ if TYPE_CHECKING:
     from harness.acceptor.ports import Channel, ChannelSlot, Counts, LocalAnswers, NewConnection
     from harness.acceptor.recorder import Recorder
     from harness.acceptor.tracker import Completed
+
+
+#: the acceptor property naming the broker's request log file (harness.broker's
+#: `request_log_path`): charge Kafka's own handler time per request (broker_charge)
+REQUEST_LOG_KEY = "upstream.request.log"
 
 
 class SlotSignal:
@@ -83,6 +89,12 @@ class Connections:
         self._request_quotas = request_quotas
         self._requests_seen = 0
         self._sample_detail = f'{{"sample": {cfg.request_sample}}}'
+        #: the broker's request log, whose handler times are charged instead of the time the
+        #: acceptor sees (`upstream.request.log`; harness.acceptor.broker_charge)
+        log_path = cfg.properties.get(REQUEST_LOG_KEY, "").strip()
+        self.request_log: RequestLog | None = (
+            RequestLog(log_path, hold_when=request_quotas.enabled) if log_path else None
+        )
 
     # -- ports.ProcessorHost ---------------------------------------------------------------
     def max_connections_exceeded(self, listener: str) -> bool:
@@ -90,6 +102,7 @@ class Connections:
 
     def open_channel(self, processor: ChannelSlot, item: NewConnection) -> Channel:
         conn = ProtoConnection(self, processor, item.info, item.sock, item.initial, item.protected)
+        conn.charges = self.request_log
         self.open.add(conn)
         return conn
 
@@ -144,14 +157,21 @@ class Connections:
         self._counts.request(client_id, latency_ms)
         sample = self.cfg.request_sample
         self._requests_seen += 1
-        charged_ns = conn.gate.charged_ns(done.latency_ns)  # no purgatory wait, as Kafka
+        gate = conn.gate
+        charged_ns = gate.charged_ns(done.latency_ns)  # handler time, or no purgatory wait
+        source = gate.charge_source
         if sample == 1 or (sample > 1 and self._requests_seen % sample == 0):
-            detail: str | dict[str, float] | None = None if sample == 1 else self._sample_detail
-            if charged_ns != done.latency_ns:  # a long poll's wait: not charged
-                detail = {
-                    "charged_ms": charged_ns / 1e6,
-                    **({"sample": sample} if sample > 1 else {}),
-                }
+            detail: str | dict[str, Any] | None = None if sample == 1 else self._sample_detail
+            if charged_ns != done.latency_ns or source is not None:
+                detail = {"charged_ms": charged_ns / 1e6}
+                if source is not None:  # a request log is read: which charge this is
+                    detail["charge_source"] = source
+                    if gate.network_ns:
+                        detail["network_ms"] = gate.network_ns / 1e6
+                    if gate.held_ns:
+                        detail["held_ms"] = gate.held_ns / 1e6
+                if sample > 1:
+                    detail["sample"] = sample
             self.rec.conn(
                 "request",
                 conn.info,
@@ -164,9 +184,14 @@ class Connections:
                 processor=conn.processor.index,
                 detail=detail,
             )
+        now_ms = now_ns // 1_000_000
         charge = self._request_quotas.record_request(
-            PRINCIPAL, client_id, done.api_key, charged_ns, now_ns // 1_000_000
+            PRINCIPAL, client_id, done.api_key, charged_ns, now_ms
         )
+        if gate.network_ns:  # as Kafka records its network thread's time: after, unthrottled
+            self._request_quotas.record_no_throttle(
+                PRINCIPAL, client_id, gate.network_ns, now_ms, exempt=charge.exempt
+            )
         if charge.throttle_ms <= 0:
             return frame
         throttle = charge.throttle_ms
@@ -187,6 +212,8 @@ class Connections:
                 "rate": charge.rate,
                 "broker_time_ms": latency_ms,
                 "charged_ms": charged_ns / 1e6,
+                **({"charge_source": source} if source is not None else {}),
+                **({"network_ms": gate.network_ns / 1e6} if gate.network_ns else {}),
             },
         )
         return with_throttle_time(frame, done.api_key, done.api_version, throttle)

@@ -10,8 +10,10 @@ requests, throttles and ends is `relay.Relay`'s; this module only moves the byte
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, cast
 
+from harness.acceptor.broker_charge import kafka_address
 from harness.acceptor.relay import (
     STOP,
     UPSTREAM_EOF_GRACE_S,
@@ -21,7 +23,7 @@ from harness.acceptor.relay import (
     set_nodelay,
     set_rst_on_close,
 )
-from harness.wire.framing import FrameDecoder, FrameError
+from harness.wire.framing import FrameDecoder, FrameError, correlation_id_of_response
 
 
 def _abort_with_rst(transport: asyncio.BaseTransport | None) -> None:
@@ -71,6 +73,11 @@ class ProtoConnection(Relay):
         self._ut: asyncio.Transport | None = None
         self._paused: dict[bool, set[str]] = {True: set(), False: set()}
         self._eof_passed = False  # the client's EOF was written upstream
+        # responses held until the broker's request log has the handler time of the first
+        # (`broker_charge.RequestLog.wait`), and when they were read
+        self._held: list[bytes] | None = None
+        self._held_since_ns = 0
+        self._eof_after_held = False  # the broker's EOF came while responses were held
 
     # -- lifecycle -----------------------------------------------------------------------
     async def _open_client(self) -> None:
@@ -85,6 +92,11 @@ class ProtoConnection(Relay):
     def _started(self, upstream: Closable) -> None:
         self._ut = ut = cast(asyncio.Transport, upstream)  # uvloop's is not a subclass
         set_nodelay(self._ct, ut)
+        if self.charges is not None:  # before the first request is forwarded
+            sockname = ut.get_extra_info("sockname")
+            if isinstance(sockname, tuple):
+                self.upstream_addr = kafka_address(sockname)
+                self.charges.register(self.upstream_addr)
         if self.initial:
             initial, self.initial = self.initial, b""
             self.on_client_data(initial, counted=True)
@@ -182,15 +194,47 @@ class ProtoConnection(Relay):
             frames = self._resp_decoder.feed(data)
             if not frames or ct is None:
                 return
-            payload, answered = self.answers(frames)
-            ct.write(payload)
-            if answered:
-                self.gate.response_sent()
-                self._pump()
+            if self._held is not None:  # behind a response waiting for its log line
+                self._held.extend(frames)
+                return
+            charges, addr = self.charges, self.upstream_addr
+            if charges is not None and addr is not None:
+                cid = correlation_id_of_response(frames[0])
+                if charges.should_hold(addr, cid):
+                    self._held = frames
+                    self._held_since_ns = time.monotonic_ns()
+                    charges.wait(addr, cid, self._release_held)
+                    return
+            self._deliver(frames)
         except FrameError as exc:
             self.finish("upstream_" + exc.reason, detail={"error": str(exc)})
         except Exception as exc:
             self.internal_error(exc)
+
+    def _deliver(self, frames: list[bytes], arrived_ns: int | None = None) -> None:
+        ct = self._ct
+        if ct is None:
+            return
+        payload, answered = self.answers(frames, arrived_ns)
+        ct.write(payload)
+        if answered:
+            self.gate.response_sent()
+            self._pump()
+
+    def _release_held(self) -> None:
+        """The held responses' log line came (or the hold is over): charge and send them."""
+        frames, self._held = self._held, None
+        if frames is None or self.closed:
+            return
+        try:
+            self._deliver(frames, self._held_since_ns)
+        except FrameError as exc:
+            self.finish("upstream_" + exc.reason, detail={"error": str(exc)})
+        except Exception as exc:
+            self.internal_error(exc)
+        if self._eof_after_held and not self.closed:
+            self._eof_after_held = False
+            self.on_eof(False)
 
     def on_eof(self, client: bool) -> bool:
         """Half-close: propagate it; the other side's EOF (or a grace period) ends it."""
@@ -205,6 +249,9 @@ class ProtoConnection(Relay):
                 self.finish("client_eof")  # nothing was sent: nothing to answer
                 return False
             self._pass_eof_when_forwarded()
+            return True
+        if self._held is not None:  # the held responses go to the client first
+            self._eof_after_held = True
             return True
         self._upstream_eof = True
         if self._client_eof:

@@ -18,6 +18,8 @@ which Kafka does not charge to request quotas (it charges handler-thread time,
 `apiLocalCompleteTimeNanos - requestDequeueTimeNanos`, set when `KafkaApis.handle` returns,
 before a delayed fetch waits): `charged_ns` takes a Fetch's `max_wait_ms` off the broker
 time the acceptor saw when the fetch took at least that long (it expired in purgatory).
+When the broker's request log gave the request's handler time (`broker_charge.RequestLog`),
+`charged_ns` is that instead (`charge_source` says which).
 """
 
 from __future__ import annotations
@@ -119,12 +121,29 @@ class RequestGate:
     """Complete request frames (and a bad frame's error) in arrival order, released one at
     a time while the channel is readable."""
 
-    __slots__ = ("_allowance_ns", "_mute", "_queue")
+    __slots__ = (
+        "_allowance_ns",
+        "_logged_ns",
+        "_mute",
+        "_queue",
+        "charge_source",
+        "held_ns",
+        "network_ns",
+    )
 
     def __init__(self) -> None:
         self._mute = ChannelMute()
         self._queue: deque[bytes | FrameError] = deque()
         self._allowance_ns = 0  # purgatory wait the request in flight may spend uncharged
+        self._logged_ns: int | None = None  # the broker's handler time for it, if logged
+        #: where the charge of the request in flight comes from: "broker_log" (Kafka's own
+        #: handler time), "wall" (forward -> response, no line from a request log that is
+        #: read), None (no request log read: wall time, as before)
+        self.charge_source: str | None = None
+        #: how long its response was held waiting for the broker's log line
+        self.held_ns = 0
+        #: the broker's network-thread time estimate for it (recorded without a throttle)
+        self.network_ns = 0
 
     def __len__(self) -> int:
         """Frames (and a bad-frame error) read but not yet taken."""
@@ -154,13 +173,28 @@ class RequestGate:
             self._mute.mute()
             self._mute.handle(MuteEvent.REQUEST_RECEIVED)
             self._allowance_ns = purgatory_allowance_ns(item)
+            self._logged_ns = None
+            self.charge_source = None
+            self.held_ns = 0
+            self.network_ns = 0
         return item
 
+    def logged(self, handler_ns: int | None, network_ns: int = 0, held_ns: int = 0) -> None:
+        """What the broker's request log said of the request in flight: its handler time
+        (None: no line) and network-thread time estimate; how long its response waited."""
+        self._logged_ns = handler_ns
+        self.charge_source = "wall" if handler_ns is None else "broker_log"
+        self.network_ns = network_ns if handler_ns is not None else 0
+        self.held_ns = held_ns
+
     def charged_ns(self, broker_ns: int) -> int:
-        """The request-quota charge for the request in flight, from the broker time the
-        acceptor saw (forward -> response): a Fetch that took at least its `max_wait_ms`
-        waited that long in purgatory, which Kafka does not charge; everything else is
-        charged whole (an upper bound of Kafka's handler time)."""
+        """The request-quota charge for the request in flight: the broker's handler time
+        when its request log gave it, else from the broker time the acceptor saw (forward ->
+        response): a Fetch that took at least its `max_wait_ms` waited that long in
+        purgatory, which Kafka does not charge; everything else is charged whole (an upper
+        bound of Kafka's handler time)."""
+        if self._logged_ns is not None:
+            return self._logged_ns
         allowance = self._allowance_ns
         return broker_ns - allowance if allowance and broker_ns >= allowance else broker_ns
 

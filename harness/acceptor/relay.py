@@ -30,6 +30,7 @@ from harness.acceptor.tracker import ResponseOrder
 from harness.wire.framing import FrameDecoder, FrameError, correlation_id_of_response
 
 if TYPE_CHECKING:
+    from harness.acceptor.broker_charge import RequestLog
     from harness.acceptor.ports import ChannelSlot, ConnectionHost
 
 UPSTREAM_CONNECT_TIMEOUT_S = 10.0
@@ -89,6 +90,10 @@ class Relay:
         self.requests = 0
         self.muted_until_ns = 0
         self.gate = RequestGate()  # one request in flight (Kafka's KIP-219 mute)
+        #: the broker's request log (handler times to charge), if the acceptor reads one
+        self.charges: RequestLog | None = None
+        #: the upstream socket's own address as the broker's connection id names it
+        self.upstream_addr: str | None = None
         self._order = ResponseOrder()
         self._client_eof = False
         self._upstream_eof = False
@@ -246,16 +251,27 @@ class Relay:
     def forward(self, frame: bytes) -> None:
         raise NotImplementedError
 
-    def answers(self, frames: list[bytes]) -> tuple[bytes, bool]:
+    def answers(self, frames: list[bytes], arrived_ns: int | None = None) -> tuple[bytes, bool]:
         """The broker's responses as sent to the client (`request` rows, request-quota
-        charge, throttle_time_ms raised), and whether one answered the request in flight."""
+        charge, throttle_time_ms raised), and whether one answered the request in flight.
+
+        `arrived_ns`: when they were read, if they were held for the broker's log line
+        (latency is measured to then; the charge and the throttle are made now)."""
         now = time.monotonic_ns()
+        read_ns = now if arrived_ns is None else arrived_ns
         out: list[bytes] = []
         answered = False
+        charges, addr = self.charges, self.upstream_addr
         for frame in frames:
             cid = correlation_id_of_response(frame)
-            before, done, after = self._order.response(cid, len(frame), now)
+            before, done, after = self._order.response(cid, len(frame), read_ns)
             if done is not None:
+                if charges is not None and addr is not None:
+                    logged = charges.take(addr, cid)
+                    if logged is None:
+                        self.gate.logged(None, 0, now - read_ns)
+                    else:
+                        self.gate.logged(logged.local_ns, logged.send_ns, now - read_ns)
                 frame = self.host.request_done(self, done, now, frame)
                 answered = True
             out.extend(before)
@@ -290,6 +306,8 @@ class Relay:
         self.closed = True
         self.close_reason = reason
         self._reset = reset
+        if self.charges is not None and self.upstream_addr is not None:
+            self.charges.unregister(self.upstream_addr)
         for timer in self._timers:
             timer.cancel()
         self._close_transports(reset)

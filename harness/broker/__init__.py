@@ -85,8 +85,13 @@ def start_broker(
     workdir: Path | None = None,
     ready_timeout_s: float = 120,
     progress: Progress = print,
+    request_log: bool = False,
 ) -> Broker:
-    """Start (or find) a Kafka broker and return once it answers ApiVersions and Metadata."""
+    """Start (or find) a Kafka broker and return once it answers ApiVersions and Metadata.
+
+    ``request_log``: the local launcher turns on Kafka's request logger into
+    ``broker.request_log_path`` (see `start_local`); other launchers leave it None.
+    """
     chosen = choose_launcher(launcher, bootstrap_server)
     if chosen == "external":
         assert bootstrap_server is not None
@@ -131,4 +136,5 @@ def start_broker(
         workdir=Path(workdir) if workdir is not None else None,
         ready_timeout_s=ready_timeout_s,
         progress=progress,
+        request_log=request_log,
     )

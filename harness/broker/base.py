@@ -43,6 +43,9 @@ class Broker:
         #: pid of the current (or last) broker process; None when there is no local process
         self.pid = pid
         self.workdir = workdir
+        #: the broker's request log (`kafka.request.logger` at DEBUG, one line per completed
+        #: request with its handler time), when the launcher turned it on (local only)
+        self.request_log_path: Path | None = None
 
     @property
     def host(self) -> str:

@@ -213,3 +213,35 @@ logger.state.level = WARN
 logger.request.name = kafka.request.logger
 logger.request.level = WARN
 """
+
+#: File name (in the broker's workdir) of the request log `log4j2_properties(request_log=True)`
+#: turns on: one `Completed request:{json}` line per completed request, with the handler time
+#: the acceptor charges (`localTimeMs`; harness.acceptor.broker_charge).
+REQUEST_LOG_NAME = "request.log"
+#: The request log rolls over at this size, keeping one previous file (the acceptor reads it as
+#: it grows; a long run must not fill the disk: ~700 bytes per request).
+REQUEST_LOG_MAX_SIZE = "64 MB"
+
+
+def log4j2_properties(*, request_log: bool = False) -> str:
+    """Kafka's log4j2 configuration; with ``request_log`` `kafka.request.logger` goes at DEBUG,
+    message only, to `REQUEST_LOG_NAME` in `${kafka.logs.dir}` (the workdir) instead of stdout."""
+    if not request_log:
+        return LOG4J2_PROPERTIES
+    return LOG4J2_PROPERTIES.replace(
+        "logger.request.level = WARN\n",
+        "logger.request.level = DEBUG\n"
+        "logger.request.additivity = false\n"
+        "logger.request.appenderRef.requests.ref = REQUESTS\n"
+        "appender.requests.type = RollingFile\n"
+        "appender.requests.name = REQUESTS\n"
+        f"appender.requests.fileName = ${{sys:kafka.logs.dir}}/{REQUEST_LOG_NAME}\n"
+        f"appender.requests.filePattern = ${{sys:kafka.logs.dir}}/{REQUEST_LOG_NAME}.%i\n"
+        "appender.requests.layout.type = PatternLayout\n"
+        "appender.requests.layout.pattern = %m%n\n"
+        "appender.requests.policies.type = Policies\n"
+        "appender.requests.policies.size.type = SizeBasedTriggeringPolicy\n"
+        f"appender.requests.policies.size.size = {REQUEST_LOG_MAX_SIZE}\n"
+        "appender.requests.strategy.type = DefaultRolloverStrategy\n"
+        "appender.requests.strategy.max = 1\n",
+    )

@@ -338,6 +338,11 @@ class RequestQuotas:
             result.append(ClientQuota(names, dict(values)))
         return result
 
+    def enabled(self) -> bool:
+        """Whether any request quota was ever set (Kafka's `quotasEnabled`): until then no
+        request is charged."""
+        return self._request.enabled
+
     def quota_for(self, user: str, client_id: str, key: str = "request_percentage") -> float:
         manager = self._managers[key]
         return manager.limit(manager.bucket(user, client_id))
