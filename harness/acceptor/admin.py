@@ -28,6 +28,8 @@ from kafka.protocol.admin import (
 
 from harness.quota.client_quota_admin import (
     INVALID_REQUEST,
+    UNKNOWN_SERVER_ERROR,
+    UNKNOWN_SERVER_ERROR_MESSAGE,
     validate_alteration,
     validate_describe_filter,
 )
@@ -262,12 +264,17 @@ class AdminHandler:
         self.node_ids = NodeIds(cfg, address, log)
         #: how admin requests' host names become addresses (tests swap in their own)
         self.resolve = resolve
+        #: handler failures answered UNKNOWN_SERVER_ERROR (a bug; the fuzz tests assert none)
+        self.failures: list[str] = []
 
     # -- routing -----------------------------------------------------------------------------
     def maybe_handle(self, conn: Connection, frame: bytes, info: RequestInfo) -> bytes | None:
         """The response to send for a request the acceptor answers, or None to forward.
 
-        Raises only `FrameError` (the connection is then closed with its reason).
+        Raises only `FrameError` (the connection is then closed with its reason): a request
+        that cannot be read, as the broker hangs up on one. A readable request whose
+        handling fails is answered UNKNOWN_SERVER_ERROR and the connection stays, as
+        Kafka's `RequestHandlerHelper.handleError`.
         """
         if info.api_key not in ADMIN_KEYS:
             return None
@@ -310,7 +317,17 @@ class AdminHandler:
             handler = self._incremental_alter_configs
         if not self.allowed(conn):
             return self._unauthorized(conn, info, req)
-        response = handler(conn, info, req)
+        try:
+            response = handler(conn, info, req)
+        except Exception as exc:  # Kafka's handleError: an error answer, the connection stays
+            self.failures.append(repr(exc))
+            del self.failures[:-10]
+            self._admin_row(conn, info, "UNKNOWN_SERVER_ERROR", {"error": repr(exc)})
+            # ApiError.fromThrowable leaves UNKNOWN_SERVER_ERROR without a message, except
+            # AlterClientQuotasRequest.getErrorResponse, which uses Errors' own text
+            response = self._error_answer(
+                info, req, UNKNOWN_SERVER_ERROR, None, UNKNOWN_SERVER_ERROR_MESSAGE
+            )
         return encode_response(response, info.correlation_id)
 
     def allowed(self, conn: Connection) -> bool:
@@ -342,31 +359,30 @@ class AdminHandler:
     # -- refusals ----------------------------------------------------------------------------
     def _unauthorized(self, conn: Connection, info: RequestInfo, req: Any) -> bytes:
         msg = _AUTH_MESSAGE.format(ip=conn.info.client_ip, listener=conn.info.listener)
-        v = info.api_version
-        response: Any
-        if info.api_key == DESCRIBE_CLIENT_QUOTAS:
-            response = DescribeClientQuotasResponse[v](
-                throttle_time_ms=0,
-                error_code=CLUSTER_AUTHORIZATION_FAILED,
-                error_message=msg,
-                entries=None,
-            )
-        elif info.api_key == ALTER_CLIENT_QUOTAS:
-            response = AlterClientQuotasResponse[v](
-                throttle_time_ms=0,
-                entries=[
-                    _entry_result(entry, CLUSTER_AUTHORIZATION_FAILED, msg) for entry in req.entries
-                ],
-            )
-        else:
-            response = IncrementalAlterConfigsResponse[v](
-                throttle_time_ms=0,
-                responses=[
-                    _resource_result(r, CLUSTER_AUTHORIZATION_FAILED, msg) for r in req.resources
-                ],
-            )
+        response = self._error_answer(info, req, CLUSTER_AUTHORIZATION_FAILED, msg, msg)
         self._admin_row(conn, info, "CLUSTER_AUTHORIZATION_FAILED", {"request": req.to_dict()})
         return encode_response(response, info.correlation_id)
+
+    @staticmethod
+    def _error_answer(
+        info: RequestInfo, req: Any, code: int, message: str | None, entry_message: str | None
+    ) -> Any:
+        """The request's `getErrorResponse`: one error for the whole request (Describe),
+        for every entry (AlterClientQuotas: `entry_message`), for every resource."""
+        v = info.api_version
+        if info.api_key == DESCRIBE_CLIENT_QUOTAS:
+            return DescribeClientQuotasResponse[v](
+                throttle_time_ms=0, error_code=code, error_message=message, entries=None
+            )
+        if info.api_key == ALTER_CLIENT_QUOTAS:
+            return AlterClientQuotasResponse[v](
+                throttle_time_ms=0,
+                entries=[_entry_result(entry, code, entry_message) for entry in req.entries],
+            )
+        return IncrementalAlterConfigsResponse[v](
+            throttle_time_ms=0,
+            responses=[_resource_result(r, code, message) for r in req.resources],
+        )
 
     # -- DescribeClientQuotas -------------------------------------------------------------------
     def _describe_client_quotas(self, conn: Connection, info: RequestInfo, req: Any) -> Any:

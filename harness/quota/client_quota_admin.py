@@ -20,6 +20,7 @@ __all__ = [
     "MATCH_SPECIFIED",
     "REQUEST_QUOTA_KEYS",
     "UNKNOWN_SERVER_ERROR",
+    "UNKNOWN_SERVER_ERROR_MESSAGE",
     "UNSUPPORTED_VERSION",
     "DescribeComponent",
     "enforced_ip_quotas",
@@ -31,6 +32,10 @@ __all__ = [
 INVALID_REQUEST = 42
 UNSUPPORTED_VERSION = 35
 UNKNOWN_SERVER_ERROR = -1
+#: `Errors.UNKNOWN_SERVER_ERROR.message()` (kafka-clients 4.3.1)
+UNKNOWN_SERVER_ERROR_MESSAGE = (
+    "The server experienced an unexpected error when processing the request."
+)
 
 USER = "user"
 CLIENT_ID = "client-id"

@@ -126,6 +126,8 @@ def _main() -> None:
         except FrameError as exc:
             # admin_error = an unexpected exception the handler's safety net caught: a bug
             assert exc.reason == "bad_frame", (exc.reason, str(exc))
+        # a handler failure answered UNKNOWN_SERVER_ERROR (as Kafka does): a bug too
+        assert not acceptor.admin.failures, acceptor.admin.failures
 
     fn = {"framing": framing, "proxy": proxy, "admin": admin}[target]
     atheris.Setup([sys.argv[0], *sys.argv[2:]], fn)

@@ -77,6 +77,8 @@ def handle(conn: ProtoConnection, frame: bytes) -> bytes | None:
     """The pump's steps for one frame; returns the local response or None (forwarded)."""
     info = parse_request_header(frame)
     out = conn.host.admin.maybe_handle(conn, frame, info)
+    # a handler failure is answered UNKNOWN_SERVER_ERROR (as Kafka): here it is a bug found
+    assert not conn.host.admin.failures, conn.host.admin.failures
     if out is None:
         return None
     assert isinstance(out, bytes)
@@ -457,3 +459,69 @@ def test_java_entity_string_is_hashmap_order() -> None:
     for entity in ({"user": "u", "client-id": None}, {"client-id": None, "user": "u"}):
         assert java_entity_string(entity) == "ClientQuotaEntity(entries={client-id=null, user=u})"
     assert java_entity_string({"ip": "localhost"}) == "ClientQuotaEntity(entries={ip=localhost})"
+
+
+@pytest.mark.parametrize("which", ["describe", "alter_quotas", "alter_configs"])
+def test_a_failing_handler_answers_unknown_server_error(
+    which: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kafka's handleError: a readable request whose handling throws gets the request's
+    error response (UNKNOWN_SERVER_ERROR; a message only on AlterClientQuotas' entries) and
+    the connection stays; the acceptor used to close it (`admin_error`)."""
+    from kafka.protocol.admin import (
+        AlterClientQuotasRequest,
+        AlterClientQuotasResponse,
+        DescribeClientQuotasRequest,
+        DescribeClientQuotasResponse,
+        IncrementalAlterConfigsResponse,
+    )
+
+    from harness.quota.client_quota_admin import UNKNOWN_SERVER_ERROR_MESSAGE
+
+    conn = new_connection()
+    admin = conn.host.admin
+
+    def boom(*_: Any) -> Any:
+        raise RuntimeError("a bug")
+
+    if which == "describe":
+        monkeypatch.setattr(admin, "_describe_client_quotas", boom)
+        req: Any = DescribeClientQuotasRequest[1](
+            components=[DescribeClientQuotasRequest[1].ComponentData(
+                entity_type="ip", match_type=1, match=None)],
+            strict=False,
+        )  # fmt: skip
+        resp_class: Any = DescribeClientQuotasResponse
+    elif which == "alter_quotas":
+        monkeypatch.setattr(admin, "_alter_client_quotas", boom)
+        A = AlterClientQuotasRequest[1]
+        req = A(
+            entries=[A.EntryData(
+                entity=[A.EntryData.EntityData(entity_type="ip", entity_name="127.0.0.9")],
+                ops=[A.EntryData.OpData(key="connection_creation_rate", value=5.0, remove=False)],
+            )],
+            validate_only=False,
+        )  # fmt: skip
+        resp_class = AlterClientQuotasResponse
+    else:
+        monkeypatch.setattr(admin, "_incremental_alter_configs", boom)
+        req = I[1](
+            resources=[I.AlterConfigsResource(resource_type=4, resource_name="", configs=[
+                I.AlterConfigsResource.AlterableConfig(
+                    name="max.connections", config_operation=0, value="5")])],
+            validate_only=False,
+        )  # fmt: skip
+        resp_class = IncrementalAlterConfigsResponse
+    info = parse_request_header(encode(req))
+    out = admin.maybe_handle(conn, encode(req), info)
+    assert out is not None and len(admin.failures) == 1
+    resp = resp_class.decode(out[4:], version=info.api_version, header=True)
+    d = resp.to_dict()
+    if which == "describe":
+        assert (d["error_code"], d["error_message"], d["entries"]) == (-1, None, None)
+    elif which == "alter_quotas":
+        assert [(e["error_code"], e["error_message"]) for e in d["entries"]] == [
+            (-1, UNKNOWN_SERVER_ERROR_MESSAGE)
+        ]
+    else:
+        assert [(r["error_code"], r["error_message"]) for r in d["responses"]] == [(-1, None)]
