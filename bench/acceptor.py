@@ -121,6 +121,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def schedstat(pid: int) -> tuple[int, int]:
+    """(ns on a CPU, ns runnable but waiting for one) of a process's main thread."""
+    fields = Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()
+    return int(fields[0]), int(fields[1])
+
+
 def net_counters() -> dict[str, int]:
     """The NET_COUNTERS of this network namespace (/proc/net/snmp and /proc/net/netstat)."""
     return parse_net_counters(
@@ -258,11 +264,13 @@ def trogdor_round(
     net0 = net_counters()
     acc0 = acceptor_accepted(t.metrics_url) if t.proc else accepted_total(broker_url)
     cpu0 = cpu_seconds(t.proc.pid) if t.proc else 0.0
+    sched0 = schedstat(t.proc.pid) if t.proc else (0, 0)
     trog = run_trogdor(
         cp, f"127.0.0.1:{t.port}", action, args.trogdor_seconds, args.trogdor_threads, None,
         work, None,
     )  # fmt: skip
     cpu1 = cpu_seconds(t.proc.pid) if t.proc else 0.0
+    sched1 = schedstat(t.proc.pid) if t.proc else (0, 0)
     acc1 = acceptor_accepted(t.metrics_url) if t.proc else accepted_total(broker_url)
     net1 = net_counters()
     seconds = args.trogdor_seconds
@@ -276,6 +284,9 @@ def trogdor_round(
         **{k: net1[k] - net0[k] for k in net1},
     }
     row["resets_sent"] = row["OutRsts"]
+    if t.proc:  # the event loop's thread over the load window: running / waiting for a CPU
+        row["loop_on_cpu_pct"] = round((sched1[0] - sched0[0]) / seconds / 1e7, 1)
+        row["loop_runq_wait_pct"] = round((sched1[1] - sched0[1]) / seconds / 1e7, 1)
     if acc0 is not None and acc1 is not None:
         row["accepted"] = acc1 - acc0
         row["conn_per_s"] = round((acc1 - acc0) / seconds, 1)
@@ -301,7 +312,9 @@ def trogdor_phase(
                     f"{row.get('conn_per_s', float('nan')):>7.0f} conn/s (server), "
                     f"Trogdor ok {row['trogdor_ok_per_s']:>6.0f}/s, overflows "
                     f"{row['ListenOverflows']}/{row['ListenDrops']} drops, resets sent "
-                    f"{row['resets_sent']}, CPU {row.get('cpu_ms_per_conn', '-')} ms/conn "
+                    f"{row['resets_sent']}, CPU {row.get('cpu_ms_per_conn', '-')} ms/conn, "
+                    f"loop on CPU {row.get('loop_on_cpu_pct', '-')} % / waiting for one "
+                    f"{row.get('loop_runq_wait_pct', '-')} % "
                     f"(load {row['load_avg']})"
                     + (f"  ERROR {row['error'][-200:]!r}" if "error" in row else "")
                 )
@@ -326,6 +339,10 @@ def summarize_trogdor(rows: list[dict[str, Any]], paths: list[str]) -> dict[str,
                 "resets_sent": sum(r["resets_sent"] for r in rs),
                 "abort_on_close": sum(r["TCPAbortOnClose"] for r in rs),
                 "cpu_ms_per_conn": statistics.median(cpu) if cpu else None,
+                **{
+                    key: statistics.median(r[key] for r in rs) if key in rs[0] else None
+                    for key in ("loop_on_cpu_pct", "loop_runq_wait_pct")
+                },
                 "load_avg": [r["load_avg"] for r in rs],
             }
         for p in paths:
@@ -545,7 +562,8 @@ def report(res: dict[str, Any], paths: list[str]) -> list[str]:
         lines.append(f"Trogdor ConnectionStress {action} (mean of rounds; sums for counters):")
         lines.append(
             f"  {'path':<9}{'conn/s':>8}{'ratio':>7}{'Trogdor ok/s':>14}{'ratio':>7}"
-            f"{'overflows':>11}{'drops':>7}{'resets':>8}{'CPU ms/conn':>13}  load"
+            f"{'overflows':>11}{'drops':>7}{'resets':>8}{'CPU ms/conn':>13}"
+            f"{'loop CPU%':>10}{'runq%':>7}  load"
         )
         for p in paths:
             s = per.get(p)
@@ -555,7 +573,9 @@ def report(res: dict[str, Any], paths: list[str]) -> list[str]:
                 f"  {p:<9}{s['conn_per_s'] or 0:>8.0f}{s.get('ratio', 1.0):>7.2f}"
                 f"{s['trogdor_ok_per_s']:>14.0f}{s.get('ratio_trogdor_ok', 1.0):>7.2f}"
                 f"{s['listen_overflows']:>11}{s['listen_drops']:>7}{s['resets_sent']:>8}"
-                f"{s['cpu_ms_per_conn'] or 0:>13.3f}  {s['load_avg']}"
+                f"{s['cpu_ms_per_conn'] or 0:>13.3f}"
+                f"{s['loop_on_cpu_pct'] or 0:>10.1f}{s['loop_runq_wait_pct'] or 0:>7.1f}"
+                f"  {s['load_avg']}"
             )
         for other in ("ref", "nohist"):
             if c := per.get(f"acceptor_vs_{other}"):
