@@ -17,15 +17,10 @@ from __future__ import annotations
 import argparse
 import socket
 import statistics
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 
-from harness.acceptor import start_in_thread
+from bench.sidebyside import add_target_arg, side_by_side
 from harness.acceptor.testing import api_versions_frame, close_times, raw, read_outcome
-from harness.broker import Broker, start_broker
 
 Address = tuple[str, int]
 LISTENERS = ("CLIENT", "REPLICATION")
@@ -36,40 +31,6 @@ def _props(clients: int) -> dict[str, str]:
         "max.connections": str(clients),
         "listener.name.replication.max.connections": "100",
     }
-
-
-@contextmanager
-def kafka(clients: int, _plain: Broker | None) -> Iterator[dict[str, Address]]:
-    b = start_broker(
-        launcher="local",
-        workdir=Path(tempfile.mkdtemp(prefix="evict-")),
-        properties=_props(clients),
-        listeners=LISTENERS,
-        inter_broker_listener="REPLICATION",
-    )
-    try:
-        yield {n: ("127.0.0.1", b.listener_ports[n]) for n in LISTENERS}
-    finally:
-        b.stop()
-
-
-@contextmanager
-def acceptor(clients: int, plain: Broker | None) -> Iterator[dict[str, Address]]:
-    assert plain is not None
-    h = start_in_thread(
-        {
-            "listeners": ",".join(f"{n}://127.0.0.1:0" for n in LISTENERS),
-            "inter.broker.listener.name": "REPLICATION",
-            "metrics.port": "-1",
-            **{f"listener.name.{n.lower()}.upstream": plain.bootstrap for n in LISTENERS},
-            **_props(clients),
-        },
-        run_id="eviction-pace",
-    )
-    try:
-        yield {n: h.address(n) for n in LISTENERS}
-    finally:
-        h.stop()
 
 
 def _answered(addr: Address, ip: str) -> socket.socket:
@@ -95,33 +56,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--clients", type=int, default=6)
-    ap.add_argument("--target", choices=("broker", "acceptor", "both"), default="both")
+    add_target_arg(ap)
     args = ap.parse_args()
-    targets = {"kafka": kafka, "acceptor": acceptor}
-    if args.target != "both":
-        targets = {k: v for k, v in targets.items() if (k == "kafka") == (args.target == "broker")}
-    plain = (
-        start_broker(launcher="local", workdir=Path(tempfile.mkdtemp(prefix="evict-plain-")))
-        if "acceptor" in targets
-        else None
-    )
-    try:
-        for name, target in targets.items():
+    with side_by_side(args.target) as targets:
+        for name, ends in targets(_props(args.clients), LISTENERS, "REPLICATION"):
             lasts = []
-            with target(args.clients, plain) as addrs:
-                for r in range(args.rounds):
-                    n, times = one_round(addrs, args.clients)
-                    lasts.append(times[-1] if times else float("nan"))
-                    print(
-                        f"[eviction-pace] {name} round {r + 1}: {n} of {args.clients} CLIENT "
-                        f"connections closed at {', '.join(f'{t * 1000:.0f}' for t in times)} ms",
-                        flush=True,
-                    )
+            for r in range(args.rounds):
+                n, times = one_round(ends.addresses, args.clients)
+                lasts.append(times[-1] if times else float("nan"))
+                print(
+                    f"[eviction-pace] {name} round {r + 1}: {n} of {args.clients} CLIENT "
+                    f"connections closed at {', '.join(f'{t * 1000:.0f}' for t in times)} ms",
+                    flush=True,
+                )
             median_ms = statistics.median(lasts) * 1000
             print(f"[eviction-pace] {name}: last close median {median_ms:.0f} ms", flush=True)
-    finally:
-        if plain is not None:
-            plain.stop()
     print("[eviction-pace] done (output above; nothing written)")
 
 

@@ -21,15 +21,11 @@ from __future__ import annotations
 
 import argparse
 import socket
-import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Callable
 
-from harness.acceptor import start_in_thread
+from bench.sidebyside import add_target_arg, side_by_side
 from harness.acceptor.testing import api_versions_frame
-from harness.broker import Broker, start_broker
 
 LISTENERS = ("CLIENT", "REPLICATION")
 Addresses = Callable[[str], tuple[str, int]]
@@ -41,47 +37,11 @@ def served(addr: tuple[str, int]) -> bool:
         return len(s.recv(4)) == 4
 
 
-def _broker(props: dict[str, str]) -> Broker:
-    return start_broker(
-        launcher="local",
-        workdir=Path(tempfile.mkdtemp(prefix="protected-rate-")),
-        properties=props,
-        listeners=LISTENERS,
-        inter_broker_listener="REPLICATION",
-    )
-
-
-@contextmanager
-def kafka(props: dict[str, str], _plain: Broker | None) -> Iterator[Addresses]:
-    broker = _broker(props)
-    try:
-        yield lambda listener: ("127.0.0.1", broker.listener_ports[listener])
-    finally:
-        broker.stop()
-
-
-@contextmanager
-def acceptor(props: dict[str, str], plain: Broker | None) -> Iterator[Addresses]:
-    assert plain is not None
-    cfg = {
-        "listeners": ",".join(f"{n}://127.0.0.1:0" for n in LISTENERS),
-        "inter.broker.listener.name": "REPLICATION",
-        "metrics.port": "-1",
-        **{f"listener.name.{n.lower()}.upstream": plain.bootstrap for n in LISTENERS},
-        **props,
-    }
-    handle = start_in_thread(cfg, run_id="protected-rate")
-    try:
-        yield handle.address
-    finally:
-        handle.stop()
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--connections", type=int, default=80)
     ap.add_argument("--rate", type=int, default=5)
-    ap.add_argument("--target", choices=("broker", "acceptor", "both"), default="broker")
+    add_target_arg(ap, default="broker")
     args = ap.parse_args()
     overrides = {
         "no listener rate": {},
@@ -89,30 +49,22 @@ def main() -> None:
             "listener.name.replication.max.connection.creation.rate": "100000"
         },
     }
-    targets = {"kafka": kafka, "acceptor": acceptor}
-    if args.target != "both":
-        targets = {k: v for k, v in targets.items() if (k == "kafka") == (args.target == "broker")}
-    plain = _broker({}) if "acceptor" in targets else None  # the acceptor's upstream
-    try:
+    with side_by_side(args.target) as targets:
         for label, extra in overrides.items():
             props = {"max.connection.creation.rate": str(args.rate), **extra}
-            for tname, target in targets.items():
-                with target(props, plain) as address:
-                    for listener in ("REPLICATION", "CLIENT"):
-                        addr = address(listener)
-                        t0 = time.monotonic()
-                        ok = sum(served(addr) for _ in range(args.connections))
-                        dt = time.monotonic() - t0
-                        print(
-                            f"[protected-rate] {tname}: {label}: {listener}: "
-                            f"{ok}/{args.connections} served in {dt:.2f} s ({ok / dt:.1f}/s)",
-                            flush=True,
-                        )
-                        # the window (11 × 1 s) ages out before the next listener is measured
-                        time.sleep(12)
-    finally:
-        if plain is not None:
-            plain.stop()
+            for tname, ends in targets(props, LISTENERS, "REPLICATION"):
+                for listener in ("REPLICATION", "CLIENT"):
+                    addr = ends.addresses[listener]
+                    t0 = time.monotonic()
+                    ok = sum(served(addr) for _ in range(args.connections))
+                    dt = time.monotonic() - t0
+                    print(
+                        f"[protected-rate] {tname}: {label}: {listener}: "
+                        f"{ok}/{args.connections} served in {dt:.2f} s ({ok / dt:.1f}/s)",
+                        flush=True,
+                    )
+                    # the window (11 × 1 s) ages out before the next listener is measured
+                    time.sleep(12)
     print("[protected-rate] done (output above; nothing written)")
 
 

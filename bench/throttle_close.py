@@ -20,17 +20,12 @@ from __future__ import annotations
 import argparse
 import socket
 import statistics
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from pathlib import Path
 
-from harness.acceptor import start_in_thread
+from bench.sidebyside import add_target_arg, side_by_side
 from harness.acceptor.testing import until_throttled
 from harness.admin.client import alter_ip_quota
-from harness.broker import Broker, start_broker
 
 Address = tuple[str, int]
 FLOOD_IP = "127.0.0.41"
@@ -47,76 +42,38 @@ def _other_traffic(addr: Address, stop: threading.Event) -> None:
         time.sleep(0.02)
 
 
-@contextmanager
-def kafka(_plain: Broker | None) -> Iterator[tuple[Address, str]]:
-    b = start_broker(launcher="local", workdir=Path(tempfile.mkdtemp(prefix="thr-close-")))
-    try:
-        yield (b.host, b.port), b.bootstrap
-    finally:
-        b.stop()
-
-
-@contextmanager
-def acceptor(plain: Broker | None) -> Iterator[tuple[Address, str]]:
-    assert plain is not None
-    h = start_in_thread(
-        {
-            "listeners": "CLIENT://127.0.0.1:0",
-            "listener.name.client.upstream": plain.bootstrap,
-            "metrics.port": "-1",
-        },
-        run_id="throttle-close",
-    )
-    try:
-        addr = h.address("CLIENT")
-        yield addr, f"{addr[0]}:{addr[1]}"
-    finally:
-        h.stop()
-
-
-def measure(
-    target: Callable[..., object], plain: Broker | None, rounds: int
-) -> dict[str, list[float]]:
+def measure(addr: Address, boot: str, rounds: int) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {"idle": [], "busy": []}
-    with target(plain) as (addr, boot):  # type: ignore[attr-defined]
-        alter_ip_quota(boot, None, 10)  # every address: 10/s (the other traffic is 1/s each)
-        time.sleep(1.0)
-        for r in range(rounds):
-            for m, mode in enumerate(("idle", "busy")):
-                ip = f"127.0.1.{10 + 2 * r + m}"
-                stop = threading.Event()
-                t = threading.Thread(target=_other_traffic, args=(addr, stop))
-                if mode == "busy":
-                    t.start()
-                n, dt, _how = until_throttled(addr, ip)
-                stop.set()
-                if mode == "busy":
-                    t.join(10)
-                print(
-                    f"[throttle-close] round {r + 1} {mode}: {n} answered, then one closed "
-                    f"unanswered after {dt * 1000:.0f} ms",
-                    flush=True,
-                )
-                out[mode].append(dt)
+    alter_ip_quota(boot, None, 10)  # every address: 10/s (the other traffic is 1/s each)
+    time.sleep(1.0)
+    for r in range(rounds):
+        for m, mode in enumerate(("idle", "busy")):
+            ip = f"127.0.1.{10 + 2 * r + m}"
+            stop = threading.Event()
+            t = threading.Thread(target=_other_traffic, args=(addr, stop))
+            if mode == "busy":
+                t.start()
+            n, dt, _how = until_throttled(addr, ip)
+            stop.set()
+            if mode == "busy":
+                t.join(10)
+            print(
+                f"[throttle-close] round {r + 1} {mode}: {n} answered, then one closed "
+                f"unanswered after {dt * 1000:.0f} ms",
+                flush=True,
+            )
+            out[mode].append(dt)
     return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--target", choices=("broker", "acceptor", "both"), default="both")
+    add_target_arg(ap)
     args = ap.parse_args()
-    targets = {"kafka": kafka, "acceptor": acceptor}
-    if args.target != "both":
-        targets = {k: v for k, v in targets.items() if (k == "kafka") == (args.target == "broker")}
-    plain = (
-        start_broker(launcher="local", workdir=Path(tempfile.mkdtemp(prefix="thr-plain-")))
-        if "acceptor" in targets
-        else None
-    )
-    try:
-        for name, target in targets.items():
-            res = measure(target, plain, args.rounds)
+    with side_by_side(args.target) as targets:
+        for name, ends in targets({}, ("CLIENT",), None):
+            res = measure(ends.addresses["CLIENT"], ends.admin, args.rounds)
             for mode, values in res.items():
                 med = statistics.median(values) * 1000 if values else float("nan")
                 print(
@@ -124,9 +81,6 @@ def main() -> None:
                     f"(all: {', '.join(f'{v * 1000:.0f}' for v in values)})",
                     flush=True,
                 )
-    finally:
-        if plain is not None:
-            plain.stop()
     print("[throttle-close] done (output above; nothing written)")
 
 
