@@ -212,8 +212,10 @@ class RequestLog:
 
     @property
     def live(self) -> bool:
-        """Whether the log seems to be written (fewer than `DEAD_AFTER_TIMEOUTS` holds in a
-        row ended with no line for any connection)."""
+        """Whether the log seems to be written: the file is open (it exists) and fewer than
+        `DEAD_AFTER_TIMEOUTS` holds in a row ended with no line for any connection."""
+        if self._fd is None and not self._open(at_end=False):
+            return False
         return self._timeouts_in_row < DEAD_AFTER_TIMEOUTS
 
     def should_hold(self, addr: str, cid: int) -> bool:

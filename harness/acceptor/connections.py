@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
@@ -95,6 +96,11 @@ class Connections:
         self.request_log: RequestLog | None = (
             RequestLog(log_path, hold_when=request_quotas.enabled) if log_path else None
         )
+        if log_path and not os.path.exists(log_path):
+            log(
+                f"{REQUEST_LOG_KEY}={log_path} does not exist (yet): requests are charged "
+                "the broker time the acceptor sees until it does"
+            )
 
     # -- ports.ProcessorHost ---------------------------------------------------------------
     def max_connections_exceeded(self, listener: str) -> bool:

@@ -165,6 +165,16 @@ def test_the_tail_keeps_only_registered_connections_and_follows_a_rollover(tmp_p
     log.close()
 
 
+def test_no_hold_while_the_file_does_not_exist(tmp_path: Path) -> None:
+    path = tmp_path / "request.log"
+    log = RequestLog(path)
+    log.register("127.0.0.1:9")
+    assert not log.live and not log.should_hold("127.0.0.1:9", 1)
+    _append(path, line(1, "127.0.0.1:9", "0.002"))  # the broker started writing it
+    assert log.live and log.ready("127.0.0.1:9", 1)
+    log.close()
+
+
 def test_a_hold_ends_when_the_line_comes_or_after_its_limit(tmp_path: Path) -> None:
     path = tmp_path / "request.log"
     path.touch()
