@@ -43,6 +43,7 @@ __all__ = [
     "RequestLog",
     "RequestLogParser",
     "kafka_address",
+    "network_estimate",
     "parse_line",
 ]
 
@@ -65,6 +66,7 @@ _HEADER = re.compile(
 _CONNECTION = b',"connection":"'
 _LOCAL_TIME = re.compile(rb'"localTimeMs":([-+0-9.eE]+)')
 _SEND_TIME = re.compile(rb'"sendTimeMs":([-+0-9.eE]+)')
+_TOTAL_TIME = re.compile(rb'"totalTimeMs":([-+0-9.eE]+)')
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +82,8 @@ class LoggedRequest:
     #: `sendTimeMs` in ns: response dequeued by the network thread -> its send completed,
     #: the acceptor's estimate of the network-thread time Kafka also records (unthrottled)
     send_ns: int = 0
+    #: `totalTimeMs` in ns: request read -> response sent
+    total_ns: int = 0
 
 
 def _ms_to_ns(text: bytes) -> int:
@@ -114,9 +118,11 @@ def parse_line(line: bytes) -> LoggedRequest | None:
     if end < 0 or len(parts) != 4 or header is None or local is None:
         return None
     send = _SEND_TIME.search(line, local.end())
+    total = _TOTAL_TIME.search(line, end, local.start())
     try:
         local_ns = _ms_to_ns(local.group(1))
         send_ns = _ms_to_ns(send.group(1)) if send is not None else 0
+        total_ns = _ms_to_ns(total.group(1)) if total is not None else 0
     except ValueError:
         return None
     return LoggedRequest(
@@ -125,7 +131,18 @@ def parse_line(line: bytes) -> LoggedRequest | None:
         api_key=int(header.group(1)),
         local_ns=local_ns,
         send_ns=send_ns,
+        total_ns=total_ns,
     )
+
+
+def network_estimate(logged: LoggedRequest, waited_ns: int) -> int:
+    """The network-thread time to record for a logged request: its `sendTimeMs`, but no more
+    than could have passed before the acceptor had the response (`waited_ns`, forward ->
+    response, holds everything the broker measured before the bytes left): the processor's
+    loop turn goes on after the write (completed receives of other channels, a pause), which
+    is neither network-thread time for this channel nor inside the acceptor's wait."""
+    before_send = logged.total_ns - logged.send_ns
+    return max(min(logged.send_ns, waited_ns - before_send), 0)
 
 
 class RequestLogParser:

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.acceptor import intake
+from harness.acceptor.broker_charge import network_estimate
 from harness.acceptor.inflight import RequestGate, expects_response
 from harness.acceptor.intake import close_reason, take_requests
 from harness.acceptor.recorder import ConnInfo
@@ -271,7 +272,8 @@ class Relay:
                     if logged is None:
                         self.gate.logged(None, 0, now - read_ns)
                     else:
-                        self.gate.logged(logged.local_ns, logged.send_ns, now - read_ns)
+                        network = network_estimate(logged, done.latency_ns)
+                        self.gate.logged(logged.local_ns, network, now - read_ns)
                 frame = self.host.request_done(self, done, now, frame)
                 answered = True
             out.extend(before)

@@ -14,6 +14,7 @@ from harness.acceptor.broker_charge import (
     RequestLog,
     RequestLogParser,
     kafka_address,
+    network_estimate,
     parse_line,
 )
 from harness.acceptor.inflight import RequestGate
@@ -52,7 +53,15 @@ def line(cid: int, remote: str, local_ms: str, send_ms: str = "0.01", client: st
 
 
 def test_a_real_line_gives_the_remote_the_correlation_id_and_the_handler_time() -> None:
-    assert parse_line(REAL) == LoggedRequest("127.0.0.1:57384", 1, 3, 7_831_000, 125_000)
+    assert parse_line(REAL) == LoggedRequest("127.0.0.1:57384", 1, 3, 7_831_000, 125_000, 8_626_000)
+
+
+def test_the_network_estimate_is_the_send_time_that_fits_before_the_response_came() -> None:
+    # total 1 ms, of which send 0.2 ms: 0.8 ms passed before the response was dequeued
+    logged = LoggedRequest("a:1", 1, 3, 100_000, 200_000, 1_000_000)
+    assert network_estimate(logged, 5_000_000) == 200_000  # a slow hop: all of it
+    assert network_estimate(logged, 900_000) == 100_000  # the rest came after the bytes left
+    assert network_estimate(logged, 700_000) == 0  # (clocks: never negative)
 
 
 @pytest.mark.parametrize(
@@ -67,7 +76,7 @@ def test_a_client_chosen_string_cannot_fake_the_connection_or_the_time() -> None
     # inside a JSON string quotes are escaped: the real top-level fields come last
     sneaky = 'x\\",\\"connection\\":\\"1.2.3.4:1-6.6.6.6:6-0-0\\",\\"localTimeMs\\":999'
     parsed = parse_line(line(9, "127.0.0.1:4000", "0.004", client=sneaky))
-    assert parsed == LoggedRequest("127.0.0.1:4000", 9, 18, 4000, 10_000)
+    assert parsed == LoggedRequest("127.0.0.1:4000", 9, 18, 4000, 10_000, 1_000_000)
 
 
 @pytest.mark.parametrize(
