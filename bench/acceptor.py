@@ -14,6 +14,9 @@ does not share the client's GIL. In one run, each phase alternating the paths ro
            accepted counter through it), Trogdor's own successful operations/s, the kernel's
            ListenOverflows/ListenDrops and resets sent (Tcp OutRsts, TcpExt TCPAbortOnClose/
            OnData) as deltas over the round, the acceptor's CPU per connection;
+  producebench  Kafka's own producer load (Trogdor ProduceBench: the Java producer, acks=1,
+           512 B values, pipelining as configured by default): unthrottled throughput in
+           alternating rounds, then p50/p99 at half of the slower path's throughput;
   accept   connect -> ApiVersions -> close from --threads Python threads; acceptor CPU per
            connection (utime+stime from /proc);
   produce  --records records of --record-size bytes, acks=1, batched;
@@ -60,11 +63,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.generator import _children, accepted_total, run_trogdor, trogdor_classpath
+from bench.generator import (
+    _children,
+    accepted_total,
+    exec_trogdor,
+    run_trogdor,
+    trogdor_classpath,
+)
 from harness.acceptor.testing import free_port, round_trip
 
 RESULTS = Path(__file__).resolve().parent / "results"
-PHASES = ("trogdor", "accept", "produce", "latency")
+PHASES = ("trogdor", "producebench", "accept", "produce", "latency")
 ACTIONS = ("CONNECT", "FETCH_METADATA")
 #: kernel TCP counters read around every Trogdor round: (file section, name)
 NET_COUNTERS = (
@@ -535,6 +544,72 @@ def produce_phase(targets: list[Target], args: argparse.Namespace, res: dict[str
             )
 
 
+def produce_bench(
+    cp: str, t: Target, rate: float, args: argparse.Namespace, work: Path, tag: str
+) -> dict[str, Any]:
+    """Trogdor's ProduceBench (acks=1, 512 B values) at `rate` messages/s for the round."""
+    seconds = args.trogdor_seconds
+    spec = {
+        "class": "org.apache.kafka.trogdor.workload.ProduceBenchSpec",
+        "startMs": 0,
+        "durationMs": int(seconds * 1000),
+        "producerNode": "node0",
+        "bootstrapServers": f"127.0.0.1:{t.port}",
+        "targetMessagesPerSec": int(rate),
+        "maxMessages": int(rate * seconds),
+        "producerConf": {"acks": "1"},
+        "activeTopics": {f"bench-pb-{t.name}": {"numPartitions": 1, "replicationFactor": 1}},
+        "inactiveTopics": {},
+    }
+    load = _load()
+    status, text, _ = exec_trogdor(cp, spec, f"pb-{t.name}-{tag}", work, seconds)
+    row: dict[str, Any] = {"path": t.name, "tag": tag, "target_per_s": rate, "load_avg": load}
+    row.update(status)
+    row["sent_per_s"] = status.get("totalSent", 0) / seconds
+    if not status:
+        row["error"] = text[-500:]
+    return row
+
+
+def producebench_phase(
+    cp: str, targets: list[Target], args: argparse.Namespace, work: Path, res: dict[str, Any]
+) -> None:
+    """Throughput (unthrottled) in alternating rounds, then latency at half the slower one."""
+    rows: list[dict[str, Any]] = []
+    for rnd, order in rotations(targets, args.rounds):
+        for t in order:
+            row = produce_bench(cp, t, 1_000_000, args, work, f"max{rnd + 1}")
+            rows.append(row)
+            _progress(
+                f"ProduceBench round {rnd + 1} {t.name:<8} {row['sent_per_s']:8.0f} msg/s "
+                f"(p99 {row.get('p99LatencyMs', '-')} ms, load {row['load_avg']})"
+                + (f"  ERROR {row['error'][-200:]!r}" if "error" in row else "")
+            )
+    best = {t.name: max(r["sent_per_s"] for r in rows if r["path"] == t.name) for t in targets}
+    half = min(best["direct"], best["acceptor"]) / 2
+    for t in targets:
+        row = produce_bench(cp, t, half, args, work, "half")
+        rows.append(row)
+        _progress(
+            f"ProduceBench at half load {half:.0f} msg/s {t.name:<8} sent {row['sent_per_s']:.0f}"
+            f"/s, p50 {row.get('p50LatencyMs', '-')} p99 {row.get('p99LatencyMs', '-')} ms "
+            f"(load {row['load_avg']})"
+        )
+    res["producebench_rounds"] = rows
+    res["producebench_best_per_s"] = best
+    res["producebench_half_load_per_s"] = half
+    if best["direct"]:
+        res["ratio_producebench_throughput"] = best["acceptor"] / best["direct"]
+    lat = {r["path"]: r for r in rows if r["tag"] == "half" and "p99LatencyMs" in r}
+    if "direct" in lat and "acceptor" in lat:
+        res["producebench_added_p50_ms"] = (
+            lat["acceptor"]["p50LatencyMs"] - lat["direct"]["p50LatencyMs"]
+        )
+        res["producebench_added_p99_ms"] = (
+            lat["acceptor"]["p99LatencyMs"] - lat["direct"]["p99LatencyMs"]
+        )
+
+
 def latency_phase(targets: list[Target], args: argparse.Namespace, res: dict[str, Any]) -> None:
     # "half load" for a steady unbatched (linger 0) producer: capped so that the Python
     # client itself is not the bottleneck being measured
@@ -588,7 +663,15 @@ def report(res: dict[str, Any], paths: list[str]) -> list[str]:
         lines.append("Goals (issue 14):")
         mark = {True: "MET ", False: "NOT ", None: "n/a "}
         lines += [f"  {mark[ok]} {name}" for name, ok in goals.items()]
-    for key in ("ratio_accept_rate", "ratio_throughput", "added_p50_ms", "added_p99_ms"):
+    for key in (
+        "ratio_producebench_throughput",
+        "producebench_added_p50_ms",
+        "producebench_added_p99_ms",
+        "ratio_accept_rate",
+        "ratio_throughput",
+        "added_p50_ms",
+        "added_p99_ms",
+    ):
         if key in res:
             lines.append(f"{key} = {res[key]:.3f}")
     if "ratio_accept_current_vs_ref" in res:
@@ -619,6 +702,15 @@ def goals(res: dict[str, Any]) -> dict[str, bool | None]:
         # "no resets where direct has none": n/a when direct's rounds sent resets too
         out[f"Trogdor {action} no resets (where direct has none)"] = (
             a["resets_sent"] == 0 if d["resets_sent"] == 0 else None
+        )
+    if "ratio_producebench_throughput" in res:
+        out["Trogdor ProduceBench throughput >= 0.95x direct"] = (
+            res["ratio_producebench_throughput"] >= 0.95
+        )
+    if "producebench_added_p99_ms" in res:
+        half = res["producebench_half_load_per_s"]
+        out[f"Trogdor ProduceBench added p99 <= 1 ms at half load ({half:.0f} msg/s)"] = (
+            res["producebench_added_p99_ms"] <= 1.0
         )
     if "ratio_throughput" in res:
         out["produce throughput >= 0.95x direct"] = res["ratio_throughput"] >= 0.95
@@ -683,7 +775,8 @@ def main(argv: list[str] | None = None) -> int:
     phases = ["accept"] if args.accept_only else [p for p in args.phases.split(",") if p]
     if unknown := set(phases) - set(PHASES):
         ap.error(f"--phases: unknown {sorted(unknown)}")
-    cp = trogdor_classpath(_progress) if "trogdor" in phases or args.profile else ""
+    trog = "trogdor" in phases or "producebench" in phases or args.profile
+    cp = trogdor_classpath(_progress) if trog else ""
     if args.netns == "auto":
         rc = reexec_in_netns(sys.argv[1:] if argv is None else argv)
         if rc is not None:
@@ -747,6 +840,8 @@ def main(argv: list[str] | None = None) -> int:
             rows = trogdor_phase(cp, targets, args, work, broker_url)
             res["trogdor_rounds"] = rows
             res["trogdor_summary"] = summarize_trogdor(rows, paths)
+        if "producebench" in phases:
+            producebench_phase(cp, targets, args, work, res)
         if "accept" in phases:
             accept_phase(targets, args, res)
             acc = res["accept_rate_acceptor"]

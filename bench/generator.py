@@ -39,6 +39,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -158,20 +159,22 @@ def trogdor_classpath(progress: Any = print) -> str:
     return f"{lib}/*:{version_dir() / 'lib'}/*"
 
 
-def run_trogdor(
+def exec_trogdor(
     classpath: str,
-    bootstrap: str,
-    action: str,
-    seconds: float,
-    threads: int,
-    metrics_url: str | None,
+    spec: dict[str, Any],
+    tag: str,
     workdir: Path,
-    broker_pid: int | None,
-) -> dict[str, Any]:
-    """One ConnectionStress task via ``Agent --exec``; CPU and broker count over its window."""
+    seconds: float,
+    mark: Callable[[int], Any] | None = None,
+) -> tuple[dict[str, Any], str, dict[str, tuple[float, Any]]]:
+    """Run one Trogdor task ``spec`` via ``Agent --exec``: (its final status, its output, marks).
+
+    ``marks`` holds ``(time.monotonic(), mark(agent_pid))`` when the task starts ("Waiting
+    for completion") and ends ("Task succeeded"/"Task failed"); the status is {} on failure.
+    """
     port = _free_port()
-    agent = workdir / f"agent-{action}.json"
-    spec = workdir / f"spec-{action}.json"
+    agent = workdir / f"agent-{tag}.json"
+    spec_file = workdir / f"spec-{tag}.json"
     agent.write_text(
         json.dumps(
             {
@@ -180,24 +183,11 @@ def run_trogdor(
             }
         )
     )
-    spec.write_text(
-        json.dumps(
-            {
-                "class": "org.apache.kafka.trogdor.workload.ConnectionStressSpec",
-                "startMs": 0,
-                "durationMs": int(seconds * 1000),
-                "clientNode": "node0",
-                "bootstrapServers": bootstrap,
-                "targetConnectionsPerSec": 1_000_000,
-                "numThreads": threads,
-                "action": action,
-            }
-        )
-    )
+    spec_file.write_text(json.dumps(spec))
     cmd = [str(find_java()), "-Xmx512m", "-cp", classpath, "org.apache.kafka.trogdor.agent.Agent"]
-    cmd += ["-c", str(agent), "-n", "node0", "-e", str(spec)]
+    cmd += ["-c", str(agent), "-n", "node0", "-e", str(spec_file)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    marks: dict[str, tuple[float, float, float | None, float]] = {}
+    marks: dict[str, tuple[float, Any]] = {}
     lines: list[str] = []
 
     def read() -> None:
@@ -212,12 +202,7 @@ def run_trogdor(
                 else None
             )
             if key and key not in marks:
-                marks[key] = (
-                    time.monotonic(),
-                    tree_cpu_s(proc.pid),
-                    accepted_total(metrics_url),
-                    tree_cpu_s(broker_pid) if broker_pid else 0.0,
-                )
+                marks[key] = (time.monotonic(), mark(proc.pid) if mark else None)
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
@@ -231,10 +216,43 @@ def run_trogdor(
     status: dict[str, Any] = {}
     if "Task succeeded with status" in text:
         blob = text.split("Task succeeded with status", 1)[1]
-        status = json.loads(blob[: blob.index("}") + 1])
+        status = json.JSONDecoder().raw_decode(blob[blob.index("{") :])[0]
+    return status, text, marks
+
+
+def run_trogdor(
+    classpath: str,
+    bootstrap: str,
+    action: str,
+    seconds: float,
+    threads: int,
+    metrics_url: str | None,
+    workdir: Path,
+    broker_pid: int | None,
+) -> dict[str, Any]:
+    """One ConnectionStress task via ``Agent --exec``; CPU and broker count over its window."""
+    spec = {
+        "class": "org.apache.kafka.trogdor.workload.ConnectionStressSpec",
+        "startMs": 0,
+        "durationMs": int(seconds * 1000),
+        "clientNode": "node0",
+        "bootstrapServers": bootstrap,
+        "targetConnectionsPerSec": 1_000_000,
+        "numThreads": threads,
+        "action": action,
+    }
+
+    def mark(pid: int) -> tuple[float, float | None, float]:
+        return (
+            tree_cpu_s(pid),
+            accepted_total(metrics_url),
+            tree_cpu_s(broker_pid) if broker_pid else 0.0,
+        )
+
+    status, text, marks = exec_trogdor(classpath, spec, action, workdir, seconds, mark)
     row: dict[str, Any] = {"tool": "trogdor", "action": action, "threads": threads, **status}
     if "start" in marks and "end" in marks:
-        (t0, c0, a0, b0), (t1, c1, a1, b1) = marks["start"], marks["end"]
+        (t0, (c0, a0, b0)), (t1, (c1, a1, b1)) = marks["start"], marks["end"]
         window = t1 - t0
         row["window_s"] = round(window, 2)
         row["cpu_pct"] = round(100 * (c1 - c0) / window, 1)
