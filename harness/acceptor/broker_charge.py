@@ -22,6 +22,11 @@ client's request. The line is written after the response's bytes were sent, so i
 the acceptor a little after the response does: `RequestLog.wait` holds the response until it
 does, at most `HOLD_MAX_S`.
 
+A response is held only when its charge could throttle it (`RequestQuotas.could_throttle`
+with the wall time as the upper bound of the charge: a bucket near its quota); otherwise it
+goes at once and the charge is recorded, unthrottled, when the line comes (`late` waits), as
+its throttle was 0 whatever the charge.
+
 `RequestLogParser` is sans-IO (bytes in, `LoggedRequest`s out); `RequestLog` tails the file
 (rolled over by log4j at a size: reopened when its inode changes) and is driven by the loop.
 """
@@ -193,7 +198,7 @@ class RequestLog:
         self,
         path: str | os.PathLike[str],
         *,
-        hold_when: Callable[[], bool] = lambda: True,
+        hold_when: Callable[[str, int, int], bool] = lambda client_id, api_key, ns: True,
         hold_max_s: float = HOLD_MAX_S,
         poll_s: float = POLL_S,
         clock: Callable[[], float] = time.monotonic,
@@ -207,12 +212,17 @@ class RequestLog:
         self._fd: int | None = None
         self._ino: int | None = None
         self._lines: dict[str, dict[int, LoggedRequest]] = {}
-        self._waiters: dict[tuple[str, int], tuple[float, Callable[[], None]]] = {}
+        #: (addr, cid) -> (deadline, resume, late): a held response, or a late charge
+        self._waiters: dict[tuple[str, int], tuple[float, Callable[[], None], bool]] = {}
+        #: ended connections whose late charges still wait for their lines
+        self._closing: set[str] = set()
         self._timer: asyncio.TimerHandle | None = None
         self._timeouts_in_row = 0
-        #: counters for the bench and the metrics: lines used, holds, holds that timed out
+        #: counters for the bench and the metrics: lines used, holds, late charges, waits
+        #: that timed out
         self.found = 0
         self.held = 0
+        self.late = 0
         self.timed_out = 0
 
     # -- connections -----------------------------------------------------------------------
@@ -223,9 +233,18 @@ class RequestLog:
         self._lines[addr] = {}
 
     def unregister(self, addr: str) -> None:
-        self._lines.pop(addr, None)
+        """The connection ended: its held responses are dropped; charges left for lines to
+        come are still made (the lines are read until they come or time out)."""
+        late = False
         for key in [k for k in self._waiters if k[0] == addr]:
-            del self._waiters[key]
+            if self._waiters[key][2]:
+                late = True
+            else:
+                del self._waiters[key]
+        if late:
+            self._closing.add(addr)
+        else:
+            self._lines.pop(addr, None)
 
     @property
     def live(self) -> bool:
@@ -235,10 +254,15 @@ class RequestLog:
             return False
         return self._timeouts_in_row < DEAD_AFTER_TIMEOUTS
 
-    def should_hold(self, addr: str, cid: int) -> bool:
-        """Whether the response to `cid` from `addr` waits for its line: the charge matters
-        (`hold_when`: a request quota exists), the log is live and the line is not read yet."""
-        return self.live and self._hold_when() and not self.ready(addr, cid)
+    def pending(self, addr: str, cid: int) -> bool:
+        """Whether the line of `cid` from `addr` is still to come from a live log."""
+        return not self.ready(addr, cid) and self.live
+
+    def should_hold(self, client_id: str, api_key: int, at_most_ns: int) -> bool:
+        """Whether a response whose line is pending waits for it: its charge (at most
+        `at_most_ns`) could throttle it (`hold_when`); if not, it goes at once and the charge
+        is recorded when the line comes (`wait` with the late charge)."""
+        return self._hold_when(client_id, api_key, at_most_ns)
 
     def take(self, addr: str, cid: int) -> LoggedRequest | None:
         """What the broker logged for request `cid` from `addr`, once."""
@@ -260,10 +284,14 @@ class RequestLog:
             self._read()
         return cid in lines
 
-    def wait(self, addr: str, cid: int, resume: Callable[[], None]) -> None:
-        """Call `resume()` once the line of `cid` from `addr` is read, or after `hold_max_s`."""
-        self.held += 1
-        self._waiters[(addr, cid)] = (self._clock() + self.hold_max_s, resume)
+    def wait(self, addr: str, cid: int, resume: Callable[[], None], *, late: bool = False) -> None:
+        """Call `resume()` once the line of `cid` from `addr` is read, or after `hold_max_s`:
+        a held response (`late` False) or a charge left for its line (`late`)."""
+        if late:
+            self.late += 1
+        else:
+            self.held += 1
+        self._waiters[(addr, cid)] = (self._clock() + self.hold_max_s, resume, late)
         if self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self.poll_s, self._poll)
 
@@ -282,7 +310,7 @@ class RequestLog:
         self._read()
         now = self._clock()
         due: list[Callable[[], None]] = []
-        for key, (deadline, resume) in list(self._waiters.items()):
+        for key, (deadline, resume, _late) in list(self._waiters.items()):
             addr, cid = key
             if cid in self._lines.get(addr, {}):
                 due.append(resume)
@@ -293,10 +321,17 @@ class RequestLog:
             else:
                 continue
             del self._waiters[key]
+        ended: list[str] = []
+        if self._closing:
+            waiting = {addr for addr, _ in self._waiters}
+            ended = [addr for addr in self._closing if addr not in waiting]
+            self._closing.difference_update(ended)
         if self._waiters:
             self._timer = asyncio.get_running_loop().call_later(self.poll_s, self._poll)
         for resume in due:
             resume()
+        for addr in ended:  # after the resumes took their lines
+            self._lines.pop(addr, None)
 
     def _open(self, at_end: bool) -> bool:
         try:

@@ -14,19 +14,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 from collections.abc import Callable, Coroutine
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from harness.acceptor.broker_charge import RequestLog
+from harness.acceptor.broker_charge import LoggedRequest, RequestLog, network_estimate
 from harness.acceptor.config import AcceptorConfig
 from harness.acceptor.forwarding import ProtoConnection
 from harness.acceptor.request_quotas import PRINCIPAL, with_throttle_time
 from harness.quota.connections import ConnectionQuotas
-from harness.quota.requests import RequestQuotas
+from harness.quota.requests import EXEMPT_API_KEYS, RequestQuotas
 
 if TYPE_CHECKING:
     from harness.acceptor.ports import Channel, ChannelSlot, Counts, LocalAnswers, NewConnection
-    from harness.acceptor.recorder import Recorder
+    from harness.acceptor.recorder import ConnInfo, Recorder
     from harness.acceptor.tracker import Completed
 
 
@@ -94,13 +96,20 @@ class Connections:
         #: acceptor sees (`upstream.request.log`; harness.acceptor.broker_charge)
         log_path = cfg.properties.get(REQUEST_LOG_KEY, "").strip()
         self.request_log: RequestLog | None = (
-            RequestLog(log_path, hold_when=request_quotas.enabled) if log_path else None
+            RequestLog(log_path, hold_when=self._could_throttle) if log_path else None
         )
         if log_path and not os.path.exists(log_path):
             log(
                 f"{REQUEST_LOG_KEY}={log_path} does not exist (yet): requests are charged "
                 "the broker time the acceptor sees until it does"
             )
+
+    def _could_throttle(self, client_id: str, api_key: int, at_most_ns: int) -> bool:
+        """Whether a charge of at most `at_most_ns` could throttle this client now."""
+        now_ms = time.monotonic_ns() // 1_000_000
+        return self._request_quotas.could_throttle(
+            PRINCIPAL, client_id, api_key, at_most_ns, now_ms
+        )
 
     # -- ports.ProcessorHost ---------------------------------------------------------------
     def max_connections_exceeded(self, listener: str) -> bool:
@@ -166,7 +175,19 @@ class Connections:
         gate = conn.gate
         charged_ns = gate.charged_ns(done.latency_ns)  # handler time, or no purgatory wait
         source = gate.charge_source
-        if sample == 1 or (sample > 1 and self._requests_seen % sample == 0):
+        sampled = sample == 1 or (sample > 1 and self._requests_seen % sample == 0)
+        if source == "late":  # no throttle whatever the charge: made when the line comes
+            gate.on_logged = partial(
+                self._late_charge,
+                conn.info,
+                conn.processor.index,
+                done,
+                now_ns,
+                charged_ns,
+                sampled,
+            )
+            return frame
+        if sampled:
             detail: str | dict[str, Any] | None = None if sample == 1 else self._sample_detail
             if charged_ns != done.latency_ns or source is not None:
                 detail = {"charged_ms": charged_ns / 1e6}
@@ -223,3 +244,55 @@ class Connections:
             },
         )
         return with_throttle_time(frame, done.api_key, done.api_version, throttle)
+
+    def _late_charge(
+        self,
+        info: ConnInfo,
+        processor: int,
+        done: Completed,
+        sent_ns: int,
+        wall_ns: int,
+        sampled: bool,
+        logged: LoggedRequest | None,
+    ) -> None:
+        """The charge of a response that could not be throttled, once its log line is read
+        (or not, in time: the wall charge): recorded without a check, as its throttle was 0
+        whatever the charge; its `request` row is written now, with the response's time."""
+        now_ns = time.monotonic_ns()
+        if logged is not None:
+            handler_ns = logged.local_ns
+            network_ns = network_estimate(logged, done.latency_ns)
+            source = "broker_log_late"
+        else:
+            handler_ns, network_ns, source = wall_ns, 0, "wall_late"
+        client_id = done.client_id or ""
+        self._request_quotas.record_no_throttle(
+            PRINCIPAL,
+            client_id,
+            handler_ns + network_ns,
+            now_ns // 1_000_000,
+            exempt=done.api_key in EXEMPT_API_KEYS,
+        )
+        if not sampled:
+            return
+        detail: dict[str, Any] = {
+            "charged_ms": handler_ns / 1e6,
+            "charge_source": source,
+            "late_ms": (now_ns - sent_ns) / 1e6,
+        }
+        if network_ns:
+            detail["network_ms"] = network_ns / 1e6
+        if self.cfg.request_sample > 1:
+            detail["sample"] = self.cfg.request_sample
+        self.rec.conn(
+            "request",
+            info,
+            sent_ns,
+            api_key=done.api_key,
+            client_id=done.client_id,
+            principal=PRINCIPAL,
+            latency_ms=done.latency_ns / 1e6,
+            bytes=done.request_bytes + done.response_bytes,
+            processor=processor,
+            detail=detail,
+        )

@@ -183,6 +183,7 @@ class ProtoConnection(Relay):
 
     def forward(self, frame: bytes) -> None:
         if self._ut is not None:
+            self.gate.forwarded_ns = time.monotonic_ns()
             self._ut.write(frame)
 
     def on_upstream_data(self, data: bytes) -> None:
@@ -200,11 +201,15 @@ class ProtoConnection(Relay):
             charges, addr = self.charges, self.upstream_addr
             if charges is not None and addr is not None:
                 cid = correlation_id_of_response(frames[0])
-                if charges.should_hold(addr, cid):
-                    self._held = frames
-                    self._held_since_ns = time.monotonic_ns()
-                    charges.wait(addr, cid, self._release_held)
-                    return
+                if charges.pending(addr, cid):
+                    gate = self.gate
+                    now = time.monotonic_ns()
+                    if charges.should_hold(gate.client_id, gate.api_key, now - gate.forwarded_ns):
+                        self._held = frames
+                        self._held_since_ns = now
+                        charges.wait(addr, cid, self._release_held)
+                        return
+                    gate.charge_later()  # it cannot throttle: charged when the line comes
             self._deliver(frames)
         except FrameError as exc:
             self.finish("upstream_" + exc.reason, detail={"error": str(exc)})

@@ -26,9 +26,14 @@ from __future__ import annotations
 
 import struct
 from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from harness.quota.mute import ChannelMute, MuteEvent
 from harness.wire.framing import FrameError
+
+if TYPE_CHECKING:
+    from harness.acceptor.broker_charge import LoggedRequest
 
 __all__ = ["RequestGate", "expects_response"]
 
@@ -123,12 +128,15 @@ class RequestGate:
 
     __slots__ = (
         "_allowance_ns",
+        "_frame",
         "_logged_ns",
         "_mute",
         "_queue",
         "charge_source",
+        "forwarded_ns",
         "held_ns",
         "network_ns",
+        "on_logged",
     )
 
     def __init__(self) -> None:
@@ -144,6 +152,12 @@ class RequestGate:
         self.held_ns = 0
         #: the broker's network-thread time estimate for it (recorded without a throttle)
         self.network_ns = 0
+        #: when it was forwarded (the adapter sets it)
+        self.forwarded_ns = 0
+        #: a charge left for the broker's log line (`charge_source` "late"): called with
+        #: what the log said (None: no line in time) once it is read
+        self.on_logged: Callable[[LoggedRequest | None], None] | None = None
+        self._frame = b""
 
     def __len__(self) -> int:
         """Frames (and a bad-frame error) read but not yet taken."""
@@ -177,7 +191,33 @@ class RequestGate:
             self.charge_source = None
             self.held_ns = 0
             self.network_ns = 0
+            self.on_logged = None
+            self._frame = item
         return item
+
+    @property
+    def api_key(self) -> int:
+        """The api key of the request in flight (-1 if unreadable)."""
+        try:
+            return int(struct.unpack_from(">h", self._frame, 4)[0])
+        except struct.error:
+            return -1
+
+    @property
+    def client_id(self) -> str:
+        """The client id of the request in flight ("" if null or unreadable)."""
+        try:
+            (length,) = struct.unpack_from(">h", self._frame, 12)
+        except struct.error:
+            return ""
+        raw = self._frame[14 : 14 + max(length, 0)]
+        return raw.decode("utf-8", "replace")
+
+    def charge_later(self) -> None:
+        """Its response goes out before the broker's log line is read: the charge cannot
+        throttle it (`RequestQuotas.could_throttle`) and is recorded when the line comes."""
+        self._logged_ns = None
+        self.charge_source = "late"
 
     def logged(self, handler_ns: int | None, network_ns: int = 0, held_ns: int = 0) -> None:
         """What the broker's request log said of the request in flight: its handler time

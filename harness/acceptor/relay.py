@@ -20,6 +20,7 @@ import socket
 import struct
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.acceptor import intake
@@ -31,7 +32,7 @@ from harness.acceptor.tracker import ResponseOrder
 from harness.wire.framing import FrameDecoder, FrameError, correlation_id_of_response
 
 if TYPE_CHECKING:
-    from harness.acceptor.broker_charge import RequestLog
+    from harness.acceptor.broker_charge import LoggedRequest, RequestLog
     from harness.acceptor.ports import ChannelSlot, ConnectionHost
 
 UPSTREAM_CONNECT_TIMEOUT_S = 10.0
@@ -41,6 +42,12 @@ LINGER_RST = struct.pack("ii", 1, 0)
 
 #: `Relay.step` outcomes for the request the gate released
 NEXT, WAIT, STOP = "next", "wait", "stop"
+
+
+def _charge_late(
+    charge: Callable[[LoggedRequest | None], None], log: RequestLog, addr: str, cid: int
+) -> None:
+    charge(log.take(addr, cid))
 
 
 class Closable(Protocol):
@@ -267,14 +274,21 @@ class Relay:
             cid = correlation_id_of_response(frame)
             before, done, after = self._order.response(cid, len(frame), read_ns)
             if done is not None:
-                if charges is not None and addr is not None:
+                gate = self.gate
+                if charges is not None and addr is not None and gate.charge_source != "late":
                     logged = charges.take(addr, cid)
                     if logged is None:
-                        self.gate.logged(None, 0, now - read_ns)
+                        gate.logged(None, 0, now - read_ns)
                     else:
                         network = network_estimate(logged, done.latency_ns)
-                        self.gate.logged(logged.local_ns, network, now - read_ns)
+                        gate.logged(logged.local_ns, network, now - read_ns)
                 frame = self.host.request_done(self, done, now, frame)
+                late = gate.on_logged  # the charge waits for the line (request_done set it)
+                if late is not None and charges is not None and addr is not None:
+                    gate.on_logged = None
+                    charges.wait(
+                        addr, cid, partial(_charge_late, late, charges, addr, cid), late=True
+                    )
                 answered = True
             out.extend(before)
             out.append(frame)

@@ -343,6 +343,30 @@ class RequestQuotas:
         request is charged."""
         return self._request.enabled
 
+    def could_throttle(
+        self, user: str, client_id: str, api_key: int, handler_ns: int, now_ms: int
+    ) -> bool:
+        """Whether charging at most `handler_ns` now could throttle (False: it surely cannot).
+
+        An upper bound of what `record_request` would find: the bucket's recorded sum plus
+        the charge over the shortest window `Rate` can have, `(samples - 1)` windows (it pads
+        to that), against its bound. Purges the meter at `now_ms`, as the record would.
+        """
+        if api_key in EXEMPT_API_KEYS or not self._request.enabled:
+            return False
+        manager = self._request
+        if self._f_swap_entity:  # SEEDED FAULT: principal and client id swapped
+            user, client_id = client_id, user
+        tags = manager.bucket(user, client_id)
+        bound = manager.limit(tags)
+        if bound >= UNLIMITED:
+            return False
+        meter = manager.meter(tags)
+        window_ms = meter.window_size(now_ms)
+        total = meter.measure(now_ms) * window_ms / 1000.0
+        shortest_ms = max((manager.samples - 1) * manager.window_ms, 1)
+        return (total + handler_ns * NANOS_TO_PERCENTAGE) / (shortest_ms / 1000.0) > bound
+
     def quota_for(self, user: str, client_id: str, key: str = "request_percentage") -> float:
         manager = self._managers[key]
         return manager.limit(manager.bucket(user, client_id))

@@ -174,28 +174,35 @@ def test_the_tail_keeps_only_registered_connections_and_follows_a_rollover(tmp_p
     log.close()
 
 
-def test_no_hold_while_the_file_does_not_exist(tmp_path: Path) -> None:
+def test_no_line_is_awaited_while_the_file_does_not_exist(tmp_path: Path) -> None:
     path = tmp_path / "request.log"
     log = RequestLog(path)
     log.register("127.0.0.1:9")
-    assert not log.live and not log.should_hold("127.0.0.1:9", 1)
+    assert not log.live and not log.pending("127.0.0.1:9", 1)
     _append(path, line(1, "127.0.0.1:9", "0.002"))  # the broker started writing it
     assert log.live and log.ready("127.0.0.1:9", 1)
     log.close()
 
 
-def test_a_hold_ends_when_the_line_comes_or_after_its_limit(tmp_path: Path) -> None:
+def test_a_wait_ends_when_the_line_comes_or_after_its_limit(tmp_path: Path) -> None:
     path = tmp_path / "request.log"
     path.touch()
     clock = _Clock()
-    quotas_on = [True]
-    log = RequestLog(path, hold_when=lambda: quotas_on[0], hold_max_s=0.02, poll_s=0, clock=clock)
+    asked: list[tuple[str, int, int]] = []
+
+    def near_quota(client_id: str, api_key: int, ns: int) -> bool:
+        asked.append((client_id, api_key, ns))
+        return ns > 1000
+
+    log = RequestLog(path, hold_when=near_quota, hold_max_s=0.02, poll_s=0, clock=clock)
     addr = "127.0.0.1:9"
     log.register(addr)
     resumed: list[int] = []
 
     async def scenario() -> None:
-        assert log.should_hold(addr, 1)
+        assert log.pending(addr, 1)
+        assert log.should_hold("c", 3, 5000) and not log.should_hold("c", 3, 10)
+        assert asked == [("c", 3, 5000), ("c", 3, 10)]
         log.wait(addr, 1, lambda: resumed.append(1))
         await asyncio.sleep(0.01)
         assert resumed == []  # still waiting, the clock has not moved
@@ -206,18 +213,45 @@ def test_a_hold_ends_when_the_line_comes_or_after_its_limit(tmp_path: Path) -> N
         assert got is not None and got.local_ns == 3000
         # a line that never comes: released at the limit, then charged wall time
         for cid in (2, 3, 4):
-            assert log.should_hold(addr, cid)
+            assert log.pending(addr, cid)
             log.wait(addr, cid, lambda c=cid: resumed.append(c))  # type: ignore[misc]
             await asyncio.sleep(0.005)
             clock.now += 0.021
             await asyncio.sleep(0.005)
             assert resumed[-1] == cid and log.take(addr, cid) is None
-        assert not log.live and not log.should_hold(addr, 5)  # three timeouts in a row
+        assert not log.live and not log.pending(addr, 5)  # three timeouts in a row
         _append(path, line(5, addr, "0.001"))
         assert log.take(addr, 5) is not None and log.live  # a line revives it
-        quotas_on[0] = False
-        assert not log.should_hold(addr, 6)  # no request quota: nothing to wait for
-        assert (log.held, log.timed_out, log.found) == (4, 3, 2)
+        # a late charge outlives its connection: its line is still read
+        log.wait(addr, 6, lambda: resumed.append(6), late=True)
+        log.wait(addr, 7, lambda: resumed.append(7))  # a held response: dropped
+        log.unregister(addr)
+        _append(path, line(6, addr, "0.004"))
+        await asyncio.sleep(0.01)
+        assert resumed[-1] == 6 and 7 not in resumed
+        assert log.take(addr, 6) is None  # forgotten once its late charge was resumed
+        assert (log.held, log.late, log.timed_out, log.found) == (5, 1, 3, 2)
 
     asyncio.run(scenario())
     log.close()
+
+
+def test_could_throttle_is_an_upper_bound_of_the_record() -> None:
+    from harness.quota.requests import RequestQuotas
+
+    q = RequestQuotas(11, 1)
+    assert not q.could_throttle("", "c", 3, 10**9, 0)  # no quota at all: nothing charged
+    q.set_quota(None, "c", "request_percentage", 10.0)  # 100 ms per second
+    assert not q.could_throttle("", "other", 3, 10**9, 0)  # no quota for this bucket
+    assert not q.could_throttle("", "c", 27, 10**9, 0)  # WriteTxnMarkers: exempt
+    # 10 % over the shortest window (10 of 11 samples): up to 1 s charged at once is fine
+    assert not q.could_throttle("", "c", 3, 999_000_000, 0)
+    assert q.could_throttle("", "c", 3, 1_001_000_000, 0)
+    now = 0
+    for _ in range(200):  # charges that never throttle while could_throttle says no
+        ns = 9_000_000
+        says = q.could_throttle("", "c", 3, ns, now)
+        charge = q.record_request("", "c", 3, ns, now)
+        assert says or charge.throttle_ms == 0
+        now += 37
+    assert says  # and near the quota it says it could
