@@ -18,6 +18,16 @@ if TYPE_CHECKING:
 MS = 1_000_000
 
 
+def detail_col(source: str, event: str, key: str) -> Column:
+    """`detail.<key>` of that event's rows, the key checked against the event's one
+    definition (`harness.history.events`): a key renamed on one side fails here."""
+    from pyspark.sql import functions as F
+
+    from harness.history.events import event as definition
+
+    return F.get_json_object("detail", f"$.{definition(source, event).key(key)}")
+
+
 def acceptor_conns(run: Run) -> DataFrame:
     def build() -> DataFrame:
         from pyspark import StorageLevel
@@ -33,23 +43,22 @@ def acceptor_conns(run: Run) -> DataFrame:
         def on(event: str, value: Column) -> Column:
             return F.when(F.col("event") == event, value)
 
-        def detail(key: str) -> Column:
-            return F.get_json_object("detail", f"$.{key}")
+        def detail(event: str, key: str) -> Column:
+            return detail_col("acceptor", event, key)
 
         # the few `detail` fields a connection needs, parsed once on their own rows before
         # the grouping, so the raw JSON never travels through the shuffle
         a = a.select(
             "conn_id", "event", "mono_ns", "ts", "listener", "client_ip", "client_port",
             "reason", "delay_ms",
-            on("delay", F.coalesce(  # the acceptor writes broker_delay_ms; older rows broker_ms
-                detail("broker_delay_ms"), detail("broker_ms")
-            ).cast("double")).alias("broker_delay_ms"),
-            on("throttle_close", detail("throttle_start_mono_ns").cast("long")).alias(
-                "throttle_start_mono_ns"
+            on("delay", detail("delay", "broker_delay_ms").cast("double")).alias(
+                "broker_delay_ms"
             ),
-            on("throttle_close", detail("closed_by")).alias("closed_by"),
-            on("register", detail("queue_depth").cast("int")).alias("queue_depth"),
-            on("accept", detail("protected").cast("boolean")).alias("protected"),
+            on("throttle_close", detail("throttle_close", "throttle_start_mono_ns").cast("long")
+               ).alias("throttle_start_mono_ns"),
+            on("throttle_close", detail("throttle_close", "closed_by")).alias("closed_by"),
+            on("register", detail("register", "queue_depth").cast("int")).alias("queue_depth"),
+            on("accept", detail("accept", "protected").cast("boolean")).alias("protected"),
         )  # fmt: skip
 
         def at(event: str, col: str = "mono_ns") -> Column:
@@ -108,9 +117,9 @@ def client_conns(run: Run) -> DataFrame:
             "latency_ms",
             F.when(
                 F.col("event").isin("connect_invoke", "connect_fail"),
-                F.get_json_object("detail", "$.profile"),
+                detail_col("client", "connect_invoke", "profile"),
             ).alias("profile"),
-            F.when(F.col("event") == "closed", F.get_json_object("detail", "$.outcome")).alias(
+            F.when(F.col("event") == "closed", detail_col("client", "closed", "outcome")).alias(
                 "outcome"
             ),
         )  # fmt: skip

@@ -46,6 +46,7 @@ from analysis.checks.kafka_bounds import (
     rate_span_bound,
     sure_counts,
 )
+from analysis.frames import detail_col
 from analysis.model import INT_MAX
 
 if TYPE_CHECKING:
@@ -563,7 +564,7 @@ def check_request_throttle(run: Run) -> CheckResult:
             "client_port",
             "listener",
             "api_key",
-            F.get_json_object("detail", "$.throttle_time_ms").cast("double").alias("thr"),
+            detail_col("client", "request_ok", "throttle_time_ms").cast("double").alias("thr"),
         )
         .where(F.col("thr").isNotNull() & (F.col("thr") > 0))
         .collect()

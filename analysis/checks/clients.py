@@ -29,7 +29,7 @@ from analysis.checks.base import (
     not_exercised,
     witness,
 )
-from analysis.frames import acceptor_conns, client_conns, match_attempts
+from analysis.frames import acceptor_conns, client_conns, detail_col, match_attempts
 from analysis.model import INT_MAX
 
 if TYPE_CHECKING:
@@ -192,9 +192,9 @@ def offered_stats(run: Run) -> dict[str, Any]:
         from pyspark.sql import functions as F
 
         c = run.events("connect_invoke", "connect_fail", source="client")
-        intended_col = F.get_json_object("detail", "$.intended_mono_ns").cast("long")
+        intended_col = detail_col("client", "connect_invoke", "intended_mono_ns").cast("long")
         c = c.withColumn("intended", intended_col).withColumn(
-            "profile", F.get_json_object("detail", "$.profile")
+            "profile", detail_col("client", "connect_fail", "profile")
         )
         not_offered = (F.col("event") == "connect_fail") & (F.col("reason") == "not_offered")
         rated = [p for p in phases(run) if float(p.get("intended_rate") or 0) > 0]
@@ -292,7 +292,7 @@ def check_fairness(run: Run) -> CheckResult:
     # Steady victims are real kafka-python clients that own their connections, so their
     # request rows carry detail.profile rather than a connection of ours to join on.
     all_req = run.events("request_ok", source="client").withColumn(
-        "req_profile", F.get_json_object(F.col("detail"), "$.profile")
+        "req_profile", detail_col("client", "request_ok", "profile")
     )
     by_detail = all_req.where(F.col("req_profile") == "steady").select("mono_ns", "latency_ms")
     by_conn = (

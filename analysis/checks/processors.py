@@ -21,7 +21,7 @@ from analysis.checks.base import (
     nothing_judged,
     witness,
 )
-from analysis.frames import MS, acceptor_conns, client_conns, match_attempts
+from analysis.frames import MS, acceptor_conns, client_conns, detail_col, match_attempts
 
 if TYPE_CHECKING:
     from analysis.load import Run
@@ -44,8 +44,8 @@ def check_queue_depth(run: Run) -> CheckResult:
     name = "processor_queue_depth"
     regs = run.events("register", source="acceptor").select(
         "conn_id", "client_ip", "client_port", "listener", "processor", "mono_ns", "ts",
-        F.get_json_object("detail", "$.queue_depth").cast("int").alias("queue_depth"),
-        F.get_json_object("detail", "$.in_iteration").cast("int").alias("in_iteration"),
+        detail_col("acceptor", "register", "queue_depth").cast("int").alias("queue_depth"),
+        detail_col("acceptor", "register", "in_iteration").cast("int").alias("in_iteration"),
     )  # fmt: skip
     at_bound = (F.col("queue_depth") >= QUEUE_SIZE) | (F.col("in_iteration") >= QUEUE_SIZE)
     over = (F.col("queue_depth") > QUEUE_SIZE) | (F.col("in_iteration") > QUEUE_SIZE)

@@ -33,6 +33,7 @@ from analysis.checks.base import (
     witness,
 )
 from analysis.checks.requests import EXEMPT_API_KEYS, NOT_SERVED_BY_A_BROKER
+from analysis.frames import detail_col
 from analysis.model import RateMeter, java_round
 
 if TYPE_CHECKING:
@@ -122,7 +123,6 @@ def _charged_ms(r: Any) -> float:
 
 
 def check_request_model(run: Run) -> CheckResult:
-    from pyspark.sql import functions as F
 
     versions = [
         (start, _entities(raw))
@@ -135,8 +135,8 @@ def check_request_model(run: Run) -> CheckResult:
         req.select(
             "conn_id", "client_ip", "client_port", "listener", "mono_ns", "ts", "seq",
             "api_key", "client_id", "principal", "latency_ms",
-            F.get_json_object("detail", "$.sample").cast("int").alias("sample"),
-            F.get_json_object("detail", "$.charged_ms").cast("double").alias("charged_ms"),
+            detail_col("acceptor", "request", "sample").cast("int").alias("sample"),
+            detail_col("acceptor", "request", "charged_ms").cast("double").alias("charged_ms"),
         )
         .orderBy("mono_ns", "seq")
         .collect()

@@ -8,6 +8,9 @@ nothing else meanwhile, reference §0.3): with d the recorded rate delay,
   was unavailable (listener count ≥ its max, or, off the protected listener, the total
   ≥ max.connections) and t1 ≤ the first instant a slot was free again + slack. A slot
   wait while slots were free, or longer than the release that freed one, is a witness.
+  A slot that another listener's admission took within the slack (the protected listener
+  admits past the total; on Kafka its acceptor thread races the waiter) was not free
+  for this waiter.
   The only other excuse is a stall of the acceptor's own event loop, and only one its
   heartbeat measured (`loop_lag` rows, harness.acceptor.heartbeat: a 10 ms timer whose
   lateness > 5 ms is written down): each stall row is credited from its tick's due time
@@ -61,7 +64,7 @@ from analysis.checks.base import (
     nothing_judged,
     witness,
 )
-from analysis.frames import MS, acceptor_conns
+from analysis.frames import MS, acceptor_conns, detail_col
 from analysis.model import INT_MAX
 
 if TYPE_CHECKING:
@@ -195,8 +198,19 @@ def check_admission_wait(run: Run) -> CheckResult:
                     if nxt is None or nxt > r["t1_ns"]:
                         break
                     if _slot_free(run, counts, lst, nxt):
-                        free_at = nxt
-                        break
+                        # taken within the slack by another listener's admission (a
+                        # protected one may run first; on Kafka its own acceptor thread
+                        # races the waiter): that slot was never this waiter's to miss
+                        after = counts.next_change(nxt)
+                        taken = (
+                            after is not None
+                            and after < r["t1_ns"]
+                            and after - nxt <= slack * MS
+                            and not _slot_free(run, counts, lst, after)
+                        )
+                        if not taken:
+                            free_at = nxt
+                            break
                     t = nxt
                 if free_at is not None and r["t1_ns"] > free_at + slack * MS:
                     why = (
@@ -277,7 +291,7 @@ def _slot_blocks_while_free(run: Run, slack: float) -> tuple[int, list[dict[str,
             "ts",
             "reason",
             "delay_ms",
-            F.get_json_object("detail", "$.start_mono_ns").cast("long").alias("start_ns"),
+            detail_col("acceptor", "blocked", "start_mono_ns").cast("long").alias("start_ns"),
         )
         .orderBy("mono_ns")
         .collect()
@@ -348,7 +362,6 @@ def _heartbeat_stalls(run: Run) -> tuple[list[tuple[int, int]] | None, dict[str,
     cover. Older acceptors wrote no heartbeat (no `start` row): None, and the caller falls
     back to stalls inferred from gaps in the rows.
     """
-    from pyspark.sql import functions as F
 
     rows = (
         run.events("loop_lag", source="acceptor")
@@ -356,8 +369,8 @@ def _heartbeat_stalls(run: Run) -> tuple[list[tuple[int, int]] | None, dict[str,
             "mono_ns",
             "reason",
             "delay_ms",
-            F.get_json_object("detail", "$.period_ms").cast("double").alias("period_ms"),
-            F.get_json_object("detail", "$.threshold_ms").cast("double").alias("threshold_ms"),
+            detail_col("acceptor", "loop_lag", "period_ms").cast("double").alias("period_ms"),
+            detail_col("acceptor", "loop_lag", "threshold_ms").cast("double").alias("threshold_ms"),
         )
         .collect()
     )
@@ -483,9 +496,12 @@ def check_eviction(run: Run) -> CheckResult:
         .select("conn_id", "mono_ns", "latency_ms")
         .collect()
     ):
-        # the response's arrival (mono_ns) is the later of receive (mono_ns − latency) and
-        # response: both refresh the LRU order
+        # both the request's receive (mono_ns − latency) and the response (mono_ns) refresh
+        # the LRU order; a request read before an eviction and answered after it counts
+        # from its receive (a long-poll fetch in flight is recent use, as on Kafka)
         activity[r["conn_id"]].append(int(r["mono_ns"]))
+        if r["latency_ms"] is not None:
+            activity[r["conn_id"]].append(int(r["mono_ns"] - float(r["latency_ms"]) * MS))
     for v in activity.values():
         v.sort()
 

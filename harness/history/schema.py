@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from harness.history.events import BY_SOURCE
+
 SCHEMA = pa.schema(
     [
         pa.field("run_id", pa.string()),
@@ -40,46 +42,5 @@ COLUMNS: tuple[str, ...] = tuple(SCHEMA.names)
 
 SOURCES = ("client", "acceptor", "harness")
 
-EVENTS: dict[str, frozenset[str]] = {
-    "client": frozenset(
-        {
-            "connect_invoke",
-            "connect_ok",
-            "connect_fail",
-            "ready",
-            "request_ok",
-            "request_fail",
-            "closed",
-        }
-    ),
-    "acceptor": frozenset(
-        {
-            "accept",
-            "delay",
-            "admit",
-            "register",
-            "reject",
-            "throttle_close",
-            "evict",
-            "close",
-            "blocked",
-            "request",
-            "request_throttle",
-            "admin",
-            "loop_lag",  # the acceptor's heartbeat: its event loop ran late (a measured stall)
-            "processor_stall",  # a test-scheduled processor stall began / ended
-        }
-    ),
-    "harness": frozenset(
-        {
-            "config",
-            "phase_start",
-            "phase_end",
-            "fault_start",
-            "fault_end",
-            "run_start",
-            "run_end",
-            "kafka_metrics",  # a scrape of Kafka's (or the acceptor's) Prometheus metrics
-        }
-    ),
-}
+#: event names per source, from the one definition of each (harness.history.events)
+EVENTS: dict[str, frozenset[str]] = {src: frozenset(BY_SOURCE[src]) for src in SOURCES}

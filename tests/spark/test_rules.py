@@ -531,8 +531,16 @@ def _throttled_rows(close_after_end_ms: float, other: tuple[float, float] | None
         (549.0, (600.0, 900.0), "pass"),
         (551.0, (600.0, 900.0), "fail"),
     ],
-    ids=["idle-in", "idle-late", "turn-in", "turn-late", "busy-in", "busy-late",
-         "timeout-first-in", "timeout-first-late"],  # fmt: skip
+    ids=[
+        "idle-in",
+        "idle-late",
+        "turn-in",
+        "turn-late",
+        "busy-in",
+        "busy-late",
+        "timeout-first-in",
+        "timeout-first-late",
+    ],
 )
 def test_a_throttled_socket_closes_at_the_acceptor_loops_first_turn_past_its_end(
     spark: Any,
@@ -592,3 +600,73 @@ def test_an_excess_of_two_is_shed_one_per_processor_turn(
     assert r.verdict == verdict, (r.observed, r.witnesses)
     if verdict == "fail":
         assert any("without an eviction" in w["why"] for w in r.witnesses), r.witnesses
+
+
+@pytest.mark.parametrize(
+    "taken_after_ms, verdict",
+    [(49.0, "pass"), (51.0, "fail")],
+    ids=["taken-within-slack", "free-past-slack"],
+)
+def test_a_slot_another_listener_took_at_once_was_not_free_for_the_waiter(
+    spark: Any, tmp_path: Path, taken_after_ms: float, verdict: str
+) -> None:
+    """CLIENT waits for a slot (max.connections 2: one CLIENT and one protected INTERNAL
+    connection held); 500 ms in, the INTERNAL one closes and another INTERNAL connection
+    is admitted `taken_after_ms` later; the waiter is admitted only when the CLIENT one
+    closes, 1.5 s in. Taken within the 50 ms slack: that slot was never the waiter's.
+    Free longer: a witness."""
+    limits = {**TWO, "max.connections": 2}
+    rows = [cfg(T0 - MS, limits)]
+    rows += conn(10, T0, close_after=S + 1500 * MS)  # CLIENT, closes at T0 + 2.5 s
+    rows += conn(20, T0 + 2 * MS, listener="internal", ip="127.0.0.3",
+                 close_after=S + 500 * MS - 2 * MS)  # fmt: skip
+    t = T0 + S  # the waiter: accepted at t, admitted when c-10 closes (t + 1.5 s)
+    rows += conn(21, t + 500 * MS + int(taken_after_ms * MS) - 100_000, listener="internal",
+                 ip="127.0.0.4", close_after=None)  # fmt: skip
+    rows += conn(1, t, admit_after=1500 * MS + 200_000)
+    run_dir = write_rows(tmp_path / "race", rows, {"run_id": "race", "target": "acceptor"})
+    r = results(spark, run_dir, "admission_wait_explained")["admission_wait_explained"]
+    assert r.verdict == verdict, (r.observed, r.witnesses)
+    if verdict == "fail":
+        assert "slot freed" in r.witnesses[0]["why"], r.witnesses
+
+
+@pytest.mark.parametrize(
+    "in_flight, verdict", [(True, "pass"), (False, "fail")], ids=["fetch-in-flight", "idle"]
+)
+def test_a_request_in_flight_at_an_eviction_is_recent_use(
+    spark: Any, tmp_path: Path, in_flight: bool, verdict: str
+) -> None:
+    """c-0 was answered 100 ms before the eviction; c-1's last answer was 200 ms before
+    it, but (in_flight) it sent a fetch 30 ms before the eviction, answered 300 ms after:
+    on Kafka that read made c-1 the more recently used, so evicting c-0 is the LRU."""
+    rows = [cfg(T0 - MS, TWO)]
+    for i in (0, 1):
+        c = conn(i, T0 + i * MS)
+        for r in c:
+            r["processor"] = 0
+        rows += c
+    ev = T0 + 3 * S
+
+    def req(cid: str, port: int, answered: int, latency_ms: float) -> dict[str, Any]:
+        return {"source": "acceptor", "event": "request", "mono_ns": answered, "conn_id": cid,
+                "listener": "client", "ip": "127.0.0.10", "port": port,
+                "latency_ms": latency_ms, "api_key": 1, "processor": 0}  # fmt: skip
+
+    rows.append(req("c-0", 4000, ev - 100 * MS, 1.0))
+    rows.append(req("c-1", 4001, ev - 200 * MS, 1.0))
+    if in_flight:
+        rows.append(req("c-1", 4001, ev + 300 * MS, 330.0))  # read at ev − 30 ms
+    rows += conn(5, ev - 5 * MS, listener="internal", ip="127.0.0.3")  # total 3 > 2
+    common = {"conn_id": "c-0", "listener": "client", "ip": "127.0.0.10", "port": 4000,
+              "processor": 0}  # fmt: skip
+    rows += [
+        {"source": "acceptor", "event": e, "mono_ns": ev, "reason": "max_connections", **common}
+        for e in ("evict", "close")
+    ]
+    rows.append({"source": "harness", "event": "phase_end", "mono_ns": T0 + 5 * S})
+    run_dir = write_rows(tmp_path / "lru", rows, {"run_id": "lru", "target": "acceptor"})
+    r = results(spark, run_dir, "eviction_rule")["eviction_rule"]
+    assert r.verdict == verdict, (r.observed, r.witnesses)
+    if verdict == "fail":
+        assert any("not the LRU" in w["why"] for w in r.witnesses), r.witnesses

@@ -1,0 +1,161 @@
+"""Every history event, once: its source, the columns it fills and the `detail` keys it
+may carry. Writers name their rows by these; `analysis/` reads `detail` keys through
+`Event.key`, so a key one side renames fails at import or in a test, not as a silent
+null in a verdict. `harness.history.schema.EVENTS` is derived from here, and
+`conformance` checks written rows against it (docs/history.md says what each means).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ALL", "BY_SOURCE", "OPEN", "Event", "conformance", "event"]
+
+#: columns every row has (not listed per event)
+COMMON = frozenset({"run_id", "source", "seq", "ts", "mono_ns", "event", "detail"})
+#: a connection's identity, on every per-connection row of the acceptor and the client
+CONN = frozenset({"conn_id", "listener", "client_ip", "client_port", "sock_ip", "sock_port"})
+#: `detail` may carry any key (a config row: every limit under its Kafka key)
+OPEN: frozenset[str] = frozenset({"*"})
+
+
+@dataclass(frozen=True)
+class Event:
+    source: str
+    name: str
+    columns: frozenset[str]
+    detail: frozenset[str]
+    doc: str
+
+    def key(self, key: str) -> str:
+        """A `detail` key of this event, for readers: raises if the event has no such key."""
+        if self.detail is not OPEN and key not in self.detail:
+            raise KeyError(f"{self.source} event {self.name!r} has no detail key {key!r}")
+        return key
+
+
+def _ev(source: str, name: str, columns: Iterable[str], detail: Iterable[str], doc: str) -> Event:
+    return Event(source, name, frozenset(columns), frozenset(detail), doc)
+
+
+def _a(name: str, columns: Iterable[str], detail: Iterable[str], doc: str) -> Event:
+    return _ev("acceptor", name, columns, detail, doc)
+
+
+def _c(name: str, columns: Iterable[str], detail: Iterable[str], doc: str) -> Event:
+    return _ev("client", name, {*CONN, "client_id", *columns}, detail, doc)
+
+
+def _h(name: str, columns: Iterable[str], detail: Iterable[str], doc: str) -> Event:
+    return _ev("harness", name, columns, detail, doc)
+
+
+_REQUEST = {"api_key", "client_id", "principal"}
+_CHARGE = {"charged_ms", "charge_source", "network_ms", "held_ms"}
+
+ALL: tuple[Event, ...] = (
+    # -- the acceptor (the enforcer) ------------------------------------------------------
+    _a("accept", CONN, {"protected", "tcp_accept_mono_ns", "proxy_header"},
+       "socket taken (and its PROXY header read); the rate step runs now (Kafka's t0)"),
+    _a("delay", {*CONN, "delay_ms", "reason"}, {"broker_delay_ms", "listener_delay_ms"},
+       "the rate step asked for a delay"),
+    _a("blocked", {"listener", "delay_ms", "reason"}, {"start_mono_ns"},
+       "the listener's acceptor was blocked (rate, slot, rate+slot, queue_full)"),
+    _a("admit", {*CONN, "delay_ms"}, set(), "counted (Kafka's t1 of the IP step)"),
+    _a("register", {*CONN, "processor", "delay_ms"},
+       {"queue_depth", "iteration", "in_iteration"}, "a processor started serving it"),
+    _a("reject", {*CONN, "reason"}, {"count", "max"}, "per-IP count: closed at once"),
+    _a("throttle_close", {*CONN, "delay_ms", "reason"},
+       {"throttle_start_mono_ns", "end_ms", "closed_by"},
+       "per-IP rate: the parked socket was closed"),
+    _a("evict", {*CONN, "processor", "reason"}, set(), "LRU channel shed over max.connections"),
+    _a("close", {*CONN, "processor", "reason", "bytes"},
+       {"bytes_in", "bytes_out", "requests", "duration_ms", "error", "unanswered", "counted",
+        "tcp_accept_mono_ns", "registered", "frame_bytes", "api_key", "limit"},
+       "a connection ended"),
+    _a("request", {*CONN, "processor", *_REQUEST, "latency_ms", "bytes"},
+       {"sample", *_CHARGE}, "one request answered"),
+    _a("request_throttle", {*CONN, "processor", *_REQUEST, "delay_ms"},
+       {"bucket", "quota", "rate", "broker_time_ms", *_CHARGE},
+       "a request-quota violation muted the channel"),
+    _a("admin", {*CONN, "reason", *_REQUEST}, OPEN, "a quota/config change or refusal"),
+    _a("loop_lag", {"delay_ms", "reason"},
+       {"due_mono_ns", "period_ms", "threshold_ms", "armed"},
+       "the heartbeat: the event loop ran late while an admission waited"),
+    _a("processor_stall", {"listener", "processor", "reason", "delay_ms"}, {"queued"},
+       "a test-scheduled processor stall began or ended"),
+    # -- the clients (the generator) -------------------------------------------------------
+    _c("connect_invoke", set(), {"intended_mono_ns", "profile", "clock_offset_ns", "clock_rtt_ns"},
+       "an attempt starts (a Locust worker on another host: its clock offset)"),
+    _c("connect_fail", {"latency_ms", "reason"},
+       {"intended_mono_ns", "profile", "cause", "why"},
+       "TCP connect failed, or an intended arrival was not offered"),
+    _c("connect_ok", {"latency_ms"}, set(), "TCP handshake completed"),
+    _c("ready", {"latency_ms", "api_key"}, set(), "first Kafka response"),
+    _c("request_ok", {"api_key", "latency_ms", "bytes", "reason"},
+       {"offset", "profile", "throttle_time_ms"}, "a request got its response"),
+    _c("request_fail", {"api_key", "latency_ms", "reason"}, {"error", "profile"},
+       "a request got no response"),
+    _c("closed", {"latency_ms", "reason"},
+       {"outcome", "closed_by", "connect_ms", "ready_ms", "eof_ms", "error", "profile"},
+       "the client is done with the connection"),
+    # -- the harness (the runner) ----------------------------------------------------------
+    _h("config", {"reason"}, OPEN, "every limit in force (runner: intended; acceptor: applied)"),
+    _h("phase_start", set(), OPEN, "a load phase starts"),
+    _h("phase_end", set(), OPEN, "a load phase ends"),
+    _h("fault_start", {"reason"}, OPEN, "an injected fault starts"),
+    _h("fault_end", {"reason"}, OPEN, "an injected fault ends"),
+    _h("run_start", set(), {"scenario", "target", "seed", "duration_s"}, "the run starts"),
+    _h("run_end", {"reason"}, {"scenario", "target", "error"}, "the run ends"),
+    _h("kafka_metrics", {"latency_ms", "reason"},
+       {"url", "target", "scrape_ms", "samples", "error"}, "one scrape of Prometheus metrics"),
+)  # fmt: skip
+
+BY_SOURCE: dict[str, dict[str, Event]] = {}
+for _e in ALL:
+    BY_SOURCE.setdefault(_e.source, {})[_e.name] = _e
+
+
+def event(source: str, name: str) -> Event:
+    return BY_SOURCE[source][name]
+
+
+def conformance(rows: Iterable[Mapping[str, Any]], limit: int = 20) -> list[str]:
+    """What in `rows` (history rows as dicts) no event definition allows: an unknown event,
+    a column it does not fill, a `detail` key it does not carry. At most `limit` lines,
+    each once."""
+    out: list[str] = []
+    seen: set[str] = set()
+
+    def say(msg: str) -> None:
+        if msg not in seen and len(out) < limit:
+            seen.add(msg)
+            out.append(msg)
+
+    for row in rows:
+        source, name = row.get("source"), row.get("event")
+        ev = BY_SOURCE.get(str(source), {}).get(str(name))
+        if ev is None:
+            say(f"unknown event {source}/{name}")
+            continue
+        for col, value in row.items():
+            if value is not None and col not in COMMON and col not in ev.columns:
+                say(f"{source}/{name}: column {col} is not one of its columns")
+        detail = row.get("detail")
+        if detail is None or ev.detail is OPEN:
+            continue
+        try:
+            parsed = json.loads(detail) if isinstance(detail, str) else detail
+        except json.JSONDecodeError:
+            say(f"{source}/{name}: detail is not JSON")
+            continue
+        if not isinstance(parsed, Mapping):
+            say(f"{source}/{name}: detail is not an object")
+            continue
+        for key in parsed:
+            if key not in ev.detail:
+                say(f"{source}/{name}: detail key {key!r} is not one of its keys")
+    return out
