@@ -104,6 +104,12 @@ class Connections:
                 "the broker time the acceptor sees until it does"
             )
 
+    def stop(self) -> None:
+        """At shutdown, after the connections ended: stop reading the request log (charges
+        still waiting for their lines, the last ~20 ms of responses, are not made)."""
+        if self.request_log is not None:
+            self.request_log.close()
+
     def _could_throttle(self, client_id: str, api_key: int, at_most_ns: int) -> bool:
         """Whether a charge of at most `at_most_ns` could throttle this client now."""
         now_ms = time.monotonic_ns() // 1_000_000

@@ -239,6 +239,7 @@ class Acceptor:
         internal = [t for la in self.listeners.values() for t in la.tasks()]
         if internal:  # cancelled accept/admission/processor tasks: let them finish unwinding
             await asyncio.wait(internal, timeout=5)
+        self.conns.stop()  # the broker's request log, if read
         self.metrics.stop()
         self.heartbeat.stop()
         self.rec.close()
