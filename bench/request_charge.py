@@ -68,12 +68,13 @@ def start_acceptor(
          "--run-id", f"bench-{tag}", "--ready-file", str(ready)],
         stdout=open(work / f"acceptor-{tag}.log", "w"), stderr=subprocess.STDOUT,
     )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while not ready.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            stop_process(proc)
-            raise SystemExit(f"acceptor {tag} did not start; see {work / f'acceptor-{tag}.log'}")
-        time.sleep(0.1)
+    try:
+        wait_until(lambda: ready.exists() or proc.poll() is not None, 60, 0.1, "the acceptor")
+    except AssertionError:
+        pass
+    if not ready.exists():
+        stop_process(proc)
+        raise SystemExit(f"acceptor {tag} did not start; see {work / f'acceptor-{tag}.log'}")
     return proc
 
 
