@@ -10,7 +10,6 @@ would. Each processor is a task with its own new-connection queue and LRU of cha
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING
@@ -24,6 +23,11 @@ CONNECTION_QUEUE_SIZE = 20  # Processor.ConnectionQueueSize
 #: the processor's own channels: with idle channels the excess is shed one per processor
 #: per 300 ms (measured on Kafka 4.3.1: bench.eviction_pace), under traffic sooner.
 POLL_TIMEOUT_S = 0.3
+
+
+def _resolve(poll: asyncio.Future[None]) -> None:
+    if not poll.done():
+        poll.set_result(None)
 
 
 class Processor:
@@ -49,7 +53,8 @@ class Processor:
         self.queue: asyncio.Queue[NewConnection] = asyncio.Queue(self.queue_size)
         self.channels: OrderedDict[str, Channel] = OrderedDict()  # LRU order
         self.iteration = 0
-        self._wake = asyncio.Event()
+        #: the poll in progress (None while an iteration runs): resolved by `wake`
+        self._poll: asyncio.Future[None] | None = None
         self._running = asyncio.Event()
         self._running.set()
         self.task: asyncio.Task[None] | None = None
@@ -60,16 +65,18 @@ class Processor:
             self.queue.put_nowait(item)
         except asyncio.QueueFull:
             return False
-        self._wake.set()
+        self.wake()
         return True
 
     async def put(self, item: NewConnection) -> None:
         await self.queue.put(item)
-        self._wake.set()
+        self.wake()
 
     def wake(self) -> None:
         """Run an iteration now (a new connection queued, a test's resume)."""
-        self._wake.set()
+        poll = self._poll
+        if poll is not None and not poll.done():
+            poll.set_result(None)
 
     # -- test hooks ----------------------------------------------------------------------
     def pause(self) -> None:
@@ -77,7 +84,7 @@ class Processor:
 
     def resume(self) -> None:
         self._running.set()
-        self._wake.set()
+        self.wake()
 
     def queued(self) -> int:
         """Admitted sockets waiting in the queue (not yet registered)."""
@@ -102,11 +109,23 @@ class Processor:
             self._close_excess()
             self._expire_idle()
             if self.queue.empty():
-                self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), POLL_TIMEOUT_S)
+                await self._wait_for_io()
             else:
                 await asyncio.sleep(0)
+
+    async def _wait_for_io(self) -> None:
+        """Kafka's `poll(300)`: until `wake` (a queued connection, I/O that matters) or the
+        timeout. One future and one timer handle per poll (`asyncio.wait_for` would add a
+        task per iteration: the profile's hot spot under a connection storm)."""
+        loop = asyncio.get_running_loop()
+        poll: asyncio.Future[None] = loop.create_future()
+        self._poll = poll
+        timer = loop.call_later(POLL_TIMEOUT_S, _resolve, poll)
+        try:
+            await poll
+        finally:
+            timer.cancel()
+            self._poll = None
 
     def _register(self, item: NewConnection, processed: int) -> None:
         host = self.host
@@ -135,8 +154,10 @@ class Processor:
             self.channels.move_to_end(conn.info.conn_id)
         except KeyError:
             pass
-        if not self._wake.is_set() and self.host.max_connections_exceeded(self.listener):
-            self._wake.set()
+        poll = self._poll
+        if poll is not None and not poll.done():
+            if self.host.max_connections_exceeded(self.listener):
+                poll.set_result(None)
 
     def remove(self, conn: Channel) -> None:
         self.channels.pop(conn.info.conn_id, None)
