@@ -54,7 +54,7 @@ def _h(name: str, columns: Iterable[str], detail: Iterable[str], doc: str) -> Ev
 
 
 _REQUEST = {"api_key", "client_id", "principal"}
-_CHARGE = {"charged_ms", "charge_source", "network_ms", "held_ms"}
+_CHARGE = {"charged_ms", "charge_source", "network_ms", "held_ms", "late_ms"}
 
 ALL: tuple[Event, ...] = (
     # -- the acceptor (the enforcer) ------------------------------------------------------
