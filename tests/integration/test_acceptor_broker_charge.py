@@ -15,6 +15,7 @@ from harness.acceptor.testing import bootstrap, wait_until
 from harness.admin.client import KafkaWire, alter_client_quota, describe_client_quotas
 from harness.broker import Broker
 from harness.history import read_history
+from harness.history.events import conformance
 
 pytestmark = pytest.mark.skipif(
     __import__("os").environ.get("HARNESS_TEST_LAUNCHER", "local") != "local"
@@ -126,6 +127,10 @@ def test_each_request_is_charged_the_handler_time_the_broker_logged(
     for d in details:
         if d["charge_source"] in ("wall", "wall_late"):
             assert "network_ms" not in d
+    # every row the charging wrote is one the history's event definitions allow
+    writer = acceptor.acceptor.rec.writer
+    assert writer is not None
+    assert conformance(read_history(writer.dir.parent, "acceptor").to_pylist()) == []
 
 
 def test_a_cheap_request_is_charged_a_fraction_of_the_time_the_acceptor_waited(
