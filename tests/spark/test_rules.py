@@ -216,13 +216,31 @@ TWO = {
 }
 
 
-def _evict_rows(case: str) -> list[dict[str, Any]]:
+def _two_on_processor_0() -> list[dict[str, Any]]:
+    """The config (max.connections 2) and two client connections, c-0 and c-1, on
+    processor 0."""
     rows = [cfg(T0 - MS, TWO)]
-    for i in (0, 1):  # two client connections on processor 0; c-1 used more recently
+    for i in (0, 1):
         c = conn(i, T0 + i * MS)
         for r in c:
             r["processor"] = 0
         rows += c
+    return rows
+
+
+def evicted(
+    cid: str, port: int, ns: int, listener: str = "client", ip: str = "127.0.0.10"
+) -> list[dict[str, Any]]:
+    """The `evict` and `close` rows of one eviction on processor 0."""
+    common = {"conn_id": cid, "listener": listener, "ip": ip, "port": port, "processor": 0}
+    return [
+        {"source": "acceptor", "event": e, "mono_ns": ns, "reason": "max_connections", **common}
+        for e in ("evict", "close")
+    ]
+
+
+def _evict_rows(case: str) -> list[dict[str, Any]]:
+    rows = _two_on_processor_0()  # c-1 used more recently
     rows.append(
         {"source": "acceptor", "event": "request", "mono_ns": T0 + 2 * S, "conn_id": "c-1",
          "listener": "client", "ip": "127.0.0.10", "port": 4001, "latency_ms": 1.0,
@@ -231,23 +249,14 @@ def _evict_rows(case: str) -> list[dict[str, Any]]:
     rows += conn(5, T0 + 3 * S, listener="internal", ip="127.0.0.3")  # total 3 > 2
     at = T0 + 3 * S + 5 * MS
 
-    def evict(cid: str, port: int, ns: int, listener: str = "client", ip: str = "127.0.0.10"):
-        common = {"conn_id": cid, "listener": listener, "ip": ip, "port": port, "processor": 0}
-        return [
-            {"source": "acceptor", "event": "evict", "mono_ns": ns, "reason": "max_connections",
-             **common},
-            {"source": "acceptor", "event": "close", "mono_ns": ns, "reason": "max_connections",
-             **common},
-        ]  # fmt: skip
-
     if case == "lru":
-        rows += evict("c-0", 4000, at)
+        rows += evicted("c-0", 4000, at)
     elif case == "wrong-victim":
-        rows += evict("c-1", 4001, at)
+        rows += evicted("c-1", 4001, at)
     elif case == "too-many":
-        rows += evict("c-0", 4000, at) + evict("c-1", 4001, at + MS)
+        rows += evicted("c-0", 4000, at) + evicted("c-1", 4001, at + MS)
     elif case == "protected":
-        rows += evict("c-5", 4005, at, listener="internal", ip="127.0.0.3")
+        rows += evicted("c-5", 4005, at, listener="internal", ip="127.0.0.3")
     # "none": nobody is evicted, the excess stays
     rows.append({"source": "harness", "event": "phase_end", "mono_ns": T0 + 5 * S})
     return rows
@@ -571,29 +580,15 @@ def test_an_excess_of_two_is_shed_one_per_processor_turn(
     turn comes every 300 ms (bench.eviction_pace: 6 over on 3 processors at ~180 and ~480
     ms): two over on one processor take two turns. Each step may take 300 ms + 50 ms slack;
     1 ms over is a witness."""
-    rows = [cfg(T0 - MS, TWO)]
-    for i in (0, 1):
-        c = conn(i, T0 + i * MS)
-        for r in c:
-            r["processor"] = 0
-        rows += c
+    rows = _two_on_processor_0()
     over_at = T0 + 3 * S
     rows += conn(5, over_at, listener="internal", ip="127.0.0.3")
     rows += conn(6, over_at, listener="internal", ip="127.0.0.4")  # total 4 > 2
     admitted = over_at + 100_000  # conn()'s admit_after
 
-    def evict(cid: str, port: int, ns: int) -> list[dict[str, Any]]:
-        common = {"conn_id": cid, "listener": "client", "ip": "127.0.0.10", "port": port,
-                  "processor": 0}  # fmt: skip
-        return [
-            {"source": "acceptor", "event": e, "mono_ns": ns, "reason": "max_connections",
-             **common}
-            for e in ("evict", "close")
-        ]  # fmt: skip
-
     first = admitted + 349 * MS
-    rows += evict("c-0", 4000, first)
-    rows += evict("c-1", 4001, first + int(second_after_ms * MS))
+    rows += evicted("c-0", 4000, first)
+    rows += evicted("c-1", 4001, first + int(second_after_ms * MS))
     rows.append({"source": "harness", "event": "phase_end", "mono_ns": T0 + 5 * S})
     run_dir = write_rows(tmp_path / "pace", rows, {"run_id": "pace", "target": "acceptor"})
     r = results(spark, run_dir, "eviction_rule")["eviction_rule"]
@@ -640,12 +635,7 @@ def test_a_request_in_flight_at_an_eviction_is_recent_use(
     """c-0 was answered 100 ms before the eviction; c-1's last answer was 200 ms before
     it, but (in_flight) it sent a fetch 30 ms before the eviction, answered 300 ms after:
     on Kafka that read made c-1 the more recently used, so evicting c-0 is the LRU."""
-    rows = [cfg(T0 - MS, TWO)]
-    for i in (0, 1):
-        c = conn(i, T0 + i * MS)
-        for r in c:
-            r["processor"] = 0
-        rows += c
+    rows = _two_on_processor_0()
     ev = T0 + 3 * S
 
     def req(cid: str, port: int, answered: int, latency_ms: float) -> dict[str, Any]:
@@ -658,12 +648,7 @@ def test_a_request_in_flight_at_an_eviction_is_recent_use(
     if in_flight:
         rows.append(req("c-1", 4001, ev + 300 * MS, 330.0))  # read at ev − 30 ms
     rows += conn(5, ev - 5 * MS, listener="internal", ip="127.0.0.3")  # total 3 > 2
-    common = {"conn_id": "c-0", "listener": "client", "ip": "127.0.0.10", "port": 4000,
-              "processor": 0}  # fmt: skip
-    rows += [
-        {"source": "acceptor", "event": e, "mono_ns": ev, "reason": "max_connections", **common}
-        for e in ("evict", "close")
-    ]
+    rows += evicted("c-0", 4000, ev)
     rows.append({"source": "harness", "event": "phase_end", "mono_ns": T0 + 5 * S})
     run_dir = write_rows(tmp_path / "lru", rows, {"run_id": "lru", "target": "acceptor"})
     r = results(spark, run_dir, "eviction_rule")["eviction_rule"]

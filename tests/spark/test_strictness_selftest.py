@@ -10,7 +10,17 @@ from typing import Any
 import pytest
 
 from analysis.synth import write_rows
-from tests.spark.test_rules import BASE, MS, T0, TWO, S, cfg, conn, results
+from tests.spark.test_rules import (
+    BASE,
+    MS,
+    T0,
+    S,
+    _two_on_processor_0,
+    cfg,
+    conn,
+    evicted,
+    results,
+)
 
 SLACK_MS = 50  # expect.slack_ms default
 
@@ -81,12 +91,7 @@ def test_a_slot_wait_with_no_count_limit_is_a_witness(spark: Any, tmp_path: Path
 def _long_poll_rows(victim: str, poll_latency_ms: float) -> list[dict[str, Any]]:
     """c-0 reads a fetch at 1.8 s and answers it `poll_latency_ms` later; c-1 reads and
     answers a request at 2.0 s. A protected connection then takes the total past 2."""
-    rows = [cfg(T0 - MS, TWO)]
-    for i in (0, 1):
-        c = conn(i, T0 + i * MS)
-        for r in c:
-            r["processor"] = 0
-        rows += c
+    rows = _two_on_processor_0()
 
     def request(i: int, answered_ns: int, latency_ms: float) -> dict[str, Any]:
         c = {"conn_id": f"c-{i}", "listener": "client", "ip": "127.0.0.10", "port": 4000 + i}
@@ -96,15 +101,7 @@ def _long_poll_rows(victim: str, poll_latency_ms: float) -> list[dict[str, Any]]
     rows.append(request(0, T0 + 1800 * MS + int(poll_latency_ms * MS), poll_latency_ms))
     rows.append(request(1, T0 + 2 * S, 1.0))
     rows += conn(5, T0 + 2200 * MS, listener="internal", ip="127.0.0.3")  # total 3 > 2
-    at = T0 + 2200 * MS + 5 * MS
-    common = {"conn_id": victim, "listener": "client", "ip": "127.0.0.10", "processor": 0,
-              "port": 4000 + int(victim[-1])}  # fmt: skip
-    rows += [
-        {"source": "acceptor", "event": "evict", "mono_ns": at, "reason": "max_connections",
-         **common},
-        {"source": "acceptor", "event": "close", "mono_ns": at, "reason": "max_connections",
-         **common},
-    ]  # fmt: skip
+    rows += evicted(victim, 4000 + int(victim[-1]), T0 + 2200 * MS + 5 * MS)
     rows.append({"source": "harness", "event": "phase_end", "mono_ns": T0 + 4 * S})
     return rows
 
