@@ -1,11 +1,15 @@
 """Request quotas judged by the checker's own model (KIP-124, reference §0.5, §4.2, §4.3).
 
 Every answered request is charged its request-handler time as a percentage of one thread
-(`detail.charged_ms` of its `request` row where the acceptor recorded one, i.e. a fetch
-long poll without its purgatory wait, else `latency_ms`; × 100 / 1000) to its entity's
-bucket when the response is queued (the row's instant), with a quota check: a violation
-iff the bucket's rate over the window exceeds `request_percentage`; the throttle is
-min(round((rate − q)/q · W), w).
+(`detail.charged_ms` of its `request` row where the acceptor recorded one: the broker's
+own `localTimeMs` read from its request log, or a fetch long poll without its purgatory
+wait; else `latency_ms`; × 100 / 1000) to its entity's bucket when the response is queued
+(the row's instant), with a quota check: a violation iff the bucket's rate over the window
+exceeds `request_percentage`; the throttle is min(round((rate − q)/q · W), w). Then its
+network-thread time (`detail.network_ms`, the log's `sendTimeMs`) is recorded without a
+check, as Kafka's `recordNoThrottle`. A charge the acceptor made when the broker's line
+came after the response (`charge_source` `broker_log_late` / `wall_late`: it could not
+throttle, so none was checked) is recorded without a check at `mono_ns + late_ms`.
 Cluster-action (exempt) APIs are not charged. The bucket and its quota follow Kafka's
 `DefaultQuotaCallback`: `quotaMetricTags` (a single enabled quota type fixes the key;
 otherwise the first of the 8 precedence levels that exists) and `quotaLimit`. The quotas
@@ -137,6 +141,9 @@ def check_request_model(run: Run) -> CheckResult:
             "api_key", "client_id", "principal", "latency_ms",
             detail_col("acceptor", "request", "sample").cast("int").alias("sample"),
             detail_col("acceptor", "request", "charged_ms").cast("double").alias("charged_ms"),
+            detail_col("acceptor", "request", "network_ms").cast("double").alias("network_ms"),
+            detail_col("acceptor", "request", "late_ms").cast("double").alias("late_ms"),
+            detail_col("acceptor", "request", "charge_source").alias("charge_source"),
         )
         .orderBy("mono_ns", "seq")
         .collect()
@@ -178,9 +185,21 @@ def check_request_model(run: Run) -> CheckResult:
     peak_ratio = 0.0
     wit: list[dict[str, Any]] = []
     n_bad = 0
-    for r in rows:
+    # (instant, order, row, checked): the checked charge at the response, the network time
+    # right after it, a late charge (no check) when its line came
+    steps: list[tuple[int, int, Any, bool]] = []
+    for i, r in enumerate(rows):
         ns = int(r["mono_ns"])
-        v = run.timeline.index_at(ns)
+        if str(r["charge_source"] or "").endswith("_late"):
+            steps.append((ns + int(float(r["late_ms"] or 0.0) * 1_000_000), 2 * i, r, False))
+        else:
+            steps.append((ns, 2 * i, r, True))
+            if r["network_ms"]:
+                steps.append((ns, 2 * i + 1, r, False))
+    steps.sort(key=lambda s: (s[0], s[1]))
+    for at_ns, _order, r, checked in steps:
+        ns = int(r["mono_ns"])
+        v = run.timeline.index_at(at_ns)
         if v != version:
             version = v
             cb.update(versions[v][1])
@@ -196,7 +215,13 @@ def check_request_model(run: Run) -> CheckResult:
         if meter is None:
             meter = meters[tags] = RateMeter(quota, n_w, w)
         meter.bound = quota
-        t = ns // 1_000_000
+        t = at_ns // 1_000_000
+        network = float(r["network_ms"] or 0.0)
+        if not checked:  # network time after the decision, or a late charge: no check
+            late = str(r["charge_source"] or "").endswith("_late")
+            value = _charged_ms(r) + network if late else network
+            meter.record(value * 100.0 / 1000.0, t)
+            continue
         meter.record(_charged_ms(r) * 100.0 / 1000.0, t)
         rate, ws = meter.measure(t)
         model = 0

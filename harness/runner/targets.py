@@ -243,12 +243,14 @@ class Target:
         properties: Mapping[str, str],
         advertised: Mapping[str, str] | None,
         timeout: float,
+        request_log: bool = False,
     ) -> Any:
         from harness.broker import start_broker
 
         if bootstrap_server:
             return self._find_external(bootstrap_server, properties, timeout)
         kwargs: dict[str, Any] = {
+            "request_log": request_log,
             "launcher": launcher,
             "bootstrap_server": bootstrap_server,
             "properties": dict(properties),
@@ -478,12 +480,20 @@ class AcceptorTarget(Target):
         sc = self.scenario
         self.run_id = run_id
         ports = {n: free_port() for n in sc.listeners}
+        # request quotas are charged Kafka's own handler time, read from the broker's
+        # request log (harness.acceptor.broker_charge): only when the scenario has request
+        # quotas (a log line per request costs both sides), and not through the latency
+        # proxy (the broker would see the proxy's sockets, not the acceptor's)
+        wants_log = not latency_proxy and (
+            bool(sc.request_quotas) or any(a.kind == "request_quota" for a in sc.schedule)
+        )
         self.start_broker(
             launcher=launcher,
             bootstrap_server=bootstrap_server,
             properties={},
             advertised={n: f"127.0.0.1:{ports[n]}" for n in sc.listeners},
             timeout=timeout,
+            request_log=wants_log,
         )
         b = self.broker
         upstreams: dict[str, str] = {}
@@ -498,6 +508,14 @@ class AcceptorTarget(Target):
             else:
                 upstreams[n] = f"{host}:{port}"
         props = self.acceptor_properties(ports, upstreams)
+        request_log = b.request_log_path
+        if wants_log and request_log is not None:
+            props["upstream.request.log"] = str(request_log)
+        elif wants_log:
+            self.progress(
+                f"no request log from the {b.launcher} launcher: request quotas are charged "
+                "the broker time the acceptor sees (docs/acceptor.md, What is charged)"
+            )
         self.overrides = dict(set_acceptor or {})
         self.config_path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         argv = [

@@ -655,3 +655,44 @@ def test_a_request_in_flight_at_an_eviction_is_recent_use(
     assert r.verdict == verdict, (r.observed, r.witnesses)
     if verdict == "fail":
         assert any("not the LRU" in w["why"] for w in r.witnesses), r.witnesses
+
+
+@pytest.mark.parametrize(
+    "how, second_throttle, verdict",
+    [("network", 50.0, "pass"), ("network", None, "fail"), ("late", 50.0, "pass"),
+     ("late", None, "fail"), ("neither", None, "unknown")],
+)  # fmt: skip
+def test_request_model_records_network_time_and_late_charges_unchecked(
+    spark: Any, tmp_path: Path, how: str, second_throttle: float | None, verdict: str
+) -> None:
+    """hot's first request is charged 90 ms by its decision (under the 1 % quota) and 10.5 ms
+    more without a check: its network time (`network_ms`, after the decision), or its whole
+    100.5 ms when the broker's log line came after the response (`broker_log_late`, at
+    mono_ns + late_ms, no decision). Either way hot's second request, 1 ms later, finds the
+    bucket at 1.005 %: 50 ms due. Without the extra charge nothing is due."""
+    limits = {**BASE, "request_quotas": CLIENT_Q}
+    c = {"conn_id": "r-hot", "listener": "client", "ip": "127.0.0.1", "port": 5000}
+    first: dict[str, Any] = {"source": "acceptor", "event": "request", "mono_ns": T0,
+                             "api_key": 3, "client_id": "hot", "principal": "ANONYMOUS",
+                             "latency_ms": 0.5, **c}  # fmt: skip
+    if how == "network":
+        first["detail"] = {"charged_ms": 90.0, "network_ms": 10.5, "charge_source": "broker_log"}
+    elif how == "late":
+        first["detail"] = {"charged_ms": 100.5, "charge_source": "broker_log_late",
+                           "late_ms": 0.5}  # fmt: skip
+    else:
+        first["detail"] = {"charged_ms": 90.0, "charge_source": "broker_log"}
+    second = {**first, "mono_ns": T0 + MS,
+              "detail": {"charged_ms": 0.0, "charge_source": "broker_log"}}  # fmt: skip
+    rows = [cfg(T0 - S, limits), first, second]
+    if second_throttle is not None:
+        rows.append(
+            {"source": "acceptor", "event": "request_throttle", "mono_ns": T0 + MS,
+             "delay_ms": second_throttle, "api_key": 3, "client_id": "hot", **c}
+        )  # fmt: skip
+    name = f"rq-{how}-{second_throttle}"
+    run_dir = write_rows(tmp_path / name, rows, {"run_id": name, "target": "acceptor"})
+    r = results(spark, run_dir, "request_quota_model")["request_quota_model"]
+    assert r.verdict == verdict, (r.observed, r.witnesses)
+    if verdict == "fail":
+        assert "but none applied" in r.witnesses[0]["why"], r.witnesses
