@@ -57,7 +57,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,6 +67,7 @@ from bench.generator import (
     accepted_total,
     exec_trogdor,
     run_trogdor,
+    scrape,
     trogdor_classpath,
 )
 from harness.acceptor.testing import free_port, round_trip
@@ -161,12 +161,8 @@ def parse_net_counters(text: str) -> dict[str, int]:
 
 def acceptor_accepted(metrics_url: str | None) -> float | None:
     """Connections the acceptor accepted so far (its `harness_acceptor_connections` counter)."""
-    if not metrics_url:
-        return None
-    try:
-        with urllib.request.urlopen(metrics_url, timeout=5) as resp:
-            text = resp.read().decode()
-    except OSError:
+    text = scrape(metrics_url)
+    if text is None:
         return None
     total = 0.0  # no line yet: nothing accepted so far
     for line in text.splitlines():

@@ -104,14 +104,21 @@ def tree_cpu_s(pid: int) -> float:
 
 
 # -- broker-side successes ------------------------------------------------------------------
-def accepted_total(metrics_url: str | None) -> float | None:
-    """Connections the broker created so far (client listeners), from its JMX exporter."""
+def scrape(metrics_url: str | None) -> str | None:
+    """A Prometheus endpoint's text, or None (no URL, or it did not answer)."""
     if not metrics_url:
         return None
     try:
         with urllib.request.urlopen(metrics_url, timeout=5) as resp:
-            text = resp.read().decode()
+            return str(resp.read().decode())
     except OSError:
+        return None
+
+
+def accepted_total(metrics_url: str | None) -> float | None:
+    """Connections the broker created so far (client listeners), from its JMX exporter."""
+    text = scrape(metrics_url)
+    if text is None:
         return None
     total, seen = 0.0, False
     # the exporter names connection-creation-total ``..._connection_creation`` (1.0.1)
