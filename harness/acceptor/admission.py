@@ -25,7 +25,6 @@ import heapq
 import itertools
 import socket
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from harness.acceptor.config import ListenerSettings
@@ -54,15 +53,6 @@ SELECT_TIMEOUT_S = 0.5
 #: plus the one socket waiting for it). Two, so that one silent peer alone cannot stop the
 #: listener for `proxy.header.timeout.ms`.
 PROXY_PENDING_MAX = 2
-
-
-@dataclass(slots=True)
-class Accepted:
-    sock: socket.socket
-    info: ConnInfo
-    tcp_accept_ns: int
-    initial: bytes
-    proxied: bool
 
 
 def _peer(addr: tuple[str, int] | tuple[str, int, int, int]) -> tuple[str, int]:
@@ -118,10 +108,11 @@ class ListenerAcceptor:
         self.current_processor = 0
         self.blocked_ns = 0
         self._lsock: socket.socket | None = None
-        self._handoff: asyncio.Queue[Accepted] = asyncio.Queue(1)
+        self._handoff: asyncio.Queue[NewConnection] = asyncio.Queue(1)
         self._not_blocked = asyncio.Event()
         self._not_blocked.set()
-        self._parked: list[tuple[int, int, socket.socket, ConnInfo, int, int]] = []
+        #: IP-throttled sockets by (end ms, arrival order)
+        self._parked: list[tuple[int, int, NewConnection]] = []
         self._park_seq = itertools.count()
         self._tasks: list[asyncio.Task[None]] = []
         self._header_tasks: set[asyncio.Task[None]] = set()
@@ -192,7 +183,7 @@ class ListenerAcceptor:
             ip, port = _peer(addr)
             info = ConnInfo(self.next_conn_id(self.name), self.name, ip, port, ip, port)
             if mode == "off":
-                await self._handoff.put(Accepted(sock, info, now, b"", False))
+                await self._handoff.put(NewConnection(info, sock, now))
             else:
                 task = asyncio.ensure_future(self._read_proxy_header(sock, info, now))
                 self._header_tasks.add(task)
@@ -238,7 +229,7 @@ class ListenerAcceptor:
         header, rest = result
         if header is not None and header.src_ip is not None and header.src_port is not None:
             info.client_ip, info.client_port = header.src_ip, header.src_port
-        await self._handoff.put(Accepted(sock, info, tcp_ns, rest, header is not None))
+        await self._handoff.put(NewConnection(info, sock, tcp_ns, rest, header is not None))
 
     def _refuse(
         self, sock: socket.socket, info: ConnInfo, tcp_ns: int, reason: str, why: str
@@ -267,7 +258,9 @@ class ListenerAcceptor:
         while True:
             if self._parked:
                 try:
-                    item: Accepted | None = await asyncio.wait_for(handoff.get(), SELECT_TIMEOUT_S)
+                    item: NewConnection | None = await asyncio.wait_for(
+                        handoff.get(), SELECT_TIMEOUT_S
+                    )
                 except TimeoutError:
                     item = None
             else:
@@ -286,7 +279,7 @@ class ListenerAcceptor:
             if self._parked:
                 self._close_due_parked()
 
-    async def _admit(self, item: Accepted) -> None:
+    async def _admit(self, item: NewConnection) -> None:
         quotas = self.quotas
         rec = self.rec
         info = item.info
@@ -332,7 +325,8 @@ class ListenerAcceptor:
         t1 = t1_ns // 1_000_000
         adm = quotas.admit(name, info.client_ip, t1)
         if adm.outcome is Outcome.THROTTLED_IP:
-            self._park(item.sock, info, t1, adm.throttle_ms, t1_ns)
+            item.throttle_ms, item.throttled_ns = adm.throttle_ms, t1_ns
+            self._park(item, t1)
             return
         if adm.outcome is Outcome.REJECTED_IP_COUNT:
             with contextlib.suppress(OSError):
@@ -358,7 +352,8 @@ class ListenerAcceptor:
                 "close", info, time.monotonic_ns(), reason="reset", detail={"registered": False}
             )
             return
-        await self._hand_off(NewConnection(info, item.sock, item.initial, self.protected, t1_ns))
+        item.protected, item.admitted_ns = self.protected, t1_ns
+        await self._hand_off(item)
 
     async def _wait_for_slot(self, t0_ms: int, delay_ms: int) -> None:
         """`waitForConnectionSlot`: sleep out the delay, then wait for a free slot."""
@@ -424,11 +419,8 @@ class ListenerAcceptor:
                 return
 
     # -- IP-rate throttled sockets ---------------------------------------------------------
-    def _park(
-        self, sock: socket.socket, info: ConnInfo, t1_ms: int, throttle_ms: int, t1_ns: int
-    ) -> None:
-        end_ms = t1_ms + throttle_ms
-        heapq.heappush(self._parked, (end_ms, next(self._park_seq), sock, info, throttle_ms, t1_ns))
+    def _park(self, item: NewConnection, t1_ms: int) -> None:
+        heapq.heappush(self._parked, (t1_ms + item.throttle_ms, next(self._park_seq), item))
 
     def _close_due_parked(self) -> None:
         """Kafka's `closeThrottledConnections`: every parked socket with end < now."""
@@ -436,18 +428,20 @@ class ListenerAcceptor:
         while self._parked and self._parked[0][0] < now_ms:
             self._close_parked_one(heapq.heappop(self._parked), "ip_rate")
 
-    def _close_parked_one(
-        self, entry: tuple[int, int, socket.socket, ConnInfo, int, int], reason: str
-    ) -> None:
-        end_ms, _, sock, info, throttle_ms, t1_ns = entry
+    def _close_parked_one(self, entry: tuple[int, int, NewConnection], reason: str) -> None:
+        end_ms, _, item = entry
         with contextlib.suppress(OSError):
-            sock.close()
+            item.sock.close()
         self.rec.conn(
             "throttle_close",
-            info,
+            item.info,
             time.monotonic_ns(),
             reason="ip_rate",
-            delay_ms=float(throttle_ms),
-            detail={"throttle_start_mono_ns": t1_ns, "end_ms": end_ms, "closed_by": reason},
+            delay_ms=float(item.throttle_ms),
+            detail={
+                "throttle_start_mono_ns": item.throttled_ns,
+                "end_ms": end_ms,
+                "closed_by": reason,
+            },
         )
-        self.counts.count(self.name, info.client_ip, "throttle_closed")
+        self.counts.count(self.name, item.info.client_ip, "throttle_closed")

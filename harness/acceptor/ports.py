@@ -7,8 +7,8 @@ knows every component) wires real objects into them. This module imports no acce
 component: only the value modules (`recorder` for `ConnInfo` and the `Recorder` that history
 rows go to, `tracker.Completed`, `inflight.RequestGate`, `config.AcceptorConfig`).
 
-Who provides what (and one shared value, `NewConnection`: an admitted socket on its way
-to a processor):
+Who provides what (and one shared value, `NewConnection`: one accepted socket from its
+accept to its processor, the record admission fills in):
 - `Counts`: the metrics' counters of outcomes and request times (`metrics.AcceptorMetrics`);
 - `Channel`: a registered connection as processors and the admin path see it
   (`relay.Relay`, driven by `forwarding.ProtoConnection`);
@@ -40,13 +40,20 @@ if TYPE_CHECKING:
 
 @dataclass(slots=True)
 class NewConnection:
-    """An admitted socket on its way to a processor (already counted)."""
+    """One accepted socket from accept to its processor: its identity, the socket, what the
+    acceptor learnt before admission (the bytes read with a PROXY header), then what
+    admission decided (protected listener, when it was counted, or its IP throttle while it
+    is parked). Admission fills it in; a processor receives the same record."""
 
     info: ConnInfo
     sock: socket.socket
-    initial: bytes
-    protected: bool
-    admitted_ns: int
+    tcp_accept_ns: int
+    initial: bytes = b""
+    proxied: bool = False
+    protected: bool = False
+    admitted_ns: int = 0
+    throttle_ms: int = 0
+    throttled_ns: int = 0
 
 
 class Counts(Protocol):
