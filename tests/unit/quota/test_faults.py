@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.acceptor.config import parse_acceptor_config
-from harness.quota import INT_MAX, ConfigError, ConnectionQuotas, Outcome, parse_config
+from harness.quota import ConfigError, ConnectionQuotas, Outcome, parse_config
 from harness.quota.faults import FAULT_KEY, FAULTS, NO_FAULTS, Faults
 from harness.quota.meter import AtBoundRateMeter, RateMeter
 from harness.quota.requests import RequestQuotas
