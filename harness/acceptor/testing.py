@@ -139,6 +139,14 @@ def close_times(socks: list[socket.socket], seconds: float) -> dict[int, float]:
     return closed
 
 
+def nonconformant_rows(h: AcceptorHandle) -> list[str]:
+    """What the acceptor's history so far carries that no event definition allows
+    (`harness.history.events.conformance`): [] for a history true to its one definition."""
+    from harness.history.events import conformance
+
+    return conformance(history_rows(h))
+
+
 def until_throttled(
     addr: tuple[str, int], source_ip: str, limit: int = 600, timeout: float = 10
 ) -> tuple[int, float, str]:

@@ -42,6 +42,7 @@ from typing import Any
 import pytest
 
 from harness.acceptor import AcceptorHandle, start_in_thread
+from harness.acceptor.testing import nonconformant_rows
 from harness.broker import Broker, BrokerError, start_broker
 
 
@@ -120,4 +121,7 @@ def fronted_acceptor(
         run_id=request.node.name,
     )
     yield handle
-    handle.stop()
+    try:
+        assert nonconformant_rows(handle) == []
+    finally:
+        handle.stop()

@@ -15,6 +15,7 @@ from harness.acceptor import AcceptorHandle, start_in_thread
 from harness.acceptor.testing import (
     api_versions_frame,
     connect,
+    nonconformant_rows,
     ping,
     raw,
     read_outcome,
@@ -46,7 +47,10 @@ def acceptor(
         run_id="bad",
     )
     yield h
-    h.stop()
+    try:
+        assert nonconformant_rows(h) == []
+    finally:
+        h.stop()
 
 
 def closes(h: AcceptorHandle) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ from harness.acceptor import AcceptorHandle, start_in_thread
 from harness.acceptor.testing import (
     api_versions_frame,
     connect,
+    nonconformant_rows,
     ping,
     raw,
     read_outcome,
@@ -50,8 +51,12 @@ def start(kafka_broker: Any, tmp_path: Path) -> Iterator[Start]:
         return h
 
     yield _start
-    for h in handles:
-        h.stop()
+    try:
+        for h in handles:  # every row true to its event's one definition
+            assert nonconformant_rows(h) == []
+    finally:
+        for h in handles:
+            h.stop()
 
 
 def _props(**kw: str) -> dict[str, str]:

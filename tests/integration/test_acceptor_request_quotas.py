@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from harness.acceptor import AcceptorHandle, start_in_thread
-from harness.acceptor.testing import bootstrap, connect, ping, wait_until
+from harness.acceptor.testing import bootstrap, connect, nonconformant_rows, ping, wait_until
 from harness.admin.client import KafkaWire, alter_client_quota, describe_client_quotas
 from harness.history import read_history
 
@@ -30,7 +30,10 @@ def acceptor(kafka_broker: Any, tmp_path: Path) -> Iterator[AcceptorHandle]:
         run_id="rq",
     )
     yield h
-    h.stop()
+    try:
+        assert nonconformant_rows(h) == []
+    finally:
+        h.stop()
 
 
 def test_request_percentage_throttles_the_hog_only(acceptor: AcceptorHandle) -> None:

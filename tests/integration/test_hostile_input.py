@@ -31,6 +31,7 @@ from harness.acceptor import AcceptorHandle, intake, start_in_thread
 from harness.acceptor.testing import (
     api_versions_frame,
     connect,
+    nonconformant_rows,
     ping,
     raw,
     read_outcome,
@@ -69,7 +70,10 @@ def acceptor(
         run_id="hostile",
     )
     yield h
-    h.stop()
+    try:
+        assert nonconformant_rows(h) == []
+    finally:
+        h.stop()
 
 
 # -- helpers ----------------------------------------------------------------------------------
