@@ -74,9 +74,8 @@ class Processor:
 
     def wake(self) -> None:
         """Run an iteration now (a new connection queued, a test's resume)."""
-        poll = self._poll
-        if poll is not None and not poll.done():
-            poll.set_result(None)
+        if self._poll is not None:
+            _resolve(self._poll)
 
     # -- test hooks ----------------------------------------------------------------------
     def pause(self) -> None:
@@ -155,9 +154,12 @@ class Processor:
         except KeyError:
             pass
         poll = self._poll
-        if poll is not None and not poll.done():
-            if self.host.max_connections_exceeded(self.listener):
-                poll.set_result(None)
+        if (
+            poll is not None
+            and not poll.done()
+            and self.host.max_connections_exceeded(self.listener)
+        ):
+            poll.set_result(None)
 
     def remove(self, conn: Channel) -> None:
         self.channels.pop(conn.info.conn_id, None)

@@ -8,6 +8,7 @@ steps, and test folders may only hold test modules.
 from __future__ import annotations
 
 import contextlib
+import select
 import socket
 import struct
 import time
@@ -116,8 +117,6 @@ def listen_backlog(port: int) -> int:
 
 def close_times(socks: list[socket.socket], seconds: float) -> dict[int, float]:
     """Watch idle sockets for up to `seconds`: index -> seconds until the peer closed it."""
-    import select
-
     t0 = time.monotonic()
     closed: dict[int, float] = {}
     deadline = t0 + seconds
