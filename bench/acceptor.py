@@ -49,6 +49,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import statistics
@@ -261,22 +262,42 @@ def rotations(targets: list[Target], rounds: int) -> list[tuple[int, list[Target
 
 
 # -- Trogdor ----------------------------------------------------------------------------------
+@dataclass
+class BrokerProbe:
+    """Where the bench reads the broker's own numbers: its metrics (connections created)
+    and its process (CPU)."""
+
+    metrics_url: str | None
+    pid: int | None
+
+    def cpu(self) -> float:
+        return cpu_seconds(self.pid) if self.pid else 0.0
+
+
+def children_cpu() -> float:
+    """utime + stime of this process's waited-for children (Trogdor's JVM once it ends)."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def trogdor_round(
-    cp: str, t: Target, action: str, args: argparse.Namespace, work: Path, broker_url: str | None
+    cp: str, t: Target, action: str, args: argparse.Namespace, work: Path, broker: BrokerProbe
 ) -> dict[str, Any]:
     """One ConnectionStress run against `t`; counters read around the whole run."""
     load = _load()
     net0 = net_counters()
-    acc0 = acceptor_accepted(t.metrics_url) if t.proc else accepted_total(broker_url)
+    acc0 = acceptor_accepted(t.metrics_url) if t.proc else accepted_total(broker.metrics_url)
     cpu0 = cpu_seconds(t.proc.pid) if t.proc else 0.0
     sched0 = schedstat(t.proc.pid) if t.proc else (0, 0)
+    broker0, client0 = broker.cpu(), children_cpu()
     trog = run_trogdor(
         cp, f"127.0.0.1:{t.port}", action, args.trogdor_seconds, args.trogdor_threads, None,
         work, None,
     )  # fmt: skip
+    broker1, client1 = broker.cpu(), children_cpu()
     cpu1 = cpu_seconds(t.proc.pid) if t.proc else 0.0
     sched1 = schedstat(t.proc.pid) if t.proc else (0, 0)
-    acc1 = acceptor_accepted(t.metrics_url) if t.proc else accepted_total(broker_url)
+    acc1 = acceptor_accepted(t.metrics_url) if t.proc else accepted_total(broker.metrics_url)
     net1 = net_counters()
     seconds = args.trogdor_seconds
     row: dict[str, Any] = {
@@ -297,19 +318,24 @@ def trogdor_round(
         row["conn_per_s"] = round((acc1 - acc0) / seconds, 1)
         if t.proc and acc1 > acc0:
             row["cpu_ms_per_conn"] = round((cpu1 - cpu0) * 1000 / (acc1 - acc0), 4)
+        if acc1 > acc0:  # the CPU the machine spent per connection, by whom
+            n = acc1 - acc0
+            row["broker_cpu_ms_per_conn"] = round((broker1 - broker0) * 1000 / n, 4)
+            row["server_cpu_ms_per_conn"] = round((broker1 - broker0 + cpu1 - cpu0) * 1000 / n, 4)
+            row["client_cpu_ms_per_conn"] = round((client1 - client0) * 1000 / n, 4)
     if "error" in trog:
         row["error"] = trog["error"][-500:]
     return row
 
 
 def trogdor_phase(
-    cp: str, targets: list[Target], args: argparse.Namespace, work: Path, broker_url: str | None
+    cp: str, targets: list[Target], args: argparse.Namespace, work: Path, broker: BrokerProbe
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for action in ACTIONS:
         for rnd, order in rotations(targets, args.rounds):
             for t in order:
-                row = trogdor_round(cp, t, action, args, work, broker_url)
+                row = trogdor_round(cp, t, action, args, work, broker)
                 row["round"] = rnd + 1
                 rows.append(row)
                 _progress(
@@ -318,6 +344,8 @@ def trogdor_phase(
                     f"Trogdor ok {row['trogdor_ok_per_s']:>6.0f}/s, overflows "
                     f"{row['ListenOverflows']}/{row['ListenDrops']} drops, resets sent "
                     f"{row['resets_sent']}, CPU {row.get('cpu_ms_per_conn', '-')} ms/conn, "
+                    f"broker {row.get('broker_cpu_ms_per_conn', '-')}, "
+                    f"client {row.get('client_cpu_ms_per_conn', '-')} ms/conn, "
                     f"loop on CPU {row.get('loop_on_cpu_pct', '-')} % / waiting for one "
                     f"{row.get('loop_runq_wait_pct', '-')} % "
                     f"(load {row['load_avg']})"
@@ -344,6 +372,16 @@ def summarize_trogdor(rows: list[dict[str, Any]], paths: list[str]) -> dict[str,
                 "resets_sent": sum(r["resets_sent"] for r in rs),
                 "abort_on_close": sum(r["TCPAbortOnClose"] for r in rs),
                 "cpu_ms_per_conn": statistics.median(cpu) if cpu else None,
+                **{
+                    key: statistics.median(r[key] for r in rs if key in r)
+                    if any(key in r for r in rs)
+                    else None
+                    for key in (
+                        "broker_cpu_ms_per_conn",
+                        "server_cpu_ms_per_conn",
+                        "client_cpu_ms_per_conn",
+                    )
+                },
                 **{
                     key: statistics.median(r[key] for r in rs) if key in rs[0] else None
                     for key in ("loop_on_cpu_pct", "loop_runq_wait_pct")
@@ -428,7 +466,7 @@ def hot_spots(raw: str, top: int = 15) -> dict[str, Any]:
 
 
 def profile_phase(
-    cp: str, t: Target, args: argparse.Namespace, work: Path, broker_url: str | None
+    cp: str, t: Target, args: argparse.Namespace, work: Path, broker: BrokerProbe
 ) -> dict[str, Any]:
     """One Trogdor round per action with py-spy sampling the acceptor (not in the ratios)."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
@@ -446,7 +484,7 @@ def profile_phase(
         cmd += ["--format", "raw", "--output", str(raw), "--duration", "600"]
         spy_proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            row = trogdor_round(cp, t, action, args, work, broker_url)
+            row = trogdor_round(cp, t, action, args, work, broker)
         finally:
             spy_proc.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
             try:
@@ -630,11 +668,14 @@ def report(res: dict[str, Any], paths: list[str]) -> list[str]:
     lines: list[str] = []
     trog = res.get("trogdor_summary", {})
     for action, per in trog.items():
-        lines.append(f"Trogdor ConnectionStress {action} (mean of rounds; sums for counters):")
+        lines.append(
+            f"Trogdor ConnectionStress {action} (mean of rounds; sums for counters; CPU per "
+            "connection: the acceptor's, the broker's, both (server), Trogdor's (client)):"
+        )
         lines.append(
             f"  {'path':<9}{'conn/s':>8}{'ratio':>7}{'Trogdor ok/s':>14}{'ratio':>7}"
-            f"{'overflows':>11}{'drops':>7}{'resets':>8}{'CPU ms/conn':>13}"
-            f"{'loop CPU%':>10}{'runq%':>7}  load"
+            f"{'overflows':>11}{'drops':>7}{'resets':>8}{'CPU ms/conn: acceptor':>22}"
+            f"{'broker':>8}{'server':>8}{'client':>8}{'loop CPU%':>10}{'runq%':>7}  load"
         )
         for p in paths:
             s = per.get(p)
@@ -644,7 +685,9 @@ def report(res: dict[str, Any], paths: list[str]) -> list[str]:
                 f"  {p:<9}{s['conn_per_s'] or 0:>8.0f}{s.get('ratio', 1.0):>7.2f}"
                 f"{s['trogdor_ok_per_s']:>14.0f}{s.get('ratio_trogdor_ok', 1.0):>7.2f}"
                 f"{s['listen_overflows']:>11}{s['listen_drops']:>7}{s['resets_sent']:>8}"
-                f"{s['cpu_ms_per_conn'] or 0:>13.3f}"
+                f"{s['cpu_ms_per_conn'] or 0:>22.3f}"
+                f"{s['broker_cpu_ms_per_conn'] or 0:>8.3f}{s['server_cpu_ms_per_conn'] or 0:>8.3f}"
+                f"{s['client_cpu_ms_per_conn'] or 0:>8.3f}"
                 f"{s['loop_on_cpu_pct'] or 0:>10.1f}{s['loop_runq_wait_pct'] or 0:>7.1f}"
                 f"  {s['load_avg']}"
             )
@@ -832,8 +875,9 @@ def main(argv: list[str] | None = None) -> int:
             _progress("kernel counters are machine-wide here (not in a private netns)")
         paths = [t.name for t in targets]
         broker_url = getattr(broker, "metrics_url", None)
+        probe = BrokerProbe(broker_url, getattr(broker, "pid", None))
         if "trogdor" in phases:
-            rows = trogdor_phase(cp, targets, args, work, broker_url)
+            rows = trogdor_phase(cp, targets, args, work, probe)
             res["trogdor_rounds"] = rows
             res["trogdor_summary"] = summarize_trogdor(rows, paths)
         if "producebench" in phases:
@@ -861,7 +905,7 @@ def main(argv: list[str] | None = None) -> int:
             res["added_p50_ms"] = res["p50_ms_acceptor"] - res["p50_ms_direct"]
             res["added_p99_ms"] = res["p99_ms_acceptor"] - res["p99_ms_direct"]
         if args.profile:
-            res["profile"] = profile_phase(cp, targets[1], args, work, broker_url)
+            res["profile"] = profile_phase(cp, targets[1], args, work, probe)
     finally:
         for t in targets:
             if t.proc is not None:

@@ -5,7 +5,11 @@ Why we own the accept loop on a raw listening socket instead of `asyncio.start_s
 backlog (`socket.listen.backlog.size`) would never fill, unlike Kafka's single acceptor
 thread that sleeps through the delay. Here the admission of one socket runs to completion
 (rate step -> delay -> slot wait -> IP rate step -> count check -> hand-off) before the
-next socket is taken, and only a bounded hand-off (one socket) sits between the two.
+next socket is taken. Without PROXY headers, a reader callback on the listening socket
+accepts and admits socket after socket synchronously (`_turn`); only an admission that must
+wait becomes a task, and the listening socket is not watched until it is done. With PROXY
+headers, an accept task reads headers (at most `PROXY_PENDING_MAX` at once) and hands each
+socket to an admission task (one socket between the two).
 
 States of one accepted socket (the table of §0.3):
 
@@ -25,7 +29,8 @@ import heapq
 import itertools
 import socket
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
 
 from harness.acceptor.config import ListenerSettings
 from harness.acceptor.ports import NewConnection
@@ -116,6 +121,14 @@ class ListenerAcceptor:
         self._park_seq = itertools.count()
         self._tasks: list[asyncio.Task[None]] = []
         self._header_tasks: set[asyncio.Task[None]] = set()
+        # the turn driver (listeners without PROXY headers): the loop, whether it watches
+        # the listening socket, the admission waiting out a delay/slot/full queue, the
+        # select timeout while sockets are parked
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._reading = False
+        self._stall: asyncio.Task[None] | None = None
+        self._select_timer: asyncio.TimerHandle | None = None
+        self._stopped = False
         self._proxy_pending = asyncio.Semaphore(PROXY_PENDING_MAX)
 
     # -- start / stop --------------------------------------------------------------------
@@ -132,23 +145,39 @@ class ListenerAcceptor:
     def start(self) -> None:
         for p in self.processors:
             p.start()
-        self._tasks = [
-            asyncio.ensure_future(self._accept_loop()),
-            asyncio.ensure_future(self._admission_loop()),
-        ]
+        if self.settings.proxy == "off":
+            self._loop = asyncio.get_running_loop()
+            self._listen()
+        else:
+            self._tasks = [
+                asyncio.ensure_future(self._accept_loop()),
+                asyncio.ensure_future(self._admission_loop()),
+            ]
 
     def tasks(self) -> list[asyncio.Task[None]]:
-        """Every task this listener runs (accept, admission, header reads, processors)."""
+        """Every task this listener runs (accept, admission, a stalled admission, header
+        reads, processors)."""
         out = [*self._tasks, *self._header_tasks]
+        if self._stall is not None:
+            out.append(self._stall)
         out += [p.task for p in self.processors if p.task is not None]
         return out
 
     def stop_accepting(self) -> None:
+        self._stopped = True
         for t in self._tasks:
             t.cancel()
         for t in list(self._header_tasks):
             t.cancel()
+        if self._stall is not None:
+            self._stall.cancel()
+        if self._select_timer is not None:
+            self._select_timer.cancel()
+            self._select_timer = None
         if self._lsock is not None:
+            if self._reading and self._loop is not None:
+                self._loop.remove_reader(self._lsock.fileno())
+                self._reading = False
             self._lsock.close()
             self._lsock = None
 
@@ -160,7 +189,109 @@ class ListenerAcceptor:
             with contextlib.suppress(OSError):
                 item.sock.close()
 
-    # -- accepting -----------------------------------------------------------------------
+    # -- accepting without a PROXY header: Kafka's acceptor loop, on readiness -------------
+    def _listen(self) -> None:
+        """Kafka's `select(500)`: watch the listening socket, and while throttled sockets are
+        parked, time the select out after `SELECT_TIMEOUT_S`."""
+        if self._stopped or self._lsock is None or self._loop is None:
+            return
+        if not self._reading:
+            self._loop.add_reader(self._lsock.fileno(), self._turn)
+            self._reading = True
+        if self._select_timer is not None:
+            self._select_timer.cancel()
+            self._select_timer = None
+        if self._parked:
+            self._select_timer = self._loop.call_later(SELECT_TIMEOUT_S, self._select_timed_out)
+
+    def _select_timed_out(self) -> None:
+        self._select_timer = None
+        self._close_due_parked()
+        self._listen()
+
+    def _turn(self) -> None:
+        """The listening socket is readable: accept what the kernel has queued, one socket
+        at a time, each admitted before the next is taken and followed by
+        `closeThrottledConnections` (Kafka's acceptor loop). At most one backlog's worth per
+        turn, so the loop's other work interleaves. An admission that must wait (rate
+        delay, slot, full processor queues) stops the watching until it is done: new
+        connections stay in the kernel backlog, as behind Kafka's blocked acceptor thread.
+        No future, task or hand-off per socket: a storm is drained in one callback."""
+        lsock = self._lsock
+        if lsock is None:
+            return
+        name = self.name
+        for _ in range(self._backlog):
+            try:
+                sock, addr = lsock.accept()
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as exc:  # EMFILE and friends: back off, as Kafka's acceptor does
+                self._stop_listening(self._accept_failed(exc), None)
+                return
+            sock.setblocking(False)
+            ip, port = _peer(addr)
+            info = ConnInfo(self.next_conn_id(name), name, ip, port, ip, port)
+            item = NewConnection(info, sock, time.monotonic_ns())
+            try:
+                rest = self._admit(item)
+            except Exception as exc:  # the acceptor must outlive one bad socket
+                self._admission_failed(item, exc)
+                rest = None
+            if rest is not None:
+                self._stop_listening(rest, item)
+                return
+            if self._parked:
+                self._close_due_parked()
+        self._listen()
+
+    def _stop_listening(self, rest: Coroutine[Any, Any, None], item: NewConnection | None) -> None:
+        """Stop watching the listening socket while `rest` (an admission's wait, or the
+        back-off after a failed accept) runs; then close what is due and turn again."""
+        if self._reading and self._loop is not None and self._lsock is not None:
+            self._loop.remove_reader(self._lsock.fileno())
+            self._reading = False
+        if self._select_timer is not None:
+            self._select_timer.cancel()
+            self._select_timer = None
+        self._stall = asyncio.ensure_future(self._stalled(rest, item))
+
+    async def _stalled(self, rest: Coroutine[Any, Any, None], item: NewConnection | None) -> None:
+        try:
+            await self._finish_admission(rest, item)
+        finally:
+            self._stall = None
+        if self._parked:
+            self._close_due_parked()
+        if not self._stopped:
+            self._turn()
+
+    async def _accept_failed(self, exc: OSError) -> None:
+        self.log(f"accept on {self.name} failed: {exc!r}; retrying")
+        await asyncio.sleep(0.1)
+
+    async def _finish_admission(
+        self, rest: Coroutine[Any, Any, None], item: NewConnection | None
+    ) -> None:
+        """Await the rest of an admission; a shutdown or a bug closes its socket."""
+        try:
+            await rest
+        except asyncio.CancelledError:  # shutdown mid-admission: do not leak it
+            if item is not None:
+                with contextlib.suppress(OSError):
+                    item.sock.close()
+            raise
+        except Exception as exc:  # the acceptor must outlive one bad socket
+            if item is None:
+                raise
+            self._admission_failed(item, exc)
+
+    def _admission_failed(self, item: NewConnection, exc: Exception) -> None:
+        self.log(f"admission of {item.info.conn_id} failed: {exc!r}")
+        with contextlib.suppress(OSError):
+            item.sock.close()
+
+    # -- accepting with a PROXY header ------------------------------------------------------
     async def _accept_loop(self) -> None:
         loop = asyncio.get_running_loop()
         assert self._lsock is not None
@@ -267,19 +398,19 @@ class ListenerAcceptor:
                 item = await handoff.get()
             if item is not None:
                 try:
-                    await self._admit(item)
-                except asyncio.CancelledError:  # shutdown mid-admission: do not leak it
-                    with contextlib.suppress(OSError):
-                        item.sock.close()
-                    raise
+                    rest = self._admit(item)
                 except Exception as exc:  # the acceptor must outlive one bad socket
-                    self.log(f"admission of {item.info.conn_id} failed: {exc!r}")
-                    with contextlib.suppress(OSError):
-                        item.sock.close()
+                    self._admission_failed(item, exc)
+                    rest = None
+                if rest is not None:
+                    await self._finish_admission(rest, item)
             if self._parked:
                 self._close_due_parked()
 
-    async def _admit(self, item: NewConnection) -> None:
+    def _admit(self, item: NewConnection) -> Coroutine[Any, Any, None] | None:
+        """Kafka's admission steps for one socket, as far as they need no wait; the rest is
+        returned as a coroutine when they do (a rate delay, a slot, full processor queues),
+        None when the socket is decided."""
         quotas = self.quotas
         rec = self.rec
         info = item.info
@@ -317,17 +448,31 @@ class ListenerAcceptor:
             elif self._f_double:  # SEEDED FAULT: twice the delay
                 wait_ms = 2 * wait_ms
             if wait_ms > 0 or not quotas.slot_available(name):
-                await self._wait_for_slot(t0, wait_ms)
+                return self._admit_after_wait(item, t0_ns, wait_ms)
         elif not quotas.slot_available(name):
-            await self._wait_for_slot(t0, 0)
+            return self._admit_after_wait(item, t0_ns, 0)
+        return self._decide(item, t0_ns)
 
+    async def _admit_after_wait(self, item: NewConnection, t0_ns: int, wait_ms: int) -> None:
+        await self._wait_for_slot(t0_ns // 1_000_000, wait_ms)
+        rest = self._decide(item, t0_ns)
+        if rest is not None:
+            await rest
+
+    def _decide(self, item: NewConnection, t0_ns: int) -> Coroutine[Any, Any, None] | None:
+        """After the delay and the slot: the IP rate and count steps, then counted and
+        handed to a processor (the returned coroutine blocks on a full queue)."""
+        quotas = self.quotas
+        rec = self.rec
+        info = item.info
+        name = self.name
         t1_ns = time.monotonic_ns()
         t1 = t1_ns // 1_000_000
         adm = quotas.admit(name, info.client_ip, t1)
         if adm.outcome is Outcome.THROTTLED_IP:
             item.throttle_ms, item.throttled_ns = adm.throttle_ms, t1_ns
             self._park(item, t1)
-            return
+            return None
         if adm.outcome is Outcome.REJECTED_IP_COUNT:
             with contextlib.suppress(OSError):
                 item.sock.close()  # the client reads EOF
@@ -339,7 +484,7 @@ class ListenerAcceptor:
                 detail={"count": adm.ip_count, "max": adm.ip_limit},
             )
             self.counts.count(name, info.client_ip, "rejected")
-            return
+            return None
         rec.conn("admit", info, t1_ns, delay_ms=(t1_ns - t0_ns) / 1e6)
         try:
             item.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -351,9 +496,9 @@ class ListenerAcceptor:
             rec.conn(
                 "close", info, time.monotonic_ns(), reason="reset", detail={"registered": False}
             )
-            return
+            return None
         item.protected, item.admitted_ns = self.protected, t1_ns
-        await self._hand_off(item)
+        return self._hand_off(item)
 
     async def _wait_for_slot(self, t0_ms: int, delay_ms: int) -> None:
         """`waitForConnectionSlot`: sleep out the delay, then wait for a free slot."""
@@ -398,25 +543,25 @@ class ListenerAcceptor:
             detail={"start_mono_ns": start_ns},
         )
 
-    async def _hand_off(self, item: NewConnection) -> None:
-        """Round-robin from `current_processor`, skipping full queues; block on the last."""
+    def _hand_off(self, item: NewConnection) -> Coroutine[Any, Any, None] | None:
+        """Round-robin from `current_processor`, skipping full queues; when every queue is
+        full, the returned coroutine blocks on the last one tried."""
         procs = self.processors
-        retries = len(procs)
-        while True:
-            retries -= 1
+        for _ in procs:
             proc = procs[self.current_processor % len(procs)]
             self.current_processor = (self.current_processor + 1) % len(procs)
             if proc.offer(item):
-                return
-            if retries == 0:
-                start = time.monotonic_ns()
-                self._not_blocked.clear()
-                try:
-                    await proc.put(item)
-                finally:
-                    self._not_blocked.set()
-                self._blocked(start, "queue_full")
-                return
+                return None
+        return self._block_on(proc, item)
+
+    async def _block_on(self, proc: Processor, item: NewConnection) -> None:
+        start = time.monotonic_ns()
+        self._not_blocked.clear()
+        try:
+            await proc.put(item)
+        finally:
+            self._not_blocked.set()
+        self._blocked(start, "queue_full")
 
     # -- IP-rate throttled sockets ---------------------------------------------------------
     def _park(self, item: NewConnection, t1_ms: int) -> None:

@@ -100,6 +100,8 @@ class ProtoConnection(Relay):
         if self.initial:
             initial, self.initial = self.initial, b""
             self.on_client_data(initial, counted=True)
+        if "upstream" in self._paused[True]:
+            self.resume_reading(True, "upstream")
         self._pump()
 
     # -- flow control --------------------------------------------------------------------
@@ -129,7 +131,10 @@ class ProtoConnection(Relay):
         if not counted:
             self.bytes_in += len(data)
             self.touch()
-        if self.initial:  # the upstream is not up yet: keep the order of the bytes
+        if self._ut is None:  # the upstream is not up yet: keep the bytes, in order
+            if not self.initial:
+                self.upstream_wanted()
+                self.pause_reading(True, "upstream")  # one read's worth until it is up
             self.initial += data
             return
         try:

@@ -107,6 +107,8 @@ class Relay:
         self._upstream_eof = False
         self._timers: list[asyncio.TimerHandle] = []
         self._done = asyncio.Event()
+        #: while run() waits for the client's first bytes before opening the upstream
+        self._first_bytes: asyncio.Future[None] | None = None
         self._opening = False  # the client transport is being made (run() closes it)
         self._reset = False  # finish() asked for a reset (SO_LINGER 0) rather than a FIN
         # (reason, detail) of the bad frame the connection is closing after, if any
@@ -153,10 +155,12 @@ class Relay:
 
     # -- shared ---------------------------------------------------------------------------
     async def run(self) -> None:
-        """Open the client side, then the upstream, then move bytes until finished."""
+        """Open the client side; once the client has sent its first bytes, the upstream;
+        then move bytes until finished. A client that closes (or is evicted, or expires)
+        without a byte never reaches the broker, as none of its bytes would have: Trogdor's
+        CONNECT storm costs the broker nothing it would not see directly."""
         if self.closed:
             return
-        upstream_host, upstream_port = self.host.upstream(self.info.listener)
         self._opening = True
         try:
             await self._open_client()
@@ -170,10 +174,16 @@ class Relay:
         if self.closed:  # ended while the transport was made (a client EOF: a FIN, as Kafka)
             self._close_transports(self._reset)
             return
+        if not self.initial:
+            self._first_bytes = asyncio.get_running_loop().create_future()
+            await self._first_bytes  # the client's first bytes, or finish()
+            self._first_bytes = None
+            if self.closed:
+                return
+        upstream_host, upstream_port = self.host.upstream(self.info.listener)
         try:
-            upstream = await asyncio.wait_for(
-                self._open_upstream(upstream_host, upstream_port), UPSTREAM_CONNECT_TIMEOUT_S
-            )
+            async with asyncio.timeout(UPSTREAM_CONNECT_TIMEOUT_S):
+                upstream = await self._open_upstream(upstream_host, upstream_port)
         except (OSError, TimeoutError) as exc:
             self.finish("upstream_unreachable", detail={"error": repr(exc)})
             return
@@ -182,6 +192,12 @@ class Relay:
             return
         self._started(upstream)
         await self._done.wait()
+
+    def upstream_wanted(self) -> None:
+        """The client sent its first bytes: run() opens the upstream now."""
+        first = self._first_bytes
+        if first is not None and not first.done():
+            first.set_result(None)
 
     def received(self, decoder: FrameDecoder, data: bytes) -> bool:
         """Client bytes, cut into requests, into the gate. True when a bad frame ends the
@@ -326,6 +342,7 @@ class Relay:
             self.charges.unregister(self.upstream_addr)
         for timer in self._timers:
             timer.cancel()
+        self.upstream_wanted()  # run() stops waiting for first bytes that will not come
         self._close_transports(reset)
         if not self._transport_made() and not self._opening:
             with contextlib.suppress(OSError):  # never handed to the loop
