@@ -262,6 +262,17 @@ def rotations(targets: list[Target], rounds: int) -> list[tuple[int, list[Target
 
 
 # -- Trogdor ----------------------------------------------------------------------------------
+def split_cpus(layout: str) -> tuple[set[int], set[int]] | None:
+    """(load CPUs, server CPUs) for ``--cpus split``: the last CPU this process may use
+    for the server side, the others for the load; None when shared (or only one CPU)."""
+    if layout != "split":
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--cpus split needs at least two CPUs")
+    return set(cpus[:-1]), {cpus[-1]}
+
+
 @dataclass
 class BrokerProbe:
     """Where the bench reads the broker's own numbers: its metrics (connections created)
@@ -810,6 +821,14 @@ def main(argv: list[str] | None = None) -> int:
         help="py-spy the acceptor under Trogdor (native: with C frames; slows it down)",
     )
     ap.add_argument("--netns", choices=("auto", "off"), default="auto")
+    ap.add_argument(
+        "--cpus",
+        choices=("shared", "split"),
+        default="shared",
+        help="split: the server side (broker, acceptors) on the last CPU, the load (Trogdor, "
+        "the Python clients) on the others, as load generators run on other machines; "
+        "shared: everything on every CPU",
+    )
     args = ap.parse_args(argv)
     phases = ["accept"] if args.accept_only else [p for p in args.phases.split(",") if p]
     if unknown := set(phases) - set(PHASES):
@@ -833,6 +852,10 @@ def main(argv: list[str] | None = None) -> int:
     ports = {tag: free_port() for tag, *_ in plan}
     names = ("PLAINTEXT", *(listener for _, listener, *_ in plan))
     advertised = {listener: f"127.0.0.1:{ports[tag]}" for tag, listener, *_ in plan}
+    split = split_cpus(args.cpus)
+    if split is not None:  # what starts now (broker, acceptors) inherits the server CPU
+        _progress(f"CPUs split: server side on {sorted(split[1])}, load on {sorted(split[0])}")
+        os.sched_setaffinity(0, split[1])
     _progress(f"starting a Kafka broker (listeners {', '.join(names)}); work dir {work}")
     broker = start_broker(
         launcher="local",
@@ -845,6 +868,7 @@ def main(argv: list[str] | None = None) -> int:
         "phases": phases,
         "loop": args.loop,
         "cpus": os.cpu_count(),
+        "cpu_layout": args.cpus,
         "private_netns": private,
         "load_avg_start": os.getloadavg(),
         "compare_ref": args.compare_ref,
@@ -871,6 +895,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"acceptor {tag} pid {proc.pid} on 127.0.0.1:{p} -> {listener}, {url}"
                 f"{'' if history else ', history OFF'}"
             )
+        if split is not None:  # the load from here on (Trogdor, Python clients)
+            os.sched_setaffinity(0, split[0])
         if not private:
             _progress("kernel counters are machine-wide here (not in a private netns)")
         paths = [t.name for t in targets]

@@ -92,7 +92,8 @@ class Channel(Protocol):
     @property
     def gate(self) -> RequestGate: ...
 
-    async def run(self) -> None: ...
+    def start(self) -> Coroutine[Any, Any, None] | None:
+        """What its processor runs once it is registered (None: it ended at once)."""
 
     def mute(self, until_ns: int) -> None: ...
 

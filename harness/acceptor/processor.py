@@ -142,7 +142,9 @@ class Processor:
                 f'"queue_depth": {self.queue.qsize() + 1}}}'
             ),
         )
-        host.spawn(conn.run())
+        run = conn.start()
+        if run is not None:
+            host.spawn(run)
 
     def touch(self, conn: Channel) -> None:
         """I/O on one of this processor's channels: it becomes the most recently used, and

@@ -19,7 +19,7 @@ import contextlib
 import socket
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -154,6 +154,24 @@ class Relay:
         raise NotImplementedError
 
     # -- shared ---------------------------------------------------------------------------
+    def start(self) -> Coroutine[Any, Any, None] | None:
+        """What the processor runs for the newly registered connection: `run()`, or None
+        when it has already ended. A client that closed (or reset) before sending a byte is
+        closed here, as Kafka's processor closes it at its first poll, without a transport
+        or a task: a connect-and-close storm (Trogdor's CONNECT, a TCP health check) costs
+        one peek per connection."""
+        if not self.initial:
+            try:
+                if self.sock.recv(1, socket.MSG_PEEK) == b"":
+                    self.finish("client_eof")
+                    return None
+            except (BlockingIOError, InterruptedError):
+                pass  # connected and silent so far: the usual case
+            except OSError as exc:
+                self.finish("reset", reset=True, detail={"error": repr(exc)})
+                return None
+        return self.run()
+
     async def run(self) -> None:
         """Open the client side; once the client has sent its first bytes, the upstream;
         then move bytes until finished. A client that closes (or is evicted, or expires)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from harness.acceptor import AcceptorHandle
-from harness.acceptor.testing import history_rows
+from harness.acceptor.testing import history_rows, wait_until
 from harness.admin.client import split_bootstrap
 
 
@@ -47,6 +47,8 @@ def test_an_immediate_half_close_gets_a_fin_as_from_the_broker(
     )
     fronted = Counter(answer_to_half_close(acceptor.address("CLIENT"), wait_s) for _ in range(30))
     assert direct == fronted == Counter({"fin": 30})
+    # the close row follows the FIN (a socket closed at registration is closed at once)
+    wait_until(lambda: len(history_rows(acceptor, "close")) >= 30, 10, what="30 close rows")
     closes = history_rows(acceptor, "close")
     assert len(closes) == 30 and {r["reason"] for r in closes} <= {"client_eof", "upstream_eof"}
 
