@@ -25,6 +25,8 @@ does not share the client's GIL. In one run, each phase alternating the paths ro
     .venv/bin/python -m bench.acceptor                      # all phases, ~4 minutes
     .venv/bin/python -m bench.acceptor --phases trogdor --rounds 3 --compare-ref HEAD~1
     .venv/bin/python -m bench.acceptor --phases trogdor --profile   # + py-spy of the acceptor
+    .venv/bin/python -m bench.acceptor --phases trogdor,producebench --cpus split
+                                     # server side on its own CPU, the load on the others
 
 The kernel counters are per network namespace: as root (with util-linux ``unshare``) the
 bench re-runs itself in a private one with only loopback up (``--netns auto``), so the
