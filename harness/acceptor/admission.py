@@ -233,11 +233,7 @@ class ListenerAcceptor:
             ip, port = _peer(addr)
             info = ConnInfo(self.next_conn_id(name), name, ip, port, ip, port)
             item = NewConnection(info, sock, time.monotonic_ns())
-            try:
-                rest = self._admit(item)
-            except Exception as exc:  # the acceptor must outlive one bad socket
-                self._admission_failed(item, exc)
-                rest = None
+            rest = self._admit_guarded(item)
             if rest is not None:
                 self._stop_listening(rest, item)
                 return
@@ -285,6 +281,14 @@ class ListenerAcceptor:
             if item is None:
                 raise
             self._admission_failed(item, exc)
+
+    def _admit_guarded(self, item: NewConnection) -> Coroutine[Any, Any, None] | None:
+        """`_admit`, except that a bug closes this one socket (the acceptor outlives it)."""
+        try:
+            return self._admit(item)
+        except Exception as exc:
+            self._admission_failed(item, exc)
+            return None
 
     def _admission_failed(self, item: NewConnection, exc: Exception) -> None:
         self.log(f"admission of {item.info.conn_id} failed: {exc!r}")
@@ -397,11 +401,7 @@ class ListenerAcceptor:
             else:
                 item = await handoff.get()
             if item is not None:
-                try:
-                    rest = self._admit(item)
-                except Exception as exc:  # the acceptor must outlive one bad socket
-                    self._admission_failed(item, exc)
-                    rest = None
+                rest = self._admit_guarded(item)
                 if rest is not None:
                     await self._finish_admission(rest, item)
             if self._parked:

@@ -107,21 +107,27 @@ def module_broker_factory(
     yield from _factory(tmp_path_factory)
 
 
-@pytest.fixture
-def fronted_acceptor(
-    request: pytest.FixtureRequest, kafka_broker: Broker, tmp_path: Path
-) -> Iterator[AcceptorHandle]:
+def acceptor_fronting(upstream: str, run_id: str, tmp_path: Path) -> Iterator[AcceptorHandle]:
+    """An acceptor with one CLIENT listener forwarding to `upstream` (host:port), history on;
+    at teardown every history row must be one its event's definition allows."""
     handle = start_in_thread(
         {
             "listeners": "CLIENT://127.0.0.1:0",
-            "listener.name.client.upstream": kafka_broker.bootstrap,
+            "listener.name.client.upstream": upstream,
             "metrics.port": "-1",
         },
         history_dir=tmp_path / "history",
-        run_id=request.node.name,
+        run_id=run_id,
     )
     yield handle
     try:
         assert nonconformant_rows(handle) == []
     finally:
         handle.stop()
+
+
+@pytest.fixture
+def fronted_acceptor(
+    request: pytest.FixtureRequest, kafka_broker: Broker, tmp_path: Path
+) -> Iterator[AcceptorHandle]:
+    yield from acceptor_fronting(kafka_broker.bootstrap, request.node.name, tmp_path)

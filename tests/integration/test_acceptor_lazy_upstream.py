@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.acceptor import AcceptorHandle, start_in_thread
+from harness.acceptor import AcceptorHandle
 from harness.acceptor.testing import (
     api_versions_frame,
     history_rows,
-    nonconformant_rows,
     wait_until,
 )
+from tests.integration.conftest import acceptor_fronting
 
 
 class CountingUpstream:
@@ -71,20 +71,7 @@ def upstream() -> Iterator[CountingUpstream]:
 def acceptor(
     request: pytest.FixtureRequest, upstream: CountingUpstream, tmp_path: Path
 ) -> Iterator[AcceptorHandle]:
-    handle = start_in_thread(
-        {
-            "listeners": "CLIENT://127.0.0.1:0",
-            "listener.name.client.upstream": f"127.0.0.1:{upstream.port}",
-            "metrics.port": "-1",
-        },
-        history_dir=tmp_path / "history",
-        run_id=request.node.name,
-    )
-    yield handle
-    try:
-        assert nonconformant_rows(handle) == []
-    finally:
-        handle.stop()
+    yield from acceptor_fronting(f"127.0.0.1:{upstream.port}", request.node.name, tmp_path)
 
 
 def test_connect_and_close_never_reaches_the_upstream(
