@@ -382,6 +382,11 @@ class RateMeter(_Ring):
         total, window = self._peek(now_ms)
         return total / (window / 1000.0)
 
+    def peek_sum(self, now_ms: int) -> float:
+        """The sum ``measure`` would see at ``now_ms`` (expired samples count 0), without
+        its side effects."""
+        return self._peek(now_ms)[0]
+
     def window_size(self, now_ms: int) -> int:
         """``Rate.windowSize`` in ms: purge, elapsed since the oldest sample, padded, >= 1."""
         self._purge(now_ms)

@@ -350,7 +350,10 @@ class RequestQuotas:
 
         An upper bound of what `record_request` would find: the bucket's recorded sum plus
         the charge over the shortest window `Rate` can have, `(samples - 1)` windows (it pads
-        to that), against its bound. Purges the meter at `now_ms`, as the record would.
+        to that), against its bound. Reads the meter without side effects (no meter made,
+        nothing purged): a purge here, at a time no charge was made, would move where later
+        windows start, so the enforcer's throttles would depend on when it asked, not only on
+        what it charged, and the checker's replay of the charges would disagree by a few ms.
         """
         if api_key in EXEMPT_API_KEYS or not self._request.enabled:
             return False
@@ -361,9 +364,8 @@ class RequestQuotas:
         bound = manager.limit(tags)
         if bound >= UNLIMITED:
             return False
-        meter = manager.meter(tags)
-        window_ms = meter.window_size(now_ms)
-        total = meter.measure(now_ms) * window_ms / 1000.0
+        meter = manager.meters.get(tags)
+        total = meter.peek_sum(now_ms) if meter is not None else 0.0
         shortest_ms = max((manager.samples - 1) * manager.window_ms, 1)
         return (total + handler_ns * NANOS_TO_PERCENTAGE) / (shortest_ms / 1000.0) > bound
 

@@ -255,3 +255,27 @@ def test_could_throttle_is_an_upper_bound_of_the_record() -> None:
         assert says or charge.throttle_ms == 0
         now += 37
     assert says  # and near the quota it says it could
+
+
+def test_could_throttle_leaves_the_meter_as_the_charges_made_it() -> None:
+    """Asking whether a charge could throttle must not change later throttles: before, the
+    question made the bucket's meter (its first window starting at the question, not at the
+    first charge) and purged it at times no charge was made, which moved where later
+    windows start; the checker's replay of the charges then disagreed by a few ms
+    (selftest: clean `request-quota-two-entities` failed `request_quota_model`)."""
+    from harness.quota.requests import RequestQuotas
+
+    def throttles(ask: bool) -> list[int]:
+        q = RequestQuotas(11, 1)
+        q.set_quota(None, "c", "request_percentage", 1.0)  # 10 ms per second
+        out = []
+        # asked before the first charge (no meter yet), and after 11 s of silence (every
+        # sample of the first charges expired), each time a little before the charge
+        for ask_at, at in ((0, 700), (800, 900), (12_300, 12_900), (13_000, 13_100)):
+            if ask:
+                q.could_throttle("", "c", 0, 5_000_000, ask_at)
+            out.append(q.record_request("", "c", 0, 105_000_000, at).throttle_ms)
+        return out
+
+    assert throttles(ask=True) == throttles(ask=False)
+    assert any(throttles(ask=False))  # the charges throttle: the windows matter
