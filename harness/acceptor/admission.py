@@ -171,13 +171,8 @@ class ListenerAcceptor:
             t.cancel()
         if self._stall is not None:
             self._stall.cancel()
-        if self._select_timer is not None:
-            self._select_timer.cancel()
-            self._select_timer = None
+        self._unwatch()
         if self._lsock is not None:
-            if self._reading and self._loop is not None:
-                self._loop.remove_reader(self._lsock.fileno())
-                self._reading = False
             self._lsock.close()
             self._lsock = None
 
@@ -203,6 +198,15 @@ class ListenerAcceptor:
             self._select_timer = None
         if self._parked:
             self._select_timer = self._loop.call_later(SELECT_TIMEOUT_S, self._select_timed_out)
+
+    def _unwatch(self) -> None:
+        """No reader on the listening socket, no select timeout."""
+        if self._reading and self._loop is not None and self._lsock is not None:
+            self._loop.remove_reader(self._lsock.fileno())
+            self._reading = False
+        if self._select_timer is not None:
+            self._select_timer.cancel()
+            self._select_timer = None
 
     def _select_timed_out(self) -> None:
         self._select_timer = None
@@ -244,12 +248,7 @@ class ListenerAcceptor:
     def _stop_listening(self, rest: Coroutine[Any, Any, None], item: NewConnection | None) -> None:
         """Stop watching the listening socket while `rest` (an admission's wait, or the
         back-off after a failed accept) runs; then close what is due and turn again."""
-        if self._reading and self._loop is not None and self._lsock is not None:
-            self._loop.remove_reader(self._lsock.fileno())
-            self._reading = False
-        if self._select_timer is not None:
-            self._select_timer.cancel()
-            self._select_timer = None
+        self._unwatch()
         self._stall = asyncio.ensure_future(self._stalled(rest, item))
 
     async def _stalled(self, rest: Coroutine[Any, Any, None], item: NewConnection | None) -> None:
