@@ -34,7 +34,11 @@ counters hold this bench's traffic only; elsewhere they are machine-wide (said i
 ``--compare-ref GIT_REF`` adds the acceptor of another commit (``git archive`` of its
 ``harness/``) as a third path, so current/ref ratios come from the same rounds.
 ``--history-off-path`` adds the current acceptor without history (path ``nohist``), so the
-history's own share shows in the same rounds. ``--profile`` adds one Trogdor round per
+history's own share shows in the same rounds. ``--haproxy-path`` adds Debian's HAProxy as a
+plain TCP relay (path ``haproxy``: one thread, no PROXY header, no parsing, upstream opened
+at accept) in front of its own broker listener: what any TCP front costs on this machine,
+the floor under which the acceptor's ratios cannot be pushed by making Python cheaper.
+``--profile`` adds one Trogdor round per
 action through the current acceptor under ``py-spy record`` (not counted in the ratios)
 and prints its hot spots (self and inclusive share of the acceptor's samples). The load
 average is printed next to every round.
@@ -74,6 +78,7 @@ from bench.generator import (
     trogdor_classpath,
 )
 from harness.acceptor.testing import free_port, round_trip
+from loadprofiles.haproxy import start_haproxy
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PHASES = ("trogdor", "producebench", "accept", "produce", "latency")
@@ -127,10 +132,16 @@ def accept_rate(addr: tuple[str, int], threads: int, seconds: float) -> float:
     return sum(counts) / elapsed
 
 
+def cpu_times(pid: int) -> tuple[float, float]:
+    """(utime, stime) of a process (Linux /proc), in seconds: user space, kernel."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
 def cpu_seconds(pid: int) -> float:
     """utime + stime of a process (Linux /proc), in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return sum(cpu_times(pid))
 
 
 def schedstat(pid: int) -> tuple[int, int]:
@@ -299,8 +310,11 @@ def trogdor_round(
     """One ConnectionStress run against `t`; counters read around the whole run."""
     load = _load()
     net0 = net_counters()
-    acc0 = acceptor_accepted(t.metrics_url) if t.proc else accepted_total(broker.metrics_url)
-    cpu0 = cpu_seconds(t.proc.pid) if t.proc else 0.0
+    # an acceptor counts what it accepted; direct and HAProxy (which connects upstream at
+    # accept) are counted by the broker
+    acc0 = acceptor_accepted(t.metrics_url) if t.metrics_url else accepted_total(broker.metrics_url)
+    user0, sys0 = cpu_times(t.proc.pid) if t.proc else (0.0, 0.0)
+    cpu0 = user0 + sys0
     sched0 = schedstat(t.proc.pid) if t.proc else (0, 0)
     broker0, client0 = broker.cpu(), children_cpu()
     trog = run_trogdor(
@@ -308,9 +322,10 @@ def trogdor_round(
         work, None,
     )  # fmt: skip
     broker1, client1 = broker.cpu(), children_cpu()
-    cpu1 = cpu_seconds(t.proc.pid) if t.proc else 0.0
+    user1, sys1 = cpu_times(t.proc.pid) if t.proc else (0.0, 0.0)
+    cpu1 = user1 + sys1
     sched1 = schedstat(t.proc.pid) if t.proc else (0, 0)
-    acc1 = acceptor_accepted(t.metrics_url) if t.proc else accepted_total(broker.metrics_url)
+    acc1 = acceptor_accepted(t.metrics_url) if t.metrics_url else accepted_total(broker.metrics_url)
     net1 = net_counters()
     seconds = args.trogdor_seconds
     row: dict[str, Any] = {
@@ -326,6 +341,8 @@ def trogdor_round(
     if t.proc:  # the event loop's thread over the load window: running / waiting for a CPU
         row["loop_on_cpu_pct"] = round((sched1[0] - sched0[0]) / seconds / 1e7, 1)
         row["loop_runq_wait_pct"] = round((sched1[1] - sched0[1]) / seconds / 1e7, 1)
+        if cpu1 > cpu0:  # the front's own CPU: how much of it is the kernel's (syscalls, TCP)
+            row["kernel_cpu_pct"] = round((sys1 - sys0) * 100 / (cpu1 - cpu0), 1)
     if acc0 is not None and acc1 is not None:
         row["accepted"] = acc1 - acc0
         row["conn_per_s"] = round((acc1 - acc0) / seconds, 1)
@@ -360,8 +377,8 @@ def trogdor_phase(
                     f"broker {row.get('broker_cpu_ms_per_conn', '-')}, "
                     f"client {row.get('client_cpu_ms_per_conn', '-')} ms/conn, "
                     f"loop on CPU {row.get('loop_on_cpu_pct', '-')} % / waiting for one "
-                    f"{row.get('loop_runq_wait_pct', '-')} % "
-                    f"(load {row['load_avg']})"
+                    f"{row.get('loop_runq_wait_pct', '-')} %, kernel "
+                    f"{row.get('kernel_cpu_pct', '-')} % of its CPU (load {row['load_avg']})"
                     + (f"  ERROR {row['error'][-200:]!r}" if "error" in row else "")
                 )
     return rows
@@ -397,7 +414,7 @@ def summarize_trogdor(rows: list[dict[str, Any]], paths: list[str]) -> dict[str,
                 },
                 **{
                     key: statistics.median(r[key] for r in rs) if key in rs[0] else None
-                    for key in ("loop_on_cpu_pct", "loop_runq_wait_pct")
+                    for key in ("loop_on_cpu_pct", "loop_runq_wait_pct", "kernel_cpu_pct")
                 },
                 "load_avg": [r["load_avg"] for r in rs],
             }
@@ -421,7 +438,7 @@ def summarize_trogdor(rows: list[dict[str, Any]], paths: list[str]) -> dict[str,
                 a["ratio_per_round"] = [round(x, 3) for x in paired]
             if d["trogdor_ok_per_s"]:
                 a["ratio_trogdor_ok"] = a["trogdor_ok_per_s"] / d["trogdor_ok_per_s"]
-        for other in ("ref", "nohist"):
+        for other in ("ref", "nohist", "haproxy"):
             if other in per and "acceptor" in per:
                 a, r = per["acceptor"], per[other]
                 per[f"acceptor_vs_{other}"] = {
@@ -592,9 +609,17 @@ def produce_phase(targets: list[Target], args: argparse.Namespace, res: dict[str
 
 
 def produce_bench(
-    cp: str, t: Target, rate: float, args: argparse.Namespace, work: Path, tag: str
+    cp: str,
+    t: Target,
+    rate: float,
+    args: argparse.Namespace,
+    work: Path,
+    tag: str,
+    broker: BrokerProbe,
 ) -> dict[str, Any]:
-    """Trogdor's ProduceBench (acks=1, 512 B values) at `rate` messages/s for the round."""
+    """Trogdor's ProduceBench (acks=1, 512 B values) at `rate` messages/s for the round,
+    with the CPU each process spent per 1000 messages sent (read around the whole Trogdor
+    run, so its JVM start and the topic's creation are in it, the same for both paths)."""
     seconds = args.trogdor_seconds
     spec = {
         "class": "org.apache.kafka.trogdor.workload.ProduceBenchSpec",
@@ -609,33 +634,53 @@ def produce_bench(
         "inactiveTopics": {},
     }
     load = _load()
+    user0, sys0 = cpu_times(t.proc.pid) if t.proc else (0.0, 0.0)
+    broker0, client0 = broker.cpu(), children_cpu()
     status, text, _ = exec_trogdor(cp, spec, f"pb-{t.name}-{tag}", work, seconds)
+    broker1, client1 = broker.cpu(), children_cpu()
+    user1, sys1 = cpu_times(t.proc.pid) if t.proc else (0.0, 0.0)
+    cpu0, cpu1 = user0 + sys0, user1 + sys1
     row: dict[str, Any] = {"path": t.name, "tag": tag, "target_per_s": rate, "load_avg": load}
     row.update(status)
     row["sent_per_s"] = status.get("totalSent", 0) / seconds
+    if sent := status.get("totalSent", 0):
+        row["broker_cpu_ms_per_1k"] = round((broker1 - broker0) * 1e6 / sent, 3)
+        row["acceptor_cpu_ms_per_1k"] = round((cpu1 - cpu0) * 1e6 / sent, 3)
+        row["client_cpu_ms_per_1k"] = round((client1 - client0) * 1e6 / sent, 3)
+    if cpu1 > cpu0:
+        row["kernel_cpu_pct"] = round((sys1 - sys0) * 100 / (cpu1 - cpu0), 1)
     if not status:
         row["error"] = text[-500:]
     return row
 
 
 def producebench_phase(
-    cp: str, targets: list[Target], args: argparse.Namespace, work: Path, res: dict[str, Any]
+    cp: str,
+    targets: list[Target],
+    args: argparse.Namespace,
+    work: Path,
+    res: dict[str, Any],
+    broker: BrokerProbe,
 ) -> None:
     """Throughput (unthrottled) in alternating rounds, then latency at half the slower one."""
     rows: list[dict[str, Any]] = []
     for rnd, order in rotations(targets, args.rounds):
         for t in order:
-            row = produce_bench(cp, t, 1_000_000, args, work, f"max{rnd + 1}")
+            row = produce_bench(cp, t, 1_000_000, args, work, f"max{rnd + 1}", broker)
             rows.append(row)
             _progress(
                 f"ProduceBench round {rnd + 1} {t.name:<8} {row['sent_per_s']:8.0f} msg/s "
-                f"(p99 {row.get('p99LatencyMs', '-')} ms, load {row['load_avg']})"
+                f"(p99 {row.get('p99LatencyMs', '-')} ms, load {row['load_avg']}; CPU ms per "
+                f"1000 msgs: broker {row.get('broker_cpu_ms_per_1k', '-')}, acceptor "
+                f"{row.get('acceptor_cpu_ms_per_1k', '-')} "
+                f"({row.get('kernel_cpu_pct', '-')} % kernel), "
+                f"client {row.get('client_cpu_ms_per_1k', '-')})"
                 + (f"  ERROR {row['error'][-200:]!r}" if "error" in row else "")
             )
     best = {t.name: max(r["sent_per_s"] for r in rows if r["path"] == t.name) for t in targets}
     half = min(best["direct"], best["acceptor"]) / 2
     for t in targets:
-        row = produce_bench(cp, t, half, args, work, "half")
+        row = produce_bench(cp, t, half, args, work, "half", broker)
         rows.append(row)
         _progress(
             f"ProduceBench at half load {half:.0f} msg/s {t.name:<8} sent {row['sent_per_s']:.0f}"
@@ -647,6 +692,8 @@ def producebench_phase(
     res["producebench_half_load_per_s"] = half
     if best["direct"]:
         res["ratio_producebench_throughput"] = best["acceptor"] / best["direct"]
+        if "haproxy" in best:
+            res["ratio_producebench_throughput_haproxy"] = best["haproxy"] / best["direct"]
     lat = {r["path"]: r for r in rows if r["tag"] == "half" and "p99LatencyMs" in r}
     if "direct" in lat and "acceptor" in lat:
         res["producebench_added_p50_ms"] = (
@@ -654,6 +701,10 @@ def producebench_phase(
         )
         res["producebench_added_p99_ms"] = (
             lat["acceptor"]["p99LatencyMs"] - lat["direct"]["p99LatencyMs"]
+        )
+    if "direct" in lat and "haproxy" in lat:
+        res["producebench_added_p99_ms_haproxy"] = (
+            lat["haproxy"]["p99LatencyMs"] - lat["direct"]["p99LatencyMs"]
         )
 
 
@@ -688,7 +739,8 @@ def report(res: dict[str, Any], paths: list[str]) -> list[str]:
         lines.append(
             f"  {'path':<9}{'conn/s':>8}{'ratio':>7}{'Trogdor ok/s':>14}{'ratio':>7}"
             f"{'overflows':>11}{'drops':>7}{'resets':>8}{'CPU ms/conn: acceptor':>22}"
-            f"{'broker':>8}{'server':>8}{'client':>8}{'loop CPU%':>10}{'runq%':>7}  load"
+            f"{'broker':>8}{'server':>8}{'client':>8}{'loop CPU%':>10}{'runq%':>7}{'kernel%':>9}"
+            "  load"
         )
         for p in paths:
             s = per.get(p)
@@ -702,9 +754,10 @@ def report(res: dict[str, Any], paths: list[str]) -> list[str]:
                 f"{s['broker_cpu_ms_per_conn'] or 0:>8.3f}{s['server_cpu_ms_per_conn'] or 0:>8.3f}"
                 f"{s['client_cpu_ms_per_conn'] or 0:>8.3f}"
                 f"{s['loop_on_cpu_pct'] or 0:>10.1f}{s['loop_runq_wait_pct'] or 0:>7.1f}"
+                f"{s['kernel_cpu_pct'] or 0:>9.1f}"
                 f"  {s['load_avg']}"
             )
-        for other in ("ref", "nohist"):
+        for other in ("ref", "nohist", "haproxy"):
             if c := per.get(f"acceptor_vs_{other}"):
                 lines.append(
                     f"  acceptor/{other}: conn/s {c['conn_per_s'] or float('nan'):.3f}, "
@@ -719,6 +772,8 @@ def report(res: dict[str, Any], paths: list[str]) -> list[str]:
         "ratio_producebench_throughput",
         "producebench_added_p50_ms",
         "producebench_added_p99_ms",
+        "ratio_producebench_throughput_haproxy",
+        "producebench_added_p99_ms_haproxy",
         "ratio_accept_rate",
         "ratio_throughput",
         "added_p50_ms",
@@ -814,6 +869,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also run the current acceptor without history (path 'nohist')",
     )
+    ap.add_argument(
+        "--haproxy-path",
+        action="store_true",
+        help="also run HAProxy as a plain one-thread TCP relay (path 'haproxy')",
+    )
     ap.add_argument("--accept-only", action="store_true", help="same as --phases accept")
     ap.add_argument(
         "--profile",
@@ -851,9 +911,11 @@ def main(argv: list[str] | None = None) -> int:
         plan.append(("ref", "FRONTEDREF", work / "ref-src", True))
     if args.history_off_path:
         plan.append(("nohist", "FRONTEDNOHIST", None, False))
-    ports = {tag: free_port() for tag, *_ in plan}
-    names = ("PLAINTEXT", *(listener for _, listener, *_ in plan))
-    advertised = {listener: f"127.0.0.1:{ports[tag]}" for tag, listener, *_ in plan}
+    relays = [("haproxy", "FRONTEDHAPROXY")] if args.haproxy_path else []
+    fronts = [(tag, listener) for tag, listener, *_ in plan] + relays
+    ports = {tag: free_port() for tag, _ in fronts}
+    names = ("PLAINTEXT", *(listener for _, listener in fronts))
+    advertised = {listener: f"127.0.0.1:{ports[tag]}" for tag, listener in fronts}
     split = split_cpus(args.cpus)
     if split is not None:  # what starts now (broker, acceptors) inherits the server CPU
         _progress(f"CPUs split: server side on {sorted(split[1])}, load on {sorted(split[0])}")
@@ -897,6 +959,18 @@ def main(argv: list[str] | None = None) -> int:
                 f"acceptor {tag} pid {proc.pid} on 127.0.0.1:{p} -> {listener}, {url}"
                 f"{'' if history else ', history OFF'}"
             )
+        for tag, listener in relays:
+            relay = start_haproxy(
+                upstream=("127.0.0.1", broker.listener_ports[listener]),
+                send_proxy="off",
+                listen_port=ports[tag],
+                source_ip="127.0.0.1",
+                maxconn=8_000,  # 2 fds each, under this machine's 20,000 fd limit
+                threads=1,
+                workdir=work / tag,
+            )
+            targets.append(Target(tag, ports[tag], relay.process))
+            _progress(f"{tag} pid {relay.process.pid} on 127.0.0.1:{ports[tag]} -> {listener}")
         if split is not None:  # the load from here on (Trogdor, Python clients)
             os.sched_setaffinity(0, split[0])
         if not private:
@@ -909,7 +983,7 @@ def main(argv: list[str] | None = None) -> int:
             res["trogdor_rounds"] = rows
             res["trogdor_summary"] = summarize_trogdor(rows, paths)
         if "producebench" in phases:
-            producebench_phase(cp, targets, args, work, res)
+            producebench_phase(cp, targets, args, work, res, probe)
         if "accept" in phases:
             accept_phase(targets, args, res)
             acc = res["accept_rate_acceptor"]

@@ -31,7 +31,7 @@ HAPROXY = "/usr/sbin/haproxy"
 _CONFIG = """\
 # written by loadprofiles/haproxy.py; loopback only, bounded
 global
-    maxconn {maxconn}
+    maxconn {maxconn}{nbthread}
 
 defaults
     mode tcp
@@ -48,6 +48,10 @@ backend harness_acceptor
     source {source_ip}
     server acceptor {upstream_host}:{upstream_port} {send_proxy}
 """
+
+
+#: the `send_proxy` choices and the server keyword each writes
+SEND_PROXY = {"v1": "send-proxy", "v2": "send-proxy-v2", "off": ""}
 
 
 class HAProxyError(RuntimeError):
@@ -107,23 +111,28 @@ def render_config(
     listen: tuple[str, int],
     source_ip: str,
     maxconn: int,
+    threads: int | None = None,
 ) -> str:
-    """The haproxy.cfg text (validated inputs only: loopback addresses, v1/v2)."""
-    if send_proxy not in ("v1", "v2"):
-        raise HAProxyError(f"send_proxy={send_proxy!r}: expected v1 or v2")
+    """The haproxy.cfg text (validated inputs only: loopback addresses; v1, v2, or off: a
+    plain TCP relay with no header, as `bench/acceptor.py` measures a C relay's cost)."""
+    if send_proxy not in SEND_PROXY:
+        raise HAProxyError(f"send_proxy={send_proxy!r}: expected one of {sorted(SEND_PROXY)}")
     parse_target(f"{upstream[0]}:{upstream[1]}", "upstream")
     parse_target(f"{listen[0]}:{listen[1]}", "listen")
     parse_ip_pool(source_ip, "source_ip")
     if not 1 <= maxconn <= 100_000:
         raise HAProxyError(f"maxconn={maxconn!r}: expected 1..100000")
+    if threads is not None and not 1 <= threads <= 64:
+        raise HAProxyError(f"threads={threads!r}: expected 1..64 (None: HAProxy's default)")
     return _CONFIG.format(
         maxconn=maxconn,
+        nbthread="" if threads is None else f"\n    nbthread {threads}",
         listen_ip=listen[0],
         listen_port=listen[1],
         source_ip=source_ip,
         upstream_host=upstream[0],
         upstream_port=upstream[1],
-        send_proxy="send-proxy-v2" if send_proxy == "v2" else "send-proxy",
+        send_proxy=SEND_PROXY[send_proxy],
     )
 
 
@@ -135,12 +144,14 @@ def start_haproxy(
     listen_port: int = 0,
     source_ip: str = "127.0.0.250",
     maxconn: int = 4000,
+    threads: int | None = None,
     workdir: Path | None = None,
     binary: str = HAPROXY,
     timeout_s: float = 10.0,
 ) -> HAProxy:
     """Start HAProxy forwarding ``listen`` → ``upstream`` with a PROXY header; wait until
-    it accepts connections. ``listen_port=0`` picks a free port."""
+    it accepts connections. ``listen_port=0`` picks a free port; ``threads``: HAProxy's
+    ``nbthread`` (None: one per CPU it may use)."""
     if not Path(binary).exists():
         raise HAProxyError(
             f"{binary} not found: install Debian's package (apt-get install haproxy)"
@@ -152,6 +163,7 @@ def start_haproxy(
         listen=(listen_ip, port),
         source_ip=source_ip,
         maxconn=maxconn,
+        threads=threads,
     )
     own = workdir is None
     wd = Path(tempfile.mkdtemp(prefix="harness-haproxy-")) if workdir is None else workdir
