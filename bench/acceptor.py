@@ -498,7 +498,10 @@ def hot_spots(raw: str, top: int = 15) -> dict[str, Any]:
 def profile_phase(
     cp: str, t: Target, args: argparse.Namespace, work: Path, broker: BrokerProbe
 ) -> dict[str, Any]:
-    """One Trogdor round per action with py-spy sampling the acceptor (not in the ratios)."""
+    """One Trogdor round per action with py-spy (or perf) sampling the acceptor (not in the
+    ratios)."""
+    if args.profile == "perf":
+        return perf_phase(cp, t, args, work, broker)
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(spy).exists() or t.proc is None:
         _progress("--profile: py-spy not found (pip install -e '.[dev]'); skipped")
@@ -524,6 +527,44 @@ def profile_phase(
         spots = hot_spots(raw.read_text()) if raw.exists() else {}
         out[action] = {"round": row, **spots, "raw": str(raw)}
         _progress(f"profile {action}: {spots.get('samples', 0)} samples in {raw}")
+    return out
+
+
+def perf_phase(
+    cp: str, t: Target, args: argparse.Namespace, work: Path, broker: BrokerProbe
+) -> dict[str, Any]:
+    """`perf record` of the acceptor's CPU (not wall clock: py-spy's samples also count the
+    time a thread holding the GIL waits for a CPU), flat, by shared object and symbol.
+    Python 3.11's own frames are not named (they are libpython's `_PyEval_*`); what it
+    shows is the kernel's share and the C code's."""
+    perf = shutil.which("perf")
+    if perf is None or t.proc is None:
+        _progress("--profile perf: perf not found (Debian's linux-perf); skipped")
+        return {}
+    out: dict[str, Any] = {}
+    for action in ACTIONS:
+        data = work / f"perf-{action}.data"
+        cmd = [perf, "record", "-F", "997", "-p", str(t.proc.pid), "-o", str(data), "-q"]
+        rec = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            row = trogdor_round(cp, t, action, args, work, broker)
+        finally:
+            rec.send_signal(signal.SIGINT)
+            try:
+                rec.wait(30)
+            except subprocess.TimeoutExpired:
+                rec.kill()
+        by: dict[str, list[str]] = {}
+        for sort in ("dso", "dso,sym"):
+            rep = subprocess.run(
+                [perf, "report", "-i", str(data), "--stdio", "--sort", sort, "-q"],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            by[sort] = [line.strip() for line in rep.stdout.splitlines() if "%" in line][:25]
+        out[action] = {"round": row, "by_dso": by["dso"], "by_symbol": by["dso,sym"]}
+        _progress(f"perf {action}: {data}")
     return out
 
 
@@ -788,6 +829,10 @@ def report(res: dict[str, Any], paths: list[str]) -> list[str]:
             f"{res['ratio_cpu_current_vs_ref']:.3f}"
         )
     for action, prof in res.get("profile", {}).items():
+        if "by_dso" in prof:
+            lines.append(f"perf, acceptor's CPU under Trogdor {action}, by object then symbol:")
+            lines += [f"  {line}" for line in prof["by_dso"][:8] + prof["by_symbol"][:20]]
+            continue
         lines.append(f"py-spy, acceptor under Trogdor {action} ({prof.get('samples')} samples):")
         lines += [f"  self {pct_:5.1f} %  {f}" for f, pct_ in prof.get("self", [])[:12]]
         lines += [f"  incl {pct_:5.1f} %  {f}" for f, pct_ in prof.get("inclusive", [])[:12]]
@@ -879,8 +924,9 @@ def main(argv: list[str] | None = None) -> int:
         "--profile",
         nargs="?",
         const="gil",
-        choices=("gil", "native"),
-        help="py-spy the acceptor under Trogdor (native: with C frames; slows it down)",
+        choices=("gil", "native", "perf"),
+        help="py-spy the acceptor under Trogdor (native: with C frames; slows it down; "
+        "perf: the CPU it spends, by shared object and symbol, kernel included)",
     )
     ap.add_argument("--netns", choices=("auto", "off"), default="auto")
     ap.add_argument(
