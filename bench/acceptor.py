@@ -35,12 +35,12 @@ counters hold this bench's traffic only; elsewhere they are machine-wide (said i
 ``harness/``) as a third path, so current/ref ratios come from the same rounds.
 ``--history-off-path`` adds the current acceptor without history (path ``nohist``), so the
 history's own share shows in the same rounds. ``--haproxy-path`` adds Debian's HAProxy as a
-plain TCP relay (path ``haproxy``: one thread, no PROXY header, no parsing, upstream opened
-at accept) in front of its own broker listener: what any TCP front costs on this machine,
-the floor under which the acceptor's ratios cannot be pushed by making Python cheaper.
-``--profile`` adds one Trogdor round per
-action through the current acceptor under ``py-spy record`` (not counted in the ratios)
-and prints its hot spots (self and inclusive share of the acceptor's samples). The load
+plain TCP relay (path ``haproxy``: one thread, no PROXY header, no parsing, ``splice()``
+between the sockets, upstream opened at accept) in front of its own broker listener: what
+a relay in C that only moves bytes costs on this machine. ``--profile`` adds one Trogdor
+round per action through the current acceptor under ``py-spy record`` (not counted in the
+ratios) and prints its hot spots (self and inclusive share of the acceptor's samples);
+``--profile perf`` samples its CPU with ``perf record`` instead (kernel included). The load
 average is printed next to every round.
 
 Prints progress, then per-action tables and the goals of issue 14 (Trogdor >= 1.0x direct for
@@ -1011,8 +1011,9 @@ def main(argv: list[str] | None = None) -> int:
                 send_proxy="off",
                 listen_port=ports[tag],
                 source_ip="127.0.0.1",
-                maxconn=8_000,  # 2 fds each, under this machine's 20,000 fd limit
+                maxconn=6_000,  # 2 fds each + splice's pipes, under this machine's 20,000
                 threads=1,
+                splice=True,
                 workdir=work / tag,
             )
             targets.append(Target(tag, ports[tag], relay.process))

@@ -34,7 +34,7 @@ global
     maxconn {maxconn}{nbthread}
 
 defaults
-    mode tcp
+    mode tcp{splice}
     timeout connect 5s
     timeout client 60s
     timeout server 60s
@@ -112,6 +112,7 @@ def render_config(
     source_ip: str,
     maxconn: int,
     threads: int | None = None,
+    splice: bool = False,
 ) -> str:
     """The haproxy.cfg text (validated inputs only: loopback addresses; v1, v2, or off: a
     plain TCP relay with no header, as `bench/acceptor.py` measures a C relay's cost)."""
@@ -127,6 +128,7 @@ def render_config(
     return _CONFIG.format(
         maxconn=maxconn,
         nbthread="" if threads is None else f"\n    nbthread {threads}",
+        splice="\n    option splice-auto" if splice else "",
         listen_ip=listen[0],
         listen_port=listen[1],
         source_ip=source_ip,
@@ -145,13 +147,15 @@ def start_haproxy(
     source_ip: str = "127.0.0.250",
     maxconn: int = 4000,
     threads: int | None = None,
+    splice: bool = False,
     workdir: Path | None = None,
     binary: str = HAPROXY,
     timeout_s: float = 10.0,
 ) -> HAProxy:
     """Start HAProxy forwarding ``listen`` → ``upstream`` with a PROXY header; wait until
     it accepts connections. ``listen_port=0`` picks a free port; ``threads``: HAProxy's
-    ``nbthread`` (None: one per CPU it may use)."""
+    ``nbthread`` (None: one per CPU it may use); ``splice``: ``option splice-auto`` (Linux
+    ``splice()`` moves the bytes between the two sockets without a copy through HAProxy)."""
     if not Path(binary).exists():
         raise HAProxyError(
             f"{binary} not found: install Debian's package (apt-get install haproxy)"
@@ -164,6 +168,7 @@ def start_haproxy(
         source_ip=source_ip,
         maxconn=maxconn,
         threads=threads,
+        splice=splice,
     )
     own = workdir is None
     wd = Path(tempfile.mkdtemp(prefix="harness-haproxy-")) if workdir is None else workdir
