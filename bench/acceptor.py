@@ -27,6 +27,8 @@ does not share the client's GIL. In one run, each phase alternating the paths ro
     .venv/bin/python -m bench.acceptor --phases trogdor --profile   # + py-spy of the acceptor
     .venv/bin/python -m bench.acceptor --phases trogdor,producebench --cpus split
                                      # server side on its own CPU, the load on the others
+    .venv/bin/python -m bench.acceptor --phases trogdor,producebench --cpus front
+                                     # the acceptor on its own CPU (its own host)
 
 The kernel counters are per network namespace: as root (with util-linux ``unshare``) the
 bench re-runs itself in a private one with only loopback up (``--netns auto``), so the
@@ -275,15 +277,28 @@ def rotations(targets: list[Target], rounds: int) -> list[tuple[int, list[Target
 
 
 # -- Trogdor ----------------------------------------------------------------------------------
-def split_cpus(layout: str) -> tuple[set[int], set[int]] | None:
-    """(load CPUs, server CPUs) for ``--cpus split``: the last CPU this process may use
-    for the server side, the others for the load; None when shared (or only one CPU)."""
-    if layout != "split":
+@dataclass(frozen=True)
+class CpuPlan:
+    """Which CPUs the broker, the fronts (acceptors, HAProxy) and the load run on."""
+
+    broker: set[int]
+    fronts: set[int]
+    load: set[int]
+
+
+def cpu_plan(layout: str) -> CpuPlan | None:
+    """``split``: the server side (broker and fronts) on the last CPU this process may use,
+    the load on the others; ``front``: the fronts alone on the last CPU, the broker and the
+    load on the others (a front on its own host); None when shared."""
+    if layout == "shared":
         return None
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
-        raise SystemExit("--cpus split needs at least two CPUs")
-    return set(cpus[:-1]), {cpus[-1]}
+        raise SystemExit(f"--cpus {layout} needs at least two CPUs")
+    last, others = {cpus[-1]}, set(cpus[:-1])
+    if layout == "split":
+        return CpuPlan(broker=last, fronts=last, load=others)
+    return CpuPlan(broker=others, fronts=last, load=others)
 
 
 @dataclass
@@ -931,11 +946,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--netns", choices=("auto", "off"), default="auto")
     ap.add_argument(
         "--cpus",
-        choices=("shared", "split"),
+        choices=("shared", "split", "front"),
         default="shared",
         help="split: the server side (broker, acceptors) on the last CPU, the load (Trogdor, "
         "the Python clients) on the others, as load generators run on other machines; "
-        "shared: everything on every CPU",
+        "front: the fronts (acceptors, HAProxy) alone on the last CPU, the broker and the load "
+        "on the others, as a front on its own host; shared: everything on every CPU",
     )
     args = ap.parse_args(argv)
     phases = ["accept"] if args.accept_only else [p for p in args.phases.split(",") if p]
@@ -962,10 +978,13 @@ def main(argv: list[str] | None = None) -> int:
     ports = {tag: free_port() for tag, _ in fronts}
     names = ("PLAINTEXT", *(listener for _, listener in fronts))
     advertised = {listener: f"127.0.0.1:{ports[tag]}" for tag, listener in fronts}
-    split = split_cpus(args.cpus)
-    if split is not None:  # what starts now (broker, acceptors) inherits the server CPU
-        _progress(f"CPUs split: server side on {sorted(split[1])}, load on {sorted(split[0])}")
-        os.sched_setaffinity(0, split[1])
+    plan_cpus = cpu_plan(args.cpus)
+    if plan_cpus is not None:  # each process inherits this process's CPUs when it starts
+        _progress(
+            f"CPUs {args.cpus}: broker on {sorted(plan_cpus.broker)}, acceptors and HAProxy on "
+            f"{sorted(plan_cpus.fronts)}, load on {sorted(plan_cpus.load)}"
+        )
+        os.sched_setaffinity(0, plan_cpus.broker)
     _progress(f"starting a Kafka broker (listeners {', '.join(names)}); work dir {work}")
     broker = start_broker(
         launcher="local",
@@ -996,6 +1015,8 @@ def main(argv: list[str] | None = None) -> int:
                 capture_output=True,
             ).stdout
             subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+        if plan_cpus is not None:
+            os.sched_setaffinity(0, plan_cpus.fronts)
         for tag, listener, cwd, history in plan:
             p, up = ports[tag], broker.listener_ports[listener]
             proc = start_acceptor(work, tag, p, up, args.loop, cwd, metrics=True, history=history)
@@ -1018,8 +1039,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             targets.append(Target(tag, ports[tag], relay.process))
             _progress(f"{tag} pid {relay.process.pid} on 127.0.0.1:{ports[tag]} -> {listener}")
-        if split is not None:  # the load from here on (Trogdor, Python clients)
-            os.sched_setaffinity(0, split[0])
+        if plan_cpus is not None:  # the load from here on (Trogdor, Python clients)
+            os.sched_setaffinity(0, plan_cpus.load)
         if not private:
             _progress("kernel counters are machine-wide here (not in a private netns)")
         paths = [t.name for t in targets]
