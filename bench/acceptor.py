@@ -91,6 +91,9 @@ NET_COUNTERS = (
     ("TcpExt", "ListenDrops"),
     ("TcpExt", "TCPAbortOnClose"),
     ("TcpExt", "TCPAbortOnData"),
+    # a connect's SYN sent again: its client waited 1 s (ConnectionStress gives up after 500 ms
+    # and still counts the attempt as a success, so this is where a dropped SYN shows)
+    ("TcpExt", "TCPSynRetrans"),
     ("Tcp", "OutRsts"),
     ("Tcp", "EstabResets"),
     ("Tcp", "PassiveOpens"),
@@ -150,6 +153,12 @@ def schedstat(pid: int) -> tuple[int, int]:
     """(ns on a CPU, ns runnable but waiting for one) of a process's main thread."""
     fields = Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()
     return int(fields[0]), int(fields[1])
+
+
+def cpu_idle() -> tuple[float, float]:
+    """(idle, total) jiffies of the whole machine (/proc/stat), iowait counted idle."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return float(fields[3] + fields[4]), float(sum(fields[:8]))
 
 
 def net_counters() -> dict[str, int]:
@@ -332,11 +341,13 @@ def trogdor_round(
     cpu0 = user0 + sys0
     sched0 = schedstat(t.proc.pid) if t.proc else (0, 0)
     broker0, client0 = broker.cpu(), children_cpu()
+    idle0 = cpu_idle()
     trog = run_trogdor(
         cp, f"127.0.0.1:{t.port}", action, args.trogdor_seconds, args.trogdor_threads, None,
         work, None,
     )  # fmt: skip
     broker1, client1 = broker.cpu(), children_cpu()
+    idle1 = cpu_idle()
     user1, sys1 = cpu_times(t.proc.pid) if t.proc else (0.0, 0.0)
     cpu1 = user1 + sys1
     sched1 = schedstat(t.proc.pid) if t.proc else (0, 0)
@@ -353,6 +364,8 @@ def trogdor_round(
         **{k: net1[k] - net0[k] for k in net1},
     }
     row["resets_sent"] = row["OutRsts"]
+    if idle1[1] > idle0[1]:  # the machine's idle share over the run (JVM start included)
+        row["machine_idle_pct"] = round(100 * (idle1[0] - idle0[0]) / (idle1[1] - idle0[1]), 1)
     if t.proc:  # the event loop's thread over the load window: running / waiting for a CPU
         row["loop_on_cpu_pct"] = round((sched1[0] - sched0[0]) / seconds / 1e7, 1)
         row["loop_runq_wait_pct"] = round((sched1[1] - sched0[1]) / seconds / 1e7, 1)
@@ -377,7 +390,7 @@ def trogdor_phase(
     cp: str, targets: list[Target], args: argparse.Namespace, work: Path, broker: BrokerProbe
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
-    for action in ACTIONS:
+    for action in args.actions:
         for rnd, order in rotations(targets, args.rounds):
             for t in order:
                 row = trogdor_round(cp, t, action, args, work, broker)
@@ -387,13 +400,15 @@ def trogdor_phase(
                     f"trogdor {action:<14} round {rnd + 1} {t.name:<8} "
                     f"{row.get('conn_per_s', float('nan')):>7.0f} conn/s (server), "
                     f"Trogdor ok {row['trogdor_ok_per_s']:>6.0f}/s, overflows "
-                    f"{row['ListenOverflows']}/{row['ListenDrops']} drops, resets sent "
+                    f"{row['ListenOverflows']}/{row['ListenDrops']} drops, SYNs sent again "
+                    f"{row.get('TCPSynRetrans', '-')}, resets sent "
                     f"{row['resets_sent']}, CPU {row.get('cpu_ms_per_conn', '-')} ms/conn, "
                     f"broker {row.get('broker_cpu_ms_per_conn', '-')}, "
                     f"client {row.get('client_cpu_ms_per_conn', '-')} ms/conn, "
                     f"loop on CPU {row.get('loop_on_cpu_pct', '-')} % / waiting for one "
                     f"{row.get('loop_runq_wait_pct', '-')} %, kernel "
-                    f"{row.get('kernel_cpu_pct', '-')} % of its CPU (load {row['load_avg']})"
+                    f"{row.get('kernel_cpu_pct', '-')} % of its CPU; machine idle "
+                    f"{row.get('machine_idle_pct', '-')} % (load {row['load_avg']})"
                     + (f"  ERROR {row['error'][-200:]!r}" if "error" in row else "")
                 )
     return rows
@@ -414,6 +429,7 @@ def summarize_trogdor(rows: list[dict[str, Any]], paths: list[str]) -> dict[str,
                 "trogdor_ok_per_s": statistics.mean(r["trogdor_ok_per_s"] for r in rs),
                 "listen_overflows": sum(r["ListenOverflows"] for r in rs),
                 "listen_drops": sum(r["ListenDrops"] for r in rs),
+                "syn_retrans": sum(r.get("TCPSynRetrans", 0) for r in rs),
                 "resets_sent": sum(r["resets_sent"] for r in rs),
                 "abort_on_close": sum(r["TCPAbortOnClose"] for r in rs),
                 "cpu_ms_per_conn": statistics.median(cpu) if cpu else None,
@@ -429,7 +445,12 @@ def summarize_trogdor(rows: list[dict[str, Any]], paths: list[str]) -> dict[str,
                 },
                 **{
                     key: statistics.median(r[key] for r in rs) if key in rs[0] else None
-                    for key in ("loop_on_cpu_pct", "loop_runq_wait_pct", "kernel_cpu_pct")
+                    for key in (
+                        "loop_on_cpu_pct",
+                        "loop_runq_wait_pct",
+                        "kernel_cpu_pct",
+                        "machine_idle_pct",
+                    )
                 },
                 "load_avg": [r["load_avg"] for r in rs],
             }
@@ -460,7 +481,8 @@ def summarize_trogdor(rows: list[dict[str, Any]], paths: list[str]) -> dict[str,
                     key: a[key] / r[key] if a[key] and r[key] else None
                     for key in ("conn_per_s", "cpu_ms_per_conn")
                 }
-        out[action] = per
+        if per:
+            out[action] = per
     return out
 
 
@@ -522,7 +544,7 @@ def profile_phase(
         _progress("--profile: py-spy not found (pip install -e '.[dev]'); skipped")
         return {}
     out: dict[str, Any] = {}
-    for action in ACTIONS:
+    for action in args.actions:
         raw = work / f"profile-{action}.txt"
         # gil: only the thread holding the GIL is sampled, so the shares are of the
         # acceptor's Python time (uvloop waits in epoll without the GIL); native: C frames
@@ -557,7 +579,7 @@ def perf_phase(
         _progress("--profile perf: perf not found (Debian's linux-perf); skipped")
         return {}
     out: dict[str, Any] = {}
-    for action in ACTIONS:
+    for action in args.actions:
         data = work / f"perf-{action}.data"
         cmd = [perf, "record", "-F", "997", "-p", str(t.proc.pid), "-o", str(data), "-q"]
         rec = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -794,9 +816,10 @@ def report(res: dict[str, Any], paths: list[str]) -> list[str]:
         )
         lines.append(
             f"  {'path':<9}{'conn/s':>8}{'ratio':>7}{'Trogdor ok/s':>14}{'ratio':>7}"
-            f"{'overflows':>11}{'drops':>7}{'resets':>8}{'CPU ms/conn: acceptor':>22}"
+            f"{'overflows':>11}{'drops':>7}{'SYN again':>10}{'resets':>8}"
+            f"{'CPU ms/conn: acceptor':>22}"
             f"{'broker':>8}{'server':>8}{'client':>8}{'loop CPU%':>10}{'runq%':>7}{'kernel%':>9}"
-            "  load"
+            f"{'idle%':>7}  load"
         )
         for p in paths:
             s = per.get(p)
@@ -805,12 +828,13 @@ def report(res: dict[str, Any], paths: list[str]) -> list[str]:
             lines.append(
                 f"  {p:<9}{s['conn_per_s'] or 0:>8.0f}{s.get('ratio', 1.0):>7.2f}"
                 f"{s['trogdor_ok_per_s']:>14.0f}{s.get('ratio_trogdor_ok', 1.0):>7.2f}"
-                f"{s['listen_overflows']:>11}{s['listen_drops']:>7}{s['resets_sent']:>8}"
+                f"{s['listen_overflows']:>11}{s['listen_drops']:>7}{s['syn_retrans']:>10}"
+                f"{s['resets_sent']:>8}"
                 f"{s['cpu_ms_per_conn'] or 0:>22.3f}"
                 f"{s['broker_cpu_ms_per_conn'] or 0:>8.3f}{s['server_cpu_ms_per_conn'] or 0:>8.3f}"
                 f"{s['client_cpu_ms_per_conn'] or 0:>8.3f}"
                 f"{s['loop_on_cpu_pct'] or 0:>10.1f}{s['loop_runq_wait_pct'] or 0:>7.1f}"
-                f"{s['kernel_cpu_pct'] or 0:>9.1f}"
+                f"{s['kernel_cpu_pct'] or 0:>9.1f}{s['machine_idle_pct'] or 0:>7.1f}"
                 f"  {s['load_avg']}"
             )
         for other in ("ref", "nohist", "haproxy"):
@@ -916,6 +940,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2, help="rounds of trogdor and accept phases")
     ap.add_argument("--trogdor-seconds", type=float, default=8.0)
     ap.add_argument("--trogdor-threads", type=int, default=8)
+    ap.add_argument(
+        "--actions",
+        default=",".join(ACTIONS),
+        help="ConnectionStress actions for the trogdor phase and --profile: " + ",".join(ACTIONS),
+    )
     ap.add_argument("--seconds", type=float, default=5.0, help="per accept-rate / latency run")
     ap.add_argument("--threads", type=int, default=4, help="accept phase client threads")
     ap.add_argument("--records", type=int, default=50_000)
@@ -957,6 +986,9 @@ def main(argv: list[str] | None = None) -> int:
     phases = ["accept"] if args.accept_only else [p for p in args.phases.split(",") if p]
     if unknown := set(phases) - set(PHASES):
         ap.error(f"--phases: unknown {sorted(unknown)}")
+    args.actions = [a for a in args.actions.split(",") if a]
+    if unknown := set(args.actions) - set(ACTIONS):
+        ap.error(f"--actions: unknown {sorted(unknown)}")
     trog = "trogdor" in phases or "producebench" in phases or args.profile
     cp = trogdor_classpath(_progress) if trog else ""
     if args.netns == "auto":

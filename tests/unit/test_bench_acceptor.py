@@ -19,8 +19,8 @@ SNMP = """Ip: Forwarding DefaultTTL
 Ip: 1 64
 Tcp: RtoAlgorithm ActiveOpens PassiveOpens EstabResets OutRsts
 Tcp: 1 10 20 3 7
-TcpExt: SyncookiesSent ListenOverflows ListenDrops TCPAbortOnClose TCPAbortOnData
-TcpExt: 0 5 6 2 1
+TcpExt: SyncookiesSent ListenOverflows ListenDrops TCPAbortOnClose TCPAbortOnData TCPSynRetrans
+TcpExt: 0 5 6 2 1 4
 """
 
 
@@ -33,6 +33,7 @@ def test_net_counters_are_read_by_section_and_name() -> None:
         "ListenDrops": 6,
         "TCPAbortOnClose": 2,
         "TCPAbortOnData": 1,
+        "TCPSynRetrans": 4,
     }
     with pytest.raises(ValueError, match="header followed by"):
         parse_net_counters("Tcp: OutRsts\nUdp: 3\n")
