@@ -310,6 +310,17 @@ def cpu_plan(layout: str) -> CpuPlan | None:
     return CpuPlan(broker=others, fronts=last, load=others)
 
 
+def front_nice(pid: int, nice: int | None) -> None:
+    """Give a front's main thread (the acceptor's event loop, HAProxy's one thread) a nice
+    value: on Linux a pid's priority is its main thread's. A diagnostic: with the CPUs
+    shared, the one loop thread that does the work of Kafka's acceptor and processors waits
+    behind the load's threads; Kafka itself runs at the default."""
+    if nice is None:
+        return
+    os.setpriority(os.PRIO_PROCESS, pid, nice)
+    _progress(f"pid {pid}: nice {nice}")
+
+
 @dataclass
 class BrokerProbe:
     """Where the bench reads the broker's own numbers: its metrics (connections created)
@@ -974,6 +985,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--netns", choices=("auto", "off"), default="auto")
     ap.add_argument(
+        "--front-nice",
+        type=int,
+        metavar="N",
+        help="nice value of each front's main thread (the acceptor's loop, HAProxy): a "
+        "diagnostic of CPU starvation (negative values need root)",
+    )
+    ap.add_argument(
         "--cpus",
         choices=("shared", "split", "front"),
         default="shared",
@@ -1033,6 +1051,7 @@ def main(argv: list[str] | None = None) -> int:
         "private_netns": private,
         "load_avg_start": os.getloadavg(),
         "compare_ref": args.compare_ref,
+        "front_nice": args.front_nice,
     }
     targets = [Target("direct", broker.listener_ports["PLAINTEXT"])]
     paths = [t.name for t in targets]
@@ -1054,6 +1073,7 @@ def main(argv: list[str] | None = None) -> int:
             proc = start_acceptor(work, tag, p, up, args.loop, cwd, metrics=True, history=history)
             url = ready_info(work, tag).get("metrics_url")
             targets.append(Target(tag, p, proc, url))
+            front_nice(proc.pid, args.front_nice)
             _progress(
                 f"acceptor {tag} pid {proc.pid} on 127.0.0.1:{p} -> {listener}, {url}"
                 f"{'' if history else ', history OFF'}"
@@ -1070,6 +1090,7 @@ def main(argv: list[str] | None = None) -> int:
                 workdir=work / tag,
             )
             targets.append(Target(tag, ports[tag], relay.process))
+            front_nice(relay.process.pid, args.front_nice)
             _progress(f"{tag} pid {relay.process.pid} on 127.0.0.1:{ports[tag]} -> {listener}")
         if plan_cpus is not None:  # the load from here on (Trogdor, Python clients)
             os.sched_setaffinity(0, plan_cpus.load)
