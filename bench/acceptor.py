@@ -207,6 +207,7 @@ def start_acceptor(
     *,
     metrics: bool = False,
     history: bool = True,
+    sets: tuple[str, ...] = (),
 ) -> subprocess.Popen[bytes]:
     """`harness acceptor` as its own process (from `cwd`'s harness/ if given).
 
@@ -222,6 +223,7 @@ def start_acceptor(
          "--set", f"listeners=CLIENT://127.0.0.1:{port}",
          "--set", f"listener.name.client.upstream=127.0.0.1:{upstream_port}",
          "--set", f"metrics.port={0 if metrics else -1}",
+         *(arg for kv in sets for arg in ("--set", kv)),
          *(["--history", str(work / f"history-{tag}")] if history else []),
          "--run-id", f"bench-{tag}", "--ready-file", str(ready)],
         stdout=open(work / f"acceptor-{tag}.log", "w"), stderr=subprocess.STDOUT,
@@ -311,10 +313,8 @@ def cpu_plan(layout: str) -> CpuPlan | None:
 
 
 def front_nice(pid: int, nice: int | None) -> None:
-    """Give a front's main thread (the acceptor's event loop, HAProxy's one thread) a nice
-    value: on Linux a pid's priority is its main thread's. A diagnostic: with the CPUs
-    shared, the one loop thread that does the work of Kafka's acceptor and processors waits
-    behind the load's threads; Kafka itself runs at the default."""
+    """Give HAProxy's one thread a nice value (on Linux a pid's priority is its main
+    thread's), as `acceptor.nice` does for every thread of an acceptor."""
     if nice is None:
         return
     os.setpriority(os.PRIO_PROCESS, pid, nice)
@@ -988,8 +988,9 @@ def main(argv: list[str] | None = None) -> int:
         "--front-nice",
         type=int,
         metavar="N",
-        help="nice value of each front's main thread (the acceptor's loop, HAProxy): a "
-        "diagnostic of CPU starvation (negative values need root)",
+        help="nice value of each front (the acceptor's `acceptor.nice`, HAProxy's thread); "
+        "with shared CPUs, -6 gives the acceptor's one loop thread about the weight of "
+        "Kafka's acceptor and three processors (negative values need root)",
     )
     ap.add_argument(
         "--cpus",
@@ -1070,10 +1071,12 @@ def main(argv: list[str] | None = None) -> int:
             os.sched_setaffinity(0, plan_cpus.fronts)
         for tag, listener, cwd, history in plan:
             p, up = ports[tag], broker.listener_ports[listener]
-            proc = start_acceptor(work, tag, p, up, args.loop, cwd, metrics=True, history=history)
+            nice = () if args.front_nice is None else (f"acceptor.nice={args.front_nice}",)
+            proc = start_acceptor(
+                work, tag, p, up, args.loop, cwd, metrics=True, history=history, sets=nice
+            )
             url = ready_info(work, tag).get("metrics_url")
             targets.append(Target(tag, p, proc, url))
-            front_nice(proc.pid, args.front_nice)
             _progress(
                 f"acceptor {tag} pid {proc.pid} on 127.0.0.1:{p} -> {listener}, {url}"
                 f"{'' if history else ', history OFF'}"

@@ -58,6 +58,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"harness acceptor: cannot read {args.config}: {exc}", file=sys.stderr)
         return 2
 
+    if cfg.nice:  # every thread so far (imports start some); later ones inherit it
+        try:
+            for tid in os.listdir("/proc/self/task"):
+                os.setpriority(os.PRIO_PROCESS, int(tid), cfg.nice)
+        except OSError as exc:
+            print(
+                f"harness acceptor: invalid configuration: acceptor.nice={cfg.nice}: cannot be "
+                f"applied ({exc}; a negative value needs root or CAP_SYS_NICE)",
+                file=sys.stderr,
+            )
+            return 2
     loop = new_event_loop(args.loop)
     asyncio.set_event_loop(loop)
     try:

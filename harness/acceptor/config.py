@@ -36,6 +36,8 @@ DEFAULTS: dict[str, str] = {
     "history.flush.interval.ms": "1000",
     "history.request.sample": "1",
     "acceptor.io": "protocol",
+    # the acceptor's scheduling weight (-20..19, 0: unchanged); see AcceptorConfig.nice
+    "acceptor.nice": "0",
     "node.id": "",
     "upstream.request.log": "",  # the broker's request log (harness.acceptor.broker_charge)
     LEGACY_SKIP_KEY: "false",
@@ -75,6 +77,12 @@ class AcceptorConfig:
     #: `node.id` of the broker behind the acceptor: the only per-broker BROKER resource
     #: IncrementalAlterConfigs accepts (None = asked from the upstream when first needed)
     node_id: int | None = None
+    #: `acceptor.nice`: the nice value of every thread of the acceptor, set at start (0:
+    #: unchanged). Its one event-loop thread does the work of Kafka's acceptor thread and
+    #: its `num.network.threads` processors; on CPUs shared with the load, the kernel gives
+    #: each runnable thread an equal share, so -6 (weight 3906) asks for about the share of
+    #: Kafka's four network threads (4 x 1024). Negative values need root (CAP_SYS_NICE).
+    nice: int = 0
     #: the raw properties as given (after overrides), for `config` rows and restarts
     properties: Mapping[str, str] = field(default_factory=dict)
 
@@ -233,6 +241,7 @@ def parse_acceptor_config(props: Mapping[str, str]) -> AcceptorConfig:
         request_sample=_int(props, "history.request.sample", 0),
         faults=faults,
         node_id=node_id,
+        nice=_int(props, "acceptor.nice", -20, 19),
         properties=dict(props),
     )
 

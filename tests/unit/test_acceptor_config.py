@@ -33,6 +33,7 @@ def test_defaults_and_listeners() -> None:
     assert cfg.proxy_timeout_ms == 3000
     assert cfg.admin_listeners is None
     assert cfg.request_sample == 1
+    assert cfg.nice == 0
     assert cfg.quota.protected("INTERNAL")
     assert not cfg.skip_ip_rate_check
 
@@ -48,6 +49,8 @@ def test_defaults_and_listeners() -> None:
         ("admin.listeners", "NOPE", "no listener"),
         ("harness.test.skip.ip.rate.check", "yes", "true or false"),
         ("acceptor.io", "streams", "one of protocol"),
+        ("acceptor.nice", "-21", "between -20 and 19"),
+        ("acceptor.nice", "20", "between -20 and 19"),
         ("max.connections.per.ip", "-1", "at least 0"),
         ("listener.name.nope.upstream", "127.0.0.1:1", "no listener"),
     ],
