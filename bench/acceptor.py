@@ -1138,6 +1138,9 @@ def main(argv: list[str] | None = None) -> int:
                 stop_process(t.proc)
         broker.stop()
         kill_descendants()
+        # the broker's log segments (GBs after ProduceBench) are not results: the acceptors'
+        # logs and histories stay
+        shutil.rmtree(work / "broker" / "data", ignore_errors=True)
     res["load_avg_end"] = os.getloadavg()
     res["goals"] = goals(res)
     print()
