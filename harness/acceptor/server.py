@@ -32,7 +32,7 @@ from harness.acceptor.processor import Processor
 from harness.acceptor.recorder import Recorder
 from harness.acceptor.stall import parse_stalls, schedule_stalls
 from harness.history import HistoryWriter
-from harness.quota.config import QuotaConfig
+from harness.quota.config import ConfigError, QuotaConfig
 from harness.quota.connections import ConnectionQuotas
 from harness.quota.faults import FAULT_KEY, FAULTS, Faults
 from harness.quota.requests import RequestQuotas
@@ -343,8 +343,15 @@ def start_in_thread(
     run_id: str = "adhoc",
     loop_kind: str = "auto",
 ) -> AcceptorHandle:
-    """Start an acceptor on a daemon thread; returns once every listener is listening."""
+    """Start an acceptor on a daemon thread; returns once every listener is listening.
+
+    `acceptor.nice` is refused here: it is a process's priority, and this thread shares
+    its caller's process (`harness acceptor` applies it)."""
     cfg = props if isinstance(props, AcceptorConfig) else parse_acceptor_config(props)
+    if cfg.nice:
+        raise ConfigError(
+            "acceptor.nice", str(cfg.nice), "applies to a `harness acceptor` process, not a thread"
+        )
     loop = new_event_loop(loop_kind)
     acceptor = Acceptor(cfg, history_dir=history_dir, run_id=run_id, out=sys.stderr)
     ready = threading.Event()

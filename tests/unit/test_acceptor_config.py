@@ -102,3 +102,12 @@ def test_state_round_trip_and_corrupt_file(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"state\.dir"):
         load_state(tmp_path)
     assert load_state(None).ip_quotas == {}
+
+
+def test_nice_is_refused_for_an_acceptor_on_a_thread() -> None:
+    from harness.acceptor.server import start_in_thread
+
+    with pytest.raises(ConfigError) as err:
+        start_in_thread({**BASE, "acceptor.nice": "5"})
+    assert err.value.key == "acceptor.nice"
+    assert "process" in err.value.reason
