@@ -54,6 +54,7 @@ bench/results/acceptor-<time>.json (or --json FILE).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -67,6 +68,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -543,6 +545,21 @@ def hot_spots(raw: str, top: int = 15) -> dict[str, Any]:
     }
 
 
+@contextlib.contextmanager
+def sampling(cmd: list[str]) -> Iterator[None]:
+    """A sampler (py-spy, perf) running for the block; SIGINT ends it, as both write their
+    output on SIGINT."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 def profile_phase(
     cp: str, t: Target, args: argparse.Namespace, work: Path, broker: BrokerProbe
 ) -> dict[str, Any]:
@@ -563,15 +580,8 @@ def profile_phase(
         cmd = [spy, "record", "--pid", str(t.proc.pid), "--rate", "200", "--gil"]
         cmd += ["--native"] if args.profile == "native" else ["--nonblocking"]
         cmd += ["--format", "raw", "--output", str(raw), "--duration", "600"]
-        spy_proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
+        with sampling(cmd):
             row = trogdor_round(cp, t, action, args, work, broker)
-        finally:
-            spy_proc.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
-            try:
-                spy_proc.wait(30)
-            except subprocess.TimeoutExpired:
-                spy_proc.kill()
         spots = hot_spots(raw.read_text()) if raw.exists() else {}
         out[action] = {"round": row, **spots, "raw": str(raw)}
         _progress(f"profile {action}: {spots.get('samples', 0)} samples in {raw}")
@@ -593,15 +603,8 @@ def perf_phase(
     for action in args.actions:
         data = work / f"perf-{action}.data"
         cmd = [perf, "record", "-F", "997", "-p", str(t.proc.pid), "-o", str(data), "-q"]
-        rec = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
+        with sampling(cmd):
             row = trogdor_round(cp, t, action, args, work, broker)
-        finally:
-            rec.send_signal(signal.SIGINT)
-            try:
-                rec.wait(30)
-            except subprocess.TimeoutExpired:
-                rec.kill()
         by: dict[str, list[str]] = {}
         for sort in ("dso", "dso,sym"):
             rep = subprocess.run(
