@@ -4,20 +4,20 @@ Why our own decoder rather than kafka-python's `KafkaProtocol`: that class is th
 side (it decodes responses to requests it sent); the acceptor sits in the middle and must
 (a) cut the client's byte stream into request frames without decoding bodies, so it can
 forward them byte-for-byte, and (b) refuse a frame by its size before buffering it, the way
-the broker's `NetworkReceive` does with `socket.request.max.bytes`. Header and body
-encoding/decoding is always delegated to kafka-python's generated protocol classes.
+the broker's `NetworkReceive` does with `socket.request.max.bytes`. Body encoding and
+decoding is delegated to kafka-python's generated protocol classes. The fields every
+request and response header starts with (the v1 request header, the correlation id) are
+read in place with `struct` on every request, where kafka-python's decoder cost ~7x as much
+(`parse_request_header`); fuzz tests hold the two equal.
 """
 
 from __future__ import annotations
 
 import codecs
-import io
 import re
 import struct
 from dataclasses import dataclass
 from typing import Any
-
-from kafka.protocol.api_header import RequestHeader, ResponseHeader
 
 _SIZE = struct.Struct(">i")
 
@@ -91,44 +91,36 @@ class RequestInfo:
     client_id: str | None
 
 
+_HEADER_V1 = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
+_CLIENT_ID_AT = 4 + _HEADER_V1.size  # after the frame's size and the fixed fields
+_CORRELATION_ID = struct.Struct(">i")
+
+
 def parse_request_header(frame: bytes) -> RequestInfo:
     """Read the request header fields shared by every header version.
 
     Header v1 (api_key, api_version, correlation_id, nullable client_id) is a prefix of v2
-    (which only appends tagged fields), so decoding as v1 is right for every request.
-    A client id that is not UTF-8 is read the way the broker reads it (`java_utf8`), not
-    refused: Kafka serves such clients. Raises `FrameError("bad_frame")` when the payload is
-    too short or malformed.
+    (which only appends tagged fields), so reading it as v1 is right for every request.
+    It reads what kafka-python's `RequestHeader.decode(flexible=False)` reads
+    (`tests/fuzz/test_fuzz_framing.py` holds them equal on arbitrary bytes), from the
+    frame in place: on every request, kafka-python's decoder and a copy of the whole frame
+    cost 3.4 µs against 0.6 (a 16 KB produce request). A client id that is not UTF-8 is
+    read the way the broker reads it (`java_utf8`), not refused: Kafka serves such clients.
+    A negative client id length is a null client id, as in kafka-python and Kafka. Raises
+    `FrameError("bad_frame")` when the payload is too short or the api key negative.
     """
-    try:
-        header = RequestHeader.decode(io.BytesIO(frame[4:]), flexible=False)
-    except UnicodeDecodeError:
-        return _header_with_lenient_client_id(frame)
-    except Exception as exc:  # kafka-python raises struct/Value errors
-        raise FrameError("bad_frame", f"unreadable request header: {exc!r}") from exc
-    api_key = header.request_api_key
-    if api_key is None or api_key < 0:
-        raise FrameError("bad_frame", f"bad api key {api_key}")
-    return RequestInfo(api_key, header.request_api_version, header.correlation_id, header.client_id)
-
-
-_HEADER_V1 = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
-
-
-def _header_with_lenient_client_id(frame: bytes) -> RequestInfo:
-    """kafka-python refused the client id's bytes as UTF-8: read the v1 header's fixed
-    fields and decode the client id as Java does (kafka-python decoded them already, so
-    they are present; the checks below only keep this path total)."""
-    payload = frame[4:]
-    if len(payload) < _HEADER_V1.size:
+    if len(frame) < _CLIENT_ID_AT:
         raise FrameError("bad_frame", "unreadable request header: too short")
-    api_key, api_version, correlation_id, length = _HEADER_V1.unpack_from(payload)
+    api_key, api_version, correlation_id, length = _HEADER_V1.unpack_from(frame, 4)
+    client_id = None
+    if length >= 0:
+        raw = frame[_CLIENT_ID_AT : _CLIENT_ID_AT + length]
+        if len(raw) < length:
+            raise FrameError("bad_frame", f"unreadable request header: client id length {length}")
+        client_id = java_utf8(raw)  # valid UTF-8 reads as UTF-8
     if api_key < 0:
         raise FrameError("bad_frame", f"bad api key {api_key}")
-    raw = payload[_HEADER_V1.size : _HEADER_V1.size + length]
-    if length < 0 or len(raw) < length:
-        raise FrameError("bad_frame", f"unreadable request header: client id length {length}")
-    return RequestInfo(api_key, api_version, correlation_id, java_utf8(raw))
+    return RequestInfo(api_key, api_version, correlation_id, client_id)
 
 
 def java_utf8(data: bytes) -> str:
@@ -158,12 +150,11 @@ codecs.register_error(_JAVA_REPLACE, _java_replace)
 
 
 def correlation_id_of_response(frame: bytes) -> int:
-    """Every response header version starts with the correlation id."""
-    try:
-        header = ResponseHeader.decode(io.BytesIO(frame[4:]), flexible=False)
-    except Exception as exc:
-        raise FrameError("bad_frame", f"unreadable response header: {exc!r}") from exc
-    return int(header.correlation_id)
+    """Every response header version starts with the correlation id (read in place: a
+    fetch response may be megabytes)."""
+    if len(frame) < 8:
+        raise FrameError("bad_frame", "unreadable response header: too short")
+    return int(_CORRELATION_ID.unpack_from(frame, 4)[0])
 
 
 def decode_request(request_class: Any, frame: bytes, api_version: int) -> Any:

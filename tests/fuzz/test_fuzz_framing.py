@@ -169,6 +169,54 @@ def test_response_header_of_arbitrary_payload(data: bytes) -> None:
     assert cid == struct.unpack_from(">i", data)[0]
 
 
+def kafka_python_header(payload: bytes) -> tuple[int, int, int, str | None] | None:
+    """kafka-python's reading of a v1 request header (the oracle); None where it fails."""
+    import io
+
+    from kafka.protocol.api_header import RequestHeader
+
+    try:
+        h = RequestHeader.decode(io.BytesIO(payload), flexible=False)
+    except Exception:
+        return None
+    return h.request_api_key, h.request_api_version, h.correlation_id, h.client_id
+
+
+@FUZZ
+@given(
+    fixed=st.tuples(
+        st.integers(-(2**15), 2**15 - 1),
+        st.integers(-(2**15), 2**15 - 1),
+        st.integers(-(2**31), 2**31 - 1),
+        st.integers(-3, 40),
+    ),
+    client_id=st.one_of(st.binary(max_size=40), st.text(max_size=20).map(str.encode)),
+    tail=st.binary(max_size=20),
+    cut=st.integers(min_value=0, max_value=80),
+)
+def test_request_header_reads_as_kafka_python_does(
+    fixed: tuple[int, int, int, int], client_id: bytes, tail: bytes, cut: int
+) -> None:
+    """The in-place reader agrees with kafka-python's `RequestHeader.decode` on every
+    header kafka-python reads (client ids that are valid UTF-8); where kafka-python fails
+    for a reason other than UTF-8, it is a bad frame."""
+    payload = (struct.pack(">hhih", *fixed) + client_id + tail)[: max(cut, 0) or None]
+    oracle = kafka_python_header(payload)
+    try:
+        info = parse_request_header(frame(payload))
+    except FrameError as exc:
+        assert exc.reason == "bad_frame"
+        assert oracle is None or oracle[0] < 0  # kafka-python reads a negative api key
+        return
+    assert info.api_key >= 0
+    if oracle is not None:
+        assert (info.api_key, info.api_version, info.correlation_id, info.client_id) == oracle
+    else:  # kafka-python refused the client id's bytes as UTF-8: read as the broker does
+        length = fixed[3]
+        raw = payload[10 : 10 + length]
+        assert len(raw) == length and info.client_id == java_utf8(raw)
+
+
 client_ids = st.one_of(st.none(), st.text(max_size=80))
 
 
