@@ -19,7 +19,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-_SIZE = struct.Struct(">i")
+_INT32 = struct.Struct(">i")  # the frame size; a response's correlation id
 
 
 class FrameError(Exception):
@@ -64,7 +64,7 @@ class FrameDecoder:
         while True:
             if end - pos < 4:
                 break
-            (size,) = _SIZE.unpack_from(buf, pos)
+            (size,) = _INT32.unpack_from(buf, pos)
             if size < 0 or size > self.max_bytes:
                 del buf[:pos]  # keep only the bad size field (nothing of its payload)
                 if size < 0:
@@ -93,7 +93,6 @@ class RequestInfo:
 
 _HEADER_V1 = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
 _CLIENT_ID_AT = 4 + _HEADER_V1.size  # after the frame's size and the fixed fields
-_CORRELATION_ID = struct.Struct(">i")
 
 
 def parse_request_header(frame: bytes) -> RequestInfo:
@@ -154,7 +153,7 @@ def correlation_id_of_response(frame: bytes) -> int:
     fetch response may be megabytes)."""
     if len(frame) < 8:
         raise FrameError("bad_frame", "unreadable response header: too short")
-    return int(_CORRELATION_ID.unpack_from(frame, 4)[0])
+    return int(_INT32.unpack_from(frame, 4)[0])
 
 
 def decode_request(request_class: Any, frame: bytes, api_version: int) -> Any:
