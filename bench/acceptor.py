@@ -341,6 +341,42 @@ def children_cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
+@dataclass(frozen=True)
+class CpuMark:
+    """CPU seconds spent so far by a front (user space, kernel; 0 for direct), the broker
+    and this process's waited-for children (the load), and the machine's (idle, total)
+    jiffies: read before and after a run, their differences are what the run cost."""
+
+    front_user: float
+    front_kernel: float
+    broker: float
+    client: float
+    machine: tuple[float, float]
+
+    @classmethod
+    def take(cls, t: Target, broker: BrokerProbe) -> CpuMark:
+        user, kernel = cpu_times(t.proc.pid) if t.proc else (0.0, 0.0)
+        return cls(user, kernel, broker.cpu(), children_cpu(), cpu_idle())
+
+    @property
+    def front(self) -> float:
+        return self.front_user + self.front_kernel
+
+    def kernel_pct(self, later: CpuMark) -> float | None:
+        """The kernel's share of the front's CPU since this mark (syscalls, TCP)."""
+        spent = later.front - self.front
+        if spent <= 0:
+            return None
+        return round((later.front_kernel - self.front_kernel) * 100 / spent, 1)
+
+    def idle_pct(self, later: CpuMark) -> float | None:
+        """The machine's idle share since this mark."""
+        total = later.machine[1] - self.machine[1]
+        if total <= 0:
+            return None
+        return round(100 * (later.machine[0] - self.machine[0]) / total, 1)
+
+
 def trogdor_round(
     cp: str, t: Target, action: str, args: argparse.Namespace, work: Path, broker: BrokerProbe
 ) -> dict[str, Any]:
@@ -350,19 +386,13 @@ def trogdor_round(
     # an acceptor counts what it accepted; direct and HAProxy (which connects upstream at
     # accept) are counted by the broker
     acc0 = acceptor_accepted(t.metrics_url) if t.metrics_url else accepted_total(broker.metrics_url)
-    user0, sys0 = cpu_times(t.proc.pid) if t.proc else (0.0, 0.0)
-    cpu0 = user0 + sys0
     sched0 = schedstat(t.proc.pid) if t.proc else (0, 0)
-    broker0, client0 = broker.cpu(), children_cpu()
-    idle0 = cpu_idle()
+    mark0 = CpuMark.take(t, broker)
     trog = run_trogdor(
         cp, f"127.0.0.1:{t.port}", action, args.trogdor_seconds, args.trogdor_threads, None,
         work, None,
     )  # fmt: skip
-    broker1, client1 = broker.cpu(), children_cpu()
-    idle1 = cpu_idle()
-    user1, sys1 = cpu_times(t.proc.pid) if t.proc else (0.0, 0.0)
-    cpu1 = user1 + sys1
+    mark1 = CpuMark.take(t, broker)
     sched1 = schedstat(t.proc.pid) if t.proc else (0, 0)
     acc1 = acceptor_accepted(t.metrics_url) if t.metrics_url else accepted_total(broker.metrics_url)
     net1 = net_counters()
@@ -377,23 +407,25 @@ def trogdor_round(
         **{k: net1[k] - net0[k] for k in net1},
     }
     row["resets_sent"] = row["OutRsts"]
-    if idle1[1] > idle0[1]:  # the machine's idle share over the run (JVM start included)
-        row["machine_idle_pct"] = round(100 * (idle1[0] - idle0[0]) / (idle1[1] - idle0[1]), 1)
+    if (idle := mark0.idle_pct(mark1)) is not None:  # over the run, JVM start included
+        row["machine_idle_pct"] = idle
     if t.proc:  # the event loop's thread over the load window: running / waiting for a CPU
         row["loop_on_cpu_pct"] = round((sched1[0] - sched0[0]) / seconds / 1e7, 1)
         row["loop_runq_wait_pct"] = round((sched1[1] - sched0[1]) / seconds / 1e7, 1)
-        if cpu1 > cpu0:  # the front's own CPU: how much of it is the kernel's (syscalls, TCP)
-            row["kernel_cpu_pct"] = round((sys1 - sys0) * 100 / (cpu1 - cpu0), 1)
+    if (kernel := mark0.kernel_pct(mark1)) is not None:
+        row["kernel_cpu_pct"] = kernel
+    front, broker_s = mark1.front - mark0.front, mark1.broker - mark0.broker
+    client_s = mark1.client - mark0.client
     if acc0 is not None and acc1 is not None:
         row["accepted"] = acc1 - acc0
         row["conn_per_s"] = round((acc1 - acc0) / seconds, 1)
         if t.proc and acc1 > acc0:
-            row["cpu_ms_per_conn"] = round((cpu1 - cpu0) * 1000 / (acc1 - acc0), 4)
+            row["cpu_ms_per_conn"] = round(front * 1000 / (acc1 - acc0), 4)
         if acc1 > acc0:  # the CPU the machine spent per connection, by whom
             n = acc1 - acc0
-            row["broker_cpu_ms_per_conn"] = round((broker1 - broker0) * 1000 / n, 4)
-            row["server_cpu_ms_per_conn"] = round((broker1 - broker0 + cpu1 - cpu0) * 1000 / n, 4)
-            row["client_cpu_ms_per_conn"] = round((client1 - client0) * 1000 / n, 4)
+            row["broker_cpu_ms_per_conn"] = round(broker_s * 1000 / n, 4)
+            row["server_cpu_ms_per_conn"] = round((broker_s + front) * 1000 / n, 4)
+            row["client_cpu_ms_per_conn"] = round(client_s * 1000 / n, 4)
     if "error" in trog:
         row["error"] = trog["error"][-500:]
     return row
@@ -726,21 +758,18 @@ def produce_bench(
         "inactiveTopics": {},
     }
     load = _load()
-    user0, sys0 = cpu_times(t.proc.pid) if t.proc else (0.0, 0.0)
-    broker0, client0 = broker.cpu(), children_cpu()
+    mark0 = CpuMark.take(t, broker)
     status, text, _ = exec_trogdor(cp, spec, f"pb-{t.name}-{tag}", work, seconds)
-    broker1, client1 = broker.cpu(), children_cpu()
-    user1, sys1 = cpu_times(t.proc.pid) if t.proc else (0.0, 0.0)
-    cpu0, cpu1 = user0 + sys0, user1 + sys1
+    mark1 = CpuMark.take(t, broker)
     row: dict[str, Any] = {"path": t.name, "tag": tag, "target_per_s": rate, "load_avg": load}
     row.update(status)
     row["sent_per_s"] = status.get("totalSent", 0) / seconds
     if sent := status.get("totalSent", 0):
-        row["broker_cpu_ms_per_1k"] = round((broker1 - broker0) * 1e6 / sent, 3)
-        row["acceptor_cpu_ms_per_1k"] = round((cpu1 - cpu0) * 1e6 / sent, 3)
-        row["client_cpu_ms_per_1k"] = round((client1 - client0) * 1e6 / sent, 3)
-    if cpu1 > cpu0:
-        row["kernel_cpu_pct"] = round((sys1 - sys0) * 100 / (cpu1 - cpu0), 1)
+        row["broker_cpu_ms_per_1k"] = round((mark1.broker - mark0.broker) * 1e6 / sent, 3)
+        row["acceptor_cpu_ms_per_1k"] = round((mark1.front - mark0.front) * 1e6 / sent, 3)
+        row["client_cpu_ms_per_1k"] = round((mark1.client - mark0.client) * 1e6 / sent, 3)
+    if (kernel := mark0.kernel_pct(mark1)) is not None:
+        row["kernel_cpu_pct"] = kernel
     if not status:
         row["error"] = text[-500:]
     return row
