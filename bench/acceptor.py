@@ -38,8 +38,8 @@ counters hold this bench's traffic only; elsewhere they are machine-wide (said i
 ``--history-off-path`` adds the current acceptor without history (path ``nohist``), so the
 history's own share shows in the same rounds. ``--haproxy-path`` adds Debian's HAProxy as a
 plain TCP relay (path ``haproxy``: one thread, no PROXY header, no parsing, ``splice()``
-between the sockets, upstream opened at accept) in front of its own broker listener: what
-a relay in C that only moves bytes costs on this machine. ``--profile`` adds one Trogdor
+between the sockets, upstream opened at accept, Kafka's accept queue of 50) in front of its
+own broker listener: what a relay in C that only moves bytes costs on this machine. ``--profile`` adds one Trogdor
 round per action through the current acceptor under ``py-spy record`` (not counted in the
 ratios) and prints its hot spots (self and inclusive share of the acceptor's samples);
 ``--profile perf`` samples its CPU with ``perf record`` instead (kernel included). The load
@@ -81,6 +81,7 @@ from bench.generator import (
     scrape,
     trogdor_classpath,
 )
+from harness.acceptor.config import DEFAULTS as ACCEPTOR_DEFAULTS
 from harness.acceptor.testing import free_port, round_trip
 from loadprofiles.haproxy import start_haproxy
 
@@ -1122,6 +1123,10 @@ def main(argv: list[str] | None = None) -> int:
                 maxconn=6_000,  # 2 fds each + splice's pipes, under this machine's 20,000
                 threads=1,
                 splice=True,
+                # Kafka's socket.listen.backlog.size (50), which the broker and the acceptor
+                # listen with: HAProxy's default (maxconn, capped by somaxconn: 4096) let it
+                # absorb bursts that overflow theirs (session 6's CONNECT rows had it)
+                backlog=int(ACCEPTOR_DEFAULTS["socket.listen.backlog.size"]),
                 workdir=work / tag,
             )
             targets.append(Target(tag, ports[tag], relay.process))

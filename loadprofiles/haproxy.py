@@ -40,7 +40,7 @@ defaults
     timeout server 60s
 
 frontend harness_in
-    bind {listen_ip}:{listen_port}
+    bind {listen_ip}:{listen_port}{backlog}
     maxconn {maxconn}
     default_backend harness_acceptor
 
@@ -113,9 +113,13 @@ def render_config(
     maxconn: int,
     threads: int | None = None,
     splice: bool = False,
+    backlog: int | None = None,
 ) -> str:
     """The haproxy.cfg text (validated inputs only: loopback addresses; v1, v2, or off: a
-    plain TCP relay with no header, as `bench/acceptor.py` measures a C relay's cost)."""
+    plain TCP relay with no header, as `bench/acceptor.py` measures a C relay's cost).
+
+    ``backlog``: the listening socket's accept queue (None: HAProxy's default, the
+    frontend's ``maxconn``, capped by the kernel's ``somaxconn``)."""
     if send_proxy not in SEND_PROXY:
         raise HAProxyError(f"send_proxy={send_proxy!r}: expected one of {sorted(SEND_PROXY)}")
     parse_target(f"{upstream[0]}:{upstream[1]}", "upstream")
@@ -125,12 +129,15 @@ def render_config(
         raise HAProxyError(f"maxconn={maxconn!r}: expected 1..100000")
     if threads is not None and not 1 <= threads <= 64:
         raise HAProxyError(f"threads={threads!r}: expected 1..64 (None: HAProxy's default)")
+    if backlog is not None and not 1 <= backlog <= 65_535:
+        raise HAProxyError(f"backlog={backlog!r}: expected 1..65535 (None: HAProxy's default)")
     return _CONFIG.format(
         maxconn=maxconn,
         nbthread="" if threads is None else f"\n    nbthread {threads}",
         splice="\n    option splice-auto" if splice else "",
         listen_ip=listen[0],
         listen_port=listen[1],
+        backlog="" if backlog is None else f" backlog {backlog}",
         source_ip=source_ip,
         upstream_host=upstream[0],
         upstream_port=upstream[1],
@@ -148,6 +155,7 @@ def start_haproxy(
     maxconn: int = 4000,
     threads: int | None = None,
     splice: bool = False,
+    backlog: int | None = None,
     workdir: Path | None = None,
     binary: str = HAPROXY,
     timeout_s: float = 10.0,
@@ -155,7 +163,8 @@ def start_haproxy(
     """Start HAProxy forwarding ``listen`` → ``upstream`` with a PROXY header; wait until
     it accepts connections. ``listen_port=0`` picks a free port; ``threads``: HAProxy's
     ``nbthread`` (None: one per CPU it may use); ``splice``: ``option splice-auto`` (Linux
-    ``splice()`` moves the bytes between the two sockets without a copy through HAProxy)."""
+    ``splice()`` moves the bytes between the two sockets without a copy through HAProxy);
+    ``backlog``: the listening socket's accept queue (None: HAProxy's default)."""
     if not Path(binary).exists():
         raise HAProxyError(
             f"{binary} not found: install Debian's package (apt-get install haproxy)"
@@ -169,6 +178,7 @@ def start_haproxy(
         maxconn=maxconn,
         threads=threads,
         splice=splice,
+        backlog=backlog,
     )
     own = workdir is None
     wd = Path(tempfile.mkdtemp(prefix="harness-haproxy-")) if workdir is None else workdir

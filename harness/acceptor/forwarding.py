@@ -20,7 +20,6 @@ from harness.acceptor.relay import (
     WAIT,
     Closable,
     Relay,
-    set_nodelay,
     set_rst_on_close,
 )
 from harness.wire.framing import FrameDecoder, FrameError, correlation_id_of_response
@@ -90,8 +89,9 @@ class ProtoConnection(Relay):
         return ut
 
     def _started(self, upstream: Closable) -> None:
+        # TCP_NODELAY: admission set it on the client's socket (as Kafka's acceptor does);
+        # both loops' create_connection set it on the upstream's
         self._ut = ut = cast(asyncio.Transport, upstream)  # uvloop's is not a subclass
-        set_nodelay(self._ct, ut)
         if self.charges is not None:  # before the first request is forwarded
             sockname = ut.get_extra_info("sockname")
             if isinstance(sockname, tuple):

@@ -54,13 +54,6 @@ class Closable(Protocol):
     def close(self) -> None: ...
 
 
-def set_nodelay(*sides: Any) -> None:
-    """TCP_NODELAY on each side's socket (a transport or a stream writer)."""
-    for side in sides:
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            side.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-
 def set_rst_on_close(sock: socket.socket | None) -> None:
     """SO_LINGER 0: the close that follows sends a reset, not an orderly FIN."""
     if sock is None:
@@ -106,7 +99,6 @@ class Relay:
         self._client_eof = False
         self._upstream_eof = False
         self._timers: list[asyncio.TimerHandle] = []
-        self._done = asyncio.Event()
         #: while run() waits for the client's first bytes before opening the upstream
         self._first_bytes: asyncio.Future[None] | None = None
         self._opening = False  # the client transport is being made (run() closes it)
@@ -174,7 +166,7 @@ class Relay:
 
     async def run(self) -> None:
         """Open the client side; once the client has sent its first bytes, the upstream;
-        then move bytes until finished. A client that closes (or is evicted, or expires)
+        then hand over to the transports' callbacks, which move bytes until `finish`. A client that closes (or is evicted, or expires)
         without a byte never reaches the broker, as none of its bytes would have: Trogdor's
         CONNECT storm costs the broker nothing it would not see directly."""
         if self.closed:
@@ -208,8 +200,7 @@ class Relay:
         if self.closed:
             upstream.close()
             return
-        self._started(upstream)
-        await self._done.wait()
+        self._started(upstream)  # from here on the transports' callbacks move the bytes
 
     def upstream_wanted(self) -> None:
         """The client sent its first bytes: run() opens the upstream now."""
@@ -375,4 +366,3 @@ class Relay:
         if detail:
             d.update(detail)
         self.host.connection_closed(self, reason, now, d, evicted=evicted)
-        self._done.set()
