@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.acceptor import AcceptorHandle
+from harness.acceptor import AcceptorHandle, start_in_thread
 from harness.acceptor.testing import (
     api_versions_frame,
     history_rows,
@@ -106,3 +106,33 @@ def test_a_silent_client_opens_no_upstream_until_it_sends(
     finally:
         s.close()
     assert upstream.received == [payload]
+
+
+@pytest.mark.parametrize("loop_kind", ["uvloop", "asyncio"])
+def test_both_sides_of_a_forwarded_connection_have_nodelay(
+    upstream: CountingUpstream, tmp_path: Path, loop_kind: str
+) -> None:
+    """TCP_NODELAY on the client's socket (admission sets it, as Kafka's acceptor does) and
+    on the upstream's (each loop's create_connection sets it): no second setsockopt."""
+    handle = start_in_thread(
+        {
+            "listeners": "CLIENT://127.0.0.1:0",
+            "listener.name.client.upstream": f"127.0.0.1:{upstream.port}",
+            "metrics.port": "-1",
+        },
+        loop_kind=loop_kind,
+    )
+    s = socket.create_connection(handle.address("CLIENT"), timeout=5)
+    try:
+        s.sendall(api_versions_frame(3))
+        wait_until(lambda: upstream.accepted == 1, 10, what="upstream opened")
+        (conn,) = list(handle.acceptor.conns.open)
+        client_side, upstream_side = wait_until(
+            lambda: all(conn._sides()) and conn._sides(), 10, what="both transports"
+        )
+        for side in (client_side, upstream_side):
+            sock = side.get_extra_info("socket")
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+    finally:
+        s.close()
+        handle.stop()
