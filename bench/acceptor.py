@@ -39,11 +39,13 @@ counters hold this bench's traffic only; elsewhere they are machine-wide (said i
 history's own share shows in the same rounds. ``--haproxy-path`` adds Debian's HAProxy as a
 plain TCP relay (path ``haproxy``: one thread, no PROXY header, no parsing, ``splice()``
 between the sockets, upstream opened at accept, Kafka's accept queue of 50) in front of its
-own broker listener: what a relay in C that only moves bytes costs on this machine. ``--profile`` adds one Trogdor
-round per action through the current acceptor under ``py-spy record`` (not counted in the
-ratios) and prints its hot spots (self and inclusive share of the acceptor's samples);
-``--profile perf`` samples its CPU with ``perf record`` instead (kernel included). The load
-average is printed next to every round.
+own broker listener: what a relay in C that only moves bytes costs on this machine.
+``--profile`` adds one Trogdor round per action through the current acceptor under
+``py-spy record`` (not counted in the ratios) and prints its hot spots (self and inclusive
+share of the acceptor's samples); ``--profile perf`` samples its CPU with ``perf record``
+instead (kernel included). The load average is printed next to every round. For the
+acceptor's own CPU per connection and per request without a broker or JVM (seconds, not
+minutes), see ``bench.front_cost``.
 
 Prints progress, then per-action tables and the goals of issue 14 (Trogdor >= 1.0x direct for
 both actions, no more listen-queue overflows than direct, no resets where direct has none,
@@ -239,6 +241,18 @@ def start_acceptor(
             raise SystemExit(f"acceptor {tag} did not start; see {work / f'acceptor-{tag}.log'}")
         time.sleep(0.1)
     return proc
+
+
+def ref_checkout(ref: str, dest: Path) -> Path:
+    """Another commit's `harness/` (``git archive``) under `dest`, to run its acceptor with
+    ``cwd=dest`` beside the current one."""
+    dest.mkdir(parents=True)
+    root = Path(__file__).resolve().parent.parent
+    archive = subprocess.run(
+        ["git", "-C", str(root), "archive", ref, "harness"], check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return dest
 
 
 def ready_info(work: Path, tag: str) -> dict[str, Any]:
@@ -1091,15 +1105,7 @@ def main(argv: list[str] | None = None) -> int:
     paths = [t.name for t in targets]
     try:
         if args.compare_ref:
-            src = work / "ref-src"
-            src.mkdir()
-            root = Path(__file__).resolve().parent.parent
-            archive = subprocess.run(
-                ["git", "-C", str(root), "archive", args.compare_ref, "harness"],
-                check=True,
-                capture_output=True,
-            ).stdout
-            subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+            ref_checkout(args.compare_ref, work / "ref-src")
         if plan_cpus is not None:
             os.sched_setaffinity(0, plan_cpus.fronts)
         for tag, listener, cwd, history in plan:

@@ -166,9 +166,10 @@ class Relay:
 
     async def run(self) -> None:
         """Open the client side; once the client has sent its first bytes, the upstream;
-        then hand over to the transports' callbacks, which move bytes until `finish`. A client that closes (or is evicted, or expires)
-        without a byte never reaches the broker, as none of its bytes would have: Trogdor's
-        CONNECT storm costs the broker nothing it would not see directly."""
+        then hand over to the transports' callbacks, which move bytes until `finish`. A
+        client that closes (or is evicted, or expires) without a byte never reaches the
+        broker, as none of its bytes would have: Trogdor's CONNECT storm costs the broker
+        nothing it would not see directly."""
         if self.closed:
             return
         self._opening = True

@@ -56,7 +56,12 @@ def test_bad_values_refused_with_their_value(kwargs: dict[str, object], message:
 def test_haproxy_accepts_the_plain_relay_config(tmp_path: Path) -> None:
     cfg = tmp_path / "haproxy.cfg"
     text = render_config(
-        send_proxy="off", maxconn=100, threads=1, splice=True, backlog=50, **ARGS  # type: ignore[arg-type]
+        send_proxy="off",
+        maxconn=100,
+        threads=1,
+        splice=True,
+        backlog=50,
+        **ARGS,  # type: ignore[arg-type]
     )
     cfg.write_text(text)
     check = subprocess.run([HAPROXY, "-c", "-f", str(cfg)], capture_output=True, timeout=30)

@@ -1,0 +1,331 @@
+"""Benchmark: a front's CPU per forwarded connection and per request, with no broker or JVM
+in the way: the quick A/B loop for the acceptor's own cost (a minute, where
+`bench.acceptor`'s Trogdor rounds take ten).
+
+Behind every front is one stand-in broker (its own process, uvloop) that answers each
+request frame at once with ``[size][correlation id][64 zero bytes]``; the load comes from
+this process's threads:
+
+  conn  connect -> ApiVersions -> Metadata -> close (the shape of Trogdor's FETCH_METADATA
+        connections: both requests forwarded, the upstream opened and closed), from
+        ``--conn-threads`` threads, ``--conns`` each;
+  req   one connection per thread (``--req-threads``) sending ``--requests`` Produce v3
+        requests (acks=1, ``--request-bytes`` of records) one at a time.
+
+Per phase, the front's user and kernel CPU (/proc) divided by the connections or requests
+it carried. Paths: ``acceptor`` (``harness acceptor`` from this checkout, history on,
+metrics off), ``ref`` with ``--compare-ref GIT_REF`` (that commit's ``harness/``),
+``haproxy`` with ``--haproxy-path`` (Debian's HAProxy as a plain relay: one thread, no
+PROXY header, splice, Kafka's accept queue of 50), rounds alternating the paths. With
+``--cpus split`` (the default on a machine of 2 or more CPUs) the fronts run alone on the
+last CPU, the stand-in and the load on the others, so a front's CPU time is its own work and
+not time spent waiting behind its peers. The numbers are CPU per operation, not rates: they
+hold on a busy machine better than rates do, but compare paths within one run.
+
+    .venv/bin/python -m bench.front_cost --haproxy-path
+    .venv/bin/python -m bench.front_cost --compare-ref HEAD~1 --rounds 5
+
+Prints each round and the medians; JSON in bench/results/front-cost-<time>.json (or --json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.acceptor import cpu_times, ref_checkout, start_acceptor, stop_process
+from harness.acceptor.config import DEFAULTS as ACCEPTOR_DEFAULTS
+from harness.acceptor.testing import free_port
+from loadprofiles.haproxy import start_haproxy
+
+RESULTS = Path(__file__).resolve().parent / "results"
+#: what the stand-in broker answers after the correlation id
+_BODY = bytes(64)
+_CLIENT_ID = b"front-cost"
+
+
+def _progress(msg: str) -> None:
+    print(f"[front-cost] {msg}", flush=True)
+
+
+# -- the stand-in broker -----------------------------------------------------------------------
+class _Answerer(asyncio.Protocol):
+    """Answers every whole request frame with its correlation id and `_BODY`."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport: asyncio.Transport = transport  # type: ignore[assignment]
+        self.buf = b""
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf + data
+        out = []
+        while len(buf) >= 4:
+            (size,) = struct.unpack_from(">i", buf)
+            if len(buf) < 4 + size:
+                break
+            out.append(struct.pack(">i", 4 + len(_BODY)) + buf[8:12] + _BODY)
+            buf = buf[4 + size :]
+        self.buf = buf
+        if out:
+            self.transport.write(b"".join(out))
+
+
+def serve_stand_in(port: int) -> None:
+    import uvloop
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(_Answerer, "127.0.0.1", port, backlog=1024)
+        print("ready", flush=True)
+        await server.serve_forever()
+
+    uvloop.run(main())
+
+
+def start_stand_in(port: int) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.front_cost", "--stand-in", str(port)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != "ready":
+        stop_process(proc)
+        raise SystemExit(f"the stand-in broker did not start on 127.0.0.1:{port}")
+    return proc
+
+
+# -- load --------------------------------------------------------------------------------------
+def frame(api_key: int, version: int, correlation_id: int, body: bytes) -> bytes:
+    header = struct.pack(">hhih", api_key, version, correlation_id, len(_CLIENT_ID)) + _CLIENT_ID
+    return struct.pack(">i", len(header) + len(body)) + header + body
+
+
+def read_frame(sock: socket.socket) -> None:
+    buf = b""
+    need = 4
+    while len(buf) < need:
+        data = sock.recv(65536)
+        if not data:
+            raise ConnectionError("the front closed the connection")
+        buf += data
+        if need == 4 and len(buf) >= 4:
+            need = 4 + struct.unpack_from(">i", buf)[0]
+
+
+API_VERSIONS = frame(18, 3, 1, bytes(20))
+METADATA = frame(3, 1, 2, b"\xff\xff\xff\xff")  # all topics
+
+
+def conn_load(port: int, conns: int) -> None:
+    for _ in range(conns):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            s.sendall(API_VERSIONS)
+            read_frame(s)
+            s.sendall(METADATA)
+            read_frame(s)
+
+
+def req_load(port: int, requests: int, size: int) -> None:
+    body = struct.pack(">hhi", -1, 1, 30_000) + bytes(size)  # no transactional id, acks=1
+    frames = [frame(0, 3, 1, body), frame(0, 3, 2, body)]
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for i in range(requests):
+            s.sendall(frames[i & 1])
+            read_frame(s)
+
+
+def run_threads(target: Any, threads: int, *args: Any) -> float:
+    errors: list[BaseException] = []
+
+    def guarded() -> None:
+        try:
+            target(*args)
+        except (OSError, ConnectionError) as exc:
+            errors.append(exc)
+
+    ts = [threading.Thread(target=guarded) for _ in range(threads)]
+    t0 = time.monotonic()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    if errors:
+        raise SystemExit(f"load failed: {errors[0]!r} ({len(errors)} threads)")
+    return time.monotonic() - t0
+
+
+def measure(pid: int, ops: int, load: Any, *args: Any) -> dict[str, float]:
+    """The front's CPU per operation over one load run: user and kernel, in µs."""
+    u0, s0 = cpu_times(pid)
+    seconds = run_threads(load, *args)
+    u1, s1 = cpu_times(pid)
+    user, kernel = (u1 - u0) * 1e6 / ops, (s1 - s0) * 1e6 / ops
+    return {"user_us": user, "kernel_us": kernel, "cpu_us": user + kernel, "seconds": seconds}
+
+
+# -- the run -----------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.front_cost",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("--stand-in", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--conns", type=int, default=1000, help="connections per conn thread")
+    ap.add_argument("--conn-threads", type=int, default=4)
+    ap.add_argument("--requests", type=int, default=5000, help="requests per req thread")
+    ap.add_argument("--req-threads", type=int, default=2)
+    ap.add_argument("--request-bytes", type=int, default=16_384)
+    ap.add_argument("--compare-ref", metavar="GIT_REF", help="also this commit's acceptor")
+    ap.add_argument("--haproxy-path", action="store_true", help="also HAProxy as a plain relay")
+    ap.add_argument("--cpus", choices=("split", "shared"), default=None)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+    if args.stand_in:
+        serve_stand_in(args.stand_in)
+        return 0
+    for name in ("rounds", "conns", "conn_threads", "requests", "req_threads", "request_bytes"):
+        if not 1 <= getattr(args, name) <= 1_000_000:
+            ap.error(f"--{name.replace('_', '-')}={getattr(args, name)}: expected 1..1000000")
+    cpus = sorted(os.sched_getaffinity(0))
+    layout = args.cpus or ("split" if len(cpus) >= 2 else "shared")
+    if layout == "split" and len(cpus) < 2:
+        ap.error("--cpus split needs two CPUs")
+    fronts_cpu, rest_cpus = ({cpus[-1]}, set(cpus[:-1])) if layout == "split" else (None, None)
+
+    work = Path(tempfile.mkdtemp(prefix="bench-front-cost-"))
+    procs: list[subprocess.Popen[Any]] = []
+    stand_in_port = free_port()
+    targets: dict[str, tuple[int, int]] = {}  # path -> (listen port, pid)
+    relays = []
+    try:
+        if rest_cpus:
+            os.sched_setaffinity(0, rest_cpus)
+        procs.append(start_stand_in(stand_in_port))
+        _progress(f"stand-in broker on 127.0.0.1:{stand_in_port}")
+        if fronts_cpu:
+            os.sched_setaffinity(0, fronts_cpu)  # the fronts inherit it
+        plan: list[tuple[str, Path | None]] = [("acceptor", None)]
+        if args.compare_ref:
+            plan.append(("ref", ref_checkout(args.compare_ref, work / "ref-src")))
+        for tag, cwd in plan:
+            port = free_port()
+            proc = start_acceptor(work, tag, port, stand_in_port, "auto", cwd)
+            procs.append(proc)
+            targets[tag] = (port, proc.pid)
+            _progress(f"{tag} pid {proc.pid} on 127.0.0.1:{port} (history on)")
+        if args.haproxy_path:
+            relay = start_haproxy(
+                upstream=("127.0.0.1", stand_in_port),
+                send_proxy="off",
+                source_ip="127.0.0.1",
+                maxconn=4_000,
+                threads=1,
+                splice=True,
+                backlog=int(ACCEPTOR_DEFAULTS["socket.listen.backlog.size"]),
+                workdir=work / "haproxy",
+            )
+            relays.append(relay)
+            targets["haproxy"] = (relay.address[1], relay.process.pid)
+            _progress(f"haproxy pid {relay.process.pid} on 127.0.0.1:{relay.address[1]}")
+        if rest_cpus:
+            os.sched_setaffinity(0, rest_cpus)
+        _progress(
+            f"layout {layout}: fronts on CPU {sorted(fronts_cpu or cpus)}, stand-in and load on "
+            f"{sorted(rest_cpus or cpus)}; {args.rounds} rounds"
+        )
+        rows: list[dict[str, Any]] = []
+        names = list(targets)
+        conns = args.conns * args.conn_threads
+        reqs = args.requests * args.req_threads
+        for r in range(args.rounds):
+            order = names[r % len(names) :] + names[: r % len(names)]
+            for name in order:
+                port, pid = targets[name]
+                c = measure(pid, conns, conn_load, args.conn_threads, port, args.conns)
+                q = measure(
+                    pid, reqs, req_load, args.req_threads, port, args.requests, args.request_bytes
+                )
+                rows.append({"round": r + 1, "path": name, "conn": c, "req": q})
+                _progress(
+                    f"round {r + 1} {name:9} per connection {c['cpu_us']:6.1f} µs (user "
+                    f"{c['user_us']:5.1f}, kernel {c['kernel_us']:5.1f}); per request "
+                    f"{q['cpu_us']:5.1f} µs (user {q['user_us']:4.1f}, kernel "
+                    f"{q['kernel_us']:4.1f}); load {os.getloadavg()[0]:.2f}"
+                )
+    finally:
+        for relay in relays:
+            relay.stop()
+        for proc in reversed(procs):
+            stop_process(proc)
+        shutil.rmtree(work, ignore_errors=True)
+
+    summary: dict[str, dict[str, float]] = {}
+    for name in names:
+        mine = [row for row in rows if row["path"] == name]
+        summary[name] = {
+            f"{phase}_{key}": statistics.median(row[phase][key] for row in mine)
+            for phase in ("conn", "req")
+            for key in ("cpu_us", "user_us", "kernel_us")
+        }
+    tick_us = 1e6 / os.sysconf("SC_CLK_TCK")  # /proc counts CPU time in clock ticks
+    resolution = {"conn_us": tick_us / conns, "req_us": tick_us / reqs}
+    print(f"\nmedians of {args.rounds} rounds (CPU of the front, µs; layout {layout}):")
+    print("  path       per conn   user  kernel   per request   user  kernel")
+    for name, m in summary.items():
+        print(
+            f"  {name:9} {m['conn_cpu_us']:9.1f} {m['conn_user_us']:6.1f} "
+            f"{m['conn_kernel_us']:7.1f} {m['req_cpu_us']:13.1f} {m['req_user_us']:6.1f} "
+            f"{m['req_kernel_us']:7.1f}"
+        )
+    ratios = {}
+    for other in ("ref", "haproxy"):
+        if other in summary:
+            a, o = summary["acceptor"], summary[other]
+            ratio = {
+                "conn": a["conn_cpu_us"] / o["conn_cpu_us"],
+                "req": a["req_cpu_us"] / o["req_cpu_us"],
+            }
+            ratios[f"acceptor/{other}"] = ratio
+            print(
+                f"  acceptor/{other}: CPU per connection {ratio['conn']:.3f}, "
+                f"per request {ratio['req']:.3f}"
+            )
+    print(
+        f"  resolution (one clock tick over a phase): {resolution['conn_us']:.2f} µs per "
+        f"connection, {resolution['req_us']:.2f} µs per request"
+    )
+    out = args.json or RESULTS / f"front-cost-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    result = {
+        "layout": layout,
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "rounds": rows,
+        "medians": summary,
+        "ratios": ratios,
+        "resolution": resolution,
+    }
+    out.write_text(json.dumps(result, indent=2))
+    print(f"numbers written to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

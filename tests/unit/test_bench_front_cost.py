@@ -1,0 +1,57 @@
+"""bench.front_cost's stand-in broker and frames: every whole request frame gets one answer
+carrying its correlation id, however the bytes are cut, and the load reads it whole."""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+from bench.front_cost import _BODY, METADATA, _Answerer, frame, read_frame
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+
+def answers_to(chunks: list[bytes]) -> list[int]:
+    """The correlation ids of the stand-in's answers to `chunks`, in order."""
+    proto, transport = _Answerer(), _Transport()
+    proto.connection_made(transport)  # type: ignore[arg-type]
+    for chunk in chunks:
+        proto.data_received(chunk)
+    data = b"".join(transport.written)
+    ids = []
+    while data:
+        (size,) = struct.unpack_from(">i", data)
+        assert size == 4 + len(_BODY)
+        ids.append(struct.unpack_from(">i", data, 4)[0])
+        data = data[4 + size :]
+    return ids
+
+
+def test_each_whole_frame_is_answered_with_its_correlation_id() -> None:
+    a, b, c = frame(18, 3, 7, bytes(20)), frame(0, 3, 8, bytes(3000)), frame(3, 1, 9, b"")
+    stream = a + b + c
+    assert answers_to([stream]) == [7, 8, 9]
+    assert answers_to([stream[i : i + 5] for i in range(0, len(stream), 5)]) == [7, 8, 9]
+    assert answers_to([stream[:-1]]) == [7, 8]  # the last frame is not whole yet
+
+
+def test_read_frame_reads_one_whole_frame() -> None:
+    left, right = socket.socketpair()
+    with left, right:
+        left.sendall(METADATA[:3])
+        left.sendall(METADATA[3:])
+        right.settimeout(5)
+        read_frame(right)  # returns only once the whole frame is in
+        left.close()
+        try:
+            read_frame(right)
+        except ConnectionError:
+            pass
+        else:
+            raise AssertionError("EOF before a frame must raise")
