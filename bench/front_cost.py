@@ -10,7 +10,9 @@ this process's threads:
         connections: both requests forwarded, the upstream opened and closed), from
         ``--conn-threads`` threads, ``--conns`` each;
   req   one connection per thread (``--req-threads``) sending ``--requests`` Produce v3
-        requests (acks=1, ``--request-bytes`` of records) one at a time.
+        requests (acks=1, ``--request-bytes`` of records), ``--in-flight`` at a time (a
+        producer's max.in.flight.requests.per.connection; Kafka's and the acceptor's one
+        request in flight per connection hold the others unread).
 
 Per phase, the front's user and kernel CPU (/proc) divided by the connections or requests
 it carried. Paths: ``acceptor`` (``harness acceptor`` from this checkout, history on,
@@ -114,16 +116,24 @@ def frame(api_key: int, version: int, correlation_id: int, body: bytes) -> bytes
     return struct.pack(">i", len(header) + len(body)) + header + body
 
 
-def read_frame(sock: socket.socket) -> None:
-    buf = b""
-    need = 4
-    while len(buf) < need:
-        data = sock.recv(65536)
-        if not data:
-            raise ConnectionError("the front closed the connection")
-        buf += data
-        if need == 4 and len(buf) >= 4:
-            need = 4 + struct.unpack_from(">i", buf)[0]
+class FrameReader:
+    """Whole frames from a socket, one at a time (answers may arrive together)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buf = b""
+
+    def next(self) -> bytes:
+        while True:
+            if len(self.buf) >= 4:
+                end = 4 + struct.unpack_from(">i", self.buf)[0]
+                if len(self.buf) >= end:
+                    whole, self.buf = self.buf[:end], self.buf[end:]
+                    return whole
+            data = self.sock.recv(65536)
+            if not data:
+                raise ConnectionError("the front closed the connection")
+            self.buf += data
 
 
 API_VERSIONS = frame(18, 3, 1, bytes(20))
@@ -134,20 +144,28 @@ def conn_load(port: int, conns: int) -> None:
     for _ in range(conns):
         with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            reader = FrameReader(s)
             s.sendall(API_VERSIONS)
-            read_frame(s)
+            reader.next()
             s.sendall(METADATA)
-            read_frame(s)
+            reader.next()
 
 
-def req_load(port: int, requests: int, size: int) -> None:
+def req_load(port: int, requests: int, size: int, in_flight: int) -> None:
+    """`requests` Produce requests on one connection, up to `in_flight` sent before their
+    answers are read (a producer's max.in.flight.requests.per.connection)."""
     body = struct.pack(">hhi", -1, 1, 30_000) + bytes(size)  # no transactional id, acks=1
-    frames = [frame(0, 3, 1, body), frame(0, 3, 2, body)]
+    frames = [frame(0, 3, i, body) for i in range(in_flight + 1)]
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        for i in range(requests):
-            s.sendall(frames[i & 1])
-            read_frame(s)
+        reader = FrameReader(s)
+        sent = answered = 0
+        while answered < requests:
+            while sent < requests and sent - answered < in_flight:
+                s.sendall(frames[sent % len(frames)])
+                sent += 1
+            reader.next()
+            answered += 1
 
 
 def run_threads(target: Any, threads: int, *args: Any) -> float:
@@ -193,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requests", type=int, default=5000, help="requests per req thread")
     ap.add_argument("--req-threads", type=int, default=2)
     ap.add_argument("--request-bytes", type=int, default=16_384)
+    ap.add_argument(
+        "--in-flight", type=int, default=1, help="requests sent before their answers are read"
+    )
     ap.add_argument("--compare-ref", metavar="GIT_REF", help="also this commit's acceptor")
     ap.add_argument("--haproxy-path", action="store_true", help="also HAProxy as a plain relay")
     ap.add_argument("--cpus", choices=("split", "shared"), default=None)
@@ -201,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.stand_in:
         serve_stand_in(args.stand_in)
         return 0
-    for name in ("rounds", "conns", "conn_threads", "requests", "req_threads", "request_bytes"):
+    numbers = ("rounds", "conns", "conn_threads", "requests", "req_threads", "request_bytes")
+    for name in (*numbers, "in_flight"):
         if not 1 <= getattr(args, name) <= 1_000_000:
             ap.error(f"--{name.replace('_', '-')}={getattr(args, name)}: expected 1..1000000")
     cpus = sorted(os.sched_getaffinity(0))
@@ -261,7 +283,14 @@ def main(argv: list[str] | None = None) -> int:
                 port, pid = targets[name]
                 c = measure(pid, conns, conn_load, args.conn_threads, port, args.conns)
                 q = measure(
-                    pid, reqs, req_load, args.req_threads, port, args.requests, args.request_bytes
+                    pid,
+                    reqs,
+                    req_load,
+                    args.req_threads,
+                    port,
+                    args.requests,
+                    args.request_bytes,
+                    args.in_flight,
                 )
                 rows.append({"round": r + 1, "path": name, "conn": c, "req": q})
                 _progress(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 import struct
 
-from bench.front_cost import _BODY, METADATA, _Answerer, frame, read_frame
+from bench.front_cost import _BODY, METADATA, FrameReader, _Answerer, frame
 
 
 class _Transport:
@@ -41,17 +41,19 @@ def test_each_whole_frame_is_answered_with_its_correlation_id() -> None:
     assert answers_to([stream[:-1]]) == [7, 8]  # the last frame is not whole yet
 
 
-def test_read_frame_reads_one_whole_frame() -> None:
+def test_frame_reader_returns_whole_frames_one_at_a_time() -> None:
     left, right = socket.socketpair()
     with left, right:
-        left.sendall(METADATA[:3])
-        left.sendall(METADATA[3:])
         right.settimeout(5)
-        read_frame(right)  # returns only once the whole frame is in
+        reader = FrameReader(right)
+        left.sendall(METADATA[:3])
+        left.sendall(METADATA[3:] + METADATA + METADATA[:2])
+        assert reader.next() == METADATA
+        assert reader.next() == METADATA
         left.close()
         try:
-            read_frame(right)
+            reader.next()
         except ConnectionError:
             pass
         else:
-            raise AssertionError("EOF before a frame must raise")
+            raise AssertionError("EOF before a whole frame must raise")
