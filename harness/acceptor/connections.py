@@ -133,6 +133,9 @@ class Connections:
         task.add_done_callback(self.tasks.discard)
 
     # -- ports.ConnectionHost --------------------------------------------------------------
+    def request_quotas_enabled(self) -> bool:
+        return self._request_quotas.enabled()
+
     @property
     def request_max_bytes(self) -> int:
         return self.cfg.quota.socket_request_max_bytes
@@ -179,7 +182,8 @@ class Connections:
         sample = self.cfg.request_sample
         self._requests_seen += 1
         gate = conn.gate
-        charged_ns = gate.charged_ns(done.latency_ns)  # handler time, or no purgatory wait
+        # handler time, or the broker time without a purgatory wait
+        charged_ns = gate.charged_ns(done.latency_ns, done.allowance_ns)
         source = gate.charge_source
         sampled = sample == 1 or (sample > 1 and self._requests_seen % sample == 0)
         if source == "late":  # no throttle whatever the charge: made when the line comes

@@ -17,7 +17,6 @@ from harness.acceptor.broker_charge import kafka_address
 from harness.acceptor.relay import (
     STOP,
     UPSTREAM_EOF_GRACE_S,
-    WAIT,
     Closable,
     Relay,
     set_rst_on_close,
@@ -145,21 +144,20 @@ class ProtoConnection(Relay):
             self.internal_error(exc)
 
     def _pump(self) -> None:
-        """Take requests one at a time while the channel is readable (Kafka's processor:
-        one request, then muted until its response is sent and its throttle is over)."""
+        """Take requests while the channel is readable (Kafka's processor: one request,
+        then muted until its response is sent and its throttle is over; all of them while
+        no request can be throttled, the gate's `pipelined`)."""
         if self._ut is None or self.closed:
             return
         gate = self.gate
+        gate.pipelined = self.may_pipeline()
         to_client = self._ct.write if self._ct is not None else _nowhere
         while not self.closed:
             item = gate.take()
             if item is None:
                 break
-            outcome = self.step(item, to_client)
-            if outcome == STOP:
+            if self.step(item, to_client) == STOP:
                 return
-            if outcome == WAIT:
-                break
         # what the client pipelined stays unread (in the kernel) while a request is in
         # flight, as on Kafka's muted channel; one read's worth of frames waits in the gate
         held = "in_flight" in self._paused[True]
@@ -228,7 +226,8 @@ class ProtoConnection(Relay):
         payload, answered = self.answers(frames, arrived_ns)
         ct.write(payload)
         if answered:
-            self.gate.response_sent()
+            for _ in range(answered):
+                self.gate.response_sent()
             self._pump()
 
     def _release_held(self) -> None:

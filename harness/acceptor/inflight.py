@@ -13,10 +13,20 @@ A request that gets no response (Produce with `acks=0`) is answered by the broke
 no-op response internally (`sendNoOpResponseExemptThrottle`), which unmutes the channel at
 once; `expects_response` tells the adapter so.
 
+While no request can be throttled (no request quota was ever set, Kafka's `quotasEnabled`,
+and no broker request log is read), the gate is `pipelined`: requests pass as they come,
+and the broker behind reads them one at a time itself, as it would from the client. Nothing
+the client sees differs (the same answers in the same order; no throttle to delay them), and
+a producer's pipelined batches cost one upstream write each instead of one round trip. Once
+a quota exists, the gate goes back to one request in flight after the pipelined ones are
+answered; a throttle on one of those (a quota set while they were at the broker) holds every
+later request until it ends, as the mute would.
+
 The gate also knows what the request in flight may spend waiting in the broker's purgatory,
 which Kafka does not charge to request quotas (it charges handler-thread time,
 `apiLocalCompleteTimeNanos - requestDequeueTimeNanos`, set when `KafkaApis.handle` returns,
-before a delayed fetch waits): `charged_ns` takes a Fetch's `max_wait_ms` off the broker
+before a delayed fetch waits): `charged_ns` takes a Fetch's `max_wait_ms` (its
+`purgatory_allowance_ns`, carried with the request in `tracker.Pending`) off the broker
 time the acceptor saw when the fetch took at least that long (it expired in purgatory).
 When the broker's request log gave the request's handler time (`broker_charge.RequestLog`),
 `charged_ns` is that instead (`charge_source` says which).
@@ -124,25 +134,33 @@ def expects_response(frame: bytes) -> bool:
 
 class RequestGate:
     """Complete request frames (and a bad frame's error) in arrival order, released one at
-    a time while the channel is readable."""
+    a time while the channel is readable, or as they come while `pipelined`."""
 
     __slots__ = (
-        "_allowance_ns",
         "_frame",
         "_logged_ns",
         "_mute",
+        "_outstanding",
         "_queue",
+        "_throttled",
         "charge_source",
         "forwarded_ns",
         "held_ns",
         "network_ns",
         "on_logged",
+        "pipelined",
     )
 
     def __init__(self) -> None:
         self._mute = ChannelMute()
         self._queue: deque[bytes | FrameError] = deque()
-        self._allowance_ns = 0  # purgatory wait the request in flight may spend uncharged
+        #: requests taken while pipelined whose responses are not sent yet
+        self._outstanding = 0
+        #: a throttle on one of those is running: nothing more is taken until it ends
+        self._throttled = False
+        #: no request can be throttled now: requests pass as they come (the adapter sets it
+        #: before each take; Kafka's `quotasEnabled` never turns back off)
+        self.pipelined = False
         self._logged_ns: int | None = None  # the broker's handler time for it, if logged
         #: where the charge of the request in flight comes from: "broker_log" (Kafka's own
         #: handler time), "wall" (forward -> response, no line from a request log that is
@@ -165,8 +183,19 @@ class RequestGate:
 
     @property
     def readable(self) -> bool:
-        """Nothing in flight and no throttle running: the next request may be taken."""
-        return self._mute.readable
+        """The next item may be taken: no request muting the channel, no throttle running,
+        and, unless pipelined, no pipelined request still unanswered (a bad frame's error
+        waits for every answer before it in either mode)."""
+        if not self._mute.readable or self._throttled:
+            return False
+        if self._outstanding:
+            return self.pipelined and not (self._queue and isinstance(self._queue[0], FrameError))
+        return True
+
+    @property
+    def outstanding(self) -> int:
+        """Requests taken while pipelined whose responses are not sent yet."""
+        return self._outstanding
 
     @property
     def state(self) -> str:
@@ -179,14 +208,17 @@ class RequestGate:
 
     def take(self) -> bytes | FrameError | None:
         """The next request if the channel is readable (it is then muted until its response
-        is sent), a bad frame's error when that is next, else None."""
-        if not self._queue or not self._mute.readable:
+        is sent, or counted outstanding while pipelined), a bad frame's error when that is
+        next, else None."""
+        if not self._queue or not self.readable:
             return None
         item = self._queue.popleft()
         if isinstance(item, bytes):
-            self._mute.mute()
-            self._mute.handle(MuteEvent.REQUEST_RECEIVED)
-            self._allowance_ns = purgatory_allowance_ns(item)
+            if self.pipelined:
+                self._outstanding += 1
+            else:
+                self._mute.mute()
+                self._mute.handle(MuteEvent.REQUEST_RECEIVED)
             self._logged_ns = None
             self.charge_source = None
             self.held_ns = 0
@@ -227,27 +259,40 @@ class RequestGate:
         self.network_ns = network_ns if handler_ns is not None else 0
         self.held_ns = held_ns
 
-    def charged_ns(self, broker_ns: int) -> int:
-        """The request-quota charge for the request in flight: the broker's handler time
+    def charged_ns(self, broker_ns: int, allowance_ns: int = 0) -> int:
+        """The request-quota charge for the request answered: the broker's handler time
         when its request log gave it, else from the broker time the acceptor saw (forward ->
-        response): a Fetch that took at least its `max_wait_ms` waited that long in
-        purgatory, which Kafka does not charge; everything else is charged whole (an upper
-        bound of Kafka's handler time)."""
+        response): a Fetch that took at least its `max_wait_ms` (`allowance_ns`, its
+        `purgatory_allowance_ns`) waited that long in purgatory, which Kafka does not charge;
+        everything else is charged whole (an upper bound of Kafka's handler time)."""
         if self._logged_ns is not None:
             return self._logged_ns
-        allowance = self._allowance_ns
-        return broker_ns - allowance if allowance and broker_ns >= allowance else broker_ns
+        if allowance_ns and broker_ns >= allowance_ns:
+            return broker_ns - allowance_ns
+        return broker_ns
 
     def throttle_started(self) -> None:
-        """A throttle for the request in flight (before its response is sent, as Kafka)."""
+        """A throttle for the request answered (before its response is sent, as Kafka)."""
+        if self._outstanding:  # a pipelined one: hold everything after it until it ends
+            self._throttled = True
+            return
         self._mute.handle(MuteEvent.THROTTLE_STARTED)
 
     def response_sent(self) -> bool:
-        """The in-flight request's response was sent; True if the channel is readable."""
-        self._mute.handle(MuteEvent.RESPONSE_SENT)
-        return self._mute.maybe_unmute()
+        """The oldest unanswered request's response was sent (the pipelined ones come
+        first: one in flight resumes only once they are answered); True if readable."""
+        if self._outstanding:
+            self._outstanding -= 1
+        else:
+            self._mute.handle(MuteEvent.RESPONSE_SENT)
+            self._mute.maybe_unmute()
+        return self.readable
 
     def throttle_ended(self) -> bool:
         """The throttle ended; True if the channel is readable."""
-        self._mute.handle(MuteEvent.THROTTLE_ENDED)
-        return self._mute.maybe_unmute()
+        if self._throttled:
+            self._throttled = False
+        else:
+            self._mute.handle(MuteEvent.THROTTLE_ENDED)
+            self._mute.maybe_unmute()
+        return self.readable

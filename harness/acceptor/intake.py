@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from harness.acceptor.inflight import expects_response, purgatory_allowance_ns
 from harness.acceptor.tracker import ResponseOrder
 from harness.wire.framing import FrameError, parse_request_header
 
@@ -42,7 +43,8 @@ def take_requests(
     frame that could not be taken (unreadable header, refused admin request), if any: the
     frames after it are dropped, as the broker never reads past a request it cannot parse.
     Answers the acceptor builds itself (`admin`) go to `to_client` as soon as their turn
-    comes.
+    comes. A forwarded request is entered in `order` only if the broker answers it (not a
+    Produce with acks=0), so nothing waits behind a response that never comes.
     """
     out: list[bytes] = []
     for frame in frames:
@@ -57,10 +59,18 @@ def take_requests(
             if to_send:
                 to_client(to_send)
             continue
-        order.forwarded(
-            info.correlation_id, info.api_key, info.client_id, now_ns, len(frame), info.api_version
-        )
         out.append(frame)
+        if not expects_response(frame):  # acks=0: the broker never answers it
+            continue
+        order.forwarded(
+            info.correlation_id,
+            info.api_key,
+            info.client_id,
+            now_ns,
+            len(frame),
+            info.api_version,
+            purgatory_allowance_ns(frame),
+        )
     return out, None
 
 

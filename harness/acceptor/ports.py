@@ -122,6 +122,9 @@ class ConnectionHost(Protocol):
 
     def request_done(self, conn: Channel, done: Completed, now_ns: int, frame: bytes) -> bytes: ...
 
+    def request_quotas_enabled(self) -> bool:
+        """Whether any request quota was ever set (until then no request is throttled)."""
+
     def connection_closed(
         self, conn: Channel, reason: str, now_ns: int, detail: dict[str, object], *, evicted: bool
     ) -> None:

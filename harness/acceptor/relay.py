@@ -243,7 +243,7 @@ class Relay:
         self.later(max(0.0, (self.muted_until_ns - time.monotonic_ns()) / 1e9), self._unmute)
 
     def _unmute(self) -> None:
-        if self.closed:
+        if self.closed or not self.muted_until_ns:  # an earlier timer already ended it
             return
         early_ns = self.muted_until_ns - time.monotonic_ns()
         if early_ns > 0:  # timers may fire a little early (ms resolution): wait the rest
@@ -253,6 +253,12 @@ class Relay:
         if self.gate.throttle_ended():
             self._readable_again()
 
+    def may_pipeline(self) -> bool:
+        """Whether requests may pass the gate as they come: none can be throttled (no
+        request quota was ever set) and no broker request log is read for their charges
+        (`inflight`, "pipelined")."""
+        return self.charges is None and not self.host.request_quotas_enabled()
+
     def step(self, item: bytes | FrameError, to_client: Callable[[bytes], None]) -> str:
         """Handle one item the gate released: STOP (the connection is finished), WAIT
         (forwarded with `forward`, its response owed), or NEXT (answered here, or forwarded
@@ -260,8 +266,6 @@ class Relay:
         if isinstance(item, FrameError):  # every request before it is answered
             self.finish(item.reason)
             return STOP
-        if self._order:  # the gate let it through: nothing is in flight, so what is left
-            self._order = ResponseOrder()  # is acks=0 produce the broker never answers
         forwarded, stopped = take_requests(
             self.host.admin,
             self,
@@ -278,23 +282,24 @@ class Relay:
             return NEXT
         self.forward(item)
         if expects_response(item):
-            return WAIT  # muted until the broker's response is sent
+            return WAIT  # muted (or, pipelined, outstanding) until its response is sent
         self.gate.response_sent()  # acks=0: the broker's no-op response
         return NEXT
 
     def forward(self, frame: bytes) -> None:
         raise NotImplementedError
 
-    def answers(self, frames: list[bytes], arrived_ns: int | None = None) -> tuple[bytes, bool]:
+    def answers(self, frames: list[bytes], arrived_ns: int | None = None) -> tuple[bytes, int]:
         """The broker's responses as sent to the client (`request` rows, request-quota
-        charge, throttle_time_ms raised), and whether one answered the request in flight.
+        charge, throttle_time_ms raised), and how many answered a request (one in flight;
+        several, pipelined).
 
         `arrived_ns`: when they were read, if they were held for the broker's log line
         (latency is measured to then; the charge and the throttle are made now)."""
         now = time.monotonic_ns()
         read_ns = now if arrived_ns is None else arrived_ns
         out: list[bytes] = []
-        answered = False
+        answered = 0
         charges, addr = self.charges, self.upstream_addr
         for frame in frames:
             cid = correlation_id_of_response(frame)
@@ -315,7 +320,7 @@ class Relay:
                     charges.wait(
                         addr, cid, partial(_charge_late, late, charges, addr, cid), late=True
                     )
-                answered = True
+                answered += 1
             out.extend(before)
             out.append(frame)
             out.extend(after)

@@ -6,9 +6,9 @@ locally built response must therefore wait behind every earlier request still pe
 broker. The tracker is that FIFO; it also yields the broker time of each forwarded request
 (forward -> response) for `request` rows.
 
-Requests that get no response (Produce with acks=0) are not known in advance without
-decoding the body, so a response skips earlier upstream entries until its correlation id
-matches; a local answer queued behind such an entry is released by the next response.
+Requests that get no response (Produce with acks=0) are not entered (`intake` reads their
+acks); should one be, a response skips earlier upstream entries until its correlation id
+matches, and a local answer queued behind such an entry is released by the next response.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ class Pending:
     sent_ns: int
     request_bytes: int
     local: bytes | None = None  # a response the acceptor built, waiting its turn
+    allowance_ns: int = 0  # purgatory wait it may spend uncharged (`inflight.charged_ns`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +37,7 @@ class Completed:
     latency_ns: int
     request_bytes: int
     response_bytes: int
+    allowance_ns: int = 0
 
 
 class ResponseOrder:
@@ -57,8 +59,13 @@ class ResponseOrder:
         now_ns: int,
         size: int,
         api_version: int = 0,
+        allowance_ns: int = 0,
     ) -> None:
-        self._queue.append(Pending(correlation_id, api_key, api_version, client_id, now_ns, size))
+        self._queue.append(
+            Pending(
+                correlation_id, api_key, api_version, client_id, now_ns, size, None, allowance_ns
+            )
+        )
 
     def local(self, correlation_id: int, api_key: int, response: bytes) -> bytes:
         """Returns the bytes to send now (the response, or b"" if it must wait its turn)."""
@@ -96,6 +103,7 @@ class ResponseOrder:
             now_ns - entry.sent_ns,
             entry.request_bytes,
             frame_len,
+            entry.allowance_ns,
         )
         after: list[bytes] = []
         while queue and queue[0].local is not None:

@@ -118,11 +118,66 @@ def test_fetch_max_wait_in_every_version(version: int) -> None:
 
 
 def test_a_fetch_that_waited_its_max_wait_is_charged_without_it() -> None:
+    from harness.acceptor.inflight import purgatory_allowance_ns
+
     gate = RequestGate()
     gate.received([fetch(11, 500), api_versions_frame(2)])
+    allowance = purgatory_allowance_ns(fetch(11, 500))
     gate.take()
-    assert gate.charged_ns(503_000_000) == 3_000_000  # expired in purgatory
-    assert gate.charged_ns(40_000_000) == 40_000_000  # answered before: charged whole
+    assert gate.charged_ns(503_000_000, allowance) == 3_000_000  # expired in purgatory
+    assert gate.charged_ns(40_000_000, allowance) == 40_000_000  # answered before: whole
     gate.response_sent()
     gate.take()
-    assert gate.charged_ns(503_000_000) == 503_000_000  # not a fetch
+    no_wait = purgatory_allowance_ns(api_versions_frame(2))
+    assert gate.charged_ns(503_000_000, no_wait) == 503_000_000  # not a fetch
+
+
+def pipelined_gate(*correlation_ids: int) -> RequestGate:
+    gate = RequestGate()
+    gate.pipelined = True
+    gate.received([api_versions_frame(i) for i in correlation_ids])
+    return gate
+
+
+def test_pipelined_requests_pass_as_they_come_and_are_answered_in_order() -> None:
+    gate = pipelined_gate(1, 2, 3)
+    assert [gate.take(), gate.take(), gate.take()] == [api_versions_frame(i) for i in (1, 2, 3)]
+    assert gate.outstanding == 3 and gate.state == "NOT_MUTED" and gate.readable
+    assert gate.response_sent() is True and gate.outstanding == 2
+
+
+def test_one_in_flight_resumes_only_once_the_pipelined_requests_are_answered() -> None:
+    gate = pipelined_gate(1, 2, 3)
+    gate.take()
+    gate.take()
+    gate.pipelined = False  # a request quota was set: one in flight from here on
+    assert not gate.readable and gate.take() is None
+    assert gate.response_sent() is False  # 1 answered, 2 still at the broker
+    assert gate.response_sent() is True
+    assert gate.take() == api_versions_frame(3)
+    assert gate.state == "MUTED_AND_RESPONSE_PENDING" and gate.take() is None
+    gate.response_sent()
+    assert gate.state == "NOT_MUTED"
+
+
+def test_a_throttle_on_a_pipelined_response_holds_every_later_request() -> None:
+    gate = pipelined_gate(1, 2, 3)
+    gate.take()
+    gate.take()
+    gate.pipelined = False
+    gate.throttle_started()  # on 1's response, before it is sent
+    assert gate.response_sent() is False and gate.response_sent() is False
+    assert gate.outstanding == 0 and gate.take() is None  # the throttle is still running
+    assert gate.throttle_ended() is True
+    assert gate.take() == api_versions_frame(3)
+
+
+def test_a_bad_frame_waits_for_the_pipelined_answers_before_it() -> None:
+    gate = RequestGate()
+    gate.pipelined = True
+    bad = FrameError("frame_too_large", "size 2000000000")
+    gate.received([api_versions_frame(1)], bad)
+    assert gate.take() == api_versions_frame(1)
+    assert gate.take() is None and not gate.readable  # the error is next: 1 must be answered
+    gate.response_sent()
+    assert gate.take() is bad

@@ -38,3 +38,13 @@ def test_unknown_correlation_id_changes_nothing() -> None:
     order.forwarded(1, 0, "p", 0, 1)
     assert order.response(99, 1, 10) == ([], None, [])
     assert len(order) == 1
+
+
+def test_each_response_carries_its_own_requests_purgatory_allowance() -> None:
+    order = ResponseOrder()
+    order.forwarded(1, 1, "consumer", 0, 10, 11, 500_000_000)  # a fetch, max_wait 500 ms
+    order.forwarded(2, 8, "consumer", 5, 10, 8)  # an offset commit behind it, pipelined
+    _, first, _ = order.response(1, 10, 501_000_000)
+    _, second, _ = order.response(2, 10, 501_000_005)
+    assert first is not None and first.allowance_ns == 500_000_000
+    assert second is not None and second.allowance_ns == 0
