@@ -11,6 +11,7 @@ import contextlib
 import select
 import socket
 import struct
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -100,6 +101,32 @@ def round_trip(addr: tuple[str, int], source_ip: str | None = None, timeout: flo
         return "reset"
     finally:
         s.close()
+
+
+class StandInUpstream:
+    """A listener on 127.0.0.1 standing in for the broker: each accepted connection goes to
+    `handle` on a daemon thread of its own; `accepted` counts them."""
+
+    def __init__(self, handle: Callable[[socket.socket], None]) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.sock.getsockname()[1])
+        self.accepted = 0
+        self._handle = handle
+        self._lock = threading.Lock()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with self._lock:
+                self.accepted += 1
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 def listen_backlog(port: int) -> int:

@@ -20,6 +20,7 @@ import pytest
 
 from harness.acceptor import AcceptorHandle, start_in_thread
 from harness.acceptor.testing import (
+    StandInUpstream,
     api_versions_frame,
     history_rows,
     wait_until,
@@ -27,37 +28,21 @@ from harness.acceptor.testing import (
 from tests.integration.conftest import acceptor_fronting
 
 
-class CountingUpstream:
+class CountingUpstream(StandInUpstream):
     """A listener that counts accepted connections and keeps what each sends."""
 
     def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.accepted = 0
         self.received: list[bytes] = []
-        self._lock = threading.Lock()
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with self._lock:
-                self.accepted += 1
-            threading.Thread(target=self._read, args=(conn,), daemon=True).start()
+        self._received_lock = threading.Lock()
+        super().__init__(self._read)
 
     def _read(self, conn: socket.socket) -> None:
         chunks = []
         with conn:
             while data := conn.recv(65536):
                 chunks.append(data)
-        with self._lock:
+        with self._received_lock:
             self.received.append(b"".join(chunks))
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import socket
 import struct
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,30 +21,25 @@ from pathlib import Path
 import pytest
 
 from harness.acceptor import AcceptorHandle, start_in_thread
-from harness.acceptor.testing import api_versions_frame, history_rows, wait_until
+from harness.acceptor.testing import (
+    StandInUpstream,
+    api_versions_frame,
+    history_rows,
+    wait_until,
+)
 from harness.wire.framing import FrameDecoder
 
 HOLD_S = 2.0
 
 
-class HoldingUpstream:
+class HoldingUpstream(StandInUpstream):
     """Answers each request frame with its correlation id, but the first answer waits until
     `expect` requests arrived (or `HOLD_S` passed); records how many it held then."""
 
     def __init__(self, expect: int) -> None:
         self.expect = expect
         self.held_at_first_answer: list[int] = []
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+        super().__init__(self._answer)
 
     def _answer(self, conn: socket.socket) -> None:
         decoder = FrameDecoder(1 << 20)
@@ -73,9 +67,6 @@ class HoldingUpstream:
                 for frame in pending:
                     conn.sendall(struct.pack(">i", 4) + frame[8:12])  # correlation id only
                 pending = []
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 @pytest.fixture
