@@ -11,6 +11,7 @@ from bench.acceptor import (
     goals,
     hot_spots,
     parse_net_counters,
+    report,
     rotations,
     summarize_trogdor,
 )
@@ -109,6 +110,36 @@ def test_summary_ratios_and_goals_fail_by_a_small_margin() -> None:
     rows[0] = _row("CONNECT", "direct", 1, 1000.0, resets_sent=2)
     got = goals({"trogdor_summary": summarize_trogdor(rows, ["direct", "acceptor"])})
     assert got["Trogdor CONNECT no resets (where direct has none)"] is None
+
+
+def test_the_same_goals_are_judged_for_haproxy_in_the_same_run() -> None:
+    rows = [
+        _row("CONNECT", "direct", 1, 1000.0, ListenOverflows=2),
+        _row("CONNECT", "acceptor", 1, 800.0, ListenOverflows=9),
+        _row("CONNECT", "haproxy", 1, 1010.0, ListenOverflows=3),
+    ]
+    res = {
+        "trogdor_summary": summarize_trogdor(rows, ["direct", "acceptor", "haproxy"]),
+        "producebench_half_load_per_s": 1000.0,
+        "ratio_producebench_throughput": 0.96,
+        "producebench_added_p99_ms": 0.5,
+        "ratio_producebench_throughput_haproxy": 0.94,
+        "producebench_added_p99_ms_haproxy": 2.0,
+        "ratio_throughput": 0.9,  # the Python-client phases: the acceptor's only
+    }
+    relay = goals(res, "haproxy")
+    assert relay["Trogdor CONNECT conn/s >= 1.0x direct"] is True
+    assert relay["Trogdor CONNECT listen overflows <= direct"] is False  # 3 > 2
+    assert relay["Trogdor ProduceBench throughput >= 0.95x direct"] is False
+    assert relay["Trogdor ProduceBench added p99 <= 1 ms at half load (1000 msg/s)"] is False
+    assert "produce throughput >= 0.95x direct" not in relay
+    mine = goals(res)
+    assert mine["Trogdor CONNECT conn/s >= 1.0x direct"] is False
+    assert mine["Trogdor ProduceBench throughput >= 0.95x direct"] is True
+    lines = report(
+        {**res, "goals": mine, "goals_haproxy": relay}, ["direct", "acceptor", "haproxy"]
+    )
+    assert "  NOT  Trogdor CONNECT conn/s >= 1.0x direct   (HAProxy: MET)" in lines
 
 
 def test_hot_spots_self_and_inclusive_shares() -> None:
