@@ -47,10 +47,10 @@ instead (kernel included). The load average is printed next to every round. For 
 acceptor's own CPU per connection and per request without a broker or JVM (seconds, not
 minutes), see ``bench.front_cost``.
 
-Prints progress, then per-action tables and the goals of issue 14 (with ``--haproxy-path``,
-whether HAProxy meets each in the same run beside it) (Trogdor >= 1.0x direct for
+Prints progress, then per-action tables and the goals of issue 14 (Trogdor >= 1.0x direct for
 both actions, no more listen-queue overflows than direct, no resets where direct has none,
-produce throughput >= 0.95x direct, added p99 <= 1 ms at half load); JSON in
+produce throughput >= 0.95x direct, added p99 <= 1 ms at half load; with ``--haproxy-path``,
+beside each, whether HAProxy meets it in the same run); JSON in
 bench/results/acceptor-<time>.json (or --json FILE).
 """
 
