@@ -15,7 +15,6 @@ from typing import Any, cast
 
 from harness.acceptor.broker_charge import kafka_address
 from harness.acceptor.relay import (
-    STOP,
     UPSTREAM_EOF_GRACE_S,
     Closable,
     Relay,
@@ -156,7 +155,7 @@ class ProtoConnection(Relay):
             item = gate.take()
             if item is None:
                 break
-            if self.step(item, to_client) == STOP:
+            if not self.step(item, to_client):
                 return
         # what the client pipelined stays unread (in the kernel) while a request is in
         # flight, as on Kafka's muted channel; one read's worth of frames waits in the gate

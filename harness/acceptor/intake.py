@@ -36,24 +36,26 @@ def take_requests(
     frames: list[bytes],
     now_ns: int,
     to_client: Callable[[bytes], None],
-) -> tuple[list[bytes], FrameError | None]:
+) -> tuple[list[bytes], int, FrameError | None]:
     """Run whole request frames through the per-request path, in order.
 
-    Returns the frames to forward upstream (unchanged) and the `FrameError` of the first
-    frame that could not be taken (unreadable header, refused admin request), if any: the
-    frames after it are dropped, as the broker never reads past a request it cannot parse.
-    Answers the acceptor builds itself (`admin`) go to `to_client` as soon as their turn
-    comes. A forwarded request is entered in `order` only if the broker answers it (not a
-    Produce with acks=0), so nothing waits behind a response that never comes.
+    Returns the frames to forward upstream (unchanged), how many of them the broker will
+    answer, and the `FrameError` of the first frame that could not be taken (unreadable
+    header, refused admin request), if any: the frames after it are dropped, as the broker
+    never reads past a request it cannot parse. Answers the acceptor builds itself
+    (`admin`) go to `to_client` as soon as their turn comes. A forwarded request is entered
+    in `order` only if the broker answers it (not a Produce with acks=0), so nothing waits
+    behind a response that never comes.
     """
     out: list[bytes] = []
+    owed = 0
     for frame in frames:
         try:
             info = parse_request_header(frame)
             conn.requests += 1
             local = admin.maybe_handle(conn, frame, info)
         except FrameError as exc:
-            return out, exc
+            return out, owed, exc
         if local is not None:
             to_send = order.local(info.correlation_id, info.api_key, local)
             if to_send:
@@ -62,6 +64,7 @@ def take_requests(
         out.append(frame)
         if not expects_response(frame):  # acks=0: the broker never answers it
             continue
+        owed += 1
         order.forwarded(
             info.correlation_id,
             info.api_key,
@@ -71,7 +74,7 @@ def take_requests(
             info.api_version,
             purgatory_allowance_ns(frame),
         )
-    return out, None
+    return out, owed, None
 
 
 def close_reason(

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.acceptor import intake
 from harness.acceptor.broker_charge import network_estimate
-from harness.acceptor.inflight import RequestGate, expects_response
+from harness.acceptor.inflight import RequestGate
 from harness.acceptor.intake import close_reason, take_requests
 from harness.acceptor.recorder import ConnInfo
 from harness.acceptor.tracker import ResponseOrder
@@ -39,9 +39,6 @@ UPSTREAM_CONNECT_TIMEOUT_S = 10.0
 #: after the broker's EOF, how long the client has to read what it was sent and close
 UPSTREAM_EOF_GRACE_S = 1.0
 LINGER_RST = struct.pack("ii", 1, 0)
-
-#: `Relay.step` outcomes for the request the gate released
-NEXT, WAIT, STOP = "next", "wait", "stop"
 
 
 def _charge_late(
@@ -259,14 +256,15 @@ class Relay:
         (`inflight`, "pipelined")."""
         return self.charges is None and not self.host.request_quotas_enabled()
 
-    def step(self, item: bytes | FrameError, to_client: Callable[[bytes], None]) -> str:
-        """Handle one item the gate released: STOP (the connection is finished), WAIT
-        (forwarded with `forward`, its response owed), or NEXT (answered here, or forwarded
-        with no response owed: a Produce with acks=0)."""
+    def step(self, item: bytes | FrameError, to_client: Callable[[bytes], None]) -> bool:
+        """Handle one item the gate released; False once the connection is finished. A
+        request forwarded with `forward` whose response is owed holds the gate (muted, or
+        outstanding while pipelined) until its response is sent; one answered here, or a
+        Produce with acks=0 (the broker's no-op response), releases it at once."""
         if isinstance(item, FrameError):  # every request before it is answered
             self.finish(item.reason)
-            return STOP
-        forwarded, stopped = take_requests(
+            return False
+        forwarded, owed, stopped = take_requests(
             self.host.admin,
             self,
             self._order,
@@ -276,15 +274,14 @@ class Relay:
         )
         if stopped is not None:  # unreadable header, refused admin request: Kafka closes
             self.finish(stopped.reason, detail={"error": str(stopped)})
-            return STOP
+            return False
         if not forwarded:  # answered here: the answer is written
             self.gate.response_sent()
-            return NEXT
+            return True
         self.forward(item)
-        if expects_response(item):
-            return WAIT  # muted (or, pipelined, outstanding) until its response is sent
-        self.gate.response_sent()  # acks=0: the broker's no-op response
-        return NEXT
+        if not owed:
+            self.gate.response_sent()  # acks=0: the broker's no-op response
+        return True
 
     def forward(self, frame: bytes) -> None:
         raise NotImplementedError
