@@ -45,18 +45,22 @@ import sys
 import tempfile
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
 from bench.acceptor import cpu_times, ref_checkout, start_acceptor, stop_process
 from harness.acceptor.config import DEFAULTS as ACCEPTOR_DEFAULTS
 from harness.acceptor.testing import free_port
+from harness.wire.framing import FrameDecoder
 from loadprofiles.haproxy import start_haproxy
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: what the stand-in broker answers after the correlation id
 _BODY = bytes(64)
 _CLIENT_ID = b"front-cost"
+#: the largest frame either side accepts (Kafka's socket.request.max.bytes default)
+_MAX_FRAME = 104_857_600
 
 
 def _progress(msg: str) -> None:
@@ -69,18 +73,11 @@ class _Answerer(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport: asyncio.Transport = transport  # type: ignore[assignment]
-        self.buf = b""
+        self.decoder = FrameDecoder(_MAX_FRAME)
 
     def data_received(self, data: bytes) -> None:
-        buf = self.buf + data
-        out = []
-        while len(buf) >= 4:
-            (size,) = struct.unpack_from(">i", buf)
-            if len(buf) < 4 + size:
-                break
-            out.append(struct.pack(">i", 4 + len(_BODY)) + buf[8:12] + _BODY)
-            buf = buf[4 + size :]
-        self.buf = buf
+        head = struct.pack(">i", 4 + len(_BODY))
+        out = [head + f[8:12] + _BODY for f in self.decoder.feed(data)]  # f[8:12]: correlation id
         if out:
             self.transport.write(b"".join(out))
 
@@ -121,19 +118,16 @@ class FrameReader:
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self.buf = b""
+        self.decoder = FrameDecoder(_MAX_FRAME)
+        self.frames: deque[bytes] = deque()
 
     def next(self) -> bytes:
-        while True:
-            if len(self.buf) >= 4:
-                end = 4 + struct.unpack_from(">i", self.buf)[0]
-                if len(self.buf) >= end:
-                    whole, self.buf = self.buf[:end], self.buf[end:]
-                    return whole
+        while not self.frames:
             data = self.sock.recv(65536)
             if not data:
                 raise ConnectionError("the front closed the connection")
-            self.buf += data
+            self.frames.extend(self.decoder.feed(data))
+        return self.frames.popleft()
 
 
 API_VERSIONS = frame(18, 3, 1, bytes(20))
