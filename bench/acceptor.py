@@ -74,7 +74,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bench.generator import (
     _children,
@@ -105,6 +105,7 @@ NET_COUNTERS = (
     ("Tcp", "PassiveOpens"),
 )
 _NETNS_ENV = "BENCH_ACCEPTOR_NETNS"
+T = TypeVar("T")
 
 
 def _progress(msg: str) -> None:
@@ -214,11 +215,13 @@ def start_acceptor(
     metrics: bool = False,
     history: bool = True,
     sets: tuple[str, ...] = (),
+    own_session: bool = False,
 ) -> subprocess.Popen[bytes]:
     """`harness acceptor` as its own process (from `cwd`'s harness/ if given).
 
     History on unless ``history`` is False; with ``metrics`` its /metrics listens on a free
-    port (``ready_info(work, tag)``).
+    port (``ready_info(work, tag)``); with ``own_session`` in a session of its own, as the
+    broker and as the runner starts it (its own autogroup for the scheduler).
     """
     ready = work / f"ready-{tag}.json"
     env = dict(os.environ)
@@ -233,7 +236,7 @@ def start_acceptor(
          *(["--history", str(work / f"history-{tag}")] if history else []),
          "--run-id", f"bench-{tag}", "--ready-file", str(ready)],
         stdout=open(work / f"acceptor-{tag}.log", "w"), stderr=subprocess.STDOUT,
-        cwd=str(cwd) if cwd is not None else None, env=env,
+        cwd=str(cwd) if cwd is not None else None, env=env, start_new_session=own_session,
     )  # fmt: skip
     deadline = time.monotonic() + 60
     while not ready.exists():
@@ -300,7 +303,7 @@ class Target:
         return ("127.0.0.1", self.port)
 
 
-def rotations(targets: list[Target], rounds: int) -> list[tuple[int, list[Target]]]:
+def rotations(targets: list[T], rounds: int) -> list[tuple[int, list[T]]]:
     """Round r visits the paths in an order rotated by r (no path always goes first)."""
     return [(r, targets[r % len(targets) :] + targets[: r % len(targets)]) for r in range(rounds)]
 
@@ -981,13 +984,29 @@ def goals(res: dict[str, Any], path: str = "acceptor") -> dict[str, bool | None]
 
 
 # -- main -------------------------------------------------------------------------------------
-def reexec_in_netns(argv: list[str]) -> int | None:
-    """Run this bench again in a private network namespace (loopback only); None: cannot."""
+def autogroup() -> bool | None:
+    """Whether the kernel groups the scheduling of each session (``sched_autogroup``): then
+    a process in a session of its own gets a CPU share of its own, whatever the number of
+    threads in the other sessions."""
+    try:
+        return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+    except OSError:
+        return None
+
+
+def in_private_netns() -> bool:
+    """Whether this process is the re-run in its own network namespace."""
+    return bool(os.environ.get(_NETNS_ENV))
+
+
+def reexec_in_netns(argv: list[str], module: str = "bench.acceptor") -> int | None:
+    """Run `module` (this bench) again in a private network namespace (loopback only);
+    None: cannot."""
     if os.environ.get(_NETNS_ENV) or os.geteuid() != 0 or not shutil.which("unshare"):
         return None
     env = dict(os.environ, **{_NETNS_ENV: "1"})
     cmd = ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "sh"]
-    cmd += [sys.executable, "-m", "bench.acceptor", *argv]
+    cmd += [sys.executable, "-m", module, *argv]
     proc = subprocess.Popen(cmd, env=env, cwd=str(Path(__file__).resolve().parent.parent))
     try:
         return proc.wait()
@@ -1048,6 +1067,15 @@ def main(argv: list[str] | None = None) -> int:
         "Kafka's acceptor and three processors (negative values need root)",
     )
     ap.add_argument(
+        "--sessions",
+        choices=("own", "load"),
+        default="own",
+        help="own: each front (acceptor, HAProxy) in a session of its own, as the broker and "
+        "as the runner starts the acceptor (with the kernel's autogroup on, each session is "
+        "scheduled as one group); load: the fronts in the load's session, sharing its group "
+        "with Trogdor's threads (this bench's layout until session 8)",
+    )
+    ap.add_argument(
         "--cpus",
         choices=("shared", "split", "front"),
         default="shared",
@@ -1069,7 +1097,7 @@ def main(argv: list[str] | None = None) -> int:
         rc = reexec_in_netns(sys.argv[1:] if argv is None else argv)
         if rc is not None:
             return rc
-    private = bool(os.environ.get(_NETNS_ENV))
+    private = in_private_netns()
     from harness.broker import start_broker
 
     work = Path(tempfile.mkdtemp(prefix="bench-acceptor-"))
@@ -1108,6 +1136,8 @@ def main(argv: list[str] | None = None) -> int:
         "load_avg_start": os.getloadavg(),
         "compare_ref": args.compare_ref,
         "front_nice": args.front_nice,
+        "sessions": args.sessions,
+        "autogroup": autogroup(),
     }
     targets = [Target("direct", broker.listener_ports["PLAINTEXT"])]
     paths = [t.name for t in targets]
@@ -1120,8 +1150,9 @@ def main(argv: list[str] | None = None) -> int:
             p, up = ports[tag], broker.listener_ports[listener]
             nice = () if args.front_nice is None else (f"acceptor.nice={args.front_nice}",)
             proc = start_acceptor(
-                work, tag, p, up, args.loop, cwd, metrics=True, history=history, sets=nice
-            )
+                work, tag, p, up, args.loop, cwd, metrics=True, history=history, sets=nice,
+                own_session=args.sessions == "own",
+            )  # fmt: skip
             url = ready_info(work, tag).get("metrics_url")
             targets.append(Target(tag, p, proc, url))
             _progress(
@@ -1142,6 +1173,7 @@ def main(argv: list[str] | None = None) -> int:
                 # absorb bursts that overflow theirs (session 6's CONNECT rows had it)
                 backlog=int(ACCEPTOR_DEFAULTS["socket.listen.backlog.size"]),
                 workdir=work / tag,
+                own_session=args.sessions == "own",
             )
             targets.append(Target(tag, ports[tag], relay.process))
             front_nice(relay.process.pid, args.front_nice)

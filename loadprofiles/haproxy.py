@@ -159,12 +159,15 @@ def start_haproxy(
     workdir: Path | None = None,
     binary: str = HAPROXY,
     timeout_s: float = 10.0,
+    own_session: bool = False,
 ) -> HAProxy:
     """Start HAProxy forwarding ``listen`` → ``upstream`` with a PROXY header; wait until
     it accepts connections. ``listen_port=0`` picks a free port; ``threads``: HAProxy's
     ``nbthread`` (None: one per CPU it may use); ``splice``: ``option splice-auto`` (Linux
     ``splice()`` moves the bytes between the two sockets without a copy through HAProxy);
-    ``backlog``: the listening socket's accept queue (None: HAProxy's default)."""
+    ``backlog``: the listening socket's accept queue (None: HAProxy's default);
+    ``own_session``: in a session of its own (its own autogroup for the scheduler, as a
+    service started by its own supervisor)."""
     if not Path(binary).exists():
         raise HAProxyError(
             f"{binary} not found: install Debian's package (apt-get install haproxy)"
@@ -194,6 +197,7 @@ def start_haproxy(
         stdout=log,
         stderr=subprocess.STDOUT,
         preexec_fn=_die_with_parent,
+        start_new_session=own_session,
     )
     handle = HAProxy(proc, (listen_ip, port), source_ip, wd, own)
     deadline = time.monotonic() + timeout_s
