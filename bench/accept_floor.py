@@ -12,7 +12,10 @@ than any acceptor could, run in the same rounds as the broker (direct) and the a
              no history, no upstream. ``close:1`` is the cheapest one-process Python front;
   loop:1     one uvloop process shaped like the acceptor's loop and nothing more: a reader
              on the listening socket accepting up to 50 per turn, a reader per connection,
-             ``close()`` on its EOF.
+             ``close()`` on its EOF;
+  handoff:N  Kafka's shape, reduced: one process accepts (blocking ``accept()``) and hands
+             each socket round-robin to one of N processor processes (its fd over a Unix
+             socket, SCM_RIGHTS), which watch it and ``close()`` it on its EOF.
 
 Every front listens with Kafka's ``socket.listen.backlog.size`` (50). Per round: connections
 per second counted by the server (the broker's connection-creation counter, the acceptor's
@@ -30,8 +33,10 @@ Prints progress, a table and where the JSON went (bench/results/accept-floor-<ti
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import ctypes
+import itertools
 import json
 import multiprocessing
 import os
@@ -65,7 +70,7 @@ from harness.acceptor.config import DEFAULTS as ACCEPTOR_DEFAULTS
 from harness.acceptor.testing import free_port
 
 BACKLOG = int(ACCEPTOR_DEFAULTS["socket.listen.backlog.size"])
-KINDS = ("close", "loop")
+KINDS = ("close", "loop", "handoff")
 #: kernel counters reported per round (TcpExt/Tcp names, as `bench.acceptor` reads them)
 COUNTERS = ("ListenOverflows", "TCPSynRetrans", "OutRsts")
 
@@ -89,7 +94,10 @@ def parse_front(spec: str) -> tuple[str, int]:
     except ValueError:
         raise ValueError(f"front {spec!r}: the count after ':' must be a number") from None
     if n < 1 or (kind == "loop" and n != 1):
-        raise ValueError(f"front {spec!r}: close takes 1 or more processes, loop exactly 1")
+        raise ValueError(
+            f"front {spec!r}: close takes 1 or more processes, handoff 1 or more processors, "
+            "loop exactly 1"
+        )
     return kind, n
 
 
@@ -110,13 +118,9 @@ def serve_close(sock: socket.socket, counts: Counts, slot: int, life_s: int) -> 
         conn.close()
 
 
-def serve_loop(sock: socket.socket, counts: Counts, slot: int, life_s: int) -> None:
-    """The acceptor's loop shape with nothing in it: accept up to a backlog per readiness,
-    watch each connection, close it on EOF (or an error); ends after `life_s` seconds."""
-    import uvloop
-
-    loop = uvloop.new_event_loop()
-    sock.setblocking(False)
+def _closer(loop: asyncio.AbstractEventLoop) -> Callable[[socket.socket], None]:
+    """What a processor does with a connection here: watch it, close it on its EOF (or an
+    error)."""
 
     def readable(conn: socket.socket) -> None:
         try:
@@ -129,19 +133,80 @@ def serve_loop(sock: socket.socket, counts: Counts, slot: int, life_s: int) -> N
             loop.remove_reader(conn.fileno())
             conn.close()
 
-    def turn() -> None:
-        for _ in range(BACKLOG):
-            try:
-                conn, _ = sock.accept()
-            except BlockingIOError:
-                return
-            counts[slot] += 1
-            conn.setblocking(False)
-            loop.add_reader(conn.fileno(), readable, conn)
+    def watch(conn: socket.socket) -> None:
+        conn.setblocking(False)
+        loop.add_reader(conn.fileno(), readable, conn)
 
-    loop.add_reader(sock.fileno(), turn)
+    return watch
+
+
+def _run_loop(setup: Callable[[asyncio.AbstractEventLoop], None], life_s: int) -> None:
+    import uvloop
+
+    loop = uvloop.new_event_loop()
+    setup(loop)
     loop.call_later(life_s, loop.stop)
     loop.run_forever()
+
+
+def serve_loop(sock: socket.socket, counts: Counts, slot: int, life_s: int) -> None:
+    """The acceptor's loop shape with nothing in it: accept up to a backlog per readiness,
+    watch each connection, close it on EOF; ends after `life_s` seconds."""
+    sock.setblocking(False)
+
+    def setup(loop: asyncio.AbstractEventLoop) -> None:
+        watch = _closer(loop)
+
+        def turn() -> None:
+            for _ in range(BACKLOG):
+                try:
+                    conn, _ = sock.accept()
+                except BlockingIOError:
+                    return
+                counts[slot] += 1
+                watch(conn)
+
+        loop.add_reader(sock.fileno(), turn)
+
+    _run_loop(setup, life_s)
+
+
+def serve_processor(channel: socket.socket, life_s: int) -> None:
+    """Kafka's processor, reduced: take accepted sockets from `channel` (SCM_RIGHTS), watch
+    each, close it on EOF; ends when the accepting process is gone or after `life_s`."""
+    channel.setblocking(False)
+
+    def setup(loop: asyncio.AbstractEventLoop) -> None:
+        watch = _closer(loop)
+
+        def take() -> None:
+            while True:
+                try:
+                    msg, fds, _, _ = socket.recv_fds(channel, 16, 64)
+                except BlockingIOError:
+                    return
+                if not msg and not fds:
+                    loop.stop()
+                    return
+                for fd in fds:
+                    watch(socket.socket(fileno=fd))
+
+        loop.add_reader(channel.fileno(), take)
+
+    _run_loop(setup, life_s)
+
+
+def serve_handoff(
+    sock: socket.socket, counts: Counts, channels: Sequence[socket.socket], life_s: int
+) -> None:
+    """Kafka's acceptor, reduced: a blocking accept, the socket handed to the next processor
+    round-robin (its fd over a Unix socket), this process's copy closed."""
+    signal.alarm(life_s)
+    for i in itertools.count():
+        conn, _ = sock.accept()
+        counts[0] += 1
+        socket.send_fds(channels[i % len(channels)], [b"c"], [conn.fileno()])
+        conn.close()
 
 
 SERVE: dict[str, Callable[[socket.socket, Counts, int, int], None]] = {
@@ -159,6 +224,20 @@ def _front_main(
         os.setsid()
     else:
         os.setpgid(0, 0)
+    if kind == "handoff":  # n processors, this process accepts
+        channels = []
+        for _ in range(n):
+            mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            if os.fork() == 0:
+                try:
+                    sock.close()
+                    serve_processor(theirs, life_s)
+                finally:
+                    os._exit(0)
+            theirs.close()
+            channels.append(mine)
+        serve_handoff(sock, counts, channels, life_s)
+        return
     for slot in range(1, n):
         if os.fork() == 0:
             try:
@@ -299,8 +378,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trogdor-threads", type=int, default=8)
     ap.add_argument(
         "--fronts",
-        default="close:1,close:4,loop:1",
-        help="comma list of floor fronts, KIND:PROCESSES (close:N, loop:1)",
+        default="close:1,close:4,loop:1,handoff:3",
+        help="comma list of floor fronts: close:N, loop:1, handoff:N",
     )
     ap.add_argument("--no-acceptor", action="store_true", help="leave the acceptor path out")
     ap.add_argument(

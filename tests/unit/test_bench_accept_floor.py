@@ -24,13 +24,19 @@ def wait_for(cond, timeout_s: float = 10.0) -> bool:  # type: ignore[no-untyped-
 
 
 @pytest.mark.parametrize(
-    ("spec", "want"), [("close", ("close", 1)), ("close:4", ("close", 4)), ("loop:1", ("loop", 1))]
+    ("spec", "want"),
+    [
+        ("close", ("close", 1)),
+        ("close:4", ("close", 4)),
+        ("loop:1", ("loop", 1)),
+        ("handoff:3", ("handoff", 3)),
+    ],
 )
 def test_front_specs(spec: str, want: tuple[str, int]) -> None:
     assert parse_front(spec) == want
 
 
-@pytest.mark.parametrize("spec", ["accept:1", "close:0", "close:x", "loop:2", ""])
+@pytest.mark.parametrize("spec", ["accept:1", "close:0", "close:x", "loop:2", "handoff:0", ""])
 def test_bad_front_specs_are_refused_with_the_spec(spec: str) -> None:
     with pytest.raises(ValueError, match=repr(spec)):
         parse_front(spec)
@@ -86,19 +92,24 @@ def test_a_front_has_a_session_of_its_own_unless_asked_to_share_the_loads(
         front.stop()
 
 
-def test_loop_front_closes_on_the_clients_eof_only() -> None:
-    front = FloorFront.start("loop:1", free_port(), life_s=60)
+@pytest.mark.parametrize("spec", ["loop:1", "handoff:2"])
+def test_loop_and_handoff_fronts_close_on_the_clients_eof_only(spec: str) -> None:
+    front = FloorFront.start(spec, free_port(), life_s=60)
+    pgid = front.leader.pid
+    assert pgid is not None
     try:
-        with socket.create_connection(("127.0.0.1", front.port), timeout=5) as c:
-            c.settimeout(0.3)
-            with pytest.raises(TimeoutError):  # open while the client is
-                c.recv(1)
-            c.settimeout(5)
-            c.shutdown(socket.SHUT_WR)
-            assert c.recv(1) == b""
-        assert wait_for(lambda: front.accepted() == 1)
+        for _ in range(3):  # handoff: both processors get one
+            with socket.create_connection(("127.0.0.1", front.port), timeout=5) as c:
+                c.settimeout(0.3)
+                with pytest.raises(TimeoutError):  # open while the client is
+                    c.recv(1)
+                c.settimeout(5)
+                c.shutdown(socket.SHUT_WR)
+                assert c.recv(1) == b""
+        assert wait_for(lambda: front.accepted() == 3)
     finally:
         front.stop()
+    assert wait_for(lambda: not group_alive(pgid))
 
 
 def row(path: str, rnd: int, conn: float | None, overflows: int = 0) -> dict[str, object]:
