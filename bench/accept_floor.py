@@ -67,7 +67,7 @@ from bench.acceptor import (
 )
 from bench.generator import accepted_total, run_trogdor, tree_cpu_s, trogdor_classpath
 from harness.acceptor.config import DEFAULTS as ACCEPTOR_DEFAULTS
-from harness.acceptor.testing import free_port
+from harness.localnet import free_port
 
 BACKLOG = int(ACCEPTOR_DEFAULTS["socket.listen.backlog.size"])
 KINDS = ("close", "loop", "handoff")

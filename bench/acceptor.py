@@ -85,7 +85,8 @@ from bench.generator import (
     trogdor_classpath,
 )
 from harness.acceptor.config import DEFAULTS as ACCEPTOR_DEFAULTS
-from harness.acceptor.testing import free_port, round_trip
+from harness.acceptor.testing import round_trip
+from harness.localnet import free_port
 from loadprofiles.haproxy import start_haproxy
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -51,7 +51,7 @@ from typing import Any
 
 from bench.acceptor import cpu_times, ref_checkout, start_acceptor, stop_process
 from harness.acceptor.config import DEFAULTS as ACCEPTOR_DEFAULTS
-from harness.acceptor.testing import free_port
+from harness.localnet import free_port
 from harness.wire.framing import FrameDecoder
 from loadprofiles.haproxy import start_haproxy
 

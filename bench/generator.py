@@ -47,6 +47,7 @@ import numpy as np
 
 from harness.broker.artifacts import cache_dir, find_java, find_maven, version_dir
 from harness.history import read_history
+from harness.localnet import free_port
 from loadprofiles import readiness
 from loadprofiles.launch import locust_command
 
@@ -179,7 +180,7 @@ def exec_trogdor(
     ``marks`` holds ``(time.monotonic(), mark(agent_pid))`` when the task starts ("Waiting
     for completion") and ends ("Task succeeded"/"Task failed"); the status is {} on failure.
     """
-    port = _free_port()
+    port = free_port()
     agent = workdir / f"agent-{tag}.json"
     spec_file = workdir / f"spec-{tag}.json"
     agent.write_text(
@@ -274,14 +275,6 @@ def run_trogdor(
     if not status:
         row["error"] = text[-2000:]
     return row
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # -- the project's profiles ------------------------------------------------------------------

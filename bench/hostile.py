@@ -44,7 +44,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.acceptor.testing import api_versions_frame, free_port, reset_close
+from harness.acceptor.testing import api_versions_frame, reset_close
+from harness.localnet import free_port
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

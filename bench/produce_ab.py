@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from bench.acceptor import produce_throughput, start_acceptor
-from harness.acceptor.testing import free_port
+from harness.localnet import free_port
 
 
 def _progress(msg: str) -> None:

@@ -38,8 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.acceptor import stop_process
-from harness.acceptor.testing import free_port, wait_until
+from harness.acceptor.testing import wait_until
 from harness.admin.client import KafkaWire, alter_client_quota, describe_client_quotas
+from harness.localnet import free_port
 
 PATHS = ("kafka", "acceptor", "acceptor_log")
 

@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.localnet import free_port
 from loadprofiles.addresses import parse_ip_pool, parse_target
 
 HAPROXY = "/usr/sbin/haproxy"
@@ -98,12 +99,6 @@ def _die_with_parent() -> None:
         pass  # not Linux/glibc: stop() is then the only cleanup
 
 
-def _free_port(ip: str) -> int:
-    with socket.socket() as s:
-        s.bind((ip, 0))
-        return int(s.getsockname()[1])
-
-
 def render_config(
     *,
     upstream: tuple[str, int],
@@ -172,7 +167,7 @@ def start_haproxy(
         raise HAProxyError(
             f"{binary} not found: install Debian's package (apt-get install haproxy)"
         )
-    port = listen_port or _free_port(listen_ip)
+    port = listen_port or free_port(listen_ip)
     text = render_config(
         upstream=upstream,
         send_proxy=send_proxy,

@@ -27,12 +27,6 @@ if TYPE_CHECKING:
 _RST = struct.pack("ii", 1, 0)
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
 def bootstrap(addr: tuple[str, int]) -> str:
     return f"{addr[0]}:{addr[1]}"
 

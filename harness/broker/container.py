@@ -32,8 +32,9 @@ from harness.broker.artifacts import KAFKA_VERSION, Progress
 from harness.broker.base import Broker
 from harness.broker.config import ListenerPlan, normalise_listeners, server_properties
 from harness.broker.errors import BrokerError, tail
-from harness.broker.local import cluster_id, free_ports
+from harness.broker.local import cluster_id
 from harness.broker.probe import ProbeResult
+from harness.localnet import free_ports
 
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 

@@ -51,6 +51,7 @@ from harness.broker.config import (
 )
 from harness.broker.errors import BrokerError, tail
 from harness.broker.probe import probe
+from harness.localnet import free_ports
 
 #: Small heap and the serial collector: the broker shares two cores with the load and Spark.
 DEFAULT_JVM_OPTS = (
@@ -70,20 +71,6 @@ _PORT_IN_USE = ("Address already in use", "BindException")
 
 class PortInUse(BrokerError):
     """A listener port was taken by someone else."""
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct free loopback ports (held open together so they differ)."""
-    socks: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((LOOPBACK, 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def cluster_id() -> str:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import functools
 import json
-import socket
 import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.localnet import free_port
 from harness.runner.latency_proxy import LatencyProxy
 from harness.runner.procs import ManagedProcess
 from harness.runner.scenario import INT_MAX, Action, Scenario
@@ -28,12 +28,6 @@ Progress = Callable[[str], None]
 
 class TargetError(RuntimeError):
     """The system under test could not be started or changed; the message says what to do."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def _admin() -> Any:

@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from harness.localnet import free_port
+
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = [
     "--no-sandbox",
@@ -34,12 +36,6 @@ pytestmark = [
     pytest.mark.timeout(240),
     pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's /usr/bin/chromium is absent"),
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

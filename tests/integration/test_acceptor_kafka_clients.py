@@ -13,8 +13,9 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import ConfigResource, ConfigResourceType
 
 from harness.acceptor import AcceptorHandle, start_in_thread
-from harness.acceptor.testing import free_port, round_trip
+from harness.acceptor.testing import round_trip
 from harness.history import read_history
+from harness.localnet import free_port
 
 
 @pytest.fixture(scope="module")

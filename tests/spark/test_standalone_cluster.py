@@ -26,8 +26,8 @@ import pytest
 from analysis import analyze_run
 from analysis.synth import SynthSpec, generate
 from bench.catalog_verdicts import differences
+from harness.localnet import free_port
 from harness.runner.procs import ManagedProcess
-from harness.runner.targets import free_port
 
 pytestmark = pytest.mark.spark
 

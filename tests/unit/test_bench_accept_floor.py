@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench.accept_floor import FloorFront, parse_front, summarize
-from harness.acceptor.testing import free_port
+from harness.localnet import free_port
 
 
 def wait_for(cond, timeout_s: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
