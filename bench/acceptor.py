@@ -40,6 +40,11 @@ history's own share shows in the same rounds. ``--haproxy-path`` adds Debian's H
 plain TCP relay (path ``haproxy``: one thread, no PROXY header, no parsing, ``splice()``
 between the sockets, upstream opened at accept, Kafka's accept queue of 50) in front of its
 own broker listener: what a relay in C that only moves bytes costs on this machine.
+Each front runs in a session of its own (``--sessions own``), as the broker does: with the
+kernel's autogroup on, the scheduler shares the CPUs between sessions first, and a front in
+the load's session (``--sessions load``, the layout until session 8) competes with
+Trogdor's threads while Kafka does not. ``bench.accept_floor`` measures the cheapest Python
+fronts under the same CONNECT storm.
 ``--profile`` adds one Trogdor round per action through the current acceptor under
 ``py-spy record`` (not counted in the ratios) and prints its hot spots (self and inclusive
 share of the acceptor's samples); ``--profile perf`` samples its CPU with ``perf record``
