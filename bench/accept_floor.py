@@ -15,7 +15,10 @@ than any acceptor could, run in the same rounds as the broker (direct) and the a
              ``close()`` on its EOF;
   handoff:N  Kafka's shape, reduced: one process accepts (blocking ``accept()``) and hands
              each socket round-robin to one of N processor processes (its fd over a Unix
-             socket, SCM_RIGHTS), which watch it and ``close()`` it on its EOF.
+             socket, SCM_RIGHTS), which watch it and ``close()`` it on its EOF. A
+             processor's hand-off queue is the kernel's for that socket,
+             ``net.unix.max_dgram_qlen`` (10 by default; Kafka's is 20): the accepting
+             process waits while the next processor's is full, as Kafka's acceptor does.
 
 Every front listens with Kafka's ``socket.listen.backlog.size`` (50). Per round: connections
 per second counted by the server (the broker's connection-creation counter, the acceptor's
@@ -81,6 +84,15 @@ Counts = ctypes.Array[ctypes.c_longlong]
 
 def _progress(msg: str) -> None:
     print(f"[accept-floor] {msg}", flush=True)
+
+
+def handoff_queue() -> int | None:
+    """How many sockets a `handoff` processor's Unix socket holds before the accepting
+    process waits (``net.unix.max_dgram_qlen``)."""
+    try:
+        return int(Path("/proc/sys/net/unix/max_dgram_qlen").read_text())
+    except (OSError, ValueError):
+        return None
 
 
 # -- the floor fronts ------------------------------------------------------------------------
@@ -426,6 +438,7 @@ def main(argv: list[str] | None = None) -> int:
         "fronts": specs,
         "sessions": args.sessions,
         "autogroup": autogroup(),
+        "handoff_queue": handoff_queue(),
     }
     rows: list[dict[str, Any]] = []
     try:
