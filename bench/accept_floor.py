@@ -40,7 +40,6 @@ import asyncio
 import contextlib
 import ctypes
 import itertools
-import json
 import multiprocessing
 import os
 import signal
@@ -48,15 +47,14 @@ import socket
 import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.acceptor import (
-    RESULTS,
     acceptor_accepted,
+    add_sessions_option,
     autogroup,
     cpu_seconds,
     in_private_netns,
@@ -69,6 +67,7 @@ from bench.acceptor import (
     stop_process,
 )
 from bench.generator import accepted_total, run_trogdor, tree_cpu_s, trogdor_classpath
+from bench.output import write_results
 from harness.acceptor.config import DEFAULTS as ACCEPTOR_DEFAULTS
 from harness.localnet import free_port
 
@@ -394,14 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         help="comma list of floor fronts: close:N, loop:1, handoff:N",
     )
     ap.add_argument("--no-acceptor", action="store_true", help="leave the acceptor path out")
-    ap.add_argument(
-        "--sessions",
-        choices=("own", "load"),
-        default="own",
-        help="own: each front in a session of its own, as the broker (with autogroup on, "
-        "the scheduler shares the CPUs between services); load: the fronts in the load's "
-        "session (bench.acceptor's layout until session 8)",
-    )
+    add_sessions_option(ap)
     ap.add_argument("--netns", choices=("auto", "off"), default="auto")
     ap.add_argument("--json", type=Path, help="write the numbers here (default bench/results/)")
     args = ap.parse_args(argv)
@@ -480,10 +472,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for line in report(res["summary"]):
         print(line)
-    out = args.json or RESULTS / f"accept-floor-{time.strftime('%Y%m%dT%H%M%S')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=2, default=str), encoding="utf-8")
-    print(f"numbers written to {out}")
+    write_results(res, "accept-floor", args.json)
     print(f"acceptor log and history, Trogdor's output: {work}")
     return 0
 

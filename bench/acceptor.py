@@ -89,12 +89,12 @@ from bench.generator import (
     scrape,
     trogdor_classpath,
 )
+from bench.output import write_results
 from harness.acceptor.config import DEFAULTS as ACCEPTOR_DEFAULTS
 from harness.acceptor.testing import round_trip
 from harness.localnet import free_port
 from loadprofiles.haproxy import start_haproxy
 
-RESULTS = Path(__file__).resolve().parent / "results"
 PHASES = ("trogdor", "producebench", "accept", "produce", "latency")
 ACTIONS = ("CONNECT", "FETCH_METADATA")
 #: kernel TCP counters read around every Trogdor round: (file section, name)
@@ -1000,6 +1000,19 @@ def autogroup() -> bool | None:
         return None
 
 
+def add_sessions_option(ap: argparse.ArgumentParser) -> None:
+    """``--sessions own|load``: where the fronts run, for the scheduler."""
+    ap.add_argument(
+        "--sessions",
+        choices=("own", "load"),
+        default="own",
+        help="own: each front (acceptor, HAProxy, floor front) in a session of its own, as "
+        "the broker and as the runner starts the acceptor (with the kernel's autogroup on, "
+        "each session is scheduled as one group); load: the fronts in the load's session, "
+        "sharing its group with Trogdor's threads (bench.acceptor's layout until session 8)",
+    )
+
+
 def in_private_netns() -> bool:
     """Whether this process is the re-run in its own network namespace."""
     return bool(os.environ.get(_NETNS_ENV))
@@ -1072,15 +1085,7 @@ def main(argv: list[str] | None = None) -> int:
         "with shared CPUs, -6 gives the acceptor's one loop thread about the weight of "
         "Kafka's acceptor and three processors (negative values need root)",
     )
-    ap.add_argument(
-        "--sessions",
-        choices=("own", "load"),
-        default="own",
-        help="own: each front (acceptor, HAProxy) in a session of its own, as the broker and "
-        "as the runner starts the acceptor (with the kernel's autogroup on, each session is "
-        "scheduled as one group); load: the fronts in the load's session, sharing its group "
-        "with Trogdor's threads (this bench's layout until session 8)",
-    )
+    add_sessions_option(ap)
     ap.add_argument(
         "--cpus",
         choices=("shared", "split", "front"),
@@ -1237,10 +1242,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for line in report(res, paths):
         print(line)
-    out = args.json or RESULTS / f"acceptor-{time.strftime('%Y%m%dT%H%M%S')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=2, default=str), encoding="utf-8")
-    print(f"numbers written to {out}")
+    write_results(res, "acceptor", args.json)
     print(f"acceptor logs and history: {work}")
     return 0
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import shutil
 import socket
@@ -50,12 +49,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.acceptor import cpu_times, ref_checkout, start_acceptor, stop_process
+from bench.output import write_results
 from harness.acceptor.config import DEFAULTS as ACCEPTOR_DEFAULTS
 from harness.localnet import free_port
 from harness.wire.framing import FrameDecoder
 from loadprofiles.haproxy import start_haproxy
 
-RESULTS = Path(__file__).resolve().parent / "results"
 #: what the stand-in broker answers after the correlation id
 _BODY = bytes(64)
 _CLIENT_ID = b"front-cost"
@@ -335,8 +334,6 @@ def main(argv: list[str] | None = None) -> int:
         f"  resolution (one clock tick over a phase): {resolution['conn_us']:.2f} µs per "
         f"connection, {resolution['req_us']:.2f} µs per request"
     )
-    out = args.json or RESULTS / f"front-cost-{time.strftime('%Y%m%dT%H%M%S')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
     result = {
         "layout": layout,
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
@@ -345,8 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         "ratios": ratios,
         "resolution": resolution,
     }
-    out.write_text(json.dumps(result, indent=2))
-    print(f"numbers written to {out}")
+    write_results(result, "front-cost", args.json)
     return 0
 
 

@@ -33,8 +33,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.output import write_results
+
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
 
 
 def child(path: str, rate: int, seconds: float) -> dict[str, Any]:
@@ -178,11 +179,8 @@ def main(argv: list[str] | None = None) -> int:
             f"  current/ref: max lateness {c['max_ms'] / r['max_ms']:.2f}, "
             f"CPU per row {c['cpu_us_per_row'] / r['cpu_us_per_row']:.2f}"
         )
-    out = args.json or RESULTS / f"history-lag-{time.strftime('%Y%m%dT%H%M%S')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"rate": args.rate, "seconds": args.seconds, "compare_ref": args.compare_ref}
-    out.write_text(json.dumps({**meta, "rounds": rows, "summary": summary}, indent=2))
-    print(f"numbers written to {out}")
+    write_results({**meta, "rounds": rows, "summary": summary}, "history-lag", args.json)
     return 0
 
 

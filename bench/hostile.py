@@ -44,10 +44,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.output import write_results
 from harness.acceptor.testing import api_versions_frame, reset_close
 from harness.localnet import free_port
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def _progress(msg: str) -> None:
@@ -377,10 +376,8 @@ def main(argv: list[str] | None = None) -> int:
         ]
         if failed:
             print(f"steady client FAILED in: {', '.join(failed)}")
-        target = args.json or RESULTS / f"hostile-{time.strftime('%Y%m%dT%H%M%S')}.json"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(json.dumps(res, indent=2), encoding="utf-8")
-        print(f"numbers written to {target}; acceptor log and history in {work}")
+        write_results(res, "hostile", args.json)
+        print(f"acceptor log and history in {work}")
         return 1 if failed else 0
     finally:
         if acc is not None and acc.poll() is None:
