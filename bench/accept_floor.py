@@ -18,7 +18,11 @@ than any acceptor could, run in the same rounds as the broker (direct) and the a
              socket, SCM_RIGHTS), which watch it and ``close()`` it on its EOF. A
              processor's hand-off queue is the kernel's for that socket,
              ``net.unix.max_dgram_qlen`` (10 by default; Kafka's is 20): the accepting
-             process waits while the next processor's is full, as Kafka's acceptor does.
+             process waits while the next processor's is full, as Kafka's acceptor does;
+  kafka:N    handoff:N with the acceptor's connection engine (`harness.quota`, no limits
+             set) in the accepting process: one accept per readiness (Kafka's select loop),
+             the rate step and admission, the address sent with the socket, and the
+             processors' close reports read back to release the counts.
 
 Every front listens with Kafka's ``socket.listen.backlog.size`` (50). Per round: connections
 per second counted by the server (the broker's connection-creation counter, the acceptor's
@@ -37,16 +41,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import ctypes
 import itertools
 import multiprocessing
 import os
+import selectors
 import signal
 import socket
 import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,7 +79,7 @@ from harness.acceptor.config import DEFAULTS as ACCEPTOR_DEFAULTS
 from harness.localnet import free_port
 
 BACKLOG = int(ACCEPTOR_DEFAULTS["socket.listen.backlog.size"])
-KINDS = ("close", "loop", "handoff")
+KINDS = ("close", "loop", "handoff", "kafka")
 #: kernel counters reported per round (TcpExt/Tcp names, as `bench.acceptor` reads them)
 COUNTERS = ("ListenOverflows", "TCPSynRetrans", "OutRsts")
 
@@ -106,8 +113,8 @@ def parse_front(spec: str) -> tuple[str, int]:
         raise ValueError(f"front {spec!r}: the count after ':' must be a number") from None
     if n < 1 or (kind == "loop" and n != 1):
         raise ValueError(
-            f"front {spec!r}: close takes 1 or more processes, handoff 1 or more processors, "
-            "loop exactly 1"
+            f"front {spec!r}: close takes 1 or more processes, handoff and kafka 1 or more "
+            "processors, loop exactly 1"
         )
     return kind, n
 
@@ -129,11 +136,13 @@ def serve_close(sock: socket.socket, counts: Counts, slot: int, life_s: int) -> 
         conn.close()
 
 
-def _closer(loop: asyncio.AbstractEventLoop) -> Callable[[socket.socket], None]:
+def _closer(
+    loop: asyncio.AbstractEventLoop, closed: Callable[[bytes], None] | None = None
+) -> Callable[[socket.socket, bytes], None]:
     """What a processor does with a connection here: watch it, close it on its EOF (or an
-    error)."""
+    error), then tell `closed` the connection's tag."""
 
-    def readable(conn: socket.socket) -> None:
+    def readable(conn: socket.socket, tag: bytes) -> None:
         try:
             data = conn.recv(4096)
         except (BlockingIOError, InterruptedError):
@@ -143,10 +152,12 @@ def _closer(loop: asyncio.AbstractEventLoop) -> Callable[[socket.socket], None]:
         if not data:
             loop.remove_reader(conn.fileno())
             conn.close()
+            if closed is not None:
+                closed(tag)
 
-    def watch(conn: socket.socket) -> None:
+    def watch(conn: socket.socket, tag: bytes) -> None:
         conn.setblocking(False)
-        loop.add_reader(conn.fileno(), readable, conn)
+        loop.add_reader(conn.fileno(), readable, conn, tag)
 
     return watch
 
@@ -175,20 +186,41 @@ def serve_loop(sock: socket.socket, counts: Counts, slot: int, life_s: int) -> N
                 except BlockingIOError:
                     return
                 counts[slot] += 1
-                watch(conn)
+                watch(conn, b"")
 
         loop.add_reader(sock.fileno(), turn)
 
     _run_loop(setup, life_s)
 
 
-def serve_processor(channel: socket.socket, life_s: int) -> None:
+def serve_processor(channel: socket.socket, life_s: int, report: bool = False) -> None:
     """Kafka's processor, reduced: take accepted sockets from `channel` (SCM_RIGHTS), watch
-    each, close it on EOF; ends when the accepting process is gone or after `life_s`."""
+    each, close it on EOF (with `report`, send its tag back: the accepting process releases
+    its count); ends when the accepting process is gone or after `life_s`."""
     channel.setblocking(False)
 
     def setup(loop: asyncio.AbstractEventLoop) -> None:
-        watch = _closer(loop)
+        unsent: collections.deque[bytes] = collections.deque()
+
+        def flush() -> None:
+            while unsent:
+                try:
+                    channel.send(unsent[0])
+                except BlockingIOError:  # the accepting process's queue is full
+                    loop.add_writer(channel.fileno(), flush)
+                    return
+                except OSError:
+                    unsent.clear()
+                    break
+                unsent.popleft()
+            loop.remove_writer(channel.fileno())
+
+        def closed(tag: bytes) -> None:
+            unsent.append(tag)
+            if len(unsent) == 1:
+                flush()
+
+        watch = _closer(loop, closed if report else None)
 
         def take() -> None:
             while True:
@@ -200,7 +232,7 @@ def serve_processor(channel: socket.socket, life_s: int) -> None:
                     loop.stop()
                     return
                 for fd in fds:
-                    watch(socket.socket(fileno=fd))
+                    watch(socket.socket(fileno=fd), msg)
 
         loop.add_reader(channel.fileno(), take)
 
@@ -220,6 +252,53 @@ def serve_handoff(
         conn.close()
 
 
+def serve_kafka(
+    sock: socket.socket, counts: Counts, channels: Sequence[socket.socket], life_s: int
+) -> None:
+    """Kafka's acceptor with the acceptor's connection engine (`harness.quota`, no limits
+    set): one accept per readiness of the listening socket (Kafka's ``select(500)`` loop),
+    the rate step and admission, the socket handed to the next processor with its address,
+    and the processors' close reports read between accepts to release the counts (Kafka's
+    processors call ``ConnectionQuotas.dec`` themselves, under a lock)."""
+    from harness.quota import ConnectionQuotas, Outcome, parse_config
+
+    port = sock.getsockname()[1]
+    quotas = ConnectionQuotas(parse_config({"listeners": f"CLIENT://127.0.0.1:{port}"}))
+    sel = selectors.DefaultSelector()
+    sock.setblocking(False)
+    sel.register(sock, selectors.EVENT_READ)
+    for ch in channels:
+        sel.register(ch, selectors.EVENT_READ, ch)
+    deadline = time.monotonic() + life_s
+    turn = itertools.count()
+    while time.monotonic() < deadline:
+        for key, _ in sel.select(0.5):
+            if key.fileobj is sock:
+                try:
+                    conn, (ip, _) = sock.accept()
+                except BlockingIOError:
+                    continue
+                counts[0] += 1
+                decision = quotas.decide("CLIENT", ip, time.monotonic_ns() // 1_000_000)
+                if decision.outcome is not Outcome.ADMITTED:  # no limit is set here
+                    raise AssertionError(f"unlimited engine refused {ip}: {decision}")
+                socket.send_fds(
+                    channels[next(turn) % len(channels)], [ip.encode()], [conn.fileno()]
+                )
+                conn.close()
+                continue
+            channel: socket.socket = key.data
+            while True:
+                try:
+                    tag = channel.recv(64, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    break
+                if not tag:
+                    sel.unregister(channel)
+                    break
+                quotas.release("CLIENT", tag.decode())
+
+
 SERVE: dict[str, Callable[[socket.socket, Counts, int, int], None]] = {
     "close": serve_close,
     "loop": serve_loop,
@@ -235,19 +314,20 @@ def _front_main(
         os.setsid()
     else:
         os.setpgid(0, 0)
-    if kind == "handoff":  # n processors, this process accepts
+    if kind in ("handoff", "kafka"):  # n processors, this process accepts
         channels = []
         for _ in range(n):
             mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             if os.fork() == 0:
                 try:
                     sock.close()
-                    serve_processor(theirs, life_s)
+                    serve_processor(theirs, life_s, report=kind == "kafka")
                 finally:
                     os._exit(0)
             theirs.close()
             channels.append(mine)
-        serve_handoff(sock, counts, channels, life_s)
+        accept = serve_kafka if kind == "kafka" else serve_handoff
+        accept(sock, counts, channels, life_s)
         return
     for slot in range(1, n):
         if os.fork() == 0:
@@ -390,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--fronts",
         default="close:1,close:4,loop:1,handoff:3",
-        help="comma list of floor fronts: close:N, loop:1, handoff:N",
+        help="comma list of floor fronts: close:N, loop:1, handoff:N, kafka:N",
     )
     ap.add_argument("--no-acceptor", action="store_true", help="leave the acceptor path out")
     add_sessions_option(ap)

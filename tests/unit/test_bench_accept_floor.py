@@ -30,13 +30,16 @@ def wait_for(cond, timeout_s: float = 10.0) -> bool:  # type: ignore[no-untyped-
         ("close:4", ("close", 4)),
         ("loop:1", ("loop", 1)),
         ("handoff:3", ("handoff", 3)),
+        ("kafka:3", ("kafka", 3)),
     ],
 )
 def test_front_specs(spec: str, want: tuple[str, int]) -> None:
     assert parse_front(spec) == want
 
 
-@pytest.mark.parametrize("spec", ["accept:1", "close:0", "close:x", "loop:2", "handoff:0", ""])
+@pytest.mark.parametrize(
+    "spec", ["accept:1", "close:0", "close:x", "loop:2", "handoff:0", "kafka:0", ""]
+)
 def test_bad_front_specs_are_refused_with_the_spec(spec: str) -> None:
     with pytest.raises(ValueError, match=repr(spec)):
         parse_front(spec)
@@ -92,13 +95,14 @@ def test_a_front_has_a_session_of_its_own_unless_asked_to_share_the_loads(
         front.stop()
 
 
-@pytest.mark.parametrize("spec", ["loop:1", "handoff:2"])
-def test_loop_and_handoff_fronts_close_on_the_clients_eof_only(spec: str) -> None:
+@pytest.mark.parametrize("spec", ["loop:1", "handoff:2", "kafka:2"])
+def test_loop_handoff_kafka_fronts_close_on_the_clients_eof_only(spec: str) -> None:
     front = FloorFront.start(spec, free_port(), life_s=60)
     pgid = front.leader.pid
     assert pgid is not None
     try:
-        for _ in range(3):  # handoff: both processors get one
+        for _ in range(3):  # handoff, kafka: both processors get one (kafka: each close is
+            # released in the accepting process's engine, which raises on an unknown address)
             with socket.create_connection(("127.0.0.1", front.port), timeout=5) as c:
                 c.settimeout(0.3)
                 with pytest.raises(TimeoutError):  # open while the client is
@@ -107,6 +111,9 @@ def test_loop_and_handoff_fronts_close_on_the_clients_eof_only(spec: str) -> Non
                 c.shutdown(socket.SHUT_WR)
                 assert c.recv(1) == b""
         assert wait_for(lambda: front.accepted() == 3)
+        with socket.create_connection(("127.0.0.1", front.port), timeout=5) as c:
+            c.shutdown(socket.SHUT_WR)  # still accepting after the releases
+            assert c.recv(1) == b""
     finally:
         front.stop()
     assert wait_for(lambda: not group_alive(pgid))
