@@ -2,8 +2,9 @@
 tests pick listening ports with.
 
 A port is free when the kernel hands it out for a bind to port 0; it is released at once,
-so whoever binds it next (a broker, an acceptor, HAProxy) may in rare cases lose it to
-someone else: the callers that start servers say which port was taken when that happens.
+so the server that binds it next (a broker, an acceptor, HAProxy) may in rare cases lose it
+to someone else and then fails to start with the address in use (the broker launcher names
+the port: `PortInUse`).
 """
 
 from __future__ import annotations

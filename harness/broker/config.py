@@ -15,10 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from harness.broker.errors import BrokerError
+from harness.localnet import LOOPBACK
 
 CONTROLLER_LISTENER = "CONTROLLER"
 NODE_ID = 1
-LOOPBACK = "127.0.0.1"
 
 #: Keys the launcher sets itself; a caller overriding them would break the node's own wiring.
 MANAGED_KEYS = frozenset(

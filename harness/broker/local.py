@@ -41,7 +41,6 @@ from harness.broker.artifacts import (
 )
 from harness.broker.base import Broker
 from harness.broker.config import (
-    LOOPBACK,
     REQUEST_LOG_NAME,
     ListenerPlan,
     log4j2_properties,
@@ -51,7 +50,7 @@ from harness.broker.config import (
 )
 from harness.broker.errors import BrokerError, tail
 from harness.broker.probe import probe
-from harness.localnet import free_ports
+from harness.localnet import LOOPBACK, free_ports
 
 #: Small heap and the serial collector: the broker shares two cores with the load and Spark.
 DEFAULT_JVM_OPTS = (
