@@ -102,6 +102,9 @@ def test_history_on_freezes_the_start_up_heap_once(
     assert frozen > 0
     keep = [[i] for i in range(1000)]  # later objects stay collectable
     Recorder(HistoryWriter(tmp_path, "acceptor", "run2", background=False)).close()
-    assert gc.get_freeze_count() == frozen and len(keep) == 1000  # once per process
+    # once per process: no second freeze took `keep` out of the collector's generations
+    # (the count itself may fall: a frozen object that dies leaves the permanent generation)
+    assert any(o is keep for o in gc.get_objects())
+    assert gc.get_freeze_count() <= frozen
     rec.close()
     gc.unfreeze()
