@@ -76,7 +76,7 @@ from bench.acceptor import (
 from bench.generator import accepted_total, run_trogdor, tree_cpu_s, trogdor_classpath
 from bench.output import write_results
 from harness.acceptor.config import DEFAULTS as ACCEPTOR_DEFAULTS
-from harness.localnet import free_port
+from harness.localnet import LOOPBACK, free_port
 
 BACKLOG = int(ACCEPTOR_DEFAULTS["socket.listen.backlog.size"])
 KINDS = ("close", "loop", "handoff", "kafka")
@@ -122,7 +122,7 @@ def parse_front(spec: str) -> tuple[str, int]:
 def listen(port: int, backlog: int = BACKLOG) -> socket.socket:
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", port))
+    sock.bind((LOOPBACK, port))
     sock.listen(backlog)
     return sock
 
@@ -263,7 +263,7 @@ def serve_kafka(
     from harness.quota import ConnectionQuotas, Outcome, parse_config
 
     port = sock.getsockname()[1]
-    quotas = ConnectionQuotas(parse_config({"listeners": f"CLIENT://127.0.0.1:{port}"}))
+    quotas = ConnectionQuotas(parse_config({"listeners": f"CLIENT://{LOOPBACK}:{port}"}))
     sel = selectors.DefaultSelector()
     sock.setblocking(False)
     sel.register(sock, selectors.EVENT_READ)
@@ -349,7 +349,6 @@ class FloorFront:
     load's threads."""
 
     spec: str
-    kind: str
     port: int
     leader: multiprocessing.process.BaseProcess
     counts: Counts
@@ -365,7 +364,7 @@ class FloorFront:
         )
         leader.start()
         sock.close()  # its processes hold it
-        return cls(spec, kind, port, leader, counts)
+        return cls(spec, port, leader, counts)
 
     def accepted(self) -> float:
         return float(sum(self.counts))
@@ -394,7 +393,7 @@ class Way:
 def measure_round(cp: str, path: Way, seconds: float, threads: int, work: Path) -> dict[str, Any]:
     net0, acc0, cpu0 = net_counters(), path.accepted(), path.cpu() if path.cpu else 0.0
     trog = run_trogdor(
-        cp, f"127.0.0.1:{path.port}", "CONNECT", seconds, threads, None, work, None
+        cp, f"{LOOPBACK}:{path.port}", "CONNECT", seconds, threads, None, work, None
     )  # fmt: skip
     net1, acc1, cpu1 = net_counters(), path.accepted(), path.cpu() if path.cpu else 0.0
     row: dict[str, Any] = {
