@@ -63,6 +63,7 @@ CLUSTER_AUTHORIZATION_FAILED = 31
 #: after the upstream could not tell its node id, how long before it is asked again
 NODE_ID_RETRY_S = 30.0
 INVALID_CONFIG = 40
+POLICY_VIOLATION = 44
 BROKER_RESOURCE = 4
 IP_RATE_KEY = "connection_creation_rate"
 REQUEST_PERCENTAGE = "request_percentage"
@@ -256,8 +257,12 @@ class AdminHandler:
         address: Callable[[str], tuple[str, int]],
         config_changed: Callable[[str], None],
         resolve: Callable[[str], str] = resolve_host,
+        changes_refused: str | None = None,
     ) -> None:
         self.cfg = cfg
+        #: why quota changes the acceptor would apply itself are refused (POLICY_VIOLATION),
+        #: or None: they are applied (`acceptor.process.model=split` refuses them for now)
+        self.changes_refused = changes_refused
         self.dynamic = dynamic
         self.rec = rec
         self._config_changed = config_changed
@@ -317,6 +322,12 @@ class AdminHandler:
             handler = self._incremental_alter_configs
         if not self.allowed(conn):
             return self._unauthorized(conn, info, req)
+        if self.changes_refused is not None and info.api_key != DESCRIBE_CLIENT_QUOTAS:
+            msg = self.changes_refused
+            self._admin_row(conn, info, "POLICY_VIOLATION", {"request": req.to_dict()})
+            return encode_response(
+                self._error_answer(info, req, POLICY_VIOLATION, msg, msg), info.correlation_id
+            )
         try:
             response = handler(conn, info, req)
         except Exception as exc:  # Kafka's handleError: an error answer, the connection stays

@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any
 
 from harness.acceptor.config import ListenerSettings
 from harness.acceptor.ports import NewConnection
-from harness.acceptor.processor import Processor
 from harness.acceptor.recorder import ConnInfo, Recorder
 from harness.quota.connections import Outcome
 from harness.wire.proxy import ProxyError, ProxyHeaderReader
@@ -45,7 +44,7 @@ if TYPE_CHECKING:
     from harness.acceptor.config import AcceptorConfig
     from harness.acceptor.connections import SlotSignal
     from harness.acceptor.heartbeat import Heartbeat
-    from harness.acceptor.ports import Counts, ProcessorHost
+    from harness.acceptor.ports import Counts, HandOff
     from harness.quota.connections import ConnectionQuotas
 
 SLOT_WAIT_POLL_S = 0.5
@@ -67,8 +66,8 @@ def _peer(addr: tuple[str, int] | tuple[str, int, int, int]) -> tuple[str, int]:
 class ListenerAcceptor:
     """Receives its listener's settings and, for every listener alike: the configuration
     (backlog, PROXY timeout, faults), the connection engine, where rows and counts go, the
-    slot signal, the loop's heartbeat, a log, the connection ids, and what its processors
-    need (`processor_host`)."""
+    slot signal, the loop's heartbeat, a log, the connection ids, and how to make its
+    processors (`new_processor(listener, index, protected)`: a `ports.HandOff`)."""
 
     def __init__(
         self,
@@ -82,7 +81,7 @@ class ListenerAcceptor:
         heartbeat: Heartbeat,
         log: Callable[[str], None],
         next_conn_id: Callable[[str], str],
-        processor_host: ProcessorHost,
+        new_processor: Callable[[str, int, bool], HandOff],
     ) -> None:
         self.settings = settings
         self.name = settings.name
@@ -107,7 +106,7 @@ class ListenerAcceptor:
         self.rec = rec
         self.counts = counts
         self.processors = [
-            Processor(processor_host, settings.name, i, self.protected)
+            new_processor(settings.name, i, self.protected)
             for i in range(cfg.quota.num_network_threads)
         ]
         self.current_processor = 0
@@ -553,7 +552,7 @@ class ListenerAcceptor:
                 return None
         return self._block_on(proc, item)
 
-    async def _block_on(self, proc: Processor, item: NewConnection) -> None:
+    async def _block_on(self, proc: HandOff, item: NewConnection) -> None:
         start = time.monotonic_ns()
         self._not_blocked.clear()
         try:

@@ -43,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from harness.acceptor.config import load_config
-    from harness.acceptor.server import Acceptor, new_event_loop
+    from harness.acceptor.eventloop import new_event_loop
+    from harness.acceptor.server import Acceptor
     from harness.quota.config import ConfigError
 
     if not args.config and not args.set:
@@ -77,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"harness acceptor: {exc}", file=sys.stderr)
         return 2
     stop = asyncio.Event()
+    acceptor.on_failure = stop.set  # a processor process ended on its own
 
     async def main() -> None:
         await acceptor.start()
@@ -111,10 +113,16 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"harness acceptor: cannot listen: {exc}", file=sys.stderr)
         return 2
+    except RuntimeError as exc:  # a processor process that did not start
+        print(f"harness acceptor: cannot start: {exc}", file=sys.stderr)
+        return 2
     finally:
         loop.close()
     if args.history:
         print(f"history written to {Path(args.history).resolve()}", flush=True)
     else:
         print("history: not recorded (no --history)", flush=True)
+    if acceptor.failure is not None:
+        print(f"harness acceptor: stopped on a failure: {acceptor.failure}", file=sys.stderr)
+        return 1
     return 0

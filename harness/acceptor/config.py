@@ -38,6 +38,9 @@ DEFAULTS: dict[str, str] = {
     "acceptor.io": "protocol",
     # the acceptor's scheduling weight (-20..19, 0: unchanged); see AcceptorConfig.nice
     "acceptor.nice": "0",
+    # single: one process; split: an accepting process and num.network.threads processor
+    # processes (harness.acceptor.split)
+    "acceptor.process.model": "single",
     "node.id": "",
     "upstream.request.log": "",  # the broker's request log (harness.acceptor.broker_charge)
     LEGACY_SKIP_KEY: "false",
@@ -83,6 +86,9 @@ class AcceptorConfig:
     #: each runnable thread an equal share, so -6 (weight 3906) asks for about the share of
     #: Kafka's four network threads (4 x 1024). Negative values need root (CAP_SYS_NICE).
     nice: int = 0
+    #: `acceptor.process.model`: `single` (one process, one loop) or `split` (an accepting
+    #: process and `num.network.threads` processor processes: harness.acceptor.split)
+    process_model: str = "single"
     #: the raw properties as given (after overrides), for `config` rows and restarts
     properties: Mapping[str, str] = field(default_factory=dict)
 
@@ -242,6 +248,7 @@ def parse_acceptor_config(props: Mapping[str, str]) -> AcceptorConfig:
         faults=faults,
         node_id=node_id,
         nice=_int(props, "acceptor.nice", -20, 19),
+        process_model=_choice(props, "acceptor.process.model", ("single", "split")),
         properties=dict(props),
     )
 

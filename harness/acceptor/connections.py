@@ -23,11 +23,17 @@ from harness.acceptor.broker_charge import LoggedRequest, RequestLog, network_es
 from harness.acceptor.config import AcceptorConfig
 from harness.acceptor.forwarding import ProtoConnection
 from harness.acceptor.request_quotas import PRINCIPAL, with_throttle_time
-from harness.quota.connections import ConnectionQuotas
 from harness.quota.requests import EXEMPT_API_KEYS, RequestQuotas
 
 if TYPE_CHECKING:
-    from harness.acceptor.ports import Channel, ChannelSlot, Counts, LocalAnswers, NewConnection
+    from harness.acceptor.ports import (
+        Channel,
+        ChannelSlot,
+        Counted,
+        Counts,
+        LocalAnswers,
+        NewConnection,
+    )
     from harness.acceptor.recorder import ConnInfo, Recorder
     from harness.acceptor.tracker import Completed
 
@@ -61,19 +67,20 @@ class SlotSignal:
 
 
 class Connections:
-    """Receives the configuration, both quota engines, where rows and metrics counts go, the
-    admin answers, the slot signal and a log; implements `ports.ProcessorHost` and
+    """Receives the configuration, the connection engine's counts (`ports.Counted`), the
+    request-quota engine, where rows and metrics counts go, the admin answers, what wakes
+    the admissions waiting for a slot, and a log; implements `ports.ProcessorHost` and
     `ports.ConnectionHost`."""
 
     def __init__(
         self,
         cfg: AcceptorConfig,
-        quotas: ConnectionQuotas,
+        quotas: Counted,
         request_quotas: RequestQuotas,
         rec: Recorder,
         counts: Counts,
         admin: LocalAnswers,
-        slots: SlotSignal,
+        slot_freed: Callable[[], None],
         log: Callable[[str], None],
     ) -> None:
         self.cfg = cfg
@@ -81,7 +88,7 @@ class Connections:
         self.admin = admin
         # what an end releases and tells
         self._quotas = quotas
-        self._slots = slots
+        self._slot_freed = slot_freed
         self._counts = counts
         self._log = log
         #: every registered connection not yet finished (shutdown closes them)
@@ -154,7 +161,7 @@ class Connections:
         self.open.discard(conn)
         conn.processor.remove(conn)
         self._quotas.release(info.listener, info.client_ip)
-        self._slots.freed()
+        self._slot_freed()
         if evicted:
             self.rec.conn(
                 "evict", info, now_ns, reason="max_connections", processor=conn.processor.index

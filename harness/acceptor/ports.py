@@ -19,7 +19,13 @@ accept to its processor, the record admission fills in):
   (`connections.Connections`);
 - `ProcessorHost`: what a processor needs: a channel opened for a queued socket, whether the
   broker is over `max.connections` (`connections.Connections`);
-- `Stallable`: a processor a test-scheduled stall pauses (`processor.Processor`).
+- `Stallable`: a processor a test-scheduled stall pauses (`processor.Processor`);
+- `HandOff`: where admission hands an admitted socket: a processor's queue of 20
+  (`processor.Processor`, or `split.RemoteProcessor` for a processor in a process of its
+  own);
+- `Counted`: what a processor and a closing connection need of the connection engine: whether
+  the broker is over `max.connections`, and the release of one count (the engine itself, or
+  `worker.RemoteCounts` in a processor process).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    import asyncio
     import socket
 
     from harness.acceptor.config import AcceptorConfig
@@ -145,6 +152,43 @@ class ProcessorHost(Protocol):
     def open_channel(self, processor: ChannelSlot, item: NewConnection) -> Channel: ...
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None: ...
+
+
+class HandOff(Protocol):
+    """A processor as admission sees it: its queue of admitted sockets."""
+
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def task(self) -> asyncio.Task[None] | None: ...
+
+    def offer(self, item: NewConnection) -> bool:
+        """Queue it if there is room (Kafka's `assignNewConnection` without blocking)."""
+
+    async def put(self, item: NewConnection) -> None:
+        """Queue it, waiting for room (Kafka's acceptor blocking on the last processor)."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+    def queued(self) -> int: ...
+
+    def drain_unregistered(self) -> list[NewConnection]:
+        """At shutdown: the sockets queued here and never registered (to close)."""
+
+
+class Counted(Protocol):
+    """What processors and closing connections need of the connection engine."""
+
+    def max_connections_exceeded(self, listener: str) -> bool: ...
+
+    def release(self, listener: str, ip: str) -> None: ...
 
 
 class Stallable(Protocol):

@@ -15,6 +15,8 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from harness.acceptor.ports import Channel, NewConnection, ProcessorHost
 
 CONNECTION_QUEUE_SIZE = 20  # Processor.ConnectionQueueSize
@@ -33,10 +35,20 @@ def _resolve(poll: asyncio.Future[None]) -> None:
 class Processor:
     """Receives `host` (`ports.ProcessorHost`): it opens the channel of a queued socket, says
     whether the broker is over `max.connections`, and carries the configuration (faults,
-    idle time) and the history rows."""
+    idle time) and the history rows. `taken(n)`, if given, hears how many queued sockets an
+    iteration registered (a processor in a process of its own returns that much room to the
+    accepting process: `harness.acceptor.worker`)."""
 
-    def __init__(self, host: ProcessorHost, listener: str, index: int, protected: bool) -> None:
+    def __init__(
+        self,
+        host: ProcessorHost,
+        listener: str,
+        index: int,
+        protected: bool,
+        taken: Callable[[int], None] | None = None,
+    ) -> None:
         self.host = host
+        self._taken = taken
         self.listener = listener
         self.index = index
         self.protected = protected
@@ -105,6 +117,8 @@ class Processor:
                     break
                 self._register(item, processed)
                 processed += 1
+            if processed and self._taken is not None:
+                self._taken(processed)
             self._close_excess()
             self._expire_idle()
             if self.queue.empty():

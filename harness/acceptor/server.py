@@ -16,7 +16,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +25,13 @@ from harness.acceptor.admission import ListenerAcceptor
 from harness.acceptor.config import AcceptorConfig, parse_acceptor_config
 from harness.acceptor.connections import Connections, SlotSignal
 from harness.acceptor.dynamic import DynamicConfig
+from harness.acceptor.eventloop import new_event_loop
 from harness.acceptor.heartbeat import Heartbeat
 from harness.acceptor.metrics import AcceptorMetrics
-from harness.acceptor.ports import Channel
+from harness.acceptor.ports import Channel, HandOff
 from harness.acceptor.processor import Processor
 from harness.acceptor.recorder import Recorder
+from harness.acceptor.split import SplitProcessors, check_split
 from harness.acceptor.stall import parse_stalls, schedule_stalls
 from harness.history import HistoryWriter
 from harness.quota.config import ConfigError, QuotaConfig
@@ -131,9 +133,21 @@ class Acceptor:
             self.rec,
             self.metrics,
             self.admin,
-            self.slots,
+            self.slots.freed,
             self.log,
         )
+        #: the processor processes (`acceptor.process.model=split`), else None
+        self.split: SplitProcessors | None = None
+        if cfg.process_model == "split":
+            check_split(cfg, bool(self.dynamic.state.request_quotas))
+            self.split = SplitProcessors(
+                cfg, self.quotas, self.metrics, self.slots.freed, self._failed
+            )
+        #: why the acceptor stopped on its own (a processor process ended), else None
+        self.failure: str | None = None
+        #: called once on such a failure (the CLI stops); without it the acceptor stops
+        self.on_failure: Callable[[], None] | None = None
+        self._stopping: asyncio.Future[None] | None = None
         self._conn_seq = 0
         self.stopped = False
         if cfg.skip_ip_rate_check:
@@ -171,7 +185,22 @@ class Acceptor:
         return f"{listener}-{os.getpid()}-{self._conn_seq}"
 
     def _processor(self, listener: str, index: int) -> Processor:
-        return self.listeners[listener].processors[index]
+        return self.listeners[listener].processors[index]  # type: ignore[return-value]
+
+    def _new_processor(self, listener: str, index: int, protected: bool) -> HandOff:
+        if self.split is not None:
+            return self.split.processor(listener, index, protected)
+        return Processor(self.conns, listener, index, protected)
+
+    def _failed(self, reason: str) -> None:
+        if self.failure is not None or self.stopped:
+            return
+        self.failure = reason
+        self.log(f"ERROR: {reason}; stopping")
+        if self.on_failure is not None:
+            self.on_failure()
+        else:
+            self._stopping = asyncio.ensure_future(self.stop())
 
     def _blocked_ns(self) -> dict[str, int]:
         return {name: la.blocked_ns for name, la in self.listeners.items()}
@@ -190,10 +219,19 @@ class Acceptor:
                 heartbeat=self.heartbeat,
                 log=self.log,
                 next_conn_id=self.next_conn_id,
-                processor_host=self.conns,
+                new_processor=self._new_processor,
             )
             la.bind()
             self.listeners[spec.name] = la
+        if self.split is not None:
+            addresses = {name: (la.host, la.port) for name, la in self.listeners.items()}
+            try:
+                await self.split.start(addresses, self.history_dir, self.run_id)
+            except BaseException:
+                for la in self.listeners.values():
+                    la.stop_accepting()
+                raise
+            self.split.publish()  # the limits restored from state.dir
         self.metrics.start(self.cfg.metrics_host, self.cfg.metrics_port)
         self.write_config_row("start")
         self.heartbeat.start()
@@ -216,6 +254,9 @@ class Acceptor:
         await asyncio.sleep(0.05)  # let cancelled accept/admission/header tasks clean up
         for la in self.listeners.values():
             la.close_parked()
+        if self.split is not None:
+            await self.split.stop()
+        for la in self.listeners.values():
             for proc in la.processors:
                 proc.stop()
                 for item in proc.drain_unregistered():
@@ -322,18 +363,6 @@ class AcceptorHandle:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def new_event_loop(kind: str = "auto") -> asyncio.AbstractEventLoop:
-    if kind in ("auto", "uvloop"):
-        try:
-            import uvloop
-
-            return uvloop.new_event_loop()
-        except ImportError:
-            if kind == "uvloop":
-                raise
-    return asyncio.new_event_loop()
 
 
 def start_in_thread(

@@ -412,6 +412,14 @@ class ConnectionQuotas:
         """Whether a processor of ``listener`` must evict its LRU connection now."""
         return self._total > self._broker_max and not self._evict_exempt[listener]
 
+    def broker_count(self) -> tuple[int, int]:
+        """The connections counted broker-wide and the limit eviction compares them with
+        (``max_connections_exceeded`` is ``total > limit`` on a listener not exempt)."""
+        return self._total, self._broker_max
+
+    def is_evict_exempt(self, listener: str) -> bool:
+        return self._evict_exempt[listener]
+
     def decide(self, listener: str, ip: str, now_ms: int) -> Decision:
         """Rate step at ``now_ms``, then (if a slot is free) admission at ``now_ms + delay``.
 

@@ -1,0 +1,521 @@
+"""The split process model (`acceptor.process.model=split`): Kafka's processors as processes.
+
+Why: under Trogdor's connection storm on CPUs shared with the load, one Python loop that
+both accepts and serves is off a CPU for milliseconds at a stretch while Kafka's listen queue
+of 50 lasts 4 ms; only Kafka's shape in processes (one accepting process, processors
+elsewhere) kept the overflows near Kafka's (`bench.accept_floor`, docs/acceptor-processes.md).
+This is steps 1 and 2 of that note: the accepting process keeps the listeners, admission and
+the connection engine (its only owner, as `ConnectionQuotas` is one object in Kafka);
+`num.network.threads` processor processes (`harness.acceptor.worker`) each run processor
+`i` of every listener: registration, forwarding, eviction, idle expiry and their rows.
+
+What crosses between the two, over one `SOCK_SEQPACKET` socketpair per processor process
+(`Link`: lists of `marshal`led tuples):
+- to a processor process, one message per admitted socket: its fd by `SCM_RIGHTS` and the
+  `NewConnection` fields (`conn`); `stop` at shutdown;
+- back, batched once per turn of its loop: `took` (room again in a listener's queue of 20),
+  `release` (a registered connection ended: Kafka's `ConnectionQuotas.dec`), `count`,
+  `request` and `throttled` (the metrics' counters, served by this process) and `ready`.
+
+What the processors read of the engine (Kafka's processors read `ConnectionQuotas` under
+its lock for `closeExcessConnections`) is in shared memory (`SharedCounts`): the broker-wide
+count, the limit eviction compares it with, and how many of each processor process's
+releases are counted in it, so a processor never evicts twice for one excess while its
+release is on its way.
+
+Not in this mode yet, refused at start with the reason (`check_split`): request quotas
+(KIP-124's meters must be in one place), the broker's request log, scheduled processor
+stalls; run-time quota changes through the admin path are answered POLICY_VIOLATION.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import marshal
+import mmap
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harness.acceptor.processor import CONNECTION_QUEUE_SIZE
+from harness.quota.config import ConfigError
+
+if TYPE_CHECKING:
+    from harness.acceptor.config import AcceptorConfig
+    from harness.acceptor.ports import Counts, NewConnection
+    from harness.quota.connections import ConnectionQuotas
+
+MODEL_KEY = "acceptor.process.model"
+MODELS = ("single", "split")
+#: the answer to AlterClientQuotas / IncrementalAlterConfigs the acceptor would apply itself
+CHANGES_REFUSED = (
+    f"{MODEL_KEY}=split does not apply quota changes at run time yet (the engine lives in "
+    "another process): restart the acceptor with the new limits, or use "
+    f"{MODEL_KEY}=single"
+)
+#: ops in one message at most (a storm's closes in one turn stay far below the socket's
+#: send buffer: ~40 bytes an op)
+BATCH_MAX = 1000
+#: how long `start` waits for every processor process to say ready (imports included)
+READY_TIMEOUT_S = 60.0
+#: how long `stop` waits for a processor process to close its connections and exit
+STOP_TIMEOUT_S = 15.0
+
+
+def check_split(cfg: AcceptorConfig, request_quotas_restored: bool) -> None:
+    """Refuse what the split model does not do yet (ConfigError: key, value, reason)."""
+    props = cfg.properties
+    for key, why in (
+        ("harness.test.processor.stall", "processor stalls run in the processor's own loop"),
+        ("upstream.request.log", "request charges need the request-quota meters in one place"),
+    ):
+        if props.get(key, "").strip():
+            raise ConfigError(key, props[key], f"not supported with {MODEL_KEY}=split: {why}")
+    if request_quotas_restored:
+        raise ConfigError(
+            "state.dir",
+            str(cfg.state_dir),
+            f"holds request quotas, not enforced with {MODEL_KEY}=split yet (KIP-124's meters "
+            "must be in one place)",
+        )
+
+
+class SharedCounts:
+    """`[version, total, limit, applied_0, ...]` as int64 in shared memory.
+
+    Written by the accepting process alone, read by the processor processes; the version
+    is odd while a write is in progress (a sequence lock), so a reader never mixes two
+    writes. `applied_i`: how many of processor process i's releases `total` has counted.
+    """
+
+    def __init__(self, processes: int, fd: int | None = None) -> None:
+        size = 8 * (3 + processes)
+        if fd is None:
+            fd = os.memfd_create("acceptor-counts", 0)  # not close-on-exec: passed on
+            os.ftruncate(fd, size)
+        self.fd = fd
+        self._map = mmap.mmap(fd, size)
+        self._q = memoryview(self._map).cast("q")
+
+    def publish(self, total: int, limit: int, process: int | None = None, applied: int = 0) -> None:
+        q = self._q
+        q[0] += 1
+        q[1] = total
+        q[2] = limit
+        if process is not None:
+            q[3 + process] = applied
+        q[0] += 1
+
+    def read(self, process: int) -> tuple[int, int, int]:
+        """(total, limit, applied) of one consistent write."""
+        q = self._q
+        while True:
+            version = q[0]
+            if not version & 1:
+                total, limit, applied = q[1], q[2], q[3 + process]
+                if q[0] == version:
+                    return total, limit, applied
+            os.sched_yield()  # the writer is between its two increments
+
+    def close(self) -> None:
+        self._q.release()
+        self._map.close()
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+class Link:
+    """One end of a processor process's socketpair.
+
+    `send` writes one message now (an fd with it: the local socket is closed once sent),
+    or keeps it, in order, while the kernel's buffer is full; `queue` adds an op to the
+    batch sent at the end of this turn of the loop. Incoming messages go to
+    `on_ops(ops, fds)`; the peer's end (EOF, a reset) to `on_eof()`, once.
+    """
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        loop: asyncio.AbstractEventLoop,
+        on_ops: Callable[[list[tuple[Any, ...]], list[int]], None],
+        on_eof: Callable[[], None],
+    ) -> None:
+        sock.setblocking(False)
+        self.sock = sock
+        self._loop = loop
+        self._on_ops = on_ops
+        self._on_eof = on_eof
+        self._out: deque[tuple[bytes, socket.socket | None]] = deque()
+        self._writing = False
+        self._ops: list[tuple[Any, ...]] = []
+        self.closed = False
+        loop.add_reader(sock.fileno(), self._readable)
+
+    # -- out -------------------------------------------------------------------------------
+    def send(self, ops: list[tuple[Any, ...]], with_sock: socket.socket | None = None) -> None:
+        if self.closed:
+            if with_sock is not None:
+                with contextlib.suppress(OSError):
+                    with_sock.close()
+            return
+        data = marshal.dumps(ops)
+        if self._out or not self._try(data, with_sock):
+            self._out.append((data, with_sock))
+            if not self._writing:
+                self._loop.add_writer(self.sock.fileno(), self._writable)
+                self._writing = True
+
+    def queue(self, op: tuple[Any, ...]) -> None:
+        if not self._ops:
+            self._loop.call_soon(self.flush)
+        self._ops.append(op)
+
+    def flush(self) -> None:
+        ops, self._ops = self._ops, []
+        for start in range(0, len(ops), BATCH_MAX):
+            self.send(ops[start : start + BATCH_MAX])
+
+    def pending(self) -> int:
+        """Messages and ops not yet written to the socket."""
+        return len(self._out) + len(self._ops)
+
+    def _try(self, data: bytes, with_sock: socket.socket | None) -> bool:
+        try:
+            if with_sock is None:
+                self.sock.send(data)
+            else:
+                socket.send_fds(self.sock, [data], [with_sock.fileno()])
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:  # the peer is gone: its EOF reaches `_readable`
+            pass
+        if with_sock is not None:
+            with contextlib.suppress(OSError):
+                with_sock.close()  # the processor process holds its own copy
+        return True
+
+    def _writable(self) -> None:
+        while self._out:
+            data, with_sock = self._out[0]
+            if not self._try(data, with_sock):
+                return
+            self._out.popleft()
+        self._loop.remove_writer(self.sock.fileno())
+        self._writing = False
+
+    # -- in --------------------------------------------------------------------------------
+    def _readable(self) -> None:
+        while not self.closed:
+            try:
+                data, fds, _flags, _addr = socket.recv_fds(self.sock, 1 << 20, 1)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                data, fds = b"", []
+            if not data:
+                self.close()
+                self._on_eof()
+                return
+            self._on_ops(marshal.loads(data), fds)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        with contextlib.suppress(Exception):
+            self._loop.remove_reader(self.sock.fileno())
+        if self._writing:
+            with contextlib.suppress(Exception):
+                self._loop.remove_writer(self.sock.fileno())
+        for _, with_sock in self._out:
+            if with_sock is not None:
+                with contextlib.suppress(OSError):
+                    with_sock.close()
+        self._out.clear()
+        self.sock.close()
+
+
+def hand_off_op(item: NewConnection) -> tuple[Any, ...]:
+    """The `conn` op of one admitted socket (its fd travels beside it)."""
+    i = item.info
+    return (
+        "conn",
+        i.listener,
+        i.conn_id,
+        i.client_ip,
+        i.client_port,
+        i.sock_ip,
+        i.sock_port,
+        item.tcp_accept_ns,
+        item.admitted_ns,
+        item.protected,
+        item.proxied,
+        item.initial,
+    )
+
+
+class RemoteProcessor:
+    """Processor `index` of one listener, in processor process `index`: a `ports.HandOff`.
+
+    Its room is Kafka's queue of 20 (40 with the seeded fault `queue_larger_than_20`, as
+    the processor itself), counted here: a socket sent takes one, the processor's
+    registrations give them back (`took`)."""
+
+    task: asyncio.Task[None] | None = None
+
+    def __init__(self, process: ProcessorProcess, listener: str, index: int, size: int) -> None:
+        self.process = process
+        self.listener = listener
+        self.index = index
+        self.size = size
+        self.room = size
+        self._room_freed: asyncio.Event | None = None
+
+    def offer(self, item: NewConnection) -> bool:
+        if self.room <= 0:
+            return False
+        self._send(item)
+        return True
+
+    async def put(self, item: NewConnection) -> None:
+        while self.room <= 0:
+            self._room_freed = asyncio.Event()
+            await self._room_freed.wait()
+        self._send(item)
+
+    def _send(self, item: NewConnection) -> None:
+        self.room -= 1
+        self.process.hand_off(item)
+
+    def took(self, n: int) -> None:
+        self.room += n
+        if self._room_freed is not None:
+            self._room_freed.set()
+            self._room_freed = None
+
+    def queued(self) -> int:
+        """Sockets sent and not yet registered (in the kernel or the processor's queue)."""
+        return self.size - self.room
+
+    def start(self) -> None:
+        """The processor runs in its process (started by `SplitProcessors.start`)."""
+
+    def stop(self) -> None:
+        """Its process closes what it holds (`SplitProcessors.stop`)."""
+
+    def resume(self) -> None:
+        """Never paused: stalls are refused in this mode (`check_split`)."""
+
+    def pause(self) -> None:
+        raise RuntimeError(f"a processor cannot be paused with {MODEL_KEY}=split")
+
+    def drain_unregistered(self) -> list[NewConnection]:
+        return []  # its process closes the sockets it never registered
+
+
+class ProcessorProcess:
+    """Processor process `index`: the process, its link, its processors' room, its releases."""
+
+    def __init__(self, owner: SplitProcessors, index: int) -> None:
+        self.owner = owner
+        self.index = index
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.link: Link | None = None
+        self.ready = asyncio.Event()
+        self.ended = asyncio.Event()
+        #: its processors by listener
+        self.remotes: dict[str, RemoteProcessor] = {}
+        #: its releases the engine has counted
+        self.applied = 0
+
+    def spawn(self, payload: Mapping[str, Any], history_dir: Path | None, run_id: str) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        shared_fd = self.owner.shared.fd
+        argv = [
+            sys.executable, "-m", "harness.acceptor.worker",
+            "--index", str(self.index),
+            "--processes", str(self.owner.processes),
+            "--link-fd", str(theirs.fileno()),
+            "--counts-fd", str(shared_fd),
+            "--run-id", run_id,
+            *(["--history", str(history_dir)] if history_dir is not None else []),
+        ]  # fmt: skip
+        try:
+            self.proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, pass_fds=(theirs.fileno(), shared_fd)
+            )
+        finally:
+            theirs.close()
+        assert self.proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError):  # it ended at once: `start` says how
+            self.proc.stdin.write(json.dumps(payload).encode())
+        with contextlib.suppress(BrokenPipeError):
+            self.proc.stdin.close()
+        self.link = Link(ours, asyncio.get_running_loop(), self._on_ops, self._on_eof)
+
+    def hand_off(self, item: NewConnection) -> None:
+        assert self.link is not None
+        self.link.send([hand_off_op(item)], item.sock)
+        self.owner.publish()
+
+    def _on_ops(self, ops: list[tuple[Any, ...]], fds: list[int]) -> None:
+        for fd in fds:  # none are expected this way
+            os.close(fd)
+        owner = self.owner
+        released = 0
+        for op in ops:
+            kind = op[0]
+            if kind == "release":
+                owner.quotas.release(op[1], op[2])
+                released += 1
+            elif kind == "count":
+                owner.counts.count(op[1], op[2], op[3])
+            elif kind == "request":
+                owner.counts.request(op[1], op[2])
+            elif kind == "took":
+                self.remotes[op[1]].took(op[2])
+            elif kind == "throttled":
+                owner.counts.throttled((op[1], op[2]), op[3])
+            elif kind == "ready":
+                self.ready.set()
+        if released:
+            self.applied += released
+            owner.publish(self)
+            owner.slot_freed()
+
+    def _on_eof(self) -> None:
+        self.ended.set()
+        if not self.owner.stopping:
+            code = self.proc.poll() if self.proc is not None else None
+            pid = self.proc.pid if self.proc is not None else "?"
+            self.owner.failed(
+                f"processor process {self.index} (pid {pid}) ended unexpectedly "
+                f"(exit code {code}); its connections are lost"
+            )
+
+    def describe_exit(self) -> str:
+        code = self.proc.poll() if self.proc is not None else None
+        return f"processor process {self.index} exited with code {code}"
+
+
+class SplitProcessors:
+    """The processor processes of one acceptor (`num.network.threads` of them), the counts
+    they read (`SharedCounts`) and what their messages change here: the engine's counts,
+    the admissions waiting for a slot, the metrics' counters.
+
+    Receives the configuration, the engine, where the counters go, the slot signal's
+    `freed`, and `failed(reason)` for a processor process that ends on its own."""
+
+    def __init__(
+        self,
+        cfg: AcceptorConfig,
+        quotas: ConnectionQuotas,
+        counts: Counts,
+        slot_freed: Callable[[], None],
+        failed: Callable[[str], None],
+    ) -> None:
+        self.cfg = cfg
+        self.quotas = quotas
+        self.counts = counts
+        self.slot_freed = slot_freed
+        self.failed = failed
+        self.processes = cfg.quota.num_network_threads
+        self.shared = SharedCounts(self.processes)
+        self.children = [ProcessorProcess(self, i) for i in range(self.processes)]
+        self.stopping = False
+        self._queue_size = (
+            2 * CONNECTION_QUEUE_SIZE
+            if "queue_larger_than_20" in cfg.faults
+            else CONNECTION_QUEUE_SIZE
+        )
+        self.publish()
+
+    def processor(self, listener: str, index: int, protected: bool) -> RemoteProcessor:
+        """`ListenerAcceptor`'s `new_processor`."""
+        child = self.children[index]
+        remote = RemoteProcessor(child, listener, index, self._queue_size)
+        child.remotes[listener] = remote
+        return remote
+
+    def publish(self, child: ProcessorProcess | None = None) -> None:
+        total, limit = self.quotas.broker_count()
+        if child is None:
+            self.shared.publish(total, limit)
+        else:
+            self.shared.publish(total, limit, child.index, child.applied)
+
+    def pids(self) -> list[int]:
+        return [c.proc.pid for c in self.children if c.proc is not None]
+
+    async def start(
+        self,
+        addresses: Mapping[str, tuple[str, int]],
+        history_dir: Path | None,
+        run_id: str,
+    ) -> None:
+        """Start every processor process and wait until each says ready."""
+        payload = {
+            "properties": dict(self.cfg.properties),
+            "addresses": {name: list(addr) for name, addr in addresses.items()},
+        }
+        try:
+            for child in self.children:
+                child.spawn(payload, history_dir, run_id)
+            await self._all_ready()
+        except BaseException:
+            self._kill()
+            raise
+
+    async def _all_ready(self) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        for child in self.children:
+            while not child.ready.is_set():
+                if child.proc is None or child.proc.poll() is not None:
+                    raise RuntimeError(f"{child.describe_exit()} before it was ready (see above)")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"processor process {child.index} not ready in {READY_TIMEOUT_S:.0f} s"
+                    )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(child.ready.wait(), 0.1)
+
+    def _kill(self) -> None:
+        """A failed start: no processor process outlives it."""
+        self.stopping = True
+        for child in self.children:
+            if child.proc is not None and child.proc.poll() is None:
+                child.proc.kill()
+                child.proc.wait()
+            if child.link is not None:
+                child.link.close()
+        self.shared.close()
+
+    async def stop(self) -> None:
+        """Tell each processor process to close its connections, then wait for it to end
+        (its releases and counts keep arriving meanwhile); kill one that does not."""
+        self.stopping = True
+        for child in self.children:
+            if child.link is not None:
+                child.link.send([("stop",)])
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for child in self.children:
+            if child.proc is None:
+                continue
+            while child.proc.poll() is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            if child.proc.poll() is None:
+                child.proc.kill()
+                child.proc.wait()
+            with contextlib.suppress(TimeoutError):  # its last messages
+                await asyncio.wait_for(child.ended.wait(), 1.0)
+            if child.link is not None:
+                child.link.close()
+        self.shared.close()

@@ -1,0 +1,247 @@
+"""A processor process of the split model (`acceptor.process.model=split`, `split`).
+
+Processor `index` of every listener, as Kafka's `num.network.threads` processors are per
+listener: it receives admitted sockets from the accepting process, registers them (at most
+20 per iteration), forwards their requests, evicts while the broker is over
+`max.connections`, expires idle ones, and writes those rows (`register`, `request`,
+`evict`, `close`) to a history file of its own. Every end of a registered connection is
+reported back (`release`), as Kafka's processor calls `ConnectionQuotas.dec`.
+
+Started by `split.ProcessorProcess.spawn` only: `python -m harness.acceptor.worker` with the
+link's and the shared counts' fds, and the acceptor's properties and listener addresses as
+JSON on stdin.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+import sys
+import time
+from collections.abc import Mapping
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from harness.acceptor.admin import AdminHandler
+from harness.acceptor.config import AcceptorConfig, parse_acceptor_config
+from harness.acceptor.connections import Connections
+from harness.acceptor.dynamic import DynamicConfig
+from harness.acceptor.eventloop import new_event_loop
+from harness.acceptor.ports import NewConnection
+from harness.acceptor.processor import Processor
+from harness.acceptor.recorder import ConnInfo, Recorder
+from harness.acceptor.split import CHANGES_REFUSED, Link, SharedCounts
+from harness.history import HistoryWriter
+from harness.quota.connections import ConnectionQuotas
+from harness.quota.requests import RequestQuotas
+
+log = logging.getLogger("harness.acceptor.worker")
+
+
+class RemoteCounts:
+    """The engine and the metrics' counters as a processor process sees them: a
+    `ports.Counted` and a `ports.Counts`. Counts and releases go back on the link; whether
+    the broker is over `max.connections` is read from the shared counts, less this
+    process's releases still on their way (so one excess is never evicted twice)."""
+
+    def __init__(
+        self, link: Link, shared: SharedCounts, index: int, exempt: Mapping[str, bool]
+    ) -> None:
+        self._link = link
+        self._shared = shared
+        self._index = index
+        self._exempt = dict(exempt)
+        self._released = 0
+
+    # -- ports.Counted -------------------------------------------------------------------
+    def max_connections_exceeded(self, listener: str) -> bool:
+        if self._exempt[listener]:
+            return False
+        total, limit, applied = self._shared.read(self._index)
+        return total - (self._released - applied) > limit
+
+    def release(self, listener: str, ip: str) -> None:
+        self._released += 1
+        self._link.queue(("release", listener, ip))
+
+    # -- ports.Counts --------------------------------------------------------------------
+    def count(self, listener: str, ip: str, outcome: str) -> None:
+        self._link.queue(("count", listener, ip, outcome))
+
+    def request(self, client_id: str | None, latency_ms: float) -> None:
+        self._link.queue(("request", client_id, latency_ms))
+
+    def throttled(self, bucket: tuple[str, str], throttle_ms: int) -> None:
+        self._link.queue(("throttled", bucket[0], bucket[1], throttle_ms))
+
+
+class ProcessorProcess:
+    """What one processor process runs; receives its configuration, index, link and
+    shared counts, the acceptor's listener addresses and where its rows go."""
+
+    def __init__(
+        self,
+        cfg: AcceptorConfig,
+        index: int,
+        link_sock: socket.socket,
+        shared: SharedCounts,
+        addresses: Mapping[str, tuple[str, int]],
+        rec: Recorder,
+    ) -> None:
+        self.cfg = cfg
+        self.index = index
+        self.rec = rec
+        self._addresses = dict(addresses)
+        self._link_sock = link_sock
+        self._shared = shared
+        self.stopped = asyncio.Event()
+        self.processors: dict[str, Processor] = {}
+
+    def log(self, message: str) -> None:
+        print(f"processor process {self.index}: {message}", file=sys.stderr, flush=True)
+
+    async def run(self) -> None:
+        cfg = self.cfg
+        engine = ConnectionQuotas(cfg.quota, faults=cfg.faults)  # its limits, never counted
+        request_quotas = RequestQuotas(
+            cfg.quota.quota_window_num, cfg.quota.quota_window_size_seconds, faults=cfg.faults
+        )
+        dynamic = DynamicConfig(cfg, engine, request_quotas, lambda: None)
+        dynamic.restore()
+        self.link = Link(
+            self._link_sock, asyncio.get_running_loop(), self._on_ops, self.stopped.set
+        )
+        names = [spec.name for spec in cfg.listeners]
+        counted = RemoteCounts(
+            self.link, self._shared, self.index, {n: engine.is_evict_exempt(n) for n in names}
+        )
+        admin = AdminHandler(
+            cfg,
+            dynamic,
+            self.rec,
+            log=self.log,
+            address=self._address,
+            config_changed=lambda cause: None,
+            changes_refused=CHANGES_REFUSED,
+        )
+        self.conns = Connections(
+            cfg, counted, request_quotas, self.rec, counted, admin, lambda: None, self.log
+        )  # slot waiters live in the accepting process: a release wakes them there
+        for name in names:
+            proc = Processor(
+                self.conns,
+                name,
+                self.index,
+                engine.is_protected(name),
+                taken=partial(self._took, name),
+            )
+            self.processors[name] = proc
+            proc.start()
+        self.link.queue(("ready",))
+        await self.stopped.wait()
+        await self._shut_down()
+
+    def _address(self, listener: str) -> tuple[str, int]:
+        return self._addresses[listener.upper()]
+
+    def _took(self, listener: str, n: int) -> None:
+        self.link.queue(("took", listener, n))
+
+    def _on_ops(self, ops: list[tuple[Any, ...]], fds: list[int]) -> None:
+        for op in ops:
+            if op[0] == "conn":
+                self._queue(op, fds.pop(0))
+            elif op[0] == "stop":
+                self.stopped.set()
+        for fd in fds:
+            os.close(fd)
+
+    def _queue(self, op: tuple[Any, ...], fd: int) -> None:
+        (_, listener, conn_id, client_ip, client_port, sock_ip, sock_port) = op[:7]
+        tcp_accept_ns, admitted_ns, protected, proxied, initial = op[7:]
+        sock = socket.socket(fileno=fd)
+        sock.setblocking(False)
+        info = ConnInfo(conn_id, listener, client_ip, client_port, sock_ip, sock_port)
+        item = NewConnection(
+            info,
+            sock,
+            tcp_accept_ns,
+            initial=initial,
+            proxied=proxied,
+            protected=protected,
+            admitted_ns=admitted_ns,
+        )
+        if not self.processors[listener].offer(item):  # the accepting process counts room
+            self.log(f"{conn_id}: queue of processor {self.index} full (a bug); closed")
+            self._close_unregistered(item, "queue_full")
+
+    def _close_unregistered(self, item: NewConnection, reason: str) -> None:
+        with contextlib.suppress(OSError):
+            item.sock.close()
+        self.link.queue(("release", item.info.listener, item.info.client_ip))
+        self.rec.conn(
+            "close", item.info, time.monotonic_ns(), reason=reason, detail={"registered": False}
+        )
+
+    async def _shut_down(self) -> None:
+        for proc in self.processors.values():
+            proc.stop()
+            for item in proc.drain_unregistered():
+                self._close_unregistered(item, "shutdown")
+        for conn in list(self.conns.open):
+            conn.finish("shutdown")
+        pending = [t for t in self.conns.tasks if not t.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=5)
+        self.conns.stop()
+        self.link.flush()
+        for _ in range(100):  # the last releases and counts, while the peer reads
+            if not self.link.pending():
+                break
+            await asyncio.sleep(0.01)
+        self.link.close()
+        self.rec.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.acceptor.worker")
+    parser.add_argument("--index", type=int, required=True)
+    parser.add_argument("--processes", type=int, required=True)
+    parser.add_argument("--link-fd", type=int, required=True)
+    parser.add_argument("--counts-fd", type=int, required=True)
+    parser.add_argument("--history")
+    parser.add_argument("--run-id", default="adhoc")
+    args = parser.parse_args(argv)
+    payload = json.loads(sys.stdin.read())
+    cfg = parse_acceptor_config(payload["properties"])
+    addresses = {name: (host, int(port)) for name, (host, port) in payload["addresses"].items()}
+    writer = None
+    if args.history:
+        writer = HistoryWriter(
+            Path(args.history),
+            "acceptor",
+            args.run_id,
+            name=f"acceptor-{os.getpid()}",
+            flush_interval_s=cfg.history_flush_ms / 1000,
+        )
+    rec = Recorder(writer)
+    shared = SharedCounts(args.processes, args.counts_fd)
+    link_sock = socket.socket(fileno=args.link_fd)
+    loop = new_event_loop("auto")
+    asyncio.set_event_loop(loop)
+    process = ProcessorProcess(cfg, args.index, link_sock, shared, addresses, rec)
+    try:
+        loop.run_until_complete(process.run())
+    finally:
+        loop.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,203 @@
+"""The split process model (`acceptor.process.model=split`) in front of the real broker.
+
+An accepting process (here: the test's thread) owns admission and the connection engine;
+`num.network.threads` processor processes register, forward, evict and close. What is
+checked is what crosses between them: the sockets (served by the processor processes), the
+releases (the engine's counts fall back), eviction (read from shared counts: one excess,
+one eviction), the rows of both kinds of process in one history, and what the mode
+refuses.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.acceptor import AcceptorHandle, start_in_thread
+from harness.acceptor.split import MODEL_KEY
+from harness.acceptor.testing import connect, ping, raw, read_outcome, round_trip, wait_until
+from harness.admin.client import AdminError, alter_ip_quota, describe_ip_quotas
+from harness.history import read_history
+from harness.history.events import conformance
+from harness.quota.config import ConfigError
+
+Start = Callable[..., AcceptorHandle]
+
+
+@pytest.fixture
+def start(kafka_broker: Any, tmp_path: Path) -> Iterator[Start]:
+    handles: list[AcceptorHandle] = []
+
+    def _start(**props: str) -> AcceptorHandle:
+        base = {
+            "listeners": "CLIENT://127.0.0.1:0",
+            "listener.name.client.upstream": kafka_broker.bootstrap,
+            "metrics.port": "-1",
+            MODEL_KEY: "split",
+            "history.flush.interval.ms": "50",
+        }
+        base.update(props)
+        h = start_in_thread(base, history_dir=tmp_path / f"history-{len(handles)}", run_id="t")
+        handles.append(h)
+        return h
+
+    yield _start
+    for h in handles:
+        h.stop()
+
+
+def _count(h: AcceptorHandle) -> int:
+    return int(h.call(lambda: h.acceptor.quotas.broker_count()[0]))
+
+
+def _rows(h: AcceptorHandle) -> list[dict[str, Any]]:
+    """Every acceptor row of both kinds of process (after `stop`: all flushed)."""
+    writer = h.acceptor.rec.writer
+    assert writer is not None
+    return read_history(writer.dir.parent, "acceptor").to_pylist()
+
+
+def test_connections_are_served_by_the_processor_processes_and_released_on_close(
+    start: Start,
+) -> None:
+    h = start(**{"num.network.threads": "3"})
+    pids = h.acceptor.split.pids()  # type: ignore[union-attr]
+    assert len(pids) == 3 and os.getpid() not in pids
+    addr = h.address("CLIENT")
+    conns = [connect(addr, f"127.0.0.{10 + i}") for i in range(6)]
+    for c in conns:
+        assert ping(c).error_code == 0
+    assert _count(h) == 6
+    for c in conns:
+        c.close()
+    wait_until(lambda: _count(h) == 0, 15, what="every release counted in the engine")
+    assert round_trip(addr, "127.0.0.20") == "ok"
+    h.stop()
+    rows = _rows(h)
+    assert conformance(rows) == []
+    registers = [r for r in rows if r["event"] == "register"]
+    assert sorted(r["processor"] for r in registers) == [0, 0, 0, 1, 1, 2, 2]  # round-robin
+    closes = Counter(r["reason"] for r in rows if r["event"] == "close")
+    assert closes == {"client_eof": 7}
+    # the accepting process wrote accept/admit, the processor processes register/close
+    files = {p.name for p in (h.acceptor.rec.writer.dir).iterdir()}  # type: ignore[union-attr]
+    assert any(str(pids[0]) in name for name in files)
+
+
+def test_per_ip_count_rejects_in_the_accepting_process_and_a_close_frees_the_slot(
+    start: Start,
+) -> None:
+    h = start(**{"max.connections.per.ip": "2"})
+    addr = h.address("CLIENT")
+    a, b = connect(addr, "127.0.0.2"), connect(addr, "127.0.0.2")
+    ping(a), ping(b)
+    third = raw(addr, "127.0.0.2")
+    assert read_outcome(third, 15) in ("eof", "reset")
+    third.close()
+    a.close()  # its processor process reports the release
+    wait_until(lambda: h.call(lambda: h.acceptor.quotas.ip_count("127.0.0.2")) == 1, 15)
+    again = connect(addr, "127.0.0.2")
+    assert ping(again).error_code == 0
+    again.close()
+    b.close()
+
+
+def test_protected_listener_over_max_connections_evicts_exactly_the_excess(
+    start: Start, kafka_broker: Any
+) -> None:
+    """Two protected connections past max.connections=3: two client connections evicted,
+    the least recently used, by processes that learn the count from shared memory."""
+    h = start(
+        **{
+            "listeners": "CLIENT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
+            "inter.broker.listener.name": "INTERNAL",
+            "listener.name.internal.upstream": kafka_broker.bootstrap,
+            "max.connections": "3",
+            "num.network.threads": "1",
+        }
+    )
+    client = h.address("CLIENT")
+    conns = [connect(client, "127.0.0.2") for _ in range(3)]
+    for c in conns:
+        ping(c)
+    for c in conns[2:]:  # conns[0], conns[1] are the least recently used
+        ping(c)
+    inter = [connect(h.address("INTERNAL"), "127.0.0.3") for _ in range(2)]
+    for c in inter:
+        ping(c)  # admitted past max.connections: protected
+    for c in conns[:2]:
+        assert read_outcome(c.sock, 15) in ("eof", "reset")
+    time.sleep(1.0)  # an over-eviction would come at the next iterations (poll 300 ms)
+    assert ping(conns[2]).error_code == 0
+    assert _count(h) == 3
+    for c in [*conns, *inter]:
+        c.close()
+    h.stop()
+    evicts = [r for r in _rows(h) if r["event"] == "evict"]
+    assert len(evicts) == 2 and {r["listener"] for r in evicts} == {"CLIENT"}
+
+
+def test_quota_changes_are_refused_and_describe_answers(start: Start) -> None:
+    h = start()
+    bootstrap = h.bootstrap("CLIENT")
+    with pytest.raises(AdminError) as err:
+        alter_ip_quota(bootstrap, "127.0.0.9", 5)
+    assert err.value.code == 44 and MODEL_KEY in str(err.value)  # POLICY_VIOLATION
+    assert describe_ip_quotas(bootstrap) == {}
+    h.stop()
+    admins = [r for r in _rows(h) if r["event"] == "admin"]
+    assert [r["reason"] for r in admins] == ["POLICY_VIOLATION"]
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("harness.test.processor.stall", "CLIENT/0@8+10"),
+        ("upstream.request.log", "/tmp/request.log"),
+    ],
+)
+def test_what_the_split_model_does_not_do_is_refused_at_start(
+    kafka_broker: Any, key: str, value: str
+) -> None:
+    props = {
+        "listeners": "CLIENT://127.0.0.1:0",
+        "listener.name.client.upstream": kafka_broker.bootstrap,
+        "metrics.port": "-1",
+        MODEL_KEY: "split",
+        key: value,
+    }
+    with pytest.raises(ConfigError) as err:
+        start_in_thread(props)
+    assert err.value.key == key and "split" in str(err.value)
+
+
+def test_a_processor_process_that_dies_stops_the_acceptor_with_the_reason(start: Start) -> None:
+    h = start(**{"num.network.threads": "2"})
+    victim = h.acceptor.split.pids()[1]  # type: ignore[union-attr]
+    os.kill(victim, signal.SIGKILL)
+    wait_until(lambda: h.acceptor.stopped, 15, what="the acceptor stopping")
+    assert h.acceptor.failure is not None
+    assert "processor process 1" in h.acceptor.failure
+    assert f"pid {victim}" in h.acceptor.failure
+
+
+def test_a_processor_process_that_cannot_start_fails_the_start(
+    kafka_broker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "executable", "/bin/false")
+    props = {
+        "listeners": "CLIENT://127.0.0.1:0",
+        "listener.name.client.upstream": kafka_broker.bootstrap,
+        "metrics.port": "-1",
+        MODEL_KEY: "split",
+    }
+    with pytest.raises(RuntimeError, match="exited with code 1 before it was ready"):
+        start_in_thread(props)
