@@ -7,6 +7,9 @@ than any acceptor could, run in the same rounds as the broker (direct) and the a
 
   direct     the broker's PLAINTEXT listener (Kafka's acceptor thread + 3 processors);
   acceptor   `harness acceptor` with history and metrics on (as `bench.acceptor`);
+  split      with ``--split``: the same with ``acceptor.process.model=split`` (an accepting
+             process and three processor processes: harness.acceptor.split); its CPU
+             includes its processor processes';
   close:N    N processes sharing one listening socket (one accept queue of 50, as Kafka's),
              each a blocking ``accept()`` then ``close()``: no admission, no registration,
              no history, no upstream. ``close:1`` is the cheapest one-process Python front;
@@ -56,6 +59,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -472,6 +476,11 @@ def main(argv: list[str] | None = None) -> int:
         help="comma list of floor fronts: close:N, loop:1, handoff:N, kafka:N",
     )
     ap.add_argument("--no-acceptor", action="store_true", help="leave the acceptor path out")
+    ap.add_argument(
+        "--split",
+        action="store_true",
+        help="also run the acceptor with acceptor.process.model=split (path 'split')",
+    )
     add_sessions_option(ap)
     ap.add_argument("--netns", choices=("auto", "off"), default="auto")
     ap.add_argument("--json", type=Path, help="write the numbers here (default bench/results/)")
@@ -492,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
     from harness.broker import start_broker
 
     work = Path(tempfile.mkdtemp(prefix="bench-accept-floor-"))
-    paths = len(specs) + 2
+    paths = len(specs) + 2 + int(args.split)
     # each front ends by itself after the whole run could have taken (a JVM per round + 30 s)
     own = args.sessions == "own"
     life_s = int(args.rounds * paths * (args.trogdor_seconds + 30) + 120)
@@ -500,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     _progress(f"floor fronts: {', '.join(f'{f.spec} on {f.port}' for f in floors)}")
     _progress(f"starting a Kafka broker; work dir {work}")
     broker = start_broker(launcher="local", workdir=work / "broker", progress=_progress)
-    acceptor = None
+    acceptors: list[Any] = []
     res: dict[str, Any] = {
         "private_netns": in_private_netns(),
         "cpus": os.cpu_count(),
@@ -516,15 +525,23 @@ def main(argv: list[str] | None = None) -> int:
         direct = broker.listener_ports["PLAINTEXT"]
         broker_url = getattr(broker, "metrics_url", None)
         ways = [Way("direct", direct, lambda: accepted_total(broker_url))]
-        if not args.no_acceptor:
+        models = ([] if args.no_acceptor else [("acceptor", ())]) + (
+            [("split", ("acceptor.process.model=split",))] if args.split else []
+        )
+        for tag, sets in models:
             port = free_port()
-            acceptor = start_acceptor(
-                work, "acceptor", port, direct, "auto", metrics=True, own_session=own
+            proc = start_acceptor(
+                work, tag, port, direct, "auto", metrics=True, sets=sets, own_session=own
             )
-            url = ready_info(work, "acceptor").get("metrics_url")
-            pid = acceptor.pid
+            acceptors.append(proc)
+            url = ready_info(work, tag).get("metrics_url")
             ways.append(
-                Way("acceptor", port, lambda: acceptor_accepted(url), lambda: cpu_seconds(pid))
+                Way(
+                    tag,
+                    port,
+                    partial(acceptor_accepted, url),
+                    partial(cpu_seconds, proc.pid),  # with its processor processes
+                )
             )
         ways += [Way(f.spec, f.port, f.accepted, f.cpu) for f in floors]
         if not in_private_netns():
@@ -541,8 +558,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for f in floors:
             f.stop()
-        if acceptor is not None:
-            stop_process(acceptor)
+        for proc in acceptors:
+            stop_process(proc)
         broker.stop()
         kill_descendants()
     res["rounds"] = rows

@@ -150,15 +150,41 @@ def accept_rate(addr: tuple[str, int], threads: int, seconds: float) -> float:
     return sum(counts) / elapsed
 
 
+def process_tree(pid: int) -> list[int]:
+    """`pid` and its live descendants (an acceptor's processor processes), from /proc."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            tasks = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                todo += [int(c) for c in Path(f"/proc/{p}/task/{tid}/children").read_text().split()]
+            except OSError:
+                pass
+    return out
+
+
 def cpu_times(pid: int) -> tuple[float, float]:
-    """(utime, stime) of a process (Linux /proc), in seconds: user space, kernel."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    """(utime, stime) of a process and its live descendants (Linux /proc), in seconds:
+    user space, kernel."""
     tick = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / tick, int(fields[12]) / tick
+    user = kernel = 0
+    for p in process_tree(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        user += int(fields[11])
+        kernel += int(fields[12])
+    return user / tick, kernel / tick
 
 
 def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (Linux /proc), in seconds."""
+    """utime + stime of a process and its descendants (Linux /proc), in seconds."""
     return sum(cpu_times(pid))
 
 
@@ -544,7 +570,7 @@ def summarize_trogdor(rows: list[dict[str, Any]], paths: list[str]) -> dict[str,
                 a["ratio_per_round"] = [round(x, 3) for x in paired]
             if d["trogdor_ok_per_s"]:
                 a["ratio_trogdor_ok"] = a["trogdor_ok_per_s"] / d["trogdor_ok_per_s"]
-        for other in ("ref", "nohist", "haproxy"):
+        for other in ("ref", "nohist", "split", "haproxy"):
             if other in per and "acceptor" in per:
                 a, r = per["acceptor"], per[other]
                 per[f"acceptor_vs_{other}"] = {
@@ -905,7 +931,7 @@ def report(res: dict[str, Any], paths: list[str]) -> list[str]:
                 f"{s['kernel_cpu_pct'] or 0:>9.1f}{s['machine_idle_pct'] or 0:>7.1f}"
                 f"  {s['load_avg']}"
             )
-        for other in ("ref", "nohist", "haproxy"):
+        for other in ("ref", "nohist", "split", "haproxy"):
             if c := per.get(f"acceptor_vs_{other}"):
                 lines.append(
                     f"  acceptor/{other}: conn/s {c['conn_per_s'] or float('nan'):.3f}, "
@@ -1063,6 +1089,12 @@ def main(argv: list[str] | None = None) -> int:
         help="also run the current acceptor without history (path 'nohist')",
     )
     ap.add_argument(
+        "--split-path",
+        action="store_true",
+        help="also run the current acceptor with acceptor.process.model=split (path 'split': "
+        "an accepting process and num.network.threads processor processes)",
+    )
+    ap.add_argument(
         "--haproxy-path",
         action="store_true",
         help="also run HAProxy as a plain one-thread TCP relay (path 'haproxy')",
@@ -1112,12 +1144,15 @@ def main(argv: list[str] | None = None) -> int:
     from harness.broker import start_broker
 
     work = Path(tempfile.mkdtemp(prefix="bench-acceptor-"))
-    # the acceptors: (path, its broker listener, harness/ source or None, history on)
-    plan: list[tuple[str, str, Path | None, bool]] = [("acceptor", "FRONTED", None, True)]
+    # the acceptors: (path, its broker listener, harness/ source or None, history on, sets)
+    Plan = tuple[str, str, Path | None, bool, tuple[str, ...]]
+    plan: list[Plan] = [("acceptor", "FRONTED", None, True, ())]
     if args.compare_ref:
-        plan.append(("ref", "FRONTEDREF", work / "ref-src", True))
+        plan.append(("ref", "FRONTEDREF", work / "ref-src", True, ()))
     if args.history_off_path:
-        plan.append(("nohist", "FRONTEDNOHIST", None, False))
+        plan.append(("nohist", "FRONTEDNOHIST", None, False, ()))
+    if args.split_path:
+        plan.append(("split", "FRONTEDSPLIT", None, True, ("acceptor.process.model=split",)))
     relays = [("haproxy", "FRONTEDHAPROXY")] if args.haproxy_path else []
     fronts = [(tag, listener) for tag, listener, *_ in plan] + relays
     ports = {tag: free_port() for tag, _ in fronts}
@@ -1157,11 +1192,12 @@ def main(argv: list[str] | None = None) -> int:
             ref_checkout(args.compare_ref, work / "ref-src")
         if plan_cpus is not None:
             os.sched_setaffinity(0, plan_cpus.fronts)
-        for tag, listener, cwd, history in plan:
+        for tag, listener, cwd, history, sets in plan:
             p, up = ports[tag], broker.listener_ports[listener]
             nice = () if args.front_nice is None else (f"acceptor.nice={args.front_nice}",)
             proc = start_acceptor(
-                work, tag, p, up, args.loop, cwd, metrics=True, history=history, sets=nice,
+                work, tag, p, up, args.loop, cwd, metrics=True, history=history,
+                sets=(*nice, *sets),
                 own_session=args.sessions == "own",
             )  # fmt: skip
             url = ready_info(work, tag).get("metrics_url")
