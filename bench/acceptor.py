@@ -87,6 +87,7 @@ from bench.generator import (
     exec_trogdor,
     run_trogdor,
     scrape,
+    tree_cpu_times,
     trogdor_classpath,
 )
 from bench.output import write_results
@@ -150,37 +151,10 @@ def accept_rate(addr: tuple[str, int], threads: int, seconds: float) -> float:
     return sum(counts) / elapsed
 
 
-def process_tree(pid: int) -> list[int]:
-    """`pid` and its live descendants (an acceptor's processor processes), from /proc."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        try:
-            tasks = os.listdir(f"/proc/{p}/task")
-        except OSError:
-            continue
-        for tid in tasks:
-            try:
-                todo += [int(c) for c in Path(f"/proc/{p}/task/{tid}/children").read_text().split()]
-            except OSError:
-                pass
-    return out
-
-
 def cpu_times(pid: int) -> tuple[float, float]:
-    """(utime, stime) of a process and its live descendants (Linux /proc), in seconds:
-    user space, kernel."""
-    tick = os.sysconf("SC_CLK_TCK")
-    user = kernel = 0
-    for p in process_tree(pid):
-        try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:  # ended meanwhile
-            continue
-        user += int(fields[11])
-        kernel += int(fields[12])
-    return user / tick, kernel / tick
+    """(utime, stime) of a process and its live descendants (an acceptor's processor
+    processes), in seconds: user space, kernel."""
+    return tree_cpu_times(pid)
 
 
 def cpu_seconds(pid: int) -> float:

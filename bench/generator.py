@@ -89,19 +89,27 @@ def _children() -> dict[int, list[int]]:
     return kids
 
 
-def tree_cpu_s(pid: int) -> float:
-    """User+system CPU seconds of ``pid`` and its live descendants."""
+def tree_cpu_times(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of ``pid`` and its live descendants (an acceptor's
+    processor processes, a JVM's children)."""
     kids = _children()
-    total, todo = 0.0, [pid]
+    user = system = 0
+    todo = [pid]
     while todo:
         p = todo.pop()
         try:
             fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        total += (int(fields[11]) + int(fields[12])) / CLK_TCK
+        user += int(fields[11])
+        system += int(fields[12])
         todo.extend(kids.get(p, []))
-    return total
+    return user / CLK_TCK, system / CLK_TCK
+
+
+def tree_cpu_s(pid: int) -> float:
+    """User+system CPU seconds of ``pid`` and its live descendants."""
+    return sum(tree_cpu_times(pid))
 
 
 # -- broker-side successes ------------------------------------------------------------------

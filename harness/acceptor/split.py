@@ -6,14 +6,18 @@ of 50 lasts 4 ms; only Kafka's shape in processes (one accepting process, proces
 elsewhere) kept the overflows near Kafka's (`bench.accept_floor`, docs/acceptor-processes.md).
 This is steps 1 and 2 of that note: the accepting process keeps the listeners, admission and
 the connection engine (its only owner, as `ConnectionQuotas` is one object in Kafka);
-`num.network.threads` processor processes (`harness.acceptor.worker`) each run processor
-`i` of every listener: registration, forwarding, eviction, idle expiry and their rows.
+`acceptor.processor.processes` processor processes (`harness.acceptor.worker`) run Kafka's
+`num.network.threads` processors of every listener between them (processor `i` in process
+`i mod processes`): registration, forwarding, eviction, idle expiry and their rows. Each
+processor keeps Kafka's own queue of 20 and LRU order whichever process runs it; fewer
+processes cost less CPU per connection (a wake-up and a context switch fewer), more keep
+serving while one is off a CPU (docs/acceptor-processes.md has the numbers).
 
 What crosses between the two, over one `SOCK_SEQPACKET` socketpair per processor process
 (`Link`: lists of `marshal`led tuples):
-- to a processor process, one message per admitted socket: its fd by `SCM_RIGHTS` and the
-  `NewConnection` fields (`conn`); `stop` at shutdown;
-- back, batched once per turn of its loop: `took` (room again in a listener's queue of 20),
+- to a processor process, one message per admitted socket: its fd by `SCM_RIGHTS`, the
+  processor it is for and the `NewConnection` fields (`conn`); `stop` at shutdown;
+- back, batched once per turn of its loop: `took` (room again in a processor's queue of 20),
   `release` (a registered connection ended: Kafka's `ConnectionQuotas.dec`), `count`,
   `request` and `throttled` (the metrics' counters, served by this process) and `ready`.
 
@@ -54,6 +58,7 @@ if TYPE_CHECKING:
     from harness.quota.connections import ConnectionQuotas
 
 MODEL_KEY = "acceptor.process.model"
+PROCESSES_KEY = "acceptor.processor.processes"
 MODELS = ("single", "split")
 #: the answer to AlterClientQuotas / IncrementalAlterConfigs the acceptor would apply itself
 CHANGES_REFUSED = (
@@ -73,6 +78,13 @@ STOP_TIMEOUT_S = 15.0
 def check_split(cfg: AcceptorConfig, request_quotas_restored: bool) -> None:
     """Refuse what the split model does not do yet (ConfigError: key, value, reason)."""
     props = cfg.properties
+    if cfg.processor_processes > cfg.quota.num_network_threads:
+        raise ConfigError(
+            PROCESSES_KEY,
+            str(cfg.processor_processes),
+            f"more processor processes than processors (num.network.threads="
+            f"{cfg.quota.num_network_threads}): each runs at least one",
+        )
     for key, why in (
         ("harness.test.processor.stall", "processor stalls run in the processor's own loop"),
         ("upstream.request.log", "request charges need the request-quota meters in one place"),
@@ -243,11 +255,12 @@ class Link:
         self.sock.close()
 
 
-def hand_off_op(item: NewConnection) -> tuple[Any, ...]:
-    """The `conn` op of one admitted socket (its fd travels beside it)."""
+def hand_off_op(item: NewConnection, processor: int) -> tuple[Any, ...]:
+    """The `conn` op of one admitted socket for `processor` (its fd travels beside it)."""
     i = item.info
     return (
         "conn",
+        processor,
         i.listener,
         i.conn_id,
         i.client_ip,
@@ -259,11 +272,12 @@ def hand_off_op(item: NewConnection) -> tuple[Any, ...]:
         item.protected,
         item.proxied,
         item.initial,
+        int(item.sock.family),  # the receiver need not ask the kernel
     )
 
 
 class RemoteProcessor:
-    """Processor `index` of one listener, in processor process `index`: a `ports.HandOff`.
+    """Processor `index` of one listener, in a processor process: a `ports.HandOff`.
 
     Its room is Kafka's queue of 20 (40 with the seeded fault `queue_larger_than_20`, as
     the processor itself), counted here: a socket sent takes one, the processor's
@@ -293,7 +307,7 @@ class RemoteProcessor:
 
     def _send(self, item: NewConnection) -> None:
         self.room -= 1
-        self.process.hand_off(item)
+        self.process.hand_off(item, self.index)
 
     def took(self, n: int) -> None:
         self.room += n
@@ -331,8 +345,8 @@ class ProcessorProcess:
         self.link: Link | None = None
         self.ready = asyncio.Event()
         self.ended = asyncio.Event()
-        #: its processors by listener
-        self.remotes: dict[str, RemoteProcessor] = {}
+        #: its processors by (listener, processor index)
+        self.remotes: dict[tuple[str, int], RemoteProcessor] = {}
         #: its releases the engine has counted
         self.applied = 0
 
@@ -343,6 +357,7 @@ class ProcessorProcess:
             sys.executable, "-m", "harness.acceptor.worker",
             "--index", str(self.index),
             "--processes", str(self.owner.processes),
+            "--processors", str(self.owner.processors),
             "--link-fd", str(theirs.fileno()),
             "--counts-fd", str(shared_fd),
             "--run-id", run_id,
@@ -361,9 +376,9 @@ class ProcessorProcess:
             self.proc.stdin.close()
         self.link = Link(ours, asyncio.get_running_loop(), self._on_ops, self._on_eof)
 
-    def hand_off(self, item: NewConnection) -> None:
+    def hand_off(self, item: NewConnection, processor: int) -> None:
         assert self.link is not None
-        self.link.send([hand_off_op(item)], item.sock)
+        self.link.send([hand_off_op(item, processor)], item.sock)
         self.owner.publish()
 
     def _on_ops(self, ops: list[tuple[Any, ...]], fds: list[int]) -> None:
@@ -381,7 +396,7 @@ class ProcessorProcess:
             elif kind == "request":
                 owner.counts.request(op[1], op[2])
             elif kind == "took":
-                self.remotes[op[1]].took(op[2])
+                self.remotes[(op[1], op[2])].took(op[3])
             elif kind == "throttled":
                 owner.counts.throttled((op[1], op[2]), op[3])
             elif kind == "ready":
@@ -407,7 +422,7 @@ class ProcessorProcess:
 
 
 class SplitProcessors:
-    """The processor processes of one acceptor (`num.network.threads` of them), the counts
+    """The processor processes of one acceptor (`acceptor.processor.processes`), the counts
     they read (`SharedCounts`) and what their messages change here: the engine's counts,
     the admissions waiting for a slot, the metrics' counters.
 
@@ -427,7 +442,8 @@ class SplitProcessors:
         self.counts = counts
         self.slot_freed = slot_freed
         self.failed = failed
-        self.processes = cfg.quota.num_network_threads
+        self.processors = cfg.quota.num_network_threads
+        self.processes = cfg.processor_processes
         self.shared = SharedCounts(self.processes)
         self.children = [ProcessorProcess(self, i) for i in range(self.processes)]
         self.stopping = False
@@ -440,9 +456,9 @@ class SplitProcessors:
 
     def processor(self, listener: str, index: int, protected: bool) -> RemoteProcessor:
         """`ListenerAcceptor`'s `new_processor`."""
-        child = self.children[index]
+        child = self.children[index % self.processes]
         remote = RemoteProcessor(child, listener, index, self._queue_size)
-        child.remotes[listener] = remote
+        child.remotes[(listener, index)] = remote
         return remote
 
     def publish(self, child: ProcessorProcess | None = None) -> None:

@@ -1,7 +1,8 @@
 """A processor process of the split model (`acceptor.process.model=split`, `split`).
 
-Processor `index` of every listener, as Kafka's `num.network.threads` processors are per
-listener: it receives admitted sockets from the accepting process, registers them (at most
+Processors `i` (every `i` of Kafka's `num.network.threads` with `i mod processes = index`)
+of every listener, as Kafka's processors are per listener: it receives admitted sockets from
+the accepting process, each for one of its processors, registers them (at most
 20 per iteration), forwards their requests, evicts while the broker is over
 `max.connections`, expires idle ones, and writes those rows (`register`, `request`,
 `evict`, `close`) to a history file of its own. Every end of a registered connection is
@@ -89,6 +90,7 @@ class ProcessorProcess:
         self,
         cfg: AcceptorConfig,
         index: int,
+        processors: list[int],
         link_sock: socket.socket,
         shared: SharedCounts,
         addresses: Mapping[str, tuple[str, int]],
@@ -96,12 +98,13 @@ class ProcessorProcess:
     ) -> None:
         self.cfg = cfg
         self.index = index
+        self.indices = processors
         self.rec = rec
         self._addresses = dict(addresses)
         self._link_sock = link_sock
         self._shared = shared
         self.stopped = asyncio.Event()
-        self.processors: dict[str, Processor] = {}
+        self.processors: dict[tuple[str, int], Processor] = {}
 
     def log(self, message: str) -> None:
         print(f"processor process {self.index}: {message}", file=sys.stderr, flush=True)
@@ -134,15 +137,16 @@ class ProcessorProcess:
             cfg, counted, request_quotas, self.rec, counted, admin, lambda: None, self.log
         )  # slot waiters live in the accepting process: a release wakes them there
         for name in names:
-            proc = Processor(
-                self.conns,
-                name,
-                self.index,
-                engine.is_protected(name),
-                taken=partial(self._took, name),
-            )
-            self.processors[name] = proc
-            proc.start()
+            for i in self.indices:
+                proc = Processor(
+                    self.conns,
+                    name,
+                    i,
+                    engine.is_protected(name),
+                    taken=partial(self._took, name, i),
+                )
+                self.processors[(name, i)] = proc
+                proc.start()
         self.link.queue(("ready",))
         await self.stopped.wait()
         await self._shut_down()
@@ -150,8 +154,8 @@ class ProcessorProcess:
     def _address(self, listener: str) -> tuple[str, int]:
         return self._addresses[listener.upper()]
 
-    def _took(self, listener: str, n: int) -> None:
-        self.link.queue(("took", listener, n))
+    def _took(self, listener: str, processor: int, n: int) -> None:
+        self.link.queue(("took", listener, processor, n))
 
     def _on_ops(self, ops: list[tuple[Any, ...]], fds: list[int]) -> None:
         for op in ops:
@@ -163,9 +167,9 @@ class ProcessorProcess:
             os.close(fd)
 
     def _queue(self, op: tuple[Any, ...], fd: int) -> None:
-        (_, listener, conn_id, client_ip, client_port, sock_ip, sock_port) = op[:7]
-        tcp_accept_ns, admitted_ns, protected, proxied, initial = op[7:]
-        sock = socket.socket(fileno=fd)
+        (_, processor, listener, conn_id, client_ip, client_port, sock_ip, sock_port) = op[:8]
+        tcp_accept_ns, admitted_ns, protected, proxied, initial, family = op[8:]
+        sock = socket.socket(family, socket.SOCK_STREAM, 0, fileno=fd)
         sock.setblocking(False)
         info = ConnInfo(conn_id, listener, client_ip, client_port, sock_ip, sock_port)
         item = NewConnection(
@@ -177,8 +181,8 @@ class ProcessorProcess:
             protected=protected,
             admitted_ns=admitted_ns,
         )
-        if not self.processors[listener].offer(item):  # the accepting process counts room
-            self.log(f"{conn_id}: queue of processor {self.index} full (a bug); closed")
+        if not self.processors[(listener, processor)].offer(item):  # room counted upstream
+            self.log(f"{conn_id}: queue of processor {processor} full (a bug); closed")
             self._close_unregistered(item, "queue_full")
 
     def _close_unregistered(self, item: NewConnection, reason: str) -> None:
@@ -213,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.acceptor.worker")
     parser.add_argument("--index", type=int, required=True)
     parser.add_argument("--processes", type=int, required=True)
+    parser.add_argument("--processors", type=int, required=True)
     parser.add_argument("--link-fd", type=int, required=True)
     parser.add_argument("--counts-fd", type=int, required=True)
     parser.add_argument("--history")
@@ -235,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     link_sock = socket.socket(fileno=args.link_fd)
     loop = new_event_loop("auto")
     asyncio.set_event_loop(loop)
-    process = ProcessorProcess(cfg, args.index, link_sock, shared, addresses, rec)
+    mine = [i for i in range(args.processors) if i % args.processes == args.index]
+    process = ProcessorProcess(cfg, args.index, mine, link_sock, shared, addresses, rec)
     try:
         loop.run_until_complete(process.run())
     finally:

@@ -19,10 +19,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from harness.acceptor import AcceptorHandle, start_in_thread
-from harness.acceptor.split import MODEL_KEY
+from harness.acceptor.split import MODEL_KEY, PROCESSES_KEY
 from harness.acceptor.testing import connect, ping, raw, read_outcome, round_trip, wait_until
 from harness.admin.client import AdminError, alter_ip_quota, describe_ip_quotas
 from harness.history import read_history
@@ -68,9 +69,9 @@ def _rows(h: AcceptorHandle) -> list[dict[str, Any]]:
 def test_connections_are_served_by_the_processor_processes_and_released_on_close(
     start: Start,
 ) -> None:
-    h = start(**{"num.network.threads": "3"})
+    h = start(**{"num.network.threads": "3", PROCESSES_KEY: "2"})
     pids = h.acceptor.split.pids()  # type: ignore[union-attr]
-    assert len(pids) == 3 and os.getpid() not in pids
+    assert len(pids) == 2 and os.getpid() not in pids
     addr = h.address("CLIENT")
     conns = [connect(addr, f"127.0.0.{10 + i}") for i in range(6)]
     for c in conns:
@@ -85,11 +86,14 @@ def test_connections_are_served_by_the_processor_processes_and_released_on_close
     assert conformance(rows) == []
     registers = [r for r in rows if r["event"] == "register"]
     assert sorted(r["processor"] for r in registers) == [0, 0, 0, 1, 1, 2, 2]  # round-robin
+    # processors 0 and 2 in process 0, processor 1 in process 1, each writing its own file
+    folder = h.acceptor.rec.writer.dir  # type: ignore[union-attr]
+    for pid, mine in zip(pids, ({0, 2}, {1}), strict=True):
+        table = pq.read_table(sorted(folder.glob(f"acceptor-{pid}-*.parquet")))
+        served = {r["processor"] for r in table.to_pylist() if r["event"] == "register"}
+        assert served == mine
     closes = Counter(r["reason"] for r in rows if r["event"] == "close")
     assert closes == {"client_eof": 7}
-    # the accepting process wrote accept/admit, the processor processes register/close
-    files = {p.name for p in (h.acceptor.rec.writer.dir).iterdir()}  # type: ignore[union-attr]
-    assert any(str(pids[0]) in name for name in files)
 
 
 def test_per_ip_count_rejects_in_the_accepting_process_and_a_close_frees_the_slot(
@@ -162,6 +166,7 @@ def test_quota_changes_are_refused_and_describe_answers(start: Start) -> None:
     [
         ("harness.test.processor.stall", "CLIENT/0@8+10"),
         ("upstream.request.log", "/tmp/request.log"),
+        (PROCESSES_KEY, "4"),  # more processes than num.network.threads (3)
     ],
 )
 def test_what_the_split_model_does_not_do_is_refused_at_start(
@@ -176,11 +181,11 @@ def test_what_the_split_model_does_not_do_is_refused_at_start(
     }
     with pytest.raises(ConfigError) as err:
         start_in_thread(props)
-    assert err.value.key == key and "split" in str(err.value)
+    assert err.value.key == key and err.value.value == value and err.value.reason
 
 
 def test_a_processor_process_that_dies_stops_the_acceptor_with_the_reason(start: Start) -> None:
-    h = start(**{"num.network.threads": "2"})
+    h = start(**{"num.network.threads": "2", PROCESSES_KEY: "2"})
     victim = h.acceptor.split.pids()[1]  # type: ignore[union-attr]
     os.kill(victim, signal.SIGKILL)
     wait_until(lambda: h.acceptor.stopped, 15, what="the acceptor stopping")

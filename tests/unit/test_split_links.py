@@ -1,0 +1,134 @@
+"""The pieces of the split process model that need no processes: the shared counts, what a
+processor process reads of them, and the link's messages (a real socketpair, one loop)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from typing import Any
+
+import pytest
+
+from harness.acceptor.ports import NewConnection
+from harness.acceptor.recorder import ConnInfo
+from harness.acceptor.split import BATCH_MAX, Link, SharedCounts, hand_off_op
+from harness.acceptor.worker import RemoteCounts
+
+
+def test_shared_counts_are_read_back_by_another_mapping_of_the_same_memory() -> None:
+    writer = SharedCounts(3)
+    reader = SharedCounts(3, os.dup(writer.fd))
+    writer.publish(7, 5)
+    assert reader.read(1) == (7, 5, 0)
+    writer.publish(6, 5, 1, 4)
+    assert reader.read(1) == (6, 5, 4)
+    assert reader.read(0) == (6, 5, 0)  # another process's applied releases untouched
+    reader.close()
+    writer.close()
+
+
+class _Ops:
+    def __init__(self) -> None:
+        self.ops: list[tuple[Any, ...]] = []
+
+    def queue(self, op: tuple[Any, ...]) -> None:
+        self.ops.append(op)
+
+
+def test_a_release_on_its_way_is_not_evicted_for_twice() -> None:
+    """Over the limit by one: the processor evicts one; until the accepting process has
+    counted that release, the shared total still says over, but this process knows."""
+    shared = SharedCounts(2)
+    link = _Ops()
+    counts = RemoteCounts(link, shared, 1, {"CLIENT": False, "INTERNAL": True})  # type: ignore[arg-type]
+    shared.publish(4, 3)
+    assert counts.max_connections_exceeded("CLIENT")
+    assert not counts.max_connections_exceeded("INTERNAL")  # exempt (protected)
+    counts.release("CLIENT", "127.0.0.2")
+    assert link.ops == [("release", "CLIENT", "127.0.0.2")]
+    assert not counts.max_connections_exceeded("CLIENT")  # 4 - 1 on its way = 3
+    shared.publish(3, 3, 1, 1)  # counted: nothing on its way any more
+    assert not counts.max_connections_exceeded("CLIENT")
+    shared.publish(4, 3, 0, 0)  # another admission (another process's count unchanged)
+    assert counts.max_connections_exceeded("CLIENT")
+    shared.close()
+
+
+def test_the_link_carries_ops_in_batches_and_a_socket_with_its_op() -> None:
+    async def run() -> tuple[list[Any], bytes, list[str]]:
+        loop = asyncio.get_running_loop()
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        got: list[Any] = []
+        fds: list[int] = []
+        events: list[str] = []
+        done = asyncio.Event()
+
+        def on_ops(ops: list[Any], new_fds: list[int]) -> None:
+            got.extend(ops)
+            fds.extend(new_fds)
+            if ("last",) in ops:
+                done.set()
+
+        ours = Link(a, loop, lambda ops, fds: None, lambda: events.append("a eof"))
+        theirs = Link(b, loop, on_ops, lambda: events.append("b eof"))
+        x, y = socket.socketpair()
+        info = ConnInfo("CLIENT-1-1", "CLIENT", "127.0.0.2", 4000, "127.0.0.1", 4001)
+        item = NewConnection(info, x, 11, initial=b"rest", proxied=True, admitted_ns=12)
+        ours.send([hand_off_op(item, 2)], x)
+        assert x.fileno() == -1  # sent: the local copy is closed
+        for i in range(BATCH_MAX + 5):
+            ours.queue(("count", "CLIENT", "127.0.0.2", str(i)))
+        ours.queue(("last",))
+        await asyncio.wait_for(done.wait(), 5)
+        received = socket.socket(fileno=fds[0])
+        y.sendall(b"ping")
+        data = received.recv(4)
+        received.close()
+        y.close()
+        ours.close()
+        await asyncio.sleep(0.05)
+        theirs.close()
+        return got, data, events
+
+    got, data, events = asyncio.run(run())
+    assert got[0] == (
+        "conn", 2, "CLIENT", "CLIENT-1-1", "127.0.0.2", 4000, "127.0.0.1", 4001, 11, 12, False,
+        True, b"rest", int(socket.AF_UNIX),
+    )  # fmt: skip
+    counts = [op for op in got if op[0] == "count"]
+    assert [op[3] for op in counts] == [str(i) for i in range(BATCH_MAX + 5)]  # in order
+    assert data == b"ping"  # the socket that crossed is the same connection
+    assert events == ["b eof"]  # the peer's end is heard once, by the other side
+
+
+def test_a_full_kernel_buffer_keeps_messages_in_order_until_the_peer_reads() -> None:
+    async def run() -> list[int]:
+        loop = asyncio.get_running_loop()
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        ours = Link(a, loop, lambda ops, fds: None, lambda: None)
+        got: list[int] = []
+        for i in range(2000):
+            ours.send([("n", i, "x" * 200)])
+        assert ours.pending() > 0  # the kernel's buffer filled: the rest waits, in order
+        theirs = Link(b, loop, lambda ops, fds: got.extend(op[1] for op in ops), lambda: None)
+        for _ in range(500):
+            if len(got) == 2000:
+                break
+            await asyncio.sleep(0.01)
+        ours.close()
+        theirs.close()
+        return got
+
+    assert asyncio.run(run()) == list(range(2000))
+
+
+@pytest.mark.parametrize("processes", [1, 3])
+def test_shared_counts_size_follows_the_processes(processes: int) -> None:
+    shared = SharedCounts(processes)
+    shared.publish(1, 2, processes - 1, 9)
+    assert shared.read(processes - 1) == (1, 2, 9)
+    with pytest.raises(IndexError):
+        shared.read(processes)
+    shared.close()
