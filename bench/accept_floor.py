@@ -7,9 +7,9 @@ than any acceptor could, run in the same rounds as the broker (direct) and the a
 
   direct     the broker's PLAINTEXT listener (Kafka's acceptor thread + 3 processors);
   acceptor   `harness acceptor` with history and metrics on (as `bench.acceptor`);
-  split      with ``--split``: the same with ``acceptor.process.model=split`` (an accepting
-             process and three processor processes: harness.acceptor.split); its CPU
-             includes its processor processes';
+  split:N    with ``--split N``: the same with ``acceptor.process.model=split`` (an
+             accepting process and N processor processes running Kafka's three processors:
+             harness.acceptor.split); its CPU includes its processor processes';
   close:N    N processes sharing one listening socket (one accept queue of 50, as Kafka's),
              each a blocking ``accept()`` then ``close()``: no admission, no registration,
              no history, no upstream. ``close:1`` is the cheapest one-process Python front;
@@ -478,14 +478,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-acceptor", action="store_true", help="leave the acceptor path out")
     ap.add_argument(
         "--split",
-        action="store_true",
-        help="also run the acceptor with acceptor.process.model=split (path 'split')",
+        metavar="N[,N...]",
+        default="",
+        help="also run the acceptor with acceptor.process.model=split and N processor "
+        "processes (path 'split:N'), once per N",
     )
     add_sessions_option(ap)
     ap.add_argument("--netns", choices=("auto", "off"), default="auto")
     ap.add_argument("--json", type=Path, help="write the numbers here (default bench/results/)")
     args = ap.parse_args(argv)
     specs = [s for s in args.fronts.split(",") if s]
+    try:
+        split_counts = [int(n) for n in args.split.split(",") if n]
+    except ValueError:
+        ap.error(f"--split: expected numbers, got {args.split!r}")
     for spec in specs:
         try:
             parse_front(spec)
@@ -501,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
     from harness.broker import start_broker
 
     work = Path(tempfile.mkdtemp(prefix="bench-accept-floor-"))
-    paths = len(specs) + 2 + int(args.split)
+    paths = len(specs) + 2 + len(split_counts)
     # each front ends by itself after the whole run could have taken (a JVM per round + 30 s)
     own = args.sessions == "own"
     life_s = int(args.rounds * paths * (args.trogdor_seconds + 30) + 120)
@@ -525,9 +531,11 @@ def main(argv: list[str] | None = None) -> int:
         direct = broker.listener_ports["PLAINTEXT"]
         broker_url = getattr(broker, "metrics_url", None)
         ways = [Way("direct", direct, lambda: accepted_total(broker_url))]
-        models = ([] if args.no_acceptor else [("acceptor", ())]) + (
-            [("split", ("acceptor.process.model=split",))] if args.split else []
-        )
+        models: list[tuple[str, tuple[str, ...]]] = [] if args.no_acceptor else [("acceptor", ())]
+        models += [
+            (f"split:{n}", ("acceptor.process.model=split", f"acceptor.processor.processes={n}"))
+            for n in split_counts
+        ]
         for tag, sets in models:
             port = free_port()
             proc = start_acceptor(
