@@ -1064,9 +1064,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--split-path",
-        action="store_true",
-        help="also run the current acceptor with acceptor.process.model=split (path 'split': "
-        "an accepting process and num.network.threads processor processes)",
+        type=int,
+        metavar="N",
+        help="also run the current acceptor with acceptor.process.model=split and N processor "
+        "processes (path 'split')",
     )
     ap.add_argument(
         "--haproxy-path",
@@ -1126,7 +1127,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.history_off_path:
         plan.append(("nohist", "FRONTEDNOHIST", None, False, ()))
     if args.split_path:
-        plan.append(("split", "FRONTEDSPLIT", None, True, ("acceptor.process.model=split",)))
+        split_sets = (
+            "acceptor.process.model=split",
+            f"acceptor.processor.processes={args.split_path}",
+        )
+        plan.append(("split", "FRONTEDSPLIT", None, True, split_sets))
     relays = [("haproxy", "FRONTEDHAPROXY")] if args.haproxy_path else []
     fronts = [(tag, listener) for tag, listener, *_ in plan] + relays
     ports = {tag: free_port() for tag, _ in fronts}

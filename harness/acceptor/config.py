@@ -42,7 +42,8 @@ DEFAULTS: dict[str, str] = {
     # processes (harness.acceptor.split)
     "acceptor.process.model": "single",
     # split: how many processes run the num.network.threads processors between them
-    "acceptor.processor.processes": "1",
+    # (blank: one per processor, Kafka's shape)
+    "acceptor.processor.processes": "",
     "node.id": "",
     "upstream.request.log": "",  # the broker's request log (harness.acceptor.broker_charge)
     LEGACY_SKIP_KEY: "false",
@@ -92,7 +93,8 @@ class AcceptorConfig:
     #: process and `num.network.threads` processor processes: harness.acceptor.split)
     process_model: str = "single"
     #: `acceptor.processor.processes` (split model): the processes that run the
-    #: `num.network.threads` processors between them (processor i in process i mod this)
+    #: `num.network.threads` processors between them (processor i in process i mod this);
+    #: by default one per processor
     processor_processes: int = 1
     #: the raw properties as given (after overrides), for `config` rows and restarts
     properties: Mapping[str, str] = field(default_factory=dict)
@@ -254,7 +256,11 @@ def parse_acceptor_config(props: Mapping[str, str]) -> AcceptorConfig:
         node_id=node_id,
         nice=_int(props, "acceptor.nice", -20, 19),
         process_model=_choice(props, "acceptor.process.model", ("single", "split")),
-        processor_processes=_int(props, "acceptor.processor.processes", 1, 64),
+        processor_processes=(
+            _int(props, "acceptor.processor.processes", 1, 64)
+            if props.get("acceptor.processor.processes", "")
+            else quota.num_network_threads
+        ),
         properties=dict(props),
     )
 

@@ -94,6 +94,10 @@ def test_connections_are_served_by_the_processor_processes_and_released_on_close
         assert served == mine
     closes = Counter(r["reason"] for r in rows if r["event"] == "close")
     assert closes == {"client_eof": 7}
+    # the processor processes' counts reach the accepting process's metrics
+    counts = h.acceptor.metrics.listener_counts
+    assert counts[("CLIENT", "accepted")] == counts[("CLIENT", "closed")] == 7
+    assert sum(n for n, _ in h.acceptor.metrics.request_time.values()) >= 7
 
 
 def test_per_ip_count_rejects_in_the_accepting_process_and_a_close_frees_the_slot(
