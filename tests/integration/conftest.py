@@ -33,9 +33,10 @@ tests that use it with the launcher's explanation (no silent skip: integration m
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,44 @@ def module_broker_factory(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Callable[..., Broker]]:
     yield from _factory(tmp_path_factory)
+
+
+@contextlib.contextmanager
+def acceptor_starter(
+    upstream: str,
+    tmp_path: Path,
+    run_id: str,
+    defaults: Mapping[str, str] | None = None,
+    *,
+    check_rows: bool = False,
+) -> Iterator[Callable[..., AcceptorHandle]]:
+    """`start(**props)`: an acceptor with one CLIENT listener forwarding to `upstream`, no
+    metrics endpoint, history in a folder of its own, `defaults` then `props` over that (a
+    `__` in a keyword stands for `.`). On leaving, every one started is stopped; with
+    `check_rows`, first every history row must be one its event's definition allows."""
+    handles: list[AcceptorHandle] = []
+
+    def start(**props: str) -> AcceptorHandle:
+        config = {
+            "listeners": "CLIENT://127.0.0.1:0",
+            "listener.name.client.upstream": upstream,
+            "metrics.port": "-1",
+            **(defaults or {}),
+        }
+        config.update({key.replace("__", "."): value for key, value in props.items()})
+        history = tmp_path / f"history-{len(handles)}"
+        handle = start_in_thread(config, history_dir=history, run_id=run_id)
+        handles.append(handle)
+        return handle
+
+    yield start
+    try:
+        if check_rows:
+            for handle in handles:
+                assert nonconformant_rows(handle) == []
+    finally:
+        for handle in handles:
+            handle.stop()
 
 
 def acceptor_fronting(upstream: str, run_id: str, tmp_path: Path) -> Iterator[AcceptorHandle]:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from harness.acceptor import AcceptorHandle, start_in_thread
+from harness.acceptor import AcceptorHandle
 from harness.acceptor.testing import (
     api_versions_frame,
     connect,
@@ -27,30 +27,19 @@ from harness.acceptor.testing import (
     history_rows as rows,
 )
 from harness.quota.faults import FAULT_KEY
+from tests.integration.conftest import acceptor_starter
 
 Start = Callable[..., AcceptorHandle]
 
 
 @pytest.fixture
 def start(kafka_broker: Any, tmp_path: Path) -> Iterator[Start]:
-    handles: list[AcceptorHandle] = []
+    with acceptor_starter(kafka_broker.bootstrap, tmp_path, "t") as plain:
 
-    def _start(fault: str = "", **props: str) -> AcceptorHandle:
-        base = {
-            "listeners": "CLIENT://127.0.0.1:0",
-            "listener.name.client.upstream": kafka_broker.bootstrap,
-            "metrics.port": "-1",
-            **props,
-        }
-        if fault:
-            base[FAULT_KEY] = fault
-        h = start_in_thread(base, history_dir=tmp_path / f"history-{len(handles)}", run_id="t")
-        handles.append(h)
-        return h
+        def _start(fault: str = "", **props: str) -> AcceptorHandle:
+            return plain(**props, **({FAULT_KEY: fault} if fault else {}))
 
-    yield _start
-    for h in handles:
-        h.stop()
+        yield _start
 
 
 def _delayed_admissions(h: AcceptorHandle, n: int) -> list[tuple[float, float]]:

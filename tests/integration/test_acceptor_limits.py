@@ -15,11 +15,10 @@ from typing import Any
 
 import pytest
 
-from harness.acceptor import AcceptorHandle, start_in_thread
+from harness.acceptor import AcceptorHandle
 from harness.acceptor.testing import (
     api_versions_frame,
     connect,
-    nonconformant_rows,
     ping,
     raw,
     read_outcome,
@@ -30,33 +29,15 @@ from harness.acceptor.testing import (
     history_rows as rows,
 )
 from harness.admin.client import alter_ip_quota
+from tests.integration.conftest import acceptor_starter
 
 Start = Callable[..., AcceptorHandle]
 
 
 @pytest.fixture
 def start(kafka_broker: Any, tmp_path: Path) -> Iterator[Start]:
-    handles: list[AcceptorHandle] = []
-
-    def _start(**props: str) -> AcceptorHandle:
-        base = {
-            "listeners": "CLIENT://127.0.0.1:0",
-            "listener.name.client.upstream": kafka_broker.bootstrap,
-            "metrics.port": "-1",
-        }
-        for key, value in props.items():
-            base[key.replace("__", ".")] = value
-        h = start_in_thread(base, history_dir=tmp_path / f"history-{len(handles)}", run_id="t")
-        handles.append(h)
-        return h
-
-    yield _start
-    try:
-        for h in handles:  # every row true to its event's one definition
-            assert nonconformant_rows(h) == []
-    finally:
-        for h in handles:
-            h.stop()
+    with acceptor_starter(kafka_broker.bootstrap, tmp_path, "t", check_rows=True) as start:
+        yield start
 
 
 def _props(**kw: str) -> dict[str, str]:
@@ -228,9 +209,13 @@ def test_protected_listener_inherits_the_broker_wide_rate_as_its_own(
     assert all(json.loads(r["detail"])["broker_delay_ms"] == 0 for r in delays)
 
 
+@pytest.mark.parametrize("model", ["single", "split"])
 def test_protected_listener_over_max_connections_evicts_lru_on_other_listener(
-    start: Start, kafka_broker: Any
+    start: Start, kafka_broker: Any, model: str
 ) -> None:
+    """One over: the least recently used client connection is evicted, and only it (in
+    `split`, by a processor process reading the count from shared memory, which must not
+    evict again while its release is on its way)."""
     h = start(
         **{
             "listeners": "CLIENT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
@@ -238,6 +223,7 @@ def test_protected_listener_over_max_connections_evicts_lru_on_other_listener(
             "listener.name.internal.upstream": kafka_broker.bootstrap,
             "max.connections": "3",
             "num.network.threads": "1",
+            "acceptor.process.model": model,
         }
     )
     client = h.address("CLIENT")
@@ -249,8 +235,10 @@ def test_protected_listener_over_max_connections_evicts_lru_on_other_listener(
     inter = connect(h.address("INTERNAL"), "127.0.0.3")
     ping(inter)  # admitted past max.connections: protected
     assert read_outcome(conns[0].sock, 15) in ("eof", "reset")
+    time.sleep(0.7)  # a second eviction would come at the next turns (poll 300 ms)
     for c in conns[1:]:
         ping(c)
+    h.stop()  # every process's rows written
     evicts = rows(h, "evict")
     assert (
         len(evicts) == 1

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,30 +28,16 @@ from harness.admin.client import AdminError, alter_ip_quota, describe_ip_quotas
 from harness.history import read_history
 from harness.history.events import conformance
 from harness.quota.config import ConfigError
+from tests.integration.conftest import acceptor_starter
 
 Start = Callable[..., AcceptorHandle]
 
 
 @pytest.fixture
 def start(kafka_broker: Any, tmp_path: Path) -> Iterator[Start]:
-    handles: list[AcceptorHandle] = []
-
-    def _start(**props: str) -> AcceptorHandle:
-        base = {
-            "listeners": "CLIENT://127.0.0.1:0",
-            "listener.name.client.upstream": kafka_broker.bootstrap,
-            "metrics.port": "-1",
-            MODEL_KEY: "split",
-            "history.flush.interval.ms": "50",
-        }
-        base.update(props)
-        h = start_in_thread(base, history_dir=tmp_path / f"history-{len(handles)}", run_id="t")
-        handles.append(h)
-        return h
-
-    yield _start
-    for h in handles:
-        h.stop()
+    defaults = {MODEL_KEY: "split", "history.flush.interval.ms": "50"}
+    with acceptor_starter(kafka_broker.bootstrap, tmp_path, "t", defaults) as start:
+        yield start
 
 
 def _count(h: AcceptorHandle) -> int:
@@ -116,41 +101,6 @@ def test_per_ip_count_rejects_in_the_accepting_process_and_a_close_frees_the_slo
     assert ping(again).error_code == 0
     again.close()
     b.close()
-
-
-def test_protected_listener_over_max_connections_evicts_exactly_the_excess(
-    start: Start, kafka_broker: Any
-) -> None:
-    """Two protected connections past max.connections=3: two client connections evicted,
-    the least recently used, by processes that learn the count from shared memory."""
-    h = start(
-        **{
-            "listeners": "CLIENT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
-            "inter.broker.listener.name": "INTERNAL",
-            "listener.name.internal.upstream": kafka_broker.bootstrap,
-            "max.connections": "3",
-            "num.network.threads": "1",
-        }
-    )
-    client = h.address("CLIENT")
-    conns = [connect(client, "127.0.0.2") for _ in range(3)]
-    for c in conns:
-        ping(c)
-    for c in conns[2:]:  # conns[0], conns[1] are the least recently used
-        ping(c)
-    inter = [connect(h.address("INTERNAL"), "127.0.0.3") for _ in range(2)]
-    for c in inter:
-        ping(c)  # admitted past max.connections: protected
-    for c in conns[:2]:
-        assert read_outcome(c.sock, 15) in ("eof", "reset")
-    time.sleep(1.0)  # an over-eviction would come at the next iterations (poll 300 ms)
-    assert ping(conns[2]).error_code == 0
-    assert _count(h) == 3
-    for c in [*conns, *inter]:
-        c.close()
-    h.stop()
-    evicts = [r for r in _rows(h) if r["event"] == "evict"]
-    assert len(evicts) == 2 and {r["listener"] for r in evicts} == {"CLIENT"}
 
 
 def test_quota_changes_are_refused_and_describe_answers(start: Start) -> None:

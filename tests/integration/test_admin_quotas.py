@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from harness.acceptor import AcceptorHandle, start_in_thread
+from harness.acceptor import AcceptorHandle
 from harness.acceptor.testing import (
     api_versions_frame,
     bootstrap,
@@ -30,29 +30,16 @@ from harness.admin.client import (
 )
 from harness.cli import main as harness_main
 from harness.history import read_history
+from tests.integration.conftest import acceptor_starter
 
 Start = Callable[..., AcceptorHandle]
 
 
 @pytest.fixture
 def start(kafka_broker: Any, tmp_path: Path) -> Iterator[Start]:
-    handles: list[AcceptorHandle] = []
-
-    def _start(**props: str) -> AcceptorHandle:
-        base = {
-            "listeners": "CLIENT://127.0.0.1:0",
-            "listener.name.client.upstream": kafka_broker.bootstrap,
-            "metrics.port": "-1",
-            "quota.window.num": "2",
-        }
-        base.update(props)
-        h = start_in_thread(base, history_dir=tmp_path / f"h{len(handles)}", run_id="admin")
-        handles.append(h)
-        return h
-
-    yield _start
-    for h in handles:
-        h.stop()
+    defaults = {"quota.window.num": "2"}
+    with acceptor_starter(kafka_broker.bootstrap, tmp_path, "admin", defaults) as start:
+        yield start
 
 
 def history(h: AcceptorHandle, source: str) -> list[dict[str, Any]]:
