@@ -26,6 +26,7 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsResponse,
 )
 
+from harness.acceptor.ports import DEFERRED
 from harness.quota.client_quota_admin import (
     INVALID_REQUEST,
     UNKNOWN_SERVER_ERROR,
@@ -51,7 +52,8 @@ from harness.wire.framing import (
 if TYPE_CHECKING:
     from harness.acceptor.config import AcceptorConfig
     from harness.acceptor.dynamic import DynamicConfig
-    from harness.acceptor.ports import Channel as Connection
+    from harness.acceptor.ports import Deferred
+    from harness.acceptor.ports import Peer as Connection
     from harness.acceptor.recorder import Recorder
 
 DESCRIBE_CLIENT_QUOTAS = DescribeClientQuotasRequest.API_KEY  # 48
@@ -257,12 +259,17 @@ class AdminHandler:
         address: Callable[[str], tuple[str, int]],
         config_changed: Callable[[str], None],
         resolve: Callable[[str], str] = resolve_host,
-        changes_refused: str | None = None,
+        delegate: Callable[[Connection, bytes], None] | None = None,
+        request_quotas_refused: str | None = None,
     ) -> None:
         self.cfg = cfg
-        #: why quota changes the acceptor would apply itself are refused (POLICY_VIOLATION),
-        #: or None: they are applied (`acceptor.process.model=split` refuses them for now)
-        self.changes_refused = changes_refused
+        #: a processor process's: where a request the acceptor answers goes to be answered
+        #: (the accepting process, which owns the quotas); its answer comes back later
+        #: (`Relay.deferred_answer`)
+        self.delegate = delegate
+        #: why request_percentage changes are refused (POLICY_VIOLATION), or None: applied
+        #: (`acceptor.process.model=split` does not enforce request quotas yet)
+        self.request_quotas_refused = request_quotas_refused
         self.dynamic = dynamic
         self.rec = rec
         self._config_changed = config_changed
@@ -273,7 +280,9 @@ class AdminHandler:
         self.failures: list[str] = []
 
     # -- routing -----------------------------------------------------------------------------
-    def maybe_handle(self, conn: Connection, frame: bytes, info: RequestInfo) -> bytes | None:
+    def maybe_handle(
+        self, conn: Connection, frame: bytes, info: RequestInfo
+    ) -> bytes | Deferred | None:
         """The response to send for a request the acceptor answers, or None to forward.
 
         Raises only `FrameError` (the connection is then closed with its reason): a request
@@ -291,7 +300,7 @@ class AdminHandler:
             self._admin_row(conn, info, "UNKNOWN_SERVER_ERROR", {"error": repr(exc)})
             raise FrameError("admin_error", f"cannot answer api {info.api_key}: {exc!r}") from exc
 
-    def _route(self, conn: Connection, frame: bytes, info: RequestInfo) -> bytes | None:
+    def _route(self, conn: Connection, frame: bytes, info: RequestInfo) -> bytes | Deferred | None:
         if info.api_key == DESCRIBE_CLIENT_QUOTAS:
             req = decode_request(DescribeClientQuotasRequest, frame, info.api_version)
             check_nulls(req, DescribeClientQuotasRequest, info.api_version)
@@ -322,11 +331,19 @@ class AdminHandler:
             handler = self._incremental_alter_configs
         if not self.allowed(conn):
             return self._unauthorized(conn, info, req)
-        if self.changes_refused is not None and info.api_key != DESCRIBE_CLIENT_QUOTAS:
-            msg = self.changes_refused
+        if self.delegate is not None:
+            self.delegate(conn, frame)
+            return DEFERRED
+        refused = self.request_quotas_refused
+        if (
+            refused is not None
+            and info.api_key == ALTER_CLIENT_QUOTAS
+            and any(op.key == REQUEST_PERCENTAGE for entry in req.entries for op in entry.ops)
+        ):
             self._admin_row(conn, info, "POLICY_VIOLATION", {"request": req.to_dict()})
             return encode_response(
-                self._error_answer(info, req, POLICY_VIOLATION, msg, msg), info.correlation_id
+                self._error_answer(info, req, POLICY_VIOLATION, refused, refused),
+                info.correlation_id,
             )
         try:
             response = handler(conn, info, req)

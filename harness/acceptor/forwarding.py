@@ -151,7 +151,7 @@ class ProtoConnection(Relay):
         gate = self.gate
         gate.pipelined = self.may_pipeline()
         to_client = self._ct.write if self._ct is not None else _nowhere
-        while not self.closed:
+        while not self.closed and not self.awaiting_answer:
             item = gate.take()
             if item is None:
                 break
@@ -160,7 +160,7 @@ class ProtoConnection(Relay):
         # what the client pipelined stays unread (in the kernel) while a request is in
         # flight, as on Kafka's muted channel; one read's worth of frames waits in the gate
         held = "in_flight" in self._paused[True]
-        if len(gate) and not gate.readable:
+        if len(gate) and (not gate.readable or self.awaiting_answer):
             if not held:
                 self.pause_reading(True, "in_flight")
         elif held:
@@ -187,6 +187,10 @@ class ProtoConnection(Relay):
         if self._ut is not None:
             self.gate.forwarded_ns = time.monotonic_ns()
             self._ut.write(frame)
+
+    def write_client(self, data: bytes) -> None:
+        if self._ct is not None:
+            self._ct.write(data)
 
     def on_upstream_data(self, data: bytes) -> None:
         if self.closed:

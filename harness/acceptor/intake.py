@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from harness.acceptor.inflight import expects_response, purgatory_allowance_ns
+from harness.acceptor.ports import DEFERRED
 from harness.acceptor.tracker import ResponseOrder
 from harness.wire.framing import FrameError, parse_request_header
 
@@ -36,14 +37,16 @@ def take_requests(
     frames: list[bytes],
     now_ns: int,
     to_client: Callable[[bytes], None],
-) -> tuple[list[bytes], int, FrameError | None]:
+) -> tuple[list[bytes], int, bool, FrameError | None]:
     """Run whole request frames through the per-request path, in order.
 
     Returns the frames to forward upstream (unchanged), how many of them the broker will
-    answer, and the `FrameError` of the first frame that could not be taken (unreadable
-    header, refused admin request), if any: the frames after it are dropped, as the broker
-    never reads past a request it cannot parse. Answers the acceptor builds itself
-    (`admin`) go to `to_client` as soon as their turn comes. A forwarded request is entered
+    answer, whether an answer is built in another process (`DEFERRED`: entered in `order`
+    as awaited; the frames after it are not taken), and the `FrameError` of the first frame
+    that could not be taken (unreadable header, refused admin request), if any: the frames
+    after it are dropped, as the broker never reads past a request it cannot parse.
+    Answers the acceptor builds itself (`admin`) go to `to_client` as soon as their turn
+    comes. A forwarded request is entered
     in `order` only if the broker answers it (not a Produce with acks=0), so nothing waits
     behind a response that never comes.
     """
@@ -55,7 +58,10 @@ def take_requests(
             conn.requests += 1
             local = admin.maybe_handle(conn, frame, info)
         except FrameError as exc:
-            return out, owed, exc
+            return out, owed, False, exc
+        if local is DEFERRED:
+            order.awaiting(info.correlation_id, info.api_key)
+            return out, owed, True, None
         if local is not None:
             to_send = order.local(info.correlation_id, info.api_key, local)
             if to_send:
@@ -74,7 +80,7 @@ def take_requests(
             info.api_version,
             purgatory_allowance_ns(frame),
         )
-    return out, owed, None
+    return out, owed, False, None
 
 
 def close_reason(

@@ -30,6 +30,7 @@ accept to its processor, the record admission fills in):
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -84,6 +85,13 @@ class ChannelSlot(Protocol):
     def remove(self, conn: Channel) -> None: ...
 
 
+class Peer(Protocol):
+    """Whose request it is: all the admin path needs of a connection."""
+
+    @property
+    def info(self) -> ConnInfo: ...
+
+
 class Channel(Protocol):
     """A registered connection, as the rest of the acceptor sees it."""
 
@@ -108,10 +116,22 @@ class Channel(Protocol):
         """End it once (an eviction, idle expiry or shutdown, from outside)."""
 
 
+class Deferred(enum.Enum):
+    """An answer the acceptor builds in another process (the split model's accepting
+    process, which owns the quotas): the connection waits for it (`Relay.deferred_answer`)."""
+
+    ANSWER = "deferred"
+
+
+DEFERRED = Deferred.ANSWER
+
+
 class LocalAnswers(Protocol):
     """The admin requests the acceptor answers itself (`admin.AdminHandler`)."""
 
-    def maybe_handle(self, conn: Channel, frame: bytes, info: RequestInfo) -> bytes | None: ...
+    def maybe_handle(
+        self, conn: Peer, frame: bytes, info: RequestInfo
+    ) -> bytes | Deferred | None: ...
 
 
 class ConnectionHost(Protocol):

@@ -93,6 +93,9 @@ class Relay:
         #: the upstream socket's own address as the broker's connection id names it
         self.upstream_addr: str | None = None
         self._order = ResponseOrder()
+        #: an admin answer is being built in another process (`deferred_answer`): nothing
+        #: more is taken from the client until it is sent
+        self.awaiting_answer = False
         self._client_eof = False
         self._upstream_eof = False
         self._timers: list[asyncio.TimerHandle] = []
@@ -264,7 +267,7 @@ class Relay:
         if isinstance(item, FrameError):  # every request before it is answered
             self.finish(item.reason)
             return False
-        forwarded, owed, stopped = take_requests(
+        forwarded, owed, deferred, stopped = take_requests(
             self.host.admin,
             self,
             self._order,
@@ -275,6 +278,9 @@ class Relay:
         if stopped is not None:  # unreadable header, refused admin request: Kafka closes
             self.finish(stopped.reason, detail={"error": str(stopped)})
             return False
+        if deferred:  # answered once built elsewhere: the gate waits for it
+            self.awaiting_answer = True
+            return True
         if not forwarded:  # answered here: the answer is written
             self.gate.response_sent()
             return True
@@ -285,6 +291,29 @@ class Relay:
 
     def forward(self, frame: bytes) -> None:
         raise NotImplementedError
+
+    def write_client(self, data: bytes) -> None:
+        """Send bytes the acceptor built to the client."""
+        raise NotImplementedError
+
+    def deferred_answer(
+        self, correlation_id: int, response: bytes | None, error: tuple[str, str] | None = None
+    ) -> None:
+        """The answer built in another process for the request awaiting it (`step`): sent
+        in its turn, then requests are taken again; or the close it asked for (`error`:
+        reason and message, as a refused admin request closes a connection)."""
+        if self.closed or not self.awaiting_answer:
+            return
+        self.awaiting_answer = False
+        if response is None:
+            reason, message = error or ("admin_error", "no answer")
+            self.finish(reason, detail={"error": message})
+            return
+        out = self._order.ready(correlation_id, response)
+        if out:
+            self.write_client(out[0] if len(out) == 1 else b"".join(out))
+        self.gate.response_sent()
+        self._readable_again()
 
     def answers(self, frames: list[bytes], arrived_ns: int | None = None) -> tuple[bytes, int]:
         """The broker's responses as sent to the client (`request` rows, request-quota

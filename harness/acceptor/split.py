@@ -19,7 +19,10 @@ What crosses between the two, over one `SOCK_SEQPACKET` socketpair per processor
   processor it is for and the `NewConnection` fields (`conn`); `stop` at shutdown;
 - back, batched once per turn of its loop: `took` (room again in a processor's queue of 20),
   `release` (a registered connection ended: Kafka's `ConnectionQuotas.dec`), `count`,
-  `request` and `throttled` (the metrics' counters, served by this process) and `ready`.
+  `request` and `throttled` (the metrics' counters, served by this process), `admin` (a
+  request the acceptor answers itself: DescribeClientQuotas, AlterClientQuotas,
+  IncrementalAlterConfigs on its keys, answered here, where the quotas are, by `answer`)
+  and `ready`.
 
 What the processors read of the engine (Kafka's processors read `ConnectionQuotas` under
 its lock for `closeExcessConnections`) is in shared memory (`SharedCounts`): the broker-wide
@@ -29,7 +32,7 @@ release is on its way.
 
 Not in this mode yet, refused at start with the reason (`check_split`): request quotas
 (KIP-124's meters must be in one place), the broker's request log, scheduled processor
-stalls; run-time quota changes through the admin path are answered POLICY_VIOLATION.
+stalls; a request_percentage change through the admin path is answered POLICY_VIOLATION.
 """
 
 from __future__ import annotations
@@ -46,25 +49,28 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.acceptor.processor import CONNECTION_QUEUE_SIZE
+from harness.acceptor.recorder import ConnInfo
 from harness.quota.config import ConfigError
+from harness.wire.framing import FrameError, parse_request_header
 
 if TYPE_CHECKING:
     from harness.acceptor.config import AcceptorConfig
-    from harness.acceptor.ports import Counts, NewConnection
+    from harness.acceptor.ports import Counts, LocalAnswers, NewConnection
     from harness.quota.connections import ConnectionQuotas
 
 MODEL_KEY = "acceptor.process.model"
 PROCESSES_KEY = "acceptor.processor.processes"
 MODELS = ("single", "split")
 #: the answer to AlterClientQuotas / IncrementalAlterConfigs the acceptor would apply itself
-CHANGES_REFUSED = (
-    f"{MODEL_KEY}=split does not apply quota changes at run time yet (the engine lives in "
-    "another process): restart the acceptor with the new limits, or use "
-    f"{MODEL_KEY}=single"
+#: the answer to a request_percentage change: request quotas are not enforced in this mode
+REQUEST_QUOTAS_REFUSED = (
+    f"{MODEL_KEY}=split does not enforce request quotas yet (their meters must be in one "
+    f"place, KIP-124): use {MODEL_KEY}=single for request_percentage"
 )
 #: ops in one message at most (a storm's closes in one turn stay far below the socket's
 #: send buffer: ~40 bytes an op)
@@ -399,12 +405,32 @@ class ProcessorProcess:
                 self.remotes[(op[1], op[2])].took(op[3])
             elif kind == "throttled":
                 owner.counts.throttled((op[1], op[2]), op[3])
+            elif kind == "admin":
+                self._answer(op)
             elif kind == "ready":
                 self.ready.set()
         if released:
             self.applied += released
             owner.publish(self)
             owner.slot_freed()
+
+    def _answer(self, op: tuple[Any, ...]) -> None:
+        """A processor's admin request, answered with the quotas it changes or reads."""
+        _, conn_id, listener, client_ip, client_port, sock_ip, sock_port, frame = op
+        peer = _Peer(ConnInfo(conn_id, listener, client_ip, client_port, sock_ip, sock_port))
+        answer: list[Any]
+        try:
+            info = parse_request_header(frame)
+            response = self.owner.admin.maybe_handle(peer, frame, info)
+        except FrameError as exc:  # the connection closes with its reason, as in `single`
+            answer = ["answer", conn_id, -1, None, exc.reason, str(exc)]
+        else:
+            if not isinstance(response, bytes):  # routed the same way there: not expected
+                response = None
+            answer = ["answer", conn_id, info.correlation_id, response, "admin_error", ""]
+        self.owner.publish()  # a limit may have changed: in force before the answer is read
+        assert self.link is not None
+        self.link.send([tuple(answer)])
 
     def _on_eof(self) -> None:
         self.ended.set()
@@ -421,25 +447,35 @@ class ProcessorProcess:
         return f"processor process {self.index} exited with code {code}"
 
 
+@dataclass(frozen=True, slots=True)
+class _Peer:
+    """Whose admin request it is (`ports.Peer`), as the processor process sent it."""
+
+    info: ConnInfo
+
+
 class SplitProcessors:
     """The processor processes of one acceptor (`acceptor.processor.processes`), the counts
     they read (`SharedCounts`) and what their messages change here: the engine's counts,
     the admissions waiting for a slot, the metrics' counters.
 
-    Receives the configuration, the engine, where the counters go, the slot signal's
-    `freed`, and `failed(reason)` for a processor process that ends on its own."""
+    Receives the configuration, the engine, where the counters go, the admin answers, the
+    slot signal's `freed`, and `failed(reason)` for a processor process that ends on its
+    own."""
 
     def __init__(
         self,
         cfg: AcceptorConfig,
         quotas: ConnectionQuotas,
         counts: Counts,
+        admin: LocalAnswers,
         slot_freed: Callable[[], None],
         failed: Callable[[str], None],
     ) -> None:
         self.cfg = cfg
         self.quotas = quotas
         self.counts = counts
+        self.admin = admin
         self.slot_freed = slot_freed
         self.failed = failed
         self.processors = cfg.quota.num_network_threads

@@ -27,6 +27,7 @@ class Pending:
     request_bytes: int
     local: bytes | None = None  # a response the acceptor built, waiting its turn
     allowance_ns: int = 0  # purgatory wait it may spend uncharged (`inflight.charged_ns`)
+    awaiting: bool = False  # a response the acceptor builds elsewhere, not here yet
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +75,27 @@ class ResponseOrder:
         self._queue.append(Pending(correlation_id, api_key, 0, None, 0, 0, response))
         return b""
 
+    def awaiting(self, correlation_id: int, api_key: int) -> None:
+        """A request the acceptor answers once another process built the answer (`ready`)."""
+        self._queue.append(Pending(correlation_id, api_key, 0, None, 0, 0, None, 0, True))
+
+    def ready(self, correlation_id: int, response: bytes) -> list[bytes]:
+        """The answer of an `awaiting` request: the responses to send now (it and the local
+        ones behind it, if it is first in line; else nothing: it goes out after the broker
+        answers what is before it)."""
+        queue = self._queue
+        for entry in queue:
+            if entry.awaiting and entry.correlation_id == correlation_id:
+                entry.awaiting = False
+                entry.local = response
+                break
+        else:
+            return []
+        out: list[bytes] = []
+        while queue and queue[0].local is not None:
+            out.append(queue.popleft().local or b"")
+        return out
+
     def response(
         self, correlation_id: int, frame_len: int, now_ns: int
     ) -> tuple[list[bytes], Completed | None, list[bytes]]:
@@ -85,12 +107,16 @@ class ResponseOrder:
         queue = self._queue
         match = -1
         for i, entry in enumerate(queue):
-            if entry.local is None and entry.correlation_id == correlation_id:
+            upstream = entry.local is None and not entry.awaiting
+            if upstream and entry.correlation_id == correlation_id:
                 match = i
                 break
         if match < 0:
             return [], None, []
         before: list[bytes] = []
+        if any(queue[i].awaiting for i in range(match)):
+            # not expected: nothing is taken behind an answer awaited (`Relay.step`)
+            return [], None, []
         for _ in range(match):
             dropped = queue.popleft()  # an upstream entry that never got a response (acks=0)
             if dropped.local is not None:

@@ -34,10 +34,11 @@ from harness.acceptor.config import AcceptorConfig, parse_acceptor_config
 from harness.acceptor.connections import Connections
 from harness.acceptor.dynamic import DynamicConfig
 from harness.acceptor.eventloop import new_event_loop
-from harness.acceptor.ports import NewConnection
+from harness.acceptor.ports import NewConnection, Peer
 from harness.acceptor.processor import Processor
 from harness.acceptor.recorder import ConnInfo, Recorder
-from harness.acceptor.split import CHANGES_REFUSED, Link, SharedCounts
+from harness.acceptor.relay import Relay
+from harness.acceptor.split import Link, SharedCounts
 from harness.history import HistoryWriter
 from harness.quota.connections import ConnectionQuotas
 from harness.quota.requests import RequestQuotas
@@ -105,6 +106,8 @@ class ProcessorProcess:
         self._shared = shared
         self.stopped = asyncio.Event()
         self.processors: dict[tuple[str, int], Processor] = {}
+        #: connections waiting for an admin answer from the accepting process
+        self._awaiting: dict[str, Relay] = {}
 
     def log(self, message: str) -> None:
         print(f"processor process {self.index}: {message}", file=sys.stderr, flush=True)
@@ -131,7 +134,7 @@ class ProcessorProcess:
             log=self.log,
             address=self._address,
             config_changed=lambda cause: None,
-            changes_refused=CHANGES_REFUSED,
+            delegate=self._delegate,
         )
         self.conns = Connections(
             cfg, counted, request_quotas, self.rec, counted, admin, lambda: None, self.log
@@ -154,6 +157,21 @@ class ProcessorProcess:
     def _address(self, listener: str) -> tuple[str, int]:
         return self._addresses[listener.upper()]
 
+    def _delegate(self, conn: Peer, frame: bytes) -> None:
+        """An admin request the acceptor answers: to the accepting process, which owns the
+        quotas; the connection waits for its `answer` (`Relay.deferred_answer`)."""
+        assert isinstance(conn, Relay)  # what the processors' connections are
+        i = conn.info
+        self._awaiting[i.conn_id] = conn
+        who = (i.conn_id, i.listener, i.client_ip, i.client_port, i.sock_ip, i.sock_port)
+        self.link.queue(("admin", *who, frame))
+
+    def _answered(self, op: tuple[Any, ...]) -> None:
+        _, conn_id, correlation_id, response, reason, message = op
+        conn = self._awaiting.pop(conn_id, None)
+        if conn is not None:
+            conn.deferred_answer(correlation_id, response, (reason, message))
+
     def _took(self, listener: str, processor: int, n: int) -> None:
         self.link.queue(("took", listener, processor, n))
 
@@ -161,6 +179,8 @@ class ProcessorProcess:
         for op in ops:
             if op[0] == "conn":
                 self._queue(op, fds.pop(0))
+            elif op[0] == "answer":
+                self._answered(op)
             elif op[0] == "stop":
                 self.stopped.set()
         for fd in fds:

@@ -23,8 +23,22 @@ import pytest
 
 from harness.acceptor import AcceptorHandle, start_in_thread
 from harness.acceptor.split import MODEL_KEY, PROCESSES_KEY
-from harness.acceptor.testing import connect, ping, raw, read_outcome, round_trip, wait_until
-from harness.admin.client import AdminError, alter_ip_quota, describe_ip_quotas
+from harness.acceptor.testing import (
+    connect,
+    ping,
+    raw,
+    read_outcome,
+    round_trip,
+    until_throttled,
+    wait_until,
+)
+from harness.admin.client import (
+    AdminError,
+    alter_broker_config,
+    alter_client_quota,
+    alter_ip_quota,
+    describe_ip_quotas,
+)
 from harness.history import read_history
 from harness.history.events import conformance
 from harness.quota.config import ConfigError
@@ -103,16 +117,28 @@ def test_per_ip_count_rejects_in_the_accepting_process_and_a_close_frees_the_slo
     b.close()
 
 
-def test_quota_changes_are_refused_and_describe_answers(start: Start) -> None:
-    h = start()
+def test_quota_changes_through_a_processor_process_reach_the_engine(start: Start) -> None:
+    """Admin requests arrive on a processor process and are answered by the accepting
+    process, where the quotas are: the new IP rate is enforced, described and written as
+    an `admin` row; a new max.connections reaches what the processors read; a request
+    quota, not enforced in this mode, is refused with the reason."""
+    h = start(quota__window__num="2")
     bootstrap = h.bootstrap("CLIENT")
+    alter_ip_quota(bootstrap, "127.0.0.9", 5)
+    assert describe_ip_quotas(bootstrap) == {"127.0.0.9": 5.0}
+    answered, _, outcome = until_throttled(h.address("CLIENT"), "127.0.0.9")
+    # Kafka's meter: 5/s over two 1 s samples, the first throttled within about 10
+    assert 5 <= answered <= 11 and outcome in ("eof", "reset")
+    assert round_trip(h.address("CLIENT"), "127.0.0.10") == "ok"  # another address is not
+    alter_broker_config(bootstrap, {"max.connections": "7"})
+    assert h.acceptor.quota_cfg.max_connections == 7
+    assert h.acceptor.split.shared.read(0)[1] == 7  # type: ignore[union-attr]
     with pytest.raises(AdminError) as err:
-        alter_ip_quota(bootstrap, "127.0.0.9", 5)
+        alter_client_quota(bootstrap, {"client-id": "c"}, {"request_percentage": 50})
     assert err.value.code == 44 and MODEL_KEY in str(err.value)  # POLICY_VIOLATION
-    assert describe_ip_quotas(bootstrap) == {}
     h.stop()
-    admins = [r for r in _rows(h) if r["event"] == "admin"]
-    assert [r["reason"] for r in admins] == ["POLICY_VIOLATION"]
+    admins = [r["reason"] for r in _rows(h) if r["event"] == "admin"]
+    assert admins == ["applied", "applied", "POLICY_VIOLATION"]  # the two changes, the refusal
 
 
 @pytest.mark.parametrize(

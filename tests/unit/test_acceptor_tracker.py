@@ -48,3 +48,28 @@ def test_each_response_carries_its_own_requests_purgatory_allowance() -> None:
     _, second, _ = order.response(2, 10, 501_000_005)
     assert first is not None and first.allowance_ns == 500_000_000
     assert second is not None and second.allowance_ns == 0
+
+
+def test_an_awaited_answer_first_in_line_goes_out_when_it_comes() -> None:
+    order = ResponseOrder()
+    order.awaiting(7, 49)
+    assert order.ready(8, b"other") == []  # not the one awaited: nothing changes
+    assert len(order) == 1
+    assert order.ready(7, b"answer") == [b"answer"]
+    assert len(order) == 0
+
+
+def test_an_awaited_answer_waits_behind_the_broker_and_then_leaves_with_it() -> None:
+    """Forwarded 1, then admin 2 answered in another process: 2's answer may come first,
+    but goes out right after the broker's answer to 1; the broker's response never matches
+    the awaited entry, even with the same correlation id."""
+    order = ResponseOrder()
+    order.forwarded(1, 3, "c", 0, 10)
+    order.awaiting(2, 48)
+    assert order.ready(2, b"admin") == []  # behind 1
+    before, done, after = order.response(1, 20, 5)
+    assert before == [] and done is not None and done.latency_ns == 5
+    assert after == [b"admin"]
+    order.awaiting(3, 48)
+    assert order.response(3, 20, 6) == ([], None, [])  # an awaited entry is no broker's
+    assert order.ready(3, b"x") == [b"x"]
