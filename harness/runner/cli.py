@@ -11,7 +11,8 @@ import argparse
 from pathlib import Path
 
 
-def _kv(text: str) -> tuple[str, str]:
+def key_value(text: str) -> tuple[str, str]:
+    """`KEY=VALUE` of a repeatable option (`--set-acceptor`, here and in `harness selftest`)."""
     key, eq, value = text.partition("=")
     if not eq or not key:
         raise argparse.ArgumentTypeError(f"{text!r}: expected key=value")
@@ -52,7 +53,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, default=None, help="shorten the load (seconds)")
     parser.add_argument(
         "--set-acceptor",
-        type=_kv,
+        type=key_value,
         action="append",
         default=[],
         metavar="KEY=VALUE",

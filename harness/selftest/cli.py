@@ -7,8 +7,11 @@ clean run fails (1 otherwise, 3 for a bad command line).
 from __future__ import annotations
 
 import argparse
+from functools import partial
 from pathlib import Path
 from typing import Any
+
+from harness.runner.cli import key_value
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -30,12 +33,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", type=Path, default=Path("runs"), help="parent of the selftest folder (runs/)"
     )
+    parser.add_argument(
+        "--set-acceptor",
+        type=key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra acceptor config for every run (repeatable), e.g. acceptor.process.model=split",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from harness.quota.faults import FAULTS
     from harness.selftest.plan import CI_FAULTS, PlanError, build_plan
-    from harness.selftest.run import Selftest
+    from harness.selftest.run import Selftest, run_job
 
     if args.reanalyze is not None:
         if not (args.reanalyze / "summary.json").is_file():
@@ -55,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
             rule = rules.get(j.fault or "", "control: no fault, must not fail")
             print(f"{j.fault or 'clean':30} {j.scenario:28} {rule}")
         return 0
-    st = Selftest(jobs, args.out)
+    acceptor = dict(args.set_acceptor)
+    st = Selftest(jobs, args.out, run_one=partial(run_job, acceptor=acceptor), acceptor=acceptor)
     return _report(st.root, st.run())
 
 

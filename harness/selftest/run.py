@@ -23,7 +23,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -68,13 +68,18 @@ def first_witness(check: dict[str, Any]) -> str:
     return f"{check.get('name')}: {check.get('observed', '')}"[:300]
 
 
-def run_job(job: Job, runs_dir: Path, log_path: Path) -> JobResult:
-    """One scenario's load against the acceptor with the job's fault (if any)."""
+def run_job(
+    job: Job, runs_dir: Path, log_path: Path, acceptor: Mapping[str, str] | None = None
+) -> JobResult:
+    """One scenario's load against the acceptor with the job's fault (if any), and the
+    extra acceptor properties every run of this selftest gets (`acceptor`)."""
     from harness.runner.catalog import load
     from harness.runner.orchestrator import Orchestrator, RunOptions
 
     scenario = load(job.scenario)
-    overrides = {FAULT_KEY: job.fault} if job.fault else {}
+    overrides = dict(acceptor or {})
+    if job.fault:
+        overrides[FAULT_KEY] = job.fault
     opts = RunOptions(target="acceptor", out=runs_dir, set_acceptor=overrides, analyze=False)
     t0 = time.monotonic()
     with open(log_path, "w", encoding="utf-8") as log, contextlib.redirect_stdout(log):
@@ -176,8 +181,11 @@ class Selftest:
         say: TextIO | None = None,
         stamp: str | None = None,
         root: Path | None = None,
+        acceptor: Mapping[str, str] | None = None,
     ) -> None:
         self.jobs = jobs
+        #: extra acceptor properties of every run (recorded in the summary)
+        self.acceptor = dict(acceptor or {})
         stamp = stamp or datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         self.root = root or out / f"selftest-{stamp}"
         self.run_one = run_one
@@ -197,6 +205,9 @@ class Selftest:
         self.say(
             f"{n} runs ({sum(1 for j in self.jobs if j.fault)} with faults); output in {self.root}"
         )
+        if self.acceptor:
+            extra = ", ".join(f"{k}={v}" for k, v in self.acceptor.items())
+            self.say(f"every run's acceptor also gets: {extra}")
         for i, job in enumerate(self.jobs, 1):
             log = self.root / "logs" / f"{job.slug}.log"
             self.say(f"[{i}/{n}] {job.label}: running (log {log})")
@@ -269,6 +280,7 @@ class Selftest:
     def write(self) -> dict[str, Any]:
         summary = summarize(self.results)
         summary["planned"] = [asdict(j) for j in self.jobs]
+        summary["acceptor_properties"] = self.acceptor
         summary["wall_s"] = round(time.monotonic() - self.t0, 1)
         summary["root"] = str(self.root)
         tmp = self.root / ".summary.json"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,41 @@ def test_selftest_writes_summary_and_html_linking_runs(tmp_path: Path) -> None:
         (r.fault, r.verdict) for r in st.results
     ]
     assert again.analyze()["ok"]
+
+
+def test_extra_acceptor_properties_reach_every_run_and_the_summary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`harness selftest --set-acceptor K=V`: every run's acceptor gets it beside its fault."""
+    from harness.runner import orchestrator
+    from harness.selftest.run import run_job
+
+    seen: list[dict[str, str]] = []
+
+    class Recorded:
+        def __init__(self, scenario: object, opts: orchestrator.RunOptions) -> None:
+            seen.append(dict(opts.set_acceptor))
+            self.run_dir = tmp_path / f"run{len(seen)}"
+
+        def run(self) -> object:
+            (self.run_dir / "history" / "acceptor").mkdir(parents=True)
+            return type("R", (), {"run_dir": self.run_dir, "error": None})()
+
+    monkeypatch.setattr(orchestrator, "Orchestrator", Recorded)
+    extra = {"acceptor.process.model": "split"}
+    st = Selftest(
+        build_plan("skip_ip_rate_check"),
+        tmp_path,
+        run_one=partial(run_job, acceptor=extra),
+        analyze_one=lambda res, spark, log: res,
+        spark=lambda: None,
+        stamp="T",
+        acceptor=extra,
+    )
+    st.run()
+    assert seen == [
+        {"acceptor.process.model": "split", "harness.test.fault": "skip_ip_rate_check"},
+        {"acceptor.process.model": "split"},  # the clean run
+    ]
+    saved = json.loads((tmp_path / "selftest-T" / "summary.json").read_text())
+    assert saved["acceptor_properties"] == extra
