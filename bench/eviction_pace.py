@@ -58,7 +58,7 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=6)
     add_target_arg(ap)
     args = ap.parse_args()
-    with side_by_side(args.target) as targets:
+    with side_by_side(args.target, args.set_acceptor) as targets:
         for name, ends in targets(_props(args.clients), LISTENERS, "REPLICATION"):
             lasts = []
             for r in range(args.rounds):

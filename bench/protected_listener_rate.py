@@ -49,7 +49,7 @@ def main() -> None:
             "listener.name.replication.max.connection.creation.rate": "100000"
         },
     }
-    with side_by_side(args.target) as targets:
+    with side_by_side(args.target, args.set_acceptor) as targets:
         for label, extra in overrides.items():
             props = {"max.connection.creation.rate": str(args.rate), **extra}
             for tname, ends in targets(props, LISTENERS, "REPLICATION"):

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from harness.acceptor import start_in_thread
 from harness.broker import Broker, start_broker
+from harness.runner.cli import key_value
 
 CHOICES = ("broker", "acceptor", "both")
 
@@ -35,7 +36,17 @@ Targets = Callable[[Mapping[str, str], Sequence[str], "str | None"], Iterator[tu
 
 
 def add_target_arg(ap: argparse.ArgumentParser, default: str = "both") -> None:
+    """`--target` and `--set-acceptor KEY=VALUE` (extra acceptor properties, repeatable:
+    e.g. `acceptor.process.model=split`)."""
     ap.add_argument("--target", choices=CHOICES, default=default)
+    ap.add_argument(
+        "--set-acceptor",
+        type=key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra acceptor property (repeatable), e.g. acceptor.process.model=split",
+    )
 
 
 def _broker(props: Mapping[str, str], listeners: Sequence[str], inter: str | None) -> Broker:
@@ -49,9 +60,13 @@ def _broker(props: Mapping[str, str], listeners: Sequence[str], inter: str | Non
 
 
 @contextmanager
-def side_by_side(choice: str) -> Iterator[Targets]:
+def side_by_side(
+    choice: str, acceptor: Sequence[tuple[str, str]] | Mapping[str, str] = ()
+) -> Iterator[Targets]:
     """`targets(props, listeners, inter_broker)` yields each chosen target, started with
-    those limits and stopped after its turn: Kafka first, then the acceptor."""
+    those limits and stopped after its turn: Kafka first, then the acceptor (with the
+    extra properties `acceptor`)."""
+    extra = dict(acceptor)
     plain = _broker({}, ("PLAINTEXT",), None) if choice in ("acceptor", "both") else None
 
     def targets(
@@ -71,6 +86,7 @@ def side_by_side(choice: str) -> Iterator[Targets]:
                 **{f"listener.name.{n.lower()}.upstream": plain.bootstrap for n in listeners},
                 **({"inter.broker.listener.name": inter} if inter else {}),
                 **props,
+                **extra,
             }
             h = start_in_thread(cfg, run_id="sidebyside")
             try:

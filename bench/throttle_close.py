@@ -71,7 +71,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     add_target_arg(ap)
     args = ap.parse_args()
-    with side_by_side(args.target) as targets:
+    with side_by_side(args.target, args.set_acceptor) as targets:
         for name, ends in targets({}, ("CLIENT",), None):
             res = measure(ends.addresses["CLIENT"], ends.admin, args.rounds)
             for mode, values in res.items():

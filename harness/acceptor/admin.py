@@ -65,7 +65,6 @@ CLUSTER_AUTHORIZATION_FAILED = 31
 #: after the upstream could not tell its node id, how long before it is asked again
 NODE_ID_RETRY_S = 30.0
 INVALID_CONFIG = 40
-POLICY_VIOLATION = 44
 BROKER_RESOURCE = 4
 IP_RATE_KEY = "connection_creation_rate"
 REQUEST_PERCENTAGE = "request_percentage"
@@ -260,16 +259,12 @@ class AdminHandler:
         config_changed: Callable[[str], None],
         resolve: Callable[[str], str] = resolve_host,
         delegate: Callable[[Connection, bytes], None] | None = None,
-        request_quotas_refused: str | None = None,
     ) -> None:
         self.cfg = cfg
         #: a processor process's: where a request the acceptor answers goes to be answered
         #: (the accepting process, which owns the quotas); its answer comes back later
         #: (`Relay.deferred_answer`)
         self.delegate = delegate
-        #: why request_percentage changes are refused (POLICY_VIOLATION), or None: applied
-        #: (`acceptor.process.model=split` does not enforce request quotas yet)
-        self.request_quotas_refused = request_quotas_refused
         self.dynamic = dynamic
         self.rec = rec
         self._config_changed = config_changed
@@ -334,17 +329,6 @@ class AdminHandler:
         if self.delegate is not None:
             self.delegate(conn, frame)
             return DEFERRED
-        refused = self.request_quotas_refused
-        if (
-            refused is not None
-            and info.api_key == ALTER_CLIENT_QUOTAS
-            and any(op.key == REQUEST_PERCENTAGE for entry in req.entries for op in entry.ops)
-        ):
-            self._admin_row(conn, info, "POLICY_VIOLATION", {"request": req.to_dict()})
-            return encode_response(
-                self._error_answer(info, req, POLICY_VIOLATION, refused, refused),
-                info.correlation_id,
-            )
         try:
             response = handler(conn, info, req)
         except Exception as exc:  # Kafka's handleError: an error answer, the connection stays

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         Counts,
         LocalAnswers,
         NewConnection,
+        RemoteCharge,
     )
     from harness.acceptor.recorder import ConnInfo, Recorder
     from harness.acceptor.tracker import Completed
@@ -82,6 +83,9 @@ class Connections:
         admin: LocalAnswers,
         slot_freed: Callable[[], None],
         log: Callable[[str], None],
+        *,
+        remote_charge: RemoteCharge | None = None,
+        request_quotas_enabled: Callable[[], bool] | None = None,
     ) -> None:
         self.cfg = cfg
         self.rec = rec
@@ -97,6 +101,11 @@ class Connections:
         self.tasks: set[asyncio.Task[Any]] = set()
         # request charging (KIP-124)
         self._request_quotas = request_quotas
+        self._quotas_enabled = request_quotas_enabled or request_quotas.enabled
+        #: a processor process's: where each response's request-quota charge is decided
+        #: (the accepting process, which owns the meters), asked before the response goes
+        #: out (`forwarding.ProtoConnection.on_upstream_data`)
+        self.remote_charge = remote_charge
         self._requests_seen = 0
         self._sample_detail = f'{{"sample": {cfg.request_sample}}}'
         #: the broker's request log, whose handler times are charged instead of the time the
@@ -141,7 +150,7 @@ class Connections:
 
     # -- ports.ConnectionHost --------------------------------------------------------------
     def request_quotas_enabled(self) -> bool:
-        return self._request_quotas.enabled()
+        return self._quotas_enabled()
 
     @property
     def request_max_bytes(self) -> int:
@@ -229,9 +238,11 @@ class Connections:
                 detail=detail,
             )
         now_ms = now_ns // 1_000_000
-        charge = self._request_quotas.record_request(
-            PRINCIPAL, client_id, done.api_key, charged_ns, now_ms
-        )
+        charge = gate.decided.pop(done.correlation_id, None)  # decided in another process
+        if charge is None:
+            charge = self._request_quotas.record_request(
+                PRINCIPAL, client_id, done.api_key, charged_ns, now_ms
+            )
         if gate.network_ns:  # as Kafka records its network thread's time: after, unthrottled
             self._request_quotas.record_no_throttle(
                 PRINCIPAL, client_id, gate.network_ns, now_ms, exempt=charge.exempt

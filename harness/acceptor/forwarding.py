@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from harness.acceptor.broker_charge import kafka_address
 from harness.acceptor.relay import (
@@ -21,6 +21,10 @@ from harness.acceptor.relay import (
     set_rst_on_close,
 )
 from harness.wire.framing import FrameDecoder, FrameError, correlation_id_of_response
+
+if TYPE_CHECKING:
+    from harness.acceptor.ports import RemoteCharge
+    from harness.quota.requests import RequestCharge
 
 
 def _abort_with_rst(transport: asyncio.BaseTransport | None) -> None:
@@ -75,6 +79,8 @@ class ProtoConnection(Relay):
         self._held: list[bytes] | None = None
         self._held_since_ns = 0
         self._eof_after_held = False  # the broker's EOF came while responses were held
+        #: correlation ids of held responses whose charges are being decided elsewhere
+        self._charges_owed: set[int] = set()
 
     # -- lifecycle -----------------------------------------------------------------------
     async def _open_client(self) -> None:
@@ -204,6 +210,10 @@ class ProtoConnection(Relay):
             if self._held is not None:  # behind a response waiting for its log line
                 self._held.extend(frames)
                 return
+            remote = self.host.remote_charge
+            if remote is not None and self.host.request_quotas_enabled():
+                self._ask_charges(frames, remote)
+                return
             charges, addr = self.charges, self.upstream_addr
             if charges is not None and addr is not None:
                 cid = correlation_id_of_response(frames[0])
@@ -221,6 +231,34 @@ class ProtoConnection(Relay):
             self.finish("upstream_" + exc.reason, detail={"error": str(exc)})
         except Exception as exc:
             self.internal_error(exc)
+
+    def _ask_charges(self, frames: list[bytes], remote: RemoteCharge) -> None:
+        """A processor process's responses while request quotas exist: each one's charge is
+        decided where the meters are (`remote`); they are held until every answer came
+        (`charged`), then sent as they would have been, throttle and mute included."""
+        now = time.monotonic_ns()
+        owed: set[int] = set()
+        for frame in frames:
+            cid = correlation_id_of_response(frame)
+            pending = self._order.peek(cid)
+            if pending is None:  # answers nothing forwarded: sent as it is
+                continue
+            charged_ns = self.gate.charged_ns(now - pending.sent_ns, pending.allowance_ns)
+            owed.add(cid)
+            remote(self, cid, pending.client_id or "", pending.api_key, charged_ns)
+        if not owed:
+            self._deliver(frames)
+            return
+        self._held, self._held_since_ns, self._charges_owed = frames, now, owed
+
+    def charged(self, correlation_id: int, charge: RequestCharge) -> None:
+        """The decided charge of a held response (`_ask_charges`)."""
+        if self.closed or correlation_id not in self._charges_owed:
+            return
+        self.gate.decided[correlation_id] = charge
+        self._charges_owed.discard(correlation_id)
+        if not self._charges_owed:
+            self._release_held()
 
     def _deliver(self, frames: list[bytes], arrived_ns: int | None = None) -> None:
         ct = self._ct

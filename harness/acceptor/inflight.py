@@ -44,6 +44,7 @@ from harness.wire.framing import FrameError
 
 if TYPE_CHECKING:
     from harness.acceptor.broker_charge import LoggedRequest
+    from harness.quota.requests import RequestCharge
 
 __all__ = ["RequestGate", "expects_response"]
 
@@ -144,6 +145,7 @@ class RequestGate:
         "_queue",
         "_throttled",
         "charge_source",
+        "decided",
         "forwarded_ns",
         "held_ns",
         "network_ns",
@@ -175,6 +177,9 @@ class RequestGate:
         #: a charge left for the broker's log line (`charge_source` "late"): called with
         #: what the log said (None: no line in time) once it is read
         self.on_logged: Callable[[LoggedRequest | None], None] | None = None
+        #: request-quota outcomes decided in another process (the split model's accepting
+        #: process, which owns the meters), by correlation id, until their responses go out
+        self.decided: dict[int, RequestCharge] = {}
         self._frame = b""
 
     def __len__(self) -> int:

@@ -134,8 +134,21 @@ class LocalAnswers(Protocol):
     ) -> bytes | Deferred | None: ...
 
 
+class RemoteCharge(Protocol):
+    """Where a processor process has a response's request-quota charge decided (the
+    accepting process, which owns the meters); the answer comes to `charged`."""
+
+    def __call__(
+        self, conn: Channel, correlation_id: int, client_id: str, api_key: int, charged_ns: int
+    ) -> None: ...
+
+
 class ConnectionHost(Protocol):
     """What a registered connection calls back into (`connections.Connections`)."""
+
+    @property
+    def remote_charge(self) -> RemoteCharge | None:
+        """Set in a processor process: charges are decided elsewhere, responses wait."""
 
     @property
     def admin(self) -> LocalAnswers: ...

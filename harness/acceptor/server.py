@@ -31,7 +31,7 @@ from harness.acceptor.metrics import AcceptorMetrics
 from harness.acceptor.ports import Channel, HandOff
 from harness.acceptor.processor import Processor
 from harness.acceptor.recorder import Recorder
-from harness.acceptor.split import REQUEST_QUOTAS_REFUSED, SplitProcessors, check_split
+from harness.acceptor.split import SplitProcessors, check_split
 from harness.acceptor.stall import parse_stalls, schedule_stalls
 from harness.history import HistoryWriter
 from harness.quota.config import ConfigError, QuotaConfig
@@ -118,9 +118,6 @@ class Acceptor:
             log=self.log,
             address=self.address,
             config_changed=self.write_config_row,
-            request_quotas_refused=(
-                REQUEST_QUOTAS_REFUSED if cfg.process_model == "split" else None
-            ),
         )
         self.metrics = AcceptorMetrics(
             started_ns=self.started_ns,
@@ -142,9 +139,15 @@ class Acceptor:
         #: the processor processes (`acceptor.process.model=split`), else None
         self.split: SplitProcessors | None = None
         if cfg.process_model == "split":
-            check_split(cfg, bool(self.dynamic.state.request_quotas))
+            check_split(cfg)
             self.split = SplitProcessors(
-                cfg, self.quotas, self.metrics, self.admin, self.slots.freed, self._failed
+                cfg,
+                self.quotas,
+                self.request_quotas,
+                self.metrics,
+                self.admin,
+                self.slots.freed,
+                self._failed,
             )
         #: why the acceptor stopped on its own (a processor process ended), else None
         self.failure: str | None = None

@@ -21,8 +21,10 @@ What crosses between the two, over one `SOCK_SEQPACKET` socketpair per processor
   `release` (a registered connection ended: Kafka's `ConnectionQuotas.dec`), `count`,
   `request` and `throttled` (the metrics' counters, served by this process), `admin` (a
   request the acceptor answers itself: DescribeClientQuotas, AlterClientQuotas,
-  IncrementalAlterConfigs on its keys, answered here, where the quotas are, by `answer`)
-  and `ready`.
+  IncrementalAlterConfigs on its keys, answered here, where the quotas are, by `answer`),
+  `charge` (once a request quota exists: a response's request-handler charge, decided by
+  this process's meters, as KIP-124's are one per broker, by `charged`: the throttle the
+  response then carries and mutes its channel for) and `ready`.
 
 What the processors read of the engine (Kafka's processors read `ConnectionQuotas` under
 its lock for `closeExcessConnections`) is in shared memory (`SharedCounts`): the broker-wide
@@ -30,9 +32,9 @@ count, the limit eviction compares it with, and how many of each processor proce
 releases are counted in it, so a processor never evicts twice for one excess while its
 release is on its way.
 
-Not in this mode yet, refused at start with the reason (`check_split`): request quotas
-(KIP-124's meters must be in one place), the broker's request log, scheduled processor
-stalls; a request_percentage change through the admin path is answered POLICY_VIOLATION.
+Not in this mode yet, refused at start with the reason (`check_split`): the broker's
+request log (charges are the broker time the processor sees, less purgatory waits) and
+scheduled processor stalls.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.acceptor.processor import CONNECTION_QUEUE_SIZE
 from harness.acceptor.recorder import ConnInfo
+from harness.acceptor.request_quotas import PRINCIPAL
 from harness.quota.config import ConfigError
 from harness.wire.framing import FrameError, parse_request_header
 
@@ -62,16 +65,12 @@ if TYPE_CHECKING:
     from harness.acceptor.config import AcceptorConfig
     from harness.acceptor.ports import Counts, LocalAnswers, NewConnection
     from harness.quota.connections import ConnectionQuotas
+    from harness.quota.requests import RequestQuotas
 
 MODEL_KEY = "acceptor.process.model"
 PROCESSES_KEY = "acceptor.processor.processes"
 MODELS = ("single", "split")
 #: the answer to AlterClientQuotas / IncrementalAlterConfigs the acceptor would apply itself
-#: the answer to a request_percentage change: request quotas are not enforced in this mode
-REQUEST_QUOTAS_REFUSED = (
-    f"{MODEL_KEY}=split does not enforce request quotas yet (their meters must be in one "
-    f"place, KIP-124): use {MODEL_KEY}=single for request_percentage"
-)
 #: ops in one message at most (a storm's closes in one turn stay far below the socket's
 #: send buffer: ~40 bytes an op)
 BATCH_MAX = 1000
@@ -81,7 +80,7 @@ READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 15.0
 
 
-def check_split(cfg: AcceptorConfig, request_quotas_restored: bool) -> None:
+def check_split(cfg: AcceptorConfig) -> None:
     """Refuse what the split model does not do yet (ConfigError: key, value, reason)."""
     props = cfg.properties
     if cfg.processor_processes > cfg.quota.num_network_threads:
@@ -97,25 +96,20 @@ def check_split(cfg: AcceptorConfig, request_quotas_restored: bool) -> None:
     ):
         if props.get(key, "").strip():
             raise ConfigError(key, props[key], f"not supported with {MODEL_KEY}=split: {why}")
-    if request_quotas_restored:
-        raise ConfigError(
-            "state.dir",
-            str(cfg.state_dir),
-            f"holds request quotas, not enforced with {MODEL_KEY}=split yet (KIP-124's meters "
-            "must be in one place)",
-        )
 
 
 class SharedCounts:
-    """`[version, total, limit, applied_0, ...]` as int64 in shared memory.
+    """`[version, total, limit, requests, applied_0, ...]` as int64 in shared memory.
 
     Written by the accepting process alone, read by the processor processes; the version
     is odd while a write is in progress (a sequence lock), so a reader never mixes two
-    writes. `applied_i`: how many of processor process i's releases `total` has counted.
+    writes. `requests`: 1 once a request quota exists (Kafka's `quotasEnabled`, which never
+    turns back off). `applied_i`: how many of processor process i's releases `total` has
+    counted.
     """
 
     def __init__(self, processes: int, fd: int | None = None) -> None:
-        size = 8 * (3 + processes)
+        size = 8 * (4 + processes)
         if fd is None:
             fd = os.memfd_create("acceptor-counts", 0)  # not close-on-exec: passed on
             os.ftruncate(fd, size)
@@ -123,14 +117,26 @@ class SharedCounts:
         self._map = mmap.mmap(fd, size)
         self._q = memoryview(self._map).cast("q")
 
-    def publish(self, total: int, limit: int, process: int | None = None, applied: int = 0) -> None:
+    def publish(
+        self,
+        total: int,
+        limit: int,
+        requests: bool = False,
+        process: int | None = None,
+        applied: int = 0,
+    ) -> None:
         q = self._q
         q[0] += 1
         q[1] = total
         q[2] = limit
+        q[3] = int(requests)
         if process is not None:
-            q[3 + process] = applied
+            q[4 + process] = applied
         q[0] += 1
+
+    def requests_enabled(self) -> bool:
+        """Whether any request quota exists (one word, set once: no lock needed)."""
+        return bool(self._q[3])
 
     def read(self, process: int) -> tuple[int, int, int]:
         """(total, limit, applied) of one consistent write."""
@@ -138,7 +144,7 @@ class SharedCounts:
         while True:
             version = q[0]
             if not version & 1:
-                total, limit, applied = q[1], q[2], q[3 + process]
+                total, limit, applied = q[1], q[2], q[4 + process]
                 if q[0] == version:
                     return total, limit, applied
             os.sched_yield()  # the writer is between its two increments
@@ -407,6 +413,8 @@ class ProcessorProcess:
                 owner.counts.throttled((op[1], op[2]), op[3])
             elif kind == "admin":
                 self._answer(op)
+            elif kind == "charge":
+                self._charge(op)
             elif kind == "ready":
                 self.ready.set()
         if released:
@@ -431,6 +439,17 @@ class ProcessorProcess:
         self.owner.publish()  # a limit may have changed: in force before the answer is read
         assert self.link is not None
         self.link.send([tuple(answer)])
+
+    def _charge(self, op: tuple[Any, ...]) -> None:
+        """A response's request-handler charge, recorded by the meters here; the outcome
+        goes back (the processor throttles and mutes with it)."""
+        _, conn_id, correlation_id, client_id, api_key, charged_ns, now_ms = op
+        c = self.owner.request_quotas.record_request(
+            PRINCIPAL, client_id, api_key, charged_ns, now_ms
+        )
+        outcome = (c.throttle_ms, c.exempt, *c.bucket, c.quota, c.rate)
+        assert self.link is not None
+        self.link.send([("charged", conn_id, correlation_id, *outcome)])
 
     def _on_eof(self) -> None:
         self.ended.set()
@@ -459,7 +478,7 @@ class SplitProcessors:
     they read (`SharedCounts`) and what their messages change here: the engine's counts,
     the admissions waiting for a slot, the metrics' counters.
 
-    Receives the configuration, the engine, where the counters go, the admin answers, the
+    Receives the configuration, both engines, where the counters go, the admin answers, the
     slot signal's `freed`, and `failed(reason)` for a processor process that ends on its
     own."""
 
@@ -467,6 +486,7 @@ class SplitProcessors:
         self,
         cfg: AcceptorConfig,
         quotas: ConnectionQuotas,
+        request_quotas: RequestQuotas,
         counts: Counts,
         admin: LocalAnswers,
         slot_freed: Callable[[], None],
@@ -474,6 +494,7 @@ class SplitProcessors:
     ) -> None:
         self.cfg = cfg
         self.quotas = quotas
+        self.request_quotas = request_quotas
         self.counts = counts
         self.admin = admin
         self.slot_freed = slot_freed
@@ -499,10 +520,11 @@ class SplitProcessors:
 
     def publish(self, child: ProcessorProcess | None = None) -> None:
         total, limit = self.quotas.broker_count()
+        requests = self.request_quotas.enabled()
         if child is None:
-            self.shared.publish(total, limit)
+            self.shared.publish(total, limit, requests)
         else:
-            self.shared.publish(total, limit, child.index, child.applied)
+            self.shared.publish(total, limit, requests, child.index, child.applied)
 
     def pids(self) -> list[int]:
         return [c.proc.pid for c in self.children if c.proc is not None]

@@ -39,6 +39,7 @@ class Completed:
     request_bytes: int
     response_bytes: int
     allowance_ns: int = 0
+    correlation_id: int = -1
 
 
 class ResponseOrder:
@@ -75,6 +76,20 @@ class ResponseOrder:
         self._queue.append(Pending(correlation_id, api_key, 0, None, 0, 0, response))
         return b""
 
+    def peek(self, correlation_id: int) -> Pending | None:
+        """The forwarded request a broker response with this correlation id answers (left
+        in place: `response` takes it)."""
+        i = self._upstream_index(correlation_id)
+        return self._queue[i] if i >= 0 else None
+
+    def _upstream_index(self, correlation_id: int) -> int:
+        """Where the forwarded request with this correlation id is (-1: nowhere)."""
+        for i, entry in enumerate(self._queue):
+            upstream = entry.local is None and not entry.awaiting
+            if upstream and entry.correlation_id == correlation_id:
+                return i
+        return -1
+
     def awaiting(self, correlation_id: int, api_key: int) -> None:
         """A request the acceptor answers once another process built the answer (`ready`)."""
         self._queue.append(Pending(correlation_id, api_key, 0, None, 0, 0, None, 0, True))
@@ -105,12 +120,7 @@ class ResponseOrder:
         to send after it). An unknown correlation id is forwarded with nothing around it.
         """
         queue = self._queue
-        match = -1
-        for i, entry in enumerate(queue):
-            upstream = entry.local is None and not entry.awaiting
-            if upstream and entry.correlation_id == correlation_id:
-                match = i
-                break
+        match = self._upstream_index(correlation_id)
         if match < 0:
             return [], None, []
         before: list[bytes] = []
@@ -130,6 +140,7 @@ class ResponseOrder:
             entry.request_bytes,
             frame_len,
             entry.allowance_ns,
+            entry.correlation_id,
         )
         after: list[bytes] = []
         while queue and queue[0].local is not None:

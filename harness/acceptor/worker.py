@@ -34,14 +34,15 @@ from harness.acceptor.config import AcceptorConfig, parse_acceptor_config
 from harness.acceptor.connections import Connections
 from harness.acceptor.dynamic import DynamicConfig
 from harness.acceptor.eventloop import new_event_loop
-from harness.acceptor.ports import NewConnection, Peer
+from harness.acceptor.forwarding import ProtoConnection
+from harness.acceptor.ports import Channel, NewConnection, Peer
 from harness.acceptor.processor import Processor
 from harness.acceptor.recorder import ConnInfo, Recorder
 from harness.acceptor.relay import Relay
 from harness.acceptor.split import Link, SharedCounts
 from harness.history import HistoryWriter
 from harness.quota.connections import ConnectionQuotas
-from harness.quota.requests import RequestQuotas
+from harness.quota.requests import RequestCharge, RequestQuotas
 
 log = logging.getLogger("harness.acceptor.worker")
 
@@ -108,6 +109,8 @@ class ProcessorProcess:
         self.processors: dict[tuple[str, int], Processor] = {}
         #: connections waiting for an admin answer from the accepting process
         self._awaiting: dict[str, Relay] = {}
+        #: responses waiting for their request-quota charge, by (connection, correlation id)
+        self._charging: dict[tuple[str, int], ProtoConnection] = {}
 
     def log(self, message: str) -> None:
         print(f"processor process {self.index}: {message}", file=sys.stderr, flush=True)
@@ -137,8 +140,17 @@ class ProcessorProcess:
             delegate=self._delegate,
         )
         self.conns = Connections(
-            cfg, counted, request_quotas, self.rec, counted, admin, lambda: None, self.log
-        )  # slot waiters live in the accepting process: a release wakes them there
+            cfg,
+            counted,
+            request_quotas,  # never set here: the accepting process's meters decide
+            self.rec,
+            counted,
+            admin,
+            lambda: None,  # slot waiters live in the accepting process: a release wakes them
+            self.log,
+            remote_charge=self._charge,
+            request_quotas_enabled=self._shared.requests_enabled,
+        )
         for name in names:
             for i in self.indices:
                 proc = Processor(
@@ -166,6 +178,24 @@ class ProcessorProcess:
         who = (i.conn_id, i.listener, i.client_ip, i.client_port, i.sock_ip, i.sock_port)
         self.link.queue(("admin", *who, frame))
 
+    def _charge(
+        self, conn: Channel, correlation_id: int, client_id: str, api_key: int, charged_ns: int
+    ) -> None:
+        """A response's request-quota charge: decided by the accepting process's meters
+        (KIP-124's are one per broker); the response waits for it (`charged`)."""
+        assert isinstance(conn, ProtoConnection)  # what the processors' connections are
+        conn_id = conn.info.conn_id
+        self._charging[(conn_id, correlation_id)] = conn
+        now_ms = time.monotonic_ns() // 1_000_000
+        self.link.queue(("charge", conn_id, correlation_id, client_id, api_key, charged_ns, now_ms))
+
+    def _charged(self, op: tuple[Any, ...]) -> None:
+        _, conn_id, correlation_id, throttle_ms, exempt, user, client, quota, rate = op
+        conn = self._charging.pop((conn_id, correlation_id), None)
+        if conn is not None:
+            charge = RequestCharge(throttle_ms, exempt, (user, client), quota, rate)
+            conn.charged(correlation_id, charge)
+
     def _answered(self, op: tuple[Any, ...]) -> None:
         _, conn_id, correlation_id, response, reason, message = op
         conn = self._awaiting.pop(conn_id, None)
@@ -179,6 +209,8 @@ class ProcessorProcess:
         for op in ops:
             if op[0] == "conn":
                 self._queue(op, fds.pop(0))
+            elif op[0] == "charged":
+                self._charged(op)
             elif op[0] == "answer":
                 self._answered(op)
             elif op[0] == "stop":

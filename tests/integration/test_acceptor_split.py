@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -33,7 +34,7 @@ from harness.acceptor.testing import (
     wait_until,
 )
 from harness.admin.client import (
-    AdminError,
+    KafkaWire,
     alter_broker_config,
     alter_client_quota,
     alter_ip_quota,
@@ -120,8 +121,7 @@ def test_per_ip_count_rejects_in_the_accepting_process_and_a_close_frees_the_slo
 def test_quota_changes_through_a_processor_process_reach_the_engine(start: Start) -> None:
     """Admin requests arrive on a processor process and are answered by the accepting
     process, where the quotas are: the new IP rate is enforced, described and written as
-    an `admin` row; a new max.connections reaches what the processors read; a request
-    quota, not enforced in this mode, is refused with the reason."""
+    an `admin` row; a new max.connections reaches what the processors read."""
     h = start(quota__window__num="2")
     bootstrap = h.bootstrap("CLIENT")
     alter_ip_quota(bootstrap, "127.0.0.9", 5)
@@ -133,12 +133,39 @@ def test_quota_changes_through_a_processor_process_reach_the_engine(start: Start
     alter_broker_config(bootstrap, {"max.connections": "7"})
     assert h.acceptor.quota_cfg.max_connections == 7
     assert h.acceptor.split.shared.read(0)[1] == 7  # type: ignore[union-attr]
-    with pytest.raises(AdminError) as err:
-        alter_client_quota(bootstrap, {"client-id": "c"}, {"request_percentage": 50})
-    assert err.value.code == 44 and MODEL_KEY in str(err.value)  # POLICY_VIOLATION
     h.stop()
     admins = [r["reason"] for r in _rows(h) if r["event"] == "admin"]
-    assert admins == ["applied", "applied", "POLICY_VIOLATION"]  # the two changes, the refusal
+    assert admins == ["applied", "applied"]  # the two changes, by the accepting process
+
+
+def test_a_request_quota_throttles_and_mutes_through_the_accepting_process_meters(
+    start: Start,
+) -> None:
+    """KIP-124 in `split`: the hog's connections may be on any processor process, its
+    charges all go to the one set of meters, and the throttled response carries the
+    throttle and mutes the channel for it (KIP-219), as in `single`."""
+    h = start(quota__window__num="2", **{PROCESSES_KEY: "3"})
+    boot = h.bootstrap("CLIENT")
+    alter_client_quota(boot, {"client-id": "hog"}, {"request_percentage": 0.2})
+    hogs = [KafkaWire(boot, client_id="hog") for _ in range(3)]  # one per processor
+    throttle = 0
+    for i in range(300):  # bounded: stops at the first throttled response
+        resp = ping(hogs[i % 3])
+        if resp.throttle_time_ms:
+            throttle, muted = resp.throttle_time_ms, hogs[i % 3]
+            break
+    assert 0 < throttle <= 1000
+    t0 = time.monotonic()
+    assert ping(muted).error_code == 0  # served once the mute ends
+    assert time.monotonic() - t0 >= 0.9 * throttle / 1000
+    for w in hogs:
+        w.close()
+    h.stop()
+    rows = _rows(h)
+    thr = [r for r in rows if r["event"] == "request_throttle"]
+    assert thr and {r["client_id"] for r in thr} == {"hog"}
+    assert thr[0]["delay_ms"] == throttle
+    assert {r["processor"] for r in rows if r["event"] == "register"} == {0, 1, 2}
 
 
 @pytest.mark.parametrize(

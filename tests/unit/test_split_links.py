@@ -21,8 +21,10 @@ def test_shared_counts_are_read_back_by_another_mapping_of_the_same_memory() -> 
     reader = SharedCounts(3, os.dup(writer.fd))
     writer.publish(7, 5)
     assert reader.read(1) == (7, 5, 0)
-    writer.publish(6, 5, 1, 4)
+    assert not reader.requests_enabled()
+    writer.publish(6, 5, True, 1, 4)
     assert reader.read(1) == (6, 5, 4)
+    assert reader.requests_enabled()  # a request quota exists (set once, never unset)
     assert reader.read(0) == (6, 5, 0)  # another process's applied releases untouched
     reader.close()
     writer.close()
@@ -48,9 +50,9 @@ def test_a_release_on_its_way_is_not_evicted_for_twice() -> None:
     counts.release("CLIENT", "127.0.0.2")
     assert link.ops == [("release", "CLIENT", "127.0.0.2")]
     assert not counts.max_connections_exceeded("CLIENT")  # 4 - 1 on its way = 3
-    shared.publish(3, 3, 1, 1)  # counted: nothing on its way any more
+    shared.publish(3, 3, False, 1, 1)  # counted: nothing on its way any more
     assert not counts.max_connections_exceeded("CLIENT")
-    shared.publish(4, 3, 0, 0)  # another admission (another process's count unchanged)
+    shared.publish(4, 3, False, 0, 0)  # another admission (another process's count unchanged)
     assert counts.max_connections_exceeded("CLIENT")
     shared.close()
 
@@ -127,7 +129,7 @@ def test_a_full_kernel_buffer_keeps_messages_in_order_until_the_peer_reads() -> 
 @pytest.mark.parametrize("processes", [1, 3])
 def test_shared_counts_size_follows_the_processes(processes: int) -> None:
     shared = SharedCounts(processes)
-    shared.publish(1, 2, processes - 1, 9)
+    shared.publish(1, 2, False, processes - 1, 9)
     assert shared.read(processes - 1) == (1, 2, 9)
     with pytest.raises(IndexError):
         shared.read(processes)
