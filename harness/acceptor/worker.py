@@ -6,7 +6,10 @@ the accepting process, each for one of its processors, registers them (at most
 20 per iteration), forwards their requests, evicts while the broker is over
 `max.connections`, expires idle ones, and writes those rows (`register`, `request`,
 `evict`, `close`) to a history file of its own. Every end of a registered connection is
-reported back (`release`), as Kafka's processor calls `ConnectionQuotas.dec`.
+reported back (`release`), as Kafka's processor calls `ConnectionQuotas.dec`. What needs
+the broker-wide quotas is decided by the accepting process, which owns them: the admin
+requests the acceptor answers, and, once a request quota exists, each response's charge
+(the response waits for it).
 
 Started by `split.ProcessorProcess.spawn` only: `python -m harness.acceptor.worker` with the
 link's and the shared counts' fds, and the acceptor's properties and listener addresses as
