@@ -19,7 +19,7 @@ from pathlib import Path
 
 from harness.acceptor import start_in_thread
 from harness.broker import Broker, start_broker
-from harness.runner.cli import key_value
+from harness.runner.cli import add_set_acceptor
 
 CHOICES = ("broker", "acceptor", "both")
 
@@ -39,14 +39,7 @@ def add_target_arg(ap: argparse.ArgumentParser, default: str = "both") -> None:
     """`--target` and `--set-acceptor KEY=VALUE` (extra acceptor properties, repeatable:
     e.g. `acceptor.process.model=split`)."""
     ap.add_argument("--target", choices=CHOICES, default=default)
-    ap.add_argument(
-        "--set-acceptor",
-        type=key_value,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="extra acceptor property (repeatable), e.g. acceptor.process.model=split",
-    )
+    add_set_acceptor(ap, "e.g. acceptor.process.model=split")
 
 
 def _broker(props: Mapping[str, str], listeners: Sequence[str], inter: str | None) -> Broker:
@@ -86,8 +79,12 @@ def side_by_side(
                 **{f"listener.name.{n.lower()}.upstream": plain.bootstrap for n in listeners},
                 **({"inter.broker.listener.name": inter} if inter else {}),
                 **props,
-                **extra,
             }
+            for key, value in extra.items():  # as `harness acceptor --set`: KEY= removes it
+                if value:
+                    cfg[key] = value
+                else:
+                    cfg.pop(key, None)
             h = start_in_thread(cfg, run_id="sidebyside")
             try:
                 addrs = {n: h.address(n) for n in listeners}

@@ -12,11 +12,24 @@ from pathlib import Path
 
 
 def key_value(text: str) -> tuple[str, str]:
-    """`KEY=VALUE` of a repeatable option (`--set-acceptor`, here and in `harness selftest`)."""
+    """`KEY=VALUE` of a repeatable option (`--set-acceptor`)."""
     key, eq, value = text.partition("=")
     if not eq or not key:
         raise argparse.ArgumentTypeError(f"{text!r}: expected key=value")
     return key.strip(), value.strip()
+
+
+def add_set_acceptor(parser: argparse.ArgumentParser, what: str) -> None:
+    """`--set-acceptor KEY=VALUE` (repeatable; `KEY=` removes a key): one definition for
+    `harness run`, `harness selftest` and the side-by-side benches."""
+    parser.add_argument(
+        "--set-acceptor",
+        type=key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"extra acceptor config (repeatable; KEY= removes one), {what}",
+    )
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -51,14 +64,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
     parser.add_argument("--duration", type=float, default=None, help="shorten the load (seconds)")
-    parser.add_argument(
-        "--set-acceptor",
-        type=key_value,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="extra acceptor config (repeatable), e.g. harness.test.skip.ip.rate.check=true",
-    )
+    add_set_acceptor(parser, "e.g. harness.test.skip.ip.rate.check=true")
     parser.add_argument(
         "--no-analyze", dest="analyze", action="store_false", help="stop after the load"
     )

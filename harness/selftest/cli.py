@@ -11,7 +11,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from harness.runner.cli import key_value
+from harness.runner.cli import add_set_acceptor
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -33,14 +33,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", type=Path, default=Path("runs"), help="parent of the selftest folder (runs/)"
     )
-    parser.add_argument(
-        "--set-acceptor",
-        type=key_value,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="extra acceptor config for every run (repeatable), e.g. acceptor.process.model=split",
-    )
+    add_set_acceptor(parser, "for every run, e.g. acceptor.process.model=split")
 
 
 def run(args: argparse.Namespace) -> int:
