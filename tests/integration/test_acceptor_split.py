@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -213,3 +215,29 @@ def test_a_processor_process_that_cannot_start_fails_the_start(
     }
     with pytest.raises(RuntimeError, match="exited with code 1 before it was ready"):
         start_in_thread(props)
+
+
+def test_processor_processes_end_when_the_accepting_process_is_killed(tmp_path: Path) -> None:
+    """No orphans: a processor process hears its link close and ends by itself."""
+    upstream = socket.create_server(("127.0.0.1", 0))
+    ready = tmp_path / "ready.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "acceptor",
+         "--set", "listeners=CLIENT://127.0.0.1:0",
+         "--set", f"listener.name.client.upstream=127.0.0.1:{upstream.getsockname()[1]}",
+         "--set", "metrics.port=-1", "--set", f"{MODEL_KEY}=split",
+         "--ready-file", str(ready)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_until(lambda: ready.exists() or proc.poll() is not None, 60, what="ready")
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        assert len(children) == 3  # one processor process per processor (Kafka's three)
+        proc.kill()
+        proc.wait(10)
+        alive = lambda: [c for c in children if Path(f"/proc/{c}").exists()]  # noqa: E731
+        wait_until(lambda: not alive(), 15, what="the processor processes ending")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        upstream.close()
