@@ -69,8 +69,6 @@ if TYPE_CHECKING:
 
 MODEL_KEY = "acceptor.process.model"
 PROCESSES_KEY = "acceptor.processor.processes"
-MODELS = ("single", "split")
-#: the answer to AlterClientQuotas / IncrementalAlterConfigs the acceptor would apply itself
 #: ops in one message at most (a storm's closes in one turn stay far below the socket's
 #: send buffer: ~40 bytes an op)
 BATCH_MAX = 1000
@@ -92,7 +90,10 @@ def check_split(cfg: AcceptorConfig) -> None:
         )
     for key, why in (
         ("harness.test.processor.stall", "processor stalls run in the processor's own loop"),
-        ("upstream.request.log", "request charges need the request-quota meters in one place"),
+        (
+            "upstream.request.log",
+            "the broker's log is not read for the processor processes' responses yet",
+        ),
     ):
         if props.get(key, "").strip():
             raise ConfigError(key, props[key], f"not supported with {MODEL_KEY}=split: {why}")
