@@ -124,8 +124,9 @@ class ProcessorProcess:
         request_quotas = RequestQuotas(
             cfg.quota.quota_window_num, cfg.quota.quota_window_size_seconds, faults=cfg.faults
         )
+        # the admin path's view: only what it needs to route; the accepting process answers
+        # from its own (state.dir is re-applied there, never here)
         dynamic = DynamicConfig(cfg, engine, request_quotas, lambda: None)
-        dynamic.restore()
         self.link = Link(
             self._link_sock, asyncio.get_running_loop(), self._on_ops, self.stopped.set
         )
