@@ -24,6 +24,7 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import socket
 import sys
 import time
@@ -279,6 +280,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--history")
     parser.add_argument("--run-id", default="adhoc")
     args = parser.parse_args(argv)
+    # A stop is the accepting process's to give (`stop` on the link, or its end): a SIGTERM
+    # or Ctrl-C sent to the whole process group (as `harness run` and a terminal do) must
+    # not end this process before it closed its connections and wrote their rows.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     payload = json.loads(sys.stdin.read())
     cfg = parse_acceptor_config(payload["properties"])
     addresses = {name: (host, int(port)) for name, (host, port) in payload["addresses"].items()}

@@ -10,6 +10,7 @@ refuses.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -241,3 +242,41 @@ def test_processor_processes_end_when_the_accepting_process_is_killed(tmp_path: 
         if proc.poll() is None:
             proc.kill()
         upstream.close()
+
+
+def test_a_sigterm_to_the_whole_group_still_closes_and_records_every_connection(
+    tmp_path: Path,
+) -> None:
+    """`harness run` stops the acceptor by signalling its process group: the processor
+    processes get the SIGTERM too, and must leave the stop to the accepting process, so
+    every admitted connection has its `close` row (a lost one reads as still open, which
+    the concurrency checks count against the limits)."""
+    upstream = socket.create_server(("127.0.0.1", 0))
+    ready, history = tmp_path / "ready.json", tmp_path / "history"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "acceptor",
+         "--set", "listeners=CLIENT://127.0.0.1:0",
+         "--set", f"listener.name.client.upstream=127.0.0.1:{upstream.getsockname()[1]}",
+         "--set", "metrics.port=-1", "--set", f"{MODEL_KEY}=split",
+         "--history", str(history), "--ready-file", str(ready)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    socks = []
+    try:
+        wait_until(lambda: ready.exists() or proc.poll() is not None, 60, what="ready")
+        port = json.loads(ready.read_text())["listeners"]["CLIENT"]["port"]
+        socks = [raw(("127.0.0.1", port), f"127.0.0.{20 + i}") for i in range(6)]
+        time.sleep(0.5)  # registered
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        for s in socks:
+            s.close()
+        upstream.close()
+    rows = read_history(history, "acceptor").to_pylist()
+    closed = {r["conn_id"]: r["reason"] for r in rows if r["event"] == "close"}
+    admitted = {r["conn_id"] for r in rows if r["event"] == "admit"}
+    assert len(admitted) == 6 and set(closed) == admitted
+    assert set(closed.values()) == {"shutdown"}
