@@ -31,7 +31,7 @@ from harness.acceptor.metrics import AcceptorMetrics
 from harness.acceptor.ports import Channel, HandOff
 from harness.acceptor.processor import Processor
 from harness.acceptor.recorder import Recorder
-from harness.acceptor.split import SplitProcessors, check_split
+from harness.acceptor.split import Owned, SplitProcessors, check_split
 from harness.acceptor.stall import parse_stalls, schedule_stalls
 from harness.history import HistoryWriter
 from harness.quota.config import ConfigError, QuotaConfig
@@ -140,8 +140,7 @@ class Acceptor:
         self.split: SplitProcessors | None = None
         if cfg.process_model == "split":
             check_split(cfg)
-            self.split = SplitProcessors(
-                cfg,
+            owned = Owned(
                 self.quotas,
                 self.request_quotas,
                 self.metrics,
@@ -149,6 +148,7 @@ class Acceptor:
                 self.slots.freed,
                 self._failed,
             )
+            self.split = SplitProcessors(cfg, owned)
         #: why the acceptor stopped on its own (a processor process ended), else None
         self.failure: str | None = None
         #: called once on such a failure (the CLI stops); without it the acceptor stops

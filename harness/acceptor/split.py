@@ -398,20 +398,21 @@ class ProcessorProcess:
         for fd in fds:  # none are expected this way
             os.close(fd)
         owner = self.owner
+        owned = owner.owned
         released = 0
         for op in ops:
             kind = op[0]
             if kind == "release":
-                owner.quotas.release(op[1], op[2])
+                owned.quotas.release(op[1], op[2])
                 released += 1
             elif kind == "count":
-                owner.counts.count(op[1], op[2], op[3])
+                owned.counts.count(op[1], op[2], op[3])
             elif kind == "request":
-                owner.counts.request(op[1], op[2])
+                owned.counts.request(op[1], op[2])
             elif kind == "took":
                 self.remotes[(op[1], op[2])].took(op[3])
             elif kind == "throttled":
-                owner.counts.throttled((op[1], op[2]), op[3])
+                owned.counts.throttled((op[1], op[2]), op[3])
             elif kind == "admin":
                 self._answer(op)
             elif kind == "charge":
@@ -421,7 +422,7 @@ class ProcessorProcess:
         if released:
             self.applied += released
             owner.publish(self)
-            owner.slot_freed()
+            owned.slot_freed()
 
     def _answer(self, op: tuple[Any, ...]) -> None:
         """A processor's admin request, answered with the quotas it changes or reads."""
@@ -430,7 +431,7 @@ class ProcessorProcess:
         answer: list[Any]
         try:
             info = parse_request_header(frame)
-            response = self.owner.admin.maybe_handle(peer, frame, info)
+            response = self.owner.owned.admin.maybe_handle(peer, frame, info)
         except FrameError as exc:  # the connection closes with its reason, as in `single`
             answer = ["answer", conn_id, -1, None, exc.reason, str(exc)]
         else:
@@ -445,7 +446,7 @@ class ProcessorProcess:
         """A response's request-handler charge, recorded by the meters here; the outcome
         goes back (the processor throttles and mutes with it)."""
         _, conn_id, correlation_id, client_id, api_key, charged_ns, now_ms = op
-        c = self.owner.request_quotas.record_request(
+        c = self.owner.owned.request_quotas.record_request(
             PRINCIPAL, client_id, api_key, charged_ns, now_ms
         )
         outcome = (c.throttle_ms, c.exempt, *c.bucket, c.quota, c.rate)
@@ -457,7 +458,7 @@ class ProcessorProcess:
         if not self.owner.stopping:
             code = self.proc.poll() if self.proc is not None else None
             pid = self.proc.pid if self.proc is not None else "?"
-            self.owner.failed(
+            self.owner.owned.failed(
                 f"processor process {self.index} (pid {pid}) ended unexpectedly "
                 f"(exit code {code}); its connections are lost"
             )
@@ -474,32 +475,30 @@ class _Peer:
     info: ConnInfo
 
 
+@dataclass(frozen=True, slots=True)
+class Owned:
+    """What the processor processes' messages reach in the accepting process, which owns
+    it: the connection engine (releases), the request-quota meters (charges), the metrics'
+    counters, the admin answers, the admissions waiting for a slot (`slot_freed`), and
+    `failed(reason)` for a processor process that ends on its own."""
+
+    quotas: ConnectionQuotas
+    request_quotas: RequestQuotas
+    counts: Counts
+    admin: LocalAnswers
+    slot_freed: Callable[[], None]
+    failed: Callable[[str], None]
+
+
 class SplitProcessors:
     """The processor processes of one acceptor (`acceptor.processor.processes`), the counts
-    they read (`SharedCounts`) and what their messages change here: the engine's counts,
-    the admissions waiting for a slot, the metrics' counters.
+    they read (`SharedCounts`) and what their messages change here (`Owned`).
 
-    Receives the configuration, both engines, where the counters go, the admin answers, the
-    slot signal's `freed`, and `failed(reason)` for a processor process that ends on its
-    own."""
+    Receives the configuration and `owned`."""
 
-    def __init__(
-        self,
-        cfg: AcceptorConfig,
-        quotas: ConnectionQuotas,
-        request_quotas: RequestQuotas,
-        counts: Counts,
-        admin: LocalAnswers,
-        slot_freed: Callable[[], None],
-        failed: Callable[[str], None],
-    ) -> None:
+    def __init__(self, cfg: AcceptorConfig, owned: Owned) -> None:
         self.cfg = cfg
-        self.quotas = quotas
-        self.request_quotas = request_quotas
-        self.counts = counts
-        self.admin = admin
-        self.slot_freed = slot_freed
-        self.failed = failed
+        self.owned = owned
         self.processors = cfg.quota.num_network_threads
         self.processes = cfg.processor_processes
         self.shared = SharedCounts(self.processes)
@@ -520,8 +519,8 @@ class SplitProcessors:
         return remote
 
     def publish(self, child: ProcessorProcess | None = None) -> None:
-        total, limit = self.quotas.broker_count()
-        requests = self.request_quotas.enabled()
+        total, limit = self.owned.quotas.broker_count()
+        requests = self.owned.request_quotas.enabled()
         if child is None:
             self.shared.publish(total, limit, requests)
         else:
