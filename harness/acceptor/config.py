@@ -22,6 +22,10 @@ from harness.quota.faults import FAULT_KEY, LEGACY_SKIP_KEY, Faults
 log = logging.getLogger("harness.acceptor")
 
 PROXY_MODES = ("off", "optional", "required")
+#: one process, or an accepting process and processor processes (harness.acceptor.split)
+MODEL_KEY = "acceptor.process.model"
+#: split model: how many processes run the `num.network.threads` processors between them
+PROCESSES_KEY = "acceptor.processor.processes"
 
 #: acceptor-only keys (not passed to the quota engine), with their defaults
 DEFAULTS: dict[str, str] = {
@@ -38,12 +42,8 @@ DEFAULTS: dict[str, str] = {
     "acceptor.io": "protocol",
     # the acceptor's scheduling weight (-20..19, 0: unchanged); see AcceptorConfig.nice
     "acceptor.nice": "0",
-    # single: one process; split: an accepting process and num.network.threads processor
-    # processes (harness.acceptor.split)
-    "acceptor.process.model": "single",
-    # split: how many processes run the num.network.threads processors between them
-    # (blank: one per processor, Kafka's shape)
-    "acceptor.processor.processes": "",
+    MODEL_KEY: "single",
+    PROCESSES_KEY: "",  # blank: one process per processor, Kafka's shape
     "node.id": "",
     "upstream.request.log": "",  # the broker's request log (harness.acceptor.broker_charge)
     LEGACY_SKIP_KEY: "false",
@@ -90,7 +90,7 @@ class AcceptorConfig:
     #: Kafka's four network threads (4 x 1024). Negative values need root (CAP_SYS_NICE).
     nice: int = 0
     #: `acceptor.process.model`: `single` (one process, one loop) or `split` (an accepting
-    #: process and `num.network.threads` processor processes: harness.acceptor.split)
+    #: process and `processor_processes` processor processes: harness.acceptor.split)
     process_model: str = "single"
     #: `acceptor.processor.processes` (split model): the processes that run the
     #: `num.network.threads` processors between them (processor i in process i mod this);
@@ -255,10 +255,10 @@ def parse_acceptor_config(props: Mapping[str, str]) -> AcceptorConfig:
         faults=faults,
         node_id=node_id,
         nice=_int(props, "acceptor.nice", -20, 19),
-        process_model=_choice(props, "acceptor.process.model", ("single", "split")),
+        process_model=_choice(props, MODEL_KEY, ("single", "split")),
         processor_processes=(
-            _int(props, "acceptor.processor.processes", 1, 64)
-            if props.get("acceptor.processor.processes", "")
+            _int(props, PROCESSES_KEY, 1, 64)
+            if props.get(PROCESSES_KEY, "")
             else quota.num_network_threads
         ),
         properties=dict(props),

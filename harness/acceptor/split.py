@@ -55,6 +55,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.acceptor.config import MODEL_KEY, PROCESSES_KEY
 from harness.acceptor.processor import CONNECTION_QUEUE_SIZE
 from harness.acceptor.recorder import ConnInfo
 from harness.acceptor.request_quotas import PRINCIPAL
@@ -67,8 +68,6 @@ if TYPE_CHECKING:
     from harness.quota.connections import ConnectionQuotas
     from harness.quota.requests import RequestQuotas
 
-MODEL_KEY = "acceptor.process.model"
-PROCESSES_KEY = "acceptor.processor.processes"
 #: ops in one message at most (a storm's closes in one turn stay far below the socket's
 #: send buffer: ~40 bytes an op)
 BATCH_MAX = 1000

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from harness.acceptor import AcceptorHandle, start_in_thread
-from harness.acceptor.split import MODEL_KEY, PROCESSES_KEY
+from harness.acceptor.config import MODEL_KEY, PROCESSES_KEY
 from harness.acceptor.testing import (
     connect,
     ping,
