@@ -160,3 +160,46 @@ def test_hot_spots_self_and_inclusive_shares() -> None:
     incl = dict(spots["inclusive"])
     assert incl["run (harness/acceptor/cli.py)"] == 100.0
     assert incl["HistoryWriter.flush (harness/history/writer.py)"] == 30.0
+
+
+def test_the_netns_rerun_gets_the_brokers_jmx_exporter_while_the_network_is_there(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A fresh machine: the re-run in a private namespace has loopback only, so the JMX
+    exporter (the direct path's connection count) is resolved before it starts; a failure
+    to resolve it is said, and the re-run still starts (the broker runs without it)."""
+    import bench.acceptor as ba
+    from harness.broker import BrokerError, artifacts
+
+    calls: list[str] = []
+
+    class FakeProc:
+        def wait(self) -> int:
+            return 0
+
+    def popen(cmd: list[str], **kwargs: Any) -> FakeProc:
+        calls.append("unshare" if cmd[0] == "unshare" else cmd[0])
+        return FakeProc()
+
+    def resolved(**kwargs: Any) -> None:
+        calls.append("jmx")
+
+    monkeypatch.delenv(ba._NETNS_ENV, raising=False)
+    monkeypatch.setattr(ba.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(ba.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(ba.subprocess, "Popen", popen)
+    monkeypatch.setattr(artifacts, "jmx_exporter", resolved)
+    assert ba.reexec_in_netns(["--rounds", "1"]) == 0
+    assert calls == ["jmx", "unshare"]
+
+    said: list[str] = []
+
+    def unreachable(**kwargs: Any) -> None:
+        raise BrokerError("Maven cannot reach Maven Central")
+
+    calls.clear()
+    monkeypatch.setattr(artifacts, "jmx_exporter", unreachable)
+    monkeypatch.setattr(ba, "_progress", said.append)
+    assert ba.reexec_in_netns(["--rounds", "1"]) == 0
+    assert calls == ["unshare"]
+    assert any("Maven cannot reach" in line for line in said)
