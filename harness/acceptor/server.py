@@ -243,7 +243,9 @@ class Acceptor:
         self.heartbeat.start()
         for la in self.listeners.values():
             la.start()
-        if self._stalls:
+        if self._stalls and self.split is not None:  # each in its processor's process
+            self.split.schedule_stalls(self._stalls)
+        elif self._stalls:
             self._stall_timers = schedule_stalls(self._stalls, self._processor, self.rec)
 
     async def stop(self) -> None:

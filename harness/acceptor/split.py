@@ -16,7 +16,8 @@ serving while one is off a CPU (docs/acceptor-processes.md has the numbers).
 What crosses between the two, over one `SOCK_SEQPACKET` socketpair per processor process
 (`Link`: lists of `marshal`led tuples):
 - to a processor process, one message per admitted socket: its fd by `SCM_RIGHTS`, the
-  processor it is for and the `NewConnection` fields (`conn`); `stop` at shutdown;
+  processor it is for and the `NewConnection` fields (`conn`); the test-scheduled stalls
+  of its processors (`stalls`, once, at start); `stop` at shutdown;
 - back, batched once per turn of its loop: `took` (room again in a processor's queue of 20),
   `release` (a registered connection ended: Kafka's `ConnectionQuotas.dec`), `count`,
   `request` and `throttled` (the metrics' counters, served by this process), `admin` (a
@@ -33,8 +34,7 @@ releases are counted in it, so a processor never evicts twice for one excess whi
 release is on its way.
 
 Not in this mode yet, refused at start with the reason (`check_split`): the broker's
-request log (charges are the broker time the processor sees, less purgatory waits) and
-scheduled processor stalls.
+request log (charges are the broker time the processor sees, less purgatory waits).
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ from harness.wire.framing import FrameError, parse_request_header
 if TYPE_CHECKING:
     from harness.acceptor.config import AcceptorConfig
     from harness.acceptor.ports import Counts, LocalAnswers, NewConnection
+    from harness.acceptor.stall import Stall
     from harness.quota.connections import ConnectionQuotas
     from harness.quota.requests import RequestQuotas
 
@@ -87,15 +88,14 @@ def check_split(cfg: AcceptorConfig) -> None:
             f"more processor processes than processors (num.network.threads="
             f"{cfg.quota.num_network_threads}): each runs at least one",
         )
-    for key, why in (
-        ("harness.test.processor.stall", "processor stalls run in the processor's own loop"),
-        (
-            "upstream.request.log",
-            "the broker's log is not read for the processor processes' responses yet",
-        ),
-    ):
-        if props.get(key, "").strip():
-            raise ConfigError(key, props[key], f"not supported with {MODEL_KEY}=split: {why}")
+    key = "upstream.request.log"
+    if props.get(key, "").strip():
+        raise ConfigError(
+            key,
+            props[key],
+            f"not supported with {MODEL_KEY}=split: the broker's log is not read for the "
+            "processor processes' responses yet",
+        )
 
 
 class SharedCounts:
@@ -338,10 +338,13 @@ class RemoteProcessor:
         """Its process closes what it holds (`SplitProcessors.stop`)."""
 
     def resume(self) -> None:
-        """Never paused: stalls are refused in this mode (`check_split`)."""
+        """Never paused from here: its process runs its stalls (`schedule_stalls`)."""
 
     def pause(self) -> None:
-        raise RuntimeError(f"a processor cannot be paused with {MODEL_KEY}=split")
+        raise RuntimeError(
+            f"a processor cannot be paused from the accepting process with {MODEL_KEY}=split "
+            "(harness.test.processor.stall pauses it in its own process)"
+        )
 
     def drain_unregistered(self) -> list[NewConnection]:
         return []  # its process closes the sockets it never registered
@@ -524,6 +527,19 @@ class SplitProcessors:
             self.shared.publish(total, limit, requests)
         else:
             self.shared.publish(total, limit, requests, child.index, child.applied)
+
+    def schedule_stalls(self, stalls: tuple[Stall, ...]) -> None:
+        """Test-scheduled processor stalls (`harness.acceptor.stall`), each armed in the
+        process that runs its processor, from now (the acceptor's start) as in `single`."""
+        armed_ns = time.monotonic_ns()
+        for child in self.children:
+            mine = [
+                (st.listener, st.index, st.at_s, st.for_s)
+                for st in stalls
+                if st.index % self.processes == child.index
+            ]
+            if mine and child.link is not None:
+                child.link.send([("stalls", armed_ns, mine)])
 
     def pids(self) -> list[int]:
         return [c.proc.pid for c in self.children if c.proc is not None]

@@ -4,8 +4,9 @@ Processors `i` (every `i` of Kafka's `num.network.threads` with `i mod processes
 of every listener, as Kafka's processors are per listener: it receives admitted sockets from
 the accepting process, each for one of its processors, registers them (at most
 20 per iteration), forwards their requests, evicts while the broker is over
-`max.connections`, expires idle ones, and writes those rows (`register`, `request`,
-`evict`, `close`) to a history file of its own. Every end of a registered connection is
+`max.connections`, expires idle ones, runs the stalls a test schedules on its processors,
+and writes those rows (`register`, `request`, `evict`, `close`, `processor_stall`) to a
+history file of its own. Every end of a registered connection is
 reported back (`release`), as Kafka's processor calls `ConnectionQuotas.dec`. What needs
 the broker-wide quotas is decided by the accepting process, which owns them: the admin
 requests the acceptor answers, and, once a request quota exists, each response's charge
@@ -44,6 +45,7 @@ from harness.acceptor.processor import Processor
 from harness.acceptor.recorder import ConnInfo, Recorder
 from harness.acceptor.relay import Relay
 from harness.acceptor.split import Link, SharedCounts
+from harness.acceptor.stall import Stall, schedule_stalls
 from harness.history import HistoryWriter
 from harness.quota.connections import ConnectionQuotas
 from harness.quota.requests import RequestCharge, RequestQuotas
@@ -115,6 +117,7 @@ class ProcessorProcess:
         self._awaiting: dict[str, Relay] = {}
         #: responses waiting for their request-quota charge, by (connection, correlation id)
         self._charging: dict[tuple[str, int], ProtoConnection] = {}
+        self._stall_timers: list[asyncio.TimerHandle] = []
 
     def log(self, message: str) -> None:
         print(f"processor process {self.index}: {message}", file=sys.stderr, flush=True)
@@ -218,10 +221,25 @@ class ProcessorProcess:
                 self._charged(op)
             elif op[0] == "answer":
                 self._answered(op)
+            elif op[0] == "stalls":
+                self._schedule_stalls(op[1], op[2])
             elif op[0] == "stop":
                 self.stopped.set()
         for fd in fds:
             os.close(fd)
+
+    def _schedule_stalls(self, armed_ns: int, items: list[tuple[str, int, float, float]]) -> None:
+        """Stalls of this process's processors, timed from when the accepting process armed
+        them (its start, as in `single`), less the message's own way here."""
+        late_s = (time.monotonic_ns() - armed_ns) / 1e9
+        stalls = []
+        for listener, index, at_s, for_s in items:
+            begin = max(0.0, at_s - late_s)
+            end = max(begin, at_s + for_s - late_s)
+            stalls.append(Stall(listener, index, begin, end - begin))
+        self._stall_timers = schedule_stalls(
+            tuple(stalls), lambda listener, index: self.processors[(listener, index)], self.rec
+        )
 
     def _queue(self, op: tuple[Any, ...], fd: int) -> None:
         (_, processor, listener, conn_id, client_ip, client_port, sock_ip, sock_port) = op[:8]
@@ -251,7 +269,10 @@ class ProcessorProcess:
         )
 
     async def _shut_down(self) -> None:
+        for timer in self._stall_timers:
+            timer.cancel()
         for proc in self.processors.values():
+            proc.resume()  # a stall cut short by the stop
             proc.stop()
             for item in proc.drain_unregistered():
                 self._close_unregistered(item, "shutdown")

@@ -166,10 +166,20 @@ def _stalled_queue(h: AcceptorHandle, n: int) -> tuple[list[dict[str, Any]], lis
     return [r for r in rows(h, "register") if r["processor"] == 0], socks
 
 
-def test_processor_stall_fills_the_queue_to_20_and_the_fault_to_40(start: Start) -> None:
+@pytest.mark.parametrize("model", ["single", "split"])
+def test_processor_stall_fills_the_queue_to_20_and_the_fault_to_40(
+    start: Start, model: str
+) -> None:
     """`harness.test.processor.stall`: the stalled processor's queue fills, then the round
-    robin skips it; the correct acceptor shows depth 20 at most, the fault 40."""
-    props = {"num.network.threads": "2", "harness.test.processor.stall": "CLIENT/0@0.3+4"}
+    robin skips it; the correct acceptor shows depth 20 at most, the fault 40. In `split`
+    the stall runs in the processor's own process, and the queue of 20 the accepting
+    process counts decides when it skips it."""
+    props = {
+        "num.network.threads": "2",
+        "harness.test.processor.stall": "CLIENT/0@0.3+4",
+        "acceptor.process.model": model,
+        "history.flush.interval.ms": "50",
+    }
     for fault, depth in (("", 20), ("queue_larger_than_20", 40)):
         regs, socks = _stalled_queue(start(fault, **props), 100)
         details = [json.loads(r["detail"]) for r in regs]
