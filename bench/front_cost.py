@@ -6,6 +6,10 @@ Behind every front is one stand-in broker (its own process, uvloop) that answers
 request frame at once with ``[size][correlation id][64 zero bytes]``; the load comes from
 this process's threads:
 
+  bare  connect -> close, nothing sent (Trogdor's CONNECT: the acceptor accepts, admits,
+        registers and closes; no upstream), from ``--conn-threads`` threads, ``--conns``
+        each (a burst that overflows the listen queue of 50 costs a thread a SYN resent
+        after 1 s, not CPU: the numbers stay CPU per connection);
   conn  connect -> ApiVersions -> Metadata -> close (the shape of Trogdor's FETCH_METADATA
         connections: both requests forwarded, the upstream opened and closed), from
         ``--conn-threads`` threads, ``--conns`` each;
@@ -17,6 +21,9 @@ this process's threads:
 Per phase, the front's user and kernel CPU (/proc) divided by the connections or requests
 it carried. Paths: ``acceptor`` (``harness acceptor`` from this checkout, history on,
 metrics off), ``ref`` with ``--compare-ref GIT_REF`` (that commit's ``harness/``),
+``split`` with ``--split-path N`` (this checkout's acceptor with
+``acceptor.process.model=split`` and N processor processes; CPU counted over the whole
+process tree),
 ``haproxy`` with ``--haproxy-path`` (Debian's HAProxy as a plain relay: one thread, no
 PROXY header, splice, Kafka's accept queue of 50), rounds alternating the paths. With
 ``--cpus split`` (the default on a machine of 2 or more CPUs) the fronts run alone on the
@@ -26,6 +33,7 @@ hold on a busy machine better than rates do, but compare paths within one run.
 
     .venv/bin/python -m bench.front_cost --haproxy-path
     .venv/bin/python -m bench.front_cost --compare-ref HEAD~1 --rounds 5
+    .venv/bin/python -m bench.front_cost --split-path 3
 
 Prints each round and the medians; JSON in bench/results/front-cost-<time>.json (or --json).
 """
@@ -133,6 +141,11 @@ API_VERSIONS = frame(18, 3, 1, bytes(20))
 METADATA = frame(3, 1, 2, b"\xff\xff\xff\xff")  # all topics
 
 
+def bare_load(port: int, conns: int) -> None:
+    for _ in range(conns):
+        socket.create_connection(("127.0.0.1", port), timeout=10).close()
+
+
 def conn_load(port: int, conns: int) -> None:
     for _ in range(conns):
         with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
@@ -209,6 +222,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--compare-ref", metavar="GIT_REF", help="also this commit's acceptor")
     ap.add_argument("--haproxy-path", action="store_true", help="also HAProxy as a plain relay")
+    ap.add_argument(
+        "--split-path",
+        type=int,
+        metavar="N",
+        help="also this checkout's acceptor with acceptor.process.model=split and N processor "
+        "processes (path 'split')",
+    )
     ap.add_argument("--cpus", choices=("split", "shared"), default=None)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
@@ -237,12 +257,18 @@ def main(argv: list[str] | None = None) -> int:
         _progress(f"stand-in broker on 127.0.0.1:{stand_in_port}")
         if fronts_cpu:
             os.sched_setaffinity(0, fronts_cpu)  # the fronts inherit it
-        plan: list[tuple[str, Path | None]] = [("acceptor", None)]
+        plan: list[tuple[str, Path | None, tuple[str, ...]]] = [("acceptor", None, ())]
         if args.compare_ref:
-            plan.append(("ref", ref_checkout(args.compare_ref, work / "ref-src")))
-        for tag, cwd in plan:
+            plan.append(("ref", ref_checkout(args.compare_ref, work / "ref-src"), ()))
+        if args.split_path:
+            split_sets = (
+                "acceptor.process.model=split",
+                f"acceptor.processor.processes={args.split_path}",
+            )
+            plan.append(("split", None, split_sets))
+        for tag, cwd, sets in plan:
             port = free_port()
-            proc = start_acceptor(work, tag, port, stand_in_port, "auto", cwd)
+            proc = start_acceptor(work, tag, port, stand_in_port, "auto", cwd, sets=sets)
             procs.append(proc)
             targets[tag] = (port, proc.pid)
             _progress(f"{tag} pid {proc.pid} on 127.0.0.1:{port} (history on)")
@@ -274,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
             order = names[r % len(names) :] + names[: r % len(names)]
             for name in order:
                 port, pid = targets[name]
+                b = measure(pid, conns, bare_load, args.conn_threads, port, args.conns)
                 c = measure(pid, conns, conn_load, args.conn_threads, port, args.conns)
                 q = measure(
                     pid,
@@ -285,9 +312,10 @@ def main(argv: list[str] | None = None) -> int:
                     args.request_bytes,
                     args.in_flight,
                 )
-                rows.append({"round": r + 1, "path": name, "conn": c, "req": q})
+                rows.append({"round": r + 1, "path": name, "bare": b, "conn": c, "req": q})
                 _progress(
-                    f"round {r + 1} {name:9} per connection {c['cpu_us']:6.1f} µs (user "
+                    f"round {r + 1} {name:9} per bare connection {b['cpu_us']:6.1f} µs; "
+                    f"per connection {c['cpu_us']:6.1f} µs (user "
                     f"{c['user_us']:5.1f}, kernel {c['kernel_us']:5.1f}); per request "
                     f"{q['cpu_us']:5.1f} µs (user {q['user_us']:4.1f}, kernel "
                     f"{q['kernel_us']:4.1f}); load {os.getloadavg()[0]:.2f}"
@@ -304,31 +332,36 @@ def main(argv: list[str] | None = None) -> int:
         mine = [row for row in rows if row["path"] == name]
         summary[name] = {
             f"{phase}_{key}": statistics.median(row[phase][key] for row in mine)
-            for phase in ("conn", "req")
+            for phase in ("bare", "conn", "req")
             for key in ("cpu_us", "user_us", "kernel_us")
         }
     tick_us = 1e6 / os.sysconf("SC_CLK_TCK")  # /proc counts CPU time in clock ticks
     resolution = {"conn_us": tick_us / conns, "req_us": tick_us / reqs}
     print(f"\nmedians of {args.rounds} rounds (CPU of the front, µs; layout {layout}):")
-    print("  path       per conn   user  kernel   per request   user  kernel")
+    print(
+        "  path       per bare   user  kernel   per conn   user  kernel   per request   user  "
+        "kernel"
+    )
     for name, m in summary.items():
         print(
-            f"  {name:9} {m['conn_cpu_us']:9.1f} {m['conn_user_us']:6.1f} "
+            f"  {name:9} {m['bare_cpu_us']:9.1f} {m['bare_user_us']:6.1f} "
+            f"{m['bare_kernel_us']:7.1f} {m['conn_cpu_us']:9.1f} {m['conn_user_us']:6.1f} "
             f"{m['conn_kernel_us']:7.1f} {m['req_cpu_us']:13.1f} {m['req_user_us']:6.1f} "
             f"{m['req_kernel_us']:7.1f}"
         )
     ratios = {}
-    for other in ("ref", "haproxy"):
+    for other in ("ref", "split", "haproxy"):
         if other in summary:
             a, o = summary["acceptor"], summary[other]
             ratio = {
+                "bare": a["bare_cpu_us"] / o["bare_cpu_us"],
                 "conn": a["conn_cpu_us"] / o["conn_cpu_us"],
                 "req": a["req_cpu_us"] / o["req_cpu_us"],
             }
             ratios[f"acceptor/{other}"] = ratio
             print(
-                f"  acceptor/{other}: CPU per connection {ratio['conn']:.3f}, "
-                f"per request {ratio['req']:.3f}"
+                f"  acceptor/{other}: CPU per bare connection {ratio['bare']:.3f}, per "
+                f"connection {ratio['conn']:.3f}, per request {ratio['req']:.3f}"
             )
     print(
         f"  resolution (one clock tick over a phase): {resolution['conn_us']:.2f} µs per "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 import struct
 
-from bench.front_cost import _BODY, METADATA, FrameReader, _Answerer, frame
+from bench.front_cost import _BODY, METADATA, FrameReader, _Answerer, bare_load, frame
 
 
 class _Transport:
@@ -57,3 +57,15 @@ def test_frame_reader_returns_whole_frames_one_at_a_time() -> None:
             pass
         else:
             raise AssertionError("EOF before a whole frame must raise")
+
+
+def test_a_bare_connection_is_a_connect_and_a_close_with_nothing_sent() -> None:
+    srv = socket.create_server(("127.0.0.1", 0), backlog=50)
+    with srv:
+        srv.settimeout(5)
+        bare_load(srv.getsockname()[1], 3)
+        for _ in range(3):
+            conn, _ = srv.accept()
+            with conn:
+                conn.settimeout(5)
+                assert conn.recv(1) == b""  # the client's FIN, no byte before it
