@@ -20,7 +20,8 @@ What crosses between the two, over one `SOCK_SEQPACKET` socketpair per processor
   of its processors (`stalls`, once, at start); `stop` at shutdown;
 - back, batched once per turn of its loop: `took` (room again in a processor's queue of 20),
   `release` (a registered connection ended: Kafka's `ConnectionQuotas.dec`), `count`,
-  `request` and `throttled` (the metrics' counters, served by this process), `admin` (a
+  `request` and `throttled` (the metrics' counters, served by this process; these wait
+  for the next batch, at most `LAZY_S`), `admin` (a
   request the acceptor answers itself: DescribeClientQuotas, AlterClientQuotas,
   IncrementalAlterConfigs on its keys, answered here, where the quotas are, by `answer`),
   `charge` (once a request quota exists: a response's request-handler charge, decided by
@@ -72,6 +73,11 @@ if TYPE_CHECKING:
 #: ops in one message at most (a storm's closes in one turn stay far below the socket's
 #: send buffer: ~40 bytes an op)
 BATCH_MAX = 1000
+#: longest a processor process keeps the metrics' counters (`Link.queue_lazy`) before it
+#: sends them on their own: they ride with the next release or `took` when one comes
+#: sooner. Prometheus scrapes every few seconds; a message per request would wake the
+#: accepting process per request (measured: `docs/acceptor-processes.md`, "Session 10")
+LAZY_S = 0.1
 #: how long `start` waits for every processor process to say ready (imports included)
 READY_TIMEOUT_S = 60.0
 #: how long `stop` waits for a processor process to close its connections and exit
@@ -161,7 +167,8 @@ class Link:
 
     `send` writes one message now (an fd with it: the local socket is closed once sent),
     or keeps it, in order, while the kernel's buffer is full; `queue` adds an op to the
-    batch sent at the end of this turn of the loop. Incoming messages go to
+    batch sent at the end of this turn of the loop; `queue_lazy` one that may wait for the
+    next batch, at most `LAZY_S`. Incoming messages go to
     `on_ops(ops, fds)`; the peer's end (EOF, a reset) to `on_eof()`, once.
     """
 
@@ -180,6 +187,8 @@ class Link:
         self._out: deque[tuple[bytes, socket.socket | None]] = deque()
         self._writing = False
         self._ops: list[tuple[Any, ...]] = []
+        self._lazy: list[tuple[Any, ...]] = []
+        self._lazy_timer: asyncio.TimerHandle | None = None
         self.closed = False
         loop.add_reader(sock.fileno(), self._readable)
 
@@ -202,14 +211,25 @@ class Link:
             self._loop.call_soon(self.flush)
         self._ops.append(op)
 
+    def queue_lazy(self, op: tuple[Any, ...]) -> None:
+        if not self._lazy:
+            self._lazy_timer = self._loop.call_later(LAZY_S, self.flush)
+        self._lazy.append(op)
+
     def flush(self) -> None:
+        """Send this turn's ops, and the lazy ones with them."""
         ops, self._ops = self._ops, []
+        if self._lazy:
+            ops, self._lazy = self._lazy + ops, []
+            if self._lazy_timer is not None:
+                self._lazy_timer.cancel()
+                self._lazy_timer = None
         for start in range(0, len(ops), BATCH_MAX):
             self.send(ops[start : start + BATCH_MAX])
 
     def pending(self) -> int:
         """Messages and ops not yet written to the socket."""
-        return len(self._out) + len(self._ops)
+        return len(self._out) + len(self._ops) + len(self._lazy)
 
     def _try(self, data: bytes, with_sock: socket.socket | None) -> bool:
         try:
@@ -254,6 +274,8 @@ class Link:
         if self.closed:
             return
         self.closed = True
+        if self._lazy_timer is not None:
+            self._lazy_timer.cancel()
         with contextlib.suppress(Exception):
             self._loop.remove_reader(self.sock.fileno())
         if self._writing:

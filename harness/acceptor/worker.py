@@ -80,14 +80,15 @@ class RemoteCounts:
         self._link.queue(("release", listener, ip))
 
     # -- ports.Counts --------------------------------------------------------------------
+    # the metrics' counters: with the next batch, at most `split.LAZY_S` later
     def count(self, listener: str, ip: str, outcome: str) -> None:
-        self._link.queue(("count", listener, ip, outcome))
+        self._link.queue_lazy(("count", listener, ip, outcome))
 
     def request(self, client_id: str | None, latency_ms: float) -> None:
-        self._link.queue(("request", client_id, latency_ms))
+        self._link.queue_lazy(("request", client_id, latency_ms))
 
     def throttled(self, bucket: tuple[str, str], throttle_ms: int) -> None:
-        self._link.queue(("throttled", bucket[0], bucket[1], throttle_ms))
+        self._link.queue_lazy(("throttled", bucket[0], bucket[1], throttle_ms))
 
 
 class ProcessorProcess:

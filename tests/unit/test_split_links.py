@@ -12,7 +12,7 @@ import pytest
 
 from harness.acceptor.ports import NewConnection
 from harness.acceptor.recorder import ConnInfo
-from harness.acceptor.split import BATCH_MAX, Link, SharedCounts, hand_off_op
+from harness.acceptor.split import BATCH_MAX, LAZY_S, Link, SharedCounts, hand_off_op
 from harness.acceptor.worker import RemoteCounts
 
 
@@ -124,6 +124,42 @@ def test_a_full_kernel_buffer_keeps_messages_in_order_until_the_peer_reads() -> 
         return got
 
     assert asyncio.run(run()) == list(range(2000))
+
+
+def test_lazy_ops_ride_with_the_next_batch_or_go_alone_after_lazy_s() -> None:
+    """The metrics' counters never cost a message of their own while releases flow, and
+    never wait longer than `LAZY_S` when none do."""
+
+    async def run() -> list[tuple[float, list[Any]]]:
+        loop = asyncio.get_running_loop()
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        messages: list[tuple[float, list[Any]]] = []
+        ours = Link(a, loop, lambda ops, fds: None, lambda: None)
+        theirs = Link(b, loop, lambda ops, fds: messages.append((loop.time(), ops)), lambda: None)
+        t0 = loop.time()
+        ours.queue_lazy(("request", "c", 1.0))
+        ours.queue_lazy(("count", "CLIENT", "127.0.0.2", "closed"))
+        ours.queue(("release", "CLIENT", "127.0.0.2"))  # this turn's batch takes them along
+        await asyncio.sleep(0.02)
+        assert [m[1] for m in messages] == [
+            [("request", "c", 1.0), ("count", "CLIENT", "127.0.0.2", "closed"),
+             ("release", "CLIENT", "127.0.0.2")]
+        ]  # fmt: skip
+        ours.queue_lazy(("request", "c", 2.0))  # alone: sent when LAZY_S is over
+        t1 = loop.time()
+        await asyncio.sleep(LAZY_S + 0.2)
+        ours.queue_lazy(("request", "c", 3.0))
+        assert ours.pending() == 1
+        ours.flush()  # a shutdown's last flush takes the lazy ones too
+        await asyncio.sleep(0.02)
+        ours.close()
+        theirs.close()
+        return [(t0, []), (t1, []), *messages]
+
+    (_, _), (t1, _), _first, second, third = asyncio.run(run())
+    assert second[1] == [("request", "c", 2.0)]
+    assert LAZY_S * 0.9 <= second[0] - t1  # not sent with nothing to ride on before LAZY_S
+    assert third[1] == [("request", "c", 3.0)]
 
 
 @pytest.mark.parametrize("processes", [1, 3])
