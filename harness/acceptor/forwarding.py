@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
-from harness.acceptor.broker_charge import kafka_address
+from harness.acceptor.broker_charge import kafka_address, network_estimate
 from harness.acceptor.relay import (
     UPSTREAM_EOF_GRACE_S,
     Closable,
@@ -232,24 +233,64 @@ class ProtoConnection(Relay):
         except Exception as exc:
             self.internal_error(exc)
 
-    def _ask_charges(self, frames: list[bytes], remote: RemoteCharge) -> None:
+    def _ask_charges(
+        self, frames: list[bytes], remote: RemoteCharge, read_ns: int | None = None
+    ) -> None:
         """A processor process's responses while request quotas exist: each one's charge is
         decided where the meters are (`remote`); they are held until every answer came
-        (`charged`), then sent as they would have been, throttle and mute included."""
+        (`charged`), then sent as they would have been, throttle and mute included.
+
+        With the broker's request log read, the charge is Kafka's handler time from its
+        line: a response whose line has not come yet waits for it first (at most
+        `broker_charge.HOLD_MAX_S`; then `read_ns` says when it was read). Unlike one
+        process, which holds only a response whose charge could throttle it, every such
+        response waits: whether it could is known where the meters are."""
         now = time.monotonic_ns()
+        charges, addr = self.charges, self.upstream_addr
+        if charges is not None and addr is not None and read_ns is None:
+            cid = correlation_id_of_response(frames[0])
+            if charges.pending(addr, cid):
+                self._held, self._held_since_ns = frames, now
+                charges.wait(addr, cid, partial(self._line_came, remote))
+                return
+        arrived_ns = now if read_ns is None else read_ns
         owed: set[int] = set()
         for frame in frames:
             cid = correlation_id_of_response(frame)
             pending = self._order.peek(cid)
             if pending is None:  # answers nothing forwarded: sent as it is
                 continue
-            charged_ns = self.gate.charged_ns(now - pending.sent_ns, pending.allowance_ns)
+            broker_ns = arrived_ns - pending.sent_ns
+            network_ns = 0
+            if charges is not None and addr is not None:
+                logged = charges.take(addr, cid)
+                handler_ns = None if logged is None else logged.local_ns
+                if logged is not None:
+                    network_ns = network_estimate(logged, broker_ns)
+                self._logged_remote[cid] = (handler_ns, network_ns, now - arrived_ns)
+                charged_ns = (
+                    handler_ns
+                    if handler_ns is not None
+                    else self.gate.charged_ns(broker_ns, pending.allowance_ns)
+                )
+            else:
+                charged_ns = self.gate.charged_ns(broker_ns, pending.allowance_ns)
             owed.add(cid)
-            remote(self, cid, pending.client_id or "", pending.api_key, charged_ns)
+            remote(self, cid, pending.client_id or "", pending.api_key, charged_ns, network_ns)
         if not owed:
-            self._deliver(frames)
+            self._deliver(frames, read_ns)
             return
-        self._held, self._held_since_ns, self._charges_owed = frames, now, owed
+        self._held, self._held_since_ns, self._charges_owed = frames, arrived_ns, owed
+
+    def _line_came(self, remote: RemoteCharge) -> None:
+        """The held responses' log line was read (or the hold is over): their charges now."""
+        frames, self._held = self._held, None
+        if frames is None or self.closed:
+            return
+        try:
+            self._ask_charges(frames, remote, read_ns=self._held_since_ns)
+        except Exception as exc:
+            self.internal_error(exc)
 
     def charged(self, correlation_id: int, charge: RequestCharge) -> None:
         """The decided charge of a held response (`_ask_charges`)."""

@@ -139,7 +139,13 @@ class RemoteCharge(Protocol):
     accepting process, which owns the meters); the answer comes to `charged`."""
 
     def __call__(
-        self, conn: Channel, correlation_id: int, client_id: str, api_key: int, charged_ns: int
+        self,
+        conn: Channel,
+        correlation_id: int,
+        client_id: str,
+        api_key: int,
+        charged_ns: int,
+        network_ns: int = 0,
     ) -> None: ...
 
 

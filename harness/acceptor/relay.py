@@ -93,6 +93,10 @@ class Relay:
         #: the upstream socket's own address as the broker's connection id names it
         self.upstream_addr: str | None = None
         self._order = ResponseOrder()
+        #: what the broker's log said of responses whose charges were decided in another
+        #: process (the split model), by correlation id: (handler ns or None, network ns,
+        #: held ns), as `RequestGate.logged` takes them, for their rows
+        self._logged_remote: dict[int, tuple[int | None, int, int]] = {}
         #: an admin answer is being built in another process (`deferred_answer`): nothing
         #: more is taken from the client until it is sent
         self.awaiting_answer = False
@@ -332,7 +336,10 @@ class Relay:
             before, done, after = self._order.response(cid, len(frame), read_ns)
             if done is not None:
                 gate = self.gate
-                if charges is not None and addr is not None and gate.charge_source != "late":
+                read_before = self._logged_remote.pop(cid, None)
+                if read_before is not None:  # its charge was decided elsewhere, with it
+                    gate.logged(*read_before)
+                elif charges is not None and addr is not None and gate.charge_source != "late":
                     logged = charges.take(addr, cid)
                     if logged is None:
                         gate.logged(None, 0, now - read_ns)

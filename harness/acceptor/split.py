@@ -34,8 +34,10 @@ count, the limit eviction compares it with, and how many of each processor proce
 releases are counted in it, so a processor never evicts twice for one excess while its
 release is on its way.
 
-Not in this mode yet, refused at start with the reason (`check_split`): the broker's
-request log (charges are the broker time the processor sees, less purgatory waits).
+With the broker's request log (`upstream.request.log`), each processor process reads it
+for its own responses and sends Kafka's handler time (and the network-thread estimate,
+recorded unthrottled) as the charge; a response whose line has not come yet waits for it
+first (`forwarding.ProtoConnection._ask_charges`).
 """
 
 from __future__ import annotations
@@ -85,22 +87,13 @@ STOP_TIMEOUT_S = 15.0
 
 
 def check_split(cfg: AcceptorConfig) -> None:
-    """Refuse what the split model does not do yet (ConfigError: key, value, reason)."""
-    props = cfg.properties
+    """Refuse what the split model cannot do (ConfigError: key, value, reason)."""
     if cfg.processor_processes > cfg.quota.num_network_threads:
         raise ConfigError(
             PROCESSES_KEY,
             str(cfg.processor_processes),
             f"more processor processes than processors (num.network.threads="
             f"{cfg.quota.num_network_threads}): each runs at least one",
-        )
-    key = "upstream.request.log"
-    if props.get(key, "").strip():
-        raise ConfigError(
-            key,
-            props[key],
-            f"not supported with {MODEL_KEY}=split: the broker's log is not read for the "
-            "processor processes' responses yet",
         )
 
 
@@ -469,10 +462,11 @@ class ProcessorProcess:
     def _charge(self, op: tuple[Any, ...]) -> None:
         """A response's request-handler charge, recorded by the meters here; the outcome
         goes back (the processor throttles and mutes with it)."""
-        _, conn_id, correlation_id, client_id, api_key, charged_ns, now_ms = op
-        c = self.owner.owned.request_quotas.record_request(
-            PRINCIPAL, client_id, api_key, charged_ns, now_ms
-        )
+        _, conn_id, correlation_id, client_id, api_key, charged_ns, network_ns, now_ms = op
+        meters = self.owner.owned.request_quotas
+        c = meters.record_request(PRINCIPAL, client_id, api_key, charged_ns, now_ms)
+        if network_ns:  # the broker's network-thread time, after, unthrottled (as in `single`)
+            meters.record_no_throttle(PRINCIPAL, client_id, network_ns, now_ms, exempt=c.exempt)
         outcome = (c.throttle_ms, c.exempt, *c.bucket, c.quota, c.rate)
         assert self.link is not None
         self.link.send([("charged", conn_id, correlation_id, *outcome)])

@@ -188,7 +188,13 @@ class ProcessorProcess:
         self.link.queue(("admin", *who, frame))
 
     def _charge(
-        self, conn: Channel, correlation_id: int, client_id: str, api_key: int, charged_ns: int
+        self,
+        conn: Channel,
+        correlation_id: int,
+        client_id: str,
+        api_key: int,
+        charged_ns: int,
+        network_ns: int = 0,
     ) -> None:
         """A response's request-quota charge: decided by the accepting process's meters
         (KIP-124's are one per broker); the response waits for it (`charged`)."""
@@ -196,7 +202,9 @@ class ProcessorProcess:
         conn_id = conn.info.conn_id
         self._charging[(conn_id, correlation_id)] = conn
         now_ms = time.monotonic_ns() // 1_000_000
-        self.link.queue(("charge", conn_id, correlation_id, client_id, api_key, charged_ns, now_ms))
+        self.link.queue(
+            ("charge", conn_id, correlation_id, client_id, api_key, charged_ns, network_ns, now_ms)
+        )
 
     def _charged(self, op: tuple[Any, ...]) -> None:
         _, conn_id, correlation_id, throttle_ms, exempt, user, client, quota, rate = op

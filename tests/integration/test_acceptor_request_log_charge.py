@@ -1,5 +1,7 @@
 """The acceptor charges Kafka's own handler time, read from the real broker's request log
-(`upstream.request.log`, harness.acceptor.broker_charge), not the wall time it sees."""
+(`upstream.request.log`, harness.acceptor.broker_charge), not the wall time it sees; in
+both process models (in `split` each processor process reads the log for its responses and
+the accepting process's meters record what it read)."""
 
 from __future__ import annotations
 
@@ -31,14 +33,18 @@ def logged_broker(module_broker_factory: Callable[..., Broker]) -> Broker:
     return broker
 
 
-@pytest.fixture
-def acceptor(logged_broker: Broker, tmp_path: Path) -> Iterator[AcceptorHandle]:
+@pytest.fixture(params=["single", "split"])
+def acceptor(
+    logged_broker: Broker, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[AcceptorHandle]:
     h = start_in_thread(
         {
             "listeners": "CLIENT://127.0.0.1:0",
             "listener.name.client.upstream": logged_broker.bootstrap,
             "upstream.request.log": str(logged_broker.request_log_path),
             "metrics.port": "-1",
+            "acceptor.process.model": request.param,
+            "history.flush.interval.ms": "50",
         },
         history_dir=tmp_path / "history",
         run_id="charge",
@@ -78,6 +84,11 @@ def _rows(h: AcceptorHandle, client_id: str, event: str = "request") -> list[dic
     return sorted(out, key=lambda r: r["mono_ns"])
 
 
+def _client(h: AcceptorHandle, name: str) -> str:
+    """A client id of this test and process model (the broker's log is shared by both)."""
+    return f"{name}-{'split' if h.acceptor.split is not None else 'single'}"
+
+
 def _logged(broker: Broker, client_id: str) -> list[dict[str, Any]]:
     """The broker's own lines for this client's Metadata requests, in order."""
     assert broker.request_log_path is not None
@@ -93,15 +104,16 @@ def test_each_request_is_charged_the_handler_time_the_broker_logged(
     acceptor: AcceptorHandle, logged_broker: Broker
 ) -> None:
     boot = bootstrap(acceptor.address("CLIENT"))
-    _set_quota(boot, "metered", 50.0)  # charged (quotas on), never reached by 40 requests
-    with KafkaWire(boot, client_id="metered") as wire:
+    metered = _client(acceptor, "metered")  # the broker's log is the module's: one id each
+    _set_quota(boot, metered, 50.0)  # charged (quotas on), never reached by 40 requests
+    with KafkaWire(boot, client_id=metered) as wire:
         host, port = wire.sock.getsockname()[:2]
         client_end = f"{host}:{port}"
         assert _metadata(wire, 40) == [0] * 40
-    wait_until(lambda: len(_rows(acceptor, "metered")) >= 40, timeout=10, what="late rows")
-    rows = _rows(acceptor, "metered")
-    wait_until(lambda: len(_logged(logged_broker, "metered")) >= 40, timeout=10, what="log")
-    lines = _logged(logged_broker, "metered")
+    wait_until(lambda: len(_rows(acceptor, metered)) >= 40, timeout=10, what="late rows")
+    rows = _rows(acceptor, metered)
+    wait_until(lambda: len(_logged(logged_broker, metered)) >= 40, timeout=10, what="log")
+    lines = _logged(logged_broker, metered)
     assert len(rows) == len(lines) == 40
     details = [json.loads(r["detail"]) for r in rows]
     from_log = [
@@ -110,8 +122,11 @@ def test_each_request_is_charged_the_handler_time_the_broker_logged(
     ]  # fmt: skip
     # a line later than HOLD_MAX_S (a stalled broker thread) is charged wall time: rare
     assert len(from_log) >= 36, [d["charge_source"] for d in details]
-    # far from its quota no response waits for its line: charged when it comes
-    assert all("held_ms" not in d for d in details)
+    if acceptor.acceptor.split is None:
+        # far from its quota no response waits for its line: charged when it comes
+        assert all("held_ms" not in d for d in details)
+    else:  # whether it could throttle is known in the accepting process: each one waits
+        assert all(d["charge_source"] in ("broker_log", "wall") for d in details)
     for d, line, r in from_log:
         # Kafka's requestThreadTimeNanos (localTimeMs) is what is charged, exactly, and the
         # network-thread estimate is the line's sendTimeMs, capped
@@ -174,6 +189,8 @@ def test_a_throttle_row_names_the_charge_source(acceptor: AcceptorHandle) -> Non
             if throttles:
                 break
     assert throttles
+    # in `split` the row is in a processor process's file, flushed on its own cadence
+    wait_until(lambda: _rows(acceptor, "tiny", "request_throttle"), timeout=10, what="the row")
     thr = _rows(acceptor, "tiny", "request_throttle")
     # near its quota a response waits for its line: the throttle is made on Kafka's charge
     assert thr and json.loads(thr[0]["detail"])["charge_source"] in ("broker_log", "wall")

@@ -174,7 +174,6 @@ def test_a_request_quota_throttles_and_mutes_through_the_accepting_process_meter
 @pytest.mark.parametrize(
     ("key", "value"),
     [
-        ("upstream.request.log", "/tmp/request.log"),
         (PROCESSES_KEY, "4"),  # more processes than num.network.threads (3)
     ],
 )
