@@ -278,7 +278,11 @@ class ProtoConnection(Relay):
             owed.add(cid)
             remote(self, cid, pending.client_id or "", pending.api_key, charged_ns, network_ns)
         if not owed:
-            self._deliver(frames, read_ns)
+            if read_ns is None:
+                self._deliver(frames)
+            else:  # after a hold: sent as a held response is, the EOF meanwhile included
+                self._held = frames
+                self._release_held()
             return
         self._held, self._held_since_ns, self._charges_owed = frames, arrived_ns, owed
 
