@@ -276,7 +276,8 @@ class ProtoConnection(Relay):
             else:
                 charged_ns = self.gate.charged_ns(broker_ns, pending.allowance_ns)
             owed.add(cid)
-            remote(self, cid, pending.client_id or "", pending.api_key, charged_ns, network_ns)
+            self._charged_at[cid] = now
+            remote(self, cid, pending.client_id or "", pending.api_key, charged_ns, network_ns, now)
         if not owed:
             if read_ns is None:
                 self._deliver(frames)

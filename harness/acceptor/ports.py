@@ -136,7 +136,8 @@ class LocalAnswers(Protocol):
 
 class RemoteCharge(Protocol):
     """Where a processor process has a response's request-quota charge decided (the
-    accepting process, which owns the meters); the answer comes to `charged`."""
+    accepting process, which owns the meters); the answer comes to `charged`. `at_ns`: the
+    instant the meters record it at, which its `request` row then carries."""
 
     def __call__(
         self,
@@ -145,7 +146,8 @@ class RemoteCharge(Protocol):
         client_id: str,
         api_key: int,
         charged_ns: int,
-        network_ns: int = 0,
+        network_ns: int,
+        at_ns: int,
     ) -> None: ...
 
 

@@ -97,6 +97,9 @@ class Relay:
         #: process (the split model), by correlation id: (handler ns or None, network ns,
         #: held ns), as `RequestGate.logged` takes them, for their rows
         self._logged_remote: dict[int, tuple[int | None, int, int]] = {}
+        #: when those charges were recorded there, by correlation id: the instant their
+        #: `request` rows carry, so the checker replays the meters as they ran
+        self._charged_at: dict[int, int] = {}
         #: an admin answer is being built in another process (`deferred_answer`): nothing
         #: more is taken from the client until it is sent
         self.awaiting_answer = False
@@ -346,7 +349,8 @@ class Relay:
                     else:
                         network = network_estimate(logged, done.latency_ns)
                         gate.logged(logged.local_ns, network, now - read_ns)
-                frame = self.host.request_done(self, done, now, frame)
+                at = self._charged_at.pop(cid, now)  # decided elsewhere: when it was recorded
+                frame = self.host.request_done(self, done, at, frame)
                 late = gate.on_logged  # the charge waits for the line (request_done set it)
                 if late is not None and charges is not None and addr is not None:
                     gate.on_logged = None

@@ -30,9 +30,10 @@ What crosses between the two, over one `SOCK_SEQPACKET` socketpair per processor
 
 What the processors read of the engine (Kafka's processors read `ConnectionQuotas` under
 its lock for `closeExcessConnections`) is in shared memory (`SharedCounts`): the broker-wide
-count, the limit eviction compares it with, and how many of each processor process's
-releases are counted in it, so a processor never evicts twice for one excess while its
-release is on its way.
+count, the limit eviction compares it with, how many of each processor process's releases
+are counted in it, and how many each has made (written by itself at the release), so no
+processor evicts for an excess that a release on its way, its own or another's, has
+already ended.
 
 With the broker's request log (`upstream.request.log`), each processor process reads it
 for its own responses and sends Kafka's handler time (and the network-thread estimate,
@@ -98,17 +99,22 @@ def check_split(cfg: AcceptorConfig) -> None:
 
 
 class SharedCounts:
-    """`[version, total, limit, requests, applied_0, ...]` as int64 in shared memory.
+    """`[version, total, limit, requests, applied_0, ..., released_0, ...]` as int64 in
+    shared memory.
 
-    Written by the accepting process alone, read by the processor processes; the version
-    is odd while a write is in progress (a sequence lock), so a reader never mixes two
-    writes. `requests`: 1 once a request quota exists (Kafka's `quotasEnabled`, which never
-    turns back off). `applied_i`: how many of processor process i's releases `total` has
-    counted.
+    The first part is written by the accepting process alone, read by the processor
+    processes; the version is odd while a write is in progress (a sequence lock), so a
+    reader never mixes two writes. `requests`: 1 once a request quota exists (Kafka's
+    `quotasEnabled`, which never turns back off). `applied_i`: how many of processor
+    process i's releases `total` has counted. `released_i`: how many releases processor
+    process i has made, written by it alone before each release message, so every
+    processor reads a count that every release already left, as Kafka's processors read
+    one `ConnectionQuotas` that `dec` changed at once.
     """
 
     def __init__(self, processes: int, fd: int | None = None) -> None:
-        size = 8 * (4 + processes)
+        self.processes = processes
+        size = 8 * (4 + 2 * processes)
         if fd is None:
             fd = os.memfd_create("acceptor-counts", 0)  # not close-on-exec: passed on
             os.ftruncate(fd, size)
@@ -124,6 +130,8 @@ class SharedCounts:
         process: int | None = None,
         applied: int = 0,
     ) -> None:
+        if process is not None and not 0 <= process < self.processes:
+            raise IndexError(f"no processor process {process} of {self.processes}")
         q = self._q
         q[0] += 1
         q[1] = total
@@ -137,15 +145,22 @@ class SharedCounts:
         """Whether any request quota exists (one word, set once: no lock needed)."""
         return bool(self._q[3])
 
-    def read(self, process: int) -> tuple[int, int, int]:
-        """(total, limit, applied) of one consistent write."""
-        q = self._q
+    def released(self, process: int, n: int) -> None:
+        """Processor process `process` has made `n` releases (its own word: no lock)."""
+        if not 0 <= process < self.processes:
+            raise IndexError(f"no processor process {process} of {self.processes}")
+        self._q[4 + self.processes + process] = n
+
+    def read(self) -> tuple[int, int, int]:
+        """(total, limit, releases made that `total` still counts) of one consistent write;
+        the releases are read after it, so none it counted is missed."""
+        q, n = self._q, self.processes
         while True:
             version = q[0]
             if not version & 1:
-                total, limit, applied = q[1], q[2], q[4 + process]
+                total, limit, applied = q[1], q[2], sum(q[4 : 4 + n])
                 if q[0] == version:
-                    return total, limit, applied
+                    return total, limit, sum(q[4 + n : 4 + 2 * n]) - applied
             os.sched_yield()  # the writer is between its two increments
 
     def close(self) -> None:

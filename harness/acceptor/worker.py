@@ -55,9 +55,10 @@ log = logging.getLogger("harness.acceptor.worker")
 
 class RemoteCounts:
     """The engine and the metrics' counters as a processor process sees them: a
-    `ports.Counted` and a `ports.Counts`. Counts and releases go back on the link; whether
-    the broker is over `max.connections` is read from the shared counts, less this
-    process's releases still on their way (so one excess is never evicted twice)."""
+    `ports.Counted` and a `ports.Counts`. Counts and releases go back on the link, and each
+    release is counted in shared memory first; whether the broker is over
+    `max.connections` is read from the shared counts, less every process's releases still
+    on their way (so no excess is evicted for twice, nor one another process's close ended)."""
 
     def __init__(
         self, link: Link, shared: SharedCounts, index: int, exempt: Mapping[str, bool]
@@ -72,11 +73,12 @@ class RemoteCounts:
     def max_connections_exceeded(self, listener: str) -> bool:
         if self._exempt[listener]:
             return False
-        total, limit, applied = self._shared.read(self._index)
-        return total - (self._released - applied) > limit
+        total, limit, on_their_way = self._shared.read()
+        return total - on_their_way > limit
 
     def release(self, listener: str, ip: str) -> None:
         self._released += 1
+        self._shared.released(self._index, self._released)
         self._link.queue(("release", listener, ip))
 
     # -- ports.Counts --------------------------------------------------------------------
@@ -136,7 +138,7 @@ class ProcessorProcess:
             self._link_sock, asyncio.get_running_loop(), self._on_ops, self.stopped.set
         )
         names = [spec.name for spec in cfg.listeners]
-        counted = RemoteCounts(
+        self.counted = counted = RemoteCounts(
             self.link, self._shared, self.index, {n: engine.is_evict_exempt(n) for n in names}
         )
         admin = AdminHandler(
@@ -194,14 +196,15 @@ class ProcessorProcess:
         client_id: str,
         api_key: int,
         charged_ns: int,
-        network_ns: int = 0,
+        network_ns: int,
+        at_ns: int,
     ) -> None:
         """A response's request-quota charge: decided by the accepting process's meters
         (KIP-124's are one per broker); the response waits for it (`charged`)."""
         assert isinstance(conn, ProtoConnection)  # what the processors' connections are
         conn_id = conn.info.conn_id
         self._charging[(conn_id, correlation_id)] = conn
-        now_ms = time.monotonic_ns() // 1_000_000
+        now_ms = at_ns // 1_000_000  # the instant its `request` row carries
         self.link.queue(
             ("charge", conn_id, correlation_id, client_id, api_key, charged_ns, network_ns, now_ms)
         )
@@ -272,7 +275,7 @@ class ProcessorProcess:
     def _close_unregistered(self, item: NewConnection, reason: str) -> None:
         with contextlib.suppress(OSError):
             item.sock.close()
-        self.link.queue(("release", item.info.listener, item.info.client_ip))
+        self.counted.release(item.info.listener, item.info.client_ip)
         self.rec.conn(
             "close", item.info, time.monotonic_ns(), reason=reason, detail={"registered": False}
         )

@@ -135,7 +135,7 @@ def test_quota_changes_through_a_processor_process_reach_the_engine(start: Start
     assert round_trip(h.address("CLIENT"), "127.0.0.10") == "ok"  # another address is not
     alter_broker_config(bootstrap, {"max.connections": "7"})
     assert h.acceptor.quota_cfg.max_connections == 7
-    assert h.acceptor.split.shared.read(0)[1] == 7  # type: ignore[union-attr]
+    assert h.acceptor.split.shared.read()[1] == 7  # type: ignore[union-attr]
     h.stop()
     admins = [r["reason"] for r in _rows(h) if r["event"] == "admin"]
     assert admins == ["applied", "applied"]  # the two changes, by the accepting process

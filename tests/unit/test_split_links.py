@@ -20,12 +20,13 @@ def test_shared_counts_are_read_back_by_another_mapping_of_the_same_memory() -> 
     writer = SharedCounts(3)
     reader = SharedCounts(3, os.dup(writer.fd))
     writer.publish(7, 5)
-    assert reader.read(1) == (7, 5, 0)
+    assert reader.read() == (7, 5, 0)
     assert not reader.requests_enabled()
-    writer.publish(6, 5, True, 1, 4)
-    assert reader.read(1) == (6, 5, 4)
+    reader.released(1, 4)  # processor process 1 made four releases; none counted yet
+    assert writer.read() == (7, 5, 4)
+    writer.publish(3, 5, True, 1, 4)  # the accepting process counted them
+    assert reader.read() == (3, 5, 0)
     assert reader.requests_enabled()  # a request quota exists (set once, never unset)
-    assert reader.read(0) == (6, 5, 0)  # another process's applied releases untouched
     reader.close()
     writer.close()
 
@@ -40,7 +41,7 @@ class _Ops:
 
 def test_a_release_on_its_way_is_not_evicted_for_twice() -> None:
     """Over the limit by one: the processor evicts one; until the accepting process has
-    counted that release, the shared total still says over, but this process knows."""
+    counted that release, the shared total still says over, but the release is counted."""
     shared = SharedCounts(2)
     link = _Ops()
     counts = RemoteCounts(link, shared, 1, {"CLIENT": False, "INTERNAL": True})  # type: ignore[arg-type]
@@ -54,6 +55,25 @@ def test_a_release_on_its_way_is_not_evicted_for_twice() -> None:
     assert not counts.max_connections_exceeded("CLIENT")
     shared.publish(4, 3, False, 0, 0)  # another admission (another process's count unchanged)
     assert counts.max_connections_exceeded("CLIENT")
+    shared.close()
+
+
+def test_another_processs_release_on_its_way_ends_the_excess_for_every_process() -> None:
+    """Kafka's processors share one count that `dec` lowers at once: a connection another
+    processor process closed is no excess to evict for, even before the accepting
+    process has its release (a clean `eviction-order` run in `split` evicted one too many
+    without this)."""
+    shared = SharedCounts(2)
+    theirs, ours = _Ops(), _Ops()
+    other = RemoteCounts(theirs, shared, 0, {"CLIENT": False})  # type: ignore[arg-type]
+    mine = RemoteCounts(ours, shared, 1, {"CLIENT": False})  # type: ignore[arg-type]
+    shared.publish(9, 8)
+    assert mine.max_connections_exceeded("CLIENT")
+    other.release("CLIENT", "127.0.0.3")  # its client closed: 8 open
+    assert not mine.max_connections_exceeded("CLIENT")
+    shared.publish(8, 8, False, 0, 1)  # the accepting process counted it
+    assert not mine.max_connections_exceeded("CLIENT")
+    assert not other.max_connections_exceeded("CLIENT")
     shared.close()
 
 
@@ -165,8 +185,11 @@ def test_lazy_ops_ride_with_the_next_batch_or_go_alone_after_lazy_s() -> None:
 @pytest.mark.parametrize("processes", [1, 3])
 def test_shared_counts_size_follows_the_processes(processes: int) -> None:
     shared = SharedCounts(processes)
+    shared.released(processes - 1, 9)
     shared.publish(1, 2, False, processes - 1, 9)
-    assert shared.read(processes - 1) == (1, 2, 9)
+    assert shared.read() == (1, 2, 0)
     with pytest.raises(IndexError):
-        shared.read(processes)
+        shared.released(processes, 1)
+    with pytest.raises(IndexError):
+        shared.publish(1, 2, False, processes, 1)
     shared.close()
