@@ -15,6 +15,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 from harness.acceptor.broker_charge import kafka_address, network_estimate
+from harness.acceptor.ports import ChargeAsked
 from harness.acceptor.relay import (
     UPSTREAM_EOF_GRACE_S,
     Closable,
@@ -277,7 +278,10 @@ class ProtoConnection(Relay):
                 charged_ns = self.gate.charged_ns(broker_ns, pending.allowance_ns)
             owed.add(cid)
             self._charged_at[cid] = now
-            remote(self, cid, pending.client_id or "", pending.api_key, charged_ns, network_ns, now)
+            asked = ChargeAsked(
+                cid, pending.client_id or "", pending.api_key, charged_ns, network_ns, now
+            )
+            remote(self, asked)
         if not owed:
             if read_ns is None:
                 self._deliver(frames)

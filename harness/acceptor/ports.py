@@ -134,21 +134,26 @@ class LocalAnswers(Protocol):
     ) -> bytes | Deferred | None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class ChargeAsked:
+    """A response's request-quota charge, to be decided where the meters are: its request's
+    correlation id, client id and api key, the handler time charged, the network-thread
+    estimate (recorded unthrottled), and `at_ns`, the instant the meters record it at,
+    which its `request` row then carries."""
+
+    correlation_id: int
+    client_id: str
+    api_key: int
+    charged_ns: int
+    network_ns: int
+    at_ns: int
+
+
 class RemoteCharge(Protocol):
     """Where a processor process has a response's request-quota charge decided (the
-    accepting process, which owns the meters); the answer comes to `charged`. `at_ns`: the
-    instant the meters record it at, which its `request` row then carries."""
+    accepting process, which owns the meters); the answer comes to `charged`."""
 
-    def __call__(
-        self,
-        conn: Channel,
-        correlation_id: int,
-        client_id: str,
-        api_key: int,
-        charged_ns: int,
-        network_ns: int,
-        at_ns: int,
-    ) -> None: ...
+    def __call__(self, conn: Channel, asked: ChargeAsked) -> None: ...
 
 
 class ConnectionHost(Protocol):

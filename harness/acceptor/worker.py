@@ -40,7 +40,7 @@ from harness.acceptor.connections import Connections
 from harness.acceptor.dynamic import DynamicConfig
 from harness.acceptor.eventloop import new_event_loop
 from harness.acceptor.forwarding import ProtoConnection
-from harness.acceptor.ports import Channel, NewConnection, Peer
+from harness.acceptor.ports import Channel, ChargeAsked, NewConnection, Peer
 from harness.acceptor.processor import Processor
 from harness.acceptor.recorder import ConnInfo, Recorder
 from harness.acceptor.relay import Relay
@@ -189,25 +189,18 @@ class ProcessorProcess:
         who = (i.conn_id, i.listener, i.client_ip, i.client_port, i.sock_ip, i.sock_port)
         self.link.queue(("admin", *who, frame))
 
-    def _charge(
-        self,
-        conn: Channel,
-        correlation_id: int,
-        client_id: str,
-        api_key: int,
-        charged_ns: int,
-        network_ns: int,
-        at_ns: int,
-    ) -> None:
+    def _charge(self, conn: Channel, asked: ChargeAsked) -> None:
         """A response's request-quota charge: decided by the accepting process's meters
         (KIP-124's are one per broker); the response waits for it (`charged`)."""
         assert isinstance(conn, ProtoConnection)  # what the processors' connections are
         conn_id = conn.info.conn_id
-        self._charging[(conn_id, correlation_id)] = conn
-        now_ms = at_ns // 1_000_000  # the instant its `request` row carries
+        self._charging[(conn_id, asked.correlation_id)] = conn
+        a = asked
+        now_ms = a.at_ns // 1_000_000  # the instant its `request` row carries
         self.link.queue(
-            ("charge", conn_id, correlation_id, client_id, api_key, charged_ns, network_ns, now_ms)
-        )
+            ("charge", conn_id, a.correlation_id, a.client_id, a.api_key, a.charged_ns,
+             a.network_ns, now_ms)
+        )  # fmt: skip
 
     def _charged(self, op: tuple[Any, ...]) -> None:
         _, conn_id, correlation_id, throttle_ms, exempt, user, client, quota, rate = op
