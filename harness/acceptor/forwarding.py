@@ -256,6 +256,8 @@ class ProtoConnection(Relay):
                 return
         arrived_ns = now if read_ns is None else read_ns
         owed: set[int] = set()
+        if self.asked is None:
+            self.asked = {}
         for frame in frames:
             cid = correlation_id_of_response(frame)
             pending = self._order.peek(cid)
@@ -263,12 +265,13 @@ class ProtoConnection(Relay):
                 continue
             broker_ns = arrived_ns - pending.sent_ns
             network_ns = 0
+            read = None
             if charges is not None and addr is not None:
                 logged = charges.take(addr, cid)
                 handler_ns = None if logged is None else logged.local_ns
                 if logged is not None:
                     network_ns = network_estimate(logged, broker_ns)
-                self._logged_remote[cid] = (handler_ns, network_ns, now - arrived_ns)
+                read = (handler_ns, network_ns, now - arrived_ns)
                 charged_ns = (
                     handler_ns
                     if handler_ns is not None
@@ -277,7 +280,7 @@ class ProtoConnection(Relay):
             else:
                 charged_ns = self.gate.charged_ns(broker_ns, pending.allowance_ns)
             owed.add(cid)
-            self._charged_at[cid] = now
+            self.asked[cid] = (now, read)
             asked = ChargeAsked(
                 cid, pending.client_id or "", pending.api_key, charged_ns, network_ns, now
             )

@@ -93,13 +93,11 @@ class Relay:
         #: the upstream socket's own address as the broker's connection id names it
         self.upstream_addr: str | None = None
         self._order = ResponseOrder()
-        #: what the broker's log said of responses whose charges were decided in another
-        #: process (the split model), by correlation id: (handler ns or None, network ns,
-        #: held ns), as `RequestGate.logged` takes them, for their rows
-        self._logged_remote: dict[int, tuple[int | None, int, int]] = {}
-        #: when those charges were recorded there, by correlation id: the instant their
-        #: `request` rows carry, so the checker replays the meters as they ran
-        self._charged_at: dict[int, int] = {}
+        #: charges asked of another process (the split model), by correlation id: the
+        #: instant the meters there recorded it (its `request` row carries it, so the
+        #: checker replays the meters as they ran) and, with the broker's log read, what
+        #: the log said (handler ns or None, network ns, held ns: `RequestGate.logged`)
+        self.asked: dict[int, tuple[int, tuple[int | None, int, int] | None]] | None = None
         #: an admin answer is being built in another process (`deferred_answer`): nothing
         #: more is taken from the client until it is sent
         self.awaiting_answer = False
@@ -339,9 +337,9 @@ class Relay:
             before, done, after = self._order.response(cid, len(frame), read_ns)
             if done is not None:
                 gate = self.gate
-                read_before = self._logged_remote.pop(cid, None)
-                if read_before is not None:  # its charge was decided elsewhere, with it
-                    gate.logged(*read_before)
+                asked = self.asked.pop(cid, None) if self.asked else None
+                if asked is not None and asked[1] is not None:  # the log was read for it
+                    gate.logged(*asked[1])
                 elif charges is not None and addr is not None and gate.charge_source != "late":
                     logged = charges.take(addr, cid)
                     if logged is None:
@@ -349,7 +347,7 @@ class Relay:
                     else:
                         network = network_estimate(logged, done.latency_ns)
                         gate.logged(logged.local_ns, network, now - read_ns)
-                at = self._charged_at.pop(cid, now)  # decided elsewhere: when it was recorded
+                at = now if asked is None else asked[0]
                 frame = self.host.request_done(self, done, at, frame)
                 late = gate.on_logged  # the charge waits for the line (request_done set it)
                 if late is not None and charges is not None and addr is not None:
