@@ -14,7 +14,7 @@ import time
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
-from harness.acceptor.broker_charge import kafka_address, network_estimate
+from harness.acceptor.broker_charge import kafka_address
 from harness.acceptor.ports import ChargeAsked
 from harness.acceptor.relay import (
     UPSTREAM_EOF_GRACE_S,
@@ -264,21 +264,15 @@ class ProtoConnection(Relay):
             if pending is None:  # answers nothing forwarded: sent as it is
                 continue
             broker_ns = arrived_ns - pending.sent_ns
-            network_ns = 0
-            read = None
+            handler_ns, network_ns, read = None, 0, None
             if charges is not None and addr is not None:
-                logged = charges.take(addr, cid)
-                handler_ns = None if logged is None else logged.local_ns
-                if logged is not None:
-                    network_ns = network_estimate(logged, broker_ns)
-                read = (handler_ns, network_ns, now - arrived_ns)
-                charged_ns = (
-                    handler_ns
-                    if handler_ns is not None
-                    else self.gate.charged_ns(broker_ns, pending.allowance_ns)
-                )
-            else:
-                charged_ns = self.gate.charged_ns(broker_ns, pending.allowance_ns)
+                read = self.log_line(charges, addr, cid, broker_ns, now - arrived_ns)
+                handler_ns, network_ns, _held = read
+            charged_ns = (
+                handler_ns
+                if handler_ns is not None
+                else self.gate.charged_ns(broker_ns, pending.allowance_ns)
+            )
             owed.add(cid)
             self.asked[cid] = (now, read)
             asked = ChargeAsked(

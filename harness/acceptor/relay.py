@@ -341,12 +341,7 @@ class Relay:
                 if asked is not None and asked[1] is not None:  # the log was read for it
                     gate.logged(*asked[1])
                 elif charges is not None and addr is not None and gate.charge_source != "late":
-                    logged = charges.take(addr, cid)
-                    if logged is None:
-                        gate.logged(None, 0, now - read_ns)
-                    else:
-                        network = network_estimate(logged, done.latency_ns)
-                        gate.logged(logged.local_ns, network, now - read_ns)
+                    gate.logged(*self.log_line(charges, addr, cid, done.latency_ns, now - read_ns))
                 at = now if asked is None else asked[0]
                 frame = self.host.request_done(self, done, at, frame)
                 late = gate.on_logged  # the charge waits for the line (request_done set it)
@@ -362,6 +357,18 @@ class Relay:
         payload = out[0] if len(out) == 1 else b"".join(out)
         self.bytes_out += len(payload)
         return payload, answered
+
+    @staticmethod
+    def log_line(
+        charges: RequestLog, addr: str, cid: int, broker_ns: int, held_ns: int
+    ) -> tuple[int | None, int, int]:
+        """What the broker's log said of request `cid` (taken once), as `RequestGate.logged`
+        takes it: its handler time (None: no line) and network-thread estimate, and how
+        long its response was held."""
+        logged = charges.take(addr, cid)
+        if logged is None:
+            return None, 0, held_ns
+        return logged.local_ns, network_estimate(logged, broker_ns), held_ns
 
     def close_after_answers(self, exc: FrameError) -> None:
         """A bad frame: nothing more is read from the client; the connection closes with
