@@ -91,6 +91,13 @@ def overall(
         r = by_name.get(name)
         if r is None:
             reasons.append(f"expected check {name} did not run on this target")
+        elif r.verdict != FAIL and r.unjudged_parts():
+            for part in r.unjudged_parts():
+                why = f" ({part.note})" if part.note else ""
+                hint = part.hint or "the load this part needs"
+                reasons.append(
+                    f"expected check {name}: part '{part.name}' judged nothing{why}; raise {hint}"
+                )
         elif r.verdict != PASS or r.exercised is False:
             hint = r.raise_hint or "the load against its limit"
             reasons.append(

@@ -392,6 +392,25 @@ class ArrivalUser(User):
         )
 
 
+def closed_model_readiness(environment: Environment, **_: Any) -> None:
+    """Readiness markers (``--ready-dir``) of a closed-model profile (steady, greedy):
+    up when every user is spawned, done at test stop (Locust's ``spawning_complete``
+    carries no environment: bound here, on ``init``)."""
+    if isinstance(environment.runner, MasterRunner):
+        return
+
+    def mark(kind: str) -> Any:
+        def on_event(**_: Any) -> None:
+            o = environment.parsed_options
+            if o is not None:
+                readiness.mark(o.ready_dir, kind)
+
+        return on_event
+
+    environment.events.spawning_complete.add_listener(mark(readiness.READY))
+    environment.events.test_stop.add_listener(mark(readiness.DONE))
+
+
 def warm_up() -> None:
     """Encode/decode each message class once, so schema compilation (~0.7 s in all) is
     not paid by the first arrivals of a schedule, where it would show up as lag."""

@@ -15,7 +15,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 PROFILES: dict[str, Path] = {
     name: HERE / f"{name}.py"
-    for name in ("storm", "connect", "per_request", "single_ip_flood", "steady")
+    for name in ("storm", "connect", "per_request", "single_ip_flood", "steady", "greedy")
 }
 
 

@@ -27,10 +27,16 @@ from typing import Any
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError, KafkaTimeoutError
 from locust import User, task
-from locust.runners import MasterRunner
 
-from loadprofiles import readiness, steady_conns, webui  # noqa: F401  (webui: admission tab)
-from loadprofiles.common import history, listen, payload, prepare_topic, settings
+from loadprofiles import steady_conns, webui  # noqa: F401  (webui: admission tab)
+from loadprofiles.common import (
+    closed_model_readiness,
+    history,
+    listen,
+    payload,
+    prepare_topic,
+    settings,
+)
 
 PRODUCE, FETCH = 0, 1
 logging.getLogger("kafka").setLevel(logging.WARNING)  # its INFO lines drown Locust's output
@@ -155,22 +161,4 @@ class SteadyUser(User):
 listen("test_start", prepare_topic)
 
 
-def _readiness(environment: Any, **_: Any) -> None:
-    """Readiness markers (``--ready-dir``): victims are up when every user is spawned
-    (Locust's ``spawning_complete`` carries no environment: bound here, on ``init``)."""
-    if isinstance(environment.runner, MasterRunner):
-        return
-
-    def mark(kind: str) -> Any:
-        def on_event(**_: Any) -> None:
-            o = environment.parsed_options
-            if o is not None:
-                readiness.mark(o.ready_dir, kind)
-
-        return on_event
-
-    environment.events.spawning_complete.add_listener(mark(readiness.READY))
-    environment.events.test_stop.add_listener(mark(readiness.DONE))
-
-
-listen("init", _readiness)
+listen("init", closed_model_readiness)

@@ -11,6 +11,12 @@ Four verdicts, and each claims only what was judged:
 - `n/a`: the rule does not apply to this run (the limit is not configured for the whole
   run, `not_configured`). Never counted as a pass; it merges as nothing.
 
+A rule often has parts judged on different events (a per-IP count reject is never
+served, and it is closed at once: the second is judged only where the client's EOF time
+is trusted). A check lists them as `Part`s with their own `judged` counts; a part that
+judged nothing makes a passing check `unknown`, naming the part and the load that would
+judge it, so a check never reads as exercised in a part it never saw.
+
 Verdicts merge fail > unknown > pass; n/a only when every check is n/a.
 A check that judges a configured limit (`Check(judges_limit=True)`) says whether the load
 reached it (`exercised`); the gate (analysis.verdict.overall) needs at least one such
@@ -32,6 +38,24 @@ VERDICTS = (PASS, FAIL, UNKNOWN, NA)
 _RANK = {NA: -1, PASS: 0, UNKNOWN: 1, FAIL: 2}
 MAX_WITNESSES = 10
 NOT_EXERCISED = "not exercised: the load never reached the limit"
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of a check's rule and the events it was judged on."""
+
+    name: str
+    judged: int
+    #: what was judged, or why nothing was (e.g. "steady clients only")
+    note: str = ""
+    #: the load that would judge it when `judged` is 0
+    hint: str = ""
+
+    def describe(self) -> str:
+        return f"{self.name}: {self.judged} judged" + (f", {self.note}" if self.note else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "judged": self.judged, "note": self.note, "hint": self.hint}
 
 
 @dataclass
@@ -56,6 +80,11 @@ class CheckResult:
     #: what to raise when not exercised (e.g. "the arrival rate of 127.0.0.9")
     raise_hint: str = ""
     judges_limit: bool = False
+    #: the rule's parts, each with its own judged count (empty: the rule is one part)
+    parts: list[Part] = field(default_factory=list)
+
+    def unjudged_parts(self) -> list[Part]:
+        return [p for p in self.parts if p.judged <= 0]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -74,6 +103,7 @@ class CheckResult:
             "limit": self.limit,
             "raise_hint": self.raise_hint,
             "judges_limit": self.judges_limit,
+            "parts": [p.to_dict() for p in self.parts],
         }
 
 
@@ -128,6 +158,15 @@ def run_check(check: Check, run: Run) -> CheckResult:
         result.verdict = UNKNOWN
         result.exercised = False if result.exercised is None else result.exercised
         result.explanation = f"nothing was judged (0 events). {result.explanation}".strip()
+    unjudged = result.unjudged_parts()
+    if result.verdict == PASS and unjudged:
+        # exercised only in the parts it judged: a part that saw nothing proves nothing
+        result.verdict = UNKNOWN
+        names = ", ".join(f"{p.name} ({p.note})" if p.note else p.name for p in unjudged)
+        result.explanation = f"part(s) judged on 0 events: {names}. {result.explanation}".strip()
+        hints = [p.hint for p in unjudged if p.hint]
+        if hints:
+            result.raise_hint = "; ".join(hints)
     if result.verdict not in _RANK:
         result.explanation += f" (invalid verdict {result.verdict!r} treated as unknown)"
         result.verdict = UNKNOWN

@@ -294,7 +294,28 @@ def check_listener_rate_span(run: Run) -> CheckResult:
     )
 
 
+def behind_proxy(run: Run) -> bool:
+    """Whether the runner sent some of the load through a proxy (HAProxy, or PROXY
+    headers of its own): then the enforcer's record of who connected is itself a claim
+    under test, and the clients' own addresses are the reference."""
+    return any(
+        str(p.get("via") or "direct") != "direct" or str(p.get("proxy_protocol") or "off") != "off"
+        for p in run.meta.get("load") or []
+        if isinstance(p, dict)
+    )
+
+
 def check_ip_rate_span(run: Run) -> CheckResult:
+    if run.target != "broker" and not behind_proxy(run):
+        return CheckResult(
+            "client_ip_rate_span",
+            NA,
+            observed="no load behind a proxy: the acceptor's own per-IP rows are judged",
+            expected="nothing (ip_rate_span judges the acceptor's admissions)",
+            explanation="on the acceptor target the client-side span check judges only load "
+            "sent through a proxy, whose client addresses the acceptor must take from the "
+            "PROXY header",
+        )
     df = attempts(run).df
     groups = {str(ip): g for ip, g in df.groupby("client_ip")}
 
@@ -679,8 +700,9 @@ CHECKS = [
         "broker_side",
         check_ip_rate_span,
         True,
-        ("broker",),
-        doc="served connections per IP per n·w span ≤ q·(n+1)·w (client intervals)",
+        ("broker", "acceptor"),
+        doc="served connections per IP per n·w span ≤ q·(n+1)·w (client intervals; on the "
+        "acceptor target for load behind a proxy, keyed by the clients' own addresses)",
         judges_limit=True,
     ),
     Check(

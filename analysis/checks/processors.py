@@ -16,6 +16,7 @@ from analysis.checks.base import (
     UNKNOWN,
     Check,
     CheckResult,
+    Part,
     fmt,
     not_configured,
     nothing_judged,
@@ -143,14 +144,21 @@ def check_reject_closes_at_once(run: Run) -> CheckResult:
         for r in served.limit(5).collect()
     ]
     n_served = served.count()
-    client_note = "no client rows to confirm EOF"
     n_late = 0
+    n_joined = n_timed = 0
+    client_note = "no client rows"
     if run.has_source("client"):
         j = match_attempts(rejects, client_conns(run))
         # the storm engine reads every socket in its epoll loop, so its EOF time is prompt;
         # kafka-python (the steady profile) notices a closed socket at its next poll of that
         # connection, so its EOF time bounds nothing: there, only "never served, EOF seen"
         watching = F.coalesce(F.col("c.profile"), F.lit("")) != F.lit("steady")
+        counts = j.agg(
+            F.count(F.lit(1)).alias("joined"),
+            F.sum(F.when(watching, 1).otherwise(0)).alias("timed"),
+        ).first()
+        assert counts is not None
+        n_joined, n_timed = int(counts["joined"] or 0), int(counts["timed"] or 0)
         late = j.where(
             F.col("c.ready_ns").isNotNull()
             | F.col("c.eof_ns").isNull()
@@ -158,18 +166,39 @@ def check_reject_closes_at_once(run: Run) -> CheckResult:
         )
         n_late = late.count()
         for r in late.select("a.*", "c.eof_ns", "c.ready_ns").limit(5).collect():
-            why = (
-                "client was served after a per-IP count reject"
-                if r["ready_ns"] is not None
-                else "client saw no EOF within slack after the reject"
-            )
+            if r["ready_ns"] is not None:
+                why = "client was served after a per-IP count reject"
+            elif r["eof_ns"] is None:
+                why = "client saw no EOF after the reject"
+            else:
+                why = (
+                    f"client saw EOF {(r['eof_ns'] - r['reject_ns']) / MS:.1f} ms after the "
+                    f"reject (> slack {fmt(run.slack_ms)} ms)"
+                )
             wit.append(witness(r.asDict(), why))
         client_note = f"{n_late} without a prompt client EOF"
+    parts = [
+        Part("never registered", n),
+        Part(
+            "client EOF, never served",
+            n_joined,
+            "" if n_joined else "no reject matched a client attempt",
+            "client rows for the rejected connections",
+        ),
+        Part(
+            "close timing",
+            n_timed,
+            "engine clients" if n_timed else "steady clients only (their EOF time bounds nothing)",
+            "engine (storm) clients held open at the per-IP count limit (--hold-ms)",
+        ),
+    ]
     n_bad = n_served + n_late
     return CheckResult(
         "ip_count_reject_closes_at_once",
         FAIL if n_bad else PASS,
-        observed=f"{n} per-IP count rejects; {n_served} registered; {client_note}",
+        observed=f"{n} per-IP count rejects; {n_served} registered; {client_note} ("
+        + "; ".join(p.describe() for p in parts)
+        + ")",
         expected="reject → closed at once: never registered; client EOF within slack of the reject",
         tolerance=f"slack {fmt(run.slack_ms)} ms (EOF time of engine clients only: a steady "
         "kafka-python client sees the close at its next poll)",
@@ -177,6 +206,7 @@ def check_reject_closes_at_once(run: Run) -> CheckResult:
         explanation="max.connections.per.ip is enforced by accept-then-close, the client reads EOF",
         judged=n,
         exercised=True,
+        parts=parts,
     )
 
 

@@ -1,9 +1,16 @@
-"""Model-free: request-quota throttles (KIP-124) are bounded and never on exempt APIs.
+"""Model-free: request-quota throttles (KIP-124) are bounded, never on exempt APIs, and
+hold the throttled connection (KIP-219).
 
 ClientRequestQuotaManager bounds the throttle at the quota window; cluster-action APIs
 (LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown, WriteTxnMarkers, Vote,
 quorum epochs, AlterPartition, Envelope, broker registration/heartbeat, AllocateProducerIds,
 share-group state) are exempt. UpdateFeatures is a cluster action but throttled on a broker.
+
+KIP-219: the response carrying a throttle goes out at once and the channel is then muted
+until the throttle ends, so nothing more of that connection is read before it ends
+(`request_throttle_mutes`). Only a client that ignores `throttle_time_ms` and pipelines
+(the `greedy` profile) can show a broker that skips the mute: Kafka's own clients wait
+the throttle out themselves.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from analysis.checks.base import (
     PASS,
     Check,
     CheckResult,
+    Part,
     fmt,
     not_configured,
     nothing_judged,
@@ -22,6 +30,8 @@ from analysis.checks.base import (
 )
 
 if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
     from analysis.load import Run
 
 #: The only API a Kafka 4.3.1 broker answers without a request-quota throttle
@@ -91,7 +101,157 @@ def check_request_throttles(run: Run) -> CheckResult:
     )
 
 
+#: libuv (uvloop) keeps timers in whole milliseconds, so the acceptor's unmute timer may
+#: run up to 1 ms before the instant it was armed for, on the same monotonic clock as the
+#: rows; the client side needs no tolerance (see `_client_mutes`).
+TIMER_RESOLUTION_MS = 1.0
+
+
+def _client_mutes(run: Run) -> tuple[int, DataFrame]:
+    """Client side: after a response carrying throttle t, the connection's next response
+    comes no earlier than its request's send instant + t. Kafka starts the throttle when
+    it queues the response, which is after the request was sent (send = response instant
+    − the request's latency), and reads nothing more from the channel until it ends; so the
+    bound is exact, no tolerance. Responses without a send time (kafka-python's own
+    sockets) cannot be judged."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from analysis.frames import detail_col
+
+    rows = (
+        run.events("request_ok", source="client")
+        .where(F.col("latency_ms").isNotNull() & F.col("conn_id").isNotNull())
+        .select(
+            "conn_id",
+            "client_ip",
+            "client_port",
+            "listener",
+            "ts",
+            "mono_ns",
+            "latency_ms",
+            F.coalesce(
+                detail_col("client", "request_ok", "throttle_time_ms").cast("double"), F.lit(0.0)
+            ).alias("thr"),
+        )
+    )
+    w = Window.partitionBy("conn_id").orderBy("mono_ns")
+    rows = rows.withColumn("next_ns", F.lead("mono_ns").over(w))
+    judged = rows.where((F.col("thr") > 0) & F.col("next_ns").isNotNull()).withColumn(
+        "end_ns", F.col("mono_ns") - F.col("latency_ms") * 1e6 + F.col("thr") * 1e6
+    )
+    bad = judged.where(F.col("next_ns") < F.col("end_ns")).withColumn(
+        "early_ms", (F.col("end_ns") - F.col("next_ns")) / 1e6
+    )
+    return judged.count(), bad
+
+
+def _acceptor_mutes(run: Run) -> tuple[int, DataFrame]:
+    """Acceptor side: after a `request_throttle` row (the response sent at its instant,
+    the channel muted for `delay_ms`), the connection's next `request` was forwarded
+    (its row's instant − its latency) no earlier than the throttle's end."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    cols = ["conn_id", "client_ip", "client_port", "listener", "ts", "mono_ns", "seq"]
+    thr = run.events("request_throttle", source="acceptor").select(
+        *cols, F.lit(1).alias("kind"), F.col("delay_ms").alias("thr"), F.lit(None).alias("fwd_ns")
+    )
+    req = run.events("request", source="acceptor").select(
+        *cols,
+        F.lit(0).alias("kind"),
+        F.lit(None).cast("double").alias("thr"),
+        (F.col("mono_ns") - F.col("latency_ms") * 1e6).alias("fwd_ns"),
+    )
+    # a throttle row follows its own request's row at the same instant: order by kind
+    w = Window.partitionBy("conn_id").orderBy("mono_ns", "kind", "seq")
+    ev = thr.unionByName(req).withColumn("next_kind", F.lead("kind").over(w))
+    ev = ev.withColumn("next_fwd_ns", F.lead("fwd_ns").over(w))
+    judged = ev.where((F.col("kind") == 1) & (F.col("next_kind") == 0)).withColumn(
+        "end_ns", F.col("mono_ns") + F.col("thr") * 1e6
+    )
+    bad = judged.where(
+        F.col("next_fwd_ns") < F.col("end_ns") - F.lit(TIMER_RESOLUTION_MS * 1e6)
+    ).withColumn("early_ms", (F.col("end_ns") - F.col("next_fwd_ns")) / 1e6)
+    return judged.count(), bad
+
+
+def check_throttle_mutes(run: Run) -> CheckResult:
+    configured = any(
+        raw.get("request_quotas") for raw in run.timeline.raw if isinstance(raw, dict)
+    )
+    if not configured:
+        return not_configured("request_throttle_mutes", run, "request_percentage quotas")
+    on_acceptor = run.has_source("acceptor")
+    n_client, bad_client = _client_mutes(run)
+    parts = [
+        Part(
+            "client: no response before the throttle ends",
+            n_client,
+            "" if n_client else "no throttled response with a later one on its connection "
+            "from a client that records send times",
+            "a client that ignores throttle_time_ms and pipelines (profile greedy) over its "
+            "request quota",
+        )
+    ]
+    wit = [
+        witness(
+            r.asDict(),
+            f"response {r['early_ms']:.1f} ms before the throttle of {fmt(r['thr'])} ms "
+            "on its connection ended",
+        )
+        for r in bad_client.orderBy("mono_ns").limit(5).collect()
+    ]
+    n_bad = bad_client.count() if wit else 0
+    if on_acceptor:
+        n_acc, bad_acc = _acceptor_mutes(run)
+        parts.append(
+            Part(
+                "acceptor: no request forwarded before the throttle ends",
+                n_acc,
+                "" if n_acc else "no throttled connection sent another request",
+                "a client that ignores throttle_time_ms and pipelines (profile greedy)",
+            )
+        )
+        acc_wit = [
+            witness(
+                r.asDict(),
+                f"next request forwarded {r['early_ms']:.1f} ms before the throttle of "
+                f"{fmt(r['thr'])} ms ended (tolerance {fmt(TIMER_RESOLUTION_MS)} ms)",
+            )
+            for r in bad_acc.orderBy("mono_ns").limit(5).collect()
+        ]
+        if acc_wit:
+            n_bad += bad_acc.count()
+            wit += acc_wit
+    judged = sum(p.judged for p in parts)
+    return CheckResult(
+        "request_throttle_mutes",
+        FAIL if n_bad else PASS,
+        observed="; ".join(p.describe() for p in parts) + f"; {n_bad} early",
+        expected="a throttled connection is muted until its throttle ends (KIP-219): its "
+        "next response no earlier than the throttled request's send + throttle_time_ms; "
+        "on the acceptor its next request forwarded no earlier than the throttle's end",
+        tolerance=f"client: none (the bound is exact); acceptor: {fmt(TIMER_RESOLUTION_MS)} ms "
+        "(libuv timer resolution)",
+        witnesses=wit,
+        explanation="nothing more is read from a throttled channel until its throttle ends",
+        judged=judged,
+        exercised=judged > 0,
+        parts=parts,
+    )
+
+
 CHECKS = [
+    Check(
+        "request_throttle_mutes",
+        "requests",
+        check_throttle_mutes,
+        False,
+        ("acceptor", "broker"),
+        doc="a throttled connection reads nothing more until its throttle ends (KIP-219)",
+        judges_limit=True,
+    ),
     Check(
         "request_throttle_bounds",
         "requests",

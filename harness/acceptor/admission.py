@@ -57,6 +57,13 @@ SELECT_TIMEOUT_S = 0.5
 #: plus the one socket waiting for it). Two, so that one silent peer alone cannot stop the
 #: listener for `proxy.header.timeout.ms`.
 PROXY_PENDING_MAX = 2
+#: the seeded fault `ip_count_reject_close_late`: how late a rejected socket is closed
+REJECT_LATE_S = 0.4
+
+
+def _close_quietly(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.close()
 
 
 def _peer(addr: tuple[str, int] | tuple[str, int, int, int]) -> tuple[str, int]:
@@ -100,6 +107,8 @@ class ListenerAcceptor:
         self._f_no_wait = "rate_delay_not_waited" in faults
         self._f_double = "delay_doubled" in faults
         self._f_slot_wait = "slot_wait_while_free" in faults
+        self._f_reject_late = "ip_count_reject_close_late" in faults
+        self._f_proxy_ignored = "proxy_source_ignored" in faults
         # accepting, and what it records
         self.next_conn_id = next_conn_id
         self.log = log
@@ -360,7 +369,12 @@ class ListenerAcceptor:
             self._refuse(sock, info, tcp_ns, "shutdown", "stopped before a PROXY header")
             raise
         header, rest = result
-        if header is not None and header.src_ip is not None and header.src_port is not None:
+        if (
+            header is not None
+            and header.src_ip is not None
+            and header.src_port is not None
+            and not self._f_proxy_ignored  # SEEDED FAULT: keyed by the proxy's address
+        ):
             info.client_ip, info.client_port = header.src_ip, header.src_port
         await self._handoff.put(NewConnection(info, sock, tcp_ns, rest, header is not None))
 
@@ -472,8 +486,11 @@ class ListenerAcceptor:
             self._park(item, t1)
             return None
         if adm.outcome is Outcome.REJECTED_IP_COUNT:
-            with contextlib.suppress(OSError):
-                item.sock.close()  # the client reads EOF
+            if self._f_reject_late:  # SEEDED FAULT: the close comes 400 ms late
+                asyncio.get_running_loop().call_later(REJECT_LATE_S, _close_quietly, item.sock)
+            else:
+                with contextlib.suppress(OSError):
+                    item.sock.close()  # the client reads EOF
             rec.conn(
                 "reject",
                 info,

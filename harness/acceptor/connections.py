@@ -95,6 +95,8 @@ class Connections:
         self._slot_freed = slot_freed
         self._counts = counts
         self._log = log
+        #: the seeded fault `request_mute_skipped` (harness.quota.faults); False in production
+        self._f_mute_skipped = "request_mute_skipped" in cfg.faults
         #: every registered connection not yet finished (shutdown closes them)
         self.open: set[Channel] = set()
         #: the connections' own tasks (`run()`), awaited at shutdown
@@ -250,7 +252,8 @@ class Connections:
         if charge.throttle_ms <= 0:
             return frame
         throttle = charge.throttle_ms
-        conn.mute(now_ns + throttle * 1_000_000)
+        if not self._f_mute_skipped:  # SEEDED FAULT when skipped: the throttle is only told
+            conn.mute(now_ns + throttle * 1_000_000)
         self._counts.throttled(charge.bucket, throttle)
         self.rec.conn(
             "request_throttle",

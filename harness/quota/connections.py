@@ -233,6 +233,8 @@ class ConnectionQuotas:
             self._broker_max += 1  # (SEEDED FAULT: also in the listeners that inherit it)
         own_max = config.listener_max_connections
         inherited = INT_MAX if self._f_not_inherited else self._broker_max
+        if "max_connections_total_off_by_one" in faults and self._broker_max < INT_MAX:
+            self._broker_max += 1  # (SEEDED FAULT: the total only; inherited caps stay right)
         self._listener_max = (
             dict.fromkeys(names, INT_MAX)
             if "listener_max_ignored" in faults

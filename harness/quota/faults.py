@@ -159,6 +159,33 @@ FAULTS: tuple[Fault, ...] = (
         "harness/quota/requests.py RequestQuotas (request manager)",
     ),
     Fault(
+        "max_connections_total_off_by_one",
+        "max.connections caps the connections of every non-protected listener together",
+        "the broker-wide total is allowed one more connection, while every listener's "
+        "own cap (its own key, or the inherited max.connections) stays right",
+        "harness/quota/connections.py ConnectionQuotas (broker max)",
+    ),
+    Fault(
+        "ip_count_reject_close_late",
+        "a per-IP count rejection is closed at once (the client reads EOF)",
+        "the rejected socket is closed 400 ms after the reject",
+        "harness/acceptor/admission.py ListenerAcceptor._decide",
+    ),
+    Fault(
+        "proxy_source_ignored",
+        "behind a PROXY header the client is the header's source address",
+        "the header is read and dropped: every client is keyed (limits, rows) by the "
+        "proxy's own address",
+        "harness/acceptor/admission.py ListenerAcceptor._proxy_then_hand_off",
+    ),
+    Fault(
+        "request_mute_skipped",
+        "a throttled connection is muted until its throttle ends (KIP-219): nothing more "
+        "is read from it",
+        "the throttle is written into the response but the connection is not muted",
+        "harness/acceptor/connections.py Connections (request charge)",
+    ),
+    Fault(
         "skip_ip_rate_check",
         "connection_creation_rate on ip entities throttles connections",
         "the per-IP rate step is skipped (ip quotas are still accepted and reported); "

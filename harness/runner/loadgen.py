@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.runner.scenario import Phase
+from harness.runner.scenario import CLOSED_PROFILES, Phase
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def locust_argv(
         "--ready-dir",
         str(ready_dir(run_dir, phase)),
     ]
-    if phase.profile != "steady":
+    if phase.profile not in CLOSED_PROFILES:
         # Through HAProxy the proxy writes the PROXY header (carrying our bound source
         # addresses); the generator itself then sends none.
         via_haproxy = phase.via == "haproxy"

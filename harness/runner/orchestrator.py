@@ -28,7 +28,7 @@ from harness.localnet import free_port
 from harness.runner.loadgen import LoadTarget, locust_argv, max_arrivals, ready_dir
 from harness.runner.procs import ManagedProcess
 from harness.runner.rundir import RunDir, base_run_json, new_run_id, utc_now_iso
-from harness.runner.scenario import Phase, Scenario
+from harness.runner.scenario import CLOSED_PROFILES, Phase, Scenario
 from harness.runner.schedule import Cursor, TimelineEvent, apply_change, build_timeline
 from harness.runner.targets import AcceptorTarget, Target, TargetError, make_target
 from loadprofiles.readiness import phase_state
@@ -442,7 +442,7 @@ class Orchestrator:
                 self.say(f"phase {rp.phase.name} flowing")
             if rp.flowing and rp.end_mono_ns is None and n_done >= n_ready > 0:
                 rp.end_mono_ns = time.monotonic_ns()
-                if rp.phase.profile != "steady":
+                if rp.phase.profile not in CLOSED_PROFILES:
                     # schedule done: let Locust write its reports and exit now
                     rp.proc.signal_group(signal.SIGTERM)
                     rp.stop_deadline = now + self.sc.timeouts.drain
@@ -478,7 +478,7 @@ class Orchestrator:
         now = time.monotonic_ns()
         start, end = rp.start_mono_ns, rp.end_mono_ns
         source = "log"
-        if rp.phase.profile != "steady":
+        if rp.phase.profile not in CLOSED_PROFILES:
             intended = _intended_arrivals(self.rd.history / "client", rp.proc.pid)
             if intended:
                 source = "client_history"

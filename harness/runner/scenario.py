@@ -21,7 +21,9 @@ import yaml
 
 INT_MAX = 2147483647
 TARGETS = ("acceptor", "broker")
-PROFILES = ("storm", "per_request", "single_ip_flood", "steady")
+PROFILES = ("storm", "per_request", "single_ip_flood", "steady", "greedy")
+#: closed-model profiles: `users` long-lived clients, no arrival schedule
+CLOSED_PROFILES = ("steady", "greedy")
 FAULT_KINDS = ("broker_pause", "broker_kill", "upstream_latency")
 VERDICTS = ("pass", "fail", "unknown")
 PROXY_MODES = ("off", "v1", "v2")
@@ -447,7 +449,7 @@ def _parse_phase(i: int, spec: object, sc: dict[str, Any]) -> Phase:
     if profile not in PROFILES:
         raise ScenarioError(f"{where}.profile", profile, f"one of {PROFILES}")
     arrival = m.get("arrival")
-    if profile != "steady" or arrival is not None:
+    if profile not in CLOSED_PROFILES or arrival is not None:
         _located(f"{where}.arrival", parse_arrival, str(arrival) if arrival is not None else "")
     start = _num(f"{where}.start", m.get("start", 0))
     stop = _num(f"{where}.stop", m.get("stop", sc["duration"]))

@@ -9,7 +9,7 @@ import pytest
 
 from harness.runner import catalog
 from harness.runner.loadgen import LoadTarget, locust_argv, max_arrivals
-from harness.runner.scenario import ScenarioError, expand_ips, parse_scenario
+from harness.runner.scenario import CLOSED_PROFILES, ScenarioError, expand_ips, parse_scenario
 from harness.runner.targets import admin_listener
 
 ENTRIES = catalog.entries()
@@ -32,7 +32,7 @@ def test_scenario_is_short_named_and_states_checks(entry: catalog.Entry) -> None
     for phase in sc.load:
         assert (profiles / f"{phase.profile}.py").name.endswith(".py")
         assert all(ip.startswith("127.") for ip in expand_ips(phase.source_ips))
-        if phase.profile != "steady":
+        if phase.profile not in CLOSED_PROFILES:
             assert phase.users == 1, "arrival profiles run one driver user per process"
 
 
@@ -166,18 +166,19 @@ def test_max_arrivals_is_the_intended_count() -> None:
 
 def test_haproxy_phase_lets_haproxy_write_the_header(tmp_path: Path) -> None:
     sc = catalog.load("haproxy-flood")
-    (phase,) = sc.load
-    argv = locust_argv(
-        phase,
-        locust_bin="locust",
-        profile_dir=tmp_path,
-        run_dir=tmp_path,
-        target=LoadTarget("127.0.0.1", 9092),
-        run_id="r",
-        seed=1,
-    )
-    assert argv[argv.index("--via-haproxy") + 1] == "v2"
-    assert argv[argv.index("--proxy-protocol") + 1] == "off"
+    assert len(sc.load) == 3  # an override client, a quiet one and a flooding one
+    for phase in sc.load:
+        argv = locust_argv(
+            phase,
+            locust_bin="locust",
+            profile_dir=tmp_path,
+            run_dir=tmp_path,
+            target=LoadTarget("127.0.0.1", 9092),
+            run_id="r",
+            seed=1,
+        )
+        assert argv[argv.index("--via-haproxy") + 1] == "v2"
+        assert argv[argv.index("--proxy-protocol") + 1] == "off"
     assert sc.targets == ("acceptor",)
     assert sc.proxy_protocol == {"CLIENT": "required"}
     assert admin_listener(sc) == "REPLICATION"

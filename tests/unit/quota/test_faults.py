@@ -220,6 +220,17 @@ TRACES: dict[str, Trace] = {
         {**TWO_LISTENERS, "max.connections": "1", "listener.name.replication.max.connections": "5"},
         _burst(1, listener="EXTERNAL") + _burst(2, listener="REPLICATION"),
     ),
+    # two client listeners with their own maxima (2 each) under max.connections=2: the
+    # third connection waits for a slot on Kafka; the faulty total admits it
+    "max_connections_total_off_by_one": Trace(
+        {
+            "listeners": "CLIENT://127.0.0.1:1,EXTERNAL://127.0.0.1:2",
+            "max.connections": "2",
+            "listener.name.client.max.connections": "2",
+            "listener.name.external.max.connections": "2",
+        },
+        _burst(2) + _burst(1, listener="EXTERNAL"),
+    ),
     # REPLICATION sets neither limit: it takes max.connections=1 and the broker rate 1/s
     "listener_defaults_not_inherited": Trace(
         {**TWO_LISTENERS, "max.connections": "1", "max.connection.creation.rate": "1"},
@@ -312,6 +323,10 @@ ACCEPTOR_FAULTS = {
     "slot_wait_while_free",
     "queue_larger_than_20",
     "skip_ip_rate_check",
+    # shown against a real socket in tests/integration/test_acceptor_blind_spot_faults.py
+    "ip_count_reject_close_late",
+    "proxy_source_ignored",
+    "request_mute_skipped",
 }
 
 

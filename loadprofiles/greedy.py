@@ -1,0 +1,225 @@
+"""A client that ignores ``throttle_time_ms`` and pipelines: what request quotas exist for.
+
+Kafka's own clients since KIP-219 wait out a response's ``throttle_time_ms`` before
+sending to that broker again, so with them a broker that forgot to mute a throttled
+channel looks exactly like one that did: the client holds itself back. Clients from
+before KIP-219, and hostile ones, do not. Each user here keeps one connection and
+``--greedy-in-flight`` Metadata requests outstanding on it at all times, sending the next
+the moment a response arrives, whatever its throttle time. Only the broker's mute
+(KIP-219: nothing more is read from a throttled channel until its throttle ends) holds
+it back, and that is what ``request_throttle_mutes`` judges from these rows.
+
+Rows (``detail.profile = "greedy"``): ``connect_invoke``/``connect_ok``, ``ready`` (the
+ApiVersions answer), ``request_ok`` per Metadata response (``latency_ms`` since that
+request was sent, ``detail.throttle_time_ms`` when non-zero), ``closed`` when the user
+ends its connection (every ``--greedy-hold-s``, then it reconnects) or the broker does.
+Closed model: ``-u N`` connections, from ``--source-ips`` round-robin.
+
+    locust -f loadprofiles/greedy.py --headless -u 2 -r 2 -t 30s \\
+        --host kafka://127.0.0.1:9092 --run-dir runs/x --greedy-in-flight 4
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import socket
+import time
+from collections import deque
+from typing import Any
+
+from locust import User, task
+
+from loadprofiles import webui  # noqa: F401  (webui: admission tab)
+from loadprofiles.common import closed_model_readiness, history, listen, settings
+from loadprofiles.engine import (
+    API_VERSIONS_KEY,
+    METADATA_KEY,
+    METADATA_MAX_VERSION,
+    api_versions_frame,
+    metadata_frame,
+    metadata_max_version,
+    with_correlation_id,
+)
+
+PROFILE = "greedy"
+CLIENT_ID = "harness-greedy"
+log = logging.getLogger("loadprofiles.greedy")
+_conn_ids = itertools.count(1)
+_users = itertools.count(0)
+
+
+def _options(parser: Any) -> None:
+    parser.add_argument(
+        "--greedy-in-flight",
+        type=int,
+        default=4,
+        help="greedy: Metadata requests kept outstanding on each connection",
+    )
+    parser.add_argument(
+        "--greedy-hold-s",
+        type=float,
+        default=5.0,
+        help="greedy: seconds each connection is kept before it is closed and reopened",
+    )
+
+
+listen("init_command_line_parser", _options)
+
+
+def metadata_throttle_ms(frame: bytes, version: int) -> int:
+    """``throttle_time_ms`` of a Metadata response frame (v3+; flexible from v9: the
+    response header then carries a tagged-field byte before the body)."""
+    at = 9 if version >= 9 else 8
+    if len(frame) < at + 4:
+        return 0
+    return int.from_bytes(frame[at : at + 4], "big", signed=True)
+
+
+class _Closed(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class GreedyUser(User):
+    """One connection at a time, ``--greedy-in-flight`` requests always outstanding."""
+
+    profile = PROFILE
+
+    def wait_time(self) -> float:
+        return 0.0
+
+    def on_start(self) -> None:
+        o = self.environment.parsed_options
+        self.s = settings(self.environment, self.host)
+        self.hist = history(self.environment)
+        if o.greedy_in_flight < 1:
+            raise ValueError(f"--greedy-in-flight: {o.greedy_in_flight!r}: must be >= 1")
+        if not o.greedy_hold_s > 0:
+            raise ValueError(f"--greedy-hold-s: {o.greedy_hold_s!r}: must be > 0")
+        self.in_flight = int(o.greedy_in_flight)
+        self.hold_s = float(o.greedy_hold_s)
+        pool = self.s.source_ips or ("127.0.0.1",)
+        self.source_ip = pool[next(_users) % len(pool)]
+
+    def _row(self, event: str, conn: dict[str, Any], **fields: Any) -> None:
+        if self.hist is None:
+            return
+        detail = {"profile": PROFILE, **fields.pop("detail", {})}
+        self.hist.record(
+            event,
+            conn_id=conn["id"],
+            listener=self.s.listener,
+            client_ip=conn["ip"],
+            client_port=conn["port"],
+            client_id=CLIENT_ID,
+            detail=detail,
+            **fields,
+        )
+
+    @task
+    def hold_one_connection(self) -> None:
+        conn: dict[str, Any] = {
+            "id": f"greedy-{os.getpid()}-{next(_conn_ids)}",
+            "ip": self.source_ip,
+            "port": None,
+        }
+        invoke = time.monotonic_ns()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind((self.source_ip, 0))
+            conn["port"] = sock.getsockname()[1]
+            self._row("connect_invoke", conn)
+            sock.settimeout(self.s.connect_timeout)
+            try:
+                sock.connect((self.s.host, self.s.port))
+            except OSError as exc:
+                reason = "timeout" if isinstance(exc, TimeoutError) else "refused"
+                self._row(
+                    "connect_fail",
+                    conn,
+                    latency_ms=(time.monotonic_ns() - invoke) / 1e6,
+                    reason=reason,
+                    detail={"why": repr(exc)},
+                )
+                time.sleep(0.5)
+                return
+            self._row("connect_ok", conn, latency_ms=(time.monotonic_ns() - invoke) / 1e6)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.settimeout(self.s.request_timeout)
+            reason = self._pipeline(sock, conn, invoke)
+        finally:
+            sock.close()
+        self._row(
+            "closed",
+            conn,
+            latency_ms=(time.monotonic_ns() - invoke) / 1e6,
+            reason=reason,
+            detail={"outcome": "served" if reason == "done" else "eof_after_accept"},
+        )
+
+    def _read_frame(self, sock: socket.socket, buf: bytearray) -> bytes:
+        while True:
+            if len(buf) >= 4:
+                size = int.from_bytes(buf[:4], "big")
+                if len(buf) >= 4 + size:
+                    frame = bytes(buf[: 4 + size])
+                    del buf[: 4 + size]
+                    return frame
+            try:
+                data = sock.recv(65536)
+            except TimeoutError:
+                raise _Closed("timeout") from None
+            except OSError:
+                raise _Closed("reset") from None
+            if not data:
+                raise _Closed("eof")
+            buf += data
+
+    def _pipeline(self, sock: socket.socket, conn: dict[str, Any], invoke: int) -> str:
+        """ApiVersions, then Metadata requests kept ``in_flight`` deep until the hold ends;
+        the close reason."""
+        buf = bytearray()
+        cid = itertools.count(1)
+        try:
+            first = next(cid)
+            sent = time.monotonic_ns()
+            sock.sendall(with_correlation_id(api_versions_frame(CLIENT_ID), first))
+            frame = self._read_frame(sock, buf)
+            now = time.monotonic_ns()
+            self._row("ready", conn, latency_ms=(now - invoke) / 1e6, api_key=API_VERSIONS_KEY)
+            version = min(metadata_max_version(frame) or METADATA_MAX_VERSION, METADATA_MAX_VERSION)
+            meta = metadata_frame(CLIENT_ID, version)
+            outstanding: deque[tuple[int, int]] = deque()
+            end = now + int(self.hold_s * 1e9)
+            while True:
+                now = time.monotonic_ns()
+                while now < end and len(outstanding) < self.in_flight:
+                    c = next(cid)
+                    sock.sendall(with_correlation_id(meta, c))
+                    outstanding.append((c, time.monotonic_ns()))
+                if not outstanding:
+                    return "done"
+                frame = self._read_frame(sock, buf)
+                now = time.monotonic_ns()
+                c, sent = outstanding.popleft()
+                if int.from_bytes(frame[4:8], "big") != c:
+                    return "reset"
+                throttle = metadata_throttle_ms(frame, version)
+                self._row(
+                    "request_ok",
+                    conn,
+                    api_key=METADATA_KEY,
+                    latency_ms=(now - sent) / 1e6,
+                    bytes=len(frame),
+                    detail={"throttle_time_ms": throttle} if throttle else {},
+                )
+        except _Closed as closed:
+            return closed.reason
+        except OSError:
+            return "reset"
+
+
+listen("init", closed_model_readiness)
