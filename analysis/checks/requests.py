@@ -177,9 +177,7 @@ def _acceptor_mutes(run: Run) -> tuple[int, DataFrame]:
 
 
 def check_throttle_mutes(run: Run) -> CheckResult:
-    configured = any(
-        raw.get("request_quotas") for raw in run.timeline.raw if isinstance(raw, dict)
-    )
+    configured = any(raw.get("request_quotas") for raw in run.timeline.raw if isinstance(raw, dict))
     if not configured:
         return not_configured("request_throttle_mutes", run, "request_percentage quotas")
     on_acceptor = run.has_source("acceptor")
@@ -188,7 +186,9 @@ def check_throttle_mutes(run: Run) -> CheckResult:
         Part(
             "client: no response before the throttle ends",
             n_client,
-            "" if n_client else "no throttled response with a later one on its connection "
+            ""
+            if n_client
+            else "no throttled response with a later one on its connection "
             "from a client that records send times",
             "a client that ignores throttle_time_ms and pipelines (profile greedy) over its "
             "request quota",

@@ -119,6 +119,21 @@ def _slot_free(run: Run, counts: Counts, listener: str, ns: int) -> bool:
     return lim.is_protected(listener) or total < lim.max_connections
 
 
+def _taken_within(
+    run: Run, counts: Counts, listener: str, freed: int, until: int, slack: float
+) -> int | None:
+    """The first instant within `slack` ms of `freed` (and before `until`) at which no
+    slot is free for `listener` any more, or None: the slots freed were taken by others."""
+    x = freed
+    while True:
+        nxt = counts.next_change(x)
+        if nxt is None or nxt >= until or nxt - freed > slack * MS:
+            return None
+        if not _slot_free(run, counts, listener, nxt):
+            return nxt
+        x = nxt
+
+
 def _count_limited(run: Run) -> bool:
     return run.timeline.ever(lambda x: x.max_connections) or any(
         v < INT_MAX for lim in run.timeline.limits for v in lim.listener_maxes().values()
@@ -198,19 +213,15 @@ def check_admission_wait(run: Run) -> CheckResult:
                     if nxt is None or nxt > r["t1_ns"]:
                         break
                     if _slot_free(run, counts, lst, nxt):
-                        # taken within the slack by another listener's admission (a
-                        # protected one may run first; on Kafka its own acceptor thread
-                        # races the waiter): that slot was never this waiter's to miss
-                        after = counts.next_change(nxt)
-                        taken = (
-                            after is not None
-                            and after < r["t1_ns"]
-                            and after - nxt <= slack * MS
-                            and not _slot_free(run, counts, lst, after)
-                        )
-                        if not taken:
+                        # taken within the slack by other listeners' admissions (a
+                        # protected one may run first; on Kafka every listener's acceptor
+                        # thread races the waiter, and several releases at once may all be
+                        # taken by one listener): those slots were never this waiter's
+                        taken_at = _taken_within(run, counts, lst, nxt, r["t1_ns"], slack)
+                        if taken_at is None:
                             free_at = nxt
                             break
+                        nxt = taken_at
                     t = nxt
                 if free_at is not None and r["t1_ns"] > free_at + slack * MS:
                     why = (

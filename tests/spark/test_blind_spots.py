@@ -1,0 +1,236 @@
+"""The gate's blind spots, on small hand-built histories at the edges of each rule.
+
+- disagreement is not absence: an enforcer that keyed every client under one other
+  address fails `client_acceptor_agreement` (and `harness analyze --gate` exits 1),
+  naming the address; an unmatched connection that carried admin requests, or came
+  before the load, is explained;
+- `request_throttle_mutes`: a throttled connection's next response no earlier than the
+  throttled request's send + throttle (exact), the next forward on the acceptor no
+  earlier than the throttle's end − 1 ms;
+- `ip_count_reject_closes_at_once` is exercised only in the parts it judged: rejects of
+  steady clients alone leave "close timing" unjudged (unknown), an engine client's EOF
+  within slack passes and one just past it fails.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from analysis.checks.base import PASS, UNKNOWN, run_check
+from analysis.checks.clients import check_agreement
+from analysis.checks.processors import check_reject_closes_at_once
+from analysis.checks.requests import check_throttle_mutes
+from analysis.load import load_run
+from harness.cli import main
+from harness.history import HistoryWriter
+
+S = 1_000_000_000
+MS = 1_000_000
+T0 = 5_000 * S
+
+
+def _run(tmp: Path, name: str, build: Any, config: dict[str, Any] | None = None) -> Path:
+    run = tmp / name
+    (run / "history").mkdir(parents=True)
+    (run / "run.json").write_text(
+        json.dumps({"run_id": name, "target": "acceptor", "scenario": name})
+    )
+    cw = HistoryWriter(run / "history", "client", name, background=False)
+    aw = HistoryWriter(run / "history", "acceptor", name, background=False)
+    hw = HistoryWriter(run / "history", "harness", name, background=False)
+    hw.record("config", mono_ns=T0, detail=config or {"max.connections": 2147483647})
+    build(cw, aw, hw)
+    for w in (cw, aw, hw):
+        w.close()
+    return run
+
+
+def _served(cw: HistoryWriter, aw: HistoryWriter, i: int, seen_as: str | None) -> None:
+    """Client i (127.0.0.100 + i % 3) connects and is served; the acceptor records it under
+    its own address, or under ``seen_as`` (another address and port) when given."""
+    ip, port = f"127.0.0.{100 + i % 3}", 40_000 + i
+    t = T0 + 1 * S + i * 10 * MS
+    c = {"client_ip": ip, "client_port": port}
+    cw.record("connect_invoke", mono_ns=t, detail={"profile": "single_ip_flood"}, **c)
+    cw.record("connect_ok", mono_ns=t + MS // 10, latency_ms=0.1, **c)
+    cw.record("ready", mono_ns=t + 2 * MS, latency_ms=2.0, api_key=18, **c)
+    a = {"client_ip": seen_as, "client_port": 50_000 + i} if seen_as else c
+    conn = {"conn_id": f"CLIENT-{i}", "listener": "CLIENT", **a}
+    aw.record("accept", mono_ns=t + MS // 2, **conn)
+    aw.record("admit", mono_ns=t + MS // 2 + 1_000, delay_ms=0.0, **conn)
+    aw.record("close", mono_ns=t + 5 * MS, reason="client_eof", **conn)
+    cw.record(
+        "closed",
+        mono_ns=t + 5 * MS,
+        reason="done",
+        detail={"outcome": "served", "profile": "single_ip_flood"},
+        **c,
+    )
+
+
+def test_an_enforcer_that_keys_every_client_on_one_other_address_fails(
+    spark: Any, tmp_path: Path
+) -> None:
+    def build(cw: HistoryWriter, aw: HistoryWriter, hw: HistoryWriter) -> None:
+        for i in range(30):
+            _served(cw, aw, i, seen_as="127.0.0.250")
+
+    run = _run(tmp_path, "proxy-ignored", build)
+    result = check_agreement(load_run(spark, run))
+    assert result.verdict == "fail", result.observed
+    assert result.witnesses[0]["client_ip"] == "127.0.0.250"
+    assert result.witnesses[0]["connections"] == 30
+    assert "no client used it" in result.witnesses[0]["why"]
+    assert main(["analyze", str(run), "--gate", "--quiet", "--no-html"]) == 1
+    verdict = json.loads((run / "report" / "verdict.json").read_text())
+    agreement = next(c for c in verdict["checks"] if c["name"] == "client_acceptor_agreement")
+    assert "127.0.0.250" in json.dumps(agreement["witnesses"])
+
+
+def test_one_unexplained_connection_during_the_load_fails_and_admin_ones_are_explained(
+    spark: Any, tmp_path: Path
+) -> None:
+    def build(extra_admin: bool) -> Any:
+        def inner(cw: HistoryWriter, aw: HistoryWriter, hw: HistoryWriter) -> None:
+            for i in range(20):
+                _served(cw, aw, i, seen_as=None)
+            # before the load: the runner's start-up admin request (explained)
+            early = {"conn_id": "REPL-0", "listener": "REPLICATION"}
+            early |= {"client_ip": "127.0.0.1", "client_port": 30_000}
+            aw.record("accept", mono_ns=T0 + S // 2, **early)
+            aw.record("admit", mono_ns=T0 + S // 2 + 1_000, delay_ms=0.0, **early)
+            aw.record("close", mono_ns=T0 + S // 2 + MS, reason="client_eof", **early)
+            # during the load, no client attempt: explained only by its admin request
+            mid = {"conn_id": "REPL-1", "listener": "REPLICATION"}
+            mid |= {"client_ip": "127.0.0.1", "client_port": 30_001}
+            aw.record("accept", mono_ns=T0 + 1 * S + 50 * MS, **mid)
+            aw.record("admit", mono_ns=T0 + 1 * S + 50 * MS + 1_000, delay_ms=0.0, **mid)
+            if extra_admin:
+                aw.record("admin", mono_ns=T0 + 1 * S + 51 * MS, reason="applied", **mid)
+            aw.record("close", mono_ns=T0 + 1 * S + 52 * MS, reason="client_eof", **mid)
+
+        return inner
+
+    ok = check_agreement(load_run(spark, _run(tmp_path, "admin", build(True))))
+    assert ok.verdict == PASS, ok.observed
+    assert "2 unmatched (2 explained" in ok.observed
+    bad = check_agreement(load_run(spark, _run(tmp_path, "stranger", build(False))))
+    assert bad.verdict == "fail", bad.observed
+    assert bad.witnesses[0]["client_ip"] == "127.0.0.1"
+    assert bad.witnesses[0]["connections"] == 1
+
+
+REQUEST_QUOTA = {"max.connections": 2147483647, "request_quotas": {"client-id=g": 1.0}}
+
+
+def _mute_run(tmp: Path, name: str, client_gap_ms: float, acceptor_gap_ms: float) -> Path:
+    """One greedy connection: a request sent at s, answered at s + 10 ms with a throttle
+    of 100 ms; the next response at s + 100 ms + client_gap_ms (send + throttle + gap).
+    The acceptor wrote the throttle at the answer, and forwarded the next request at the
+    throttle's end + acceptor_gap_ms."""
+
+    def build(cw: HistoryWriter, aw: HistoryWriter, hw: HistoryWriter) -> None:
+        c = {"client_ip": "127.0.0.1", "client_port": 41_000, "conn_id": "greedy-1"}
+        s = T0 + 1 * S
+        cw.record("connect_invoke", mono_ns=s - 5 * MS, detail={"profile": "greedy"}, **c)
+        answered = s + 10 * MS
+        cw.record(
+            "request_ok",
+            mono_ns=answered,
+            api_key=3,
+            latency_ms=10.0,
+            detail={"profile": "greedy", "throttle_time_ms": 100},
+            **c,
+        )
+        nxt = s + 100 * MS + int(client_gap_ms * MS)
+        cw.record(
+            "request_ok", mono_ns=nxt, api_key=3, latency_ms=95.0, detail={"profile": "greedy"}, **c
+        )
+        a = {**c, "conn_id": "CLIENT-1", "listener": "CLIENT"}
+        req = {"api_key": 3, "client_id": "g", "principal": "User:ANONYMOUS"}
+        aw.record("request", mono_ns=answered - MS, latency_ms=8.0, **req, **a)
+        aw.record("request_throttle", mono_ns=answered - MS, delay_ms=100.0, **req, **a)
+        forwarded = answered - MS + 100 * MS + int(acceptor_gap_ms * MS)
+        aw.record("request", mono_ns=forwarded + 2 * MS, latency_ms=2.0, **req, **a)
+
+    return _run(tmp, name, build, REQUEST_QUOTA)
+
+
+def test_mute_exactly_at_the_throttle_end_passes(spark: Any, tmp_path: Path) -> None:
+    result = check_throttle_mutes(load_run(spark, _mute_run(tmp_path, "edge", 0.0, -1.0)))
+    assert result.verdict == PASS, result.observed
+    assert [p.judged for p in result.parts] == [1, 1]
+
+
+def test_a_response_a_tenth_of_a_ms_early_fails_on_the_client_side(
+    spark: Any, tmp_path: Path
+) -> None:
+    result = check_throttle_mutes(load_run(spark, _mute_run(tmp_path, "client", -0.1, 0.0)))
+    assert result.verdict == "fail", result.observed
+    assert "before the throttle" in result.witnesses[0]["why"]
+
+
+def test_a_forward_past_the_timer_tolerance_fails_on_the_acceptor_side(
+    spark: Any, tmp_path: Path
+) -> None:
+    result = check_throttle_mutes(load_run(spark, _mute_run(tmp_path, "acceptor", 0.0, -1.2)))
+    assert result.verdict == "fail", result.observed
+    assert "forwarded" in result.witnesses[0]["why"]
+
+
+PER_IP = {"max.connections": 2147483647, "max.connections.per.ip": 1}
+
+
+def _reject_run(tmp: Path, name: str, profile: str, eof_after_ms: float) -> Path:
+    def build(cw: HistoryWriter, aw: HistoryWriter, hw: HistoryWriter) -> None:
+        c = {"client_ip": "127.0.0.7", "client_port": 42_000}
+        t = T0 + 1 * S
+        cw.record("connect_invoke", mono_ns=t, detail={"profile": profile}, **c)
+        cw.record("connect_ok", mono_ns=t + MS // 10, latency_ms=0.1, **c)
+        a = {**c, "conn_id": "CLIENT-1", "listener": "CLIENT"}
+        aw.record("accept", mono_ns=t + MS // 2, **a)
+        aw.record("reject", mono_ns=t + MS, reason="ip_count", **a)
+        cw.record(
+            "request_fail",
+            mono_ns=t + MS + int(eof_after_ms * MS),
+            api_key=18,
+            latency_ms=1.0,
+            reason="eof",
+            **c,
+        )
+        cw.record(
+            "closed",
+            mono_ns=t + MS + int(eof_after_ms * MS) + 1_000,
+            reason="eof",
+            detail={"outcome": "eof_after_accept", "profile": profile},
+            **c,
+        )
+
+    return _run(tmp, name, build, PER_IP)
+
+
+def test_rejects_of_steady_clients_alone_leave_the_close_timing_unjudged(
+    spark: Any, tmp_path: Path
+) -> None:
+    from analysis.checks.processors import CHECKS
+
+    check = next(c for c in CHECKS if c.name == "ip_count_reject_closes_at_once")
+    run = load_run(spark, _reject_run(tmp_path, "steady", "steady", 400.0))
+    result = run_check(check, run)
+    assert result.verdict == UNKNOWN, result.observed
+    assert [p.name for p in result.unjudged_parts()] == ["close timing"]
+    assert "--hold-ms" in result.raise_hint
+
+
+def test_an_engine_client_eof_within_slack_passes_and_just_past_it_fails(
+    spark: Any, tmp_path: Path
+) -> None:
+    ok = check_reject_closes_at_once(load_run(spark, _reject_run(tmp_path, "in", "storm", 49.0)))
+    assert ok.verdict == PASS, ok.observed
+    late = check_reject_closes_at_once(
+        load_run(spark, _reject_run(tmp_path, "late", "storm", 51.0))
+    )
+    assert late.verdict == "fail", late.observed
+    assert "after the reject" in late.witnesses[-1]["why"]
