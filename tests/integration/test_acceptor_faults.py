@@ -187,3 +187,70 @@ def test_processor_stall_fills_the_queue_to_20_and_the_fault_to_40(
         assert max(d["in_iteration"] for d in details) == depth, fault
         for s in socks:
             s.close()
+
+
+# -- the gate's blind spots (issue 28): faults only a particular load can show ----------------
+
+
+def test_a_per_ip_count_reject_is_closed_at_once_and_the_fault_closes_it_late(
+    start: Start,
+) -> None:
+    import time
+
+    from harness.acceptor.admission import REJECT_LATE_S
+    from harness.acceptor.testing import close_times
+
+    seen: dict[str, float] = {}
+    for fault in ("", "ip_count_reject_close_late"):
+        h = start(fault, **{"max.connections.per.ip": "1"})
+        addr = h.address("CLIENT")
+        held = raw(addr, "127.0.5.1")
+        wait_until(lambda h=h: len(rows(h, "admit")) == 1, timeout=15, what="the first admit")
+        second = raw(addr, "127.0.5.1")
+        t0 = time.monotonic()
+        wait_until(lambda h=h: len(rows(h, "reject")) == 1, timeout=15, what="the reject")
+        closed = close_times([second], 5)
+        seen[fault] = time.monotonic() - t0 if 0 not in closed else closed[0]
+        held.close()
+        second.close()
+    # the fault's close is armed for REJECT_LATE_S after the reject: never earlier
+    assert seen["ip_count_reject_close_late"] >= REJECT_LATE_S - 0.01, seen
+    assert seen[""] < seen["ip_count_reject_close_late"], seen
+
+
+def test_the_proxy_header_source_keys_the_client_and_the_fault_keys_the_proxy(
+    start: Start,
+) -> None:
+    from harness.wire.proxy import encode_v2
+
+    for fault, want in (("", "127.0.9.9"), ("proxy_source_ignored", "127.0.5.2")):
+        h = start(fault, **{"listener.name.client.proxy.protocol": "required"})
+        addr = h.address("CLIENT")
+        sock = raw(addr, "127.0.5.2")
+        sock.sendall(encode_v2("127.0.9.9", 4444, addr[0], addr[1]) + api_versions_frame())
+        assert read_outcome(sock, 10) == "data"
+        sock.close()
+        accepts = rows(h, "accept")
+        assert [r["client_ip"] for r in accepts] == [want], (fault, accepts)
+        assert accepts[0]["sock_ip"] == "127.0.5.2"
+
+
+def test_a_throttled_connection_is_muted_and_the_fault_reads_it_at_once(start: Start) -> None:
+    import os
+
+    from harness.acceptor.testing import bootstrap
+    from harness.admin.client import alter_client_quota
+    from tests.integration.test_acceptor_request_quotas import _pipelined_pair
+
+    held: dict[str, bool] = {}
+    for fault in ("", "request_mute_skipped"):
+        h = start(fault, **{"quota.window.num": "2"})
+        client_id = f"mute-{fault or 'kafka'}-{os.getpid()}"
+        quota = {"request_percentage": 0.01}
+        alter_client_quota(bootstrap(h.address("CLIENT")), {"client-id": client_id}, quota)
+        sent, first, throttle, second = _pipelined_pair(h.address("CLIENT"), client_id)
+        assert throttle > 0, fault
+        # the second request is read only after the first one's throttle: its answer comes
+        # no earlier than throttle - (first - sent) after the first (no tolerance)
+        held[fault] = second - first >= throttle * 1_000_000 - (first - sent)
+    assert held == {"": True, "request_mute_skipped": False}
