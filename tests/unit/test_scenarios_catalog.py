@@ -164,19 +164,24 @@ def test_max_arrivals_is_the_intended_count() -> None:
     assert max_arrivals(phase("poisson:rate=10")) == 300
 
 
+def _argv(phase: Any, tmp_path: Path, **kw: Any) -> list[str]:
+    return locust_argv(
+        phase,
+        locust_bin="locust",
+        profile_dir=tmp_path,
+        run_dir=tmp_path,
+        target=LoadTarget("127.0.0.1", 9092),
+        run_id="r",
+        seed=1,
+        **kw,
+    )
+
+
 def test_haproxy_phase_lets_haproxy_write_the_header(tmp_path: Path) -> None:
     sc = catalog.load("haproxy-flood")
     assert len(sc.load) == 3  # an override client, a quiet one and a flooding one
     for phase in sc.load:
-        argv = locust_argv(
-            phase,
-            locust_bin="locust",
-            profile_dir=tmp_path,
-            run_dir=tmp_path,
-            target=LoadTarget("127.0.0.1", 9092),
-            run_id="r",
-            seed=1,
-        )
+        argv = _argv(phase, tmp_path)
         assert argv[argv.index("--via-haproxy") + 1] == "v2"
         assert argv[argv.index("--proxy-protocol") + 1] == "off"
     assert sc.targets == ("acceptor",)
@@ -187,16 +192,7 @@ def test_haproxy_phase_lets_haproxy_write_the_header(tmp_path: Path) -> None:
 def test_locust_run_time_gets_the_startup_allowance(tmp_path: Path) -> None:
     sc = catalog.load("ci-gate")
     (phase,) = sc.load
-    argv = locust_argv(
-        phase,
-        locust_bin="locust",
-        profile_dir=tmp_path,
-        run_dir=tmp_path,
-        target=LoadTarget("127.0.0.1", 9092),
-        run_id="r",
-        seed=1,
-        startup_allowance_s=4.5,
-    )
+    argv = _argv(phase, tmp_path, startup_allowance_s=4.5)
     assert argv[argv.index("-t") + 1] == f"{int(sc.duration) + 5}s"
     # the arrival count, not the run time, ends the phase on schedule
     assert argv[argv.index("--max-arrivals") + 1] == str(int(60 * sc.duration))
