@@ -80,31 +80,6 @@ class _RunningPhase:
     flowing: bool = False
     start_mono_ns: int | None = None
     end_mono_ns: int | None = None
-    _log_pos: int = 0
-    _partial: str = ""
-
-    @property
-    def end_marker(self) -> str:
-        # arrival profiles log "schedule done" when the last arrival has finished
-        return "--run-time limit reached" if self.phase.profile == "steady" else "schedule done"
-
-    @property
-    def start_marker(self) -> str:
-        # arrival profiles log "<profile>: driving <spec>"; steady users are up when spawned
-        return "All users spawned" if self.phase.profile == "steady" else ": driving "
-
-    def new_log_lines(self) -> list[str]:
-        try:
-            with open(self.proc.log_path, "rb") as fh:
-                fh.seek(self._log_pos)
-                data = fh.read()
-        except OSError:
-            return []
-        self._log_pos += len(data)
-        text = self._partial + data.decode(errors="replace")
-        lines = text.split("\n")
-        self._partial = lines.pop()
-        return lines
 
 
 class Orchestrator:
