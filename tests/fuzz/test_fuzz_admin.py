@@ -68,6 +68,9 @@ def new_connection(client_ip: str = "127.0.0.1") -> ProtoConnection:
     )
     acceptor = Acceptor(cfg)  # no history dir, no state dir: nothing touches the disk
     acceptor.admin.resolve = literal_resolver
+    # a per-broker IncrementalAlterConfigs asks the upstream for its node.id: answer as an
+    # unreachable upstream does (None), without a connect to 127.0.0.1:9 (no sockets here)
+    acceptor.admin.node_ids._ask_node_id = lambda listener: None  # type: ignore[method-assign]
     proc = Processor(acceptor.conns, "CLIENT", 0, False)
     info = ConnInfo("CLIENT-fuzz-1", "CLIENT", client_ip, 40000, client_ip, 40000)
     return ProtoConnection(acceptor.conns, proc, info, None, b"", False)  # type: ignore[arg-type]
@@ -341,9 +344,12 @@ def _answered(req: Any) -> bytes | None:
     return handle(new_connection(), encode(req))
 
 
-def test_f1_null_config_name_in_incremental_alter_configs() -> None:
-    """F1: a null (length -1) config name decodes as None and `is_connection_limit_key`
-    calls None.split(): AttributeError in the pump, from any client, before the admin check."""
+@pytest.mark.parametrize("client_ip", ["127.0.0.1", "192.0.2.1"], ids=["admin", "refused"])
+def test_f1_null_config_name_in_incremental_alter_configs(client_ip: str) -> None:
+    """F1: a null (length -1) config name decoded as None and `is_connection_limit_key`
+    called None.split(): AttributeError in the pump, from any client, before the admin check.
+    Now the name is a non-nullable string, so, as Kafka does, the request is refused as
+    unreadable (`bad_frame`) before anything acts on it, whoever sends it."""
     req = I[1](
         resources=[
             I.AlterConfigsResource(
@@ -356,10 +362,10 @@ def test_f1_null_config_name_in_incremental_alter_configs() -> None:
         ],
         validate_only=False,
     )
-    try:
-        _answered(req)
-    except FrameError:
-        pass  # refusing the request as malformed is a fine answer too
+    with pytest.raises(FrameError) as err:
+        handle(new_connection(client_ip), encode(req))
+    assert err.value.reason == "bad_frame", str(err.value)
+    assert "non-nullable field Name was serialized as null" in str(err.value)
 
 
 @pytest.mark.parametrize(

@@ -1,15 +1,25 @@
-"""harness.localnet: the free ports it hands out differ and can be listened on."""
+"""harness.localnet: the free ports it hands out differ, come from the kernel's ephemeral
+range, and can be listened on at the address they were asked for (`local`: real sockets)."""
 
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 from harness.localnet import free_port, free_ports
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The range the kernel picks a port from for a bind to port 0 (Linux)."""
+    low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+    return int(low), int(high)
 
 
 def test_free_ports_differ_and_can_each_be_bound() -> None:
     ports = free_ports(8)
     assert len(set(ports)) == 8
+    low, high = ephemeral_range()
+    assert all(low <= port <= high for port in ports), ports
     socks = []
     try:
         for port in ports:
@@ -17,6 +27,7 @@ def test_free_ports_differ_and_can_each_be_bound() -> None:
             socks.append(s)
             s.bind(("127.0.0.1", port))
             s.listen(1)
+            assert s.getsockname() == ("127.0.0.1", port)
     finally:
         for s in socks:
             s.close()
@@ -24,5 +35,17 @@ def test_free_ports_differ_and_can_each_be_bound() -> None:
 
 def test_free_port_on_another_loopback_address() -> None:
     port = free_port("127.0.0.2")
-    with socket.socket() as s:
-        s.bind(("127.0.0.2", port))
+    low, high = ephemeral_range()
+    assert low <= port <= high, port  # handed out by the kernel, never 0
+    with socket.socket() as server:
+        server.bind(("127.0.0.2", port))
+        server.listen(1)
+        assert server.getsockname() == ("127.0.0.2", port)
+        # a client reaches it at that address, and the accepted side is that address too
+        with socket.create_connection(("127.0.0.2", port), timeout=5) as client:
+            conn, _ = server.accept()
+            with conn:
+                assert client.getpeername() == ("127.0.0.2", port)
+                assert conn.getsockname() == ("127.0.0.2", port)
+    ports = free_ports(4, "127.0.0.2")
+    assert len(set(ports)) == 4 and all(low <= p <= high for p in ports), ports
