@@ -1,10 +1,18 @@
-"""Test layout: unit (no JVM, no sockets), integration (real sockets, real Kafka),
-spark (a local SparkSession), browser (headless Debian Chromium via Playwright)."""
+"""Test layout: unit (no JVM, no sockets), local (real sockets on loopback, no JVM),
+integration (real sockets, real Kafka), spark (a local SparkSession), browser (headless
+Debian Chromium via Playwright), fuzz (tests/fuzz, bounded Hypothesis/atheris runs).
+
+Warnings: ``filterwarnings`` in pyproject.toml (each filter there says why).
+"""
 
 from __future__ import annotations
 
 import os
 import sys
+import traceback
+import warnings
+from collections.abc import Generator
+from typing import Any
 
 import pytest
 
@@ -12,11 +20,86 @@ import pytest
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
+# kafka-python 3.0.12 defines its protocol classes from JSON schemas read with
+# importlib.resources.read_text/open_text (deprecated since Python 3.11): 218
+# DeprecationWarnings, all at `import kafka`, none from our code. Importing it once here with
+# exactly those two silenced keeps them out of every run, including `pytest -W error` (a
+# command-line -W outranks the ini filters).
+with warnings.catch_warnings():
+    warnings.filterwarnings(
+        "ignore", r"(read|open)_text is deprecated\. Use files\(\) instead", DeprecationWarning
+    )
+    import kafka  # noqa: F401
+
+# Modules under tests/unit that bind or connect real TCP sockets on loopback (found by
+# recording socket.bind/socket.connect audit events over a `-m unit` run): they are `local`,
+# not `unit`. The guard below keeps the list honest: a `unit` test that binds or connects an
+# IPv4/IPv6 socket fails and says so.
+LOCAL_MODULES = frozenset(
+    {
+        "tests/unit/test_bench_accept_floor.py",
+        "tests/unit/test_bench_front_cost.py",
+        "tests/unit/test_kafka_client.py",
+        "tests/unit/test_kafka_client_engine.py",
+        "tests/unit/test_localnet.py",
+    }
+)
+KINDS = ("unit", "local", "integration", "spark", "browser")
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # A test's folder gives its marker, so `-m unit` and friends always work.
+    # A test's folder gives its marker, so `-m unit` and friends always work; a test that
+    # already has one of the kinds keeps it, and a listed module is `local`.
     for item in items:
+        if any(item.get_closest_marker(kind) for kind in KINDS):
+            continue
+        rel = os.path.relpath(str(item.path), _ROOT).replace(os.sep, "/")
+        if rel in LOCAL_MODULES:
+            item.add_marker(pytest.mark.local)
+            continue
         parts = item.path.parts
         for kind in ("unit", "integration", "spark", "browser"):
-            if kind in parts and item.get_closest_marker(kind) is None:
+            if kind in parts:
                 item.add_marker(getattr(pytest.mark, kind))
+
+
+# -- the guard: `unit` means no network sockets ---------------------------------------------
+_net_calls: list[str] = []
+_watching = False
+_INET = {2, 10}  # AF_INET, AF_INET6 (an AF_UNIX socketpair, e.g. asyncio's self-pipe, is fine)
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if _watching and event in ("socket.bind", "socket.connect"):
+        sock = args[0]
+        if getattr(sock, "family", None) in _INET:
+            where = traceback.extract_stack(limit=8)[:-1]
+            ours = [f for f in where if "site-packages" not in f.filename]
+            frame = (ours or where)[-1]
+            _net_calls.append(
+                f"{event}{args[1]!r} at {os.path.basename(frame.filename)}:{frame.lineno}"
+            )
+
+
+sys.addaudithook(_audit)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    global _watching
+    watch = item.get_closest_marker("unit") is not None
+    _net_calls.clear()
+    _watching = watch
+    try:
+        result = yield
+    finally:
+        _watching = False
+    if watch and _net_calls:
+        calls = ", ".join(sorted(set(_net_calls))[:5])
+        pytest.fail(
+            f"a `unit` test opened network sockets ({calls}): mark it `local` "
+            "(tests/conftest.py LOCAL_MODULES) or `integration`",
+            pytrace=False,
+        )
+    return result

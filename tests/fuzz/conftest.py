@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Generator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,6 +33,16 @@ settings.register_profile(
     database=None,
     print_blob=True,
 )
+
+_HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # every test in this folder is `fuzz` (`-m fuzz`, or `-m "unit and not fuzz"` without it)
+    for item in items:
+        if _HERE in Path(item.path).resolve().parents:
+            item.add_marker(pytest.mark.fuzz)
+
 
 _COUNT = re.compile(r"(\d+) passing, (\d+) failing, and (\d+) invalid")
 _tally: dict[str, int] = {}
