@@ -236,6 +236,23 @@ def test_kafka_connection_count_against_max(
     assert r.judged == 2
 
 
+@pytest.mark.parametrize("ready_ms, verdict", [(1001.5, "pass"), (997.9, "fail")])
+def test_a_scrape_sum_over_the_limit_is_excused_only_by_a_registration_during_it(
+    spark: Any, tmp_path: Path, ready_ms: float, verdict: str
+) -> None:
+    """The exporter reads each processor's gauge in turn during a scrape (here 1000 ms ±
+    2 ms): one over max.connections is what a registration read early beside a close
+    read late can add, when one connection could register inside the scrape; one that
+    answered before the scrape began was in every gauge read."""
+    scrape = _scrape(1000.0, 4.0, None)
+    scrape["detail"]["scrape_ms"] = 4.0
+    rows = [scrape, *_conn("127.0.0.2", 8000, ready_ms - 3.5, ready_ms=ready_ms)]
+    rows += _conn("127.0.0.3", 8001, 0.0, ready_ms=3.0)
+    run_dir = _run(tmp_path, f"kc-scrape-{verdict}", {"max.connections": 3}, rows)
+    r = _results(spark, run_dir, ["kafka_metric_connection_count"])
+    assert r["kafka_metric_connection_count"].verdict == verdict
+
+
 def test_kafka_metrics_missing_is_unknown_not_pass(spark: Any, tmp_path: Path) -> None:
     rows = _conn("127.0.0.2", 8000, 0.0, ready_ms=3.0)
     run_dir = _run(tmp_path, "kc-none", {"max.connections": 3}, rows)
