@@ -8,6 +8,12 @@ limits, are passed with --set key=value, e.g.
 A listener advertised elsewhere (an acceptor in front) is
   harness broker --listener CLIENT --listener INTERNAL \\
       --set advertised.listeners=CLIENT://127.0.0.1:19092 --set inter.broker.listener.name=INTERNAL
+Secured listeners (local launcher; docs/security.md): --secure starts PLAINTEXT (inter-broker),
+SASL_SSL (SCRAM-SHA-512) and SSL (client certificate requested); or name each one:
+  harness broker --listener PLAINTEXT --listener MTLS=SSL:mtls \\
+      --listener SASL=SASL_SSL:SCRAM-SHA-512,PLAIN --listener SASLP=SASL_PLAINTEXT:PLAIN
+The CA, certificates and SASL passwords are made fresh at each start in <workdir>/private
+(0700, removed on stop); a `client-config:` line names each listener's client.properties.
 """
 
 from __future__ import annotations
@@ -50,9 +56,26 @@ def configure(parser: argparse.ArgumentParser) -> None:
         dest="listeners",
         action="append",
         default=[],
+        metavar="NAME[=PROTOCOL[:OPTIONS]]",
+        help="a client-facing listener, each on a free 127.0.0.1 port (repeatable; default "
+        "PLAINTEXT). PROTOCOL: PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL; OPTIONS, comma-"
+        "separated: SASL mechanisms (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512), mtls[=requested], "
+        "cert=expired|wrong-host. E.g. SSL=SSL, SASL=SASL_SSL:SCRAM-SHA-512",
+    )
+    parser.add_argument(
+        "--secure",
+        action="store_true",
+        help="three listeners: PLAINTEXT (inter-broker), SASL_SSL=SASL_SSL:SCRAM-SHA-512 and "
+        "SSL=SSL:mtls=requested (before any --listener); local launcher",
+    )
+    parser.add_argument(
+        "--sasl-user",
+        dest="sasl_users",
+        action="append",
+        default=[],
         metavar="NAME",
-        help="a client-facing listener, each on a free 127.0.0.1 port (repeatable; "
-        "default PLAINTEXT)",
+        help="a SASL user with a fresh random password (repeatable; default alice and bob; "
+        "client.properties log in as the first)",
     )
     parser.add_argument("--workdir", type=Path, help="data dir + broker.log (a run folder)")
     parser.add_argument(
@@ -105,7 +128,23 @@ def _sweep() -> int:
 
 
 def _progress(message: str) -> None:
-    print(message, flush=True)
+    from harness.security.secrets import mask
+
+    print(mask(message), flush=True)
+
+
+def _error(message: str) -> None:
+    from harness.security.secrets import mask
+
+    print(f"error: {mask(message)}", file=sys.stderr)
+
+
+def listener_specs(args: argparse.Namespace) -> tuple[str, ...]:
+    """The listeners asked for: --secure's three, then every --listener; PLAINTEXT if none."""
+    from harness.broker.config import SECURE_LISTENERS
+
+    listeners = (*(SECURE_LISTENERS if args.secure else ()), *args.listeners)
+    return listeners or ("PLAINTEXT",)
 
 
 def _raise_stop(signum: int, frame: Any) -> None:
@@ -113,7 +152,7 @@ def _raise_stop(signum: int, frame: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.broker import BrokerError, fetch_artifacts, start_broker
+    from harness.broker import Broker, BrokerError, fetch_artifacts, start_broker
 
     if args.sweep:
         return _sweep()
@@ -122,13 +161,29 @@ def run(args: argparse.Namespace) -> int:
             fetch_artifacts(progress=_progress)
             return 0
         properties = parse_settings(args.settings)
+        from harness.broker.config import parse_listener
+
+        listeners = listener_specs(args)
+        secured = any(parse_listener(text).secured for text in listeners)
+        if secured and args.bootstrap_server:
+            raise BrokerError(
+                "config --secure/--listener with --bootstrap-server: an existing cluster's "
+                "listeners are its own; drop one of them"
+            )
+        if secured and args.launcher == "container":
+            raise BrokerError(
+                "config --launcher container: secured listeners run on the local launcher "
+                "only for now; use --launcher local (or auto)"
+            )
+        if args.sasl_users and not secured:
+            raise BrokerError("config --sasl-user: needs a SASL listener (--secure or --listener)")
     except BrokerError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _error(str(exc))
         return 1 if args.fetch_only else 2
 
     # Ours before the launcher looks: it then leaves SIGTERM to us and we stop it cleanly.
     previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    broker = None
+    broker: Broker | None = None
     try:
         workdir = args.workdir
         if workdir is None and not args.bootstrap_server:
@@ -136,20 +191,38 @@ def run(args: argparse.Namespace) -> int:
         launcher = (
             "external" if args.bootstrap_server and args.launcher == "auto" else args.launcher
         )
-        broker = start_broker(
-            launcher=launcher,
-            bootstrap_server=args.bootstrap_server,
-            properties=properties,
-            listeners=tuple(args.listeners) or ("PLAINTEXT",),
-            workdir=workdir,
-            ready_timeout_s=args.ready_timeout,
-            progress=_progress,
-        )
+        if secured:
+            from harness.broker.local import start_local
+            from harness.security.sasl import DEFAULT_USERS
+
+            broker = start_local(
+                properties=properties,
+                listeners=listeners,
+                workdir=workdir,
+                ready_timeout_s=args.ready_timeout,
+                progress=_progress,
+                sasl_users=tuple(args.sasl_users) or DEFAULT_USERS,
+            )
+        else:
+            broker = start_broker(
+                launcher=launcher,
+                bootstrap_server=args.bootstrap_server,
+                properties=properties,
+                listeners=listeners,
+                workdir=workdir,
+                ready_timeout_s=args.ready_timeout,
+                progress=_progress,
+            )
         pid = f", pid {broker.pid}" if broker.pid else ""
         print(f"kafka {broker.version} ready ({broker.launcher} launcher{pid})")
         print(f"bootstrap: {broker.bootstrap}")
         for name, port in broker.listener_ports.items():
             print(f"listener: {name}={broker.host}:{port}")
+        for key, path in getattr(broker, "client_configs", {}).items():
+            print(f"client-config: {key}={path}")
+        private = getattr(broker, "private_dir", None)
+        if private is not None:
+            print(f"private: {private} (certificates, passwords; 0700, removed on stop)")
         if broker.log_path:
             print(f"log: {broker.log_path}")
         if broker.launcher == "external":
@@ -171,7 +244,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{stop}: stopping the broker…", flush=True)
         return 0 if broker is not None else 130
     except BrokerError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _error(str(exc))
         return 1
     finally:
         if broker is not None:

@@ -6,6 +6,11 @@ dir); callers own everything else, which is how tests set Kafka's own connection
 (``max.connections.per.ip``, ``max.connection.creation.rate``, ...). Defaults lean towards fast
 tests on one small machine: replication factor 1 for internal topics, no rebalance delay, topic
 auto-creation on.
+
+Listeners can be secured (`ListenerSpec`, `parse_listener`): SSL (server-only or mutual TLS),
+SASL_PLAINTEXT and SASL_SSL with PLAIN and SCRAM-SHA-256/512. `security_properties` renders
+their keys, every one listener-prefixed (an unprefixed broker ``sasl.jaas.config`` is ignored,
+and on SASL_SSL only ``listener.name.<l>.ssl.client.auth`` is honoured); docs/security.md.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from dataclasses import dataclass, field
 
 from harness.broker.errors import BrokerError
 from harness.localnet import LOOPBACK
+from harness.security.sasl import MECHANISMS, PLAIN, SCRAM_MECHANISMS, SaslUser, server_jaas
 
 CONTROLLER_LISTENER = "CONTROLLER"
 NODE_ID = 1
@@ -69,10 +75,180 @@ class ListenerPlan:
     controller_port: int
     advertised: Mapping[str, str] = field(default_factory=dict)
     inter_broker_listener: str = ""
+    #: security per listener name; a listener not in here is PLAINTEXT
+    specs: Mapping[str, ListenerSpec] = field(default_factory=dict)
 
     @property
     def first(self) -> str:
         return self.names[0]
+
+    def protocol(self, name: str) -> str:
+        spec = self.specs.get(name)
+        return spec.protocol if spec is not None else "PLAINTEXT"
+
+    @property
+    def secured(self) -> tuple[ListenerSpec, ...]:
+        """The listeners that are not PLAINTEXT, in listener order."""
+        return tuple(self.specs[n] for n in self.names if n in self.specs and self.specs[n].secured)
+
+
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+CLIENT_AUTH = ("none", "requested", "required")
+#: Which certificate an SSL/SASL_SSL listener serves: the good one, or a bad one for tests.
+SERVER_CERTS = ("good", "expired", "wrong-host")
+#: `--secure`: PLAINTEXT (inter-broker, the harness's probe), SASL_SSL with SCRAM-SHA-512, and
+#: SSL that asks for a client certificate (clients with one get its principal, others
+#: ``ANONYMOUS``).
+SECURE_LISTENERS = ("PLAINTEXT", "SASL_SSL=SASL_SSL:SCRAM-SHA-512", "SSL=SSL:mtls=requested")
+
+
+@dataclass(frozen=True)
+class ListenerSpec:
+    """One client-facing listener: its name, protocol and what the protocol needs."""
+
+    name: str
+    protocol: str = "PLAINTEXT"
+    #: SASL mechanisms, first = the one its client.properties uses (SASL_* only)
+    mechanisms: tuple[str, ...] = ()
+    #: ``ssl.client.auth`` (SSL and SASL_SSL): none, requested, required (mutual TLS)
+    client_auth: str = "none"
+    #: the certificate served (SSL and SASL_SSL): good, expired, wrong-host
+    cert: str = "good"
+
+    @property
+    def secured(self) -> bool:
+        return self.protocol != "PLAINTEXT"
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol.startswith("SASL_")
+
+    def __str__(self) -> str:
+        opts = list(self.mechanisms)
+        if self.client_auth != "none":
+            opts.append("mtls" if self.client_auth == "required" else f"mtls={self.client_auth}")
+        if self.cert != "good":
+            opts.append(f"cert={self.cert}")
+        return f"{self.name}={self.protocol}" + (f":{','.join(opts)}" if opts else "")
+
+
+def parse_listener(text: str) -> ListenerSpec:
+    """``NAME[=PROTOCOL[:OPTION,...]]`` -> `ListenerSpec` (a bare NAME is PLAINTEXT).
+
+    Options: SASL mechanisms (``PLAIN``, ``SCRAM-SHA-256``, ``SCRAM-SHA-512``; SASL_* needs at
+    least one), ``mtls`` or ``mtls=required|requested|none`` (client certificates on SSL and
+    SASL_SSL), ``cert=good|expired|wrong-host`` (the certificate served). Examples:
+    ``SSL=SSL``, ``MTLS=SSL:mtls``, ``SASL=SASL_SSL:SCRAM-SHA-512,PLAIN``.
+    """
+    where = f"config listener {text!r}"
+    name, _, rest = text.strip().partition("=")
+    name = name.strip().upper()
+    if not _LISTENER_NAME.match(name):
+        raise BrokerError(f"{where}: {name!r} is not a valid listener name")
+    protocol, _, options = rest.partition(":")
+    protocol = protocol.strip().upper() or "PLAINTEXT"
+    if protocol not in PROTOCOLS:
+        raise BrokerError(f"{where}: protocol {protocol!r}, expected one of {', '.join(PROTOCOLS)}")
+    mechanisms: list[str] = []
+    client_auth, cert = "none", "good"
+    for option in filter(None, (o.strip() for o in options.split(","))):
+        key, has_value, value = option.partition("=")
+        key, value = key.strip().lower(), value.strip().lower()
+        if key.upper() in MECHANISMS and not has_value:
+            if not protocol.startswith("SASL_"):
+                raise BrokerError(
+                    f"{where}: SASL mechanism {key.upper()} on a {protocol} "
+                    "listener; use SASL_PLAINTEXT or SASL_SSL"
+                )
+            if key.upper() not in mechanisms:
+                mechanisms.append(key.upper())
+        elif key == "mtls":
+            client_auth = value if has_value else "required"
+            if client_auth not in CLIENT_AUTH:
+                raise BrokerError(
+                    f"{where}: mtls={value!r}, expected one of {', '.join(CLIENT_AUTH)}"
+                )
+        elif key == "cert" and has_value:
+            cert = value
+            if cert not in SERVER_CERTS:
+                raise BrokerError(
+                    f"{where}: cert={value!r}, expected one of {', '.join(SERVER_CERTS)}"
+                )
+        else:
+            raise BrokerError(
+                f"{where}: unknown option {option!r}; options are SASL mechanisms "
+                f"({', '.join(MECHANISMS)}), mtls[=required|requested|none], "
+                "cert=good|expired|wrong-host"
+            )
+    if protocol.startswith("SASL_") and not mechanisms:
+        raise BrokerError(
+            f"{where}: a {protocol} listener needs a mechanism, e.g. "
+            f"{name}={protocol}:SCRAM-SHA-512 (one of {', '.join(MECHANISMS)})"
+        )
+    if (client_auth != "none" or cert != "good") and protocol not in ("SSL", "SASL_SSL"):
+        raise BrokerError(f"{where}: mtls and cert options need SSL or SASL_SSL, not {protocol}")
+    return ListenerSpec(name, protocol, tuple(mechanisms), client_auth, cert)
+
+
+def check_secured_plan(specs: Sequence[ListenerSpec], inter_broker_listener: str) -> None:
+    """A broker with secured listeners keeps PLAINTEXT first (the bootstrap and readiness probe)
+    and as the inter-broker listener (the broker needs no credentials of its own)."""
+    if not any(s.secured for s in specs):
+        return
+    if specs[0].secured:
+        raise BrokerError(
+            f"config listeners: the first listener ({specs[0]}) is the harness's bootstrap and "
+            "readiness probe and must be PLAINTEXT; put one first, e.g. --listener PLAINTEXT "
+            f"--listener {specs[0]}"
+        )
+    inter = next((s for s in specs if s.name == inter_broker_listener), None)
+    if inter is not None and inter.secured:
+        raise BrokerError(
+            f"config inter.broker.listener.name={inter.name}: a {inter.protocol} listener; the "
+            "inter-broker listener must be PLAINTEXT (it stays protected from client limits)"
+        )
+
+
+def security_properties(
+    specs: Sequence[ListenerSpec],
+    *,
+    users: Sequence[SaslUser],
+    truststore: str,
+    keystores: Mapping[str, str],
+) -> dict[str, str]:
+    """The broker keys of the secured listeners, every one prefixed with its listener.
+
+    ``keystores`` maps `SERVER_CERTS` names to PEM keystore paths (PKCS#8 key, then chain);
+    ``truststore`` is the CA's PEM. Secret: the PLAIN JAAS values carry the passwords.
+    """
+    props: dict[str, str] = {}
+    for spec in specs:
+        prefix = f"listener.name.{spec.name.lower()}."
+        if spec.tls:
+            props[prefix + "ssl.keystore.type"] = "PEM"
+            props[prefix + "ssl.keystore.location"] = keystores[spec.cert]
+            props[prefix + "ssl.truststore.type"] = "PEM"
+            props[prefix + "ssl.truststore.location"] = truststore
+            props[prefix + "ssl.client.auth"] = spec.client_auth
+        if spec.sasl:
+            props[prefix + "sasl.enabled.mechanisms"] = ",".join(spec.mechanisms)
+            for mech in spec.mechanisms:
+                props[f"{prefix}{mech.lower()}.sasl.jaas.config"] = server_jaas(mech, users)
+    return props
+
+
+def scram_mechanisms(specs: Sequence[ListenerSpec]) -> tuple[str, ...]:
+    """The SCRAM mechanisms any listener enables (their users are created at format time)."""
+    wanted = {m for s in specs for m in s.mechanisms}
+    return tuple(m for m in SCRAM_MECHANISMS if m in wanted)
+
+
+def uses_plain(specs: Sequence[ListenerSpec]) -> bool:
+    return any(PLAIN in s.mechanisms for s in specs)
 
 
 def parse_host_port(value: str, *, key: str) -> tuple[str, int]:
@@ -182,7 +358,9 @@ def server_properties(
             "listeners": ",".join(f"{n}://{LOOPBACK}:{ports[n]}" for n in all_names),
             "advertised.listeners": ",".join(f"{n}://{advertised[n]}" for n in plan.names),
             "inter.broker.listener.name": plan.inter_broker_listener or plan.first,
-            "listener.security.protocol.map": ",".join(f"{n}:PLAINTEXT" for n in all_names),
+            "listener.security.protocol.map": ",".join(
+                f"{n}:{plan.protocol(n)}" for n in all_names
+            ),
             "log.dirs": data_dir,
         }
     )

@@ -5,6 +5,13 @@ it is reaped at interpreter exit (atexit), on SIGTERM/SIGHUP when nobody else ha
 when started from the main thread, by the kernel if this Python process dies outright
 (PR_SET_PDEATHSIG). A harness that leaves JVMs behind poisons the next run's ports and the
 other engineers' CPU.
+
+Secured listeners (``listeners=("PLAINTEXT", "SSL=SSL:mtls", ...)``, `parse_listener`) get a
+fresh CA, certificates and SASL passwords at every `start_local`, written to ``<workdir>/private``
+(0700, files 0600) with the broker's real ``server.properties`` and one ``client-*.properties``
+per secured listener; ``<workdir>/server.properties`` is then a masked copy, and the storage
+format's output (it prints SCRAM stored keys) goes to the private folder, not ``broker.log``.
+The private folder is removed when the broker stops (docs/security.md).
 """
 
 from __future__ import annotations
@@ -43,14 +50,25 @@ from harness.broker.base import Broker
 from harness.broker.config import (
     REQUEST_LOG_NAME,
     ListenerPlan,
+    ListenerSpec,
+    check_secured_plan,
     log4j2_properties,
     normalise_listeners,
+    parse_listener,
     render_properties,
+    scram_mechanisms,
+    security_properties,
     server_properties,
 )
 from harness.broker.errors import BrokerError, tail
 from harness.broker.probe import probe
 from harness.localnet import LOOPBACK, free_ports
+from harness.security import clientprops, secrets
+from harness.security.material import RunSecurity, SecurityFiles
+from harness.security.sasl import DEFAULT_USERS, scram_format_args
+
+#: The run-private folder (0700) in the workdir of a broker with secured listeners.
+PRIVATE_DIR = "private"
 
 #: Small heap and the serial collector: the broker shares two cores with the load and Spark.
 DEFAULT_JVM_OPTS = (
@@ -141,6 +159,7 @@ class LocalBroker(Broker):
         exporter: JmxExporter | None = None,
         metrics_port: int | None = None,
         request_log: bool = False,
+        security: RunSecurity | None = None,
     ) -> None:
         super().__init__(
             bootstrap=f"{LOOPBACK}:{plan.ports[plan.first]}",
@@ -152,7 +171,23 @@ class LocalBroker(Broker):
         self.java = java
         self.artifacts = artifacts
         self.plan = plan
+        #: the broker's server.properties (with secured listeners: a masked copy for reading;
+        #: the broker reads ``private/server.properties``)
         self.config_path = workdir / "server.properties"
+        #: the run's certificates and SASL users (None when every listener is PLAINTEXT)
+        self.security = security
+        #: the private folder of a secured broker (0700; removed on stop)
+        self.private_dir: Path | None = workdir / PRIVATE_DIR if security is not None else None
+        #: file names of the private material, once written
+        self.security_files: SecurityFiles | None = None
+        #: ``client.properties`` per secured listener (``"SASL_SSL"``: its first mechanism)
+        #: and per listener and mechanism (``"SASL_SSL:SCRAM-SHA-256"``)
+        self.client_configs: dict[str, Path] = {}
+        self._broker_config_path = (
+            self.private_dir / "server.properties"
+            if self.private_dir is not None
+            else self.config_path
+        )
         self.controller_port = plan.controller_port
         self._temp_workdir = temp_workdir
         self._ready_timeout_s = ready_timeout_s
@@ -206,40 +241,60 @@ class LocalBroker(Broker):
         return [str(self.java), *opts, "-cp", self.artifacts.classpath, main, *args]
 
     def _format(self) -> None:
-        """Format the KRaft metadata log once; a restart reuses the formatted data dir."""
+        """Format the KRaft metadata log once; a restart reuses the formatted data dir.
+
+        SCRAM users are created here (``--add-scram``). Their passwords go to the JVM in a
+        private argument file (never on a command line ``/proc`` shows), and the tool's
+        output, which prints the SCRAM records, to the private folder instead of broker.log.
+        """
         assert self.workdir is not None and self.log_path is not None
         if (self.workdir / "data" / "meta.properties").exists():
             return
         self._progress(f"formatting KRaft storage in {self.workdir / 'data'}…")
-        cmd = self._jvm_command(
-            "kafka.tools.StorageTool",
-            "format",
-            "-t",
-            cluster_id(),
-            "-c",
-            str(self.config_path),
-            short_lived=True,
-        )
+        args = ["format", "-t", cluster_id(), "-c", str(self._broker_config_path)]
+        scram: list[str] = []
+        if self.security is not None:
+            scram = scram_format_args(self.security.users, scram_mechanisms(self.plan.secured))
+        output = self.log_path
+        argfile: Path | None = None
+        if scram:
+            assert self.private_dir is not None
+            output = self.private_dir / "format.log"
+            argfile = self.private_dir / "format.args"
+            # One argument a line; none holds a space or a quote (passwords are URL-safe).
+            secrets.write_private(argfile, "\n".join(["kafka.tools.StorageTool", *args, *scram]))
+            cmd = self._jvm_command(f"@{argfile}", short_lived=True)
+        else:
+            cmd = self._jvm_command("kafka.tools.StorageTool", *args, short_lived=True)
         with open(self.log_path, "ab") as log:
-            log.write(b"== harness: kafka.tools.StorageTool format ==\n")
-            log.flush()
-            try:
-                rc = subprocess.run(
-                    cmd, stdout=log, stderr=subprocess.STDOUT, timeout=120, check=False
-                ).returncode
-            except subprocess.TimeoutExpired as exc:
-                raise BrokerError(
-                    f"formatting KRaft storage took over 120 s; see {self.log_path}"
-                ) from exc
+            note = f" (with SCRAM users; its output, secret, is in {output})" if scram else ""
+            log.write(f"== harness: kafka.tools.StorageTool format{note} ==\n".encode())
+        try:
+            with open(output, "ab") as out:
+                if scram:
+                    os.chmod(output, 0o600)
+                try:
+                    rc = subprocess.run(
+                        cmd, stdout=out, stderr=subprocess.STDOUT, timeout=120, check=False
+                    ).returncode
+                except subprocess.TimeoutExpired as exc:
+                    raise BrokerError(
+                        f"formatting KRaft storage took over 120 s; see {output}"
+                    ) from exc
+        finally:
+            if argfile is not None:
+                argfile.unlink(missing_ok=True)
         if rc != 0:
+            text = output.read_text(errors="replace") if output.exists() else ""
             raise BrokerError(
-                f"kafka.tools.StorageTool format exited {rc}; the config is {self.config_path}; "
-                f"last lines of {self.log_path}:\n{tail(self.log_text())}"
+                f"kafka.tools.StorageTool format exited {rc}; the config is "
+                f"{self._broker_config_path}; last lines of {output}:\n"
+                f"{secrets.mask(tail(text))}"
             )
 
     def _spawn(self) -> None:
         assert self.workdir is not None and self.log_path is not None
-        cmd = self._jvm_command("kafka.Kafka", str(self.config_path))
+        cmd = self._jvm_command("kafka.Kafka", str(self._broker_config_path))
         if self.exporter is not None and self.metrics_port:
             config = self.exporter.write_config(self.workdir / "jmx-exporter.yaml")
             cmd.insert(1, self.exporter.java_agent_option(self.metrics_port, config, LOOPBACK))
@@ -309,8 +364,21 @@ class LocalBroker(Broker):
         """Write the config, format if needed, spawn the JVM and wait until it serves."""
         with self._lock:
             assert self.workdir is not None and self.log_path is not None
-            props = server_properties(self.plan, str(self.workdir / "data"), self._properties)
-            self.config_path.write_text(render_properties(props))
+            props = server_properties(
+                self.plan, str(self.workdir / "data"), self._security_properties()
+            )
+            if self.security is None:
+                self.config_path.write_text(render_properties(props))
+            else:
+                secrets.write_private(self._broker_config_path, render_properties(props))
+                self.config_path.write_text(
+                    render_properties(secrets.mask_properties(props)).replace(
+                        "# Generated by harness.broker;",
+                        f"# Secrets masked; the broker reads {self._broker_config_path}.\n"
+                        "# Generated by harness.broker;",
+                    )
+                )
+                self._write_client_configs()
             (self.workdir / "log4j2.properties").write_text(
                 log4j2_properties(request_log=self._request_log)
             )
@@ -321,6 +389,48 @@ class LocalBroker(Broker):
             self._stopped = False
             self._wait_ready(offset)
             self.version = self._read_version(offset)
+
+    def _security_properties(self) -> dict[str, str]:
+        """Fresh private files and the secured listeners' keys; the caller's keys win."""
+        if self.security is None:
+            return dict(self._properties)
+        assert self.private_dir is not None
+        files = self.security.write(self.private_dir)
+        self.security_files = files
+        keystores = {w: str(files.server_keystore(w)) for w in ("good", "expired", "wrong-host")}
+        derived = security_properties(
+            self.plan.secured,
+            users=self.security.users,
+            truststore=str(files.ca),
+            keystores=keystores,
+        )
+        return {**derived, **self._properties}
+
+    def _write_client_configs(self) -> None:
+        """One client.properties per secured listener (and per extra SASL mechanism)."""
+        assert self.security is not None and self.security_files is not None
+        files, user = self.security_files, self.security.user
+        self.client_configs = {}
+        for spec in self.plan.secured:
+            mechanisms: tuple[str | None, ...] = spec.mechanisms or (None,)
+            for i, mech in enumerate(mechanisms):
+                props = clientprops.client_properties(
+                    spec.protocol,
+                    bootstrap=self.address(spec.name),
+                    mechanism=mech,
+                    user=user if mech else None,
+                    truststore=files.ca if spec.tls else None,
+                    keystore=files.client_keystore if spec.client_auth != "none" else None,
+                )
+                stem = f"client-{spec.name.lower()}" + (f"-{mech.lower()}" if i and mech else "")
+                path = secrets.write_private(
+                    files.folder / f"{stem}.properties",
+                    clientprops.render(props, f"Kafka client config for listener {spec} (secret)"),
+                )
+                if i == 0:
+                    self.client_configs[spec.name] = path
+                if mech is not None:
+                    self.client_configs[f"{spec.name}:{mech}"] = path
 
     def _signal_group(self, sig: int) -> None:
         if self.pid is None:
@@ -351,6 +461,8 @@ class LocalBroker(Broker):
                 _LIVE.discard(self)
             if not self._stopped and self._temp_workdir and self.workdir is not None:
                 shutil.rmtree(self.workdir, ignore_errors=True)
+            if self.private_dir is not None:
+                secrets.remove_private(self.private_dir)
             self._stopped = True
 
     def pause(self) -> None:
@@ -422,6 +534,7 @@ def start_local(
     port_picker: Callable[[int], list[int]] = free_ports,
     metrics: bool | None = None,
     request_log: bool = False,
+    sasl_users: Sequence[str] = DEFAULT_USERS,
 ) -> LocalBroker:
     """Resolve the jars, then start a broker; retries fresh ports if one was taken meanwhile.
 
@@ -433,9 +546,27 @@ def start_local(
     ``request_log`` turns on Kafka's request logger into ``broker.request_log_path`` (one line
     per completed request with its handler time, which an acceptor in front charges instead of
     the time it sees: `upstream.request.log`). It costs the broker a JSON line per request.
+
+    ``listeners`` take `parse_listener`'s syntax: ``"CLIENT"`` (PLAINTEXT), ``"SSL=SSL"``,
+    ``"MTLS=SSL:mtls"``, ``"SASL=SASL_SSL:SCRAM-SHA-512,PLAIN"``... With any secured listener
+    the first must be PLAINTEXT, and a fresh CA, certificates and ``sasl_users`` with random
+    passwords are made for this broker (``broker.security``, ``broker.client_configs``).
     """
     props = dict(properties or {})
-    names, adv, inter = normalise_listeners(listeners, advertised, inter_broker_listener, props)
+    if isinstance(listeners, str):
+        listeners = (listeners,)
+    specs = [parse_listener(text) for text in listeners]
+    names, adv, inter = normalise_listeners(
+        [s.name for s in specs], advertised, inter_broker_listener, props
+    )
+    check_secured_plan(specs, inter)
+    by_name: dict[str, ListenerSpec] = {s.name: s for s in specs}
+    security: RunSecurity | None = None
+    if any(s.secured for s in specs):
+        try:
+            security = RunSecurity.generate(sasl_users)
+        except (RuntimeError, ValueError) as exc:
+            raise BrokerError(f"config security: {exc}") from exc
     props.pop("advertised.listeners", None)
     props.pop("inter.broker.listener.name", None)
     java = find_java()
@@ -461,6 +592,7 @@ def start_local(
             controller_port=ports[len(names)],
             advertised=adv,
             inter_broker_listener=inter,
+            specs=by_name,
         )
         # A fresh data dir per attempt: the controller port is part of the formatted quorum.
         shutil.rmtree(wd / "data", ignore_errors=True)
@@ -476,6 +608,7 @@ def start_local(
             exporter=exporter,
             metrics_port=ports[-1],
             request_log=request_log,
+            security=security,
         )
         try:
             broker.start()
