@@ -20,6 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+import yaml
 
 from harness.history import read_history
 from harness.history.events import conformance
@@ -139,13 +140,23 @@ def test_tiny_scenario_end_to_end(tmp_path: Path) -> None:
     res = harness_run(
         [str(scenario), "--out", str(out), "--gate"], tmp_path / "run.log", timeout=900
     )
+    expect = yaml.safe_load(scenario.read_text())["expect"]  # what the scenario promises
     run_dir = only_run_dir(out)
     verdict_file = run_dir / "report" / "verdict.json"
     assert verdict_file.is_file(), _fail_msg(res.stdout)
     verdict = json.loads(verdict_file.read_text())
-    assert verdict["verdict"] in EXIT
-    assert res.returncode == EXIT[verdict["verdict"]], _fail_msg(res.stdout)
-    assert f"VERDICT: {verdict['verdict'].upper()}" in res.stdout
+    # the scenario's own expected verdict, not merely a known one
+    assert verdict["verdict"] == expect["verdict"], (verdict["reasons"], _fail_msg(res.stdout))
+    assert verdict["expected_verdict"] == expect["verdict"]
+    assert res.returncode == EXIT[expect["verdict"]], _fail_msg(res.stdout)
+    assert f"VERDICT: {expect['verdict'].upper()}" in res.stdout
+    # a pass proves something: checks were exercised (the load reached the limit) and passed,
+    # every one the scenario names among them
+    checks = {c["name"]: c for c in verdict["checks"]}
+    proven = [n for n, c in checks.items() if c["verdict"] == "pass" and c["exercised"]]
+    assert proven, [(n, c["verdict"], c["exercised"]) for n, c in checks.items()]
+    for name in expect["checks"]:
+        assert name in proven, (name, checks.get(name))
     assert f"report: {run_dir / 'report' / 'report.html'}" in res.stdout
     for name in ("junit.xml", "report.html"):
         assert (run_dir / "report" / name).is_file()
