@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from analysis.model import INT_MAX, Limits
+from analysis.versions import Semantics, semantics_for
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -184,6 +185,7 @@ def limit_values(lim: Limits) -> dict[str, Any]:
         },
         "ip_quotas.default": lim.ip_quota_default,
         "ip_quotas": {k: v for k, v in sorted(lim.ip_quotas.items()) if v < INT_MAX},
+        "kafka.version": lim.kafka_version,
     }
 
 
@@ -246,6 +248,15 @@ class Run:
     def expect(self) -> dict[str, Any]:
         value = self.meta.get("expect") or {}
         return value if isinstance(value, dict) else {}
+
+    @property
+    def semantics(self) -> Semantics:
+        """The Kafka release this run is judged as (analysis.versions): the runner's
+        `kafka.version`, else run.json's `versions.kafka_semantics`, else the current."""
+        version = self.timeline.limits[0].kafka_version if self.timeline.limits else None
+        if version is None:
+            version = (self.meta.get("versions") or {}).get("kafka_semantics")
+        return semantics_for(version)
 
     @property
     def slack_ms(self) -> float:

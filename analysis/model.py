@@ -5,7 +5,8 @@ the enforcer: a bug in `harness.quota` must not be able to certify itself (Jepse
 Pure and clock-free: every call takes the time in milliseconds, the way the acceptor
 fed its engine (`now_ms = mono_ns // 1_000_000`).
 
-Semantics follow Kafka trunk (3.8+): a ring of n+1 samples, purge by last event, a
+Semantics follow Kafka trunk (3.8+; the release's own where it differs, analysis.versions):
+a ring of n+1 samples, purge by last event, a
 window padded to (n-1)·w with a 1 ms floor, record-then-check, violation iff
 rate > bound, throttle X = round((rate-bound)/bound · W) half-up, bounded by w.
 """
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from analysis.hosts import resolve_overrides
+from analysis.versions import Semantics, semantics_for
 
 INT_MAX = 2_147_483_647
 DEFAULT_WINDOW_NUM = 11
@@ -40,15 +42,26 @@ class RateMeter:
     on every record (values are ±1 counts, so the running total is exact).
     """
 
-    __slots__ = ("bound", "cur", "lasts", "min_last", "min_start", "n", "starts", "total",
-                 "values", "w")  # fmt: skip
+    __slots__ = ("bound", "cur", "lasts", "min_last", "min_start", "n", "overlap", "slots",
+                 "starts", "total", "values", "w")  # fmt: skip
 
-    def __init__(self, bound: float, n: int = DEFAULT_WINDOW_NUM, w_ms: int = DEFAULT_WINDOW_MS):
+    def __init__(
+        self,
+        bound: float,
+        n: int = DEFAULT_WINDOW_NUM,
+        w_ms: int = DEFAULT_WINDOW_MS,
+        *,
+        overlap: bool = True,
+    ):
+        """`overlap` (Kafka >= 3.8, analysis.versions): n+1 samples, purged by last event;
+        False: the ring before 3.8, n samples purged by their start."""
         if n < 1 or w_ms < 1:
             raise ValueError(f"quota.window.num={n}, window={w_ms} ms: both must be >= 1")
         self.bound = float(bound)
         self.n = n
         self.w = w_ms
+        self.overlap = overlap
+        self.slots = n + 1 if overlap else n
         self.starts: list[int] = []
         self.lasts: list[int] = []
         self.values: list[float] = []
@@ -71,8 +84,8 @@ class RateMeter:
             self._first(t)
         cur = self.cur
         starts = self.starts
-        if t - starts[cur] >= self.w:  # isComplete -> advance over n+1 slots
-            cur = (cur + 1) % (self.n + 1)
+        if t - starts[cur] >= self.w:  # isComplete -> advance over the ring
+            cur = (cur + 1) % self.slots
             self.cur = cur
             if cur >= len(starts):
                 starts.append(t)
@@ -90,13 +103,15 @@ class RateMeter:
         self.lasts[cur] = t
 
     def _purge(self, t: int) -> None:
-        """Reset every sample whose last event is n·w old or more."""
+        """Reset every sample whose last event (before 3.8: whose start) is n·w old or
+        more."""
         expire = self.n * self.w
-        if t - self.min_last < expire:
+        if t - (self.min_last if self.overlap else self.min_start) < expire:
             return
         lasts, starts, values = self.lasts, self.starts, self.values
+        refs = lasts if self.overlap else starts
         for i in range(len(lasts)):
-            if t - lasts[i] >= expire:
+            if t - refs[i] >= expire:
                 self.total -= values[i]
                 starts[i] = t
                 lasts[i] = t
@@ -201,6 +216,8 @@ class Limits:
     ip_quotas: Mapping[str, float] = field(default_factory=dict)
     listeners: tuple[str, ...] = ()
     inter_broker_listener: str | None = None
+    #: `kafka.version`: the release whose semantics this run is judged by (None: current)
+    kafka_version: str | None = None
 
     @classmethod
     def from_config(cls, detail: Mapping[str, Any] | str | None) -> Limits:
@@ -261,6 +278,7 @@ class Limits:
             ip_quotas=ip_quotas,
             listeners=tuple(_listener_names(detail.get("listeners"))),
             inter_broker_listener=str(ibl).lower() if ibl else None,
+            kafka_version=str(detail["kafka.version"]) if detail.get("kafka.version") else None,
         )
 
     def is_protected(self, listener: str | None) -> bool:
@@ -336,17 +354,22 @@ class AdmissionModel:
     is not Int.MaxValue (Kafka creates it lazily and keeps it when the quota changes).
     """
 
-    def __init__(self, limits: Limits):
+    def __init__(self, limits: Limits, semantics: Semantics | None = None):
         self.limits = limits
         self.n = limits.window_num
         self.w = limits.window_ms
-        self.broker = RateMeter(limits.broker_rate, self.n, self.w)
+        #: the release's meter (analysis.versions): n+1 samples by last event from 3.8
+        self.overlap = (semantics or semantics_for(limits.kafka_version)).sampled_stat_overlap
+        self.broker = self._meter(limits.broker_rate)
         self.listeners: dict[str, RateMeter] = {}
         self.ips: dict[str, RateMeter] = {}
         self.ip_counts: dict[str, int] = {}
         self.listener_counts: dict[str, int] = {}
         self.total = 0
         self._protected: dict[str, bool] = {}
+
+    def _meter(self, bound: float) -> RateMeter:
+        return RateMeter(bound, self.n, self.w, overlap=self.overlap)
 
     def protected(self, listener: str) -> bool:
         p = self._protected.get(listener)
@@ -357,7 +380,7 @@ class AdmissionModel:
     def _listener_meter(self, listener: str) -> RateMeter:
         meter = self.listeners.get(listener)
         if meter is None:
-            meter = RateMeter(self.limits.listener_rate_for(listener), self.n, self.w)
+            meter = self._meter(self.limits.listener_rate_for(listener))
             self.listeners[listener] = meter
         return meter
 
@@ -390,7 +413,7 @@ class AdmissionModel:
             return 0
         meter = self.ips.get(ip)
         if meter is None:
-            meter = RateMeter(quota, self.n, self.w)
+            meter = self._meter(quota)
             self.ips[ip] = meter
         throttle = meter.record_bounded(t1_ms)
         if throttle > 0:

@@ -407,8 +407,10 @@ def closed_model_readiness(environment: Environment, **_: Any) -> None:
 
         return on_event
 
-    environment.events.spawning_complete.add_listener(mark(readiness.READY))
-    environment.events.test_stop.add_listener(mark(readiness.DONE))
+    spawned: Any = environment.events.spawning_complete
+    stopped: Any = environment.events.test_stop
+    spawned.add_listener(mark(readiness.READY))
+    stopped.add_listener(mark(readiness.DONE))
 
 
 def warm_up() -> None:

@@ -71,7 +71,11 @@ def _result(run: Run, mode: str) -> CheckResult:
         if n == 0:
             verdict = UNKNOWN
         tolerance = f"{fmt(tol)} ms on delays and throttles; outcomes exact"
-        expected = "every delay, outcome and IP throttle equals the model's"
+        sem = run.semantics
+        expected = (
+            "every delay, outcome and IP throttle equals the model's, judged as Kafka "
+            f"{sem.name} (rate meter: {sem.meter})"
+        )
     else:
         verdict = NA  # a diagnostic: the client clock is not Kafka's accept
         diagnostics, wit = wit, []  # disagreements are not violations on this target

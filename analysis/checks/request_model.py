@@ -178,6 +178,7 @@ def check_request_model(run: Run) -> CheckResult:
     }
     lim0 = run.timeline.limits[0]
     n_w, w = lim0.window_num, lim0.window_ms
+    overlap = run.semantics.sampled_stat_overlap  # the release's rate meter
     cb = QuotaCallback()
     meters: dict[tuple[str, str], RateMeter] = {}
     version = -1
@@ -213,7 +214,7 @@ def check_request_model(run: Run) -> CheckResult:
             continue
         meter = meters.get(tags)
         if meter is None:
-            meter = meters[tags] = RateMeter(quota, n_w, w)
+            meter = meters[tags] = RateMeter(quota, n_w, w, overlap=overlap)
         meter.bound = quota
         t = at_ns // 1_000_000
         network = float(r["network_ms"] or 0.0)

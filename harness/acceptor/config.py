@@ -17,7 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.quota.config import ConfigError, QuotaConfig, parse_config
+from harness.quota.connections import ConnectionQuotas
 from harness.quota.faults import FAULT_KEY, LEGACY_SKIP_KEY, Faults
+from harness.quota.requests import RequestQuotas
+from harness.quota.versions import CURRENT, VERSION_KEY, KafkaSemantics, semantics
 
 log = logging.getLogger("harness.acceptor")
 
@@ -45,6 +48,8 @@ DEFAULTS: dict[str, str] = {
     MODEL_KEY: "single",
     PROCESSES_KEY: "",  # blank: one process per processor, Kafka's shape
     "node.id": "",
+    # the Kafka release whose semantics the engine enforces (harness.quota.versions)
+    VERSION_KEY: CURRENT,
     "upstream.request.log": "",  # the broker's request log (harness.acceptor.broker_charge)
     LEGACY_SKIP_KEY: "false",
     FAULT_KEY: "",
@@ -96,6 +101,8 @@ class AcceptorConfig:
     #: `num.network.threads` processors between them (processor i in process i mod this);
     #: by default one per processor
     processor_processes: int = 1
+    #: `kafka.version`: the Kafka release whose semantics the engine enforces
+    kafka: KafkaSemantics = field(default_factory=semantics)
     #: the raw properties as given (after overrides), for `config` rows and restarts
     properties: Mapping[str, str] = field(default_factory=dict)
 
@@ -261,7 +268,23 @@ def parse_acceptor_config(props: Mapping[str, str]) -> AcceptorConfig:
             if props.get(PROCESSES_KEY, "")
             else quota.num_network_threads
         ),
+        kafka=semantics(props.get(VERSION_KEY, CURRENT)),
         properties=dict(props),
+    )
+
+
+def quota_engines(cfg: AcceptorConfig) -> tuple[ConnectionQuotas, RequestQuotas]:
+    """The connection and request quota engines for `cfg`: its limits, its seeded faults
+    and the Kafka release it enforces as (`kafka.version`)."""
+    legacy = not cfg.kafka.sampled_stat_overlap
+    return (
+        ConnectionQuotas(cfg.quota, legacy_meter=legacy, faults=cfg.faults),
+        RequestQuotas(
+            cfg.quota.quota_window_num,
+            cfg.quota.quota_window_size_seconds,
+            legacy_meter=legacy,
+            faults=cfg.faults,
+        ),
     )
 
 

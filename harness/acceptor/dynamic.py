@@ -20,6 +20,7 @@ from harness.quota.config import QuotaConfig, apply_dynamic_update, layered_upda
 from harness.quota.connections import ConnectionQuotas
 from harness.quota.faults import FAULT_KEY
 from harness.quota.requests import EntityName, RequestQuotas
+from harness.quota.versions import VERSION_KEY
 
 
 class DynamicConfig:
@@ -109,4 +110,5 @@ class DynamicConfig:
         limits["request_quotas"] = dict(self.state.request_quotas)
         limits["harness.test.skip.ip.rate.check"] = self.cfg.skip_ip_rate_check
         limits[FAULT_KEY] = self.cfg.faults.names()
+        limits[VERSION_KEY] = self.cfg.kafka.name  # the release whose semantics it enforces
         return limits

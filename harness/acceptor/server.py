@@ -22,7 +22,7 @@ from typing import Any
 
 from harness.acceptor.admin import AdminHandler
 from harness.acceptor.admission import ListenerAcceptor
-from harness.acceptor.config import AcceptorConfig, parse_acceptor_config
+from harness.acceptor.config import AcceptorConfig, parse_acceptor_config, quota_engines
 from harness.acceptor.connections import Connections, SlotSignal
 from harness.acceptor.dynamic import DynamicConfig
 from harness.acceptor.eventloop import new_event_loop
@@ -35,9 +35,7 @@ from harness.acceptor.split import Owned, SplitProcessors, check_split
 from harness.acceptor.stall import parse_stalls, schedule_stalls
 from harness.history import HistoryWriter
 from harness.quota.config import ConfigError, QuotaConfig
-from harness.quota.connections import ConnectionQuotas
 from harness.quota.faults import FAULT_KEY, FAULTS, Faults
-from harness.quota.requests import RequestQuotas
 
 log = logging.getLogger("harness.acceptor")
 
@@ -75,10 +73,7 @@ class Acceptor:
         out: Any = None,
     ) -> None:
         self.cfg = cfg
-        self.quotas = ConnectionQuotas(cfg.quota, faults=cfg.faults)
-        self.request_quotas = RequestQuotas(
-            cfg.quota.quota_window_num, cfg.quota.quota_window_size_seconds, faults=cfg.faults
-        )
+        self.quotas, self.request_quotas = quota_engines(cfg)
         self.run_id = run_id
         self.history_dir = Path(history_dir) if history_dir is not None else None
         self.out = out

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.acceptor.admin import AdminHandler
-from harness.acceptor.config import AcceptorConfig, parse_acceptor_config
+from harness.acceptor.config import AcceptorConfig, parse_acceptor_config, quota_engines
 from harness.acceptor.connections import Connections
 from harness.acceptor.dynamic import DynamicConfig
 from harness.acceptor.eventloop import new_event_loop
@@ -47,8 +47,7 @@ from harness.acceptor.relay import Relay
 from harness.acceptor.split import Link, SharedCounts
 from harness.acceptor.stall import Stall, schedule_stalls
 from harness.history import HistoryWriter
-from harness.quota.connections import ConnectionQuotas
-from harness.quota.requests import RequestCharge, RequestQuotas
+from harness.quota.requests import RequestCharge
 
 log = logging.getLogger("harness.acceptor.worker")
 
@@ -127,10 +126,7 @@ class ProcessorProcess:
 
     async def run(self) -> None:
         cfg = self.cfg
-        engine = ConnectionQuotas(cfg.quota, faults=cfg.faults)  # its limits, never counted
-        request_quotas = RequestQuotas(
-            cfg.quota.quota_window_num, cfg.quota.quota_window_size_seconds, faults=cfg.faults
-        )
+        engine, request_quotas = quota_engines(cfg)  # its limits, never counted
         # the admin path's view: only what it needs to route; the accepting process answers
         # from its own (state.dir is re-applied there, never here)
         dynamic = DynamicConfig(cfg, engine, request_quotas, lambda: None)

@@ -235,6 +235,8 @@ class Orchestrator:
         self.limits = dict(self.target.limits)
         broker = self.target.broker
         self.run_json["versions"]["kafka"] = getattr(broker, "version", None)
+        # the release whose semantics the enforcer is judged by (docs/kafka-versions.md)
+        self.run_json["versions"]["kafka_semantics"] = self.limits.get("kafka.version")
         self.run_json["limits"] = self.limits
         self.run_json["listeners"] = {
             n: f"{h}:{p}" for n, (h, p) in self.target.client_addresses.items()

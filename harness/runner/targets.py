@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.localnet import free_port
+from harness.quota.config import ConfigError
+from harness.quota.versions import CURRENT, VERSION_KEY, parse_version
 from harness.runner.latency_proxy import LatencyProxy
 from harness.runner.procs import ManagedProcess
 from harness.runner.scenario import INT_MAX, Action, Scenario
@@ -94,7 +96,13 @@ def _props(limits: Mapping[str, Any]) -> dict[str, str]:
     takes the broker-wide value)."""
     out: dict[str, str] = {}
     for key, value in limits.items():
-        if key in ("listeners", "inter.broker.listener.name", "ip_quotas", "request_quotas"):
+        if key in (
+            "listeners",
+            "inter.broker.listener.name",
+            "ip_quotas",
+            "request_quotas",
+            VERSION_KEY,
+        ):
             continue
         if value == "" or (value == INT_MAX and not key.startswith("listener.name.")):
             continue
@@ -203,6 +211,16 @@ def admin_listener(scenario: Scenario) -> str:
         if scenario.proxy_protocol.get(name, "off") != "required":
             return name
     raise TargetError("every listener requires a PROXY header: no listener for admin requests")
+
+
+def semantics_version(version: object, progress: Progress) -> str:
+    """The Kafka release whose semantics a run is judged by: the broker's own when it is
+    one the model knows (2.7.0 or newer), else the harness's current one, said aloud."""
+    try:
+        return ".".join(str(x) for x in parse_version(str(version)))
+    except ConfigError as exc:
+        progress(f"Kafka version {version!r}: {exc.reason}; judged as Kafka {CURRENT}")
+        return CURRENT
 
 
 class Target:
@@ -395,6 +413,8 @@ class BrokerTarget(Target):
             if dynamic:
                 apply_broker_config(self.admin_bootstrap, dynamic)
         self.limits = initial_limits(self.scenario, self.client_addresses)
+        # the broker is judged by its own release's semantics (docs/kafka-versions.md)
+        self.limits[VERSION_KEY] = semantics_version(getattr(b, "version", None), self.progress)
         self.apply_initial_quotas()
         if any(a.kind != "fault" for a in self.scenario.schedule):
             self.open_held_admin()
@@ -502,6 +522,8 @@ class AcceptorTarget(Target):
             else:
                 upstreams[n] = f"{host}:{port}"
         props = self.acceptor_properties(ports, upstreams)
+        # the acceptor enforces as the release it fronts, unless the scenario says otherwise
+        props.setdefault(VERSION_KEY, semantics_version(getattr(b, "version", None), self.progress))
         request_log = b.request_log_path
         if wants_log and request_log is not None:
             props["upstream.request.log"] = str(request_log)
@@ -552,6 +574,7 @@ class AcceptorTarget(Target):
         self.metrics_url = ready.get("metrics_url")
         self.admin_bootstrap = "{}:{}".format(*self.client_addresses[admin_listener(sc)])
         self.limits = initial_limits(sc, self.client_addresses)
+        self.limits[VERSION_KEY] = self.overrides.get(VERSION_KEY, props[VERSION_KEY])
         self.progress(
             "acceptor ready: "
             + ", ".join(

@@ -1,0 +1,67 @@
+"""Which Kafka the engine enforces as: each behaviour that differs between Kafka
+releases is one named switch, set from `kafka.version` (docs/kafka-versions.md).
+
+The checker keeps its own copy of these switches (`analysis/versions.py`, never
+importing this module: Jepsen); `tests/unit/test_kafka_versions.py` holds the two to the
+same answer for every version and shows each switch changing a decision.
+
+Switches:
+
+- `sampled_stat_overlap` (Kafka 3.8.0, `clients/.../metrics/stats/SampledStat.java`:
+  `advance`, `purgeObsoleteSamples`, `Sample.lastEventMs`): the rate meter keeps n+1
+  samples and purges a sample by its last event, so a sample that started before the
+  window but overlaps it still counts. Before 3.8.0: n samples, purged by their start.
+  Every quota meter uses it: broker, listener and per-IP connection rates and request
+  quotas.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from harness.quota.config import ConfigError
+
+__all__ = ["CURRENT", "OLDEST", "VERSION_KEY", "KafkaSemantics", "parse_version", "semantics"]
+
+#: the acceptor configuration key
+VERSION_KEY = "kafka.version"
+#: the version the harness runs and enforces as by default
+CURRENT = "4.3.1"
+#: the first release with every connection quota the catalog uses (KIP-612's rates: 2.7.0)
+OLDEST = (2, 7, 0)
+
+_VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?$")
+
+
+def parse_version(text: str, key: str = VERSION_KEY) -> tuple[int, int, int]:
+    """`3.7.2` -> (3, 7, 2); a bad or too old version is a ConfigError naming the key."""
+    m = _VERSION.match(text.strip())
+    if m is None:
+        raise ConfigError(key, text, "expected a Kafka release like 3.9.1 or 4.3.1")
+    version = (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))
+    if version < OLDEST:
+        raise ConfigError(
+            key,
+            text,
+            "connection-rate quotas (KIP-612) need Kafka 2.7.0 or newer",
+        )
+    return version
+
+
+@dataclass(frozen=True)
+class KafkaSemantics:
+    """The behaviours of one Kafka release that the engine models differently."""
+
+    version: tuple[int, int, int]
+    #: n+1 samples purged by last event (3.8.0+); else n samples purged by start
+    sampled_stat_overlap: bool
+
+    @property
+    def name(self) -> str:
+        return ".".join(str(x) for x in self.version)
+
+
+def semantics(version: str = CURRENT) -> KafkaSemantics:
+    v = parse_version(version)
+    return KafkaSemantics(version=v, sampled_stat_overlap=v >= (3, 8, 0))
