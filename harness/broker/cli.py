@@ -218,8 +218,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"bootstrap: {broker.bootstrap}")
         for name, port in broker.listener_ports.items():
             print(f"listener: {name}={broker.host}:{port}")
+        printed: set[Path] = set()
         for key, path in getattr(broker, "client_configs", {}).items():
-            print(f"client-config: {key}={path}")
+            if path not in printed:  # "SASL_SSL" and "SASL_SSL:<its first mechanism>": once
+                printed.add(path)
+                print(f"client-config: {key}={path}")
         private = getattr(broker, "private_dir", None)
         if private is not None:
             print(f"private: {private} (certificates, passwords; 0700, removed on stop)")

@@ -1,8 +1,9 @@
 """A real Kafka broker with secured listeners, started once for the module by `harness broker`.
 
-One broker serves every case: PLAINTEXT (inter-broker, the harness's probe), SSL server-only,
-SSL with mutual TLS, SASL_SSL (SCRAM-SHA-512, SCRAM-SHA-256, PLAIN), SASL_PLAINTEXT (PLAIN,
-SCRAM-SHA-256), and two SSL listeners serving bad certificates (expired, wrong host). Clients
+One broker serves every case: `--secure`'s three listeners (PLAINTEXT inter-broker and probe,
+SASL_SSL with SCRAM-SHA-512, SSL with a client certificate requested), then SSL server-only,
+SSL with mutual TLS, SASL_SSL (SCRAM-SHA-256, PLAIN), SASL_PLAINTEXT (PLAIN, SCRAM-SHA-256),
+and two SSL listeners serving bad certificates (expired, wrong host). Clients
 connect with kafka-python from the client.properties the broker's startup lines name, and with
 raw `ssl` sockets where the TLS failure itself is the point. The passwords must never show in
 the printed output, broker.log or any file outside the private folder; the last test stops the
@@ -41,11 +42,12 @@ from harness.security.secrets import MASK, leaks
 
 pytestmark = pytest.mark.integration
 
-LISTENERS = (
-    "PLAINTEXT",
-    "SSL=SSL",
+#: Beside `--secure`'s PLAINTEXT, SASL_SSL (SCRAM-SHA-512) and SSL (client certificate
+#: requested): the other protocols, mechanisms and certificates.
+EXTRA_LISTENERS = (
+    "TLS=SSL",
     "MTLS=SSL:mtls",
-    "SASL_SSL=SASL_SSL:SCRAM-SHA-512,SCRAM-SHA-256,PLAIN",
+    "SASL2=SASL_SSL:SCRAM-SHA-256,PLAIN",
     "SASLP=SASL_PLAINTEXT:PLAIN,SCRAM-SHA-256",
     "EXPIRED=SSL:cert=expired",
     "WRONGHOST=SSL:cert=wrong-host",
@@ -97,7 +99,8 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredBroker]
     workdir = tmp_path_factory.mktemp("secured") / "run"
     cmd = [sys.executable, "-m", "harness", "broker", "--launcher", "local"]
     cmd += ["--workdir", str(workdir), "--ready-timeout", str(READY_TIMEOUT_S)]
-    for spec in LISTENERS:
+    cmd.append("--secure")
+    for spec in EXTRA_LISTENERS:
         cmd += ["--listener", spec]
     env = {**os.environ, "HARNESS_BROKER_METRICS": "0"}
     proc = subprocess.Popen(
@@ -172,8 +175,10 @@ def _config(broker: SecuredBroker, key: str, **overrides: Any) -> dict[str, Any]
 def test_startup_lines_name_each_listener_client_config_and_the_private_folder(
     secured: SecuredBroker,
 ) -> None:
-    assert set(secured.ports) == {spec.partition("=")[0] for spec in LISTENERS}
-    assert {"SSL", "MTLS", "SASL_SSL", "SASL_SSL:PLAIN", "SASLP:SCRAM-SHA-256"} <= set(
+    extra = {spec.partition("=")[0] for spec in EXTRA_LISTENERS}
+    assert set(secured.ports) == {"PLAINTEXT", "SASL_SSL", "SSL"} | extra
+    assert list(secured.ports)[:3] == ["PLAINTEXT", "SASL_SSL", "SSL"]  # --secure's, first
+    assert {"SSL", "TLS", "MTLS", "SASL_SSL", "SASL2:PLAIN", "SASLP:SCRAM-SHA-256"} <= set(
         secured.configs
     )
     assert secured.private == secured.workdir.resolve() / "private"
@@ -189,18 +194,21 @@ def test_startup_lines_name_each_listener_client_config_and_the_private_folder(
     assert sasl["sasl.mechanism"] == "SCRAM-SHA-512"
     assert sasl["ssl.truststore.type"] == "PEM"
     assert sasl["bootstrap.servers"] == f"127.0.0.1:{secured.ports['SASL_SSL']}"
-    mtls = clientprops.read(secured.configs["MTLS"])
-    assert mtls["ssl.keystore.type"] == "PEM" and "ssl.keystore.location" in mtls
+    for key in ("MTLS", "SSL"):  # client certificates required / requested: a keystore
+        mtls = clientprops.read(secured.configs[key])
+        assert mtls["ssl.keystore.type"] == "PEM" and "ssl.keystore.location" in mtls
+    assert "ssl.keystore.location" not in clientprops.read(secured.configs["TLS"])
 
 
 @pytest.mark.parametrize(
     "key",
     [
-        "SSL",
+        "SSL",  # with the client certificate (requested)
+        "TLS",  # server-only
         "MTLS",
         "SASL_SSL",  # SCRAM-SHA-512
-        "SASL_SSL:SCRAM-SHA-256",
-        "SASL_SSL:PLAIN",
+        "SASL2",  # SCRAM-SHA-256
+        "SASL2:PLAIN",
         "SASLP",  # PLAIN
         "SASLP:SCRAM-SHA-256",
     ],
@@ -233,7 +241,7 @@ def _wait_failed_logins(broker: SecuredBroker, listener: str, more_than: int) ->
     [
         ("SASL_SSL", None),  # SCRAM-SHA-512, wrong password
         ("SASL_SSL", "mallory"),  # SCRAM-SHA-512, unknown user
-        ("SASL_SSL:PLAIN", None),
+        ("SASL2:PLAIN", None),
         ("SASLP", None),  # PLAIN
         ("SASLP:SCRAM-SHA-256", None),
     ],
@@ -325,9 +333,12 @@ def _api_versions(tls: ssl.SSLSocket) -> bytes:
     return body
 
 
-def test_raw_tls_with_the_run_ca_answers_api_versions(secured: SecuredBroker) -> None:
+@pytest.mark.parametrize("listener", ["TLS", "SSL"])  # SSL: a certificate requested, not needed
+def test_raw_tls_with_the_run_ca_answers_api_versions(
+    secured: SecuredBroker, listener: str
+) -> None:
     assert secured.private is not None
-    with _tls(secured.ports["SSL"], cafile=secured.private / "ca.pem") as tls:
+    with _tls(secured.ports[listener], cafile=secured.private / "ca.pem") as tls:
         body = _api_versions(tls)
         correlation_id, error_code = struct.unpack(">ih", body[:6])
         assert (correlation_id, error_code) == (7, 0)
@@ -419,7 +430,7 @@ def test_passwords_never_leave_the_private_folder(secured: SecuredBroker) -> Non
     assert secured.workdir / "broker.log" in outside
     assert leaks(outside, passwords) == []
     masked = (secured.workdir / "server.properties").read_text()
-    assert f"listener.name.sasl_ssl.plain.sasl.jaas.config={MASK}" in masked
+    assert f"listener.name.sasl2.plain.sasl.jaas.config={MASK}" in masked
     log = (secured.workdir / "broker.log").read_text()
     # the storage format's output (SCRAM stored keys) stays in the private folder
     assert "storedKey" not in log and "storedKey" in (secured.private / "format.log").read_text()
