@@ -115,8 +115,24 @@ def check_rate_delay_within_window(run: Run) -> CheckResult:
 
 def _next_turn_end(run: Run, throttled: DataFrame) -> DataFrame:
     """Each throttled socket with `turn_ns`/`turn_start_ns`: the first admission on its
-    listener that completed (t1) more than 1 ms after the socket's end, and when that
-    admission's socket was accepted. One sort per listener of the ends among the t1s."""
+    listener that completed (t1) at least 1 ms after the socket's end, and when that
+    admission's socket was accepted.
+
+    One sort per listener of the ends among the t1s, read backwards: in descending
+    (instant, kind) order every admission completing at or after an end + 1 ms comes
+    before that end's row, so a running `min((t1, accept))` over the frame from the
+    partition's first row to the current one is the first such admission. Spark grows
+    that frame one row at a time (n·log n for the sort, linear for the window), where the
+    forward frame from the next row to the end of the partition was recomputed for every
+    row: quadratic in a listener's connections (issue 34: > 10 min at 120 k).
+
+    Two admissions on one listener completing in the same nanosecond (one accept loop
+    cannot do that; a hand-built or synthetic history can) are taken in accept order (the
+    forward frame took whichever the sort put first): the earliest accept puts the close
+    latest, since the choice matters only when t1 is past end + 500 ms, and then the
+    earliest is the likeliest to have started within the select timeout (close at t1,
+    not at end + 500 ms). So a tie never makes a witness.
+    """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -127,8 +143,7 @@ def _next_turn_end(run: Run, throttled: DataFrame) -> DataFrame:
             "listener",
             F.col("t1_ns").alias("at"),
             F.lit(1).alias("kind"),
-            F.col("t1_ns").alias("t1"),
-            F.col("accept_ns").alias("a0"),
+            F.struct(F.col("t1_ns").alias("t1"), F.col("accept_ns").alias("a0")).alias("turn"),
             F.lit(None).cast("string").alias("conn_id"),
         )
     )
@@ -136,19 +151,17 @@ def _next_turn_end(run: Run, throttled: DataFrame) -> DataFrame:
         "listener",
         (F.col("end_ns") + F.lit(MS)).alias("at"),
         F.lit(0).alias("kind"),
-        F.lit(None).cast("long").alias("t1"),
-        F.lit(None).cast("long").alias("a0"),
+        F.lit(None).cast("struct<t1:bigint,a0:bigint>").alias("turn"),
         "conn_id",
     )
-    after = (
+    # descending: the rows before an end's are the admissions at or after it (an admission
+    # at the same instant sorts first: kind 1 before 0), the running frame grows by one row
+    at_or_after = (
         Window.partitionBy("listener")
-        .orderBy("at", "kind")
-        .rowsBetween(1, Window.unboundedFollowing)
+        .orderBy(F.col("at").desc(), F.col("kind").desc())
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
     )
-    both = ends.unionByName(turns)
-    both = both.withColumn(
-        "next", F.first(F.when(F.col("kind") == 1, F.struct("t1", "a0")), True).over(after)
-    )
+    both = ends.unionByName(turns).withColumn("next", F.min("turn").over(at_or_after))
     found = both.where(F.col("kind") == 0).select(
         "conn_id",
         F.col("next.t1").alias("turn_ns"),
