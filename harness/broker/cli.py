@@ -79,6 +79,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--workdir", type=Path, help="data dir + broker.log (a run folder)")
     parser.add_argument(
+        "--request-log",
+        action="store_true",
+        help="Kafka's request logger into <workdir>/request.log: one JSON line per completed "
+        "request (listener, principal, handler time); local launcher",
+    )
+    parser.add_argument(
         "--ready-timeout", type=float, default=120.0, metavar="SECONDS", help="default 120"
     )
     parser.add_argument(
@@ -202,6 +208,7 @@ def run(args: argparse.Namespace) -> int:
                 ready_timeout_s=args.ready_timeout,
                 progress=_progress,
                 sasl_users=tuple(args.sasl_users) or DEFAULT_USERS,
+                request_log=args.request_log,
             )
         else:
             broker = start_broker(
@@ -212,6 +219,7 @@ def run(args: argparse.Namespace) -> int:
                 workdir=workdir,
                 ready_timeout_s=args.ready_timeout,
                 progress=_progress,
+                request_log=args.request_log,
             )
         pid = f", pid {broker.pid}" if broker.pid else ""
         print(f"kafka {broker.version} ready ({broker.launcher} launcher{pid})")
@@ -228,6 +236,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"private: {private} (certificates, passwords; 0700, removed on stop)")
         if broker.log_path:
             print(f"log: {broker.log_path}")
+        if broker.request_log_path:
+            print(f"request-log: {broker.request_log_path}")
         if broker.launcher == "external":
             return 0
         print("Ctrl-C to stop", flush=True)

@@ -13,6 +13,7 @@ broker and checks the private folder is gone.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -99,7 +100,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredBroker]
     workdir = tmp_path_factory.mktemp("secured") / "run"
     cmd = [sys.executable, "-m", "harness", "broker", "--launcher", "local"]
     cmd += ["--workdir", str(workdir), "--ready-timeout", str(READY_TIMEOUT_S)]
-    cmd.append("--secure")
+    cmd += ["--secure", "--request-log"]
     for spec in EXTRA_LISTENERS:
         cmd += ["--listener", spec]
     env = {**os.environ, "HARNESS_BROKER_METRICS": "0"}
@@ -331,6 +332,42 @@ def _api_versions(tls: ssl.SSLSocket) -> bytes:
             break
         body += chunk
     return body
+
+
+def _requests_from(broker: SecuredBroker, client_id: str) -> list[dict[str, Any]]:
+    """The request log's entries (`--request-log`) for requests sent as ``client_id``."""
+    path = broker.workdir / "request.log"
+    entries = []
+    for line in path.read_text(errors="replace").splitlines():
+        _, sep, doc = line.partition("Completed request:")
+        if sep and f'"clientId":"{client_id}"' in doc:
+            entries.append(json.loads(doc))
+    return entries
+
+
+@pytest.mark.parametrize(
+    ("key", "principal"),
+    [
+        ("MTLS", "User:OU=harness,CN=client1"),  # RFC 2253: the subject's order reversed
+        ("SSL", "User:OU=harness,CN=client1"),  # requested, and given
+        ("TLS", "User:ANONYMOUS"),
+        ("SASL_SSL", "User:alice"),
+        ("SASL2:PLAIN", "User:alice"),
+        ("SASLP:SCRAM-SHA-256", "User:alice"),
+    ],
+)
+def test_each_listener_gives_kafkas_principal(
+    secured: SecuredBroker, key: str, principal: str
+) -> None:
+    client_id = f"principal-{key.replace(':', '-')}"
+    with _admin(_config(secured, key, client_id=client_id)) as admin:
+        admin.describe_cluster()
+    deadline = time.monotonic() + 10
+    while not (entries := _requests_from(secured, client_id)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert entries, f"no request from {client_id} in request.log"
+    listener = key.partition(":")[0]
+    assert {(e["listener"], e["principal"]) for e in entries} == {(listener, principal)}
 
 
 @pytest.mark.parametrize("listener", ["TLS", "SSL"])  # SSL: a certificate requested, not needed
