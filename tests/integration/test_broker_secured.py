@@ -24,7 +24,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,8 @@ from kafka import KafkaAdminClient
 from kafka.errors import KafkaError
 from kafka.net.compat import KafkaNetClient
 
-from harness.broker import run_tool
+from harness.broker import Broker, run_tool
+from harness.broker.local import LocalBroker
 from harness.security import clientprops
 from harness.security.secrets import MASK, leaks
 
@@ -471,6 +472,30 @@ def test_passwords_never_leave_the_private_folder(secured: SecuredBroker) -> Non
     log = (secured.workdir / "broker.log").read_text()
     # the storage format's output (SCRAM stored keys) stays in the private folder
     assert "storedKey" not in log and "storedKey" in (secured.private / "format.log").read_text()
+
+
+def test_restart_keeps_the_run_secrets_and_stop_removes_them(
+    broker_factory: Callable[..., Broker],
+) -> None:
+    """The Python API (`start_broker`, local launcher): after kill and restart the same
+    client.properties still log in (SCRAM users live in the formatted metadata log, the
+    private files are written again from memory); stop removes the private folder."""
+    broker = broker_factory(launcher="local", listeners=("PLAINTEXT", "S=SASL_SSL:SCRAM-SHA-256"))
+    assert isinstance(broker, LocalBroker) and broker.private_dir is not None
+    path = broker.client_configs["S"]
+    before = path.read_text()
+
+    def login() -> None:
+        with _admin(clientprops.kafka_python_config(clientprops.read(path))) as admin:
+            assert admin.describe_cluster()["cluster_id"]
+
+    login()
+    broker.kill()
+    broker.restart()
+    assert path.read_text() == before
+    login()
+    broker.stop()
+    assert not broker.private_dir.exists()
 
 
 def test_stop_removes_the_private_folder_and_leaves_no_jvm(secured: SecuredBroker) -> None:
