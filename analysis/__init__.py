@@ -24,16 +24,26 @@ def analyze_run(
     progress: Callable[[str], None] | None = None,
     report: bool = True,
 ) -> dict[str, Any]:
-    """Check one run; writes report/verdict.json, junit.xml, report.html; returns the verdict."""
+    """Check one run; writes report/junit.xml, report.html and, last, verdict.json (each
+    atomically; an earlier analysis's outputs are removed first, so an interrupted one
+    leaves no verdict); returns the verdict."""
     import time
 
     from analysis.frames import unpersist
     from analysis.load import history_rows, load_run
     from analysis.session import SMALL_RUN_EVENTS, build_session, sized_for
-    from analysis.verdict import build_verdict, run_checks, write_junit, write_verdict
+    from analysis.verdict import (
+        build_verdict,
+        clear_outputs,
+        run_checks,
+        write_junit,
+        write_verdict,
+    )
 
     say = progress or (lambda _msg: None)
     t_start = time.monotonic()
+    report_dir = Path(run_dir) / "report"
+    clear_outputs(report_dir)
     own = False
     if spark is None:
         from pyspark.sql import SparkSession
@@ -57,9 +67,8 @@ def analyze_run(
             say("checks…")
             results = run_checks(run, progress=say)
             verdict = build_verdict(run, results, {"events": n_events})
-            report_dir = Path(run_dir) / "report"
             outputs = {
-                "verdict": str(write_verdict(report_dir, verdict)),
+                "verdict": str(report_dir / "verdict.json"),  # written last, below
                 "junit": str(write_junit(report_dir, verdict)),
             }
             if report:

@@ -1,15 +1,23 @@
 """Check a run's history against the quota model: `harness analyze RUN_DIR [--gate]`.
 
 Prints progress, a summary table and where the outputs are (report/verdict.json,
-report/junit.xml, report/report.html). Exit 0; with --gate 0/1/2 for pass/fail/unknown:
+report/junit.xml, report/report.html). Ctrl-C or SIGTERM stops the analysis and its Spark
+session and leaves no verdict (exit 130 / 143). Exit 0; with --gate 0/1/2 for pass/fail/unknown:
 0 only when no check failed and a configured limit was exercised and passed.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
+
+
+class Interrupted(BaseException):
+    """SIGTERM during the analysis (Ctrl-C is KeyboardInterrupt); a BaseException, as
+    KeyboardInterrupt, so that no `except Exception` on the way (a check that crashed is
+    `unknown`, py4j's own retries) can swallow it."""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -58,6 +66,11 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(msg, flush=True)
 
+    def terminated(signum: int, _frame: object) -> None:
+        signal.signal(signum, signal.SIG_DFL)  # a second one ends the process at once
+        raise Interrupted(signal.Signals(signum).name)
+
+    previous = signal.signal(signal.SIGTERM, terminated)
     try:
         verdict = analyze_run(
             run_dir, spark_master=args.spark_master, progress=say, report=not args.no_html
@@ -65,6 +78,18 @@ def run(args: argparse.Namespace) -> int:
     except RunDirError as exc:
         print(f"harness analyze: {exc}", file=sys.stderr)
         return 2
+    except (Interrupted, KeyboardInterrupt) as exc:
+        # analyze_run stopped its Spark session on the way out; verdict.json is written
+        # last, so none was left behind
+        why = exc.args[0] if isinstance(exc, Interrupted) else "SIGINT"
+        print(
+            f"harness analyze: interrupted ({why}); no verdict written for {run_dir}; "
+            f"run `harness analyze {run_dir}` again for the full verdict",
+            file=sys.stderr,
+        )
+        return 130 if why == "SIGINT" else 143
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if not args.quiet:
         print()
         print(summary_table(verdict))

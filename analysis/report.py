@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from analysis.frames import acceptor_conns, client_conns
 from analysis.model import INT_MAX
+from analysis.verdict import write_atomically
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -390,5 +391,5 @@ def write_report(run: Run, verdict: dict[str, Any], path: Path) -> Path:
     )
     html = render(verdict, charts(ctx), run, outcomes=summary)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(html)
+    write_atomically(path, html)
     return path

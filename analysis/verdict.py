@@ -15,6 +15,7 @@ The run's verdict says what was proven (`overall`):
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -143,11 +144,29 @@ def build_verdict(
     }
 
 
-def write_verdict(report_dir: Path, verdict: dict[str, Any]) -> Path:
-    report_dir.mkdir(parents=True, exist_ok=True)
-    path = report_dir / "verdict.json"
-    path.write_text(json.dumps(verdict, indent=2, default=str))
+def write_atomically(path: Path, text: str) -> Path:
+    """Write under a hidden name, then rename: a reader sees the whole file or none."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
     return path
+
+
+def clear_outputs(report_dir: Path) -> None:
+    """Remove an earlier analysis's outputs before a new one starts: an analysis that is
+    interrupted leaves no verdict behind that could be read as its own."""
+    for name in REPORT_FILES:
+        (report_dir / name).unlink(missing_ok=True)
+        (report_dir / f".{name}.tmp").unlink(missing_ok=True)
+
+
+#: what an analysis writes into report/; verdict.json last (its presence = a finished one)
+REPORT_FILES = ("junit.xml", "report.html", "verdict.json")
+
+
+def write_verdict(report_dir: Path, verdict: dict[str, Any]) -> Path:
+    return write_atomically(report_dir / "verdict.json", json.dumps(verdict, indent=2, default=str))
 
 
 def write_junit(report_dir: Path, verdict: dict[str, Any]) -> Path:
@@ -184,6 +203,4 @@ def write_junit(report_dir: Path, verdict: dict[str, Any]) -> Path:
             lines.append(f"      <system-out>{escape(body)}</system-out>")
         lines.append("    </testcase>")
     lines += ["  </testsuite>", "</testsuites>", ""]
-    path = report_dir / "junit.xml"
-    path.write_text("\n".join(lines))
-    return path
+    return write_atomically(report_dir / "junit.xml", "\n".join(lines))

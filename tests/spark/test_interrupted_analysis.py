@@ -1,0 +1,73 @@
+"""SIGTERM during `harness analyze` stops the analysis and its Spark JVM and leaves no
+verdict; the next `harness analyze` of the same run gives the full one."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from analysis.synth import SynthSpec, generate
+from harness.cli import main
+
+
+def _session_processes(sid: int) -> list[str]:
+    """Command names of the processes still in session `sid` (from /proc)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            comm = (entry / "comm").read_text().strip()
+        except OSError:
+            continue
+        if int(fields[3]) == sid:  # stat field 6 (session), after state, ppid, pgrp
+            out.append(comm)
+    return out
+
+
+def test_sigterm_leaves_no_jvm_and_no_verdict_and_a_rerun_judges(
+    spark: Any, synth_root: Path
+) -> None:
+    run_dir = synth_root / "interrupted"
+    generate(run_dir, SynthSpec(run_id="interrupted", cycles=1))
+    report = run_dir / "report"
+    report.mkdir(exist_ok=True)
+    (report / "verdict.json").write_text('{"verdict": "pass", "stale": true}')
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "analyze", str(run_dir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # bounded by the analysis itself
+            if line.startswith("checks"):
+                break
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=120)
+        err = proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+    assert rc == 143, err
+    assert "interrupted (SIGTERM); no verdict written" in err
+    assert not (report / "verdict.json").exists()  # neither a partial one nor the stale one
+    deadline = time.monotonic() + 30
+    while _session_processes(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _session_processes(proc.pid) == []  # the Spark JVM went with it
+    assert main(["analyze", str(run_dir), "--quiet", "--no-html"]) == 0
+    assert json.loads((report / "verdict.json").read_text())["verdict"] in ("pass", "unknown")
