@@ -46,6 +46,12 @@ class Broker:
         #: the broker's request log (`kafka.request.logger` at DEBUG, one line per completed
         #: request with its handler time), when the launcher turned it on (local only)
         self.request_log_path: Path | None = None
+        #: Kafka client configuration (``client.properties``) per secured listener, and per
+        #: listener and SASL mechanism (``"SASL_SSL:PLAIN"``); empty without secured listeners
+        self.client_configs: dict[str, Path] = {}
+        #: the run-private folder (0700) holding the secured listeners' certificates and
+        #: passwords, when the launcher made one (local only; docs/security.md)
+        self.private_dir: Path | None = None
 
     @property
     def host(self) -> str:

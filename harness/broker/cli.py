@@ -227,13 +227,12 @@ def run(args: argparse.Namespace) -> int:
         for name, port in broker.listener_ports.items():
             print(f"listener: {name}={broker.host}:{port}")
         printed: set[Path] = set()
-        for key, path in getattr(broker, "client_configs", {}).items():
+        for key, path in broker.client_configs.items():
             if path not in printed:  # "SASL_SSL" and "SASL_SSL:<its first mechanism>": once
                 printed.add(path)
                 print(f"client-config: {key}={path}")
-        private = getattr(broker, "private_dir", None)
-        if private is not None:
-            print(f"private: {private} (certificates, passwords; 0700, removed on stop)")
+        if broker.private_dir is not None:
+            print(f"private: {broker.private_dir} (certificates, passwords; 0700, removed on stop)")
         if broker.log_path:
             print(f"log: {broker.log_path}")
         if broker.request_log_path:

@@ -176,13 +176,9 @@ class LocalBroker(Broker):
         self.config_path = workdir / "server.properties"
         #: the run's certificates and SASL users (None when every listener is PLAINTEXT)
         self.security = security
-        #: the private folder of a secured broker (0700; removed on stop)
-        self.private_dir: Path | None = workdir / PRIVATE_DIR if security is not None else None
+        self.private_dir = workdir / PRIVATE_DIR if security is not None else None
         #: file names of the private material, once written
         self.security_files: SecurityFiles | None = None
-        #: ``client.properties`` per secured listener (``"SASL_SSL"``: its first mechanism)
-        #: and per listener and mechanism (``"SASL_SSL:SCRAM-SHA-256"``)
-        self.client_configs: dict[str, Path] = {}
         self._broker_config_path = (
             self.private_dir / "server.properties"
             if self.private_dir is not None
