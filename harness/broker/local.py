@@ -412,7 +412,8 @@ class LocalBroker(Broker):
             for i, mech in enumerate(mechanisms):
                 props = clientprops.client_properties(
                     spec.protocol,
-                    bootstrap=self.address(spec.name),
+                    # where clients go: the advertised address (an acceptor in front) if any
+                    bootstrap=self.plan.advertised.get(spec.name, self.address(spec.name)),
                     mechanism=mech,
                     user=user if mech else None,
                     truststore=files.ca if spec.tls else None,

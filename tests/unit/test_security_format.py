@@ -40,6 +40,7 @@ def _broker(tmp_path: Path) -> LocalBroker:
         names=tuple(specs),
         ports={"PLAINTEXT": 1, "SASL_SSL": 2, "MTLS": 3},
         controller_port=4,
+        advertised={"MTLS": "127.0.0.1:19093"},
         inter_broker_listener="PLAINTEXT",
         specs=specs,
     )
@@ -75,9 +76,9 @@ def test_files_are_private_and_the_dump_beside_broker_log_is_masked(tmp_path: Pa
     plain = clientprops.read(broker.client_configs["SASL_SSL:PLAIN"])
     assert plain["sasl.mechanism"] == "PLAIN"
     assert plain["bootstrap.servers"] == "127.0.0.1:2"
-    assert clientprops.read(broker.client_configs["MTLS"])["ssl.keystore.location"] == str(
-        broker.private_dir / "client.pem"
-    )
+    mtls = clientprops.read(broker.client_configs["MTLS"])
+    assert mtls["ssl.keystore.location"] == str(broker.private_dir / "client.pem")
+    assert mtls["bootstrap.servers"] == "127.0.0.1:19093"  # advertised: where clients go
     passwords = broker.security.passwords()
     assert all(p in real.read_text() for p in passwords)
     masked = render_properties(secrets.mask_properties(full))
