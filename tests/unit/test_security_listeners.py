@@ -224,3 +224,15 @@ def test_empty_endpoint_identification_turns_hostname_checks_off() -> None:
 def test_properties_parser_handles_comments_colons_and_continuations() -> None:
     text = "# c\n! c2\na = 1\nb: 2\nc=x\\\n  y\nd=C:\\\\path\n"
     assert clientprops.parse(text) == {"a": "1", "b": "2", "c": "xy", "d": "C:\\path"}
+
+
+def test_cli_bad_sasl_user_names_are_a_clear_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from harness.broker.cli import run
+
+    args = _args("--secure", "--sasl-user", "a,b", "--workdir", str(tmp_path / "wd"))
+    assert run(args) == 1
+    err = capsys.readouterr().err
+    assert "config security: SASL user 'a,b'" in err and "Traceback" not in err
+    assert not (tmp_path / "wd").exists()  # refused before anything was made
