@@ -6,8 +6,9 @@ SSL principal of the client certificate is the same in every run: ``CN=client1,O
 is Kafka's principal ``OU=harness,CN=client1`` (RFC 2253 reverses the attribute order).
 
 ``make_ca`` and ``issue`` build certificates; ``TlsBundle.generate`` builds everything a run
-needs (the CA, the broker's certificate for 127.0.0.1/localhost, the client certificate and
-two bad ones for bad-input tests: an expired broker certificate and one for another host).
+needs (the CA, the broker's and an acceptor's certificates for 127.0.0.1/localhost, the client
+certificate and two bad ones for bad-input tests: an expired broker certificate and one for
+another host).
 """
 
 from __future__ import annotations
@@ -184,6 +185,9 @@ class TlsBundle:
     ca: Issued
     #: the broker's certificate, valid for ``LOOPBACK_SANS``
     broker: Issued
+    #: a server certificate for an acceptor that terminates TLS in front of the broker (same
+    #: CA, so the clients trust both), valid for ``LOOPBACK_SANS``
+    acceptor: Issued
     #: the client certificate for mutual TLS (subject ``CN=client1, OU=harness``)
     client: Issued
     #: a broker certificate that expired yesterday (bad-input tests)
@@ -198,6 +202,7 @@ class TlsBundle:
         return cls(
             ca=ca,
             broker=issue(ca, "broker", sans=LOOPBACK_SANS),
+            acceptor=issue(ca, "acceptor", sans=LOOPBACK_SANS),
             client=issue(ca, CLIENT_CN, unit=CLIENT_OU, server=False, client=True),
             expired=issue(
                 ca,

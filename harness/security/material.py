@@ -11,6 +11,7 @@ file                          what                                              
 ``broker.pem``                broker keystore: PKCS#8 key, certificate, CA            key
 ``broker-expired.pem``        an expired broker keystore (bad-input tests)            key
 ``broker-wrong-host.pem``     a keystore for another host name (bad-input tests)      key
+``acceptor.pem``              keystore for an acceptor terminating TLS (same CA)      key
 ``client.pem``                client keystore for mutual TLS: key, certificate, CA    key
 ``client-cert.pem``           the client certificate alone                            no
 ``client-key.pem``            the client's PKCS#8 key alone                           key
@@ -39,6 +40,7 @@ class SecurityFiles:
     broker_keystore: Path
     expired_keystore: Path
     wrong_host_keystore: Path
+    acceptor_keystore: Path
     client_keystore: Path
     client_cert: Path
     client_key: Path
@@ -93,6 +95,7 @@ class RunSecurity:
             broker_keystore=folder / "broker.pem",
             expired_keystore=folder / "broker-expired.pem",
             wrong_host_keystore=folder / "broker-wrong-host.pem",
+            acceptor_keystore=folder / "acceptor.pem",
             client_keystore=folder / "client.pem",
             client_cert=folder / "client-cert.pem",
             client_key=folder / "client-key.pem",
@@ -103,6 +106,7 @@ class RunSecurity:
         secrets.write_private(files.broker_keystore, bundle.broker.keystore_pem(ca))
         secrets.write_private(files.expired_keystore, bundle.expired.keystore_pem(ca))
         secrets.write_private(files.wrong_host_keystore, bundle.wrong_host.keystore_pem(ca))
+        secrets.write_private(files.acceptor_keystore, bundle.acceptor.keystore_pem(ca))
         secrets.write_private(files.client_keystore, bundle.client.keystore_pem(ca))
         secrets.write_private(files.client_cert, bundle.client.cert_pem + ca.cert_pem)
         secrets.write_private(files.client_key, bundle.client.key_pem)

@@ -38,7 +38,14 @@ def _sans(cert: x509.Certificate) -> list[str]:
 
 
 def test_every_key_is_unencrypted_pkcs8_pem(bundle: TlsBundle) -> None:
-    for issued in (bundle.ca, bundle.broker, bundle.client, bundle.expired, bundle.wrong_host):
+    for issued in (
+        bundle.ca,
+        bundle.broker,
+        bundle.acceptor,
+        bundle.client,
+        bundle.expired,
+        bundle.wrong_host,
+    ):
         pem = issued.key_pem.decode()
         assert pem.startswith("-----BEGIN PRIVATE KEY-----\n")  # PKCS#8, not SEC1/PKCS#1
         assert "EC PRIVATE KEY" not in pem and "RSA PRIVATE KEY" not in pem
@@ -55,6 +62,7 @@ def test_keystore_pem_is_key_then_chain(bundle: TlsBundle) -> None:
 
 def test_broker_certificate_names_the_loopback_address_and_localhost(bundle: TlsBundle) -> None:
     assert _sans(bundle.broker.cert) == ["127.0.0.1", "localhost"]
+    assert _sans(bundle.acceptor.cert) == ["127.0.0.1", "localhost"]
     ip = ipaddress.ip_address("127.0.0.1")
     ext = bundle.broker.cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
     assert ip in ext.value.get_values_for_type(x509.IPAddress)
@@ -63,7 +71,13 @@ def test_broker_certificate_names_the_loopback_address_and_localhost(bundle: Tls
 
 
 def test_chains_verify_against_the_ca(bundle: TlsBundle) -> None:
-    for issued in (bundle.broker, bundle.client, bundle.expired, bundle.wrong_host):
+    for issued in (
+        bundle.broker,
+        bundle.acceptor,
+        bundle.client,
+        bundle.expired,
+        bundle.wrong_host,
+    ):
         issued.cert.verify_directly_issued_by(bundle.ca.cert)
     other = make_ca("another CA")
     with pytest.raises((ValueError, Exception)):
