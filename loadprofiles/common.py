@@ -460,7 +460,7 @@ def prepare_topic(environment: Environment, **_: Any) -> None:
     except OptionError:
         return  # the driver reports bad options itself
     try:
-        ensure_topic(s.host, s.port, s.topic, timeout_s=20.0)
+        ensure_topic(s.host, s.port, s.topic, timeout_s=20.0, history=history(environment))
     except TopicError as exc:
         print(f"loadprofiles: error: --topic: {exc}", file=sys.stderr, flush=True)
         environment.process_exit_code = 2

@@ -11,7 +11,7 @@ import time
 
 from kafka.protocol.admin.topics import CreateTopicsRequest
 
-from loadprofiles.kafka_client import ClientConfig, ClientError, KafkaConnection
+from loadprofiles.kafka_client import ClientConfig, ClientError, KafkaConnection, Recorder
 
 TOPIC_ALREADY_EXISTS = 36
 
@@ -21,15 +21,26 @@ class TopicError(RuntimeError):
 
 
 def ensure_topic(
-    host: str, port: int, topic: str, *, partitions: int = 1, timeout_s: float = 30.0
+    host: str,
+    port: int,
+    topic: str,
+    *,
+    partitions: int = 1,
+    timeout_s: float = 30.0,
+    history: Recorder | None = None,
 ) -> None:
-    """Create ``topic`` (idempotent) and wait until its partitions have a leader."""
+    """Create ``topic`` (idempotent) and wait until its partitions have a leader.
+
+    ``history``: where its connections are recorded (profile ``setup``), as every
+    connection the load side makes is: the enforcer sees them too, and the checker
+    explains each connection it saw by a client attempt (``client_acceptor_agreement``).
+    """
     deadline = time.monotonic() + timeout_s
     config = ClientConfig(host=host, port=port, client_id="harness-setup", profile="setup")
     last = "no attempt"
     while time.monotonic() < deadline:
         try:
-            with KafkaConnection(config) as conn:
+            with KafkaConnection(config, history=history) as conn:
                 conn.connect()
                 conn.api_versions()
                 topic_spec = CreateTopicsRequest.CreatableTopic(
