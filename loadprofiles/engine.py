@@ -23,6 +23,15 @@ decoding, request encoding, gevent's socket wrappers and per-row dicts. Here:
 Shapes: ``connect`` (TCP connect, close), ``apiversions`` (connect, ApiVersions,
 close), ``storm`` (connect, ApiVersions, Metadata, close). No gevent or Locust
 import: the engine runs in a native thread under Locust and directly in tests.
+
+Secured listeners (``EngineConfig.tls``, ``EngineConfig.sasl``; ``loadprofiles.secure``):
+after the TCP connect, TLS runs over memory BIOs under the same loop (state
+HANDSHAKING, bounded by the connect timeout from its start), then SaslHandshake v1 and
+the first SaslAuthenticate v2 are pipelined in one write (PLAIN: one round trip; SCRAM:
+two), and only then does the shape's first request go out. Rows ``tls_start``,
+``tls_done``/``tls_fail``, ``sasl_done``/``sasl_fail`` split each connection's time to
+ready into TCP, TLS, SASL and first response (also in ``closed``: ``connect_ms``,
+``tls_ms``, ``sasl_ms``, ``ready_ms``). No password, proof or key reaches a row.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ import errno
 import io
 import json
 import select
+import ssl
 import sys
 import time
 from collections import deque
@@ -42,13 +52,28 @@ from typing import Any
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest
 
 from loadprofiles.client_history import ClientHistory
+from loadprofiles.secure import (
+    SASL_AUTHENTICATE_KEY,
+    SASL_HANDSHAKE_KEY,
+    SaslError,
+    SaslExchange,
+    SaslSettings,
+    TlsLink,
+    TlsSettings,
+    tls_error,
+)
 
 SHAPES = ("connect", "apiversions", "storm")
 API_VERSIONS_KEY = 18
 METADATA_KEY = 3
 API_VERSIONS_VERSION = 3
 METADATA_MAX_VERSION = 12
-API_NAMES = {API_VERSIONS_KEY: "ApiVersions", METADATA_KEY: "Metadata"}
+API_NAMES = {
+    API_VERSIONS_KEY: "ApiVersions",
+    METADATA_KEY: "Metadata",
+    SASL_HANDSHAKE_KEY: "SaslHandshake",
+    SASL_AUTHENTICATE_KEY: "SaslAuthenticate",
+}
 
 IP_BIND_ADDRESS_NO_PORT = getattr(_socket, "IP_BIND_ADDRESS_NO_PORT", 24)
 _FDS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
@@ -57,7 +82,7 @@ _RESET = frozenset({errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED})
 _IN, _OUT = select.EPOLLIN, select.EPOLLOUT
 
 # connection states
-CONNECTING, SENDING, AWAITING, HOLDING, DONE = range(5)
+CONNECTING, SENDING, AWAITING, HOLDING, DONE, HANDSHAKING = range(6)
 
 
 def encode_request(request: Any, client_id: str) -> bytes:
@@ -150,6 +175,12 @@ class EngineConfig:
     profile: str = "storm"
     listener: str | None = None
     seal_interval_s: float = 0.25
+    #: TLS after the connect (SSL, SASL_SSL); ``tls.fault="stall"``: a partial ClientHello
+    tls: TlsSettings | None = None
+    #: SASL after TLS (SASL_PLAINTEXT, SASL_SSL); ``sasl.fault``: wrong password, unknown user
+    sasl: SaslSettings | None = None
+    #: the name checked against the broker's certificate (default: ``host``)
+    tls_server_name: str | None = None
 
     def __post_init__(self) -> None:
         if self.shape not in SHAPES:
@@ -185,8 +216,9 @@ class _Conn:
     """One connection's state: only what its history rows need."""
 
     __slots__ = (
-        "api", "buf", "cid", "conn_id", "connect_ms", "eof_ms", "errors", "fd", "gen",
-        "invoke_ns", "ip", "out", "port", "ready_ms", "req_ns", "responses", "sock", "state",
+        "api", "buf", "cid", "conn_id", "connect_ms", "eof_ms", "errors", "fail", "fd", "gen",
+        "invoke_ns", "ip", "out", "phase_ns", "port", "ready_ms", "req_ns", "responses",
+        "sasl", "sasl_ms", "sock", "state", "tls", "tls_ms",
     )  # fmt: skip
     api: int
     buf: bytes
@@ -195,17 +227,23 @@ class _Conn:
     connect_ms: float | None
     eof_ms: float | None
     errors: list[str] | None
+    fail: str | None
     fd: int
     gen: int
     invoke_ns: int
     ip: str | None
     out: bytes
+    phase_ns: int
     port: int | None
     ready_ms: float | None
     req_ns: int
     responses: int
+    sasl: SaslExchange | None
+    sasl_ms: float | None
     sock: Any
     state: int
+    tls: TlsLink | None
+    tls_ms: float | None
 
 
 def _epoll() -> Any:
@@ -243,6 +281,11 @@ class StormEngine:
         self._q_connect: deque[tuple[int, _Conn, int]] = deque()
         self._q_request: deque[tuple[int, _Conn, int]] = deque()
         self._q_hold: deque[tuple[int, _Conn, int]] = deque()
+        self._q_tls: deque[tuple[int, _Conn, int]] = deque()
+        self._tls = config.tls
+        self._sasl = config.sasl
+        self._sni = config.tls_server_name or config.host
+        self._tls_session: Any = None
         self._max_lag_ns = int(config.max_lag_ms * 1e6)
         self._ct_ns = int(config.connect_timeout_s * 1e9)
         self._rt_ns = int(config.request_timeout_s * 1e9)
@@ -362,7 +405,7 @@ class StormEngine:
                     if c is not None:
                         self._io(c, ev)
                 now = clock()
-                if self._q_connect or self._q_request or self._q_hold:
+                if self._q_connect or self._q_request or self._q_hold or self._q_tls:
                     self._expire(now)
                 if hist is not None and now >= next_seal:
                     hist.seal()
@@ -431,6 +474,10 @@ class StormEngine:
         c.errors = None
         c.api = 0
         c.req_ns = 0
+        c.fail = None
+        c.tls = c.sasl = None
+        c.tls_ms = c.sasl_ms = None
+        c.phase_ns = 0
         st.offered += 1
         self._row("connect_invoke", invoke, c, detail=self._invoke_detail % intended)
         if err == 0:
@@ -453,6 +500,19 @@ class StormEngine:
         now = self._clock()
         c.connect_ms = (now - c.invoke_ns) / 1e6
         self._row("connect_ok", now, c, latency_ms=c.connect_ms)
+        if self._tls is not None:
+            self._tls_start(c, now)
+            return
+        self._secured(c, now)
+
+    def _secured(self, c: _Conn, now: int) -> None:
+        """TLS (if any) is done: log in (if SASL), else the shape's first request."""
+        if self._sasl is not None and c.sasl is None:
+            c.sasl = self._sasl.exchange()
+            c.phase_ns = now
+            c.api = SASL_HANDSHAKE_KEY
+            self._request(c, c.sasl.start(c.cid))
+            return
         if self.cfg.shape == "connect":
             self._done_or_hold(c, now)
             return
@@ -460,11 +520,22 @@ class StormEngine:
 
     def _send(self, c: _Conn, api: int, template: bytes) -> None:
         c.api = api
+        self._request(c, with_correlation_id(template, c.cid))
+
+    def _request(self, c: _Conn, data: bytes) -> None:
+        """Send one request (or pipelined requests) and await the answer."""
         c.gen += 1
         now = self._clock()
         c.req_ns = now
         c.buf = b""
-        data = with_correlation_id(template, c.cid)
+        if c.tls is not None:
+            try:
+                data = c.tls.write(data)
+            except ssl.SSLError as exc:
+                self._request_failed(c, "reset", now, f"TLS: {tls_error(exc)}")
+                return
+        if c.out:
+            data = c.out + data
         try:
             n = c.sock.send(data)
         except BlockingIOError:
@@ -472,26 +543,195 @@ class StormEngine:
         except OSError as exc:
             self._request_failed(c, "reset" if exc.errno in _RESET else "eof", now)
             return
-        fresh = c.fd not in self._conns
-        self._conns[c.fd] = c
         if n < len(data):
             c.out = data[n:]
             c.state = SENDING
-            events = _OUT
+            self._watch(c, _OUT)
         else:
             c.out = b""
             c.state = AWAITING
-            events = _IN
-        if fresh:
-            self._ep.register(c.fd, events)
-        else:
-            self._ep.modify(c.fd, events)
+            self._watch(c, _IN)
         self._q_request.append((now + self._rt_ns, c, c.gen))
+
+    def _watch(self, c: _Conn, events: int) -> None:
+        if c.fd in self._conns:
+            self._ep.modify(c.fd, events)
+        else:
+            self._conns[c.fd] = c
+            self._ep.register(c.fd, events)
+
+    # -- TLS --------------------------------------------------------------------------------
+    def _tls_start(self, c: _Conn, now: int) -> None:
+        t = self._tls
+        assert t is not None
+        c.phase_ns = now
+        c.state = HANDSHAKING
+        c.gen += 1
+        try:
+            c.tls = TlsLink(t.context, self._sni, self._tls_session if t.resume else None)
+        except (ssl.SSLError, ValueError) as exc:
+            self._row("tls_start", now, c, latency_ms=(now - c.invoke_ns) / 1e6)
+            self._tls_failed(c, now, tls_error(exc))
+            return
+        self._row("tls_start", now, c, latency_ms=(now - c.invoke_ns) / 1e6)
+        if t.fault == "stall":
+            # a partial ClientHello, then silence: the broker waits for the rest (it has no
+            # handshake timeout) and the slot stays held until the hold time
+            c.tls.handshake()
+            hello = c.tls.outgoing()
+            try:
+                c.sock.send(hello[: max(1, len(hello) // 2)])
+            except OSError:
+                pass
+            c.fail = "tls_stalled"
+            self._hold(c, now, self._hold_ns or self._ct_ns)
+            return
+        self._q_tls.append((now + self._ct_ns, c, c.gen))
+        self._tls_step(c, now)
+
+    def _tls_step(self, c: _Conn, now: int) -> None:
+        link = c.tls
+        assert link is not None
+        try:
+            done = link.handshake()
+        except ssl.SSLError as exc:
+            self._tls_failed(c, now, tls_error(exc))
+            return
+        out = link.outgoing()
+        if out:
+            c.out = c.out + out if c.out else out
+        if c.out:
+            try:
+                n = c.sock.send(c.out)
+            except BlockingIOError:
+                n = 0
+            except OSError as exc:
+                self._tls_failed(c, now, errno.errorcode.get(exc.errno or 0, "send failed"))
+                return
+            c.out = c.out[n:]
+        if done:
+            c.tls_ms = (now - c.phase_ns) / 1e6
+            info = link.info()
+            info["tls_ms"] = round(c.tls_ms, 3)
+            self._row(
+                "tls_done",
+                now,
+                c,
+                latency_ms=(now - c.invoke_ns) / 1e6,
+                detail=json.dumps(info, sort_keys=True),
+            )
+            self._secured(c, now)
+        else:
+            self._watch(c, _IN | _OUT if c.out else _IN)
+
+    def _tls_io(self, c: _Conn, ev: int) -> None:
+        now = self._clock()
+        if ev & _OUT and c.out:
+            try:
+                n = c.sock.send(c.out)
+            except BlockingIOError:
+                n = 0
+            except OSError as exc:
+                self._tls_failed(c, now, errno.errorcode.get(exc.errno or 0, "send failed"))
+                return
+            c.out = c.out[n:]
+            if not c.out:
+                self._ep.modify(c.fd, _IN)
+        if not ev & ~_OUT:
+            return
+        link = c.tls
+        assert link is not None
+        try:
+            data = c.sock.recv(65536)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            c.eof_ms = (now - c.invoke_ns) / 1e6
+            self._tls_failed(c, now, errno.errorcode.get(exc.errno or 0, "reset"))
+            return
+        if data:
+            link.feed(data)
+        else:
+            c.eof_ms = (now - c.invoke_ns) / 1e6
+            link.feed_eof()
+        self._tls_step(c, now)
+
+    def _tls_failed(self, c: _Conn, now: int, error: str, outcome: str = "tls_failed") -> None:
+        d: dict[str, Any] = {"error": error}
+        if c.phase_ns:
+            d["tls_ms"] = round((now - c.phase_ns) / 1e6, 3)
+        self._row(
+            "tls_fail",
+            now,
+            c,
+            "tls",
+            latency_ms=(now - c.invoke_ns) / 1e6,
+            detail=json.dumps(d, sort_keys=True),
+        )
+        c.fail = outcome
+        c.errors = (c.errors or []) + [f"TLS: {error}"]
+        self._finish(c, "timeout" if outcome == "timeout" else "tls", now)
+
+    # -- SASL -------------------------------------------------------------------------------
+    def _sasl_response(self, c: _Conn, frame: bytes, now: int) -> None:
+        ex = c.sasl
+        assert ex is not None and self._sasl is not None
+        c.gen += 1
+        try:
+            nxt = ex.response(frame, c.cid)
+        except SaslError as exc:
+            d = {
+                "error": exc.reason,
+                "error_code": exc.error_code,
+                "mechanism": ex.mechanism,
+                "principal": self._sasl.principal,
+                "round": exc.round,
+                "sasl_ms": round((now - c.phase_ns) / 1e6, 3),
+            }
+            self._row(
+                "sasl_fail",
+                now,
+                c,
+                "auth",
+                c.api,
+                (now - c.invoke_ns) / 1e6,
+                detail=json.dumps(d, sort_keys=True),
+            )
+            c.fail = "auth_failed"
+            c.errors = (c.errors or []) + [f"SASL round {exc.round}: error {exc.error_code}"]
+            self._finish(c, "auth", now)
+            return
+        if nxt is None:
+            c.sasl_ms = (now - c.phase_ns) / 1e6
+            d2 = {
+                "mechanism": ex.mechanism,
+                "principal": self._sasl.principal,
+                "rounds": ex.round,
+                "sasl_ms": round(c.sasl_ms, 3),
+            }
+            self._row(
+                "sasl_done",
+                now,
+                c,
+                None,
+                SASL_AUTHENTICATE_KEY,
+                (now - c.invoke_ns) / 1e6,
+                detail=json.dumps(d2, sort_keys=True),
+            )
+            self._secured(c, now)
+        elif nxt:
+            c.api = SASL_AUTHENTICATE_KEY
+            self._request(c, nxt)
+        else:  # the pipelined SaslAuthenticate's answer is next
+            c.api = SASL_AUTHENTICATE_KEY
+            self._q_request.append((now + self._rt_ns, c, c.gen))
 
     def _io(self, c: _Conn, ev: int) -> None:
         state = c.state
         if state == AWAITING:
             self._readable(c)
+        elif state == HANDSHAKING:
+            self._tls_io(c, ev)
         elif state == CONNECTING:
             err = c.sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_ERROR)
             c.gen += 1
@@ -531,28 +771,56 @@ class StormEngine:
         except OSError:
             self._request_failed(c, "reset", self._clock())
             return
-        if not data:
+        link = c.tls
+        if link is not None:
+            if data:
+                link.feed(data)
+            else:
+                link.feed_eof()
+            try:
+                plain = link.read()
+            except ssl.SSLError as exc:
+                self._request_failed(c, "reset", self._clock(), f"TLS: {tls_error(exc)}")
+                return
+            if not plain:
+                if data and not link.closed:
+                    return  # a partial record, or a post-handshake message (session ticket)
+                self._request_failed(c, "eof", self._clock())
+                return
+            data = plain
+        elif not data:
             self._request_failed(c, "eof", self._clock())
             return
         buf = c.buf + data if c.buf else data
-        if len(buf) < 4:
-            c.buf = buf
-            return
-        size = int.from_bytes(buf[:4], "big")
-        if len(buf) < size + 4:
-            c.buf = buf
-            return
-        c.buf = b""
-        self._response(c, buf, self._clock())
+        while True:
+            if len(buf) < 4:
+                c.buf = buf
+                return
+            size = int.from_bytes(buf[:4], "big")
+            if len(buf) < size + 4:
+                c.buf = buf
+                return
+            c.buf = b""
+            if len(buf) == size + 4:
+                self._response(c, buf, self._clock())
+                return
+            frame, buf = buf[: size + 4], buf[size + 4 :]
+            self._response(c, frame, self._clock())
+            if c.state != AWAITING:
+                return
 
     def _response(self, c: _Conn, frame: bytes, now: int) -> None:
         api = c.api
+        if int.from_bytes(frame[4:8], "big") != c.cid:
+            c.gen += 1
+            self._request_failed(c, "reset", now, "correlation id mismatch")
+            return
+        if c.sasl is not None and c.sasl_ms is None:
+            self._sasl_response(c, frame, now)
+            return
         c.gen += 1
         nbytes = len(frame)
         detail = None
-        if int.from_bytes(frame[4:8], "big") != c.cid:
-            self._request_failed(c, "reset", now, "correlation id mismatch")
-            return
         if api == API_VERSIONS_KEY:
             error, throttle = api_versions_fields(frame)
             if not self._learned and not error:
@@ -585,16 +853,18 @@ class StormEngine:
 
     def _done_or_hold(self, c: _Conn, now: int) -> None:
         if self._hold_ns > 0:
-            c.state = HOLDING
-            c.gen += 1
-            if c.fd in self._conns:
-                self._ep.modify(c.fd, _IN)
-            else:
-                self._conns[c.fd] = c
-                self._ep.register(c.fd, _IN)
-            self._q_hold.append((now + self._hold_ns, c, c.gen))
+            self._hold(c, now, self._hold_ns)
             return
         self._finish(c, "done", now)
+
+    def _hold(self, c: _Conn, now: int, hold_ns: int) -> None:
+        c.state = HOLDING
+        c.gen += 1
+        self._watch(c, _IN)
+        if hold_ns == self._hold_ns:
+            self._q_hold.append((now + hold_ns, c, c.gen))
+        else:  # a stalled TLS handshake without a hold time: the connect timeout
+            self._q_tls.append((now + hold_ns, c, c.gen))
 
     def _request_failed(self, c: _Conn, reason: str, now: int, why: str = "") -> None:
         if reason in ("eof", "reset") and c.eof_ms is None:
@@ -609,6 +879,10 @@ class StormEngine:
         c.gen += 1
         self._conns.pop(c.fd, None)
         c.sock.close()
+        if c.tls is not None and self._tls is not None and self._tls.resume:
+            session = c.tls.obj.session
+            if session is not None and session.has_ticket:
+                self._tls_session = session
         if outcome is None:
             outcome = self._classify(c, reason)
         out = self.stats.outcomes
@@ -622,6 +896,12 @@ class StormEngine:
             d["connect_ms"] = round(c.connect_ms, 3)
         if c.ready_ms is not None:
             d["ready_ms"] = round(c.ready_ms, 3)
+        if c.tls_ms is not None:
+            d["tls_ms"] = round(c.tls_ms, 3)
+        if c.sasl_ms is not None:
+            d["sasl_ms"] = round(c.sasl_ms, 3)
+        if c.sasl is not None and self._sasl is not None:
+            d["principal"] = self._sasl.principal
         if c.eof_ms is not None:
             d["eof_ms"] = round(c.eof_ms, 3)
         if c.errors:
@@ -638,7 +918,10 @@ class StormEngine:
 
     def _classify(self, c: _Conn, reason: str) -> str:
         """As ``kafka_client.KafkaConnection._classify``; a connect-only shape that
-        connected and closed by itself is ``connected`` (it asked nothing)."""
+        connected and closed by itself is ``connected`` (it asked nothing); a TLS or SASL
+        failure is ``tls_failed``/``auth_failed``, a stalled handshake ``tls_stalled``."""
+        if c.fail is not None:
+            return c.fail
         if c.responses:
             if reason in ("reset", "timeout"):
                 return reason
@@ -651,7 +934,8 @@ class StormEngine:
         return "timeout"
 
     def _expire(self, now: int) -> None:
-        for q, kind in ((self._q_connect, 0), (self._q_request, 1), (self._q_hold, 2)):
+        queues = ((self._q_connect, 0), (self._q_request, 1), (self._q_hold, 2), (self._q_tls, 3))
+        for q, kind in queues:
             while q and q[0][0] <= now:
                 _, c, gen = q.popleft()
                 if c.gen != gen or c.state == DONE:
@@ -661,6 +945,8 @@ class StormEngine:
                     self._connect_failed(c, errno.ETIMEDOUT)
                 elif kind == 1:
                     self._request_failed(c, "timeout", now)
+                elif kind == 3 and c.state == HANDSHAKING:
+                    self._tls_failed(c, now, "handshake timeout", "timeout")
                 else:
                     self._finish(c, "done", now)
 

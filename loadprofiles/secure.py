@@ -24,6 +24,7 @@ import hmac
 import io
 import os
 import ssl
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -336,13 +337,15 @@ class TlsLink:
     socket read; ``write`` encrypts; ``read`` decrypts what has arrived.
     """
 
-    __slots__ = ("_in", "_out", "obj")
+    __slots__ = ("_in", "_out", "closed", "obj")
 
     def __init__(
         self, context: ssl.SSLContext, server_hostname: str | None, session: Any = None
     ) -> None:
         self._in = ssl.MemoryBIO()
         self._out = ssl.MemoryBIO()
+        #: the peer closed (close_notify or EOF) while reading
+        self.closed = False
         self.obj = context.wrap_bio(
             self._in, self._out, server_side=False, server_hostname=server_hostname,
             session=session,
@@ -370,15 +373,19 @@ class TlsLink:
         return self._out.read()
 
     def read(self) -> bytes:
-        """All plaintext available now (b"" if none yet); raises ``ssl.SSLZeroReturnError``
-        or ``ssl.SSLEOFError`` when the peer closed."""
+        """All plaintext available now (b"" if none yet); sets ``closed`` when the peer
+        closed; raises ``ssl.SSLError`` on a broken record."""
         chunks = []
         while True:
             try:
                 chunk = self.obj.read(65536)
             except ssl.SSLWantReadError:
                 break
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                self.closed = True
+                break
             if not chunk:
+                self.closed = True
                 break
             chunks.append(chunk)
         return b"".join(chunks)
@@ -394,3 +401,60 @@ def tls_error(exc: BaseException) -> str:
     if isinstance(exc, ssl.SSLError):
         return str(exc.reason or type(exc).__name__)
     return type(exc).__name__
+
+
+# -- settings from Kafka's client keys ------------------------------------------------------
+
+
+def settings_from_properties(
+    props: Mapping[str, str],
+    *,
+    protocol: str | None = None,
+    mechanism: str | None = None,
+    client_id: str = "harness-storm",
+    sasl_fault: str = "",
+    tls_fault: str = "",
+    tls_resume: bool = False,
+) -> tuple[str, TlsSettings | None, SaslSettings | None]:
+    """(security protocol, TLS settings, SASL settings) from Kafka's client keys (a
+    ``client.properties``, `harness.security.clientprops.parse`); ``protocol`` and
+    ``mechanism`` override the file's. Raises ValueError naming any key or value it cannot
+    honour, without a secret in the text."""
+    from harness.security.clientprops import kafka_python_config
+
+    props = dict(props)
+    if protocol:
+        props["security.protocol"] = protocol.upper()
+    if mechanism:
+        props["sasl.mechanism"] = mechanism.upper()
+    kp = kafka_python_config(props)
+    proto = str(kp["security_protocol"])
+    tls: TlsSettings | None = None
+    if proto.endswith("SSL") or tls_fault:
+        cafile = kp.get("ssl_cafile")
+        try:
+            tls = TlsSettings(
+                cafile=cafile,
+                certfile=kp.get("ssl_certfile"),
+                keyfile=kp.get("ssl_keyfile"),
+                check_hostname=bool(kp.get("ssl_check_hostname", True)),
+                resume=tls_resume,
+                fault=tls_fault,
+            )
+        except (OSError, ssl.SSLError) as exc:
+            what = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise ValueError(
+                f"ssl.truststore.location/ssl.keystore.location: cannot load: {what}"
+            ) from None
+    sasl: SaslSettings | None = None
+    if proto.startswith("SASL_"):
+        sasl = SaslSettings(
+            str(kp["sasl_mechanism"]),
+            str(kp["sasl_plain_username"]),
+            str(kp["sasl_plain_password"]),
+            fault=sasl_fault,
+            client_id=client_id,
+        )
+    elif sasl_fault:
+        raise ValueError(f"SASL fault {sasl_fault!r}: needs a SASL_PLAINTEXT or SASL_SSL protocol")
+    return proto, tls, sasl

@@ -245,6 +245,26 @@ def test_tls_link_handshake_and_data(pki: dict[str, Path]) -> None:
     assert link.read() == b""
 
 
+def test_tls_session_is_resumed_when_offered(pki: dict[str, Path]) -> None:
+    settings = TlsSettings(cafile=str(pki["ca"]), resume=True)
+    sctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    sctx.load_cert_chain(pki["server"])
+    session = None
+    reused = []
+    for _ in range(2):
+        link = TlsLink(settings.context, "127.0.0.1", session)
+        sin, sout = ssl.MemoryBIO(), ssl.MemoryBIO()
+        server = sctx.wrap_bio(sin, sout, server_side=True)
+        assert _pump(link, server, sin, sout)
+        server.write(b"x")  # TLS 1.3: the session ticket comes after the handshake
+        link.feed(sout.read())
+        assert link.read() == b"x"
+        reused.append(link.info()["resumed"])
+        session = link.obj.session
+        assert session is not None and session.has_ticket
+    assert reused == [False, True]
+
+
 def test_tls_link_hostname_mismatch_fails(pki: dict[str, Path]) -> None:
     settings = TlsSettings(cafile=str(pki["ca"]))
     link = TlsLink(settings.context, "other.example")
