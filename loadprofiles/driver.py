@@ -162,6 +162,7 @@ class EngineDriver:
             s = Settings.from_options(o, self.env.host or "")
             if o.shape == "storm" and self.default_shape != "storm":
                 s.shape = self.default_shape
+            tls, sasl = s.security(f"harness-{self.profile}")
             cfg = EngineConfig(
                 host=s.host,
                 port=s.port,
@@ -176,6 +177,8 @@ class EngineDriver:
                 client_id=f"harness-{self.profile}",
                 profile=self.profile,
                 listener=s.listener,
+                tls=tls,
+                sasl=sasl,
             )
         except (OptionError, ValueError) as exc:
             self._fail(str(exc))

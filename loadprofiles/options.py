@@ -16,11 +16,16 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from loadprofiles import addresses, arrivals, proxy_header
+from loadprofiles.secure import SaslSettings, TlsSettings, settings_from_properties
 
 SHAPES = ("connect", "apiversions", "storm")
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+AUTH_FAULTS = ("off", "wrong-password", "unknown-user")
+TLS_FAULTS = ("off", "stall")
 
 
 def _checked(parse: Callable[[str], Any]) -> Callable[[str], str]:
@@ -59,6 +64,25 @@ def _pool(option: str) -> Callable[[str], str]:
 
 def _target(text: str) -> str:
     return _checked(addresses.parse_target)(text) if text else text
+
+
+def _command_config(text: str) -> str:
+    """``--command-config``: a readable ``client.properties`` with only supported keys."""
+    if not text:
+        return text
+    from harness.security import clientprops
+
+    try:
+        props = clientprops.read(Path(text))
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"{text}: {exc.strerror or exc}") from None
+    unknown = sorted(set(props) - clientprops.SUPPORTED_KEYS)
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"{text}: client config keys {unknown} are not supported; supported: "
+            f"{', '.join(sorted(clientprops.SUPPORTED_KEYS))}"
+        )
+    return text
 
 
 def add_options(parser: Any) -> None:
@@ -144,6 +168,45 @@ def add_options(parser: Any) -> None:
         "(+ ApiVersions), storm (+ ApiVersions + Metadata)",
     )
     g.add_argument(
+        "--security-protocol",
+        default="",
+        choices=["", *SECURITY_PROTOCOLS],
+        help="engine profiles: the listener's protocol (default: --command-config's "
+        "security.protocol, else PLAINTEXT); SSL at a PLAINTEXT port sends a ClientHello there",
+    )
+    g.add_argument(
+        "--sasl-mechanism",
+        default="",
+        help="engine profiles: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (default: the config's)",
+    )
+    g.add_argument(
+        "--command-config",
+        type=_command_config,
+        default="",
+        help="a Kafka client.properties (security.protocol, sasl.mechanism, sasl.jaas.config, "
+        "ssl.truststore.location/type=PEM, ssl.keystore.location/type=PEM, ...), as Kafka's "
+        "tools take it",
+    )
+    g.add_argument(
+        "--auth-fault",
+        default="off",
+        choices=list(AUTH_FAULTS),
+        help="engine profiles, SASL: log in with a wrong password or as an unknown user",
+    )
+    g.add_argument(
+        "--tls-fault",
+        default="off",
+        choices=list(TLS_FAULTS),
+        help="engine profiles: stall = send half a ClientHello, then hold the connection for "
+        "--hold-ms (else the connect timeout)",
+    )
+    g.add_argument(
+        "--tls-resumption",
+        default="off",
+        choices=["off", "on"],
+        help="engine profiles: offer the last TLS session (off: every handshake is full)",
+    )
+    g.add_argument(
         "--ready-dir",
         default="",
         help="each load process writes <pid>.ready here when its first arrival is due "
@@ -179,6 +242,40 @@ class Settings:
     payload_bytes: int
     hold_ms: float = 0.0
     shape: str = "storm"
+    security_protocol: str = ""
+    sasl_mechanism: str = ""
+    command_config: str = ""
+    auth_fault: str = "off"
+    tls_fault: str = "off"
+    tls_resumption: bool = False
+
+    def security(self, client_id: str) -> tuple[TlsSettings | None, SaslSettings | None]:
+        """The engine's TLS and SASL settings (None, None for PLAINTEXT). Raises OptionError
+        naming the option, key or file, never a secret."""
+        props: dict[str, str] = {}
+        if self.command_config:
+            from harness.security import clientprops
+
+            try:
+                props = clientprops.read(Path(self.command_config))
+            except OSError as exc:
+                raise OptionError(
+                    f"--command-config {self.command_config}: {exc.strerror or exc}"
+                ) from None
+        try:
+            _, tls, sasl = settings_from_properties(
+                props,
+                protocol=self.security_protocol or None,
+                mechanism=self.sasl_mechanism or None,
+                client_id=client_id,
+                sasl_fault="" if self.auth_fault == "off" else self.auth_fault,
+                tls_fault="" if self.tls_fault == "off" else self.tls_fault,
+                tls_resume=self.tls_resumption,
+            )
+        except ValueError as exc:
+            where = f"--command-config {self.command_config}: " if self.command_config else ""
+            raise OptionError(f"{where}{exc}") from None
+        return tls, sasl
 
     @classmethod
     def from_options(cls, o: Any, host: str | None) -> Settings:
@@ -227,6 +324,12 @@ class Settings:
             payload_bytes=int(o.payload_bytes),
             hold_ms=float(o.hold_ms),
             shape=getattr(o, "shape", "storm"),
+            security_protocol=str(getattr(o, "security_protocol", "") or ""),
+            sasl_mechanism=str(getattr(o, "sasl_mechanism", "") or ""),
+            command_config=str(getattr(o, "command_config", "") or ""),
+            auth_fault=str(getattr(o, "auth_fault", "off") or "off"),
+            tls_fault=str(getattr(o, "tls_fault", "off") or "off"),
+            tls_resumption=str(getattr(o, "tls_resumption", "off")) == "on",
         )
 
 

@@ -260,3 +260,57 @@ def test_unsupported_client_key_is_named(broker: LocalBroker) -> None:
     props["ssl.cipher.suites"] = "TLS_AES_128_GCM_SHA256"
     with pytest.raises(ValueError, match=r"ssl\.cipher\.suites"):
         settings_from_properties(props)
+
+
+def test_locust_storm_with_command_config_leaks_no_secret(
+    broker: LocalBroker, tmp_path: Path
+) -> None:
+    """The storm profile under Locust, `--command-config` the broker's SCRAM client.properties:
+    served, and the password is in none of the written files nor the process output."""
+    from harness.history import read_history
+    from loadprofiles.launch import locust_command, run
+
+    options = {
+        "arrival": "constant:rate=20",
+        "max_arrivals": 30,
+        "max_lag_ms": 2000,
+        "command_config": str(broker.client_configs["SASLS"]),
+    }
+    host = f"127.0.0.1:{broker.listener_ports['SASLS']}"
+    argv = locust_command("storm", host=host, run_time_s=6, run_dir=tmp_path, options=options)
+    done = run(argv, timeout_s=60)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0 and "Traceback" not in out, out[-4000:]
+    assert "arrivals: intended 30, offered 30" in out, out[-2000:]
+    rows = read_history(tmp_path, "client").to_pylist()
+    assert len([r for r in rows if r["event"] == "sasl_done"]) == 30
+    password = _password(broker)
+    assert password not in out
+    assert_no_secret(broker, tmp_path)
+
+
+def test_options_take_the_command_config(broker: LocalBroker, tmp_path: Path) -> None:
+    import argparse
+
+    from loadprofiles import options
+
+    parser = argparse.ArgumentParser()
+    options.add_options(parser)
+    config = str(broker.client_configs["SASLS"])
+    o = parser.parse_args(["--command-config", config, "--auth-fault", "wrong-password"])
+    o.run_time = None
+    s = options.Settings.from_options(o, "127.0.0.1:9092")
+    tls, sasl = s.security("c")
+    assert tls is not None and sasl is not None and sasl.fault == "wrong-password"
+    assert sasl.mechanism == "SCRAM-SHA-512" and _password(broker) not in repr(s.security("c"))
+    bad = tmp_path / "bad.properties"
+    bad.write_text("security.protocol=SSL\nssl.cipher.suites=X\n")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--command-config", str(bad)])
+    s.command_config = str(bad)
+    with pytest.raises(options.OptionError, match=r"ssl\.cipher\.suites"):
+        s.security("c")
+    s.command_config = ""
+    s.security_protocol = "SASL_SSL"
+    with pytest.raises(options.OptionError, match=r"sasl\.jaas\.config"):
+        s.security("c")
