@@ -314,3 +314,59 @@ def test_options_take_the_command_config(broker: LocalBroker, tmp_path: Path) ->
     s.security_protocol = "SASL_SSL"
     with pytest.raises(options.OptionError, match=r"sasl\.jaas\.config"):
         s.security("c")
+
+
+def test_handshake_that_never_finishes_is_bounded_by_the_connect_timeout(
+    tmp_path: Path,
+) -> None:
+    """A port that accepts (the kernel's backlog) but never answers the ClientHello."""
+    import socket
+
+    from loadprofiles.secure import TlsSettings
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        hist = ClientHistory(tmp_path / "history", "t")
+        cfg = EngineConfig(
+            host="127.0.0.1", port=silent.getsockname()[1], shape="apiversions",
+            max_lag_ms=5000.0, connect_timeout_s=0.5, tls=TlsSettings(check_hostname=False),
+        )  # fmt: skip
+        schedule = arrivals.split(
+            arrivals.arrival_times(arrivals.parse_arrival("constant:rate=20"), max_arrivals=3),
+            0,
+            1,
+        )
+        stats = StormEngine(cfg, hist).run(schedule, time.monotonic_ns())
+        hist.close()
+    assert stats.outcomes == {"timeout": 3}, stats.summary()
+    rows = pq.read_table(tmp_path / "history" / "client").to_pylist()
+    fails = [r for r in rows if r["event"] == "tls_fail"]
+    assert len(fails) == 3
+    for r in fails:
+        d = json.loads(r["detail"])
+        assert d["error"] == "handshake timeout" and 450 <= d["tls_ms"] < 3000
+
+
+def test_wrong_ca_fails_the_handshake(broker: LocalBroker, tmp_path: Path) -> None:
+    from harness.security.certs import make_ca
+
+    other = tmp_path / "other-ca.pem"
+    other.write_bytes(make_ca("not the run's CA").cert_pem)
+    props = _props(broker, "TLS")
+    props["ssl.truststore.location"] = str(other)
+    _, tls, _ = settings_from_properties(props)
+    hist = ClientHistory(tmp_path / "history", "t")
+    cfg = EngineConfig(
+        host="127.0.0.1", port=broker.listener_ports["TLS"], shape="apiversions",
+        max_lag_ms=5000.0, tls=tls,
+    )  # fmt: skip
+    schedule = arrivals.split(
+        arrivals.arrival_times(arrivals.parse_arrival("constant:rate=20"), max_arrivals=3), 0, 1
+    )
+    stats = StormEngine(cfg, hist).run(schedule, time.monotonic_ns())
+    hist.close()
+    assert stats.outcomes == {"tls_failed": 3}, stats.summary()
+    rows = pq.read_table(tmp_path / "history" / "client").to_pylist()
+    errors = {json.loads(r["detail"])["error"] for r in rows if r["event"] == "tls_fail"}
+    assert len(errors) == 1 and errors.pop().startswith("certificate:"), errors
