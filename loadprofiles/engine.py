@@ -613,6 +613,8 @@ class StormEngine:
             c.tls_ms = (now - c.phase_ns) / 1e6
             info = link.info()
             info["tls_ms"] = round(c.tls_ms, 3)
+            if self._tls is not None and self._tls.principal is not None:
+                info["principal"] = self._tls.principal
             self._row(
                 "tls_done",
                 now,
@@ -902,6 +904,8 @@ class StormEngine:
             d["sasl_ms"] = round(c.sasl_ms, 3)
         if c.sasl is not None and self._sasl is not None:
             d["principal"] = self._sasl.principal
+        elif c.tls_ms is not None and self._tls is not None and self._tls.principal:
+            d["principal"] = self._tls.principal
         if c.eof_ms is not None:
             d["eof_ms"] = round(c.eof_ms, 3)
         if c.errors:

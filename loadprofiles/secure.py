@@ -312,6 +312,9 @@ class TlsSettings:
     #: "" (finish the handshake) or "stall": send part of the ClientHello, then nothing
     fault: str = ""
     context: ssl.SSLContext = field(init=False, repr=False)
+    #: ``User:<subject in RFC 2253 order>`` of the client certificate, as Kafka's default
+    #: principal builder names it (None without a certificate)
+    principal: str | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         if self.fault not in ("", "stall"):
@@ -326,7 +329,27 @@ class TlsSettings:
         ctx.verify_mode = ssl.CERT_REQUIRED if self.check_hostname or self.cafile else ssl.CERT_NONE
         if self.certfile:
             ctx.load_cert_chain(self.certfile, self.keyfile or self.certfile)
+            self.principal = certificate_principal(self.certfile)
         self.context = ctx
+
+
+def certificate_principal(path: str) -> str | None:
+    """``User:`` + the first certificate's subject in RFC 2253 order (reversed from the
+    order it was written in: ``CN=client1, OU=harness`` is ``OU=harness,CN=client1``)."""
+    try:
+        from cryptography import x509
+    except ImportError:
+        return None
+    with open(path, "rb") as f:
+        pem = f.read()
+    start = pem.find(b"-----BEGIN CERTIFICATE-----")
+    if start < 0:
+        return None
+    try:
+        cert = x509.load_pem_x509_certificate(pem[start:])
+    except ValueError:
+        return None
+    return f"User:{cert.subject.rfc4514_string()}"
 
 
 class TlsLink:

@@ -105,8 +105,9 @@ ALL: tuple[Event, ...] = (
        "the client is done with the connection"),
     _c("tls_start", {"latency_ms"}, set(),
        "the client starts its TLS handshake (latency_ms: since connect_invoke)"),
-    _c("tls_done", {"latency_ms"}, {"tls_ms", "tls_version", "resumed"},
-       "the TLS handshake completed (tls_ms: its own duration)"),
+    _c("tls_done", {"latency_ms"}, {"tls_ms", "tls_version", "resumed", "principal"},
+       "the TLS handshake completed (tls_ms: its own duration; principal: Kafka's name for "
+       "the client certificate offered, RFC 2253 order)"),
     _c("tls_fail", {"latency_ms", "reason"}, {"error", "tls_ms"},
        "the TLS handshake failed, timed out, or the server closed during it"),
     _c("sasl_done", {"latency_ms", "api_key"}, {"mechanism", "principal", "rounds", "sasl_ms"},

@@ -172,6 +172,10 @@ def test_tls_resumption_is_an_option(broker: LocalBroker, tmp_path: Path) -> Non
 def test_mutual_tls_storm(broker: LocalBroker, tmp_path: Path) -> None:
     stats, rows, _ = storm(broker, "MTLS", tmp_path)
     assert served(rows) == 40, stats.summary()
+    # Kafka's principal for the run's client certificate (docs/security.md): reversed RDNs
+    principals = {r["d"]["principal"] for r in by_event(rows, "tls_done")}
+    assert principals == {"User:OU=harness,CN=client1"}, principals
+    assert {r["d"]["principal"] for r in by_event(rows, "closed")} == principals
     # without the client certificate the broker refuses the handshake
     props = _props(broker, "MTLS")
     for key in ("ssl.keystore.location", "ssl.keystore.type"):
