@@ -242,13 +242,35 @@ def test_failed_logins_end_with_error_58(
     assert_no_secret(broker, hist_dir)
 
 
-def test_client_hello_to_a_plaintext_port_fails_without_response(
-    broker: LocalBroker, tmp_path: Path
+@pytest.mark.parametrize("listener", ["PLAINTEXT", "SASLP"])
+def test_client_hello_to_a_non_tls_port_fails_without_response(
+    broker: LocalBroker, tmp_path: Path, listener: str
 ) -> None:
-    stats, rows, _ = storm(broker, "PLAINTEXT", tmp_path, n=20, protocol="SSL")
+    """PLAINTEXT: closed at once. SASL_PLAINTEXT: the ClientHello reads as a frame over
+    512 KiB, a failed authentication, so the close waits for the failed-auth delay."""
+    props = {"security.protocol": "SSL"}
+    if listener == "SASLP":
+        props["ssl.truststore.location"] = _props(broker, "TLS")["ssl.truststore.location"]
+    _, tls, _ = settings_from_properties(props)
+    hist = ClientHistory(tmp_path / "history", "t")
+    cfg = EngineConfig(
+        host="127.0.0.1", port=broker.listener_ports[listener], shape="apiversions",
+        max_lag_ms=5000.0, tls=tls,
+    )  # fmt: skip
+    schedule = arrivals.split(
+        arrivals.arrival_times(arrivals.parse_arrival("constant:rate=40"), max_arrivals=20), 0, 1
+    )
+    stats = StormEngine(cfg, hist).run(schedule, time.monotonic_ns())
+    hist.close()
+    rows = pq.read_table(tmp_path / "history" / "client").to_pylist()
+    for r in rows:
+        r["d"] = json.loads(r["detail"]) if r["detail"] else {}
     assert outcomes(rows) == {"tls_failed": 20}, stats.summary()
-    assert len(by_event(rows, "tls_fail")) == 20
+    fails = by_event(rows, "tls_fail")
+    assert len(fails) == 20
     assert not by_event(rows, "ready") and not by_event(rows, "request_ok")
+    if listener == "SASLP":
+        assert min(r["d"]["tls_ms"] for r in fails) >= 90
 
 
 def test_stalled_handshake_holds_its_slot(broker: LocalBroker, tmp_path: Path) -> None:
