@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -46,11 +47,15 @@ def _unmatched(run: Run, a: DataFrame, j: DataFrame) -> tuple[int, int, list[dic
 
     Every profile records each attempt it makes (its source address and port), so an
     acceptor connection with no client attempt on its (client_ip, client_port) is
-    explained only as a connection the load did not make: one accepted before the first
-    client row or after the last (the runner's probes and start-up admin requests, the
-    final describe), or one that carried admin requests the acceptor answered (the
-    runner's quota changes). Any other is the enforcer and the clients disagreeing about
-    who connected: witnesses, grouped by the address the enforcer saw.
+    explained only as a connection the load did not make, or whose record the load could
+    not make: one accepted before the first client row, or after the load from its
+    address stopped (the end of the last phase whose source addresses hold it; for an
+    address no phase uses, the last client row): the runner's probes and start-up admin
+    requests, the final describe, and attempts a stopping Locust process cut off inside
+    connect() (a client writes its attempt once connect() returns its port); or one that
+    carried admin requests the acceptor answered (the runner's quota changes). Any other
+    is the enforcer and the clients disagreeing about who connected: witnesses, grouped
+    by the address the enforcer saw.
     """
     from pyspark.sql import functions as F
 
@@ -63,9 +68,19 @@ def _unmatched(run: Run, a: DataFrame, j: DataFrame) -> tuple[int, int, list[dic
     hi = int(bounds["hi"]) if bounds is not None and bounds["hi"] is not None else 0
     admin_conns = run.events("admin", source="acceptor").select("conn_id").distinct()
     unmatched = a.join(j.select(F.col("a.conn_id").alias("conn_id")), "conn_id", "left_anti")
-    unexplained = unmatched.where(
-        (F.col("accept_ns") >= F.lit(lo)) & (F.col("accept_ns") <= F.lit(hi))
-    ).join(admin_conns, "conn_id", "left_anti")
+    load_end = _load_end_by_address(run)
+    ends = [(ip, end) for ip, end in load_end.items()]
+    if ends:
+        end_df = run.spark.createDataFrame(ends, "client_ip string, load_end long")
+        unmatched_e = unmatched.join(end_df, "client_ip", "left")
+    else:
+        unmatched_e = unmatched.withColumn("load_end", F.lit(None).cast("long"))
+    stopped = F.coalesce(F.col("load_end"), F.lit(hi))
+    unexplained = (
+        unmatched_e.where((F.col("accept_ns") >= F.lit(lo)) & (F.col("accept_ns") <= stopped))
+        .drop("load_end")
+        .join(admin_conns, "conn_id", "left_anti")
+    )
     n_unmatched = unmatched.count()
     by_ip = (
         unexplained.groupBy("client_ip")
@@ -106,6 +121,36 @@ def _unmatched(run: Run, a: DataFrame, j: DataFrame) -> tuple[int, int, list[dic
         )
     total_bad = unexplained.count() if len(by_ip) == 10 else n_bad
     return n_unmatched, total_bad, wit
+
+
+def _pool(spec: str) -> list[str]:
+    """A phase's `source_ips` (`127.0.0.2-127.0.0.9`, `127.0.0.9`, a comma list)."""
+    out: list[str] = []
+    for part in str(spec or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        first, _, last = part.partition("-")
+        try:
+            a, b = (
+                ipaddress.ip_address(first.strip()),
+                ipaddress.ip_address((last or first).strip()),
+            )
+        except ValueError:
+            continue
+        n = int(b) - int(a)
+        if 0 <= n < 65536:
+            out.extend(str(ipaddress.ip_address(int(a) + i)) for i in range(n + 1))
+    return out
+
+
+def _load_end_by_address(run: Run) -> dict[str, int]:
+    """Each load address: when the last phase using it ended (its `phase_end` row)."""
+    ends: dict[str, int] = {}
+    for p in phases(run):
+        for ip in _pool(str(p.get("source_ips") or "")):
+            ends[ip] = max(ends.get(ip, 0), int(p["end"]))
+    return ends
 
 
 def check_agreement(run: Run) -> CheckResult:

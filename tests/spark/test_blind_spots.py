@@ -234,3 +234,34 @@ def test_an_engine_client_eof_within_slack_passes_and_just_past_it_fails(
     )
     assert late.verdict == "fail", late.observed
     assert "after the reject" in late.witnesses[-1]["why"]
+
+
+def test_an_attempt_cut_off_when_its_load_stopped_is_explained_not_before(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A stopping Locust process can be killed inside connect(), before the attempt's row
+    is written (its port is known only once connect() returns); the acceptor may accept it
+    from the backlog afterwards. Explained once the phase using its address has ended,
+    not while that phase still runs."""
+
+    def build(at_ms: int) -> Any:
+        def inner(cw: HistoryWriter, aw: HistoryWriter, hw: HistoryWriter) -> None:
+            flood = {"name": "flood", "profile": "single_ip_flood", "source_ips": "127.0.0.100"}
+            hw.record("phase_start", mono_ns=T0 + 1 * S, detail=flood)
+            hw.record("phase_end", mono_ns=T0 + 1 * S + 300 * MS, detail=flood)
+            for i in range(30):  # 0..290 ms, all from 127.0.0.100
+                _served(cw, aw, i * 3, seen_as=None)
+            steady = {"client_ip": "127.0.0.1", "client_port": 41_000}
+            cw.record("connect_invoke", mono_ns=T0 + 2 * S, detail={"profile": "steady"}, **steady)
+            cut = {"conn_id": "CLIENT-cut", "listener": "CLIENT", "client_ip": "127.0.0.100"}
+            cut["client_port"] = 39_999
+            aw.record("accept", mono_ns=T0 + 1 * S + at_ms * MS, **cut)
+            aw.record("admit", mono_ns=T0 + 1 * S + at_ms * MS + 1_000, delay_ms=0.0, **cut)
+            aw.record("close", mono_ns=T0 + 1 * S + at_ms * MS + 2_000, reason="client_eof", **cut)
+
+        return inner
+
+    after = check_agreement(load_run(spark, _run(tmp_path, "cut-after", build(450))))
+    assert after.verdict == PASS, after.observed
+    during = check_agreement(load_run(spark, _run(tmp_path, "cut-during", build(250))))
+    assert during.verdict == "fail", during.observed
