@@ -466,7 +466,7 @@ class ListenerAcceptor:
         return self._decide(item, t0_ns)
 
     async def _admit_after_wait(self, item: NewConnection, t0_ns: int, wait_ms: int) -> None:
-        await self._wait_for_slot(t0_ns // 1_000_000, wait_ms)
+        await self._wait_for_slot(t0_ns, wait_ms)
         rest = self._decide(item, t0_ns)
         if rest is not None:
             await rest
@@ -515,16 +515,17 @@ class ListenerAcceptor:
         item.protected, item.admitted_ns = self.protected, t1_ns
         return self._hand_off(item)
 
-    async def _wait_for_slot(self, t0_ms: int, delay_ms: int) -> None:
+    async def _wait_for_slot(self, t0_ns: int, delay_ms: int) -> None:
         """`waitForConnectionSlot`: sleep out the delay, then wait for a free slot."""
         quotas = self.quotas
+        t0_ms = t0_ns // 1_000_000
         start = time.monotonic_ns()
         reason = "rate" if delay_ms > 0 else "slot"
         end_ms = t0_ms + delay_ms
         self._not_blocked.clear()
         missed_free_slot = self._f_slot_wait
         heartbeat = self.heartbeat
-        heartbeat.arm()  # measure the loop's stalls while this admission waits
+        heartbeat.arm(t0_ns)  # measure the loop's stalls while this admission waits
         try:
             while True:
                 remaining = end_ms - time.monotonic_ns() // 1_000_000

@@ -60,11 +60,17 @@ class Heartbeat:
         self.rec.row("loop_lag", time.monotonic_ns(), reason="start", delay_ms=0.0,
                      detail=self._detail_start)  # fmt: skip
 
-    def arm(self) -> None:
-        """An admission starts waiting: tick from now on (nested arms count)."""
+    def arm(self, since_ns: int | None = None) -> None:
+        """An admission starts waiting: tick from now on (nested arms count).
+
+        `since_ns`: when the wait began (the accept, Kafka's t0), if before now: the first
+        tick is due one period after it, so a stall between the accept and the arm (a GC,
+        the process descheduled) is measured at the first tick or at disarm, as one during
+        the wait is. The heartbeat's timer itself is still only armed while a wait runs."""
         self._armed += 1
         if self._armed == 1 and self._loop is not None:
-            self._schedule(time.monotonic_ns())
+            now = time.monotonic_ns()
+            self._schedule(now if since_ns is None else min(now, since_ns))
 
     def disarm(self) -> None:
         """An admission stopped waiting; the last one stops the timer, its overdue tick
@@ -76,10 +82,11 @@ class Heartbeat:
             self._handle.cancel()
             self._handle = None
 
-    def _schedule(self, now_ns: int) -> None:
+    def _schedule(self, from_ns: int) -> None:
         assert self._loop is not None
-        self._due_ns = now_ns + self.period_ns
-        self._handle = self._loop.call_later(self.period_ns / 1e9, self._tick)
+        self._due_ns = from_ns + self.period_ns
+        delay_ns = max(0, self._due_ns - time.monotonic_ns())
+        self._handle = self._loop.call_later(delay_ns / 1e9, self._tick)
 
     def _check(self, now: int) -> None:
         late = now - self._due_ns

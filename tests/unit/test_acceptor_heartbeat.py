@@ -125,3 +125,23 @@ def test_processor_stalls_parse_and_bad_ones_name_the_key() -> None:
         parse_stalls(_cfg("OTHER/0@1+1"))
     with pytest.raises(ConfigError, match="LISTENER/INDEX@AT\\+FOR"):
         parse_stalls(_cfg("CLIENT/0@1"))
+
+
+def test_a_stall_between_the_accept_and_the_arm_is_measured_from_the_accept() -> None:
+    """The wait began at the accept (t0); a stall before the admission armed the heartbeat
+    (a 1 ms rate delay stretched to 80 ms) is measured at disarm, from t0."""
+    rec = Rows()
+
+    async def main() -> None:
+        hb = Heartbeat(rec)  # type: ignore[arg-type]
+        hb.start()
+        t0 = time.monotonic_ns()
+        time.sleep(0.08)  # the loop is held before the wait starts
+        hb.arm(t0)
+        await asyncio.sleep(0.001)
+        hb.disarm()
+        hb.stop()
+
+    asyncio.run(main())
+    stalls = [r for r in rec.rows if r["reason"] == "stall"]
+    assert stalls and max(r["delay_ms"] for r in stalls) >= 80 - 10, rec.rows
