@@ -91,6 +91,11 @@ def test_steady_victims_measure_produce_and_fetch(kafka_broker: Any, tmp_path: P
         options={"topic": "lp-steady", "steady_rate": 5},
     )
     rows = client_rows(tmp_path)
+    # the topic's set-up connection is recorded too (profile setup, client id harness-setup)
+    setup = rows[rows.client_id == "harness-setup"]
+    invokes = setup[setup.event == "connect_invoke"]
+    assert len(invokes) >= 1 and {d["profile"] for d in invokes.d} == {"setup"}
+    rows = rows[rows.client_id != "harness-setup"]
     ok = rows[rows.event == "request_ok"]
     assert set(d["profile"] for d in ok.d) == {"steady"}, out[-2000:]
     produce, fetch = ok[ok.api_key == 0], ok[ok.api_key == 1]
