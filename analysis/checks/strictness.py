@@ -120,14 +120,21 @@ def _slot_free(run: Run, counts: Counts, listener: str, ns: int) -> bool:
 
 
 def _taken_within(
-    run: Run, counts: Counts, listener: str, freed: int, until: int, slack: float
+    run: Run,
+    counts: Counts,
+    listener: str,
+    freed: int,
+    until: int,
+    slack: float,
+    stalls: list[tuple[int, int]],
 ) -> int | None:
-    """The first instant within `slack` ms of `freed` (and before `until`) at which no
-    slot is free for `listener` any more, or None: the slots freed were taken by others."""
+    """The first instant within `slack` ms of `freed` (and before `until`; the loop's
+    measured stalls in between credited) at which no slot is free for `listener` any
+    more, or None: the slots freed were taken by others."""
     x = freed
     while True:
         nxt = counts.next_change(x)
-        if nxt is None or nxt >= until or nxt - freed > slack * MS:
+        if nxt is None or nxt >= until or nxt - freed - _overlap(stalls, freed, nxt) > slack * MS:
             return None
         if not _slot_free(run, counts, listener, nxt):
             return nxt
@@ -217,13 +224,19 @@ def check_admission_wait(run: Run) -> CheckResult:
                         # protected one may run first; on Kafka every listener's acceptor
                         # thread races the waiter, and several releases at once may all be
                         # taken by one listener): those slots were never this waiter's
-                        taken_at = _taken_within(run, counts, lst, nxt, r["t1_ns"], slack)
+                        taken_at = _taken_within(run, counts, lst, nxt, r["t1_ns"], slack, stalls)
                         if taken_at is None:
                             free_at = nxt
                             break
                         nxt = taken_at
                     t = nxt
-                if free_at is not None and r["t1_ns"] > free_at + slack * MS:
+                # a stall of the loop after the slot freed delays the waiter as it does
+                # the delay: it is credited here too
+                if (
+                    free_at is not None
+                    and r["t1_ns"] - free_at - _overlap(stalls, free_at, int(r["t1_ns"]))
+                    > slack * MS
+                ):
                     why = (
                         f"slot freed {fmt((free_at - r['accept_ns']) / MS, 1)} ms after accept, "
                         f"admitted only after {fmt(waited, 1)} ms"
