@@ -134,3 +134,31 @@ def test_processor_queue_bound(
         assert "(> 20)" in r.witnesses[0]["why"], r.witnesses
     if verdict == "unknown":
         assert r.judged == 0 and "never tested" in r.explanation
+
+
+@pytest.mark.parametrize(
+    "stall_ms, verdict",
+    # 100 ms after the slot freed: a stall late by 60 ms is credited 60 + period + 1 =
+    # 71 ms (29 remain, within the slack); with none, the 100 ms are a witness
+    [(60.0, "pass"), (None, "fail")],
+    ids=["stall-covers-the-slot-wait", "no-stall"],
+)
+def test_a_slot_wait_is_excused_by_a_measured_stall_too(
+    spark: Any, tmp_path: Path, stall_ms: float | None, verdict: str
+) -> None:
+    """max.connections 1: c-1 holds the slot for 500 ms; c-2, accepted 10 ms after it,
+    waits for that slot and is admitted 100 ms after it freed."""
+    t = T0 + S
+    rows = [cfg(T0 - MS, {**BASE, "max.connections": 1}), _heartbeat(T0 - MS // 2)]
+    rows += conn(1, t, close_after=500 * MS, admit_after=MS // 10)
+    free = t + MS // 10 + 500 * MS
+    c2_accept = t + 10 * MS
+    rows += conn(2, c2_accept, admit_after=free + 100 * MS - c2_accept, close_after=MS)
+    if stall_ms is not None:
+        rows.append(_stall(free + 100 * MS, stall_ms))
+    name = f"slot-stall-{verdict}"
+    run_dir = write_rows(tmp_path / name, rows, {"run_id": name, "target": "acceptor"})
+    r = results(spark, run_dir, "admission_wait_explained")["admission_wait_explained"]
+    assert r.verdict == verdict, (r.observed, r.witnesses)
+    if verdict == "fail":
+        assert "slot freed" in r.witnesses[0]["why"], r.witnesses
