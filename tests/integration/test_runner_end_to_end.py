@@ -68,14 +68,14 @@ def harness_run(args: list[str], log: Path, *, timeout: float) -> subprocess.Com
 
 
 def start_harness_run(args: list[str], log: Path) -> subprocess.Popen[bytes]:
-    fh = open(log, "wb")
-    return subprocess.Popen(
-        [sys.executable, "-m", "harness", "run", *args],
-        stdout=fh,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        start_new_session=True,
-    )
+    with open(log, "wb") as fh:  # the child has its own copy of the descriptor
+        return subprocess.Popen(
+            [sys.executable, "-m", "harness", "run", *args],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            start_new_session=True,
+        )
 
 
 def wait_for_line(log: Path, needle: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
