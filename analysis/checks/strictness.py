@@ -192,6 +192,10 @@ def check_admission_wait(run: Run) -> CheckResult:
             rows = acceptor_conns(run).select("listener", "admit_ns", "close_ns").collect()
             counts = Counts([r.asDict() for r in rows])
         stalls = measured if measured is not None else _loop_stalls(run, candidates)
+        # on the slot path only stalls the heartbeat measured are credited: the stalls
+        # inferred from row gaps (recordings without a heartbeat) cannot tell a slot another
+        # listener took from a stall
+        slot_stalls = measured if measured is not None else []
         for r in candidates:
             delay = float(r["delay_ms"] or 0.0)
             ready = int(r["accept_ns"] + delay * MS)
@@ -224,7 +228,9 @@ def check_admission_wait(run: Run) -> CheckResult:
                         # protected one may run first; on Kafka every listener's acceptor
                         # thread races the waiter, and several releases at once may all be
                         # taken by one listener): those slots were never this waiter's
-                        taken_at = _taken_within(run, counts, lst, nxt, r["t1_ns"], slack, stalls)
+                        taken_at = _taken_within(
+                            run, counts, lst, nxt, r["t1_ns"], slack, slot_stalls
+                        )
                         if taken_at is None:
                             free_at = nxt
                             break
@@ -234,7 +240,7 @@ def check_admission_wait(run: Run) -> CheckResult:
                 # the delay: it is credited here too
                 if (
                     free_at is not None
-                    and r["t1_ns"] - free_at - _overlap(stalls, free_at, int(r["t1_ns"]))
+                    and r["t1_ns"] - free_at - _overlap(slot_stalls, free_at, int(r["t1_ns"]))
                     > slack * MS
                 ):
                     why = (
