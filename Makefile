@@ -8,7 +8,7 @@ KAFKA_STAMP := .cache/kafka/.resolved
 PYTEST_ARGS ?= --durations=15
 SCENARIO ?= demo-storm
 
-.PHONY: setup test lint unit demo broker clean chromium bench images compose-demo kafka-reference
+.PHONY: setup test test-fast lint unit demo broker clean chromium bench images compose-demo kafka-reference
 
 setup: $(STAMP) $(KAFKA_STAMP) chromium
 	@echo "setup: ready (venv in $(VENV), Kafka jars in .cache/kafka)"
@@ -49,6 +49,10 @@ test: setup lint
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -m unit $(PYTEST_ARGS)
+
+# the edit loop: no JVM, no Spark (pure logic, loopback sockets, fuzz)
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "unit or local or fuzz" $(PYTEST_ARGS)
 
 # With a Docker engine the broker runs in a container (the image is built on first use, or by
 # `make images`); without one, from the cached jars. The run's first lines say which.
