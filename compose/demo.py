@@ -112,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     props = target.acceptor_properties(
         {listener: acceptor_port}, {listener: f"127.0.0.1:{kafka_port}"}
     )
+    # the acceptor enforces as the release of the broker it fronts, and is judged as it
+    props.setdefault("kafka.version", _kafka_version())
+    limits["kafka.version"] = props["kafka.version"]
     (rd.root / "acceptor.properties").write_text("".join(f"{k}={v}\n" for k, v in props.items()))
     run_json = base_run_json(
         run_id=run_id,

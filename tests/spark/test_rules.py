@@ -140,6 +140,27 @@ def test_config_testimony_catches_a_lost_change(
         assert all("mono_ns" in w for w in r.witnesses)
 
 
+@pytest.mark.parametrize(
+    "runner_release, verdict",
+    [(None, "pass"), ("4.3.1", "pass"), ("3.7.2", "fail")],
+    ids=["runner-silent", "same-release", "other-release"],
+)
+def test_config_testimony_compares_the_release_enforced_as(
+    spark: Any, tmp_path: Path, runner_release: str | None, verdict: str
+) -> None:
+    """The enforcer says it enforces as 4.3.1: a runner that intended 3.7.2 is contradicted;
+    one that stated no release (older runs, a launcher that does not set it) is not."""
+    runner = RATE if runner_release is None else {**RATE, "kafka.version": runner_release}
+    rows = [cfg(T0 - 2 * MS, {**RATE, "kafka.version": "4.3.1"})]
+    rows += [cfg(T0 - MS, runner, runner=True, lo=T0 - 5 * MS), *conn(1, T0 + S, close_after=S)]
+    name = f"release-{runner_release}"
+    run_dir = write_rows(tmp_path / name, rows, {"run_id": name, "target": "acceptor"})
+    r = results(spark, run_dir, "config_testimony")["config_testimony"]
+    assert r.verdict == verdict, (r.observed, r.witnesses)
+    if verdict == "fail":
+        assert "kafka.version" in r.witnesses[0]["why"], r.witnesses
+
+
 def test_checker_judges_by_the_runner_limits_not_the_enforcers(spark: Any, tmp_path: Path) -> None:
     """The enforcer claims per-IP max 10 while the runner set 2: three connections held
     at once from one address break the runner's limit, whatever the enforcer says."""
