@@ -600,15 +600,8 @@ class StormEngine:
         out = link.outgoing()
         if out:
             c.out = c.out + out if c.out else out
-        if c.out:
-            try:
-                n = c.sock.send(c.out)
-            except BlockingIOError:
-                n = 0
-            except OSError as exc:
-                self._tls_failed(c, now, errno.errorcode.get(exc.errno or 0, "send failed"))
-                return
-            c.out = c.out[n:]
+        if c.out and not self._send_tls_out(c, now):
+            return
         if done:
             c.tls_ms = (now - c.phase_ns) / 1e6
             info = link.info()
@@ -626,17 +619,24 @@ class StormEngine:
         else:
             self._watch(c, _IN | _OUT if c.out else _IN)
 
+    def _send_tls_out(self, c: _Conn, now: int) -> bool:
+        """Send what the TLS link has queued as far as the socket takes it; False when the
+        send failed (the connection is then ended as a TLS failure)."""
+        try:
+            n = c.sock.send(c.out)
+        except BlockingIOError:
+            n = 0
+        except OSError as exc:
+            self._tls_failed(c, now, errno.errorcode.get(exc.errno or 0, "send failed"))
+            return False
+        c.out = c.out[n:]
+        return True
+
     def _tls_io(self, c: _Conn, ev: int) -> None:
         now = self._clock()
         if ev & _OUT and c.out:
-            try:
-                n = c.sock.send(c.out)
-            except BlockingIOError:
-                n = 0
-            except OSError as exc:
-                self._tls_failed(c, now, errno.errorcode.get(exc.errno or 0, "send failed"))
+            if not self._send_tls_out(c, now):
                 return
-            c.out = c.out[n:]
             if not c.out:
                 self._ep.modify(c.fd, _IN)
         if not ev & ~_OUT:
