@@ -648,15 +648,33 @@ class StormEngine:
         except BlockingIOError:
             return
         except OSError as exc:
-            c.eof_ms = (now - c.invoke_ns) / 1e6
-            self._tls_failed(c, now, errno.errorcode.get(exc.errno or 0, "reset"))
+            self._tls_peer_closed(c, now, "reset", errno.errorcode.get(exc.errno or 0, "reset"))
             return
-        if data:
-            link.feed(data)
-        else:
-            c.eof_ms = (now - c.invoke_ns) / 1e6
-            link.feed_eof()
+        if not data:
+            self._tls_peer_closed(c, now, "eof", "EOF during the handshake")
+            return
+        link.feed(data)
         self._tls_step(c, now)
+
+    def _tls_peer_closed(self, c: _Conn, now: int, reason: str, error: str) -> None:
+        """The server closed during the handshake without a TLS alert: on Kafka, a
+        connection quota's close (quotas run on the acceptor thread before any TLS byte is
+        read), so it ends as a plaintext connection dropped after accept does: an ``eof``
+        (or ``reset``), outcome ``eof_after_accept``, not a TLS failure. An alert the server
+        sent before closing is read first and fails the handshake as ``tls``."""
+        c.eof_ms = (now - c.invoke_ns) / 1e6
+        d: dict[str, Any] = {"error": error}
+        if c.phase_ns:
+            d["tls_ms"] = round((now - c.phase_ns) / 1e6, 3)
+        self._row(
+            "tls_fail",
+            now,
+            c,
+            reason,
+            latency_ms=(now - c.invoke_ns) / 1e6,
+            detail=json.dumps(d, sort_keys=True),
+        )
+        self._finish(c, reason, now)
 
     def _tls_failed(self, c: _Conn, now: int, error: str, outcome: str = "tls_failed") -> None:
         d: dict[str, Any] = {"error": error}

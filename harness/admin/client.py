@@ -59,6 +59,7 @@ class KafkaWire:
         timeout: float = 15.0,
         client_id: str = "harness-admin",
         preamble: bytes = b"",
+        client_config: Mapping[str, str] | None = None,
     ) -> None:
         host, port = split_bootstrap(bootstrap)
         self.sock = socket.create_connection(
@@ -68,6 +69,56 @@ class KafkaWire:
             self.sock.sendall(preamble)
         self.protocol = KafkaProtocol(client_id=client_id)
         self._versions: dict[int, tuple[int, int]] | None = None
+        if client_config:
+            try:
+                self._secure(host, client_config, client_id)
+            except BaseException:
+                self.sock.close()
+                raise
+
+    def _secure(self, host: str, props: Mapping[str, str], client_id: str) -> None:
+        """TLS and the SASL login of a Kafka client configuration (`security.protocol`,
+        `sasl.*`, `ssl.*`: `harness.security.clientprops`), before any admin request.
+        Failures name the step and Kafka's error, never a secret (`SaslError`)."""
+        import ssl
+
+        from loadprofiles.secure import SaslError, settings_from_properties
+
+        _, tls, sasl = settings_from_properties(props, client_id=client_id)
+        if tls is not None:
+            try:
+                self.sock = tls.context.wrap_socket(
+                    self.sock, server_hostname=tls.server_hostname or host
+                )
+            except ssl.SSLError as exc:
+                raise ConnectionError(f"TLS handshake with {host} failed: {exc}") from None
+        if sasl is None:
+            return
+        exchange = sasl.exchange()
+        out: bytes | None = exchange.start(0)
+        while out is not None:
+            if out:
+                self.sock.sendall(out)
+            try:
+                out = exchange.response(self._read_frame(), 0)
+            except SaslError as exc:
+                raise AdminError(
+                    exc.error_code, f"SASL {sasl.mechanism} login: {exc}", ""
+                ) from None
+
+    def _read_exact(self, n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            data = self.sock.recv(n - len(buf))
+            if not data:
+                raise ConnectionError("connection closed by the server during the login (EOF)")
+            buf += data
+        return buf
+
+    def _read_frame(self) -> bytes:
+        """One size-prefixed frame, and not a byte more (the SASL exchange's responses)."""
+        head = self._read_exact(4)
+        return head + self._read_exact(int.from_bytes(head, "big"))
 
     def request(self, req: Any) -> Any:
         self.protocol.send_request(req)

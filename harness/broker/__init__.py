@@ -86,11 +86,14 @@ def start_broker(
     ready_timeout_s: float = 120,
     progress: Progress = print,
     request_log: bool = False,
+    client_config: Mapping[str, str] | None = None,
 ) -> Broker:
     """Start (or find) a Kafka broker and return once it answers ApiVersions and Metadata.
 
     ``request_log``: the local launcher turns on Kafka's request logger into
     ``broker.request_log_path`` (see `start_local`); other launchers leave it None.
+    ``client_config``: an existing cluster's client keys (``--command-config``) when its
+    bootstrap listener is secured; the probe then speaks TLS and SASL.
     """
     chosen = choose_launcher(launcher, bootstrap_server)
     if chosen == "external":
@@ -102,7 +105,9 @@ def start_broker(
             )
         from harness.broker.probe import check_reachable
 
-        result = check_reachable(bootstrap_server, timeout_s=min(ready_timeout_s, 30))
+        result = check_reachable(
+            bootstrap_server, timeout_s=min(ready_timeout_s, 30), client_config=client_config
+        )
         port = int(bootstrap_server.rpartition(":")[2])
         return ExternalBroker(
             bootstrap=bootstrap_server,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,15 +83,44 @@ def probe(host: str, port: int, *, timeout_s: float = 5.0, metadata: bool = True
     return ProbeResult(api_versions=versions, brokers=brokers)
 
 
-def check_reachable(bootstrap: str, *, timeout_s: float = 10.0) -> ProbeResult:
-    """Probe an existing cluster's bootstrap address, turning failures into a BrokerError."""
+def secured_probe(
+    bootstrap: str, client_config: Mapping[str, str], *, timeout_s: float = 10.0
+) -> ProbeResult:
+    """`probe` over a secured listener: TLS and the SASL login of Kafka's client keys
+    (``--command-config``), then ApiVersions and Metadata, on the admin client's wire."""
+    from kafka.protocol.metadata import MetadataRequest
+
+    from harness.admin.client import KafkaWire
+
+    with KafkaWire(
+        bootstrap, timeout=timeout_s, client_id=CLIENT_ID, client_config=client_config
+    ) as wire:
+        versions = wire.versions()
+        meta = wire.request(
+            MetadataRequest[_METADATA_VERSION](topics=[], allow_auto_topic_creation=False)
+        )
+    return ProbeResult(api_versions=versions, brokers=len(meta.brokers))
+
+
+def check_reachable(
+    bootstrap: str, *, timeout_s: float = 10.0, client_config: Mapping[str, str] | None = None
+) -> ProbeResult:
+    """Probe an existing cluster's bootstrap address (secured by ``client_config``, Kafka's
+    client keys, when given), turning failures into a BrokerError."""
     from harness.broker.config import parse_host_port
 
     host, port = parse_host_port(bootstrap, key="bootstrap_server")
+    protocol = (client_config or {}).get("security.protocol", "PLAINTEXT").upper()
+    from harness.admin.client import AdminError
+
     try:
+        if client_config:
+            return secured_probe(bootstrap, client_config, timeout_s=timeout_s)
         return probe(host, port, timeout_s=timeout_s)
-    except (OSError, TimeoutError, ConnectionError) as exc:
+    except ValueError as exc:  # a client key the harness cannot honour
+        raise BrokerError(f"--command-config: {exc}") from exc
+    except (OSError, TimeoutError, ConnectionError, AdminError) as exc:
         raise BrokerError(
-            f"{bootstrap} does not answer Kafka's ApiVersions/Metadata ({exc}); check the "
-            "address and that a Kafka listener (PLAINTEXT) is there"
+            f"{bootstrap} does not answer Kafka's ApiVersions/Metadata over {protocol} ({exc}); "
+            f"check the address and that a Kafka listener ({protocol}) is there"
         ) from exc

@@ -51,6 +51,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--bootstrap-server", metavar="HOST:PORT", help="use an existing cluster")
     parser.add_argument(
+        "--command-config",
+        metavar="FILE",
+        type=Path,
+        default=None,
+        help="with --bootstrap-server: Kafka's client properties for a secured listener "
+        "(security.protocol, sasl.mechanism, sasl.jaas.config, ssl.truststore.location...), "
+        "used by the load and the admin connection, as Kafka's own tools take it",
+    )
+    parser.add_argument(
         "--broker-metrics-url",
         metavar="URL",
         help="Kafka's Prometheus JMX exporter endpoint to scrape every second "
@@ -93,8 +102,14 @@ def run(args: argparse.Namespace) -> int:
     if args.duration is not None and args.duration <= 0:
         print(f"harness run: --duration={args.duration!r}: must be > 0")
         return 3
+    if args.command_config is not None:
+        problem = _command_config_problem(args.command_config, args.bootstrap_server, target)
+        if problem:
+            print(f"harness run: --command-config {args.command_config}: {problem}")
+            return 3
     opts = RunOptions(
         target=target,
+        command_config=args.command_config,
         out=args.out,
         launcher=args.launcher,
         bootstrap_server=args.bootstrap_server,
@@ -139,6 +154,25 @@ def run(args: argparse.Namespace) -> int:
     if result.error and not result.interrupted:
         return 3
     return 130 if result.interrupted else 0
+
+
+def _command_config_problem(path: Path, bootstrap_server: str | None, target: str) -> str:
+    """Why a ``--command-config`` cannot be used ("" when it can): it secures the connections
+    to an existing cluster (a started broker makes its own), and every key must be one the
+    harness honours (`harness.security.clientprops`)."""
+    from harness.security import clientprops
+
+    if not bootstrap_server:
+        return "needs --bootstrap-server (a broker the harness starts makes its own client config)"
+    if target != "broker":
+        return "needs --target broker (the acceptor relays PLAINTEXT listeners only)"
+    try:
+        clientprops.kafka_python_config(clientprops.read(path))
+    except OSError as exc:
+        return f"cannot read: {exc.strerror or exc}"
+    except ValueError as exc:
+        return str(exc)
+    return ""
 
 
 def _reasons(run_dir: Path) -> list[str]:

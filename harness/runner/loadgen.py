@@ -20,6 +20,8 @@ class LoadTarget:
     host: str
     port: int
     metrics_url: str | None = None
+    #: the listener's Kafka client configuration (``client.properties``) when it is secured
+    command_config: str | None = None
 
 
 def max_arrivals(phase: Phase) -> int:
@@ -111,6 +113,8 @@ def locust_argv(
         argv += ["--source-ips", phase.source_ips]
     if target.metrics_url:
         argv += ["--metrics-url", target.metrics_url]
+    if target.command_config:
+        argv += ["--command-config", target.command_config]
     if web_port is None:
         argv.insert(3, "--headless")
     else:

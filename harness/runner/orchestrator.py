@@ -36,6 +36,18 @@ from loadprofiles.readiness import phase_state
 EXIT_CODES = {"pass": 0, "fail": 1, "unknown": 2}
 
 
+def _config_path(target: Target, phase: Phase) -> str | None:
+    """The client configuration a phase on a secured listener connects with."""
+    path = target.client_configs.get(phase.listener)
+    return str(path) if path is not None else None
+
+
+def _protocol(client_config: Path) -> str:
+    from harness.security import clientprops
+
+    return clientprops.read(client_config).get("security.protocol", "PLAINTEXT").upper()
+
+
 @dataclass
 class RunOptions:
     target: str
@@ -50,6 +62,8 @@ class RunOptions:
     spark_master: str | None = None
     progress_every: float = 5.0
     broker_metrics_url: str | None = None  # Kafka's metrics endpoint (default: the target's)
+    #: an existing cluster's client properties (`--command-config`): its secured listener
+    command_config: Path | None = None
 
 
 @dataclass
@@ -231,6 +245,7 @@ class Orchestrator:
                 launcher=self.opts.launcher,
                 bootstrap_server=self.opts.bootstrap_server,
                 timeout=t.broker_start,
+                command_config=self.opts.command_config,
             )
         self.limits = dict(self.target.limits)
         broker = self.target.broker
@@ -240,6 +255,11 @@ class Orchestrator:
         self.run_json["limits"] = self.limits
         self.run_json["listeners"] = {
             n: f"{h}:{p}" for n, (h, p) in self.target.client_addresses.items()
+        }
+        # protocols and where their client configuration is; never its contents (secrets)
+        self.run_json["listener_security"] = {
+            n: {"protocol": _protocol(path), "client_config": str(path)}
+            for n, path in self.target.client_configs.items()
         }
         if self.opts.set_acceptor:
             self.run_json["acceptor_overrides"] = dict(self.opts.set_acceptor)
@@ -375,7 +395,9 @@ class Orchestrator:
             phase,
             locust_bin=str(Path(sys.executable).with_name("locust")),
             profile_dir=_profile_dir(),
-            target=LoadTarget(host, port, self.target.metrics_url),
+            target=LoadTarget(
+                host, port, self.target.metrics_url, _config_path(self.target, phase)
+            ),
             run_dir=self.rd.root,
             run_id=self.run_id,
             seed=self.seed + index,

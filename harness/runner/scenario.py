@@ -28,6 +28,8 @@ FAULT_KINDS = ("broker_pause", "broker_kill", "upstream_latency")
 VERDICTS = ("pass", "fail", "unknown")
 PROXY_MODES = ("off", "v1", "v2")
 LISTENER_PROXY_MODES = ("off", "optional", "required")
+#: profiles whose load speaks TLS and SASL (the storm engine); the others are PLAINTEXT only
+SECURED_PROFILES = ("storm",)
 
 #: Kafka's broker-level keys a scenario may set (listener-prefixed forms below).
 BROKER_KEYS: dict[str, tuple[int, bool]] = {
@@ -166,6 +168,9 @@ class Scenario:
     timeouts: Timeouts
     seed: int = 1
     acceptor: Mapping[str, str] = field(default_factory=dict)
+    #: secured listeners: name -> `harness.broker.config.parse_listener`'s protocol part
+    #: ("SSL", "SSL:mtls", "SASL_SSL:SCRAM-SHA-512"); a listener not in here is PLAINTEXT
+    security: Mapping[str, str] = field(default_factory=dict)
     source: str = ""
     raw: Mapping[str, Any] = field(default_factory=dict)
 
@@ -175,6 +180,11 @@ class Scenario:
     @property
     def faults(self) -> tuple[Action, ...]:
         return tuple(a for a in self.schedule if a.kind == "fault")
+
+    @property
+    def broker_listeners(self) -> tuple[str, ...]:
+        """The listeners as the broker launcher takes them: ``"CLIENT=SSL"`` when secured."""
+        return tuple(f"{n}={self.security[n]}" if n in self.security else n for n in self.listeners)
 
 
 # -- helpers used by the parser and by others -----------------------------------------------
@@ -383,11 +393,13 @@ _PHASE_KEYS = (
 )
 
 
-def _parse_listeners(spec: object) -> tuple[tuple[str, ...], str | None, dict[str, str]]:
+def _parse_listeners(
+    spec: object,
+) -> tuple[tuple[str, ...], str | None, dict[str, str], dict[str, str]]:
     if spec is None:
-        return ("CLIENT",), None, {}
+        return ("CLIENT",), None, {}, {}
     m = _mapping("listeners", spec)
-    _only("listeners", m, ("names", "inter_broker", "proxy_protocol"))
+    _only("listeners", m, ("names", "inter_broker", "proxy_protocol", "security"))
     names_raw = m.get("names", ["CLIENT"])
     if not isinstance(names_raw, list) or not names_raw:
         raise ScenarioError("listeners.names", names_raw, "expected a non-empty list of names")
@@ -412,7 +424,44 @@ def _parse_listeners(spec: object) -> tuple[tuple[str, ...], str | None, dict[st
                 f"listeners.proxy_protocol.{lname}", mode, f"one of {LISTENER_PROXY_MODES}"
             )
         proxy[lname] = mode
-    return tuple(names), inter, proxy
+    security = _parse_security(m.get("security"), names, inter, proxy)
+    return tuple(names), inter, proxy, security
+
+
+def _parse_security(
+    spec: object, names: Sequence[str], inter: str | None, proxy: Mapping[str, str]
+) -> dict[str, str]:
+    """``listeners.security``: name -> protocol and options, in `harness broker --listener`'s
+    syntax after the ``=`` (docs/security.md), checked by the broker's own parser."""
+    from harness.broker.config import check_secured_plan, parse_listener
+    from harness.broker.errors import BrokerError
+
+    out: dict[str, str] = {}
+    for lname, text in _mapping("listeners.security", spec).items():
+        key = f"listeners.security.{lname}"
+        if lname not in names:
+            raise ScenarioError("listeners.security", lname, f"not one of {list(names)}")
+        if not isinstance(text, str) or not text.strip():
+            raise ScenarioError(key, text, "a protocol and options, e.g. SSL or SASL_SSL:PLAIN")
+        try:
+            listener = parse_listener(f"{lname}={text.strip()}")
+        except BrokerError as exc:
+            raise ScenarioError(key, text, str(exc)) from None
+        if not listener.secured:
+            continue
+        if proxy.get(str(lname), "off") != "off":
+            raise ScenarioError(
+                key, text, "a secured listener takes no PROXY header (Kafka has none)"
+            )
+        out[str(lname)] = text.strip()
+    if out:
+        try:
+            check_secured_plan(
+                [parse_listener(f"{n}={out[n]}" if n in out else n) for n in names], inter or ""
+            )
+        except BrokerError as exc:
+            raise ScenarioError("listeners.security", dict(out), str(exc)) from None
+    return out
 
 
 def _parse_ip_quotas(key: str, spec: object) -> dict[str, int]:
@@ -464,6 +513,13 @@ def _parse_phase(i: int, spec: object, sc: dict[str, Any]) -> Phase:
     listener = m.get("listener", sc["listeners"][0])
     if listener not in sc["listeners"]:
         raise ScenarioError(f"{where}.listener", listener, f"not one of {list(sc['listeners'])}")
+    if listener in sc["security"] and profile not in SECURED_PROFILES:
+        raise ScenarioError(
+            f"{where}.profile",
+            profile,
+            f"listener {listener} is {sc['security'][listener]}: only {SECURED_PROFILES} "
+            "speaks TLS and SASL",
+        )
     proxy = m.get("proxy_protocol", "off")
     if proxy not in PROXY_MODES:
         raise ScenarioError(f"{where}.proxy_protocol", proxy, f"one of {PROXY_MODES}")
@@ -617,8 +673,8 @@ def _parse_scenario(data: object, source: str) -> Scenario:
     if duration > 600:
         raise ScenarioError("duration", duration, "keep scenarios short (<= 600 s of load)")
     seed = _int("seed", data.get("seed", 1), 0)
-    listeners, inter, proxy = _parse_listeners(data.get("listeners"))
-    sc: dict[str, Any] = {"duration": duration, "listeners": listeners}
+    listeners, inter, proxy, security = _parse_listeners(data.get("listeners"))
+    sc: dict[str, Any] = {"duration": duration, "listeners": listeners, "security": security}
 
     limits: dict[str, int | str] = {}
     for k, v in _mapping("limits", data.get("limits")).items():
@@ -699,6 +755,7 @@ def _parse_scenario(data: object, source: str) -> Scenario:
         timeouts=timeouts,
         seed=int(seed or 0),
         acceptor=acceptor,
+        security=security,
         source=source,
         raw=dict(data),
     )

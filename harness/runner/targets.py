@@ -54,36 +54,55 @@ def _call(what: str, fn: Callable[..., Any], *args: Any) -> None:
         raise TargetError(f"{what} failed: {exc}") from exc
 
 
-def _sender(bootstrap: str, held: HeldAdmin | None, name: str) -> tuple[str, Callable[..., Any]]:
+def _sender(
+    bootstrap: str,
+    held: HeldAdmin | None,
+    name: str,
+    client_config: Mapping[str, str] | None = None,
+) -> tuple[str, Callable[..., Any]]:
     """Where a change goes and the admin call sending it: on the held connection when there
-    is one, else on a connection of its own to `bootstrap`."""
+    is one, else on a connection of its own to `bootstrap` (secured by `client_config`,
+    Kafka's client keys, when the listener is)."""
     if held is not None:
         return f"at {bootstrap} (held connection)", getattr(held, name)
-    return f"at {bootstrap}", functools.partial(getattr(_admin(), name), bootstrap)
+    call = functools.partial(getattr(_admin(), name), bootstrap)
+    if client_config:
+        call = functools.partial(call, client_config=dict(client_config))
+    return f"at {bootstrap}", call
 
 
 def apply_ip_quota(
-    bootstrap: str, ip: str, rate: int | None, held: HeldAdmin | None = None
+    bootstrap: str,
+    ip: str,
+    rate: int | None,
+    held: HeldAdmin | None = None,
+    client_config: Mapping[str, str] | None = None,
 ) -> None:
     from harness.admin.client import IP_RATE_KEY
 
-    where, alter = _sender(bootstrap, held, "alter_client_quota")
+    where, alter = _sender(bootstrap, held, "alter_client_quota", client_config)
     entity = None if ip == "default" else ip
     _call(f"ip quota {ip}={rate} {where}", alter, {"ip": entity}, {IP_RATE_KEY: rate})
 
 
 def apply_broker_config(
-    bootstrap: str, changes: Mapping[str, Any], held: HeldAdmin | None = None
+    bootstrap: str,
+    changes: Mapping[str, Any],
+    held: HeldAdmin | None = None,
+    client_config: Mapping[str, str] | None = None,
 ) -> None:
-    where, alter = _sender(bootstrap, held, "alter_broker_config")
+    where, alter = _sender(bootstrap, held, "alter_broker_config", client_config)
     text = {k: (None if v is None else str(v)) for k, v in changes.items()}
     _call(f"broker config {text} {where}", alter, text)
 
 
 def apply_request_quota(
-    bootstrap: str, quota: Mapping[str, Any], held: HeldAdmin | None = None
+    bootstrap: str,
+    quota: Mapping[str, Any],
+    held: HeldAdmin | None = None,
+    client_config: Mapping[str, str] | None = None,
 ) -> None:
-    where, alter = _sender(bootstrap, held, "alter_client_quota")
+    where, alter = _sender(bootstrap, held, "alter_client_quota", client_config)
     entity = {k: quota[k] for k in ("user", "client-id") if k in quota}
     pct = quota.get("request_percentage")
     ops = {"request_percentage": None if pct is None else float(pct)}
@@ -129,9 +148,16 @@ class HeldAdmin:
     The requests are harness.admin.client's, sent on the kept connection (`wire=`).
     """
 
-    def __init__(self, bootstrap: str, source_ip: str | None, timeout: float = 15.0) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        source_ip: str | None,
+        client_config: Mapping[str, str] | None = None,
+        timeout: float = 15.0,
+    ) -> None:
         self.bootstrap = bootstrap
         self.source_ip = source_ip
+        self.client_config = client_config
         self.timeout = timeout
         self.wire: Any = None
         self.reconnects = 0
@@ -139,7 +165,12 @@ class HeldAdmin:
     def open(self) -> None:
         from harness.admin.client import KafkaWire
 
-        self.wire = KafkaWire(self.bootstrap, source_ip=self.source_ip, timeout=self.timeout)
+        self.wire = KafkaWire(
+            self.bootstrap,
+            source_ip=self.source_ip,
+            timeout=self.timeout,
+            client_config=self.client_config,
+        )
         self.wire.versions()  # ApiVersions now: the connection is accepted and served
 
     def close(self) -> None:
@@ -241,6 +272,14 @@ class Target:
         #: the admin connection kept for run-time changes (None: one per change)
         self.held_admin: HeldAdmin | None = None
         self.limits: dict[str, Any] = {}
+        #: an existing cluster: the scenario's one loaded listener, reached at its bootstrap
+        self.external_listener: str | None = None
+        #: Kafka client configuration (``client.properties``) the load uses per secured
+        #: listener: the started broker's own, or the operator's ``--command-config``
+        self.client_configs: dict[str, Path] = {}
+        #: Kafka's client keys for the admin connection when its listener is secured (an
+        #: existing cluster reached with ``--command-config``); None: PLAINTEXT
+        self.admin_config: dict[str, str] | None = None
 
     @property
     def writes_config_rows(self) -> bool:
@@ -256,17 +295,30 @@ class Target:
         advertised: Mapping[str, str] | None,
         timeout: float,
         request_log: bool = False,
+        command_config: Path | None = None,
     ) -> Any:
         from harness.broker import start_broker
 
         if bootstrap_server:
-            return self._find_external(bootstrap_server, properties, timeout)
+            return self._find_external(bootstrap_server, properties, timeout, command_config)
+        if self.scenario.security:
+            secured = ", ".join(f"{n}={p}" for n, p in self.scenario.security.items())
+            if launcher == "container":
+                raise TargetError(
+                    f"--launcher container: listeners {secured} are secured, and secured "
+                    "listeners run on the local launcher (docs/security.md); use --launcher local"
+                )
+            if launcher == "auto":
+                self.progress(
+                    f"secured listeners ({secured}): the local launcher starts the broker"
+                )
+                launcher = "local"
         kwargs: dict[str, Any] = {
             "request_log": request_log,
             "launcher": launcher,
             "bootstrap_server": bootstrap_server,
             "properties": dict(properties),
-            "listeners": self.scenario.listeners,
+            "listeners": self.scenario.broker_listeners,
             "advertised": dict(advertised) if advertised else None,
             "inter_broker_listener": self.scenario.inter_broker_listener,
             "workdir": self.run_dir / "broker",
@@ -284,23 +336,44 @@ class Target:
             f"broker ready in {time.monotonic() - t0:.1f}s ({how}): Kafka {b.version} at "
             f"{b.bootstrap} (ports {b.listener_ports})"
         )
+        self.client_configs = {
+            n: Path(b.client_configs[n]) for n in self.scenario.security if n in b.client_configs
+        }
+        missing = sorted(set(self.scenario.security) - set(self.client_configs))
+        if missing:
+            raise TargetError(
+                f"the broker made no client configuration for secured listener(s) {missing}"
+            )
         return self.broker
 
     def _find_external(
-        self, bootstrap_server: str, properties: Mapping[str, str], timeout: float
+        self,
+        bootstrap_server: str,
+        properties: Mapping[str, str],
+        timeout: float,
+        command_config: Path | None = None,
     ) -> Any:
-        """An existing cluster is reached through one bootstrap address: the scenario's one
-        listener is that address. Its static settings are the operators'; the scenario's
-        dynamic limits are applied by the target through the admin API."""
+        """An existing cluster is reached through one bootstrap address: the listener the
+        scenario's load uses is that address, and the admin requests go there too (with
+        ``command_config``, Kafka's client properties, when it is secured). Its static
+        settings are the operators'; the scenario's dynamic limits are applied by the target
+        through the admin API."""
         from harness.broker import start_broker
 
-        listeners = self.scenario.listeners
-        if len(listeners) != 1:
+        loaded = sorted({p.listener for p in self.scenario.load})
+        if len(loaded) != 1:
             raise TargetError(
-                f"--bootstrap-server {bootstrap_server}: scenario {self.scenario.name!r} has "
-                f"listeners {', '.join(listeners)}, but an existing cluster is reached through "
+                f"--bootstrap-server {bootstrap_server}: scenario {self.scenario.name!r} loads "
+                f"listeners {', '.join(loaded)}, but an existing cluster is reached through "
                 "one bootstrap address; run it with --launcher local or container, or pick a "
-                "single-listener scenario"
+                "scenario whose load uses one listener"
+            )
+        name = loaded[0]
+        if name in self.scenario.security and command_config is None:
+            raise TargetError(
+                f"--bootstrap-server {bootstrap_server}: the scenario's listener {name} is "
+                f"{self.scenario.security[name]}; give the cluster's client properties with "
+                "--command-config (docs/security.md)"
             )
         static = sorted(k for k in properties if k.startswith("quota.window"))
         if static:
@@ -308,12 +381,24 @@ class Target:
                 f"note: {', '.join(static)} are static broker settings: the existing cluster "
                 "keeps its own, and the checker judges by the scenario's"
             )
-        self.progress(f"using the existing cluster at {bootstrap_server} (launcher external)")
+        if command_config is not None:
+            from harness.security import clientprops
+
+            self.admin_config = clientprops.read(command_config)
+            self.client_configs = {name: command_config}
+        protocol = (self.admin_config or {}).get("security.protocol", "PLAINTEXT").upper()
+        self.progress(
+            f"using the existing cluster at {bootstrap_server} (launcher external, {protocol})"
+        )
         self.broker = start_broker(
-            launcher="external", bootstrap_server=bootstrap_server, ready_timeout_s=timeout
+            launcher="external",
+            bootstrap_server=bootstrap_server,
+            ready_timeout_s=timeout,
+            client_config=self.admin_config,
         )
         b = self.broker
-        b.listener_ports = {listeners[0].upper(): b.port, **b.listener_ports}
+        b.listener_ports = {name.upper(): b.port, **b.listener_ports}
+        self.external_listener = name
         self.progress(f"cluster answers: Kafka {b.version} at {b.bootstrap}")
         return b
 
@@ -327,6 +412,7 @@ class Target:
         acceptor_timeout: float = 60,
         run_id: str = "",
         latency_proxy: bool = False,
+        command_config: Path | None = None,
     ) -> None:
         """Start the target; returns once load may connect to ``client_addresses``."""
         raise NotImplementedError
@@ -334,19 +420,19 @@ class Target:
     def apply(self, action: Action) -> None:
         p, held = action.params, self.held_admin
         if action.kind == "ip_quota":
-            apply_ip_quota(self.admin_bootstrap, p["ip"], p["rate"], held)
+            apply_ip_quota(self.admin_bootstrap, p["ip"], p["rate"], held, self.admin_config)
         elif action.kind == "broker_config":
-            apply_broker_config(self.admin_bootstrap, p, held)
+            apply_broker_config(self.admin_bootstrap, p, held, self.admin_config)
         elif action.kind == "request_quota":
-            apply_request_quota(self.admin_bootstrap, p, held)
+            apply_request_quota(self.admin_bootstrap, p, held, self.admin_config)
         else:
             raise TargetError(f"not a change: {action.kind}")
 
     def apply_initial_quotas(self) -> None:
         for ip, rate in self.scenario.ip_quotas.items():
-            apply_ip_quota(self.admin_bootstrap, ip, rate)
+            apply_ip_quota(self.admin_bootstrap, ip, rate, None, self.admin_config)
         for q in self.scenario.request_quotas:
-            apply_request_quota(self.admin_bootstrap, q)
+            apply_request_quota(self.admin_bootstrap, q, None, self.admin_config)
         if self.scenario.ip_quotas or self.scenario.request_quotas:
             self.progress(
                 f"quotas set through the admin API at {self.admin_bootstrap}: "
@@ -394,6 +480,7 @@ class BrokerTarget(Target):
         acceptor_timeout: float = 60,
         run_id: str = "",
         latency_proxy: bool = False,
+        command_config: Path | None = None,
     ) -> None:
         limits = initial_limits(self.scenario)
         self.start_broker(
@@ -402,16 +489,22 @@ class BrokerTarget(Target):
             properties=_props(limits),
             advertised=None,
             timeout=timeout,
+            command_config=command_config,
         )
         b = self.broker
-        self.client_addresses = {
-            n: ("127.0.0.1", int(b.listener_ports[n])) for n in self.scenario.listeners
-        }
-        self.admin_bootstrap = b.address(broker_admin_listener(self.scenario))
+        if self.external_listener is not None:
+            # an existing cluster: its one address carries the load and the admin requests
+            self.client_addresses = {self.external_listener: (b.host, b.port)}
+            self.admin_bootstrap = b.bootstrap
+        else:
+            self.client_addresses = {
+                n: ("127.0.0.1", int(b.listener_ports[n])) for n in self.scenario.listeners
+            }
+            self.admin_bootstrap = b.address(broker_admin_listener(self.scenario))
         if bootstrap_server:
             dynamic = {k: v for k, v in _props(limits).items() if not k.startswith("quota.window")}
             if dynamic:
-                apply_broker_config(self.admin_bootstrap, dynamic)
+                apply_broker_config(self.admin_bootstrap, dynamic, None, self.admin_config)
         self.limits = initial_limits(self.scenario, self.client_addresses)
         # the broker is judged by its own release's semantics (docs/kafka-versions.md)
         self.limits[VERSION_KEY] = semantics_version(getattr(b, "version", None), self.progress)
@@ -422,7 +515,9 @@ class BrokerTarget(Target):
     def open_held_admin(self) -> None:
         """The run changes limits while the load runs: keep one admin connection from now."""
         host = self.admin_bootstrap.rpartition(":")[0]
-        held = HeldAdmin(self.admin_bootstrap, admin_source_ip(self.scenario, host))
+        held = HeldAdmin(
+            self.admin_bootstrap, admin_source_ip(self.scenario, host), self.admin_config
+        )
         try:
             held.open()
         except Exception as exc:
@@ -490,8 +585,16 @@ class AcceptorTarget(Target):
         acceptor_timeout: float = 60,
         run_id: str = "",
         latency_proxy: bool = False,
+        command_config: Path | None = None,
     ) -> None:
         sc = self.scenario
+        if sc.security:
+            raise TargetError(
+                "target acceptor: listener(s) "
+                + ", ".join(f"{n}={p}" for n, p in sc.security.items())
+                + " are secured, and the acceptor relays PLAINTEXT listeners only (its TLS "
+                "modes are not built: docs/security.md); run with --target broker"
+            )
         self.run_id = run_id
         ports = {n: free_port() for n in sc.listeners}
         # request quotas are charged Kafka's own handler time, read from the broker's

@@ -222,6 +222,56 @@ def test_kafka_python_connects_over_each_secured_listener(secured: SecuredBroker
     assert len(cluster["brokers"]) == 1
 
 
+@pytest.mark.parametrize("key", ["SSL", "MTLS", "SASL_SSL", "SASL2:PLAIN", "SASLP"])
+def test_the_harness_admin_wire_and_probe_speak_each_secured_listener(
+    secured: SecuredBroker, key: str
+) -> None:
+    """`harness run --bootstrap-server ... --command-config F`: the probe and the admin
+    connection (quotas, broker configs) log in with Kafka's client keys from the file."""
+    from harness.admin.client import KafkaWire, alter_ip_quota, describe_ip_quotas
+    from harness.broker.probe import check_reachable
+
+    listener = key.partition(":")[0]
+    boot = f"127.0.0.1:{secured.ports[listener]}"
+    props = clientprops.read(secured.configs[key])
+    assert check_reachable(boot, client_config=props).brokers == 1
+    with KafkaWire(boot, client_config=props) as wire:
+        assert 49 in wire.versions()  # AlterClientQuotas, asked after the login
+    ip = "127.0.0.77"
+    alter_ip_quota(boot, ip, 3, client_config=props)
+    try:
+        assert describe_ip_quotas(boot, ip, client_config=props) == {ip: 3.0}
+    finally:
+        alter_ip_quota(boot, ip, None, client_config=props)
+
+
+def test_a_wrong_password_or_ca_on_the_admin_wire_is_a_clear_error(
+    secured: SecuredBroker, tmp_path: Path
+) -> None:
+    from harness.admin.client import AdminError, KafkaWire
+    from harness.broker.errors import BrokerError
+    from harness.broker.probe import check_reachable
+    from harness.security.certs import make_ca
+
+    boot = f"127.0.0.1:{secured.ports['SASL_SSL']}"
+    props = clientprops.read(secured.configs["SASL_SSL"])
+    wrong = "not-the-password-" + os.urandom(6).hex()
+    bad = {**props, "sasl.jaas.config": props["sasl.jaas.config"].replace(
+        _jaas_password(props["sasl.jaas.config"]), wrong)}  # fmt: skip
+    with pytest.raises(AdminError) as info:
+        KafkaWire(boot, client_config=bad)
+    assert info.value.code == 58 and wrong not in str(info.value)
+    other = tmp_path / "other-ca.pem"
+    other.write_bytes(make_ca("not the run's CA").cert_pem)
+    with pytest.raises(BrokerError, match=r"over SASL_SSL.*TLS handshake") as err:
+        check_reachable(boot, client_config={**props, "ssl.truststore.location": str(other)})
+    assert all(p not in str(err.value) for p in secured.passwords())
+
+
+def _jaas_password(jaas: str) -> str:
+    return jaas.split('password="', 1)[1].split('"', 1)[0]
+
+
 def _failed_logins(broker: SecuredBroker, listener: str) -> list[str]:
     """The broker's "Failed authentication" lines for connections to ``listener``."""
     text = (broker.workdir / "broker.log").read_text(errors="replace")

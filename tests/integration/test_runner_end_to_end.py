@@ -75,7 +75,14 @@ def start_harness_run(args: list[str], log: Path) -> subprocess.Popen[bytes]:
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
             start_new_session=True,
+            # a terminal's foreground job takes Ctrl-C; a shell's background job (how a
+            # CI script may run these tests) ignores SIGINT, and the child would inherit that
+            preexec_fn=_default_sigint,
         )
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def wait_for_line(log: Path, needle: str, proc: subprocess.Popen[bytes], timeout: float) -> None:

@@ -313,3 +313,24 @@ def test_master_start_on_the_local_clock() -> None:
     master_now = time.time_ns() + 3_000_000_000
     start = clock.local_start_mono_ns(master_now + 1_000_000_000, 3_000_000_000)
     assert abs(start - time.monotonic_ns() - 1_000_000_000) < 50_000_000
+
+
+@pytest.mark.parametrize("fake_kafka", ["close"], indirect=True)
+def test_a_close_during_the_tls_handshake_is_an_eof_after_accept(
+    fake_kafka: FakeKafka, tmp_path: Path
+) -> None:
+    """A server that reads the ClientHello and closes without an alert (Kafka's connection
+    quotas close before any TLS byte is read): the attempt reads as a close after accept
+    (`eof`/`reset`, outcome ``eof_after_accept``), as a plaintext one does, so a broker
+    target's checks see the quota's close; a TLS alert is a TLS failure instead."""
+    from loadprofiles.secure import TlsSettings
+
+    tls = TlsSettings(check_hostname=False)
+    stats, rows = run(fake_kafka.server_address[1], tmp_path, 3, shape="apiversions", tls=tls)
+    assert stats.outcomes == {"eof_after_accept": 3}, stats.summary()
+    for conn in {r["conn_id"] for r in rows}:
+        assert events(rows, conn) == ["connect_invoke", "connect_ok", "tls_start", "tls_fail",
+                                      "closed"]  # fmt: skip
+    ends = [r for r in rows if r["event"] in ("tls_fail", "closed")]
+    assert {r["reason"] for r in ends} <= {"eof", "reset"}, ends
+    assert all("eof_ms" in r["d"] for r in rows if r["event"] == "closed")

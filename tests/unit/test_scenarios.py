@@ -225,6 +225,40 @@ def test_listeners_inter_broker_and_proxy_modes() -> None:
         assert error_of(variant(listeners=bad)).key == key
 
 
+def test_secured_listeners_are_checked_by_the_brokers_own_parser() -> None:
+    names = {"names": ["REPLICATION", "CLIENT"], "inter_broker": "REPLICATION"}
+    sc = parse_scenario(variant(listeners={**names, "security": {"CLIENT": "SASL_SSL:PLAIN"}}))
+    assert sc.security == {"CLIENT": "SASL_SSL:PLAIN"}
+    assert sc.broker_listeners == ("REPLICATION", "CLIENT=SASL_SSL:PLAIN")
+    # PLAINTEXT is not a secured listener: nothing to record
+    assert (
+        parse_scenario(variant(listeners={**names, "security": {"CLIENT": "PLAINTEXT"}})).security
+        == {}
+    )
+    for security, key, reason in [
+        ({"OTHER": "SSL"}, "listeners.security", "not one of"),
+        ({"CLIENT": "TLS"}, "listeners.security.CLIENT", "protocol 'TLS'"),
+        ({"CLIENT": "SASL_SSL"}, "listeners.security.CLIENT", "needs a mechanism"),
+        ({"CLIENT": ""}, "listeners.security.CLIENT", "a protocol and options"),
+        # the first listener is the bootstrap and readiness probe: PLAINTEXT
+        ({"REPLICATION": "SSL"}, "listeners.security", "must be PLAINTEXT"),
+    ]:
+        err = error_of(variant(listeners={**names, "security": security}))
+        assert (err.key, reason in err.reason) == (key, True), err
+    proxied = {**names, "proxy_protocol": {"CLIENT": "optional"}, "security": {"CLIENT": "SSL"}}
+    assert "no PROXY header" in error_of(variant(listeners=proxied)).reason
+
+
+def test_only_the_engine_profile_loads_a_secured_listener() -> None:
+    listeners = {"names": ["REPLICATION", "CLIENT"], "security": {"CLIENT": "SSL"}}
+    steady = {"name": "steady", "profile": "steady", "users": 2, "listener": "CLIENT"}
+    err = error_of(variant(listeners=listeners, load=[steady]))
+    assert err.key == "load[0].profile" and "speaks TLS" in err.reason
+    # on the PLAINTEXT listener beside it, any profile
+    sc = parse_scenario(variant(listeners=listeners, load=[{**steady, "listener": "REPLICATION"}]))
+    assert sc.load[0].listener == "REPLICATION"
+
+
 def test_schedule_is_sorted_and_validated() -> None:
     sc = parse_scenario(
         variant(

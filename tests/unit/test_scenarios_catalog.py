@@ -132,6 +132,13 @@ def test_locust_command_line_for_a_phase(tmp_path: Path) -> None:
     ):
         assert part in text, part
     assert int(argv[argv.index("--max-arrivals") + 1]) == max_arrivals(flood) == 50 * 10
+    assert "--command-config" not in argv
+    secured = LoadTarget("127.0.0.1", 9093, command_config="/run/private/client.properties")
+    argv = locust_argv(
+        flood, locust_bin="locust", profile_dir=tmp_path, run_dir=tmp_path, target=secured,
+        run_id="r1", seed=5,
+    )  # fmt: skip
+    assert argv[argv.index("--command-config") + 1] == "/run/private/client.properties"
     web = locust_argv(
         steady,
         locust_bin="locust",

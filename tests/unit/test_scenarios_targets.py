@@ -80,3 +80,15 @@ def test_broker_target_holds_admin_only_for_run_time_changes(tmp_path: Path) -> 
     for name in ("quota-change", "ci-gate", "faults"):
         Probe(catalog.load(name), tmp_path, print).start()
     assert opened == ["quota-change"]  # faults' schedule holds only faults
+
+
+def test_the_acceptor_target_refuses_secured_listeners(tmp_path: Path) -> None:
+    import pytest
+
+    from harness.runner.targets import TargetError
+
+    sc = catalog.load("ssl-storm")
+    with pytest.raises(TargetError, match=r"CLIENT=SSL are secured.*--target broker"):
+        AcceptorTarget(sc, tmp_path, print).start()
+    with pytest.raises(TargetError, match="--launcher local"):
+        BrokerTarget(sc, tmp_path, print).start(launcher="container")
