@@ -707,6 +707,8 @@ class StormEngine:
                 "principal": self._sasl.principal,
                 "round": exc.round,
                 "sasl_ms": round((now - c.phase_ns) / 1e6, 3),
+                # since the failing request went out: what Kafka's failed-login delay adds to
+                "answer_ms": round((now - c.req_ns) / 1e6, 3),
             }
             self._row(
                 "sasl_fail",

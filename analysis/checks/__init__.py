@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from analysis.checks import (
+    auth,
     broker_side,
     clients,
     concurrency,
@@ -28,6 +29,7 @@ ALL_CHECKS: list[Check] = [
     *request_model.CHECKS,
     *clients.CHECKS,
     *broker_side.CHECKS,
+    *auth.CHECKS,
     *kafka_metrics.CHECKS,
     *strictness.CHECKS,
     *testimony.CHECKS,

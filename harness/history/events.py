@@ -113,8 +113,9 @@ ALL: tuple[Event, ...] = (
     _c("sasl_done", {"latency_ms", "api_key"}, {"mechanism", "principal", "rounds", "sasl_ms"},
        "SASL login succeeded (principal: the user it logged in as; never a secret)"),
     _c("sasl_fail", {"latency_ms", "reason", "api_key"},
-       {"error", "error_code", "round", "mechanism", "principal", "sasl_ms"},
-       "SASL login failed: Kafka's error code and the round (0 handshake, 1-2 authenticate)"),
+       {"error", "error_code", "round", "mechanism", "principal", "sasl_ms", "answer_ms"},
+       "SASL login failed: Kafka's error code and the round (0 handshake, 1-2 authenticate); "
+       "answer_ms: from sending the failing request to its answer"),
     # -- the harness (the runner) ----------------------------------------------------------
     _h("config", {"reason"}, OPEN, "every limit in force (runner: intended; acceptor: applied)"),
     _h("phase_start", set(), OPEN, "a load phase starts"),

@@ -42,6 +42,7 @@ BROKER_KEYS: dict[str, tuple[int, bool]] = {
     "num.network.threads": (1, False),
     "socket.listen.backlog.size": (1, False),
     "connections.max.idle.ms": (1, False),
+    "connection.failed.authentication.delay.ms": (0, False),
 }
 STRING_KEYS = ("max.connections.per.ip.overrides",)
 LISTENER_KEYS = ("max.connections", "max.connection.creation.rate")

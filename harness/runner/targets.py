@@ -109,6 +109,14 @@ def apply_request_quota(
     _call(f"request quota {entity} {ops} {where}", alter, entity, ops)
 
 
+def _dynamic(key: str) -> bool:
+    """Whether a broker key can be changed on a running cluster (the scenario's key table);
+    listener-prefixed connection limits and the per-IP overrides are dynamic."""
+    from harness.runner.scenario import BROKER_KEYS
+
+    return BROKER_KEYS.get(key, (0, True))[1]
+
+
 def _props(limits: Mapping[str, Any]) -> dict[str, str]:
     """Kafka broker properties for the scenario's static limits (skip broker-wide INT_MAX
     defaults; a listener key is always sent: its Int.MaxValue differs from unset, which
@@ -375,7 +383,7 @@ class Target:
                 f"{self.scenario.security[name]}; give the cluster's client properties with "
                 "--command-config (docs/security.md)"
             )
-        static = sorted(k for k in properties if k.startswith("quota.window"))
+        static = sorted(k for k in properties if not _dynamic(k))
         if static:
             self.progress(
                 f"note: {', '.join(static)} are static broker settings: the existing cluster "
@@ -502,7 +510,7 @@ class BrokerTarget(Target):
             }
             self.admin_bootstrap = b.address(broker_admin_listener(self.scenario))
         if bootstrap_server:
-            dynamic = {k: v for k, v in _props(limits).items() if not k.startswith("quota.window")}
+            dynamic = {k: v for k, v in _props(limits).items() if _dynamic(k)}
             if dynamic:
                 apply_broker_config(self.admin_bootstrap, dynamic, None, self.admin_config)
         self.limits = initial_limits(self.scenario, self.client_addresses)

@@ -92,3 +92,32 @@ def test_the_acceptor_target_refuses_secured_listeners(tmp_path: Path) -> None:
         AcceptorTarget(sc, tmp_path, print).start()
     with pytest.raises(TargetError, match="--launcher local"):
         BrokerTarget(sc, tmp_path, print).start(launcher="container")
+
+
+def test_static_broker_keys_are_not_sent_to_a_running_cluster() -> None:
+    """An existing cluster gets only the dynamic keys through the admin API; static ones
+    (`quota.window.*`, the failed-login delay) are its operators' and only noted."""
+    from harness.runner.targets import _dynamic
+
+    sc = catalog.load("auth-failure-storm")
+    props = _props(initial_limits(sc))
+    assert props["connection.failed.authentication.delay.ms"] == "500"
+    assert not _dynamic("connection.failed.authentication.delay.ms")
+    assert not _dynamic("quota.window.num")
+    assert _dynamic("max.connection.creation.rate")
+    assert _dynamic("listener.name.client.max.connections")
+
+
+def test_command_config_is_checked_before_anything_starts(tmp_path: Path) -> None:
+    from harness.runner.cli import _command_config_problem
+
+    good = tmp_path / "client.properties"
+    good.write_text("security.protocol=SSL\nssl.truststore.location=/x/ca.pem\n")
+    assert _command_config_problem(good, "127.0.0.1:9093", "broker") == ""
+    assert "needs --bootstrap-server" in _command_config_problem(good, None, "broker")
+    assert "needs --target broker" in _command_config_problem(good, "h:1", "acceptor")
+    assert "cannot read" in _command_config_problem(tmp_path / "missing", "h:1", "broker")
+    bad = tmp_path / "bad.properties"
+    bad.write_text("security.protocol=SSL\nssl.keystore.password=hunter2\n")
+    problem = _command_config_problem(bad, "h:1", "broker")
+    assert "ssl.keystore.password" in problem and "hunter2" not in problem

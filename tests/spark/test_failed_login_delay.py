@@ -1,0 +1,86 @@
+"""`client_failed_login_delay` on hand-built histories at the bound's edges: a refused SASL
+login must be answered no sooner than d − 1 ms after its failing request (Kafka's
+millisecond deadline) and no later than d + one processor poll (300 ms) + the run's slowest
+successful login; nothing refused is n/a (unknown when the scenario expects the check)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from analysis.checks.auth import check_failed_login_delay
+from analysis.load import load_run
+from analysis.synth import write_rows
+
+MS = 1_000_000
+S = 1000 * MS
+T0 = 9_000 * S
+DELAY = 500
+SLOWEST_OK = 12.5
+
+
+def _run(
+    tmp: Path, name: str, answers: list[float], *, ok: bool = True, expect: list[str] = ()
+) -> Path:
+    rows: list[dict[str, Any]] = [
+        {"source": "harness", "event": "config", "mono_ns": T0,
+         "detail": {"connection.failed.authentication.delay.ms": DELAY}},
+    ]  # fmt: skip
+    if ok:
+        rows.append(
+            {"source": "client", "event": "sasl_done", "mono_ns": T0 + S, "ip": "127.0.0.2",
+             "port": 40000, "latency_ms": 20.0, "api_key": 36,
+             "detail": {"mechanism": "PLAIN", "sasl_ms": SLOWEST_OK, "rounds": 1}}
+        )  # fmt: skip
+    for i, ms in enumerate(answers):
+        rows.append(
+            {"source": "client", "event": "sasl_fail", "mono_ns": T0 + 2 * S + i * S,
+             "ip": "127.0.0.3", "port": 41000 + i, "latency_ms": ms + 5, "reason": "auth",
+             "api_key": 36, "detail": {"error_code": 58, "round": 1, "mechanism": "PLAIN",
+                                       "answer_ms": ms, "sasl_ms": ms}}
+        )  # fmt: skip
+    meta = {"run_id": name, "target": "broker", "expect": {"checks": list(expect)}}
+    return write_rows(tmp / name, rows, meta)
+
+
+@pytest.mark.parametrize(
+    "answer, verdict",
+    [
+        (DELAY - 1.0, "pass"),  # Kafka's deadline is whole milliseconds
+        (DELAY - 1.01, "fail"),  # not delayed: answered before d - 1 ms
+        (DELAY + 300 + SLOWEST_OK, "pass"),  # one idle processor poll late, plus the path
+        (DELAY + 300 + SLOWEST_OK + 0.01, "fail"),  # later than that: the delay was longer
+    ],
+    ids=["at-d-1", "below-d-1", "at-upper", "above-upper"],
+)
+def test_the_delay_is_judged_at_both_edges(
+    spark: Any, tmp_path: Path, answer: float, verdict: str
+) -> None:
+    run = load_run(spark, _run(tmp_path, f"r-{answer}", [DELAY + 10, answer]))
+    r = check_failed_login_delay(run)
+    assert r.verdict == verdict, (r.observed, r.expected, r.witnesses)
+    assert r.judged == 2 and r.exercised
+    if verdict == "fail":
+        assert [w["client_port"] for w in r.witnesses] == [41001], r.witnesses
+
+
+def test_without_a_successful_login_the_upper_bound_is_an_unjudged_part(
+    spark: Any, tmp_path: Path
+) -> None:
+    run = load_run(spark, _run(tmp_path, "no-ok", [DELAY + 5000], ok=False))
+    r = check_failed_login_delay(run)
+    assert r.verdict == "pass" and [p.name for p in r.unjudged_parts()] == [
+        "within one processor poll after it"
+    ]
+
+
+@pytest.mark.parametrize(
+    "expect, verdict", [([], "n/a"), (["client_failed_login_delay"], "unknown")]
+)
+def test_nothing_refused_is_never_a_pass(
+    spark: Any, tmp_path: Path, expect: list[str], verdict: str
+) -> None:
+    run = load_run(spark, _run(tmp_path, f"none-{verdict}", [], expect=expect))
+    assert check_failed_login_delay(run).verdict == verdict
