@@ -17,6 +17,18 @@ request to its answer, on the client's own clock (`sasl_fail` rows).
   login that was not delayed): the network and broker time this run measured on the same
   path, not a chosen margin. Without a successful login in the run the upper bound is not
   judged (its part reads unjudged).
+
+`kafka_metric_auth_counts` takes Kafka's own counters as testimony: between the run's first
+and last scrape, the increase of `failed-authentication-total` and
+`successful-authentication-total` on each secured listener (summed over its processors)
+lies between what the clients surely saw inside that interval and what could have happened
+in it. Kafka records a failed login when the failing request is read, inside the client's
+[send, answer]; a successful one when the channel becomes ready, inside [connect_invoke,
+first response] (an SSL listener's authentication is its handshake; SASL's, the login). So:
+connections whose interval lies inside the scrapes' interval are surely counted, those
+overlapping it possibly; a failure can also be a TLS alert or a connection the client gave
+up on, so the upper bounds count every attempt that overlapped and was not closed before
+its handshake. A counter that went down (a broker restart) leaves the rule unjudged.
 """
 
 from __future__ import annotations
@@ -24,6 +36,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from analysis.checks.base import FAIL, NA, PASS, UNKNOWN, Check, CheckResult, Part, fmt
+from analysis.checks.kafka_metrics import _no_scrapes, per_listener, scrapes
 from analysis.frames import detail_col
 
 if TYPE_CHECKING:
@@ -130,6 +143,164 @@ def check_failed_login_delay(run: Run) -> CheckResult:
     )
 
 
+#: outcomes of attempts closed before any TLS or SASL byte: they never reach authentication
+_BEFORE_AUTH = ("eof_after_accept", "refused", "not_offered")
+
+
+def _sasl_listeners(run: Run) -> list[str]:
+    """Secured listeners whose authentication is a SASL login (`run.json`), lower case."""
+    secured = run.meta.get("listener_security") or {}
+    return [
+        str(name).lower()
+        for name, spec in secured.items()
+        if str((spec or {}).get("protocol", "")).upper().startswith("SASL_")
+    ]
+
+
+def _auth_intervals(run: Run) -> Any:
+    """One row per client connection that started TLS or a login: its listener (lower case),
+    whether it authenticated (``ok``: the login on a SASL listener, the handshake on an SSL
+    one) or was refused a login (``failed``), and the client intervals holding Kafka's
+    record of each: success in [connect_invoke, first response], failure in [send, answer]."""
+    from pyspark.sql import functions as F
+
+    c = run.events(
+        "connect_invoke", "tls_start", "tls_done", "sasl_done", "sasl_fail", "ready", "closed",
+        source="client",
+    ).select(
+        "client_ip", "client_port", "conn_id", "listener", "event", "mono_ns",
+        detail_col("client", "sasl_fail", "error_code").cast("int").alias("code"),
+        detail_col("client", "sasl_fail", "answer_ms").cast("double").alias("answer_ms"),
+        detail_col("client", "closed", "outcome").alias("outcome"),
+    )  # fmt: skip
+
+    def first(event: str) -> Any:
+        return F.min(F.when(F.col("event") == event, F.col("mono_ns")))
+
+    refused = (F.col("event") == "sasl_fail") & F.col("code").isin(*DELAYED_ERRORS)
+    g = c.groupBy("client_ip", "client_port", "conn_id").agg(
+        F.lower(F.first("listener", ignorenulls=True)).alias("lst"),
+        first("connect_invoke").alias("invoke"),
+        first("tls_start").alias("tls_start"),
+        first("tls_done").alias("tls_done"),
+        first("sasl_done").alias("sasl_done"),
+        first("sasl_fail").alias("sasl_fail"),
+        first("ready").alias("ready"),
+        F.max(F.when(F.col("event") == "closed", F.col("mono_ns"))).alias("closed"),
+        F.min(F.when(refused, F.col("mono_ns"))).alias("fail_at"),
+        F.min(F.when(refused, F.col("answer_ms"))).alias("answer_ms"),
+        F.first("outcome", ignorenulls=True).alias("outcome"),
+    )
+    started = F.col("tls_start").isNotNull() | F.col("sasl_done").isNotNull()
+    g = g.where(started | F.col("sasl_fail").isNotNull())
+    sasl = F.col("lst").isin(*_sasl_listeners(run))
+    ok = F.when(sasl, F.col("sasl_done").isNotNull()).otherwise(F.col("tls_done").isNotNull())
+    far = F.lit(2**62)
+    return g.select(
+        "lst",
+        ok.alias("ok"),
+        F.col("invoke").alias("ok_lo"),
+        F.coalesce("ready", "closed", far).alias("ok_hi"),
+        F.col("fail_at").isNotNull().alias("failed"),
+        (F.col("fail_at") - (F.col("answer_ms") * 1e6).cast("long")).alias("fail_lo"),
+        F.col("fail_at").alias("fail_hi"),
+        F.col("invoke").alias("lo"),
+        F.coalesce("closed", far).alias("hi"),
+        F.coalesce(F.col("outcome").isin(*_BEFORE_AUTH), F.lit(False)).alias("before_auth"),
+    )
+
+
+def _scrape_interval(ns: int, detail: dict[str, Any]) -> tuple[int, int]:
+    """A scrape's row is stamped at its middle; it read the counters somewhere in here."""
+    half = int(float(detail.get("scrape_ms") or 0.0) * 1e6 / 2)
+    return ns - half, ns + half
+
+
+def check_auth_counts(run: Run) -> CheckResult:
+    from pyspark.sql import functions as F
+
+    name = "kafka_metric_auth_counts"
+    conns = _auth_intervals(run)
+    if conns.limit(1).count() == 0:
+        return CheckResult(
+            name,
+            NA,
+            observed="no client connection on a secured listener",
+            expected="TLS or SASL connections",
+            explanation="n/a: Kafka records no authentication on PLAINTEXT listeners",
+        )
+    data = scrapes(run)
+    if len(data) < 2:
+        return _no_scrapes(name, run)
+    (a0, a1), (b0, b1) = (_scrape_interval(*data[0]), _scrape_interval(*data[-1]))
+
+    def inside(lo: str, hi: str) -> Any:  # surely between the two scrapes
+        return (F.col(lo) >= a1) & (F.col(hi) <= b0)
+
+    def count(cond: Any) -> Any:
+        return F.sum(F.when(cond, 1).otherwise(0))
+
+    may = ~F.col("before_auth") & (F.col("hi") >= a0) & (F.col("lo") <= b1)
+    rows = (
+        conns.groupBy("lst")
+        .agg(
+            count(F.col("ok") & inside("ok_lo", "ok_hi")).alias("ok_sure"),
+            count(F.col("failed") & inside("fail_lo", "fail_hi")).alias("fail_sure"),
+            count(may).alias("may"),
+        )
+        .collect()
+    )
+    (_, first), (_, last) = data[0], data[-1]
+    bad: list[dict[str, Any]] = []
+    seen: list[str] = []
+    for r in rows:
+        lst, possible = str(r["lst"]), int(r["may"])
+        parts = []
+        for what, metric, sure in (
+            ("successful", "successful_authentication_total", int(r["ok_sure"])),
+            ("failed", "failed_authentication_total", int(r["fail_sure"])),
+        ):
+            before, after = (
+                per_listener(first, metric).get(lst),
+                per_listener(last, metric).get(lst),
+            )
+            if before is None or after is None or after < before:
+                continue  # not exported, or the broker restarted and its counters with it
+            delta = after - before
+            parts.append(f"+{fmt(delta, 0)} {what} (clients {sure}–{possible})")
+            why = None
+            if delta < sure:
+                why = f"Kafka counted {fmt(delta, 0)} {what} authentications; clients saw {sure}"
+            elif delta > possible:
+                why = (
+                    f"Kafka counted {fmt(delta, 0)} {what} authentications, more than the "
+                    f"{possible} attempts that could have reached authentication"
+                )
+            if why:
+                bad.append({"listener": lst, "metric": metric, "why": why})
+        if parts:
+            seen.append(f"{lst}: " + ", ".join(parts))
+    if not seen:
+        return CheckResult(
+            name,
+            UNKNOWN,
+            observed="no secured listener's authentication counters in two scrapes",
+            expected="Kafka's failed- and successful-authentication-total per secured listener",
+            explanation="the scrapes carry no authentication counters for these listeners "
+            "(an exporter without them, or a broker restart reset them)",
+        )
+    return CheckResult(
+        name,
+        FAIL if bad else PASS,
+        observed="; ".join(seen),
+        expected="each counter's increase between the first and last scrape ≥ what the clients "
+        "surely saw inside and ≤ the attempts that overlapped and reached authentication",
+        tolerance="none: scrape and client instants on one clock, Kafka's bracketed",
+        witnesses=bad[:10],
+        judged=len(seen),
+    )
+
+
 CHECKS = [
     Check(
         "client_failed_login_delay",
@@ -140,5 +311,14 @@ CHECKS = [
         doc="a refused SASL login is answered after connection.failed.authentication.delay.ms "
         "(−1 ms) and within one processor poll (+ the run's slowest login) after it",
         judges_limit=True,
+    ),
+    Check(
+        "kafka_metric_auth_counts",
+        "auth",
+        check_auth_counts,
+        False,
+        ("broker",),
+        doc="Kafka's failed-/successful-authentication-total per secured listener agree with "
+        "the logins and handshakes the clients saw between the first and last scrape",
     ),
 ]

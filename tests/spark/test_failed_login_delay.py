@@ -84,3 +84,77 @@ def test_nothing_refused_is_never_a_pass(
 ) -> None:
     run = load_run(spark, _run(tmp_path, f"none-{verdict}", [], expect=expect))
     assert check_failed_login_delay(run).verdict == verdict
+
+
+# -- kafka_metric_auth_counts: Kafka's counters between two scrapes ---------------------------
+SSM = "kafka_server_socket_server_metrics_"
+
+
+def _scrape(ns: int, ok: float, failed: float) -> dict[str, Any]:
+    labels = {"listener": "CLIENT", "network_processor": "0"}
+    samples = [
+        [SSM + "successful_authentication_total", labels, ok],
+        [SSM + "failed_authentication_total", labels, failed],
+    ]
+    return {"source": "harness", "event": "kafka_metrics", "mono_ns": ns, "latency_ms": 2.0,
+            "reason": "ok", "detail": {"samples": samples, "scrape_ms": 2.0}}  # fmt: skip
+
+
+def _conn(port: int, at: int, *, ok: bool) -> list[dict[str, Any]]:
+    c = {"source": "client", "ip": "127.0.0.2", "port": port, "conn_id": f"c{port}",
+         "listener": "CLIENT"}  # fmt: skip
+    rows = [
+        {**c, "event": "connect_invoke", "mono_ns": at, "detail": {"profile": "storm"}},
+        {**c, "event": "tls_start", "mono_ns": at + MS, "latency_ms": 1.0},
+        {**c, "event": "tls_done", "mono_ns": at + 5 * MS, "latency_ms": 5.0},
+    ]
+    if ok:
+        rows += [
+            {**c, "event": "sasl_done", "mono_ns": at + 9 * MS, "latency_ms": 9.0, "api_key": 36,
+             "detail": {"mechanism": "PLAIN", "sasl_ms": 4.0, "rounds": 1}},
+            {**c, "event": "ready", "mono_ns": at + 10 * MS, "latency_ms": 10.0, "api_key": 18},
+            {**c, "event": "closed", "mono_ns": at + 12 * MS, "latency_ms": 12.0, "reason": "done",
+             "detail": {"outcome": "served"}},
+        ]  # fmt: skip
+    else:
+        rows += [
+            {**c, "event": "sasl_fail", "mono_ns": at + 506 * MS, "latency_ms": 506.0,
+             "reason": "auth", "api_key": 36,
+             "detail": {"error_code": 58, "round": 1, "answer_ms": 501.0}},
+            {**c, "event": "closed", "mono_ns": at + 507 * MS, "latency_ms": 507.0,
+             "reason": "auth", "detail": {"outcome": "auth_failed"}},
+        ]  # fmt: skip
+    return rows
+
+
+@pytest.mark.parametrize(
+    "ok_delta, failed_delta, verdict",
+    [
+        (2, 1, "pass"),  # the two logins and the refusal inside, nothing more possible
+        (3, 1, "pass"),  # the connection across the last scrape may have been counted
+        (1, 1, "fail"),  # a login the clients surely completed is missing
+        (2, 0, "fail"),  # a refusal the clients surely saw is missing
+        (5, 1, "fail"),  # more logins than the 4 connections that could have reached one
+    ],
+)
+def test_kafkas_authentication_counters_between_two_scrapes(
+    spark: Any, tmp_path: Path, ok_delta: int, failed_delta: int, verdict: str
+) -> None:
+    rows: list[dict[str, Any]] = [
+        {"source": "harness", "event": "config", "mono_ns": T0, "detail": {}},
+        _scrape(T0 + S, 10, 5),
+        *_conn(41000, T0 + 2 * S, ok=True),
+        *_conn(41001, T0 + 3 * S, ok=True),
+        *_conn(41002, T0 + 4 * S, ok=False),
+        # started before the last scrape, logged in after it: possibly counted
+        *_conn(41003, T0 + 6 * S - 2 * MS, ok=True),
+        _scrape(T0 + 6 * S, 10 + ok_delta, 5 + failed_delta),
+    ]
+    meta = {"run_id": "auth", "target": "broker",
+            "listener_security": {"CLIENT": {"protocol": "SASL_SSL"}}}  # fmt: skip
+    run = load_run(spark, write_rows(tmp_path / "auth", rows, meta))
+    from analysis.checks.auth import check_auth_counts
+
+    r = check_auth_counts(run)
+    assert r.verdict == verdict, (r.observed, r.witnesses)
+    assert r.judged == 1
