@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataResponse
 
+from harness.history.events import conformance
 from harness.history.schema import SCHEMA
 from loadprofiles import arrivals, clock, options, readiness
 from loadprofiles.client_history import ClientHistory
@@ -127,6 +128,8 @@ def run(
     hist.close()
     table = pq.read_table(tmp_path / "history" / "client")
     rows = table.to_pylist()
+    # every row the engine wrote is one its event's definition allows (no undeclared key)
+    assert conformance(rows) == []
     for r in rows:
         r["d"] = json.loads(r["detail"]) if r["detail"] else {}
     return stats, rows
