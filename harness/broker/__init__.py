@@ -87,6 +87,7 @@ def start_broker(
     progress: Progress = print,
     request_log: bool = False,
     client_config: Mapping[str, str] | None = None,
+    version: str | None = None,
 ) -> Broker:
     """Start (or find) a Kafka broker and return once it answers ApiVersions and Metadata.
 
@@ -94,7 +95,20 @@ def start_broker(
     ``broker.request_log_path`` (see `start_local`); other launchers leave it None.
     ``client_config``: an existing cluster's client keys (``--command-config``) when its
     bootstrap listener is secured; the probe then speaks TLS and SASL.
+    ``version``: the Kafka release to run (its jars resolved from Maven Central once);
+    a release other than `KAFKA_VERSION` runs on the local launcher (``auto`` picks it).
     """
+    other_version = version is not None and version != KAFKA_VERSION
+    if other_version and (bootstrap_server or launcher in ("container", "external")):
+        raise BrokerError(
+            f"config kafka_version={version!r} with launcher={launcher!r}"
+            + (f" and bootstrap_server={bootstrap_server!r}" if bootstrap_server else "")
+            + f": an existing cluster runs its own release, and images hold Kafka "
+            f"{KAFKA_VERSION}; use the local launcher for Kafka {version}"
+        )
+    if other_version and launcher == "auto":
+        progress(f"Kafka {version}: the local launcher runs it (images hold {KAFKA_VERSION})")
+        launcher = "local"
     chosen = choose_launcher(launcher, bootstrap_server)
     if chosen == "external":
         assert bootstrap_server is not None
@@ -134,6 +148,7 @@ def start_broker(
     from harness.broker.local import start_local
 
     return start_local(
+        version=version or KAFKA_VERSION,
         properties=properties,
         listeners=listeners,
         advertised=advertised,

@@ -77,6 +77,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="a SASL user with a fresh random password (repeatable; default alice and bob; "
         "client.properties log in as the first)",
     )
+    parser.add_argument(
+        "--kafka-version",
+        metavar="X.Y.Z",
+        default=None,
+        help="the Kafka release to run (default: the harness's own; another one runs on the "
+        "local launcher, its jars resolved from Maven Central once)",
+    )
     parser.add_argument("--workdir", type=Path, help="data dir + broker.log (a run folder)")
     parser.add_argument(
         "--request-log",
@@ -153,18 +160,31 @@ def listener_specs(args: argparse.Namespace) -> tuple[str, ...]:
     return listeners or ("PLAINTEXT",)
 
 
+def _kafka_version(text: str | None) -> str | None:
+    """``--kafka-version``: a release the quota model knows (2.7.0 or newer), as X.Y.Z."""
+    from harness.broker.errors import BrokerError
+    from harness.quota.config import ConfigError
+    from harness.quota.versions import release
+
+    try:
+        return None if text is None else release(text, key="--kafka-version")
+    except ConfigError as exc:
+        raise BrokerError(str(exc)) from None
+
+
 def _raise_stop(signum: int, frame: Any) -> None:
     raise _Stop(signal.Signals(signum).name)
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.broker import Broker, BrokerError, fetch_artifacts, start_broker
+    from harness.broker import KAFKA_VERSION, Broker, BrokerError, fetch_artifacts, start_broker
 
     if args.sweep:
         return _sweep()
     try:
+        version = _kafka_version(args.kafka_version)
         if args.fetch_only:
-            fetch_artifacts(progress=_progress)
+            fetch_artifacts(progress=_progress, version=version or KAFKA_VERSION)
             return 0
         properties = parse_settings(args.settings)
         from harness.broker.config import parse_listener
@@ -202,6 +222,7 @@ def run(args: argparse.Namespace) -> int:
             from harness.security.sasl import DEFAULT_USERS
 
             broker = start_local(
+                version=version or KAFKA_VERSION,
                 properties=properties,
                 listeners=listeners,
                 workdir=workdir,
@@ -212,6 +233,7 @@ def run(args: argparse.Namespace) -> int:
             )
         else:
             broker = start_broker(
+                version=version,
                 launcher=launcher,
                 bootstrap_server=args.bootstrap_server,
                 properties=properties,

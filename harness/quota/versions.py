@@ -62,6 +62,11 @@ class KafkaSemantics:
         return ".".join(str(x) for x in self.version)
 
 
+def release(text: str, key: str = VERSION_KEY) -> str:
+    """`parse_version` as ``X.Y.Z`` text (``4.3`` -> ``4.3.0``); a ConfigError naming the key."""
+    return ".".join(str(p) for p in parse_version(text, key))
+
+
 def semantics(version: str = CURRENT) -> KafkaSemantics:
     v = parse_version(version)
     return KafkaSemantics(version=v, sampled_stat_overlap=v >= (3, 8, 0))

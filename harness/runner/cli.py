@@ -51,6 +51,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--bootstrap-server", metavar="HOST:PORT", help="use an existing cluster")
     parser.add_argument(
+        "--kafka-version",
+        metavar="X.Y.Z",
+        default=None,
+        help="the Kafka release of the broker the run starts (default: the harness's own; "
+        "another runs on the local launcher); the run is judged by that release's semantics "
+        "(docs/kafka-versions.md)",
+    )
+    parser.add_argument(
         "--command-config",
         metavar="FILE",
         type=Path,
@@ -107,9 +115,20 @@ def run(args: argparse.Namespace) -> int:
         if problem:
             print(f"harness run: --command-config {args.command_config}: {problem}")
             return 3
+    kafka_version = None
+    if args.kafka_version is not None:
+        from harness.quota.config import ConfigError
+        from harness.quota.versions import release
+
+        try:
+            kafka_version = release(args.kafka_version, key="--kafka-version")
+        except ConfigError as exc:
+            print(f"harness run: {exc}")
+            return 3
     opts = RunOptions(
         target=target,
         command_config=args.command_config,
+        kafka_version=kafka_version,
         out=args.out,
         launcher=args.launcher,
         bootstrap_server=args.bootstrap_server,

@@ -64,6 +64,8 @@ class RunOptions:
     broker_metrics_url: str | None = None  # Kafka's metrics endpoint (default: the target's)
     #: an existing cluster's client properties (`--command-config`): its secured listener
     command_config: Path | None = None
+    #: the Kafka release of the broker the run starts (`--kafka-version`; None: the default)
+    kafka_version: str | None = None
 
 
 @dataclass
@@ -158,6 +160,7 @@ class Orchestrator:
         )
         self.history = HistoryWriter(self.rd.history, "harness", self.run_id, name="runner")
         self.target = make_target(self.opts.target, self.sc, self.rd.root, self.say)
+        self.target.kafka_version = self.opts.kafka_version
         self.run_json = base_run_json(
             run_id=self.run_id,
             scenario=self.sc,

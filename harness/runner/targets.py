@@ -19,7 +19,7 @@ from typing import Any
 
 from harness.localnet import free_port
 from harness.quota.config import ConfigError
-from harness.quota.versions import CURRENT, VERSION_KEY, parse_version
+from harness.quota.versions import CURRENT, VERSION_KEY, release
 from harness.runner.latency_proxy import LatencyProxy
 from harness.runner.procs import ManagedProcess
 from harness.runner.scenario import INT_MAX, Action, Scenario
@@ -256,7 +256,7 @@ def semantics_version(version: object, progress: Progress) -> str:
     """The Kafka release whose semantics a run is judged by: the broker's own when it is
     one the model knows (2.7.0 or newer), else the harness's current one, said aloud."""
     try:
-        return ".".join(str(x) for x in parse_version(str(version)))
+        return release(str(version))
     except ConfigError as exc:
         progress(f"Kafka version {version!r}: {exc.reason}; judged as Kafka {CURRENT}")
         return CURRENT
@@ -282,6 +282,8 @@ class Target:
         self.limits: dict[str, Any] = {}
         #: an existing cluster: the scenario's one loaded listener, reached at its bootstrap
         self.external_listener: str | None = None
+        #: the Kafka release the started broker runs (`--kafka-version`; None: the default)
+        self.kafka_version: str | None = None
         #: Kafka client configuration (``client.properties``) the load uses per secured
         #: listener: the started broker's own, or the operator's ``--command-config``
         self.client_configs: dict[str, Path] = {}
@@ -308,6 +310,11 @@ class Target:
         from harness.broker import start_broker
 
         if bootstrap_server:
+            if self.kafka_version:
+                raise TargetError(
+                    f"--kafka-version {self.kafka_version} with --bootstrap-server: an existing "
+                    "cluster runs its own release (the run records the one it reports)"
+                )
             return self._find_external(bootstrap_server, properties, timeout, command_config)
         if self.scenario.security:
             secured = ", ".join(f"{n}={p}" for n, p in self.scenario.security.items())
@@ -331,6 +338,7 @@ class Target:
             "inter_broker_listener": self.scenario.inter_broker_listener,
             "workdir": self.run_dir / "broker",
             "ready_timeout_s": timeout,
+            "version": self.kafka_version,
         }
         self.progress(
             f"starting the Kafka broker (launcher {kwargs['launcher']}, listeners "

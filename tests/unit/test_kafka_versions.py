@@ -71,3 +71,22 @@ def test_a_release_the_model_cannot_judge_is_refused_naming_the_key(
     with pytest.raises(ConfigError) as err:
         parse_version(value)
     assert err.value.key == "kafka.version" and reason in err.value.reason
+
+
+def test_release_is_the_one_spelling_of_a_version() -> None:
+    from harness.quota.config import ConfigError
+    from harness.quota.versions import release
+
+    assert release("3.9") == "3.9.0" and release(" 4.4.0 ") == "4.4.0"
+    with pytest.raises(ConfigError, match="--kafka-version='2.6.3'.*2.7.0 or newer"):
+        release("2.6.3", key="--kafka-version")
+
+
+def test_another_release_runs_on_the_local_launcher_only() -> None:
+    """Images hold the default release and an existing cluster runs its own: asking either
+    for another is refused before anything starts."""
+    from harness.broker import BrokerError, start_broker
+
+    for kw in ({"launcher": "container"}, {"bootstrap_server": "127.0.0.1:9"}):
+        with pytest.raises(BrokerError, match="use the local launcher for Kafka 3.9.1"):
+            start_broker(version="3.9.1", progress=lambda _m: None, **kw)
