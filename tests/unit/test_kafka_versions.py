@@ -78,7 +78,7 @@ def test_release_is_the_one_spelling_of_a_version() -> None:
     from harness.quota.versions import release
 
     assert release("3.9") == "3.9.0" and release(" 4.4.0 ") == "4.4.0"
-    with pytest.raises(ConfigError, match="--kafka-version='2.6.3'.*2.7.0 or newer"):
+    with pytest.raises(ConfigError, match=r"--kafka-version=.2.6.3.*2.7.0 or newer"):
         release("2.6.3", key="--kafka-version")
 
 
@@ -88,5 +88,5 @@ def test_another_release_runs_on_the_local_launcher_only() -> None:
     from harness.broker import BrokerError, start_broker
 
     for kw in ({"launcher": "container"}, {"bootstrap_server": "127.0.0.1:9"}):
-        with pytest.raises(BrokerError, match="use the local launcher for Kafka 3.9.1"):
+        with pytest.raises(BrokerError, match=r"use the local launcher for Kafka 3\.9\.1"):
             start_broker(version="3.9.1", progress=lambda _m: None, **kw)
