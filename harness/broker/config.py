@@ -392,6 +392,17 @@ logger.request.name = kafka.request.logger
 logger.request.level = WARN
 """
 
+#: The same for Kafka before 4.0, which logs through log4j 1 (reload4j): read from
+#: ``-Dlog4j.configuration`` (4.x ignores it). No request log there (`log4j2_properties`).
+LOG4J_PROPERTIES = """\
+log4j.rootLogger=INFO, stdout
+log4j.appender.stdout=org.apache.log4j.ConsoleAppender
+log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
+log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.state.change.logger=WARN
+log4j.logger.kafka.request.logger=WARN
+"""
+
 #: File name (in the broker's workdir) of the request log `log4j2_properties(request_log=True)`
 #: turns on: one `Completed request:{json}` line per completed request, with the handler time
 #: the acceptor charges (`localTimeMs`; harness.acceptor.broker_charge).

@@ -52,6 +52,7 @@ from harness.broker.config import (
     ListenerPlan,
     ListenerSpec,
     check_secured_plan,
+    LOG4J_PROPERTIES,
     log4j2_properties,
     normalise_listeners,
     parse_listener,
@@ -232,6 +233,7 @@ class LocalBroker(Broker):
         assert self.workdir is not None
         opts += [
             f"-Dlog4j2.configurationFile=file:{self.workdir / 'log4j2.properties'}",
+            f"-Dlog4j.configuration=file:{self.workdir / 'log4j.properties'}",
             f"-Dkafka.logs.dir={self.workdir}",
         ]
         return [str(self.java), *opts, "-cp", self.artifacts.classpath, main, *args]
@@ -378,6 +380,7 @@ class LocalBroker(Broker):
             (self.workdir / "log4j2.properties").write_text(
                 log4j2_properties(request_log=self._request_log)
             )
+            (self.workdir / "log4j.properties").write_text(LOG4J_PROPERTIES)
             self._format()
             offset = self.log_path.stat().st_size if self.log_path.exists() else 0
             self._progress(f"starting Kafka {self.artifacts.version} on {self.bootstrap}…")
@@ -566,6 +569,12 @@ def start_local(
             raise BrokerError(f"config security: {exc}") from exc
     props.pop("advertised.listeners", None)
     props.pop("inter.broker.listener.name", None)
+    if request_log and tuple(int(p) for p in version.split(".")[:1]) < (4,):
+        raise BrokerError(
+            f"config request_log with Kafka {version}: the request log is configured through "
+            "log4j2, which Kafka has used since 4.0 (request quotas charged from the broker's "
+            "log need a 4.x broker)"
+        )
     java = find_java()
     artifacts = resolve_artifacts(version, progress)
     if metrics is None:
