@@ -48,11 +48,11 @@ from harness.broker.artifacts import (
 )
 from harness.broker.base import Broker
 from harness.broker.config import (
+    LOG4J_PROPERTIES,
     REQUEST_LOG_NAME,
     ListenerPlan,
     ListenerSpec,
     check_secured_plan,
-    LOG4J_PROPERTIES,
     log4j2_properties,
     normalise_listeners,
     parse_listener,
