@@ -569,7 +569,7 @@ def start_local(
             raise BrokerError(f"config security: {exc}") from exc
     props.pop("advertised.listeners", None)
     props.pop("inter.broker.listener.name", None)
-    if request_log and tuple(int(p) for p in version.split(".")[:1]) < (4,):
+    if request_log and int(version.split(".")[0]) < 4:
         raise BrokerError(
             f"config request_log with Kafka {version}: the request log is configured through "
             "log4j2, which Kafka has used since 4.0 (request quotas charged from the broker's "
