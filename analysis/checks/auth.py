@@ -257,8 +257,8 @@ def check_auth_counts(run: Run) -> CheckResult:
         lst, possible = str(r["lst"]), int(r["may"])
         parts = []
         for what, metric, sure in (
-            ("successful", "successful_authentication_total", int(r["ok_sure"])),
-            ("failed", "failed_authentication_total", int(r["fail_sure"])),
+            ("successful", "successful_authentication", int(r["ok_sure"])),
+            ("failed", "failed_authentication", int(r["fail_sure"])),
         ):
             before, after = (
                 per_listener(first, metric).get(lst),

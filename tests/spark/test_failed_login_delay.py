@@ -93,8 +93,8 @@ SSM = "kafka_server_socket_server_metrics_"
 def _scrape(ns: int, ok: float, failed: float) -> dict[str, Any]:
     labels = {"listener": "CLIENT", "network_processor": "0"}
     samples = [
-        [SSM + "successful_authentication_total", labels, ok],
-        [SSM + "failed_authentication_total", labels, failed],
+        [SSM + "successful_authentication", labels, ok],
+        [SSM + "failed_authentication", labels, failed],
     ]
     return {"source": "harness", "event": "kafka_metrics", "mono_ns": ns, "latency_ms": 2.0,
             "reason": "ok", "detail": {"samples": samples, "scrape_ms": 2.0}}  # fmt: skip
