@@ -19,7 +19,13 @@ T0 = 7_000 * S
 SLACK_MS = 50
 
 
-def _run(tmp: Path, name: str, profile: str, eof_after_ms: float | None) -> Path:
+def _run(
+    tmp: Path,
+    name: str,
+    profile: str,
+    eof_after_ms: float | None,
+    stall: tuple[float, float] | None = None,
+) -> Path:
     addr = {"ip": "127.0.0.1", "port": 58012}
     reject = T0 + S + 200 * MS
     conn = {"conn_id": "CLIENT-1", "listener": "CLIENT", **addr}
@@ -36,6 +42,12 @@ def _run(tmp: Path, name: str, profile: str, eof_after_ms: float | None) -> Path
         rows.append(
             {**client, "event": "closed", "mono_ns": reject + int(eof_after_ms * MS),
              "reason": "reset", "detail": {"outcome": "eof_after_accept", "profile": profile}}
+        )  # fmt: skip
+    if stall is not None:  # another arrival of the same engine, due at a, started at b
+        a, b = (reject + int(x * MS) for x in stall)
+        rows.append(
+            {"source": "client", "ip": "127.0.0.1", "port": 58013, "event": "connect_invoke",
+             "mono_ns": b, "detail": {"profile": profile, "intended_mono_ns": a}}
         )  # fmt: skip
     return write_rows(tmp / name, rows, {"run_id": name, "target": "acceptor"})
 
@@ -58,3 +70,27 @@ def test_reject_eof_on_the_client(
     assert r.verdict == verdict, (r.observed, r.witnesses)
     if verdict == "fail":
         assert r.witnesses and r.witnesses[0]["client_port"] == 58012, r.witnesses
+
+
+@pytest.mark.parametrize(
+    "stall, verdict, timed",
+    [
+        ((20.0, 90.0), "pass", 0),  # seen at 80 ms while an arrival due at 20 had not started
+        ((20.0, 79.0), "fail", 1),  # that stall was over before the EOF was seen
+        ((81.0, 140.0), "fail", 1),  # one that began after it explains nothing
+        (None, "fail", 1),
+    ],
+    ids=["seen-while-stalled", "stall-ended-before", "stall-after", "none"],
+)
+def test_an_eof_seen_while_the_engine_was_behind_is_not_timed(
+    spark: Any, tmp_path: Path, stall: tuple[float, float] | None, verdict: str, timed: int
+) -> None:
+    """An engine client that saw the EOF 80 ms after the reject (slack 50 ms) while it was
+    measurably behind its own schedule (one of its arrivals due earlier had not started)
+    was not watching: that EOF's time is not judged (the close-timing part says so), and a
+    run with nothing else to time is not a pass of that part. Otherwise it is late."""
+    run = load_run(spark, _run(tmp_path, f"stall-{stall}", "storm", 80.0, stall))
+    r = check_reject_closes_at_once(run)
+    assert r.verdict == verdict, (r.observed, r.witnesses)
+    timing = next(p for p in r.parts if p.name == "close timing")
+    assert timing.judged == timed, timing
