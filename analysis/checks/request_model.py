@@ -18,11 +18,16 @@ are the runner's (its `config` rows), never the enforcer's.
 Judged per request: the model's throttle against the recorded `request_throttle` row of
 the same connection and instant. A throttle the model owes but none recorded, one recorded
 while the bucket was under its quota, or a `throttle_time_ms` off by more than the
-tolerance is a witness.
+tolerance is a witness. Charges of one bucket stamped in the same millisecond have no
+order the model can know (Kafka's quota clock is whole milliseconds, and requests finishing
+on different threads are charged in whichever order they get there; the acceptor's
+processes likewise): a decision stands if it is the model's for some order of its
+millisecond, i.e. between charging it first and charging it last among them.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import TYPE_CHECKING, Any
 
 from analysis.checks.base import (
@@ -198,7 +203,23 @@ def check_request_model(run: Run) -> CheckResult:
             if r["network_ms"]:
                 steps.append((ns, 2 * i + 1, r, False))
     steps.sort(key=lambda s: (s[0], s[1]))
-    for at_ns, _order, r, checked in steps:
+    # same-millisecond peers per bucket: their charges' order is unknowable (docstring)
+    callbacks: dict[int, QuotaCallback] = {}
+
+    def cb_for(at_ns: int) -> QuotaCallback:
+        v = run.timeline.index_at(at_ns)
+        if v not in callbacks:
+            callbacks[v] = QuotaCallback()
+            callbacks[v].update(versions[v][1])
+        return callbacks[v]
+
+    bucket_ms = [_bucket(cb_for(at_ns), r, at_ns) for at_ns, _o, r, _c in steps]
+    peers: dict[tuple[Any, int], list[int]] = {}
+    for i, key in enumerate(bucket_ms):
+        if key is not None:
+            peers.setdefault(key, []).append(i)
+    snapshots: dict[tuple[Any, int], RateMeter] = {}
+    for pos, (at_ns, _order, r, checked) in enumerate(steps):
         ns = int(r["mono_ns"])
         v = run.timeline.index_at(at_ns)
         if v != version:
@@ -217,19 +238,32 @@ def check_request_model(run: Run) -> CheckResult:
             meter = meters[tags] = RateMeter(quota, n_w, w, overlap=overlap)
         meter.bound = quota
         t = at_ns // 1_000_000
-        network = float(r["network_ms"] or 0.0)
+        group = peers.get((tags, t), [])
+        requests_in_ms = sum(1 for i in group if steps[i][3])
+        if requests_in_ms > 1 and group[0] == pos:
+            snapshots[(tags, t)] = copy.deepcopy(meter)  # before any charge of the ms
         if not checked:  # network time after the decision, or a late charge: no check
-            late = str(r["charge_source"] or "").endswith("_late")
-            value = _charged_ms(r) + network if late else network
-            meter.record(value * 100.0 / 1000.0, t)
+            meter.record(_step_value(r, checked) * 100.0 / 1000.0, t)
             continue
-        meter.record(_charged_ms(r) * 100.0 / 1000.0, t)
+        meter.record(_step_value(r, checked) * 100.0 / 1000.0, t)
         rate, ws = meter.measure(t)
-        model = 0
-        if rate > quota * (1 + RATE_REL_TOL):
-            model = w if quota == 0 else min(java_round((rate - quota) / quota * ws), w)
+        model = _throttle(rate, ws, quota=quota, w=w)
+        if model:
             over += 1
         borderline = abs(rate - quota) <= quota * RATE_REL_TOL
+        if requests_in_ms > 1:
+            # charged first in its millisecond, and charged after all the others of it
+            first = copy.deepcopy(snapshots[(tags, t)])
+            first.record(_step_value(r, checked) * 100.0 / 1000.0, t)
+            last = copy.deepcopy(meter)
+            for i in group:
+                if i > pos and steps[i][2] is not r:
+                    last.record(_step_value(steps[i][2], steps[i][3]) * 100.0 / 1000.0, t)
+            lo = _throttle(*first.measure(t), quota=quota, w=w)
+            hi = _throttle(*last.measure(t), quota=quota, w=w)
+            recorded_here = throttles.get((r["conn_id"], ns), 0.0)
+            if min(lo, hi) - THROTTLE_TOL_MS <= recorded_here <= max(lo, hi) + THROTTLE_TOL_MS:
+                model = int(recorded_here)  # an order of its millisecond gives this decision
         judged += 1
         peak_ratio = max(peak_ratio, rate / quota if quota else float("inf"))
         recorded = throttles.get((r["conn_id"], ns), 0.0)
@@ -292,6 +326,33 @@ def check_request_model(run: Run) -> CheckResult:
         peak=round(peak_ratio * 100, 1),
         limit=100.0,
     )
+
+
+def _bucket(cb: QuotaCallback, r: Any, at_ns: int) -> tuple[Any, int] | None:
+    """(the quota bucket a request is charged to, its millisecond), None when uncharged."""
+    if not cb.types or r["api_key"] in EXEMPT_API_KEYS or r["api_key"] in NOT_SERVED_BY_A_BROKER:
+        return None
+    tags = cb.tags(r["principal"] or "ANONYMOUS", r["client_id"] or "")
+    if cb.limit(tags) is None:
+        return None
+    return tags, at_ns // 1_000_000
+
+
+def _throttle(rate: float, window_s: float, *, quota: float, w: int) -> int:
+    """Kafka's throttle for a measured rate: min(round((rate − q)/q · W), w) over the quota."""
+    if rate <= quota * (1 + RATE_REL_TOL):
+        return 0
+    return w if quota == 0 else min(java_round((rate - quota) / quota * window_s), w)
+
+
+def _step_value(r: Any, checked: bool) -> float:
+    """The ms a step charges: the handler time at a checked step; after it, the network
+    time; a late charge all of it at once."""
+    network = float(r["network_ms"] or 0.0)
+    if checked:
+        return _charged_ms(r)
+    late = str(r["charge_source"] or "").endswith("_late")
+    return _charged_ms(r) + network if late else network
 
 
 CHECKS = [

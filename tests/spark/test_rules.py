@@ -367,6 +367,40 @@ def test_request_quota_model_both_ways(
 
 
 @pytest.mark.parametrize(
+    "apart_ns, verdict",
+    [(400_000, "pass"), (2_000_000, "fail")],
+    ids=["same-millisecond", "two-ms-apart"],
+)
+def test_charges_in_one_millisecond_have_no_order(
+    spark: Any, tmp_path: Path, apart_ns: int, verdict: str
+) -> None:
+    """Two requests of the `hot` client-id (50 ms, then 50.5 ms: 1.005 % together against
+    1 %): the enforcer throttled the first-stamped one 50 ms and not the second, the decision
+    of the other order. Stamped in the same millisecond, Kafka's quota clock cannot order
+    them, so either order stands; 2 ms apart, the order is the stamps' and the swap is a
+    witness."""
+    limits = {**BASE, "request_quotas": CLIENT_Q}
+    rows: list[Any] = [cfg(T0 - S, limits)]
+    for i, latency in enumerate((50.0, 50.5)):
+        c = {"conn_id": f"r-{i}", "listener": "client", "ip": "127.0.0.1", "port": 5100 + i}
+        ns = T0 + 100_000 + i * apart_ns
+        rows.append(
+            {"source": "acceptor", "event": "request", "mono_ns": ns, "api_key": 3,
+             "client_id": "hot", "principal": "ANONYMOUS", "latency_ms": latency, **c}
+        )  # fmt: skip
+        if i == 0:
+            rows.append(
+                {"source": "acceptor", "event": "request_throttle", "mono_ns": ns,
+                 "delay_ms": 50, "api_key": 3, "client_id": "hot", **c}
+            )  # fmt: skip
+    name = f"rq-order-{apart_ns}"
+    run_dir = write_rows(tmp_path / name, rows, {"run_id": name, "target": "acceptor"})
+    r = results(spark, run_dir, "request_quota_model")["request_quota_model"]
+    assert r.verdict == verdict, (r.observed, r.witnesses)
+    assert r.judged == 2
+
+
+@pytest.mark.parametrize(
     "charged, recorded, verdict",
     [(100.5, {"hot": 50}, "pass"), (90.0, {}, "unknown"), (90.0, {"hot": 50}, "fail")],
     ids=["charged-over", "charged-under", "charged-under-throttled"],
