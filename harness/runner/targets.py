@@ -549,6 +549,22 @@ class BrokerTarget(Target):
         if held is not None:
             held.close()
             self.held_admin = None
+        if self.external_listener is not None and self.broker is not None:
+            # its operators' cluster: the run does not guess what was there before
+            sc = self.scenario
+            set_ = [f"ip quotas {sorted(sc.ip_quotas)}"] if sc.ip_quotas else []
+            set_ += ["request quotas"] if sc.request_quotas else []
+            set_ += [
+                f"broker configs {sorted(k for k in _props(initial_limits(sc)) if _dynamic(k))}"
+            ]
+            set_ += (
+                ["the schedule's changes"] if any(a.kind != "fault" for a in sc.schedule) else []
+            )
+            self.progress(
+                f"note: the cluster at {self.broker.bootstrap} keeps what the run set: "
+                + "; ".join(set_)
+                + " (remove them with `harness quotas` or Kafka's kafka-configs.sh)"
+            )
         super().stop()
 
 

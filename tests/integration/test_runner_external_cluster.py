@@ -114,6 +114,8 @@ def test_a_secured_cluster_is_reached_with_its_client_properties(
         timeout=800,
     )  # fmt: skip
     assert "launcher external, SASL_SSL" in res.stdout, res.stdout[-3000:]
+    # the operators' cluster keeps what the run set, and the run says so
+    assert "keeps what the run set: ip quotas ['default']" in res.stdout, res.stdout[-3000:]
     run_dir = next(p for p in out.iterdir() if (p / "report").exists())
     verdict = json.loads((run_dir / "report" / "verdict.json").read_text())
     # 8 s of load: the per-IP quota (set over the secured admin connection) is exercised;
