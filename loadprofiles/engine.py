@@ -663,6 +663,10 @@ class StormEngine:
         (or ``reset``), outcome ``eof_after_accept``, not a TLS failure. An alert the server
         sent before closing is read first and fails the handshake as ``tls``."""
         c.eof_ms = (now - c.invoke_ns) / 1e6
+        self._tls_fail_row(c, now, reason, error)
+        self._finish(c, reason, now)
+
+    def _tls_fail_row(self, c: _Conn, now: int, reason: str, error: str) -> None:
         d: dict[str, Any] = {"error": error}
         if c.phase_ns:
             d["tls_ms"] = round((now - c.phase_ns) / 1e6, 3)
@@ -674,20 +678,9 @@ class StormEngine:
             latency_ms=(now - c.invoke_ns) / 1e6,
             detail=json.dumps(d, sort_keys=True),
         )
-        self._finish(c, reason, now)
 
     def _tls_failed(self, c: _Conn, now: int, error: str, outcome: str = "tls_failed") -> None:
-        d: dict[str, Any] = {"error": error}
-        if c.phase_ns:
-            d["tls_ms"] = round((now - c.phase_ns) / 1e6, 3)
-        self._row(
-            "tls_fail",
-            now,
-            c,
-            "tls",
-            latency_ms=(now - c.invoke_ns) / 1e6,
-            detail=json.dumps(d, sort_keys=True),
-        )
+        self._tls_fail_row(c, now, "tls", error)
         c.fail = outcome
         c.errors = (c.errors or []) + [f"TLS: {error}"]
         self._finish(c, "timeout" if outcome == "timeout" else "tls", now)

@@ -35,8 +35,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from analysis.checks.base import FAIL, NA, PASS, UNKNOWN, Check, CheckResult, Part, fmt
-from analysis.checks.kafka_metrics import _no_scrapes, per_listener, scrapes
+from analysis.checks.base import (
+    FAIL,
+    NA,
+    PASS,
+    UNKNOWN,
+    Check,
+    CheckResult,
+    Part,
+    fmt,
+    witness,
+)
+from analysis.checks.kafka_metrics import _no_scrapes, per_listener, scrape_interval, scrapes
 from analysis.frames import detail_col
 
 if TYPE_CHECKING:
@@ -69,6 +79,7 @@ def check_failed_login_delay(run: Run) -> CheckResult:
         run.events("sasl_fail", source="client")
         .select(
             "mono_ns",
+            "ts",
             "client_ip",
             "client_port",
             detail_col("client", "sasl_fail", "error_code").cast("int").alias("code"),
@@ -105,17 +116,7 @@ def check_failed_login_delay(run: Run) -> CheckResult:
         elif high is not None and ms > high:
             why = f"answered {fmt(ms)} ms after the failing request: later than {fmt(high)}"
         if why:
-            bad.append(
-                {
-                    "client_ip": r["client_ip"],
-                    "client_port": r["client_port"],
-                    "round": r["round"],
-                    "error_code": r["code"],
-                    "mono_ns": int(r["mono_ns"]),
-                    "ts": run.wall(int(r["mono_ns"])),
-                    "why": why,
-                }
-            )
+            bad.append(witness(r.asDict(), why, round=r["round"], error_code=r["code"]))
     answers = [float(r["answer_ms"]) for r in fails]
     parts = [
         Part("not before the delay", len(fails)),
@@ -199,7 +200,6 @@ def _auth_intervals(run: Run) -> Any:
     return g.select(
         "lst",
         ok.alias("ok"),
-        F.col("invoke").alias("ok_lo"),
         F.coalesce("ready", "closed", far).alias("ok_hi"),
         F.col("fail_at").isNotNull().alias("failed"),
         (F.col("fail_at") - (F.col("answer_ms") * 1e6).cast("long")).alias("fail_lo"),
@@ -208,12 +208,6 @@ def _auth_intervals(run: Run) -> Any:
         F.coalesce("closed", far).alias("hi"),
         F.coalesce(F.col("outcome").isin(*_BEFORE_AUTH), F.lit(False)).alias("before_auth"),
     )
-
-
-def _scrape_interval(ns: int, detail: dict[str, Any]) -> tuple[int, int]:
-    """A scrape's row is stamped at its middle; it read the counters somewhere in here."""
-    half = int(float(detail.get("scrape_ms") or 0.0) * 1e6 / 2)
-    return ns - half, ns + half
 
 
 def check_auth_counts(run: Run) -> CheckResult:
@@ -232,7 +226,7 @@ def check_auth_counts(run: Run) -> CheckResult:
     data = scrapes(run)
     if len(data) < 2:
         return _no_scrapes(name, run)
-    (a0, a1), (b0, b1) = (_scrape_interval(*data[0]), _scrape_interval(*data[-1]))
+    (a0, a1), (b0, b1) = scrape_interval(*data[0]), scrape_interval(*data[-1])
 
     def inside(lo: str, hi: str) -> Any:  # surely between the two scrapes
         return (F.col(lo) >= a1) & (F.col(hi) <= b0)
@@ -244,7 +238,7 @@ def check_auth_counts(run: Run) -> CheckResult:
     rows = (
         conns.groupBy("lst")
         .agg(
-            count(F.col("ok") & inside("ok_lo", "ok_hi")).alias("ok_sure"),
+            count(F.col("ok") & inside("lo", "ok_hi")).alias("ok_sure"),
             count(F.col("failed") & inside("fail_lo", "fail_hi")).alias("fail_sure"),
             count(may).alias("may"),
         )

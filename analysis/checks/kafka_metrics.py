@@ -76,6 +76,12 @@ def scrapes(run: Run) -> list[tuple[int, dict[str, Any]]]:
     return run.cached("kafka_metric_scrapes", build)  # type: ignore[no-any-return]
 
 
+def scrape_interval(ns: int, detail: dict[str, Any]) -> tuple[int, int]:
+    """A scrape's row is stamped at its middle; it read the gauges somewhere in here."""
+    half = int(float(detail.get("scrape_ms") or 0.0) * MS / 2)
+    return ns - half, ns + half
+
+
 def _no_scrapes(name: str, run: Run) -> CheckResult:
     failed = run.events("kafka_metrics", source="harness").count()
     return CheckResult(
@@ -153,7 +159,6 @@ def check_connection_count(run: Run) -> CheckResult:
         counts = per_listener(detail, "connection_count")
         if not counts:
             continue
-        half = int(float(detail.get("scrape_ms") or 0.0) * MS / 2)
         judged_here = False
         i0, i1 = tl.index_at(ns - lag), tl.index_at(ns)
         lims = tl.limits[i0 : i1 + 1]
@@ -172,7 +177,7 @@ def check_connection_count(run: Run) -> CheckResult:
             if value / limit > worst[0] / worst[1] or not worst[2]:
                 worst = (value, limit, label)
             if value > limit:
-                moving = registering(ns - half, ns + half)
+                moving = registering(*scrape_interval(ns, detail))
                 if value <= limit + moving:
                     continue  # within what the scrape's reads could straddle
                 bad.append(

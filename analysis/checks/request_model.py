@@ -184,9 +184,7 @@ def check_request_model(run: Run) -> CheckResult:
     lim0 = run.timeline.limits[0]
     n_w, w = lim0.window_num, lim0.window_ms
     overlap = run.semantics.sampled_stat_overlap  # the release's rate meter
-    cb = QuotaCallback()
     meters: dict[tuple[str, str], RateMeter] = {}
-    version = -1
     judged = over = 0
     peak_ratio = 0.0
     wit: list[dict[str, Any]] = []
@@ -203,41 +201,33 @@ def check_request_model(run: Run) -> CheckResult:
             if r["network_ms"]:
                 steps.append((ns, 2 * i + 1, r, False))
     steps.sort(key=lambda s: (s[0], s[1]))
-    # same-millisecond peers per bucket: their charges' order is unknowable (docstring)
-    callbacks: dict[int, QuotaCallback] = {}
-
-    def cb_for(at_ns: int) -> QuotaCallback:
-        v = run.timeline.index_at(at_ns)
-        if v not in callbacks:
-            callbacks[v] = QuotaCallback()
-            callbacks[v].update(versions[v][1])
-        return callbacks[v]
-
-    bucket_ms = [_bucket(cb_for(at_ns), r, at_ns) for at_ns, _o, r, _c in steps]
-    peers: dict[tuple[Any, int], list[int]] = {}
-    for i, key in enumerate(bucket_ms):
-        if key is not None:
-            peers.setdefault(key, []).append(i)
-    snapshots: dict[tuple[Any, int], RateMeter] = {}
-    for pos, (at_ns, _order, r, checked) in enumerate(steps):
-        ns = int(r["mono_ns"])
+    # each step's bucket, millisecond and quota (Kafka's callback: its enabled quota types
+    # only grow as config versions pass); same-millisecond peers per bucket: their charges'
+    # order is unknowable (docstring)
+    cb = QuotaCallback()
+    version = -1
+    charges: list[tuple[tuple[str, str], int, float] | None] = []
+    for at_ns, _o, r, _c in steps:
         v = run.timeline.index_at(at_ns)
         if v != version:
             version = v
             cb.update(versions[v][1])
-        key = r["api_key"]
-        if not cb.types or key in EXEMPT_API_KEYS or key in NOT_SERVED_BY_A_BROKER:
+        charges.append(_bucket(cb, r, at_ns))
+    peers: dict[tuple[Any, int], list[int]] = {}
+    for i, charge in enumerate(charges):
+        if charge is not None:
+            peers.setdefault(charge[:2], []).append(i)
+    snapshots: dict[tuple[Any, int], RateMeter] = {}
+    for pos, (_at, _order, r, checked) in enumerate(steps):
+        ns = int(r["mono_ns"])
+        charge = charges[pos]
+        if charge is None:  # exempt, or no quota applies to its entity
             continue
-        user = r["principal"] or "ANONYMOUS"
-        tags = cb.tags(user, r["client_id"] or "")
-        quota = cb.limit(tags)
-        if quota is None:
-            continue
+        tags, t, quota = charge
         meter = meters.get(tags)
         if meter is None:
             meter = meters[tags] = RateMeter(quota, n_w, w, overlap=overlap)
         meter.bound = quota
-        t = at_ns // 1_000_000
         group = peers.get((tags, t), [])
         requests_in_ms = sum(1 for i in group if steps[i][3])
         if requests_in_ms > 1 and group[0] == pos:
@@ -328,14 +318,16 @@ def check_request_model(run: Run) -> CheckResult:
     )
 
 
-def _bucket(cb: QuotaCallback, r: Any, at_ns: int) -> tuple[Any, int] | None:
-    """(the quota bucket a request is charged to, its millisecond), None when uncharged."""
+def _bucket(cb: QuotaCallback, r: Any, at_ns: int) -> tuple[tuple[str, str], int, float] | None:
+    """The quota bucket a request is charged to, its millisecond and its quota; None when
+    it is not charged (exempt, or no quota applies to its entity)."""
     if not cb.types or r["api_key"] in EXEMPT_API_KEYS or r["api_key"] in NOT_SERVED_BY_A_BROKER:
         return None
     tags = cb.tags(r["principal"] or "ANONYMOUS", r["client_id"] or "")
-    if cb.limit(tags) is None:
+    quota = cb.limit(tags)
+    if quota is None:
         return None
-    return tags, at_ns // 1_000_000
+    return tags, at_ns // 1_000_000, quota
 
 
 def _throttle(rate: float, window_s: float, *, quota: float, w: int) -> int:
