@@ -262,29 +262,46 @@ def test_a_wrong_password_or_ca_on_the_admin_wire_is_a_clear_error(
         KafkaWire(boot, client_config=bad)
     assert info.value.code == 58 and wrong not in str(info.value)
     other = tmp_path / "other-ca.pem"
+    before_tls = len(_failed_logins(secured, "SASL_SSL", reason="SSL handshake failed"))
     other.write_bytes(make_ca("not the run's CA").cert_pem)
     with pytest.raises(BrokerError, match=r"over SASL_SSL.*TLS handshake") as err:
         check_reachable(boot, client_config={**props, "ssl.truststore.location": str(other)})
     assert all(p not in str(err.value) for p in secured.passwords())
+    # The broker logs the refused handshake when it reads the client's alert, which can be
+    # after the client has given up; wait for it so no later test counts it as its own.
+    handshakes = _wait_failed_logins(secured, "SASL_SSL", before_tls, reason="SSL handshake failed")
+    assert len(handshakes) > before_tls, "the broker did not log the refused TLS handshake"
 
 
 def _jaas_password(jaas: str) -> str:
     return jaas.split('password="', 1)[1].split('"', 1)[0]
 
 
-def _failed_logins(broker: SecuredBroker, listener: str) -> list[str]:
-    """The broker's "Failed authentication" lines for connections to ``listener``."""
+#: Kafka's reason for a refused SASL login; a refused TLS handshake says "SSL handshake failed".
+LOGIN_FAILED = "(Authentication failed"
+
+
+def _failed_logins(broker: SecuredBroker, listener: str, reason: str = LOGIN_FAILED) -> list[str]:
+    """The broker's "Failed authentication" lines for connections to ``listener`` whose
+    reason contains ``reason``."""
     text = (broker.workdir / "broker.log").read_text(errors="replace")
     channel = f"(channelId=127.0.0.1:{broker.ports[listener]}-"
-    return [ln for ln in text.splitlines() if "Failed authentication" in ln and channel in ln]
+    return [
+        ln
+        for ln in text.splitlines()
+        if "Failed authentication" in ln and channel in ln and reason in ln
+    ]
 
 
-def _wait_failed_logins(broker: SecuredBroker, listener: str, more_than: int) -> list[str]:
+def _wait_failed_logins(
+    broker: SecuredBroker, listener: str, more_than: int, reason: str = LOGIN_FAILED
+) -> list[str]:
+    """The lines once there are more than ``more_than`` (or after 10 s, whatever there are)."""
     deadline = time.monotonic() + 10
-    while (lines := _failed_logins(broker, listener)) and len(lines) <= more_than:
-        if time.monotonic() > deadline:
-            break
+    lines = _failed_logins(broker, listener, reason)
+    while len(lines) <= more_than and time.monotonic() < deadline:
         time.sleep(0.1)
+        lines = _failed_logins(broker, listener, reason)
     return lines
 
 
