@@ -453,6 +453,7 @@ def prepare_topic(environment: Environment, **_: Any) -> None:
     the run with the reason (exit 2) rather than measure a missing topic."""
     if isinstance(environment.runner, MasterRunner):
         return
+    from harness.security import clientprops
     from loadprofiles.topics import TopicError, ensure_topic
 
     try:
@@ -460,8 +461,16 @@ def prepare_topic(environment: Environment, **_: Any) -> None:
     except OptionError:
         return  # the driver reports bad options itself
     try:
-        ensure_topic(s.host, s.port, s.topic, timeout_s=20.0, history=history(environment))
-    except TopicError as exc:
+        props = clientprops.read(Path(s.command_config)) if s.command_config else None
+        ensure_topic(
+            s.host,
+            s.port,
+            s.topic,
+            timeout_s=20.0,
+            history=history(environment),
+            client_config=props,
+        )
+    except (TopicError, OSError) as exc:
         print(f"loadprofiles: error: --topic: {exc}", file=sys.stderr, flush=True)
         environment.process_exit_code = 2
         if environment.runner is not None:

@@ -51,6 +51,22 @@ def _options(parser: Any) -> None:
 listen("init_command_line_parser", _options)
 
 
+def security_kwargs(command_config: str) -> dict[str, Any]:
+    """kafka-python's security keywords from ``--command-config`` (Kafka's client keys:
+    ``security.protocol``, SASL JAAS, PEM stores); none for PLAINTEXT. Its bootstrap and
+    client id are not taken: the phase's listener and the profile's client ids are."""
+    if not command_config:
+        return {}
+    from pathlib import Path
+
+    from harness.security import clientprops
+
+    kw = clientprops.kafka_python_config(clientprops.read(Path(command_config)))
+    kw.pop("bootstrap_servers", None)
+    kw.pop("client_id", None)
+    return kw
+
+
 class SteadyUser(User):
     """One long-lived producer + consumer pair."""
 
@@ -78,8 +94,10 @@ class SteadyUser(User):
             steady_conns.install()
             steady_conns.activate(steady_conns.ConnectionRecorder(self.hist, listener=s.listener))
         bootstrap = f"{s.host}:{s.port}"
+        secured = security_kwargs(s.command_config)
         self.value = payload(s.payload_bytes, s.seed)
         self.producer = KafkaProducer(
+            **secured,
             bootstrap_servers=bootstrap,
             acks="all" if s.acks == -1 else s.acks,
             linger_ms=0,
@@ -89,6 +107,7 @@ class SteadyUser(User):
         )
         self.consumer = KafkaConsumer(
             s.topic,
+            **secured,
             bootstrap_servers=bootstrap,
             client_id="harness-steady-consumer",
             group_id=None,

@@ -13,9 +13,13 @@ same fields (conn_id, listener, client_ip/port = the socket's local address, cli
 - ``connect_invoke`` (``detail.profile``) at the start of the connect, ``connect_ok``
   when the TCP handshake is done (``latency_ms`` since invoke);
 - ``ready`` at the first response (``latency_ms`` since invoke, ``api_key``);
-- ``request_ok`` for every response carrying a non-zero ``throttle_time_ms``
-  (``detail.throttle_time_ms``; ``latency_ms`` empty, so the steady latency figures,
-  which are the profile's own produce/end-to-end rows, are not changed);
+- ``request_ok`` for every response: ``detail.in_flight_ms`` (from kafka-python sending
+  the request to reading its response: Kafka handles a connection's requests one at a
+  time inside that interval, so it bounds what the request can be charged),
+  ``detail.throttle_time_ms`` when non-zero, and ``detail.principal``, the user the
+  connection logged in as (``ANONYMOUS`` without SASL or a client certificate; absent when
+  a certificate names it). ``latency_ms`` stays empty, so the steady latency figures,
+  which are the profile's own produce/end-to-end rows, are not changed;
 - ``closed`` with ``detail.outcome`` classified as KafkaConnection classifies
   (``eof_after_accept`` when the broker closed before any response, ``reason`` eof /
   reset / timeout / done).
@@ -24,9 +28,9 @@ A connect that fails before the handshake has no local port to join on and is no
 recorded (kafka-python retries it with backoff; the steady profile's own
 ``request_fail`` rows say when a produce failed).
 
-``install()`` wraps four methods of kafka-python 3.0's connection layer
+``install()`` wraps five methods of kafka-python 3.0's connection layer
 (``KafkaConnectionManager._connect`` and ``KafkaConnection.connection_made``,
-``_maybe_throttle``, ``connection_lost``) once per process; the wrappers call the
+``data_received``, ``_maybe_throttle``, ``connection_lost``) once per process; the wrappers call the
 active recorder, if any, and then the original. Only the steady profile's Locust
 process installs them (the other profiles use our own client). No Locust, no gevent
 here: unit tests drive the recorder directly.
@@ -39,7 +43,7 @@ import itertools
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from loadprofiles.kafka_client import Outcome, Recorder
@@ -59,6 +63,10 @@ class _Conn:
     ready_ms: float | None = None
     eof_ms: float | None = None
     responses: int = 0
+    principal: str | None = None
+    #: send instants (monotonic ns) of the requests whose responses the read being handled
+    #: carries, oldest first (kafka-python answers in order)
+    sent_ns: list[int] = field(default_factory=list)
 
 
 def close_reason(exc: BaseException | None) -> str:
@@ -124,8 +132,11 @@ class ConnectionRecorder:
         """kafka-python starts connecting ``conn`` (before DNS and the SYN)."""
         self._pending[id(conn)] = self.clock()
 
-    def made(self, conn: object, sockname: Any, client_id: str | None) -> None:
-        """The TCP handshake is done: ``connect_invoke`` + ``connect_ok``."""
+    def made(
+        self, conn: object, sockname: Any, client_id: str | None, principal: str | None = None
+    ) -> None:
+        """The TCP handshake is done: ``connect_invoke`` + ``connect_ok``. ``principal``:
+        the user the connection will log in as (`principal_of`), None if unknown."""
         now = self.clock()
         invoke_ns = self._pending.pop(id(conn), now)
         try:
@@ -133,13 +144,21 @@ class ConnectionRecorder:
         except (TypeError, IndexError, ValueError):
             return  # no local address: nothing to join on
         c = _Conn(f"s{os.getpid()}-{next(_ids)}", invoke_ns, ip, port, client_id)
+        c.principal = principal
         c.connect_ms = (now - invoke_ns) / 1e6
         self._conns[id(conn)] = c
         self._row(c, "connect_invoke", invoke_ns, detail={"profile": self.profile})
         self._row(c, "connect_ok", now, latency_ms=c.connect_ms)
 
+    def reading(self, conn: object, sent_ns: list[int]) -> None:
+        """``conn`` is about to read responses to requests sent at ``sent_ns`` (oldest
+        first; kafka-python's in-flight requests, in order)."""
+        c = self._conns.get(id(conn))
+        if c is not None:
+            c.sent_ns = sent_ns
+
     def response(self, conn: object, response: Any) -> None:
-        """A response arrived on ``conn``: ``ready`` on the first; throttles recorded."""
+        """A response arrived on ``conn``: ``ready`` on the first; a ``request_ok`` row."""
         c = self._conns.get(id(conn))
         if c is None:
             return
@@ -149,15 +168,15 @@ class ConnectionRecorder:
         if c.ready_ms is None:
             c.ready_ms = (now - c.invoke_ns) / 1e6
             self._row(c, "ready", now, latency_ms=c.ready_ms, api_key=api_key)
+        detail: dict[str, Any] = {"profile": self.profile}
+        if c.sent_ns:
+            detail["in_flight_ms"] = round((now - c.sent_ns.pop(0)) / 1e6, 3)
         throttle = getattr(response, "throttle_time_ms", 0) or 0
         if throttle:
-            self._row(
-                c,
-                "request_ok",
-                now,
-                api_key=api_key,
-                detail={"profile": self.profile, "throttle_time_ms": int(throttle)},
-            )
+            detail["throttle_time_ms"] = int(throttle)
+        if c.principal is not None:
+            detail["principal"] = c.principal
+        self._row(c, "request_ok", now, api_key=api_key, detail=detail)
 
     def lost(self, conn: object, exc: BaseException | None) -> None:
         """``conn`` is closed (by us: exc None) or lost: its ``closed`` row."""
@@ -199,6 +218,19 @@ class ConnectionRecorder:
         return len(self._conns)
 
 
+def principal_of(config: dict[str, Any]) -> str | None:
+    """The user a kafka-python connection with ``config`` logs in as, as Kafka's quota
+    callback names it: the SASL user; ``ANONYMOUS`` for PLAINTEXT, and for SSL without a
+    client certificate; None for SSL with one (Kafka names it from the certificate)."""
+    protocol = str(config.get("security_protocol") or "PLAINTEXT").upper()
+    if protocol.startswith("SASL_"):
+        user = config.get("sasl_plain_username")
+        return str(user) if user else None
+    if protocol == "SSL" and config.get("ssl_certfile"):
+        return None
+    return "ANONYMOUS"
+
+
 # -- kafka-python hooks -------------------------------------------------------------------
 _active: ConnectionRecorder | None = None
 _installed = False
@@ -222,6 +254,7 @@ def install() -> None:
     orig_made = KConn.connection_made
     orig_throttle = KConn._maybe_throttle
     orig_lost = KConn.connection_lost
+    orig_received = KConn.data_received
 
     async def _connect(self: Any, node: Any, conn: Any, *args: Any, **kwargs: Any) -> Any:
         if _active is not None:
@@ -235,8 +268,14 @@ def install() -> None:
                 sockname = transport.getHost()
             except OSError:
                 sockname = None
-            _active.made(self, sockname, self.config.get("client_id"))
+            _active.made(self, sockname, self.config.get("client_id"), principal_of(self.config))
         return out
+
+    def data_received(self: Any, data: Any) -> Any:
+        if _active is not None:  # (correlation id, future, sent_time, timeout_at, task)
+            sent = [int(entry[2] * 1e9) for entry in self.in_flight_requests]
+            _active.reading(self, sent)
+        return orig_received(self, data)
 
     def _maybe_throttle(self: Any, response: Any) -> Any:
         if _active is not None:
@@ -252,4 +291,5 @@ def install() -> None:
     KConn.connection_made = connection_made
     KConn._maybe_throttle = _maybe_throttle
     KConn.connection_lost = connection_lost
+    KConn.data_received = data_received
     _installed = True

@@ -8,6 +8,8 @@ protocol classes over the same client) and waits until it has a leader.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from kafka.protocol.admin.topics import CreateTopicsRequest
 
@@ -28,47 +30,83 @@ def ensure_topic(
     partitions: int = 1,
     timeout_s: float = 30.0,
     history: Recorder | None = None,
+    client_config: Mapping[str, str] | None = None,
 ) -> None:
     """Create ``topic`` (idempotent) and wait until its partitions have a leader.
 
     ``history``: where its connections are recorded (profile ``setup``), as every
     connection the load side makes is: the enforcer sees them too, and the checker
     explains each connection it saw by a client attempt (``client_acceptor_agreement``).
+
+    ``client_config``: Kafka's client keys of a secured listener (TLS, SASL login): the
+    topic is then made over `harness.admin.client.KafkaWire`, which speaks them (such a
+    set-up connection is not recorded: secured listeners are judged on the broker, where
+    no enforcer-side history needs it explained).
     """
+
+    def plain() -> str | None:
+        config = ClientConfig(host=host, port=port, client_id="harness-setup", profile="setup")
+        with KafkaConnection(config, history=history) as conn:
+            conn.connect()
+            conn.api_versions()
+            version = conn.version_for(CreateTopicsRequest.API_KEY)
+            created = conn.request(_create(version, topic, partitions, timeout_s), "CreateTopics")
+            return _not_ready(topic, created, lambda: conn.metadata([topic]))
+
+    def secured(props: Mapping[str, str]) -> str | None:
+        from kafka.protocol.metadata import MetadataRequest
+
+        from harness.admin.client import KafkaWire
+
+        with KafkaWire(f"{host}:{port}", client_id="harness-setup", client_config=props) as w:
+            created = w.request(
+                _create(w.version_for(CreateTopicsRequest), topic, partitions, timeout_s)
+            )
+            return _not_ready(
+                topic,
+                created,
+                lambda: w.request(
+                    MetadataRequest(
+                        version=w.version_for(MetadataRequest),
+                        topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+                        allow_auto_topic_creation=False,
+                        include_cluster_authorized_operations=False,
+                        include_topic_authorized_operations=False,
+                    )
+                ),
+            )
+
+    from harness.admin.client import AdminError
+
     deadline = time.monotonic() + timeout_s
-    config = ClientConfig(host=host, port=port, client_id="harness-setup", profile="setup")
-    last = "no attempt"
+    last: str | None = "no attempt"
     while time.monotonic() < deadline:
         try:
-            with KafkaConnection(config, history=history) as conn:
-                conn.connect()
-                conn.api_versions()
-                topic_spec = CreateTopicsRequest.CreatableTopic(
-                    name=topic,
-                    num_partitions=partitions,
-                    replication_factor=1,
-                    assignments=[],
-                    configs=[],
-                )
-                response = conn.request(
-                    CreateTopicsRequest(
-                        version=conn.version_for(CreateTopicsRequest.API_KEY),
-                        topics=[topic_spec],
-                        timeout_ms=int(timeout_s * 1000),
-                        validate_only=False,
-                    ),
-                    "CreateTopics",
-                )
-                codes = {t.error_code for t in response.topics}
-                if codes - {0, TOPIC_ALREADY_EXISTS}:
-                    last = f"CreateTopics error codes {sorted(codes)}"
-                else:
-                    meta = conn.metadata([topic])
-                    parts = [p for t in meta.topics if t.name == topic for p in t.partitions]
-                    if parts and all(p.error_code == 0 and p.leader_id >= 0 for p in parts):
-                        return
-                    last = "no leader yet"
-        except ClientError as exc:
+            last = plain() if not client_config else secured(client_config)
+        except (ClientError, OSError, AdminError) as exc:
             last = str(exc)
+        if last is None:
+            return
         time.sleep(0.5)
     raise TopicError(f"topic {topic!r} at {host}:{port} not ready in {timeout_s} s: {last}")
+
+
+def _not_ready(topic: str, created: Any, metadata: Callable[[], Any]) -> str | None:
+    """Why the topic is not usable yet (None: created or there, every partition led)."""
+    codes = {t.error_code for t in created.topics}
+    if codes - {0, TOPIC_ALREADY_EXISTS}:
+        return f"CreateTopics error codes {sorted(codes)}"
+    meta = metadata()
+    parts = [p for t in meta.topics if t.name == topic for p in t.partitions]
+    if parts and all(p.error_code == 0 and p.leader_id >= 0 for p in parts):
+        return None
+    return "no leader yet"
+
+
+def _create(version: int, topic: str, partitions: int, timeout_s: float) -> Any:
+    spec = CreateTopicsRequest.CreatableTopic(
+        name=topic, num_partitions=partitions, replication_factor=1, assignments=[], configs=[]
+    )
+    return CreateTopicsRequest(
+        version=version, topics=[spec], timeout_ms=int(timeout_s * 1000), validate_only=False
+    )

@@ -406,13 +406,17 @@ class LocalBroker(Broker):
         return {**derived, **self._properties}
 
     def _write_client_configs(self) -> None:
-        """One client.properties per secured listener (and per extra SASL mechanism)."""
+        """One client.properties per secured listener (and per extra SASL mechanism, and
+        per SASL user: ``NAME@user``, the listener's first mechanism)."""
         assert self.security is not None and self.security_files is not None
-        files, user = self.security_files, self.security.user
+        files, first = self.security_files, self.security.user
         self.client_configs = {}
         for spec in self.plan.secured:
             mechanisms: tuple[str | None, ...] = spec.mechanisms or (None,)
-            for i, mech in enumerate(mechanisms):
+            logins = [(i, mech, first, "") for i, mech in enumerate(mechanisms)]
+            if spec.mechanisms:
+                logins += [(-1, mechanisms[0], u, f"-{u.name}") for u in self.security.users]
+            for i, mech, user, suffix in logins:
                 props = clientprops.client_properties(
                     spec.protocol,
                     # where clients go: the advertised address (an acceptor in front) if any
@@ -422,15 +426,19 @@ class LocalBroker(Broker):
                     truststore=files.ca if spec.tls else None,
                     keystore=files.client_keystore if spec.client_auth != "none" else None,
                 )
-                stem = f"client-{spec.name.lower()}" + (f"-{mech.lower()}" if i and mech else "")
+                stem = f"client-{spec.name.lower()}" + (
+                    f"-{mech.lower()}" if i > 0 and mech else ""
+                )
                 path = secrets.write_private(
-                    files.folder / f"{stem}.properties",
+                    files.folder / f"{stem}{suffix}.properties",
                     clientprops.render(props, f"Kafka client config for listener {spec} (secret)"),
                 )
                 if i == 0:
                     self.client_configs[spec.name] = path
-                if mech is not None:
+                if i >= 0 and mech is not None:
                     self.client_configs[f"{spec.name}:{mech}"] = path
+                if i < 0:
+                    self.client_configs[f"{spec.name}@{user.name}"] = path
 
     def _signal_group(self, sig: int) -> None:
         if self.pid is None:

@@ -96,7 +96,9 @@ ALL: tuple[Event, ...] = (
     _c("connect_ok", {"latency_ms"}, set(), "TCP handshake completed"),
     _c("ready", {"latency_ms", "api_key"}, set(), "first Kafka response"),
     _c("request_ok", {"api_key", "latency_ms", "bytes", "reason"},
-       {"offset", "profile", "throttle_time_ms"}, "a request got its response"),
+       {"offset", "profile", "throttle_time_ms", "in_flight_ms", "principal", "error_code"},
+       "a request got its response (kafka-python's sockets: in_flight_ms, send to response; "
+       "principal, the user it logged in as)"),
     _c("request_fail", {"api_key", "latency_ms", "reason"}, {"error", "profile"},
        "a request got no response"),
     _c("closed", {"latency_ms", "reason"},

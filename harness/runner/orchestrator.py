@@ -37,8 +37,16 @@ EXIT_CODES = {"pass": 0, "fail": 1, "unknown": 2}
 
 
 def _config_path(target: Target, phase: Phase) -> str | None:
-    """The client configuration a phase on a secured listener connects with."""
-    path = target.client_configs.get(phase.listener)
+    """The client configuration a phase on a secured listener connects with (its SASL
+    user's, `Phase.sasl_user`, when it names one)."""
+    key = phase.listener if phase.sasl_user is None else f"{phase.listener}@{phase.sasl_user}"
+    path = target.client_configs.get(key)
+    if path is None and phase.sasl_user is not None:
+        raise TargetError(
+            f"phase {phase.name}: no client configuration for SASL user {phase.sasl_user} "
+            f"on listener {phase.listener} (an existing cluster's --command-config logs in "
+            "as one user)"
+        )
     return str(path) if path is not None else None
 
 
@@ -260,10 +268,16 @@ class Orchestrator:
             n: f"{h}:{p}" for n, (h, p) in self.target.client_addresses.items()
         }
         # protocols and where their client configuration is; never its contents (secrets)
-        self.run_json["listener_security"] = {
+        security: dict[str, dict[str, Any]] = {
             n: {"protocol": _protocol(path), "client_config": str(path)}
             for n, path in self.target.client_configs.items()
+            if "@" not in n
         }
+        for key, path in self.target.client_configs.items():
+            name, at, user = key.partition("@")
+            if at and name in security:  # a SASL user's own configuration
+                security[name].setdefault("users", {})[user] = str(path)
+        self.run_json["listener_security"] = security
         if self.opts.set_acceptor:
             self.run_json["acceptor_overrides"] = dict(self.opts.set_acceptor)
         self.rd.write_run_json(self.run_json)

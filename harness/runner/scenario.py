@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from harness.security.sasl import DEFAULT_USERS
+
 INT_MAX = 2147483647
 TARGETS = ("acceptor", "broker")
 PROFILES = ("storm", "per_request", "single_ip_flood", "steady", "greedy")
@@ -28,8 +30,9 @@ FAULT_KINDS = ("broker_pause", "broker_kill", "upstream_latency")
 VERDICTS = ("pass", "fail", "unknown")
 PROXY_MODES = ("off", "v1", "v2")
 LISTENER_PROXY_MODES = ("off", "optional", "required")
-#: profiles whose load speaks TLS and SASL (the storm engine); the others are PLAINTEXT only
-SECURED_PROFILES = ("storm",)
+#: profiles whose load speaks TLS and SASL (the storm engine; the steady kafka-python
+#: clients); the others are PLAINTEXT only
+SECURED_PROFILES = ("storm", "steady")
 
 #: Kafka's broker-level keys a scenario may set (listener-prefixed forms below).
 BROKER_KEYS: dict[str, tuple[int, bool]] = {
@@ -92,6 +95,8 @@ class Phase:
     spawn_rate: float = 1.0
     max_arrivals: int | None = None
     extra_args: tuple[str, ...] = ()
+    #: the SASL user its clients log in as on a SASL listener (None: the run's first user)
+    sasl_user: str | None = None
 
     @property
     def duration(self) -> float:
@@ -391,6 +396,7 @@ _PHASE_KEYS = (
     "spawn_rate",
     "max_arrivals",
     "extra_args",
+    "sasl_user",
 )
 
 
@@ -539,6 +545,17 @@ def _parse_phase(i: int, spec: object, sc: dict[str, Any]) -> Phase:
     if not isinstance(extra, list) or not all(isinstance(a, str) for a in extra):
         raise ScenarioError(f"{where}.extra_args", extra, "expected a list of strings")
     name = str(m.get("name", f"{profile}-{i}"))
+    sasl_user = m.get("sasl_user")
+    if sasl_user is not None:
+        security = str(sc["security"].get(listener, "PLAINTEXT"))
+        if not security.upper().startswith("SASL_"):
+            raise ScenarioError(
+                f"{where}.sasl_user", sasl_user, f"listener {listener} is {security}: no SASL login"
+            )
+        if sasl_user not in DEFAULT_USERS:
+            raise ScenarioError(
+                f"{where}.sasl_user", sasl_user, f"one of the run's SASL users {DEFAULT_USERS}"
+            )
     return Phase(
         name=name,
         profile=str(profile),
@@ -554,6 +571,7 @@ def _parse_phase(i: int, spec: object, sc: dict[str, Any]) -> Phase:
         spawn_rate=spawn,
         max_arrivals=max_arrivals,
         extra_args=tuple(extra),
+        sasl_user=None if sasl_user is None else str(sasl_user),
     )
 
 

@@ -352,8 +352,10 @@ class Target:
             f"broker ready in {time.monotonic() - t0:.1f}s ({how}): Kafka {b.version} at "
             f"{b.bootstrap} (ports {b.listener_ports})"
         )
-        self.client_configs = {
-            n: Path(b.client_configs[n]) for n in self.scenario.security if n in b.client_configs
+        self.client_configs = {  # "NAME", and "NAME@user" for a SASL listener's users
+            key: Path(path)
+            for key, path in b.client_configs.items()
+            if key.partition("@")[0] in self.scenario.security and ":" not in key
         }
         missing = sorted(set(self.scenario.security) - set(self.client_configs))
         if missing:
@@ -390,6 +392,13 @@ class Target:
                 f"--bootstrap-server {bootstrap_server}: the scenario's listener {name} is "
                 f"{self.scenario.security[name]}; give the cluster's client properties with "
                 "--command-config (docs/security.md)"
+            )
+        per_user = sorted({p.sasl_user for p in self.scenario.load if p.sasl_user})
+        if per_user:
+            raise TargetError(
+                f"--bootstrap-server {bootstrap_server}: the scenario's phases log in as "
+                f"{', '.join(per_user)}, but --command-config logs in as one user; run it "
+                "with --launcher local, whose broker makes each user"
             )
         static = sorted(k for k in properties if not _dynamic(k))
         if static:

@@ -249,14 +249,30 @@ def test_secured_listeners_are_checked_by_the_brokers_own_parser() -> None:
     assert "no PROXY header" in error_of(variant(listeners=proxied)).reason
 
 
-def test_only_the_engine_profile_loads_a_secured_listener() -> None:
+def test_only_the_engine_and_steady_profiles_load_a_secured_listener() -> None:
     listeners = {"names": ["REPLICATION", "CLIENT"], "security": {"CLIENT": "SSL"}}
-    steady = {"name": "steady", "profile": "steady", "users": 2, "listener": "CLIENT"}
-    err = error_of(variant(listeners=listeners, load=[steady]))
+    flood = {"name": "flood", "profile": "per_request", "arrival": "constant:rate=5",
+             "listener": "CLIENT"}  # fmt: skip
+    err = error_of(variant(listeners=listeners, load=[flood]))
     assert err.key == "load[0].profile" and "speaks TLS" in err.reason
+    steady = {"name": "steady", "profile": "steady", "users": 2, "listener": "CLIENT"}
+    assert parse_scenario(variant(listeners=listeners, load=[steady])).load[0].listener == "CLIENT"
     # on the PLAINTEXT listener beside it, any profile
-    sc = parse_scenario(variant(listeners=listeners, load=[{**steady, "listener": "REPLICATION"}]))
+    sc = parse_scenario(variant(listeners=listeners, load=[{**flood, "listener": "REPLICATION"}]))
     assert sc.load[0].listener == "REPLICATION"
+
+
+def test_a_phase_logs_in_as_a_run_user_on_a_sasl_listener_only() -> None:
+    sasl = {"names": ["REPLICATION", "CLIENT"], "security": {"CLIENT": "SASL_SSL:PLAIN"}}
+    steady = {"name": "s", "profile": "steady", "users": 1, "listener": "CLIENT"}
+    sc = parse_scenario(variant(listeners=sasl, load=[{**steady, "sasl_user": "bob"}]))
+    assert sc.load[0].sasl_user == "bob"
+    assert parse_scenario(variant(listeners=sasl, load=[steady])).load[0].sasl_user is None
+    err = error_of(variant(listeners=sasl, load=[{**steady, "sasl_user": "mallory"}]))
+    assert (err.key, "run's SASL users" in err.reason) == ("load[0].sasl_user", True), err
+    ssl = {**sasl, "security": {"CLIENT": "SSL"}}
+    err = error_of(variant(listeners=ssl, load=[{**steady, "sasl_user": "alice"}]))
+    assert (err.key, "no SASL login" in err.reason) == ("load[0].sasl_user", True), err
 
 
 def test_schedule_is_sorted_and_validated() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from loadprofiles.steady_conns import ConnectionRecorder, close_reason
+from loadprofiles.steady_conns import ConnectionRecorder, close_reason, principal_of
 
 
 class Rows:
@@ -54,27 +54,52 @@ def test_served_connection_rows_and_throttle() -> None:
     conn = object()
     rec.invoke(conn)
     clock.ms(2)
-    rec.made(conn, ("127.0.0.1", 40001), "harness-steady-producer")
+    rec.made(conn, ("127.0.0.1", 40001), "harness-steady-producer", "alice")
+    rec.reading(conn, [clock.ns - 1_000_000])  # ApiVersions sent 1 ms ago
     clock.ms(3)
     rec.response(conn, Resp(18))  # ApiVersions: ready
+    rec.reading(conn, [clock.ns + 2_000_000, clock.ns + 6_000_000])  # two produces in flight
     clock.ms(10)
     rec.response(conn, Resp(0, throttle=37))  # a throttled Produce
-    rec.response(conn, Resp(0))  # not throttled: no row
+    rec.response(conn, Resp(0))
+    rec.response(conn, Resp(3))  # a response whose send time was not seen
     clock.ms(100)
     rec.lost(conn, None)
     events = [r["event"] for r in h.rows]
-    assert events == ["connect_invoke", "connect_ok", "ready", "request_ok", "closed"]
-    inv, ok, ready, thr, closed = h.rows
+    assert events == [
+        "connect_invoke", "connect_ok", "ready", *["request_ok"] * 4, "closed"
+    ]  # fmt: skip
+    inv, ok, ready, api, thr, plain, unseen, closed = h.rows
     assert inv["mono_ns"] == 1_000_000_000 and inv["detail"] == {"profile": "steady"}
     assert all(r["client_ip"] == "127.0.0.1" and r["client_port"] == 40001 for r in h.rows)
     assert all(r["listener"] == "client" for r in h.rows)
     assert all(r["client_id"] == "harness-steady-producer" for r in h.rows)
     assert ok["latency_ms"] == pytest.approx(2.0)
     assert ready["latency_ms"] == pytest.approx(5.0) and ready["api_key"] == 18
+    assert api["detail"] == {"profile": "steady", "in_flight_ms": 4.0, "principal": "alice"}
     assert thr["api_key"] == 0 and thr["detail"]["throttle_time_ms"] == 37
-    assert thr.get("latency_ms") is None  # the steady latency figures stay the profile's own
+    assert thr["detail"]["in_flight_ms"] == pytest.approx(8.0)
+    assert plain["detail"] == {"profile": "steady", "in_flight_ms": 4.0, "principal": "alice"}
+    assert "in_flight_ms" not in unseen["detail"]
+    assert all(r.get("latency_ms") is None for r in (api, thr, plain, unseen))  # steady's own
     assert closed["reason"] == "done" and closed["detail"]["outcome"] == "served"
     assert rec.open_count() == 0
+
+
+@pytest.mark.parametrize(
+    ("config", "principal"),
+    [
+        ({}, "ANONYMOUS"),
+        ({"security_protocol": "SSL", "ssl_cafile": "ca.pem"}, "ANONYMOUS"),
+        ({"security_protocol": "SSL", "ssl_certfile": "me.pem"}, None),  # the certificate's
+        ({"security_protocol": "SASL_SSL", "sasl_plain_username": "bob"}, "bob"),
+        ({"security_protocol": "SASL_PLAINTEXT", "sasl_plain_username": "alice"}, "alice"),
+    ],
+)
+def test_principal_as_kafkas_quota_callback_names_it(
+    config: dict[str, str], principal: str | None
+) -> None:
+    assert principal_of(config) == principal
 
 
 def test_eof_before_any_response_is_eof_after_accept() -> None:
