@@ -183,6 +183,9 @@ def test_startup_lines_name_each_listener_client_config_and_the_private_folder(
     assert {"SSL", "TLS", "MTLS", "SASL_SSL", "SASL2:PLAIN", "SASLP:SCRAM-SHA-256"} <= set(
         secured.configs
     )
+    # a client configuration per run user on each SASL listener, none on the others
+    users = {k for k in secured.configs if "@" in k}
+    assert users == {f"{n}@{u}" for n in ("SASL_SSL", "SASL2", "SASLP") for u in ("alice", "bob")}
     assert secured.private == secured.workdir.resolve() / "private"
     assert stat.S_IMODE(secured.private.stat().st_mode) == 0o700
     for path in secured.private.iterdir():
@@ -422,19 +425,21 @@ def _requests_from(broker: SecuredBroker, client_id: str) -> list[dict[str, Any]
         ("SASL_SSL", "User:alice"),
         ("SASL2:PLAIN", "User:alice"),
         ("SASLP:SCRAM-SHA-256", "User:alice"),
+        ("SASL_SSL@bob", "User:bob"),  # each run user's own client config (a phase's sasl_user)
+        ("SASLP@bob", "User:bob"),
     ],
 )
 def test_each_listener_gives_kafkas_principal(
     secured: SecuredBroker, key: str, principal: str
 ) -> None:
-    client_id = f"principal-{key.replace(':', '-')}"
+    client_id = f"principal-{key.replace(':', '-').replace('@', '-')}"
     with _admin(_config(secured, key, client_id=client_id)) as admin:
         admin.describe_cluster()
     deadline = time.monotonic() + 10
     while not (entries := _requests_from(secured, client_id)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert entries, f"no request from {client_id} in request.log"
-    listener = key.partition(":")[0]
+    listener = key.partition(":")[0].partition("@")[0]
     assert {(e["listener"], e["principal"]) for e in entries} == {(listener, principal)}
 
 
