@@ -89,12 +89,16 @@ class SteadyUser(User):
         self._next_at = time.monotonic()
         self.s = s
         self.hist = history(self.environment)
+        secured = security_kwargs(s.command_config)
         if self.hist is not None and steady_conns._active is None:
             # one recorder per process (the history writer is per process)
             steady_conns.install()
-            steady_conns.activate(steady_conns.ConnectionRecorder(self.hist, listener=s.listener))
+            steady_conns.activate(
+                steady_conns.ConnectionRecorder(
+                    self.hist, listener=s.listener, principal=steady_conns.principal_of(secured)
+                )
+            )
         bootstrap = f"{s.host}:{s.port}"
-        secured = security_kwargs(s.command_config)
         self.value = payload(s.payload_bytes, s.seed)
         self.producer = KafkaProducer(
             **secured,

@@ -105,8 +105,12 @@ class ConnectionRecorder:
         profile: str = "steady",
         delayed_threshold_ms: float = 250.0,
         clock: Callable[[], int] = time.monotonic_ns,
+        principal: str | None = None,
     ) -> None:
         self.history = history
+        #: the user this process's clients log in as (`principal_of` their configuration:
+        #: one Locust process runs one phase, one client configuration); None if unknown
+        self.principal = principal
         self.listener = listener
         self.profile = profile
         self.delayed_threshold_ms = delayed_threshold_ms
@@ -132,11 +136,8 @@ class ConnectionRecorder:
         """kafka-python starts connecting ``conn`` (before DNS and the SYN)."""
         self._pending[id(conn)] = self.clock()
 
-    def made(
-        self, conn: object, sockname: Any, client_id: str | None, principal: str | None = None
-    ) -> None:
-        """The TCP handshake is done: ``connect_invoke`` + ``connect_ok``. ``principal``:
-        the user the connection will log in as (`principal_of`), None if unknown."""
+    def made(self, conn: object, sockname: Any, client_id: str | None) -> None:
+        """The TCP handshake is done: ``connect_invoke`` + ``connect_ok``."""
         now = self.clock()
         invoke_ns = self._pending.pop(id(conn), now)
         try:
@@ -144,7 +145,7 @@ class ConnectionRecorder:
         except (TypeError, IndexError, ValueError):
             return  # no local address: nothing to join on
         c = _Conn(f"s{os.getpid()}-{next(_ids)}", invoke_ns, ip, port, client_id)
-        c.principal = principal
+        c.principal = self.principal
         c.connect_ms = (now - invoke_ns) / 1e6
         self._conns[id(conn)] = c
         self._row(c, "connect_invoke", invoke_ns, detail={"profile": self.profile})
@@ -220,14 +221,23 @@ class ConnectionRecorder:
 
 def principal_of(config: dict[str, Any]) -> str | None:
     """The user a kafka-python connection with ``config`` logs in as, as Kafka's quota
-    callback names it: the SASL user; ``ANONYMOUS`` for PLAINTEXT, and for SSL without a
-    client certificate; None for SSL with one (Kafka names it from the certificate)."""
+    callback names it (the principal's name, without ``User:``): the SASL user; for SSL
+    with a client certificate its subject in RFC 2253 order (the harness's client configs
+    carry a certificate only for listeners that ask for one; None if it cannot be read);
+    ``ANONYMOUS`` for PLAINTEXT and for SSL without one."""
     protocol = str(config.get("security_protocol") or "PLAINTEXT").upper()
     if protocol.startswith("SASL_"):
         user = config.get("sasl_plain_username")
         return str(user) if user else None
-    if protocol == "SSL" and config.get("ssl_certfile"):
-        return None
+    certfile = config.get("ssl_certfile")
+    if protocol == "SSL" and certfile:
+        from loadprofiles.secure import certificate_principal
+
+        try:
+            principal = certificate_principal(str(certfile))
+        except OSError:
+            return None
+        return None if principal is None else principal.removeprefix("User:")
     return "ANONYMOUS"
 
 
@@ -268,7 +278,7 @@ def install() -> None:
                 sockname = transport.getHost()
             except OSError:
                 sockname = None
-            _active.made(self, sockname, self.config.get("client_id"), principal_of(self.config))
+            _active.made(self, sockname, self.config.get("client_id"))
         return out
 
     def data_received(self: Any, data: Any) -> Any:

@@ -44,17 +44,18 @@ class Resp:
         self.throttle_time_ms = throttle
 
 
-def recorder() -> tuple[ConnectionRecorder, Rows, Clock]:
+def recorder(principal: str | None = None) -> tuple[ConnectionRecorder, Rows, Clock]:
     rows, clock = Rows(), Clock()
-    return ConnectionRecorder(rows, listener="client", clock=clock), rows, clock
+    rec = ConnectionRecorder(rows, listener="client", clock=clock, principal=principal)
+    return rec, rows, clock
 
 
 def test_served_connection_rows_and_throttle() -> None:
-    rec, h, clock = recorder()
+    rec, h, clock = recorder("alice")
     conn = object()
     rec.invoke(conn)
     clock.ms(2)
-    rec.made(conn, ("127.0.0.1", 40001), "harness-steady-producer", "alice")
+    rec.made(conn, ("127.0.0.1", 40001), "harness-steady-producer")
     rec.reading(conn, [clock.ns - 1_000_000])  # ApiVersions sent 1 ms ago
     clock.ms(3)
     rec.response(conn, Resp(18))  # ApiVersions: ready
@@ -91,7 +92,7 @@ def test_served_connection_rows_and_throttle() -> None:
     [
         ({}, "ANONYMOUS"),
         ({"security_protocol": "SSL", "ssl_cafile": "ca.pem"}, "ANONYMOUS"),
-        ({"security_protocol": "SSL", "ssl_certfile": "me.pem"}, None),  # the certificate's
+        ({"security_protocol": "SSL", "ssl_certfile": "/nonexistent/me.pem"}, None),
         ({"security_protocol": "SASL_SSL", "sasl_plain_username": "bob"}, "bob"),
         ({"security_protocol": "SASL_PLAINTEXT", "sasl_plain_username": "alice"}, "alice"),
     ],
@@ -100,6 +101,18 @@ def test_principal_as_kafkas_quota_callback_names_it(
     config: dict[str, str], principal: str | None
 ) -> None:
     assert principal_of(config) == principal
+
+
+def test_a_client_certificates_principal_is_its_subject_reversed(tmp_path: Any) -> None:
+    from harness.security.certs import issue, make_ca
+
+    ca = make_ca("test CA")
+    cert = issue(ca, "client1", unit="harness", client=True)
+    path = tmp_path / "client.pem"
+    path.write_bytes(cert.cert_pem)
+    assert principal_of({"security_protocol": "SSL", "ssl_certfile": str(path)}) == (
+        "OU=harness,CN=client1"
+    )
 
 
 def test_eof_before_any_response_is_eof_after_accept() -> None:
