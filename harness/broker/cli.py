@@ -84,6 +84,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="the Kafka release to run (default: the harness's own; another one runs on the "
         "local launcher, its jars resolved from Maven Central once)",
     )
+    parser.add_argument(
+        "--brokers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="a KRaft cluster of N nodes, each a broker and a controller with its own ports "
+        "(default 1; local launcher; docs/clusters.md)",
+    )
     parser.add_argument("--workdir", type=Path, help="data dir + broker.log (a run folder)")
     parser.add_argument(
         "--request-log",
@@ -203,6 +211,11 @@ def run(args: argparse.Namespace) -> int:
             )
         if args.sasl_users and not secured:
             raise BrokerError("config --sasl-user: needs a SASL listener (--secure or --listener)")
+        if args.brokers != 1 and (args.bootstrap_server or args.launcher in ("container",)):
+            raise BrokerError(
+                f"config --brokers {args.brokers}: clusters run on the local launcher only for "
+                "now; drop --launcher container / --bootstrap-server"
+            )
     except BrokerError as exc:
         _error(str(exc))
         return 1 if args.fetch_only else 2
@@ -217,6 +230,8 @@ def run(args: argparse.Namespace) -> int:
         launcher = (
             "external" if args.bootstrap_server and args.launcher == "auto" else args.launcher
         )
+        if args.brokers != 1:
+            return _run_cluster(args, version or KAFKA_VERSION, properties, listeners, workdir)
         if secured:
             from harness.broker.local import start_local
             from harness.security.sasl import DEFAULT_USERS
@@ -289,3 +304,64 @@ def run(args: argparse.Namespace) -> int:
             print("broker stopped", flush=True)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _run_cluster(
+    args: argparse.Namespace,
+    version: str,
+    properties: dict[str, str],
+    listeners: tuple[str, ...],
+    workdir: Path,
+) -> int:
+    """`--brokers N`: start the cluster, print each node, wait for Ctrl-C / SIGTERM (the
+    caller's handlers raise `_Stop`), stop every node."""
+    from harness.broker.cluster import LocalCluster, start_local_cluster
+    from harness.broker.errors import BrokerError, tail
+    from harness.security.sasl import DEFAULT_USERS
+
+    cluster: LocalCluster | None = None
+    try:
+        cluster = start_local_cluster(
+            args.brokers,
+            properties=properties,
+            listeners=listeners,
+            workdir=workdir,
+            ready_timeout_s=args.ready_timeout,
+            progress=_progress,
+            version=version,
+            request_log=args.request_log,
+            sasl_users=tuple(args.sasl_users) or DEFAULT_USERS,
+        )
+        print(f"kafka {cluster.version} cluster of {len(cluster.brokers)} ready (local launcher)")
+        print(f"bootstrap: {cluster.bootstrap}")
+        for b in cluster.brokers:
+            node = b.plan.node_id
+            print(f"broker {node}: pid {b.pid}, log {b.log_path}")
+            for name, port in b.listener_ports.items():
+                print(f"listener: broker {node} {name}={b.host}:{port}")
+            for key, path in b.client_configs.items():
+                print(f"client-config: broker {node} {key}={path}")
+        print("Ctrl-C to stop", flush=True)
+        while True:
+            time.sleep(0.5)
+            for b in cluster.brokers:
+                if not b.running:
+                    log = b.log_path.read_text(errors="replace") if b.log_path else ""
+                    print(
+                        f"error: broker {b.plan.node_id} exited unexpectedly; last lines of "
+                        f"{b.log_path}:\n{tail(log)}",
+                        file=sys.stderr,
+                    )
+                    return 1
+    except _Stop as stop:
+        print(f"{stop}: stopping the cluster…", flush=True)
+        return 0 if cluster is not None else 130
+    except BrokerError as exc:
+        _error(str(exc))
+        return 1
+    finally:
+        if cluster is not None:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            cluster.stop()
+            print("cluster stopped", flush=True)

@@ -77,6 +77,10 @@ class ListenerPlan:
     inter_broker_listener: str = ""
     #: security per listener name; a listener not in here is PLAINTEXT
     specs: Mapping[str, ListenerSpec] = field(default_factory=dict)
+    #: this node's id, and the whole quorum's ``controller.quorum.voters`` ("" for a single
+    #: node: its own controller listener; a cluster: `harness.broker.cluster`)
+    node_id: int = NODE_ID
+    voters: str = ""
 
     @property
     def first(self) -> str:
@@ -352,8 +356,9 @@ def server_properties(
     props.update(
         {
             "process.roles": "broker,controller",
-            "node.id": str(NODE_ID),
-            "controller.quorum.voters": f"{NODE_ID}@{LOOPBACK}:{plan.controller_port}",
+            "node.id": str(plan.node_id),
+            "controller.quorum.voters": plan.voters
+            or f"{plan.node_id}@{LOOPBACK}:{plan.controller_port}",
             "controller.listener.names": CONTROLLER_LISTENER,
             "listeners": ",".join(f"{n}://{LOOPBACK}:{ports[n]}" for n in all_names),
             "advertised.listeners": ",".join(f"{n}://{advertised[n]}" for n in plan.names),

@@ -31,6 +31,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +162,7 @@ class LocalBroker(Broker):
         metrics_port: int | None = None,
         request_log: bool = False,
         security: RunSecurity | None = None,
+        cluster_uuid: str | None = None,
     ) -> None:
         super().__init__(
             bootstrap=f"{LOOPBACK}:{plan.ports[plan.first]}",
@@ -186,6 +188,8 @@ class LocalBroker(Broker):
             else self.config_path
         )
         self.controller_port = plan.controller_port
+        #: the KRaft cluster id its storage is formatted with (shared by a cluster's nodes)
+        self.cluster_uuid = cluster_uuid or cluster_id()
         self._temp_workdir = temp_workdir
         self._ready_timeout_s = ready_timeout_s
         self._progress = progress
@@ -249,7 +253,7 @@ class LocalBroker(Broker):
         if (self.workdir / "data" / "meta.properties").exists():
             return
         self._progress(f"formatting KRaft storage in {self.workdir / 'data'}…")
-        args = ["format", "-t", cluster_id(), "-c", str(self._broker_config_path)]
+        args = ["format", "-t", self.cluster_uuid, "-c", str(self._broker_config_path)]
         scram: list[str] = []
         if self.security is not None:
             scram = scram_format_args(self.security.users, scram_mechanisms(self.plan.secured))
@@ -361,6 +365,19 @@ class LocalBroker(Broker):
     def start(self) -> None:
         """Write the config, format if needed, spawn the JVM and wait until it serves."""
         with self._lock:
+            self.await_ready(self.launch())
+
+    def await_ready(self, log_offset: int) -> None:
+        """Until the JVM `launch` started serves (a cluster's nodes are launched together,
+        then awaited: none is ready before a majority of the quorum is up)."""
+        with self._lock:
+            self._wait_ready(log_offset)
+            self.version = self._read_version(log_offset)
+
+    def launch(self) -> int:
+        """Write the config, format if needed and spawn the JVM; returns where its lines
+        start in broker.log."""
+        with self._lock:
             assert self.workdir is not None and self.log_path is not None
             props = server_properties(
                 self.plan, str(self.workdir / "data"), self._security_properties()
@@ -386,8 +403,7 @@ class LocalBroker(Broker):
             self._progress(f"starting Kafka {self.artifacts.version} on {self.bootstrap}…")
             self._spawn()
             self._stopped = False
-            self._wait_ready(offset)
-            self.version = self._read_version(offset)
+            return offset
 
     def _security_properties(self) -> dict[str, str]:
         """Fresh private files and the secured listeners' keys; the caller's keys win."""
@@ -529,37 +545,66 @@ class LocalBroker(Broker):
             )
 
 
-def start_local(
+@dataclass
+class PreparedLocal:
+    """What every node of a local launch shares: the checked listeners, the run's security
+    material, the JVM, Kafka's jars and the metrics agent (`prepare_local`)."""
+
+    names: tuple[str, ...]
+    advertised: dict[str, str]
+    inter_broker_listener: str
+    specs: dict[str, ListenerSpec]
+    security: RunSecurity | None
+    properties: dict[str, str]
+    java: Path
+    artifacts: Artifacts
+    exporter: JmxExporter | None
+    workdir: Path
+    temp_workdir: bool
+    progress: Progress
+    request_log: bool
+
+    def broker(
+        self,
+        plan: ListenerPlan,
+        workdir: Path,
+        metrics_port: int,
+        *,
+        ready_timeout_s: float,
+        cluster_uuid: str | None = None,
+    ) -> LocalBroker:
+        """One node with ``plan`` in ``workdir`` (not started)."""
+        return LocalBroker(
+            java=self.java,
+            artifacts=self.artifacts,
+            plan=plan,
+            workdir=workdir,
+            temp_workdir=self.temp_workdir and workdir == self.workdir,
+            ready_timeout_s=ready_timeout_s,
+            progress=self.progress,
+            properties=self.properties,
+            exporter=self.exporter,
+            metrics_port=metrics_port,
+            request_log=self.request_log,
+            security=self.security,
+            cluster_uuid=cluster_uuid,
+        )
+
+
+def prepare_local(
     *,
-    properties: Mapping[str, str] | None = None,
-    listeners: Sequence[str] = ("PLAINTEXT",),
-    advertised: Mapping[str, str] | None = None,
-    inter_broker_listener: str | None = None,
-    workdir: Path | None = None,
-    ready_timeout_s: float = 120,
-    progress: Progress = print,
-    version: str = KAFKA_VERSION,
-    port_picker: Callable[[int], list[int]] = free_ports,
-    metrics: bool | None = None,
-    request_log: bool = False,
-    sasl_users: Sequence[str] = DEFAULT_USERS,
-) -> LocalBroker:
-    """Resolve the jars, then start a broker; retries fresh ports if one was taken meanwhile.
-
-    ``metrics`` (default: on unless ``HARNESS_BROKER_METRICS=0``) runs the broker with the
-    Prometheus JMX exporter on a free loopback port (``broker.metrics_url``). If the agent
-    cannot be resolved the broker starts without it and says so: the metric checks are then
-    ``unknown``, nothing else changes.
-
-    ``request_log`` turns on Kafka's request logger into ``broker.request_log_path`` (one line
-    per completed request with its handler time, which an acceptor in front charges instead of
-    the time it sees: `upstream.request.log`). It costs the broker a JSON line per request.
-
-    ``listeners`` take `parse_listener`'s syntax: ``"CLIENT"`` (PLAINTEXT), ``"SSL=SSL"``,
-    ``"MTLS=SSL:mtls"``, ``"SASL=SASL_SSL:SCRAM-SHA-512,PLAIN"``... With any secured listener
-    the first must be PLAINTEXT, and a fresh CA, certificates and ``sasl_users`` with random
-    passwords are made for this broker (``broker.security``, ``broker.client_configs``).
-    """
+    properties: Mapping[str, str] | None,
+    listeners: Sequence[str],
+    advertised: Mapping[str, str] | None,
+    inter_broker_listener: str | None,
+    workdir: Path | None,
+    progress: Progress,
+    version: str,
+    metrics: bool | None,
+    request_log: bool,
+    sasl_users: Sequence[str],
+) -> PreparedLocal:
+    """Check the request and resolve what the nodes need (see `start_local`)."""
     props = dict(properties or {})
     if isinstance(listeners, str):
         listeners = (listeners,)
@@ -598,6 +643,68 @@ def start_local(
     wd = wd.resolve()  # the JVM runs with cwd=workdir, so relative paths would break
     wd.mkdir(parents=True, exist_ok=True)
     _install_reapers()
+    return PreparedLocal(
+        names=names,
+        advertised=adv,
+        inter_broker_listener=inter,
+        specs=by_name,
+        security=security,
+        properties=props,
+        java=java,
+        artifacts=artifacts,
+        exporter=exporter,
+        workdir=wd,
+        temp_workdir=temp,
+        progress=progress,
+        request_log=request_log,
+    )
+
+
+def start_local(
+    *,
+    properties: Mapping[str, str] | None = None,
+    listeners: Sequence[str] = ("PLAINTEXT",),
+    advertised: Mapping[str, str] | None = None,
+    inter_broker_listener: str | None = None,
+    workdir: Path | None = None,
+    ready_timeout_s: float = 120,
+    progress: Progress = print,
+    version: str = KAFKA_VERSION,
+    port_picker: Callable[[int], list[int]] = free_ports,
+    metrics: bool | None = None,
+    request_log: bool = False,
+    sasl_users: Sequence[str] = DEFAULT_USERS,
+) -> LocalBroker:
+    """Resolve the jars, then start a broker; retries fresh ports if one was taken meanwhile.
+
+    ``metrics`` (default: on unless ``HARNESS_BROKER_METRICS=0``) runs the broker with the
+    Prometheus JMX exporter on a free loopback port (``broker.metrics_url``). If the agent
+    cannot be resolved the broker starts without it and says so: the metric checks are then
+    ``unknown``, nothing else changes.
+
+    ``request_log`` turns on Kafka's request logger into ``broker.request_log_path`` (one line
+    per completed request with its handler time, which an acceptor in front charges instead of
+    the time it sees: `upstream.request.log`). It costs the broker a JSON line per request.
+
+    ``listeners`` take `parse_listener`'s syntax: ``"CLIENT"`` (PLAINTEXT), ``"SSL=SSL"``,
+    ``"MTLS=SSL:mtls"``, ``"SASL=SASL_SSL:SCRAM-SHA-512,PLAIN"``... With any secured listener
+    the first must be PLAINTEXT, and a fresh CA, certificates and ``sasl_users`` with random
+    passwords are made for this broker (``broker.security``, ``broker.client_configs``).
+    """
+    prep = prepare_local(
+        properties=properties,
+        listeners=listeners,
+        advertised=advertised,
+        inter_broker_listener=inter_broker_listener,
+        workdir=workdir,
+        progress=progress,
+        version=version,
+        metrics=metrics,
+        request_log=request_log,
+        sasl_users=sasl_users,
+    )
+    names, adv, inter = prep.names, prep.advertised, prep.inter_broker_listener
+    wd, temp = prep.workdir, prep.temp_workdir
     for attempt in range(1, PORT_ATTEMPTS + 1):
         ports = port_picker(len(names) + 2)
         plan = ListenerPlan(
@@ -606,24 +713,11 @@ def start_local(
             controller_port=ports[len(names)],
             advertised=adv,
             inter_broker_listener=inter,
-            specs=by_name,
+            specs=prep.specs,
         )
         # A fresh data dir per attempt: the controller port is part of the formatted quorum.
         shutil.rmtree(wd / "data", ignore_errors=True)
-        broker = LocalBroker(
-            java=java,
-            artifacts=artifacts,
-            plan=plan,
-            workdir=wd,
-            temp_workdir=temp,
-            ready_timeout_s=ready_timeout_s,
-            progress=progress,
-            properties=props,
-            exporter=exporter,
-            metrics_port=ports[-1],
-            request_log=request_log,
-            security=security,
-        )
+        broker = prep.broker(plan, wd, ports[-1], ready_timeout_s=ready_timeout_s)
         try:
             broker.start()
             return broker

@@ -1,0 +1,200 @@
+"""A KRaft cluster of N nodes on this machine, on the local launcher (`start_local_cluster`).
+
+Kafka's connection limits are per broker, so a cluster is N brokers each with its own
+listeners (its own ports on 127.0.0.1) and its own limits, replicating over the inter-broker
+listener (the first, PLAINTEXT), with topics of replication factor up to N.
+
+Why combined nodes (each `process.roles=broker,controller`, all N of them voters): the
+controllers are not what the harness tests (their listener is internal and unquoted), and
+on a 2-core machine N JVMs leave more CPU to the brokers under load than N + 3; a quorum of
+N voters also survives one node killed (N = 3), which the failover scenarios need. Kafka
+advises dedicated controllers for production, where a broker's load must not delay the
+quorum; here a storm that slows the quorum shows up as broker fencing in the node's log.
+
+Every node is launched before any is awaited: none serves before a majority of the voters
+is up. The cluster is ready once every node answers and the first one's Metadata lists all
+N brokers. Nodes share the run's certificates and SASL users (one `RunSecurity`), each
+writing its own private copy. A port taken meanwhile restarts the whole cluster on fresh
+ports (the voters' ports are in every node's formatted storage).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+
+from kafka.errors import KafkaError
+
+from harness.broker.artifacts import KAFKA_VERSION, Progress
+from harness.broker.config import ListenerPlan
+from harness.broker.errors import BrokerError
+from harness.broker.local import PORT_ATTEMPTS, LocalBroker, PortInUse, cluster_id, prepare_local
+from harness.broker.probe import probe
+from harness.localnet import LOOPBACK, free_ports
+from harness.security.sasl import DEFAULT_USERS
+
+#: more than this many JVMs on one machine of this kind only measures the machine
+MAX_BROKERS = 5
+
+
+class LocalCluster:
+    """N local KRaft nodes (broker and controller each); ``brokers[i]`` has node id i + 1.
+    Use as a context manager; `stop` stops every node and removes a temporary workdir."""
+
+    launcher = "local"
+
+    def __init__(self, brokers: Sequence[LocalBroker], workdir: Path, temp_workdir: bool) -> None:
+        self.brokers = list(brokers)
+        self.workdir = workdir
+        self._temp_workdir = temp_workdir
+
+    @property
+    def bootstrap(self) -> str:
+        """Every node's first listener, comma-separated (a client's bootstrap.servers)."""
+        return ",".join(b.bootstrap for b in self.brokers)
+
+    @property
+    def version(self) -> str:
+        return self.brokers[0].version
+
+    @property
+    def running(self) -> bool:
+        return all(b.running for b in self.brokers)
+
+    def broker(self, node_id: int) -> LocalBroker:
+        for b in self.brokers:
+            if b.plan.node_id == node_id:
+                return b
+        raise BrokerError(f"no broker with node id {node_id} (ids 1-{len(self.brokers)})")
+
+    def stop(self) -> None:
+        """Stop every node (safe to call twice)."""
+        for b in reversed(self.brokers):
+            with contextlib.suppress(Exception):  # one node's failure must not keep others
+                b.stop()
+        if self._temp_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def wait_members(self, timeout_s: float) -> None:
+        """Until the first node's Metadata lists every broker (unfenced)."""
+        first = self.brokers[0]
+        deadline = time.monotonic() + timeout_s
+        seen: int | None = 0
+        while True:
+            try:
+                seen = probe(first.host, first.port, timeout_s=2.0).brokers
+                if seen == len(self.brokers):
+                    return
+            except (OSError, TimeoutError, ConnectionError, KafkaError):
+                pass
+            if time.monotonic() > deadline:
+                raise BrokerError(
+                    f"the cluster's Metadata listed {seen} of {len(self.brokers)} brokers "
+                    f"after {timeout_s:.0f} s; see each node's broker.log under {self.workdir}"
+                )
+            time.sleep(0.25)
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"<LocalCluster {len(self.brokers)} nodes {self.bootstrap} kafka {self.version}>"
+
+
+def start_local_cluster(
+    brokers: int,
+    *,
+    properties: Mapping[str, str] | None = None,
+    listeners: Sequence[str] = ("PLAINTEXT",),
+    inter_broker_listener: str | None = None,
+    workdir: Path | None = None,
+    ready_timeout_s: float = 180,
+    progress: Progress = print,
+    version: str = KAFKA_VERSION,
+    port_picker: Callable[[int], list[int]] = free_ports,
+    metrics: bool | None = None,
+    request_log: bool = False,
+    sasl_users: Sequence[str] = DEFAULT_USERS,
+) -> LocalCluster:
+    """Start ``brokers`` combined KRaft nodes and return once all serve as one cluster.
+
+    Node i (1-based) runs in ``<workdir>/broker-<i>`` with its own ports for every listener
+    in ``listeners`` (`start_local`'s syntax) and its own JMX exporter port.
+    """
+    if not 1 <= brokers <= MAX_BROKERS:
+        raise BrokerError(f"config brokers={brokers}: between 1 and {MAX_BROKERS} on one machine")
+    prep = prepare_local(
+        properties=properties,
+        listeners=listeners,
+        advertised=None,
+        inter_broker_listener=inter_broker_listener,
+        workdir=workdir,
+        progress=progress,
+        version=version,
+        metrics=metrics,
+        request_log=request_log,
+        sasl_users=sasl_users,
+    )
+    per_node = len(prep.names) + 2  # the listeners, the controller, the metrics agent
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        ports = port_picker(per_node * brokers)
+        controller = [ports[i * per_node + len(prep.names)] for i in range(brokers)]
+        voters = ",".join(f"{i + 1}@{LOOPBACK}:{port}" for i, port in enumerate(controller))
+        uuid = cluster_id()
+        nodes = []
+        for i in range(brokers):
+            mine = ports[i * per_node : (i + 1) * per_node]
+            plan = ListenerPlan(
+                names=prep.names,
+                ports=dict(zip(prep.names, mine[: len(prep.names)], strict=True)),
+                controller_port=controller[i],
+                inter_broker_listener=prep.inter_broker_listener,
+                specs=prep.specs,
+                node_id=i + 1,
+                voters=voters,
+            )
+            node_dir = prep.workdir / f"broker-{i + 1}"
+            shutil.rmtree(node_dir / "data", ignore_errors=True)  # the quorum is formatted in
+            node_dir.mkdir(parents=True, exist_ok=True)
+            nodes.append(
+                prep.broker(
+                    plan, node_dir, mine[-1], ready_timeout_s=ready_timeout_s, cluster_uuid=uuid
+                )
+            )
+        cluster = LocalCluster(nodes, prep.workdir, prep.temp_workdir)
+        started = time.monotonic()
+        try:
+            offsets = [node.launch() for node in nodes]
+            for node, offset in zip(nodes, offsets, strict=True):
+                node.await_ready(offset)
+            cluster.wait_members(max(10.0, ready_timeout_s - (time.monotonic() - started)))
+            progress(
+                f"cluster of {brokers} ready in {time.monotonic() - started:.1f} s: "
+                f"{cluster.bootstrap}"
+            )
+            return cluster
+        except PortInUse:
+            cluster._temp_workdir = False  # keep the dir for the next attempt
+            cluster.stop()
+            if attempt == PORT_ATTEMPTS:
+                if prep.temp_workdir:
+                    shutil.rmtree(prep.workdir, ignore_errors=True)
+                raise
+            progress("a port was taken while starting; retrying the cluster on fresh ports…")
+        except BaseException:
+            cluster._temp_workdir = False  # keep the logs for whoever reads the error
+            cluster.stop()
+            raise
+    raise AssertionError("unreachable")

@@ -1,0 +1,127 @@
+"""A KRaft cluster of three local nodes (`harness broker --brokers 3`) against real Kafka:
+three bootstrap addresses, a produce with acks=all to a topic replicated three times, one
+node killed and restarted under a running cluster, and nothing left once the harness
+process is SIGKILLed."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.broker.errors import BrokerError
+from harness.broker.probe import probe
+
+pytestmark = pytest.mark.integration
+
+
+def _gone(pids: list[int], timeout_s: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        alive = []
+        for pid in pids:
+            try:
+                os.kill(pid, 0)
+                alive.append(pid)
+            except ProcessLookupError:
+                pass
+        if not alive:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _produce_all(bootstrap: list[str], topic: str, rf: int) -> int:
+    from kafka import KafkaProducer
+    from kafka.admin import KafkaAdminClient, NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
+    try:
+        admin.create_topics([NewTopic(topic, 3, rf)])
+    except TopicAlreadyExistsError:
+        pass
+    finally:
+        admin.close()
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", request_timeout_ms=30000)
+    try:
+        return int(producer.send(topic, b"replicated").get(timeout=60).offset)
+    finally:
+        producer.close()
+
+
+def test_three_nodes_from_the_cli_replicate_and_die_with_a_sigkilled_harness(
+    tmp_path: Path,
+) -> None:
+    cmd = [sys.executable, "-m", "harness", "broker", "--launcher", "local", "--brokers", "3"]
+    cmd += ["--workdir", str(tmp_path / "run")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line.rstrip())
+            if line.startswith("Ctrl-C to stop"):
+                break
+        out = "\n".join(lines)
+        assert "Ctrl-C to stop" in out, out
+        boot = re.search(r"^bootstrap: (\S+)$", out, re.M)
+        assert boot, out
+        addresses = boot.group(1).split(",")
+        assert len(addresses) == 3 and len(set(addresses)) == 3, addresses
+        pids = [int(p) for p in re.findall(r"^broker \d: pid (\d+)", out, re.M)]
+        assert len(pids) == 3, out
+        for address in addresses:  # every node answers and sees the whole cluster
+            host, port = address.split(":")
+            assert probe(host, int(port), timeout_s=10).brokers == 3
+        assert _produce_all(addresses, "replicated-3", 3) >= 0
+        for i in (1, 2, 3):
+            assert (tmp_path / "run" / f"broker-{i}" / "broker.log").exists()
+        proc.kill()  # SIGKILL: no handler runs; each JVM's PR_SET_PDEATHSIG must end it
+        proc.wait(timeout=30)
+        assert _gone(pids), "a broker JVM outlived the harness process"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_one_node_killed_and_restarted_under_a_running_cluster(tmp_path: Path) -> None:
+    from harness.broker.cluster import start_local_cluster
+
+    fast = {"replica.lag.time.max.ms": "5000"}  # the dead replica leaves the ISR sooner
+    with start_local_cluster(
+        3, workdir=tmp_path / "c", properties=fast, metrics=False, progress=lambda m: None
+    ) as c:
+        boot = c.bootstrap.split(",")
+        assert _produce_all(boot, "survives", 3) >= 0
+        third = c.broker(3)
+        third.kill()
+        assert not third.running
+        # two of three voters and replicas left: the others still take acks=all writes once
+        # the leader has dropped the dead replica from the ISR (replica.lag.time.max.ms)
+        assert _produce_all(boot[:2], "survives", 3) >= 0
+        third.restart()
+        c.wait_members(60)
+        assert probe(third.host, third.port, timeout_s=10).brokers == 3
+        with pytest.raises(BrokerError, match="no broker with node id 4"):
+            c.broker(4)
+    for b in c.brokers:
+        assert not b.running
+
+
+def test_brokers_out_of_range_is_a_clear_cli_error(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "harness", "broker", "--launcher", "local", "--brokers", "9"]
+    out = subprocess.run(
+        [*cmd, "--workdir", str(tmp_path / "x")], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode != 0 and "brokers=9: between 1 and 5" in out.stderr, out
