@@ -30,6 +30,7 @@ import itertools
 import socket
 import time
 from collections.abc import Coroutine
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from harness.acceptor.config import ListenerSettings
@@ -68,6 +69,18 @@ def _close_quietly(sock: socket.socket) -> None:
 
 def _peer(addr: tuple[str, int] | tuple[str, int, int, int]) -> tuple[str, int]:
     return str(addr[0]), int(addr[1])
+
+
+def _settle(
+    rest: Coroutine[Any, Any, None], item: NewConnection | None, task: asyncio.Future[None]
+) -> None:
+    """A stalled admission's task is done. Cancelled at shutdown before it ever ran, its
+    admission never started: close that coroutine (never awaited, it would warn when
+    collected) and the socket it was admitting. Otherwise both are finished already."""
+    rest.close()
+    if task.cancelled() and item is not None:
+        with contextlib.suppress(OSError):
+            item.sock.close()
 
 
 class ListenerAcceptor:
@@ -257,7 +270,8 @@ class ListenerAcceptor:
         """Stop watching the listening socket while `rest` (an admission's wait, or the
         back-off after a failed accept) runs; then close what is due and turn again."""
         self._unwatch()
-        self._stall = asyncio.ensure_future(self._stalled(rest, item))
+        self._stall = task = asyncio.ensure_future(self._stalled(rest, item))
+        task.add_done_callback(partial(_settle, rest, item))
 
     async def _stalled(self, rest: Coroutine[Any, Any, None], item: NewConnection | None) -> None:
         try:
