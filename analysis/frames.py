@@ -122,6 +122,10 @@ def client_conns(run: Run) -> DataFrame:
             F.when(F.col("event") == "closed", detail_col("client", "closed", "outcome")).alias(
                 "outcome"
             ),
+            F.when(
+                F.col("event") == "connect_invoke",
+                detail_col("client", "connect_invoke", "broker").cast("int"),
+            ).alias("broker"),
         )  # fmt: skip
         starts = F.when(
             (F.col("event") == "connect_invoke")
@@ -146,6 +150,8 @@ def client_conns(run: Run) -> DataFrame:
             F.first("listener", ignorenulls=True).alias("c_listener"),
             first("connect_invoke").alias("invoke_ns"),
             F.first("profile", ignorenulls=True).alias("profile"),
+            # a cluster: the node id of the broker the attempt connected to
+            F.first("broker", ignorenulls=True).alias("broker"),
             first("connect_ok").alias("connect_ok_ns"),
             F.min(F.when(F.col("event") == "connect_ok", F.col("ts"))).alias("connect_ok_ts"),
             first("ready").alias("ready_ns"),

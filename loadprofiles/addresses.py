@@ -77,3 +77,61 @@ def round_robin(pool: tuple[str, ...], start: int = 0) -> Iterator[str | None]:
     if not pool:
         return itertools.repeat(None)
     return itertools.islice(itertools.cycle(pool), start % len(pool), None)
+
+
+#: one broker of a cluster the load spreads over: (node id, host, port)
+BrokerTarget = tuple[int, str, int]
+
+
+def parse_brokers(value: str, option: str = "--brokers") -> tuple[BrokerTarget, ...]:
+    """``1=127.0.0.1:9092,2=127.0.0.1:9093`` -> ((1, host, port), ...): the brokers an
+    arrival may connect to, by node id (loopback only); empty text: none (the ``--host``)."""
+    text = value.strip()
+    if not text:
+        return ()
+    out: list[BrokerTarget] = []
+    for part in text.split(","):
+        node, sep, address = part.strip().partition("=")
+        if not sep or not node.strip().isdigit() or int(node) < 0:
+            raise AddressSpecError(option, value, f"{part.strip()!r}: expected NODE_ID=HOST:PORT")
+        host, port = parse_target(address, option)
+        out.append((int(node), host, port))
+    if len({n for n, _h, _p in out}) != len(out):
+        raise AddressSpecError(option, value, "a node id is listed twice")
+    return tuple(out)
+
+
+def parse_hot_broker(
+    value: str, brokers: tuple[BrokerTarget, ...], option: str = "--hot-broker"
+) -> tuple[int, float] | None:
+    """``2:0.5`` -> (node 2, half of the arrivals): a share pinned to one of ``brokers``;
+    empty text: none (arrivals go round-robin over the brokers)."""
+    text = value.strip()
+    if not text:
+        return None
+    node, sep, share = text.partition(":")
+    try:
+        node_id, fraction = int(node), float(share)
+    except ValueError:
+        raise AddressSpecError(option, value, "expected NODE_ID:SHARE, e.g. 2:0.5") from None
+    if not sep or not 0.0 < fraction <= 1.0:
+        raise AddressSpecError(option, value, "the share must be in (0, 1]")
+    if node_id not in {n for n, _h, _p in brokers}:
+        raise AddressSpecError(option, value, "not one of the --brokers node ids")
+    return node_id, fraction
+
+
+def broker_for(
+    k: int, brokers: tuple[BrokerTarget, ...], hot: tuple[int, float] | None
+) -> BrokerTarget:
+    """The broker arrival ``k`` connects to: ``hot``'s share of the arrivals (spread
+    evenly: arrival k is hot when ⌊(k+1)·share⌋ > ⌊k·share⌋) on the hot broker, the rest
+    round-robin over the others (over all when there is no hot broker)."""
+    if hot is None:
+        return brokers[k % len(brokers)]
+    node, share = hot
+    hot_so_far = int(k * share)
+    if int((k + 1) * share) > hot_so_far:
+        return next(b for b in brokers if b[0] == node)
+    others = [b for b in brokers if b[0] != node] or list(brokers)
+    return others[(k - hot_so_far) % len(others)]

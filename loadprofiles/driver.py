@@ -179,6 +179,8 @@ class EngineDriver:
                 listener=s.listener,
                 tls=tls,
                 sasl=sasl,
+                brokers=s.brokers,
+                hot_broker=s.hot_broker,
             )
         except (OptionError, ValueError) as exc:
             self._fail(str(exc))

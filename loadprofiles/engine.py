@@ -51,6 +51,7 @@ from typing import Any
 
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest
 
+from loadprofiles.addresses import BrokerTarget, broker_for
 from loadprofiles.client_history import ClientHistory
 from loadprofiles.secure import (
     SASL_AUTHENTICATE_KEY,
@@ -181,6 +182,11 @@ class EngineConfig:
     sasl: SaslSettings | None = None
     #: the name checked against the broker's certificate (default: ``host``)
     tls_server_name: str | None = None
+    #: a cluster's brokers the arrivals spread over (node id, host, port), instead of
+    #: ``host:port``; each ``connect_invoke`` then names its broker (``detail.broker``)
+    brokers: tuple[BrokerTarget, ...] = ()
+    #: a share of the arrivals pinned to one of them (node id, share; `broker_for`)
+    hot_broker: tuple[int, float] | None = None
 
     def __post_init__(self) -> None:
         if self.shape not in SHAPES:
@@ -291,16 +297,21 @@ class StormEngine:
         self._rt_ns = int(config.request_timeout_s * 1e9)
         self._hold_ns = int(config.hold_ms * 1e6)
         self._delayed_ms = config.delayed_threshold_ms
-        self._invoke_detail = '{"intended_mono_ns": %d, "profile": "' + config.profile + '"}'
+        self._invoke_detail = self._detail_template("")
 
     def set_clock_offset(self, offset_ns: int, rtt_ns: int) -> None:
         """Distributed runs: this process's offset to the master's clock (``clock.py``),
         recorded in every ``connect_invoke`` from now on."""
-        self._invoke_detail = (
-            f'{{"clock_offset_ns": {offset_ns}, "clock_rtt_ns": {rtt_ns}, '
-            + '"intended_mono_ns": %d, "profile": "'
-            + self.cfg.profile
-            + '"}'
+        self._invoke_detail = self._detail_template(
+            f'"clock_offset_ns": {offset_ns}, "clock_rtt_ns": {rtt_ns}, '
+        )
+
+    def _detail_template(self, before: str) -> str:
+        """``connect_invoke``'s detail, sorted keys, with ``%d`` for the broker's node id
+        (a cluster's brokers only) and the intended instant."""
+        broker = '"broker": %d, ' if self.cfg.brokers else ""
+        return (
+            "{" + broker + before + '"intended_mono_ns": %d, "profile": "' + self.cfg.profile + '"}'
         )
 
     def stop(self) -> None:
@@ -447,8 +458,13 @@ class StormEngine:
             s.close()
             self._not_offered(intended, _cause(exc.errno), str(exc))
             return
+        if cfg.brokers:
+            node, host, port = broker_for(k, cfg.brokers, cfg.hot_broker)
+            detail = self._invoke_detail % (node, intended)
+        else:
+            host, port, detail = cfg.host, cfg.port, self._invoke_detail % intended
         invoke = self._clock()
-        err = s.connect_ex((cfg.host, cfg.port))
+        err = s.connect_ex((host, port))
         if err in _PORTS or err in _FDS:
             s.close()
             self._not_offered(intended, _cause(err), f"{errno.errorcode.get(err, err)}")
@@ -479,7 +495,7 @@ class StormEngine:
         c.tls_ms = c.sasl_ms = None
         c.phase_ns = 0
         st.offered += 1
-        self._row("connect_invoke", invoke, c, detail=self._invoke_detail % intended)
+        self._row("connect_invoke", invoke, c, detail=detail)
         if err == 0:
             self._connected(c)
         elif err == errno.EINPROGRESS:

@@ -194,6 +194,20 @@ def add_options(parser: Any) -> None:
         help="engine profiles, SASL: log in with a wrong password or as an unknown user",
     )
     g.add_argument(
+        "--brokers",
+        dest="broker_targets",
+        type=_checked(addresses.parse_brokers),
+        default="",
+        help="engine profiles: a cluster's brokers to spread the arrivals over, "
+        "NODE_ID=HOST:PORT,... (instead of --host; each connect_invoke names its broker)",
+    )
+    g.add_argument(
+        "--hot-broker",
+        default="",
+        help="engine profiles with --brokers: NODE_ID:SHARE, that share of the arrivals on "
+        "that broker (e.g. 2:0.5), the rest round-robin over the others",
+    )
+    g.add_argument(
         "--tls-fault",
         default="off",
         choices=list(TLS_FAULTS),
@@ -248,6 +262,8 @@ class Settings:
     auth_fault: str = "off"
     tls_fault: str = "off"
     tls_resumption: bool = False
+    brokers: tuple[addresses.BrokerTarget, ...] = ()
+    hot_broker: tuple[int, float] | None = None
 
     def security(self, client_id: str) -> tuple[TlsSettings | None, SaslSettings | None]:
         """The engine's TLS and SASL settings (None, None for PLAINTEXT). Raises OptionError
@@ -288,6 +304,8 @@ class Settings:
             h, p = addresses.parse_target(host or "")
             spec = arrivals.parse_arrival(str(o.arrival))
             src = addresses.parse_ip_pool(str(o.source_ips), "--source-ips")
+            brokers = addresses.parse_brokers(str(getattr(o, "broker_targets", "") or ""))
+            hot = addresses.parse_hot_broker(str(getattr(o, "hot_broker", "") or ""), brokers)
             pci = addresses.parse_ip_pool(str(o.proxy_client_ips), "--proxy-client-ips")
         except ValueError as exc:
             raise OptionError(str(exc)) from None
@@ -329,6 +347,8 @@ class Settings:
             command_config=str(getattr(o, "command_config", "") or ""),
             auth_fault=str(getattr(o, "auth_fault", "off") or "off"),
             tls_fault=str(getattr(o, "tls_fault", "off") or "off"),
+            brokers=brokers,
+            hot_broker=hot,
             tls_resumption=str(getattr(o, "tls_resumption", "off")) == "on",
         )
 

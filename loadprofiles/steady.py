@@ -95,7 +95,10 @@ class SteadyUser(User):
             steady_conns.install()
             steady_conns.activate(
                 steady_conns.ConnectionRecorder(
-                    self.hist, listener=s.listener, principal=steady_conns.principal_of(secured)
+                    self.hist,
+                    listener=s.listener,
+                    principal=steady_conns.principal_of(secured),
+                    brokers={(h, p): n for n, h, p in s.brokers},
                 )
             )
         bootstrap = f"{s.host}:{s.port}"

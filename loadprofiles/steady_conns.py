@@ -42,7 +42,7 @@ import errno
 import itertools
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,8 +106,12 @@ class ConnectionRecorder:
         delayed_threshold_ms: float = 250.0,
         clock: Callable[[], int] = time.monotonic_ns,
         principal: str | None = None,
+        brokers: Mapping[tuple[str, int], int] | None = None,
     ) -> None:
         self.history = history
+        #: a cluster's brokers by address: each connection's ``connect_invoke`` names the
+        #: node it reached (``detail.broker``), the address kafka-python connected to
+        self.brokers = dict(brokers or {})
         #: the user this process's clients log in as (`principal_of` their configuration:
         #: one Locust process runs one phase, one client configuration); None if unknown
         self.principal = principal
@@ -136,7 +140,9 @@ class ConnectionRecorder:
         """kafka-python starts connecting ``conn`` (before DNS and the SYN)."""
         self._pending[id(conn)] = self.clock()
 
-    def made(self, conn: object, sockname: Any, client_id: str | None) -> None:
+    def made(
+        self, conn: object, sockname: Any, client_id: str | None, peername: Any = None
+    ) -> None:
         """The TCP handshake is done: ``connect_invoke`` + ``connect_ok``."""
         now = self.clock()
         invoke_ns = self._pending.pop(id(conn), now)
@@ -148,7 +154,15 @@ class ConnectionRecorder:
         c.principal = self.principal
         c.connect_ms = (now - invoke_ns) / 1e6
         self._conns[id(conn)] = c
-        self._row(c, "connect_invoke", invoke_ns, detail={"profile": self.profile})
+        detail: dict[str, Any] = {"profile": self.profile}
+        if self.brokers:
+            try:
+                node = self.brokers.get((str(peername[0]), int(peername[1])))
+            except (TypeError, IndexError, ValueError):
+                node = None
+            if node is not None:
+                detail["broker"] = node
+        self._row(c, "connect_invoke", invoke_ns, detail=detail)
         self._row(c, "connect_ok", now, latency_ms=c.connect_ms)
 
     def reading(self, conn: object, sent_ns: list[int]) -> None:
@@ -275,10 +289,10 @@ def install() -> None:
         out = orig_made(self, transport)
         if _active is not None:
             try:
-                sockname = transport.getHost()
+                sockname, peername = transport.getHost(), transport.getPeer()
             except OSError:
-                sockname = None
-            _active.made(self, sockname, self.config.get("client_id"))
+                sockname = peername = None
+            _active.made(self, sockname, self.config.get("client_id"), peername)
         return out
 
     def data_received(self: Any, data: Any) -> Any:

@@ -108,6 +108,7 @@ def attempts(run: Run) -> Attempts:
             "eof_ns",
             "closed_ns",
             "closed_outcome",
+            "broker",
         ).toPandas()
         df["invoke_ns"] = df["invoke_ns"].fillna(df["connect_ok_ns"])
         faults, kills = _faults(run)
@@ -130,6 +131,101 @@ def _limit_over(run: Run, start_ns: int, end_ns: int, pick: Any, how: Any = max)
 
 def _segments_ok(kills: list[tuple[int, int]], lo: int, hi: int) -> bool:
     return not any(s <= hi and e >= lo for s, e in kills)
+
+
+# --- a cluster: every per-broker rule judged per broker -----------------------------------
+
+
+def cluster_nodes(run: Run) -> list[int]:
+    """The node ids of a run against a cluster (`run.json` ``brokers``); [] for one broker."""
+    brokers = run.meta.get("brokers") or {}
+    nodes = sorted(int(n) for n in brokers) if isinstance(brokers, dict) else []
+    return nodes if len(nodes) > 1 else []
+
+
+class _BrokerView:
+    """A run seen through one broker's client attempts: every check reading `attempts`
+    judges that broker alone (its own meters, counts and per-IP quotas), the rest is the
+    run's."""
+
+    def __init__(self, run: Run, node: int, att: Attempts) -> None:
+        self._run = run
+        self.node = node
+        self._att = att
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._run, name)
+
+    def cached(self, key: str, build: Any) -> Any:
+        if key == "broker_side_attempts":
+            return self._att
+        return self._run.cached(key, build)
+
+
+def per_broker(fn: Any) -> Any:
+    """A per-broker rule on a cluster run: judged on each broker's attempts apart, the
+    verdicts merged (fail > unknown > pass), every witness naming its broker. Attempts with
+    no broker (a profile that cannot say which broker it reached) make it `unknown`: never
+    merged into one broker's, nor all brokers' into one."""
+
+    def judge(run: Run) -> CheckResult:
+        nodes = cluster_nodes(run)
+        if not nodes:
+            return fn(run)  # type: ignore[no-any-return]
+        att = attempts(run)
+        df = att.df
+        results: list[tuple[int, CheckResult]] = []
+        for node in nodes:
+            mine = df[df["broker"] == node]
+            view = _BrokerView(run, node, Attempts(mine, att.faults, att.kills))
+            results.append((node, fn(view)))
+        return _merge_brokers(results, int(df["broker"].isna().sum()), len(df))
+
+    judge.__name__ = getattr(fn, "__name__", "per_broker")
+    judge.__doc__ = fn.__doc__
+    return judge
+
+
+def _merge_brokers(
+    results: list[tuple[int, CheckResult]], unattributed: int, total: int
+) -> CheckResult:
+    from analysis.checks.base import merge
+
+    name = results[0][1].name
+    verdict = merge(r.verdict for _n, r in results)
+    witnesses = [{"broker": n, **w} for n, r in results for w in r.witnesses][:10]
+    observed = "; ".join(f"broker {n}: {r.observed}" for n, r in results)
+    exercised_on = [n for n, r in results if r.exercised]
+    ratios = [
+        (r.peak / r.limit, n, r) for n, r in results if r.peak is not None and r.limit
+    ]  # fmt: skip
+    worst = max(ratios, key=lambda t: t[0]) if ratios else None
+    explanation = (
+        f"judged per broker (each broker's own meters and counts); exercised on broker(s) "
+        f"{', '.join(map(str, exercised_on)) or 'none'}. " + results[0][1].explanation
+    )
+    if unattributed:
+        if verdict != FAIL:
+            verdict = UNKNOWN
+        observed = (
+            f"{unattributed} of {total} client attempts name no broker (their profile cannot "
+            f"say which broker it reached): not judged per broker; " + observed
+        )
+    merged = CheckResult(
+        name,
+        verdict,
+        observed=observed,
+        expected=results[0][1].expected + " (on every broker)",
+        tolerance=results[0][1].tolerance,
+        witnesses=witnesses,
+        explanation=explanation,
+        judged=sum(r.judged for _n, r in results),
+        exercised=bool(exercised_on) if any(r.exercised is not None for _n, r in results) else None,
+        peak=worst[2].peak if worst else None,
+        limit=worst[2].limit if worst else None,
+    )
+    merged.data = {"per_broker": {str(n): r.to_dict() for n, r in results}}
+    return merged
 
 
 def _wit(row: Any, run: Run, why: str) -> dict[str, Any]:
@@ -680,7 +776,7 @@ CHECKS = [
     Check(
         "client_broker_rate_span",
         "broker_side",
-        check_broker_rate_span,
+        per_broker(check_broker_rate_span),
         True,
         ("broker",),
         doc="served connections per n·w span ≤ the broker-wide meter's bound (client intervals)",
@@ -689,7 +785,7 @@ CHECKS = [
     Check(
         "client_listener_rate_span",
         "broker_side",
-        check_listener_rate_span,
+        per_broker(check_listener_rate_span),
         True,
         ("broker",),
         doc="served connections per n·w span ≤ the listener meter's bound (client intervals)",
@@ -698,7 +794,7 @@ CHECKS = [
     Check(
         "client_ip_rate_span",
         "broker_side",
-        check_ip_rate_span,
+        per_broker(check_ip_rate_span),
         True,
         ("broker", "acceptor"),
         doc="served connections per IP per n·w span ≤ q·(n+1)·w (client intervals; on the "
@@ -708,7 +804,7 @@ CHECKS = [
     Check(
         "client_over_throttling",
         "broker_side",
-        check_over_throttling,
+        per_broker(check_over_throttling),
         False,
         ("broker",),
         doc="every EOF before a response is explainable by a per-IP limit under some timing",
@@ -717,7 +813,7 @@ CHECKS = [
     Check(
         "client_connection_count",
         "broker_side",
-        check_connection_count,
+        per_broker(check_connection_count),
         True,
         ("broker",),
         doc="served connections open at once ≤ max.connections / listener max (client view)",

@@ -30,15 +30,12 @@ from types import TracebackType
 from kafka.errors import KafkaError
 
 from harness.broker.artifacts import KAFKA_VERSION, Progress
-from harness.broker.config import ListenerPlan
+from harness.broker.config import MAX_BROKERS, ListenerPlan
 from harness.broker.errors import BrokerError
 from harness.broker.local import PORT_ATTEMPTS, LocalBroker, PortInUse, cluster_id, prepare_local
 from harness.broker.probe import probe
 from harness.localnet import LOOPBACK, free_ports
 from harness.security.sasl import DEFAULT_USERS
-
-#: more than this many JVMs on one machine of this kind only measures the machine
-MAX_BROKERS = 5
 
 
 class LocalCluster:

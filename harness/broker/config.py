@@ -25,6 +25,9 @@ from harness.security.sasl import MECHANISMS, PLAIN, SCRAM_MECHANISMS, SaslUser,
 
 CONTROLLER_LISTENER = "CONTROLLER"
 NODE_ID = 1
+#: the most nodes a cluster may have on one machine of this kind (more only measures the
+#: machine); `harness.broker.cluster`
+MAX_BROKERS = 5
 
 #: Keys the launcher sets itself; a caller overriding them would break the node's own wiring.
 MANAGED_KEYS = frozenset(

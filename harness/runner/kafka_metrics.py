@@ -156,6 +156,12 @@ def metrics_url_for(target: Any, override: str | None = None) -> tuple[str | Non
     if kind == "acceptor":
         url = getattr(target, "metrics_url", None)
         return (url, kind) if url else (None, "the acceptor serves no /metrics")
+    cluster = getattr(target, "cluster", None)
+    if cluster is not None and len(cluster.brokers) > 1:
+        return None, (
+            f"a cluster of {len(cluster.brokers)} brokers: one broker's metrics cannot testify "
+            "for load spread over all of them, and per-broker scrapes are not recorded yet"
+        )
     url = getattr(getattr(target, "broker", None), "metrics_url", None)
     if url:
         return url, kind

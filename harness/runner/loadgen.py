@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.runner.scenario import CLOSED_PROFILES, Phase
+from harness.runner.scenario import CLOSED_PROFILES, ENGINE_PROFILES, Phase
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,9 @@ class LoadTarget:
     metrics_url: str | None = None
     #: the listener's Kafka client configuration (``client.properties``) when it is secured
     command_config: str | None = None
+    #: a cluster's brokers on the phase's listener, (node id, host, port): an engine
+    #: profile spreads its arrivals over them (``--brokers``)
+    brokers: tuple[tuple[int, str, int], ...] = ()
 
 
 def max_arrivals(phase: Phase) -> int:
@@ -115,6 +118,15 @@ def locust_argv(
         argv += ["--metrics-url", target.metrics_url]
     if target.command_config:
         argv += ["--command-config", target.command_config]
+    if target.brokers:
+        # every broker: an engine profile spreads its arrivals over them, kafka-python
+        # clients follow metadata and are attributed by the address they reached; "bootstrap":
+        # an engine profile's arrivals all go to the first
+        spread = phase.spread == "all" or phase.profile not in ENGINE_PROFILES
+        brokers = target.brokers if spread else target.brokers[:1]
+        argv += ["--brokers", ",".join(f"{n}={h}:{p}" for n, h, p in brokers)]
+        if phase.hot_broker is not None:
+            argv += ["--hot-broker", f"{phase.hot_broker[0]}:{phase.hot_broker[1]:g}"]
     if web_port is None:
         argv.insert(3, "--headless")
     else:

@@ -267,6 +267,12 @@ class Orchestrator:
         self.run_json["listeners"] = {
             n: f"{h}:{p}" for n, (h, p) in self.target.client_addresses.items()
         }
+        if self.target.broker_addresses:  # a cluster: every broker's address per listener
+            self.run_json["brokers"] = {
+                str(node): {n: f"{h}:{p}" for n, nodes in self.target.broker_addresses.items()
+                            for i, h, p in nodes if i == node}
+                for node, _h, _p in next(iter(self.target.broker_addresses.values()))
+            }  # fmt: skip
         # protocols and where their client configuration is; never its contents (secrets)
         security: dict[str, dict[str, Any]] = {
             n: {"protocol": _protocol(path), "client_config": str(path)}
@@ -413,7 +419,11 @@ class Orchestrator:
             locust_bin=str(Path(sys.executable).with_name("locust")),
             profile_dir=_profile_dir(),
             target=LoadTarget(
-                host, port, self.target.metrics_url, _config_path(self.target, phase)
+                host,
+                port,
+                self.target.metrics_url,
+                _config_path(self.target, phase),
+                tuple(self.target.broker_addresses.get(phase.listener, ())),
             ),
             run_dir=self.rd.root,
             run_id=self.run_id,

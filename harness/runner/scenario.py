@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from harness.broker.config import MAX_BROKERS
 from harness.security.sasl import DEFAULT_USERS
 
 INT_MAX = 2147483647
@@ -33,6 +34,8 @@ LISTENER_PROXY_MODES = ("off", "optional", "required")
 #: profiles whose load speaks TLS and SASL (the storm engine; the steady kafka-python
 #: clients); the others are PLAINTEXT only
 SECURED_PROFILES = ("storm", "steady")
+#: profiles that run on the storm engine (they can spread arrivals over a cluster's brokers)
+ENGINE_PROFILES = ("storm",)
 
 #: Kafka's broker-level keys a scenario may set (listener-prefixed forms below).
 BROKER_KEYS: dict[str, tuple[int, bool]] = {
@@ -97,6 +100,11 @@ class Phase:
     extra_args: tuple[str, ...] = ()
     #: the SASL user its clients log in as on a SASL listener (None: the run's first user)
     sasl_user: str | None = None
+    #: in a cluster: "all" (an engine profile's arrivals over every broker) or "bootstrap"
+    #: (all on broker 1; kafka-python clients follow metadata from there themselves)
+    spread: str = "all"
+    #: in a cluster: (node id, share) of the arrivals pinned to one broker
+    hot_broker: tuple[int, float] | None = None
 
     @property
     def duration(self) -> float:
@@ -177,6 +185,9 @@ class Scenario:
     #: secured listeners: name -> `harness.broker.config.parse_listener`'s protocol part
     #: ("SSL", "SSL:mtls", "SASL_SSL:SCRAM-SHA-512"); a listener not in here is PLAINTEXT
     security: Mapping[str, str] = field(default_factory=dict)
+    #: brokers in the cluster the scenario runs against (KRaft nodes on the local launcher;
+    #: docs/clusters.md); every per-broker limit is each broker's own
+    brokers: int = 1
     source: str = ""
     raw: Mapping[str, Any] = field(default_factory=dict)
 
@@ -369,6 +380,7 @@ _TOP_KEYS = (
     "covers",
     "targets",
     "target",
+    "brokers",
     "duration",
     "seed",
     "listeners",
@@ -397,6 +409,8 @@ _PHASE_KEYS = (
     "max_arrivals",
     "extra_args",
     "sasl_user",
+    "spread",
+    "hot_broker",
 )
 
 
@@ -556,6 +570,15 @@ def _parse_phase(i: int, spec: object, sc: dict[str, Any]) -> Phase:
             raise ScenarioError(
                 f"{where}.sasl_user", sasl_user, f"one of the run's SASL users {DEFAULT_USERS}"
             )
+    spread = str(m.get("spread", "all"))
+    if spread not in ("all", "bootstrap"):
+        raise ScenarioError(f"{where}.spread", spread, "one of ('all', 'bootstrap')")
+    hot = _parse_hot_broker(f"{where}.hot_broker", m.get("hot_broker"), sc["brokers"])
+    if hot is not None and (spread != "all" or profile not in ENGINE_PROFILES):
+        raise ScenarioError(
+            f"{where}.hot_broker", dict(m["hot_broker"]),
+            f"pins an engine profile's arrivals ({ENGINE_PROFILES}) spread over all brokers",
+        )  # fmt: skip
     return Phase(
         name=name,
         profile=str(profile),
@@ -572,7 +595,24 @@ def _parse_phase(i: int, spec: object, sc: dict[str, Any]) -> Phase:
         max_arrivals=max_arrivals,
         extra_args=tuple(extra),
         sasl_user=None if sasl_user is None else str(sasl_user),
+        spread=spread,
+        hot_broker=hot,
     )
+
+
+def _parse_hot_broker(key: str, spec: object, brokers: int) -> tuple[int, float] | None:
+    if spec is None:
+        return None
+    m = _mapping(key, spec)
+    _only(key, m, ("id", "share"))
+    node = _int(f"{key}.id", m.get("id"), 1)
+    assert node is not None
+    if node > brokers:
+        raise ScenarioError(f"{key}.id", node, f"the cluster's node ids are 1-{brokers}")
+    share = _num(f"{key}.share", m.get("share"), 0.0)
+    if not 0.0 < share <= 1.0:
+        raise ScenarioError(f"{key}.share", share, "a share of the arrivals in (0, 1]")
+    return node, share
 
 
 def _parse_action(i: int, spec: object, sc: dict[str, Any]) -> Action:
@@ -693,7 +733,19 @@ def _parse_scenario(data: object, source: str) -> Scenario:
         raise ScenarioError("duration", duration, "keep scenarios short (<= 600 s of load)")
     seed = _int("seed", data.get("seed", 1), 0)
     listeners, inter, proxy, security = _parse_listeners(data.get("listeners"))
-    sc: dict[str, Any] = {"duration": duration, "listeners": listeners, "security": security}
+    brokers = _int("brokers", data.get("brokers", 1), 1)
+    assert brokers is not None
+    if brokers > MAX_BROKERS:
+        raise ScenarioError("brokers", brokers, f"at most {MAX_BROKERS} on one machine")
+    if brokers > 1 and "acceptor" in targets:
+        raise ScenarioError(
+            "targets",
+            targets,
+            "a cluster runs on the broker target only for now (docs/clusters.md)",
+        )
+    sc: dict[str, Any] = {
+        "duration": duration, "listeners": listeners, "security": security, "brokers": brokers
+    }  # fmt: skip
 
     limits: dict[str, int | str] = {}
     for k, v in _mapping("limits", data.get("limits")).items():
@@ -775,6 +827,7 @@ def _parse_scenario(data: object, source: str) -> Scenario:
         seed=int(seed or 0),
         acceptor=acceptor,
         security=security,
+        brokers=int(brokers),
         source=source,
         raw=dict(data),
     )

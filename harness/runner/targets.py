@@ -290,6 +290,11 @@ class Target:
         #: Kafka's client keys for the admin connection when its listener is secured (an
         #: existing cluster reached with ``--command-config``); None: PLAINTEXT
         self.admin_config: dict[str, str] | None = None
+        #: a cluster's nodes (scenario ``brokers`` > 1); ``broker`` is then its node 1, the
+        #: bootstrap and admin address
+        self.cluster: Any = None
+        #: per listener, every broker of a cluster as (node id, host, port)
+        self.broker_addresses: dict[str, list[tuple[int, str, int]]] = {}
 
     @property
     def writes_config_rows(self) -> bool:
@@ -310,6 +315,12 @@ class Target:
         from harness.broker import start_broker
 
         if bootstrap_server:
+            if self.scenario.brokers > 1:
+                raise TargetError(
+                    f"--bootstrap-server {bootstrap_server}: the scenario asks for a cluster of "
+                    f"{self.scenario.brokers} brokers, which the harness starts itself; judging "
+                    "an existing cluster per broker is not there yet (docs/clusters.md)"
+                )
             if self.kafka_version:
                 raise TargetError(
                     f"--kafka-version {self.kafka_version} with --bootstrap-server: an existing "
@@ -328,6 +339,8 @@ class Target:
                     f"secured listeners ({secured}): the local launcher starts the broker"
                 )
                 launcher = "local"
+        if self.scenario.brokers > 1:
+            return self._start_cluster(launcher, properties, timeout, request_log)
         kwargs: dict[str, Any] = {
             "request_log": request_log,
             "launcher": launcher,
@@ -477,11 +490,58 @@ class Target:
     def set_upstream_latency(self, ms: float) -> None:
         raise TargetError("no upstream to delay on this target")
 
+    def _start_cluster(
+        self, launcher: str, properties: Mapping[str, str], timeout: float, request_log: bool
+    ) -> Any:
+        """The scenario's cluster of KRaft nodes (local launcher; docs/clusters.md)."""
+        from harness.broker import KAFKA_VERSION
+        from harness.broker.cluster import start_local_cluster
+
+        n = self.scenario.brokers
+        if launcher not in ("auto", "local"):
+            raise TargetError(
+                f"--launcher {launcher}: a cluster of {n} brokers runs on the local launcher "
+                "(docs/clusters.md); use --launcher local"
+            )
+        self.progress(
+            f"starting a Kafka cluster of {n} brokers (local launcher, listeners "
+            f"{','.join(self.scenario.listeners)}; logs under {self.run_dir / 'broker'})"
+        )
+        self.cluster = cluster = start_local_cluster(
+            n,
+            properties=dict(properties),
+            listeners=self.scenario.broker_listeners,
+            inter_broker_listener=self.scenario.inter_broker_listener,
+            workdir=self.run_dir / "broker",
+            ready_timeout_s=timeout,
+            progress=self.progress,
+            version=self.kafka_version or KAFKA_VERSION,
+            request_log=request_log,
+        )
+        self.broker = b = cluster.brokers[0]
+        self.broker_addresses = {
+            name: [(node.plan.node_id, node.host, int(node.listener_ports[name]))
+                   for node in cluster.brokers]
+            for name in self.scenario.listeners
+        }  # fmt: skip
+        self.client_configs = {
+            key: Path(path)
+            for key, path in b.client_configs.items()
+            if key.partition("@")[0] in self.scenario.security and ":" not in key
+        }
+        return b
+
     def alive(self) -> str | None:
         """None if every process of the target still runs, else what died."""
         return None
 
     def stop(self) -> None:
+        if self.cluster is not None:
+            self.progress(f"stopping the cluster of {len(self.cluster.brokers)} brokers")
+            try:
+                self.cluster.stop()
+            finally:
+                self.cluster = self.broker = None
         if self.broker is not None:
             self.progress("stopping the broker")
             try:

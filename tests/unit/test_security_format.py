@@ -72,7 +72,10 @@ def test_files_are_private_and_the_dump_beside_broker_log_is_masked(tmp_path: Pa
         "SASL_SSL:SCRAM-SHA-512",
         "SASL_SSL:PLAIN",
         "MTLS",
+        *(f"SASL_SSL@{u.name}" for u in broker.security.users),  # each user's own login
     }
+    bob = clientprops.read(broker.client_configs["SASL_SSL@bob"])
+    assert 'username="bob"' in bob["sasl.jaas.config"] and bob["sasl.mechanism"] == "SCRAM-SHA-512"
     plain = clientprops.read(broker.client_configs["SASL_SSL:PLAIN"])
     assert plain["sasl.mechanism"] == "PLAIN"
     assert plain["bootstrap.servers"] == "127.0.0.1:2"

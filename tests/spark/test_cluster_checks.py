@@ -1,0 +1,114 @@
+"""A cluster's per-broker rules on hand-built histories: each broker is judged on its own
+attempts (its own meters, counts and per-IP quotas), never on the cluster's sum.
+
+One address sends to three brokers with a per-IP quota of 1/s (bound q·(n+1)·w = 12
+connections in a span, n = 11, w = 1 s): 11 on each broker (92 % of each one's bound, 33
+in all) must pass; 13 on broker 2 must fail naming broker 2; an attempt that names no
+broker makes the rule `unknown`, never merged.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from analysis.checks import ALL_CHECKS, CheckResult
+from analysis.load import load_run
+from analysis.synth import write_rows
+from analysis.verdict import run_checks
+
+T0 = 7_000_000_000_000
+MS = 1_000_000
+IP = "127.0.0.9"
+
+
+def _served(port: int, invoke_ms: float, broker: int | None) -> list[dict[str, Any]]:
+    base = {"source": "client", "listener": "client", "ip": IP, "port": port}
+    t = T0 + int(invoke_ms * MS)
+    detail: dict[str, Any] = {"profile": "storm"}
+    if broker is not None:
+        detail["broker"] = broker
+    return [
+        {**base, "event": "connect_invoke", "mono_ns": t, "detail": detail},
+        {**base, "event": "connect_ok", "mono_ns": t + MS // 2, "latency_ms": 0.5},
+        {**base, "event": "ready", "mono_ns": t + 5 * MS, "latency_ms": 5.0},
+        {**base, "event": "closed", "mono_ns": t + 6 * MS, "reason": "done",
+         "detail": {"outcome": "served"}},
+    ]  # fmt: skip
+
+
+def _judge(
+    spark: Any, tmp: Path, name: str, per_broker: dict[int | None, int], check: str
+) -> CheckResult:
+    rows: list[dict[str, Any]] = []
+    port = 3000
+    for broker, count in per_broker.items():
+        for i in range(count):  # all inside one 10.998 s span
+            rows += _served(port, i * 800.0 + (broker or 0) * 7.0, broker)
+            port += 1
+    cfg = {"listeners": "CLIENT://127.0.0.1:9092", "ip_quotas": {IP: 1},
+           "max.connections.per.ip": 2}  # fmt: skip
+    head = [{"source": "harness", "event": "config", "mono_ns": T0 - 1, "detail": cfg}]
+    brokers = {str(n): {"CLIENT": f"127.0.0.1:{9091 + n}"} for n in (1, 2, 3)}
+    meta = {"run_id": name, "target": "broker", "limits": cfg, "brokers": brokers,
+            "expect": {"slack_ms": 50}}  # fmt: skip
+    run = load_run(spark, write_rows(tmp / name, head + rows, meta))
+    (result,) = run_checks(run, [c for c in ALL_CHECKS if c.name == check])
+    return result
+
+
+def test_each_broker_under_its_own_bound_passes_though_the_sum_is_over(
+    spark: Any, tmp_path: Path
+) -> None:
+    r = _judge(spark, tmp_path, "each-92", {1: 11, 2: 11, 3: 11}, "client_ip_rate_span")
+    assert r.verdict == "pass", (r.observed, r.witnesses)
+    assert r.observed.count("broker ") >= 3 and "11 served" in r.observed
+    assert set(r.data["per_broker"]) == {"1", "2", "3"}
+
+
+def test_one_broker_over_its_bound_fails_naming_it(spark: Any, tmp_path: Path) -> None:
+    r = _judge(spark, tmp_path, "two-over", {1: 11, 2: 13, 3: 11}, "client_ip_rate_span")
+    assert r.verdict == "fail", r.observed
+    assert r.witnesses and {w["broker"] for w in r.witnesses} == {2}, r.witnesses
+
+
+def test_an_attempt_that_names_no_broker_is_never_merged(spark: Any, tmp_path: Path) -> None:
+    r = _judge(spark, tmp_path, "unnamed", {1: 11, 2: 11, None: 1}, "client_ip_rate_span")
+    assert r.verdict == "unknown" and "name no broker" in r.observed, r.observed
+
+
+@pytest.mark.parametrize(("counts", "verdict"), [({1: 2, 2: 2}, "pass"), ({1: 2, 2: 3}, "fail")])
+def test_per_ip_concurrency_is_each_brokers_own(
+    spark: Any, tmp_path: Path, counts: dict[int | None, int], verdict: str
+) -> None:
+    """max.connections.per.ip 2: two served at once on each broker (four in all) pass;
+    three on one broker fail. The connections overlap: each lasts from its ready to its
+    close, and here all of one broker's are open together."""
+    rows_name = f"conc-{counts[2]}"
+    r = _judge_overlapping(spark, tmp_path, rows_name, counts)
+    assert r.verdict == verdict, (r.observed, r.witnesses)
+    if verdict == "fail":
+        assert "on broker 2" in r.witnesses[0]["why"]
+
+
+def _judge_overlapping(
+    spark: Any, tmp: Path, name: str, per_broker: dict[int | None, int]
+) -> CheckResult:
+    rows: list[dict[str, Any]] = []
+    port = 4000
+    for broker, count in per_broker.items():
+        for i in range(count):
+            one = _served(port, i * 1.0, broker)
+            one[-1]["mono_ns"] = T0 + 5_000 * MS  # all closed at +5 s: open together
+            rows += one
+            port += 1
+    cfg = {"listeners": "CLIENT://127.0.0.1:9092", "max.connections.per.ip": 2}
+    head = [{"source": "harness", "event": "config", "mono_ns": T0 - 1, "detail": cfg}]
+    brokers = {str(n): {"CLIENT": f"127.0.0.1:{9091 + n}"} for n in (1, 2, 3)}
+    meta = {"run_id": name, "target": "broker", "limits": cfg, "brokers": brokers,
+            "expect": {"slack_ms": 50}}  # fmt: skip
+    run = load_run(spark, write_rows(tmp / name, head + rows, meta))
+    (result,) = run_checks(run, [c for c in ALL_CHECKS if c.name == "client_ip_concurrency"])
+    return result
