@@ -222,11 +222,12 @@ class _Conn:
     """One connection's state: only what its history rows need."""
 
     __slots__ = (
-        "api", "buf", "cid", "conn_id", "connect_ms", "eof_ms", "errors", "fail", "fd", "gen",
-        "invoke_ns", "ip", "out", "phase_ns", "port", "ready_ms", "req_ns", "responses",
+        "api", "broker", "buf", "cid", "conn_id", "connect_ms", "eof_ms", "errors", "fail", "fd",
+        "gen", "invoke_ns", "ip", "out", "phase_ns", "port", "ready_ms", "req_ns", "responses",
         "sasl", "sasl_ms", "sock", "state", "tls", "tls_ms",
     )  # fmt: skip
     api: int
+    broker: int | None
     buf: bytes
     cid: int
     conn_id: str
@@ -250,6 +251,11 @@ class _Conn:
     state: int
     tls: TlsLink | None
     tls_ms: float | None
+
+
+#: how long a broker that refused a connection is passed over (Kafka's client default
+#: `reconnect.backoff.max.ms`, 1 s, the longest it waits before trying a node again)
+RECONNECT_BACKOFF_NS = 1_000_000_000
 
 
 def _epoll() -> Any:
@@ -298,6 +304,8 @@ class StormEngine:
         self._hold_ns = int(config.hold_ms * 1e6)
         self._delayed_ms = config.delayed_threshold_ms
         self._invoke_detail = self._detail_template("")
+        #: a cluster's brokers that refused a connection, and until when they are passed over
+        self._down: dict[int, int] = {}
 
     def set_clock_offset(self, offset_ns: int, rtt_ns: int) -> None:
         """Distributed runs: this process's offset to the master's clock (``clock.py``),
@@ -458,8 +466,9 @@ class StormEngine:
             s.close()
             self._not_offered(intended, _cause(exc.errno), str(exc))
             return
+        node: int | None = None
         if cfg.brokers:
-            node, host, port = broker_for(k, cfg.brokers, cfg.hot_broker)
+            node, host, port = self._pick(k)
             detail = self._invoke_detail % (node, intended)
         else:
             host, port, detail = cfg.host, cfg.port, self._invoke_detail % intended
@@ -481,6 +490,7 @@ class StormEngine:
         self._cid += 1
         c.cid = self._cid
         c.conn_id = f"{self._prefix}{k}"
+        c.broker = node
         c.invoke_ns = invoke
         c.gen = 0
         c.buf = b""
@@ -506,9 +516,26 @@ class StormEngine:
         else:
             self._connect_failed(c, err)
 
+    def _pick(self, k: int) -> BrokerTarget:
+        """Arrival ``k``'s broker (`broker_for`); one that refused a connection within the
+        last `RECONNECT_BACKOFF_NS` is passed over for the next one up, as a Kafka client
+        backs off a node it could not reach and bootstraps on another: a killed broker's
+        share of the arrivals goes to the survivors."""
+        cfg = self.cfg
+        target = broker_for(k, cfg.brokers, cfg.hot_broker)
+        if not self._down:
+            return target
+        now = self._clock()
+        up = [b for b in cfg.brokers if self._down.get(b[0], 0) <= now]
+        if target in up or not up:
+            return target
+        return up[k % len(up)]
+
     def _connect_failed(self, c: _Conn, err: int) -> None:
         reason = "timeout" if err == errno.ETIMEDOUT else "reset" if err in _RESET else "refused"
         now = self._clock()
+        if reason == "refused" and c.broker is not None:
+            self._down[c.broker] = now + RECONNECT_BACKOFF_NS
         self._row("connect_fail", now, c, reason, latency_ms=(now - c.invoke_ns) / 1e6)
         self._finish(c, reason, now, outcome=reason)
 

@@ -67,26 +67,58 @@ class Attempts:
     df: pd.DataFrame
     faults: list[tuple[int, int]]  # fault windows (mono_ns)
     kills: list[tuple[int, int]]  # broker_kill windows: meters restart after them
+    #: the node each fault window / kill hit in a cluster (None: the one broker, or all)
+    fault_nodes: list[int | None] | None = None
+    kill_nodes: list[int | None] | None = None
+
+    def on(self, node: int) -> Attempts:
+        """One broker's attempts and the faults that hit it (the others' do not touch its
+        meters or counts)."""
+
+        def mine(windows: list[tuple[int, int]], nodes: list[int | None] | None) -> list[Any]:
+            nodes = nodes or [None] * len(windows)
+            return [w for w, n in zip(windows, nodes, strict=True) if n is None or n == node]
+
+        return Attempts(
+            self.df[self.df["broker"] == node],
+            mine(self.faults, self.fault_nodes),
+            mine(self.kills, self.kill_nodes),
+        )
 
 
-def _faults(run: Run) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+def _faults(
+    run: Run,
+) -> tuple[list[tuple[int, int]], list[tuple[int, int]], list[int | None], list[int | None]]:
+    """Fault windows, broker-kill windows, and the node each hit (`fault_start`'s
+    ``detail.broker`` in a cluster; None otherwise)."""
+    from pyspark.sql import functions as F
+
     rows = (
         run.events("fault_start", "fault_end", source="harness")
-        .select("event", "mono_ns", "reason")
+        .select(
+            "event", "mono_ns", "reason", F.get_json_object("detail", "$.broker").alias("node")
+        )
         .orderBy("mono_ns")
         .collect()
     )
-    open_: dict[str, int] = {}
-    out: list[tuple[int, int, str]] = []
+    open_: dict[str, tuple[int, int | None]] = {}
+    out: list[tuple[int, int, str, int | None]] = []
     end_ns = run.span_ns()[1]
     for r in rows:
         kind = str(r["reason"] or "")
         if r["event"] == "fault_start":
-            open_[kind] = int(r["mono_ns"])
+            open_[kind] = (int(r["mono_ns"]), int(r["node"]) if r["node"] else None)
         elif kind in open_:
-            out.append((open_.pop(kind), int(r["mono_ns"]), kind))
-    out += [(s, end_ns, k) for k, s in open_.items()]
-    return [(s, e) for s, e, _ in out], [(s, e) for s, e, k in out if k == "broker_kill"]
+            start, node = open_.pop(kind)
+            out.append((start, int(r["mono_ns"]), kind, node))
+    out += [(s, end_ns, k, n) for k, (s, n) in open_.items()]
+    kills = [o for o in out if o[2] == "broker_kill"]
+    return (
+        [(s, e) for s, e, _k, _n in out],
+        [(s, e) for s, e, _k, _n in kills],
+        [n for *_x, n in out],
+        [n for *_x, n in kills],
+    )
 
 
 def attempts(run: Run) -> Attempts:
@@ -111,8 +143,8 @@ def attempts(run: Run) -> Attempts:
             "broker",
         ).toPandas()
         df["invoke_ns"] = df["invoke_ns"].fillna(df["connect_ok_ns"])
-        faults, kills = _faults(run)
-        return Attempts(df, faults, kills)
+        faults, kills, fault_nodes, kill_nodes = _faults(run)
+        return Attempts(df, faults, kills, fault_nodes, kill_nodes)
 
     return run.cached("broker_side_attempts", build)  # type: ignore[no-any-return]
 
@@ -176,9 +208,7 @@ def per_broker(fn: Any) -> Any:
         df = att.df
         results: list[tuple[int, CheckResult]] = []
         for node in nodes:
-            mine = df[df["broker"] == node]
-            view = _BrokerView(run, node, Attempts(mine, att.faults, att.kills))
-            results.append((node, fn(view)))
+            results.append((node, fn(_BrokerView(run, node, att.on(node)))))
         return _merge_brokers(results, int(df["broker"].isna().sum()), len(df))
 
     judge.__name__ = getattr(fn, "__name__", "per_broker")

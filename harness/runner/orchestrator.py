@@ -536,7 +536,7 @@ class Orchestrator:
             if start:
                 self.say(f"t={elapsed:.1f}s fault {kind} skipped: {why_not}")
             return
-        broker = self.target.broker
+        broker = self.target.node(params.get("broker"))
         detail = {k: v for k, v in params.items()}
         if start and kind != "upstream_latency" and self._restart_thread is not None:
             # a broker still restarting after a kill cannot be paused or killed again yet

@@ -627,7 +627,7 @@ def _parse_action(i: int, spec: object, sc: dict[str, Any]) -> Action:
             "ip_quota, broker_config, request_quota, fault",
         )
     kind = kinds[0]
-    allowed = ["at", kind] + (["for", "latency_ms"] if kind == "fault" else [])
+    allowed = ["at", kind] + (["for", "latency_ms", "broker"] if kind == "fault" else [])
     _only(where, m, allowed)
     if "at" not in m:
         raise ScenarioError(f"{where}.at", None, "missing: seconds after the load starts")
@@ -671,6 +671,15 @@ def _parse_action(i: int, spec: object, sc: dict[str, Any]) -> Action:
                 f"{where}.for", dur, f"the fault must end before the run ends ({sc['duration']} s)"
             )
         params = {"kind": fkind, "for": dur}
+        if "broker" in m:  # a cluster: the node the fault hits (default: node 1)
+            if fkind == "upstream_latency":
+                raise ScenarioError(f"{where}.broker", m["broker"], "only for broker faults")
+            node = _int(f"{where}.broker", m["broker"], 1)
+            if node is None or node > sc["brokers"]:
+                raise ScenarioError(
+                    f"{where}.broker", m["broker"], f"the cluster's node ids are 1-{sc['brokers']}"
+                )
+            params["broker"] = node
         if fkind == "upstream_latency":
             params["latency_ms"] = _num(f"{where}.latency_ms", m.get("latency_ms", 200), 0.0)
         elif "latency_ms" in m:

@@ -531,6 +531,13 @@ class Target:
         }
         return b
 
+    def node(self, node_id: int | None) -> Any:
+        """The broker a fault hits: a cluster's node ``node_id`` (default node 1), else
+        the one broker."""
+        if self.cluster is None or node_id is None:
+            return self.broker
+        return self.cluster.broker(int(node_id))
+
     def alive(self) -> str | None:
         """None if every process of the target still runs, else what died."""
         return None

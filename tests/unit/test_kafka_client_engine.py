@@ -337,3 +337,31 @@ def test_a_close_during_the_tls_handshake_is_an_eof_after_accept(
     ends = [r for r in rows if r["event"] in ("tls_fail", "closed")]
     assert {r["reason"] for r in ends} <= {"eof", "reset"}, ends
     assert all("eof_ms" in r["d"] for r in rows if r["event"] == "closed")
+
+
+def test_arrivals_spread_over_brokers_and_pass_over_one_that_refused(
+    fake_kafka: FakeKafka, tmp_path: Path
+) -> None:
+    live = fake_kafka.server_address[1]
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    dead = s.getsockname()[1]
+    s.close()  # nothing listens there now: broker 2 is down
+    brokers = ((1, "127.0.0.1", live), (2, "127.0.0.1", dead), (3, "127.0.0.1", live))
+    stats, rows = run(live, tmp_path, 9, brokers=brokers)
+    invokes = sorted((r for r in rows if r["event"] == "connect_invoke"), key=lambda r: r["seq"])
+    nodes = [r["d"]["broker"] for r in invokes]
+    # round-robin 1, 2, 3, ...; after broker 2 refused, its turns go to the brokers up
+    # (Kafka's reconnect back-off, 1 s: the whole schedule here)
+    assert nodes[:3] == [1, 2, 3] and nodes.count(2) == 1, nodes
+    assert stats.outcomes == {"refused": 1, "served": 8}
+
+
+def test_a_hot_broker_takes_its_share_of_the_arrivals(
+    fake_kafka: FakeKafka, tmp_path: Path
+) -> None:
+    port = fake_kafka.server_address[1]
+    brokers = tuple((n, "127.0.0.1", port) for n in (1, 2, 3))
+    _stats, rows = run(port, tmp_path, 8, brokers=brokers, hot_broker=(2, 0.5))
+    nodes = [r["d"]["broker"] for r in rows if r["event"] == "connect_invoke"]
+    assert sorted(nodes).count(2) == 4 and nodes.count(1) == 2 and nodes.count(3) == 2, nodes
