@@ -104,6 +104,8 @@ class CheckResult:
             "raise_hint": self.raise_hint,
             "judges_limit": self.judges_limit,
             "parts": [p.to_dict() for p in self.parts],
+            # a cluster: each broker's own result (analysis.checks.broker_side.per_broker)
+            **({"per_broker": self.data["per_broker"]} if "per_broker" in self.data else {}),
         }
 
 

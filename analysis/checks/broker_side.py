@@ -254,7 +254,19 @@ def _merge_brokers(
         peak=worst[2].peak if worst else None,
         limit=worst[2].limit if worst else None,
     )
-    merged.data = {"per_broker": {str(n): r.to_dict() for n, r in results}}
+    merged.data = {
+        "per_broker": {
+            str(n): {
+                "verdict": r.verdict,
+                "judged": r.judged,
+                "exercised": r.exercised,
+                "peak": r.peak,
+                "limit": r.limit,
+                "observed": r.observed,
+            }
+            for n, r in results
+        }
+    }
     return merged
 
 

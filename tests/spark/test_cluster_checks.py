@@ -112,3 +112,23 @@ def _judge_overlapping(
     run = load_run(spark, write_rows(tmp / name, head + rows, meta))
     (result,) = run_checks(run, [c for c in ALL_CHECKS if c.name == "client_ip_concurrency"])
     return result
+
+
+def test_the_report_shows_each_brokers_result(spark: Any, tmp_path: Path) -> None:
+    from analysis.report import render
+    from analysis.verdict import build_verdict
+
+    path = tmp_path / "report"
+    r = _judge(spark, tmp_path, "report", {1: 11, 2: 13, 3: 11}, "client_ip_rate_span")
+    per = r.to_dict()["per_broker"]
+    assert [per[n]["verdict"] for n in ("1", "2", "3")] == ["pass", "fail", "pass"]
+    run = load_run(spark, path)
+    html = render(build_verdict(run, [r]), [], run, outcomes={})
+    table = html[
+        html.index("<h2>Per broker</h2>") : html.index(
+            "</table>", html.index("<h2>Per broker</h2>")
+        )
+    ]
+    assert all(f"<th>broker {n}</th>" in table for n in (1, 2, 3))
+    cells = table.split("<td")[2:]  # after the check's name: brokers 1, 2, 3
+    assert ["v fail" in c for c in cells] == [False, True, False], cells
