@@ -95,9 +95,7 @@ def _faults(
 
     rows = (
         run.events("fault_start", "fault_end", source="harness")
-        .select(
-            "event", "mono_ns", "reason", F.get_json_object("detail", "$.broker").alias("node")
-        )
+        .select("event", "mono_ns", "reason", F.get_json_object("detail", "$.broker").alias("node"))
         .orderBy("mono_ns")
         .collect()
     )

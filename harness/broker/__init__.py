@@ -88,6 +88,7 @@ def start_broker(
     request_log: bool = False,
     client_config: Mapping[str, str] | None = None,
     version: str | None = None,
+    zookeeper: bool | None = None,
 ) -> Broker:
     """Start (or find) a Kafka broker and return once it answers ApiVersions and Metadata.
 
@@ -106,8 +107,17 @@ def start_broker(
             + f": an existing cluster runs its own release, and images hold Kafka "
             f"{KAFKA_VERSION}; use the local launcher for Kafka {version}"
         )
-    if other_version and launcher == "auto":
-        progress(f"Kafka {version}: the local launcher runs it (images hold {KAFKA_VERSION})")
+    if zookeeper and (bootstrap_server or launcher in ("container", "external")):
+        raise BrokerError(
+            f"config zookeeper with launcher={launcher!r}: ZooKeeper mode runs on the local "
+            "launcher (it starts its own ZooKeeper)"
+        )
+    if (other_version or zookeeper) and launcher == "auto":
+        progress(
+            f"Kafka {version or KAFKA_VERSION}"
+            + (" in ZooKeeper mode" if zookeeper else "")
+            + f": the local launcher runs it (images hold {KAFKA_VERSION} in KRaft mode)"
+        )
         launcher = "local"
     chosen = choose_launcher(launcher, bootstrap_server)
     if chosen == "external":
@@ -157,4 +167,5 @@ def start_broker(
         ready_timeout_s=ready_timeout_s,
         progress=progress,
         request_log=request_log,
+        zookeeper=zookeeper,
     )

@@ -92,6 +92,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="a KRaft cluster of N nodes, each a broker and a controller with its own ports "
         "(default 1; local launcher; docs/clusters.md)",
     )
+    parser.add_argument(
+        "--zookeeper",
+        action="store_true",
+        help="keep the metadata in a ZooKeeper the harness starts and stops (releases before "
+        "4.0; the default before 3.3); local launcher",
+    )
     parser.add_argument("--workdir", type=Path, help="data dir + broker.log (a run folder)")
     parser.add_argument(
         "--request-log",
@@ -211,6 +217,8 @@ def run(args: argparse.Namespace) -> int:
             )
         if args.sasl_users and not secured:
             raise BrokerError("config --sasl-user: needs a SASL listener (--secure or --listener)")
+        if args.brokers != 1 and args.zookeeper:
+            raise BrokerError(f"config --brokers {args.brokers} --zookeeper: clusters run in KRaft")
         if args.brokers != 1 and (args.bootstrap_server or args.launcher in ("container",)):
             raise BrokerError(
                 f"config --brokers {args.brokers}: clusters run on the local launcher only for "
@@ -245,10 +253,12 @@ def run(args: argparse.Namespace) -> int:
                 progress=_progress,
                 sasl_users=tuple(args.sasl_users) or DEFAULT_USERS,
                 request_log=args.request_log,
+                zookeeper=True if args.zookeeper else None,
             )
         else:
             broker = start_broker(
                 version=version,
+                zookeeper=True if args.zookeeper else None,
                 launcher=launcher,
                 bootstrap_server=args.bootstrap_server,
                 properties=properties,
@@ -260,6 +270,9 @@ def run(args: argparse.Namespace) -> int:
             )
         pid = f", pid {broker.pid}" if broker.pid else ""
         print(f"kafka {broker.version} ready ({broker.launcher} launcher{pid})")
+        zk = getattr(broker, "zookeeper", None)
+        if zk is not None:
+            print(f"zookeeper: {zk.connect} (pid {zk.pid}, log {zk.log_path})")
         print(f"bootstrap: {broker.bootstrap}")
         for name, port in broker.listener_ports.items():
             print(f"listener: {name}={broker.host}:{port}")

@@ -144,6 +144,11 @@ def start_local_cluster(
         request_log=request_log,
         sasl_users=sasl_users,
     )
+    if prep.zookeeper:
+        raise BrokerError(
+            f"config brokers={brokers} with Kafka {version}: clusters run in KRaft mode only "
+            "(3.3 or newer)"
+        )
     per_node = len(prep.names) + 2  # the listeners, the controller, the metrics agent
     for attempt in range(1, PORT_ATTEMPTS + 1):
         ports = port_picker(per_node * brokers)

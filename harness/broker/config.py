@@ -43,6 +43,7 @@ MANAGED_KEYS = frozenset(
         "log.dirs",
         "log.dir",
         "metadata.log.dir",
+        "zookeeper.connect",
     }
 )
 
@@ -84,6 +85,9 @@ class ListenerPlan:
     #: node: its own controller listener; a cluster: `harness.broker.cluster`)
     node_id: int = NODE_ID
     voters: str = ""
+    #: ZooKeeper mode: the broker's ``zookeeper.connect`` (no KRaft controller; the
+    #: controller port is then ZooKeeper's client port); "" for KRaft
+    zookeeper: str = ""
 
     @property
     def first(self) -> str:
@@ -351,11 +355,29 @@ def server_properties(
         if "\n" in value or "\r" in value:
             raise BrokerError(f"config {key}={value!r}: values cannot contain line breaks")
         props[key] = str(value)
-    all_names = (*plan.names, CONTROLLER_LISTENER)
-    ports = {**plan.ports, CONTROLLER_LISTENER: plan.controller_port}
     advertised = {
         name: plan.advertised.get(name, f"{LOOPBACK}:{plan.ports[name]}") for name in plan.names
     }
+    if plan.zookeeper:  # ZooKeeper mode: a broker id and its ZooKeeper, no controller role
+        from harness.broker.zookeeper import SESSION_TIMEOUT_MS
+
+        props.setdefault("zookeeper.session.timeout.ms", str(SESSION_TIMEOUT_MS))
+        props.update(
+            {
+                "broker.id": str(plan.node_id),
+                "zookeeper.connect": plan.zookeeper,
+                "listeners": ",".join(f"{n}://{LOOPBACK}:{plan.ports[n]}" for n in plan.names),
+                "advertised.listeners": ",".join(f"{n}://{advertised[n]}" for n in plan.names),
+                "inter.broker.listener.name": plan.inter_broker_listener or plan.first,
+                "listener.security.protocol.map": ",".join(
+                    f"{n}:{plan.protocol(n)}" for n in plan.names
+                ),
+                "log.dirs": data_dir,
+            }
+        )
+        return props
+    all_names = (*plan.names, CONTROLLER_LISTENER)
+    ports = {**plan.ports, CONTROLLER_LISTENER: plan.controller_port}
     props.update(
         {
             "process.roles": "broker,controller",

@@ -64,6 +64,7 @@ from harness.broker.config import (
 )
 from harness.broker.errors import BrokerError, tail
 from harness.broker.probe import probe
+from harness.broker.zookeeper import SESSION_TIMEOUT_MS, TICK_MS, ZooKeeperProcess
 from harness.localnet import LOOPBACK, free_ports
 from harness.security import clientprops, secrets
 from harness.security.material import RunSecurity, SecurityFiles
@@ -188,6 +189,17 @@ class LocalBroker(Broker):
             else self.config_path
         )
         self.controller_port = plan.controller_port
+        #: ZooKeeper mode: the ZooKeeper this broker starts first and stops last (on the
+        #: plan's controller port); None for KRaft
+        self.zookeeper: ZooKeeperProcess | None = None
+        self._killed_at: float | None = None
+        if plan.zookeeper:
+            self.zookeeper = ZooKeeperProcess(
+                self._jvm_command,
+                workdir,
+                plan.controller_port,
+                _set_pdeathsig if threading.current_thread() is threading.main_thread() else None,
+            )
         #: the KRaft cluster id its storage is formatted with (shared by a cluster's nodes)
         self.cluster_uuid = cluster_uuid or cluster_id()
         self._temp_workdir = temp_workdir
@@ -250,8 +262,8 @@ class LocalBroker(Broker):
         output, which prints the SCRAM records, to the private folder instead of broker.log.
         """
         assert self.workdir is not None and self.log_path is not None
-        if (self.workdir / "data" / "meta.properties").exists():
-            return
+        if self.zookeeper is not None or (self.workdir / "data" / "meta.properties").exists():
+            return  # ZooKeeper mode has no KRaft storage to format; a restart reuses it
         self._progress(f"formatting KRaft storage in {self.workdir / 'data'}…")
         args = ["format", "-t", self.cluster_uuid, "-c", str(self._broker_config_path)]
         scram: list[str] = []
@@ -398,6 +410,9 @@ class LocalBroker(Broker):
                 log4j2_properties(request_log=self._request_log)
             )
             (self.workdir / "log4j.properties").write_text(LOG4J_PROPERTIES)
+            if self.zookeeper is not None and not self.zookeeper.running:
+                self._progress(f"starting ZooKeeper on {self.zookeeper.connect}…")
+                self.zookeeper.start()
             self._format()
             offset = self.log_path.stat().st_size if self.log_path.exists() else 0
             self._progress(f"starting Kafka {self.artifacts.version} on {self.bootstrap}…")
@@ -481,6 +496,8 @@ class LocalBroker(Broker):
     def stop(self) -> None:
         with self._lock:
             self._terminate()
+            if self.zookeeper is not None:
+                self.zookeeper.stop()
             with _LIVE_LOCK:
                 _LIVE.discard(self)
             if not self._stopped and self._temp_workdir and self.workdir is not None:
@@ -503,12 +520,14 @@ class LocalBroker(Broker):
             assert self._proc is not None
             self._signal_group(signal.SIGKILL)
             self._proc.wait(timeout=STOP_TIMEOUT_S)
+            self._killed_at = time.monotonic()
 
     def restart(self) -> None:
         with self._lock:
             if self._stopped and self._temp_workdir:
                 raise BrokerError("this broker was stopped and its temporary workdir removed")
             self._terminate()
+            self._await_registration_expiry()
             busy = self._busy_ports()
             if busy:
                 raise PortInUse(
@@ -520,9 +539,27 @@ class LocalBroker(Broker):
             except PortInUse as exc:
                 raise PortInUse(f"cannot restart on the same ports: {exc}") from exc
 
+    def _await_registration_expiry(self) -> None:
+        """ZooKeeper mode, after a kill: until the dead broker's ZooKeeper session (and its
+        registration) has expired, as a restarted Kafka would otherwise find its id taken
+        and exit. A clean stop deregisters; KRaft needs no wait."""
+        killed_at, self._killed_at = self._killed_at, None
+        if self.zookeeper is None or killed_at is None:
+            return
+        timeout_ms = int(self._properties.get("zookeeper.session.timeout.ms", SESSION_TIMEOUT_MS))
+        due = killed_at + (timeout_ms + TICK_MS) / 1000
+        if time.monotonic() < due:
+            self._progress(
+                f"waiting {due - time.monotonic():.1f} s for the killed broker's ZooKeeper "
+                "session to expire"
+            )
+            time.sleep(max(0.0, due - time.monotonic()))
+
     def _busy_ports(self, timeout_s: float = 3.0) -> list[str]:
         """Ports still taken after a short grace (a dead JVM's sockets close with it)."""
-        wanted = {**self.listener_ports, "CONTROLLER": self.controller_port}
+        wanted = dict(self.listener_ports)
+        if self.zookeeper is None:  # ZooKeeper's port stays taken by ZooKeeper, which runs on
+            wanted["CONTROLLER"] = self.controller_port
         deadline = time.monotonic() + timeout_s
         while True:
             busy = []
@@ -563,6 +600,8 @@ class PreparedLocal:
     temp_workdir: bool
     progress: Progress
     request_log: bool
+    #: ZooKeeper mode (`zookeeper_mode`)
+    zookeeper: bool = False
 
     def broker(
         self,
@@ -603,8 +642,10 @@ def prepare_local(
     metrics: bool | None,
     request_log: bool,
     sasl_users: Sequence[str],
+    zookeeper: bool | None = None,
 ) -> PreparedLocal:
     """Check the request and resolve what the nodes need (see `start_local`)."""
+    use_zk = zookeeper_mode(version, zookeeper)
     props = dict(properties or {})
     if isinstance(listeners, str):
         listeners = (listeners,)
@@ -614,6 +655,11 @@ def prepare_local(
     )
     check_secured_plan(specs, inter)
     by_name: dict[str, ListenerSpec] = {s.name: s for s in specs}
+    if use_zk and any(s.secured for s in specs):
+        raise BrokerError(
+            f"config listeners with Kafka {version} in ZooKeeper mode: secured listeners run "
+            "in KRaft mode only (their SCRAM users are made when KRaft storage is formatted)"
+        )
     security: RunSecurity | None = None
     if any(s.secured for s in specs):
         try:
@@ -657,7 +703,22 @@ def prepare_local(
         temp_workdir=temp,
         progress=progress,
         request_log=request_log,
+        zookeeper=use_zk,
     )
+
+
+def zookeeper_mode(version: str, asked: bool | None) -> bool:
+    """Whether the broker keeps its metadata in ZooKeeper: as asked, else for releases
+    before 3.3 (KRaft was not production-ready before it, and 2.8's was early access).
+    Kafka 4.0 removed ZooKeeper mode."""
+    release = tuple(int(p) for p in version.split(".")[:2])
+    if asked is None:
+        return release < (3, 3)
+    if asked and release >= (4, 0):
+        raise BrokerError(f"config zookeeper with Kafka {version}: 4.0 removed ZooKeeper mode")
+    if not asked and release < (2, 8):
+        raise BrokerError(f"config kraft with Kafka {version}: KRaft came in 2.8")
+    return asked
 
 
 def start_local(
@@ -674,8 +735,13 @@ def start_local(
     metrics: bool | None = None,
     request_log: bool = False,
     sasl_users: Sequence[str] = DEFAULT_USERS,
+    zookeeper: bool | None = None,
 ) -> LocalBroker:
     """Resolve the jars, then start a broker; retries fresh ports if one was taken meanwhile.
+
+    ``zookeeper``: keep the metadata in a ZooKeeper the broker starts and stops itself
+    (default: for releases before 3.3; `zookeeper_mode`), on the port a KRaft broker's
+    controller would have.
 
     ``metrics`` (default: on unless ``HARNESS_BROKER_METRICS=0``) runs the broker with the
     Prometheus JMX exporter on a free loopback port (``broker.metrics_url``). If the agent
@@ -702,6 +768,7 @@ def start_local(
         metrics=metrics,
         request_log=request_log,
         sasl_users=sasl_users,
+        zookeeper=zookeeper,
     )
     names, adv, inter = prep.names, prep.advertised, prep.inter_broker_listener
     wd, temp = prep.workdir, prep.temp_workdir
@@ -714,9 +781,11 @@ def start_local(
             advertised=adv,
             inter_broker_listener=inter,
             specs=prep.specs,
+            zookeeper=f"{LOOPBACK}:{ports[len(names)]}" if prep.zookeeper else "",
         )
         # A fresh data dir per attempt: the controller port is part of the formatted quorum.
         shutil.rmtree(wd / "data", ignore_errors=True)
+        shutil.rmtree(wd / "zookeeper-data", ignore_errors=True)  # no stale broker registration
         broker = prep.broker(plan, wd, ports[-1], ready_timeout_s=ready_timeout_s)
         try:
             broker.start()

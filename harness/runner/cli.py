@@ -59,6 +59,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "(docs/kafka-versions.md)",
     )
     parser.add_argument(
+        "--zookeeper",
+        action="store_true",
+        help="the started broker keeps its metadata in ZooKeeper (releases before 4.0; the "
+        "default before 3.3); local launcher",
+    )
+    parser.add_argument(
         "--command-config",
         metavar="FILE",
         type=Path,
@@ -129,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
         target=target,
         command_config=args.command_config,
         kafka_version=kafka_version,
+        zookeeper=True if args.zookeeper else None,
         out=args.out,
         launcher=args.launcher,
         bootstrap_server=args.bootstrap_server,

@@ -74,6 +74,8 @@ class RunOptions:
     command_config: Path | None = None
     #: the Kafka release of the broker the run starts (`--kafka-version`; None: the default)
     kafka_version: str | None = None
+    #: the started broker in ZooKeeper mode (`--zookeeper`; None: the release's default)
+    zookeeper: bool | None = None
 
 
 @dataclass
@@ -169,6 +171,7 @@ class Orchestrator:
         self.history = HistoryWriter(self.rd.history, "harness", self.run_id, name="runner")
         self.target = make_target(self.opts.target, self.sc, self.rd.root, self.say)
         self.target.kafka_version = self.opts.kafka_version
+        self.target.zookeeper = self.opts.zookeeper
         self.run_json = base_run_json(
             run_id=self.run_id,
             scenario=self.sc,
@@ -261,6 +264,9 @@ class Orchestrator:
         self.limits = dict(self.target.limits)
         broker = self.target.broker
         self.run_json["versions"]["kafka"] = getattr(broker, "version", None)
+        # where the broker keeps its metadata (a started broker; None for an existing cluster)
+        if broker is not None and hasattr(broker, "zookeeper"):
+            self.run_json["versions"]["metadata"] = "zookeeper" if broker.zookeeper else "kraft"
         # the release whose semantics the enforcer is judged by (docs/kafka-versions.md)
         self.run_json["versions"]["kafka_semantics"] = self.limits.get("kafka.version")
         self.run_json["limits"] = self.limits

@@ -284,6 +284,8 @@ class Target:
         self.external_listener: str | None = None
         #: the Kafka release the started broker runs (`--kafka-version`; None: the default)
         self.kafka_version: str | None = None
+        #: the started broker keeps its metadata in ZooKeeper (None: its release's default)
+        self.zookeeper: bool | None = None
         #: Kafka client configuration (``client.properties``) the load uses per secured
         #: listener: the started broker's own, or the operator's ``--command-config``
         self.client_configs: dict[str, Path] = {}
@@ -352,6 +354,7 @@ class Target:
             "workdir": self.run_dir / "broker",
             "ready_timeout_s": timeout,
             "version": self.kafka_version,
+            "zookeeper": self.zookeeper,
         }
         self.progress(
             f"starting the Kafka broker (launcher {kwargs['launcher']}, listeners "
