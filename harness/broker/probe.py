@@ -59,7 +59,7 @@ def _roundtrip(sock: socket.socket, request: Any, deadline: float) -> Any:
 
 def probe(host: str, port: int, *, timeout_s: float = 5.0, metadata: bool = True) -> ProbeResult:
     """One connection: ApiVersions, then (optionally) Metadata. Raises OSError/TimeoutError."""
-    from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
+    from kafka.protocol.metadata import ApiVersionsRequest
 
     deadline = time.monotonic() + timeout_s
     with socket.create_connection((host, port), timeout=timeout_s) as sock:
@@ -74,13 +74,20 @@ def probe(host: str, port: int, *, timeout_s: float = 5.0, metadata: bool = True
             raise ConnectionError("ApiVersions listed no APIs")
         brokers: int | None = None
         if metadata:
-            meta = _roundtrip(
-                sock,
-                MetadataRequest[_METADATA_VERSION](topics=[], allow_auto_topic_creation=False),
-                deadline,
-            )
+            meta = _roundtrip(sock, metadata_request(versions), deadline)
             brokers = len(meta.brokers)
     return ProbeResult(api_versions=versions, brokers=brokers)
+
+
+def metadata_request(versions: Mapping[int, tuple[int, int]]) -> Any:
+    """Metadata for no topics, at the highest version both sides know (an older broker,
+    Kafka 2.8's v11, refuses v12 and closes the connection)."""
+    from kafka.protocol.metadata import MetadataRequest
+
+    version = min(_METADATA_VERSION, versions.get(MetadataRequest.API_KEY, (0, 0))[1])
+    if version < 4:  # allow_auto_topic_creation came in v4
+        return MetadataRequest[version](topics=[])
+    return MetadataRequest[version](topics=[], allow_auto_topic_creation=False)
 
 
 def secured_probe(
@@ -88,17 +95,13 @@ def secured_probe(
 ) -> ProbeResult:
     """`probe` over a secured listener: TLS and the SASL login of Kafka's client keys
     (``--command-config``), then ApiVersions and Metadata, on the admin client's wire."""
-    from kafka.protocol.metadata import MetadataRequest
-
     from harness.admin.client import KafkaWire
 
     with KafkaWire(
         bootstrap, timeout=timeout_s, client_id=CLIENT_ID, client_config=client_config
     ) as wire:
         versions = wire.versions()
-        meta = wire.request(
-            MetadataRequest[_METADATA_VERSION](topics=[], allow_auto_topic_creation=False)
-        )
+        meta = wire.request(metadata_request(versions))
     return ProbeResult(api_versions=versions, brokers=len(meta.brokers))
 
 

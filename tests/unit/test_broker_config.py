@@ -140,3 +140,23 @@ def test_render_properties_is_sorted_and_escapes_backslashes() -> None:
 def test_values_with_line_breaks_are_refused() -> None:
     with pytest.raises(BrokerError, match="line breaks"):
         server_properties(_plan(), "/d", {"x": "1\nlisteners=evil"})
+
+
+def test_the_probe_asks_metadata_at_a_version_the_broker_knows() -> None:
+    from harness.broker.probe import metadata_request
+
+    assert metadata_request({3: (0, 13)}).API_VERSION == 12  # ours at most
+    assert metadata_request({3: (0, 11)}).API_VERSION == 11  # Kafka 2.8: v12 closes the socket
+    assert metadata_request({3: (0, 2)}).API_VERSION == 2  # before allow_auto_topic_creation
+
+
+def test_zookeeper_mode_wires_a_broker_id_and_no_controller() -> None:
+    from harness.broker.config import ListenerPlan, server_properties
+
+    plan = ListenerPlan(names=("PLAINTEXT",), ports={"PLAINTEXT": 9092}, controller_port=2181,
+                        zookeeper="127.0.0.1:2181")  # fmt: skip
+    props = server_properties(plan, "/d")
+    assert props["zookeeper.connect"] == "127.0.0.1:2181" and props["broker.id"] == "1"
+    assert "process.roles" not in props and "controller.quorum.voters" not in props
+    assert props["listeners"] == "PLAINTEXT://127.0.0.1:9092"
+    assert props["zookeeper.session.timeout.ms"] == "3000"
