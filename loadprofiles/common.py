@@ -466,6 +466,7 @@ def prepare_topic(environment: Environment, **_: Any) -> None:
             s.host,
             s.port,
             s.topic,
+            replication_factor=s.replication_factor,
             timeout_s=20.0,
             history=history(environment),
             client_config=props,

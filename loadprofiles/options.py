@@ -123,6 +123,13 @@ def add_options(parser: Any) -> None:
     g.add_argument("--request-timeout", type=_number(float, 0.001), default=10.0, help="seconds")
     g.add_argument("--topic", default="harness-load", help="topic for produce/metadata")
     g.add_argument(
+        "--replication-factor",
+        type=_number(int, 1),
+        default=1,
+        help="replication factor of --topic when the load creates it (a cluster: up to its "
+        "brokers, so produces survive one broker down)",
+    )
+    g.add_argument(
         "--delayed-threshold-ms",
         type=_number(float, 0),
         default=250.0,
@@ -264,6 +271,7 @@ class Settings:
     tls_resumption: bool = False
     brokers: tuple[addresses.BrokerTarget, ...] = ()
     hot_broker: tuple[int, float] | None = None
+    replication_factor: int = 1
 
     def security(self, client_id: str) -> tuple[TlsSettings | None, SaslSettings | None]:
         """The engine's TLS and SASL settings (None, None for PLAINTEXT). Raises OptionError
@@ -335,6 +343,7 @@ class Settings:
             connect_timeout=float(o.connect_timeout),
             request_timeout=float(o.request_timeout),
             topic=o.topic,
+            replication_factor=int(getattr(o, "replication_factor", 1) or 1),
             delayed_threshold_ms=float(o.delayed_threshold_ms),
             max_lag_ms=float(o.max_lag_ms),
             max_in_flight=int(o.max_in_flight),

@@ -28,6 +28,7 @@ def ensure_topic(
     topic: str,
     *,
     partitions: int = 1,
+    replication_factor: int = 1,
     timeout_s: float = 30.0,
     history: Recorder | None = None,
     client_config: Mapping[str, str] | None = None,
@@ -44,13 +45,16 @@ def ensure_topic(
     no enforcer-side history needs it explained).
     """
 
+    def create(version: int) -> Any:
+        return _create(version, topic, partitions, replication_factor, timeout_s)
+
     def plain() -> str | None:
         config = ClientConfig(host=host, port=port, client_id="harness-setup", profile="setup")
         with KafkaConnection(config, history=history) as conn:
             conn.connect()
             conn.api_versions()
             version = conn.version_for(CreateTopicsRequest.API_KEY)
-            created = conn.request(_create(version, topic, partitions, timeout_s), "CreateTopics")
+            created = conn.request(create(version), "CreateTopics")
             return _not_ready(topic, created, lambda: conn.metadata([topic]))
 
     def secured(props: Mapping[str, str]) -> str | None:
@@ -59,9 +63,7 @@ def ensure_topic(
         from harness.admin.client import KafkaWire
 
         with KafkaWire(f"{host}:{port}", client_id="harness-setup", client_config=props) as w:
-            created = w.request(
-                _create(w.version_for(CreateTopicsRequest), topic, partitions, timeout_s)
-            )
+            created = w.request(create(w.version_for(CreateTopicsRequest)))
             return _not_ready(
                 topic,
                 created,
@@ -103,9 +105,9 @@ def _not_ready(topic: str, created: Any, metadata: Callable[[], Any]) -> str | N
     return "no leader yet"
 
 
-def _create(version: int, topic: str, partitions: int, timeout_s: float) -> Any:
+def _create(version: int, topic: str, partitions: int, rf: int, timeout_s: float) -> Any:
     spec = CreateTopicsRequest.CreatableTopic(
-        name=topic, num_partitions=partitions, replication_factor=1, assignments=[], configs=[]
+        name=topic, num_partitions=partitions, replication_factor=rf, assignments=[], configs=[]
     )
     return CreateTopicsRequest(
         version=version, topics=[spec], timeout_ms=int(timeout_s * 1000), validate_only=False

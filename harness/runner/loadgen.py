@@ -125,6 +125,8 @@ def locust_argv(
         spread = phase.spread == "all" or phase.profile not in ENGINE_PROFILES
         brokers = target.brokers if spread else target.brokers[:1]
         argv += ["--brokers", ",".join(f"{n}={h}:{p}" for n, h, p in brokers)]
+        # the load's topic survives one broker down (acks=all needs its replicas in sync)
+        argv += ["--replication-factor", str(min(3, len(target.brokers)))]
         if phase.hot_broker is not None:
             argv += ["--hot-broker", f"{phase.hot_broker[0]}:{phase.hot_broker[1]:g}"]
     if web_port is None:

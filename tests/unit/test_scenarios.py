@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -416,3 +417,52 @@ def test_file_errors_name_the_file(tmp_path: Any) -> None:
 
 def test_int_max_is_kafkas() -> None:
     assert INT_MAX == 2**31 - 1
+
+
+def test_a_cluster_scenario_spreads_engine_load_and_names_the_faulted_node() -> None:
+    from harness.runner.loadgen import LoadTarget, locust_argv
+
+    storm = {"name": "s", "profile": "storm", "arrival": "constant:rate=10",
+             "hot_broker": {"id": 2, "share": 0.5}}  # fmt: skip
+    boot = {"name": "b", "profile": "storm", "arrival": "constant:rate=10", "spread": "bootstrap"}
+    steady = {"name": "v", "profile": "steady", "users": 1}
+    fault = {"at": 5, "fault": "broker_kill", "broker": 3, "for": 2}
+    sc = parse_scenario(
+        variant(brokers=3, targets=["broker"], load=[storm, boot, steady], schedule=[fault])
+    )
+    assert sc.brokers == 3 and sc.schedule[0].params["broker"] == 3
+    brokers = tuple((n, "127.0.0.1", 9090 + n) for n in (1, 2, 3))
+    target = LoadTarget("127.0.0.1", 9091, brokers=brokers)
+
+    def argv(i: int) -> list[str]:
+        return locust_argv(sc.load[i], locust_bin="locust", profile_dir=Path("p"), target=target,
+                           run_dir=Path("r"), run_id="x", seed=1)  # fmt: skip
+
+    def opt(args: list[str], name: str) -> str | None:
+        return args[args.index(name) + 1] if name in args else None
+
+    every = "1=127.0.0.1:9091,2=127.0.0.1:9092,3=127.0.0.1:9093"
+    assert opt(argv(0), "--brokers") == every and opt(argv(0), "--hot-broker") == "2:0.5"
+    assert opt(argv(1), "--brokers") == "1=127.0.0.1:9091"  # all on the bootstrap broker
+    assert opt(argv(2), "--brokers") == every  # kafka-python: attributed by address
+    assert all(opt(argv(i), "--replication-factor") == "3" for i in range(3))
+
+
+@pytest.mark.parametrize(
+    ("change", "key", "reason"),
+    [
+        ({"brokers": 9}, "brokers", "at most 5"),
+        ({"brokers": 3}, "targets", "broker target only"),  # targets default to both
+        ({"brokers": 2, "targets": ["broker"], "load": [{"name": "s", "profile": "storm",
+          "arrival": "constant:rate=5", "hot_broker": {"id": 3, "share": 0.5}}]},
+         "load[0].hot_broker.id", "node ids are 1-2"),
+        ({"brokers": 2, "targets": ["broker"], "schedule": [
+            {"at": 1, "fault": "broker_kill", "broker": 4, "for": 1}]},
+         "schedule[0].broker", "node ids are 1-2"),
+    ],
+)  # fmt: skip
+def test_bad_cluster_keys_name_key_and_reason(
+    change: dict[str, Any], key: str, reason: str
+) -> None:
+    err = error_of(variant(**change))
+    assert (err.key, reason in err.reason) == (key, True), err
