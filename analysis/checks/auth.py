@@ -223,6 +223,16 @@ def check_auth_counts(run: Run) -> CheckResult:
             expected="TLS or SASL connections",
             explanation="n/a: Kafka records no authentication on PLAINTEXT listeners",
         )
+    from analysis.checks.broker_side import cluster_nodes
+
+    if cluster_nodes(run):
+        return CheckResult(
+            name,
+            UNKNOWN,
+            observed="a cluster: each broker counts its own logins, not judged per broker yet",
+            expected="Kafka's authentication counters of each broker against its connections",
+            explanation="the counters of several brokers cannot be compared with one sum",
+        )
     data = scrapes(run)
     if len(data) < 2:
         return _no_scrapes(name, run)

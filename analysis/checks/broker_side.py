@@ -174,9 +174,9 @@ def cluster_nodes(run: Run) -> list[int]:
 
 
 class _BrokerView:
-    """A run seen through one broker's client attempts: every check reading `attempts`
-    judges that broker alone (its own meters, counts and per-IP quotas), the rest is the
-    run's."""
+    """A run seen through one broker's client attempts and its own exporter's scrapes: every
+    check reading `attempts` (and `kafka_metrics.scrapes`) judges that broker alone (its own
+    meters, counts and per-IP quotas), the rest is the run's."""
 
     def __init__(self, run: Run, node: int, att: Attempts) -> None:
         self._run = run
@@ -189,6 +189,9 @@ class _BrokerView:
     def cached(self, key: str, build: Any) -> Any:
         if key == "broker_side_attempts":
             return self._att
+        if key == "kafka_metric_scrapes":  # this broker's own exporter's scrapes
+            every = self._run.cached(key, build)
+            return [(ns, d) for ns, d in every if d.get("broker") == self.node]
         return self._run.cached(key, build)
 
 

@@ -40,6 +40,7 @@ from analysis.checks.base import (
     fmt,
     not_configured,
 )
+from analysis.checks.broker_side import per_broker
 from analysis.model import INT_MAX
 
 if TYPE_CHECKING:
@@ -386,7 +387,7 @@ CHECKS = [
     Check(
         "kafka_metric_connection_count",
         "kafka_metrics",
-        check_connection_count,
+        per_broker(check_connection_count),
         True,
         ("acceptor", "broker"),
         doc="Kafka's own connection-count ≤ max.connections / listener max at every scrape",
@@ -395,7 +396,7 @@ CHECKS = [
     Check(
         "kafka_metric_throttle_bounded",
         "kafka_metrics",
-        check_throttle_bounded,
+        per_broker(check_throttle_bounded),
         False,
         ("acceptor", "broker"),
         doc="Kafka's throttle-time averages (connection, IP, request) ≤ w",
@@ -403,7 +404,7 @@ CHECKS = [
     Check(
         "kafka_metric_ip_throttle_seen",
         "kafka_metrics",
-        check_ip_throttle_seen,
+        per_broker(check_ip_throttle_seen),
         False,
         ("acceptor", "broker"),
         doc="client EOFs on rate-limited addresses are confirmed by Kafka's IP throttle metric",

@@ -129,7 +129,8 @@ ALL: tuple[Event, ...] = (
     _h("run_start", set(), {"scenario", "target", "seed", "duration_s"}, "the run starts"),
     _h("run_end", {"reason"}, {"scenario", "target", "error"}, "the run ends"),
     _h("kafka_metrics", {"latency_ms", "reason"},
-       {"url", "target", "scrape_ms", "samples", "error"}, "one scrape of Prometheus metrics"),
+       {"url", "target", "scrape_ms", "samples", "error", "broker"},
+       "one scrape of Prometheus metrics (a cluster: the broker whose exporter it is)"),
 )  # fmt: skip
 
 BY_SOURCE: dict[str, dict[str, Event]] = {}

@@ -68,6 +68,7 @@ class MetricsScraper:
         record: Record,
         *,
         target: str,
+        broker: int | None = None,
         interval_s: float = 1.0,
         max_duration_s: float = 24 * 3600.0,
         fetcher: Callable[[str, float], str] = fetch,
@@ -76,6 +77,11 @@ class MetricsScraper:
         self.url = url
         self.record = record
         self.target = target
+        #: a cluster: the node whose exporter this is (every row names it)
+        self.broker = broker
+        self._who: dict[str, Any] = {"url": url, "target": target}
+        if broker is not None:
+            self._who["broker"] = broker
         self.interval_s = interval_s
         self.max_duration_s = max_duration_s
         self.fetcher = fetcher
@@ -100,7 +106,7 @@ class MetricsScraper:
                 EVENT,
                 mono_ns=(t0 + t1) // 2,
                 reason="scrape_failed",
-                detail={"url": self.url, "target": self.target, "error": self.last_error},
+                detail={**self._who, "error": self.last_error},
             )
             return False
         t1 = self.clock_ns()
@@ -110,8 +116,7 @@ class MetricsScraper:
             mono_ns=(t0 + t1) // 2,
             latency_ms=(t1 - t0) / 1e6,
             detail={
-                "url": self.url,
-                "target": self.target,
+                **self._who,
                 "scrape_ms": round((t1 - t0) / 1e6, 3),
                 "samples": [[n, labels, v] for n, labels, v in samples],
             },
@@ -156,12 +161,6 @@ def metrics_url_for(target: Any, override: str | None = None) -> tuple[str | Non
     if kind == "acceptor":
         url = getattr(target, "metrics_url", None)
         return (url, kind) if url else (None, "the acceptor serves no /metrics")
-    cluster = getattr(target, "cluster", None)
-    if cluster is not None and len(cluster.brokers) > 1:
-        return None, (
-            f"a cluster of {len(cluster.brokers)} brokers: one broker's metrics cannot testify "
-            "for load spread over all of them, and per-broker scrapes are not recorded yet"
-        )
     url = getattr(getattr(target, "broker", None), "metrics_url", None)
     if url:
         return url, kind
@@ -173,7 +172,7 @@ def metrics_url_for(target: Any, override: str | None = None) -> tuple[str | Non
 
 def start_scraper(
     target: Any, history: Any, opts: Any, say: Callable[[str], None]
-) -> MetricsScraper | None:
+) -> MetricsScraper | Scrapers | None:
     """The orchestrator's hook: scrape the run target's metrics into the harness history.
 
     Returns None (and says why) when there is nothing to scrape; the metric checks are
@@ -185,8 +184,34 @@ def start_scraper(
     if url is None:
         say(f"Kafka metrics not recorded: {kind}")
         return None
+    cluster = getattr(target, "cluster", None)
+    if cluster is not None and not getattr(opts, "broker_metrics_url", None):
+        # a cluster: every broker's own exporter, each row naming its broker
+        nodes = [(b.plan.node_id, b.metrics_url) for b in cluster.brokers if b.metrics_url]
+        if len(nodes) != len(cluster.brokers):
+            say("Kafka metrics not recorded: a broker of the cluster has no JMX exporter")
+            return None
+        scrapers = [
+            MetricsScraper(u, history.record, target=kind, broker=n).start() for n, u in nodes
+        ]
+        say(f"recording Kafka's metrics from {len(nodes)} brokers every second (event {EVENT})")
+        return Scrapers(scrapers)
     scraper = MetricsScraper(url, history.record, target=kind)
     if not scraper.scrape_once():
         say(f"Kafka metrics at {url} did not answer ({scraper.last_error}); retrying every second")
     say(f"recording Kafka's metrics from {url} every second (event {EVENT})")
     return scraper.start()
+
+
+class Scrapers:
+    """A cluster's scrapers, one per broker, stopped together."""
+
+    def __init__(self, scrapers: list[MetricsScraper]) -> None:
+        self.scrapers = scrapers
+
+    def stop(self) -> None:
+        for s in self.scrapers:
+            s.stop()
+
+    def summary(self) -> str:
+        return "; ".join(f"broker {s.broker}: {s.summary()}" for s in self.scrapers)

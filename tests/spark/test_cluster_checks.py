@@ -132,3 +132,35 @@ def test_the_report_shows_each_brokers_result(spark: Any, tmp_path: Path) -> Non
     assert all(f"<th>broker {n}</th>" in table for n in (1, 2, 3))
     cells = table.split("<td")[2:]  # after the check's name: brokers 1, 2, 3
     assert ["v fail" in c for c in cells] == [False, True, False], cells
+
+
+def _scrape(at_ms: float, broker: int, count: float) -> dict[str, Any]:
+    ssm = "kafka_server_socket_server_metrics_"
+    samples = [[ssm + "connection_count", {"listener": "CLIENT", "network_processor": "0"},
+                count]]  # fmt: skip
+    return {"source": "harness", "event": "kafka_metrics", "mono_ns": T0 + int(at_ms * MS),
+            "detail": {"url": f"http://b{broker}/metrics", "target": "broker", "broker": broker,
+                       "samples": samples}}  # fmt: skip
+
+
+@pytest.mark.parametrize(("second", "verdict"), [(3.0, "pass"), (4.0, "fail")])
+def test_kafkas_connection_count_is_each_brokers_own(
+    spark: Any, tmp_path: Path, second: float, verdict: str
+) -> None:
+    """max.connections 3 per broker: Kafka's gauges of 3 on each of two brokers (6 in all)
+    pass; 4 on broker 2 fails naming broker 2. Each broker's scrapes are judged against its
+    own attempts only."""
+    rows = [_scrape(1000.0, 1, 3.0), _scrape(1000.0, 2, second), _scrape(2000.0, 1, 0.0),
+            _scrape(2000.0, 2, 0.0)]  # fmt: skip
+    rows += _served(5000, 0.0, 1) + _served(5001, 1.0, 2)
+    cfg = {"listeners": "CLIENT://127.0.0.1:9092", "max.connections": 3}
+    head = [{"source": "harness", "event": "config", "mono_ns": T0 - 1, "detail": cfg}]
+    brokers = {str(n): {"CLIENT": f"127.0.0.1:{9091 + n}"} for n in (1, 2)}
+    meta = {"run_id": f"kc-{second}", "target": "broker", "limits": cfg, "brokers": brokers,
+            "expect": {"slack_ms": 50}}  # fmt: skip
+    run = load_run(spark, write_rows(tmp_path / f"kc-{second}", head + rows, meta))
+    picked = [c for c in ALL_CHECKS if c.name == "kafka_metric_connection_count"]
+    (r,) = run_checks(run, picked)
+    assert r.verdict == verdict, (r.observed, r.witnesses)
+    if verdict == "fail":
+        assert {w["broker"] for w in r.witnesses} == {2}
