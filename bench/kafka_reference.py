@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.kafka_reference [--scenarios a,b] [--acceptor]
         [--acceptor-runs DIR] [--out runs/kafka-reference] [--doc docs/kafka-reference.md]
+    .venv/bin/python -m bench.kafka_reference --versions 2.8.2,3.6.2,4.4.0 [--scenarios a,b]
 
 Runs every catalog scenario whose `targets` include `broker` with
 `harness run SCENARIO --target broker --launcher local` (the JMX exporter on), one at a
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 BEGIN, END = "<!-- kafka-reference:begin -->", "<!-- kafka-reference:end -->"
+VERSIONS_DOC = Path("docs/kafka-versions.md")
 SPAN_CHECKS = ("client_broker_rate_span", "client_listener_rate_span", "client_ip_rate_span")
 #: count and throttle checks whose peak / limit is also reported (how tight on Kafka)
 PEAK_CHECKS = (
@@ -64,14 +66,17 @@ def catalog_table_verdicts(doc: Path = Path("docs/scenarios.md")) -> dict[str, s
     return out
 
 
-def run_one(scenario: str, target: str, out: Path) -> Path | None:
+def run_one(scenario: str, target: str, out: Path, kafka_version: str | None = None) -> Path | None:
     before = set(out.glob(f"{scenario}-{target}-*")) if out.exists() else set()
     log = out / f"{scenario}-{target}.log"
     out.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "harness", "run", scenario, "--target", target]
     argv += ["--launcher", "local", "--out", str(out)]
+    if kafka_version:
+        argv += ["--kafka-version", kafka_version]
     t0 = time.monotonic()
-    say(f"{scenario} on {target}: running (log {log})")
+    say(f"{scenario} on {target}" + (f" (Kafka {kafka_version})" if kafka_version else "")
+        + f": running (log {log})")  # fmt: skip
     with open(log, "w") as fh:
         subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, timeout=1800, check=False)
     new = sorted(set(out.glob(f"{scenario}-{target}-*")) - before)
@@ -182,12 +187,12 @@ def _shout(verdict: str) -> str:
     return f"{word.upper()} {rest}".strip()
 
 
-def write_doc(doc: Path, text: str) -> None:
+def write_doc(doc: Path, text: str, begin: str = BEGIN, end: str = END) -> None:
     body = doc.read_text() if doc.exists() else ""
-    block = f"{BEGIN}\n{text}\n{END}"
-    if BEGIN in body and END in body:
-        head, _, rest = body.partition(BEGIN)
-        _, _, tail = rest.partition(END)
+    block = f"{begin}\n{text}\n{end}"
+    if begin in body and end in body:
+        head, _, rest = body.partition(begin)
+        _, _, tail = rest.partition(end)
         body = head + block + tail
     else:
         body = body.rstrip("\n") + "\n\n" + block + "\n"
@@ -241,6 +246,57 @@ def passes_table(passes: list[tuple[str, list[dict[str, Any]]]]) -> str:
     return "\n".join(lines)
 
 
+MATRIX_BEGIN, MATRIX_END = "<!-- kafka-matrix:begin -->", "<!-- kafka-matrix:end -->"
+
+
+def matrix_main(versions: list[str], names: list[str], out: Path, doc: Path, reuse: bool) -> int:
+    """``--versions``: every scenario on every release (broker target, the local launcher;
+    ZooKeeper mode where the release defaults to it), one column per release: the verdict
+    judged on the broker side, the checks that did not pass, and peak / allowed. Writes
+    ``<out>/matrix.json``, ``matrix.md``, ``matrix.html`` and the table into ``doc``."""
+    passes: list[tuple[str, list[dict[str, Any]]]] = []
+    for version in versions:
+        vout = out / version
+        rows: list[dict[str, Any]] = []
+        for name in names:
+            bdir = newest(vout, name, "broker") if reuse else None
+            if bdir is None:
+                bdir = run_one(name, "broker", vout, kafka_version=version)
+            row = summarise(bdir)
+            rows.append({"scenario": name, "broker": row})
+            say(f"Kafka {version} {name}: {row.get('broker_verdict') or row.get('verdict')}")
+        passes.append((version, rows))
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "matrix.json").write_text(json.dumps(dict(passes), indent=2))
+    text = (
+        "Release × scenario on the broker target (`python -m bench.kafka_reference --versions "
+        f"{','.join(versions)}`); each cell the verdict with the scenario's expectations "
+        "judged on the broker side.\n\n" + passes_table(passes)
+    )
+    (out / "matrix.md").write_text(text + "\n")
+    (out / "matrix.html").write_text(_html(text))
+    write_doc(doc, text, MATRIX_BEGIN, MATRIX_END)
+    say(f"matrix written to {doc} and {out / 'matrix.html'}; results in {out / 'matrix.json'}")
+    return 0
+
+
+def _html(markdown: str) -> str:
+    """The matrix's markdown table as a small HTML page."""
+    import html
+
+    rows = [ln for ln in markdown.splitlines() if ln.startswith("|") and not ln.startswith("|---")]
+    cells = [[html.escape(c.strip()).replace("&lt;br&gt;", "<br>") for c in r.strip("|").split("|")]
+             for r in rows]  # fmt: skip
+    head = "".join(f"<th>{c}</th>" for c in cells[0]) if cells else ""
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in cells[1:])
+    intro = html.escape(markdown.split("\n\n")[0])
+    return (
+        "<!doctype html><meta charset=utf-8><title>Kafka release matrix</title>"
+        "<style>td,th{border:1px solid #ccc;padding:4px;font:13px sans-serif}</style>"
+        f"<p>{intro}</p><table><tr>{head}</tr>{body}</table>\n"
+    )
+
+
 def merge_main(specs: list[str]) -> int:
     """``--merge LABEL=results.json ...``: print the passes table (markdown) to stdout."""
     passes = []
@@ -265,10 +321,19 @@ def main(argv: list[str] | None = None) -> int:
         metavar="LABEL=RESULTS",
         help="print a table of several passes' results.json side by side, and exit",
     )
+    ap.add_argument(
+        "--versions",
+        help="comma-separated Kafka releases: the matrix of release × scenario instead "
+        "(its table goes into docs/kafka-versions.md unless --doc says otherwise)",
+    )
     args = ap.parse_args(argv)
     if args.merge:
         return merge_main(args.merge)
     names = args.scenarios.split(",") if args.scenarios else broker_scenarios()
+    if args.versions:
+        doc = args.doc if args.doc != Path("docs/kafka-reference.md") else VERSIONS_DOC
+        out = args.out if args.out != Path("runs/kafka-reference") else Path("runs/kafka-matrix")
+        return matrix_main(args.versions.split(","), names, out, doc, args.reuse)
     say(f"{len(names)} scenario(s): {', '.join(names)}; runs under {args.out}")
     rows: list[dict[str, Any]] = []
     earlier = catalog_table_verdicts()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from bench.kafka_reference import passes_table
 
 
@@ -30,3 +32,41 @@ def test_passes_side_by_side() -> None:
     assert lines[0].startswith("| scenario | 1 | 2 |")
     assert "| `ci-gate` | PASS | PASS | - | 1: ip 35/36<br>2: ip 34/36 |" in lines
     assert "| `listener-max` | - | UNKNOWN | 2: client_connection_count=unknown | - |" in lines
+
+
+def test_the_release_matrix_runs_each_scenario_per_release_and_writes_its_table(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--versions`: one column per release, each run with its `--kafka-version`; the
+    table goes into the doc between its own markers, and to JSON and HTML."""
+    from pathlib import Path
+
+    import bench.kafka_reference as kr
+
+    tmp = Path(str(tmp_path))
+    calls: list[tuple[str, str | None]] = []
+
+    def fake_run(name: str, target: str, out: Path, kafka_version: str | None = None) -> Path:
+        calls.append((name, kafka_version))
+        return out / f"{name}-{kafka_version}"
+
+    def fake_summary(run_dir: Path | None) -> dict[str, object]:
+        bad = ["client_ip_rate_span=fail"] if run_dir and "2.8.2" in run_dir.name else []
+        spans = {"client_ip_rate_span": "33/36"}
+        return {"verdict": "pass", "broker_verdict": "fail" if bad else "pass",
+                "not_passing": bad, "spans": spans, "peaks": {}}  # fmt: skip
+
+    monkeypatch.setattr(kr, "run_one", fake_run)
+    monkeypatch.setattr(kr, "summarise", fake_summary)
+    doc = tmp / "versions.md"
+    doc.write_text("# Versions\n")
+    assert kr.main(["--versions", "2.8.2,4.4.0", "--scenarios", "ci-gate,broker-rate",
+                    "--out", str(tmp / "m"), "--doc", str(doc)]) == 0  # fmt: skip
+    assert calls == [("ci-gate", "2.8.2"), ("broker-rate", "2.8.2"), ("ci-gate", "4.4.0"),
+                     ("broker-rate", "4.4.0")]  # fmt: skip
+    text = doc.read_text()
+    assert kr.MATRIX_BEGIN in text and "| scenario | 2.8.2 | 4.4.0 |" in text
+    assert "| `ci-gate` | FAIL | PASS | 2.8.2: client_ip_rate_span=fail |" in text
+    assert (tmp / "m" / "matrix.json").is_file() and "<table>" in (
+        tmp / "m" / "matrix.html"
+    ).read_text()
