@@ -210,7 +210,8 @@ def per_broker(fn: Any) -> Any:
         results: list[tuple[int, CheckResult]] = []
         for node in nodes:
             results.append((node, fn(_BrokerView(run, node, att.on(node)))))
-        return _merge_brokers(results, int(df["broker"].isna().sum()), len(df))
+        unreached = [n for n in nodes if not (df["broker"] == n).any()]
+        return _merge_brokers(results, int(df["broker"].isna().sum()), len(df), unreached)
 
     judge.__name__ = getattr(fn, "__name__", "per_broker")
     judge.__doc__ = fn.__doc__
@@ -218,7 +219,10 @@ def per_broker(fn: Any) -> Any:
 
 
 def _merge_brokers(
-    results: list[tuple[int, CheckResult]], unattributed: int, total: int
+    results: list[tuple[int, CheckResult]],
+    unattributed: int,
+    total: int,
+    unreached: list[int] | None = None,
 ) -> CheckResult:
     from analysis.checks.base import merge
 
@@ -235,6 +239,8 @@ def _merge_brokers(
         f"judged per broker (each broker's own meters and counts); exercised on broker(s) "
         f"{', '.join(map(str, exercised_on)) or 'none'}. " + results[0][1].explanation
     )
+    if unreached:
+        observed += f"; never reached by the load: broker {', '.join(map(str, unreached))}"
     if unattributed:
         if verdict != FAIL:
             verdict = UNKNOWN

@@ -127,3 +127,17 @@ def check_reachable(
             f"{bootstrap} does not answer Kafka's ApiVersions/Metadata over {protocol} ({exc}); "
             f"check the address and that a Kafka listener ({protocol}) is there"
         ) from exc
+
+
+def cluster_brokers(
+    bootstrap: str, *, client_config: Mapping[str, str] | None = None, timeout_s: float = 10.0
+) -> list[tuple[int, str, int]]:
+    """The brokers a cluster's Metadata lists on the bootstrap's listener: (node id, host,
+    port) in node order (the addresses its clients would connect to)."""
+    from harness.admin.client import KafkaWire
+
+    with KafkaWire(
+        bootstrap, timeout=timeout_s, client_id=CLIENT_ID, client_config=client_config
+    ) as wire:
+        meta = wire.request(metadata_request(wire.versions()))
+    return sorted((int(b.node_id), str(b.host), int(b.port)) for b in meta.brokers)

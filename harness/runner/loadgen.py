@@ -25,6 +25,9 @@ class LoadTarget:
     #: a cluster's brokers on the phase's listener, (node id, host, port): an engine
     #: profile spreads its arrivals over them (``--brokers``)
     brokers: tuple[tuple[int, str, int], ...] = ()
+    #: whether an engine profile's arrivals may spread over them (False: an existing
+    #: cluster, where they stay on the bootstrap broker, the first)
+    spread_all: bool = True
 
 
 def max_arrivals(phase: Phase) -> int:
@@ -122,7 +125,9 @@ def locust_argv(
         # every broker: an engine profile spreads its arrivals over them, kafka-python
         # clients follow metadata and are attributed by the address they reached; "bootstrap":
         # an engine profile's arrivals all go to the first
-        spread = phase.spread == "all" or phase.profile not in ENGINE_PROFILES
+        spread = (phase.spread == "all" and target.spread_all) or (
+            phase.profile not in ENGINE_PROFILES
+        )
         brokers = target.brokers if spread else target.brokers[:1]
         argv += ["--brokers", ",".join(f"{n}={h}:{p}" for n, h, p in brokers)]
         # the load's topic survives one broker down (acks=all needs its replicas in sync)

@@ -430,6 +430,7 @@ class Orchestrator:
                 self.target.metrics_url,
                 _config_path(self.target, phase),
                 tuple(self.target.broker_addresses.get(phase.listener, ())),
+                self.target.spread_all,
             ),
             run_dir=self.rd.root,
             run_id=self.run_id,

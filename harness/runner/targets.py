@@ -295,8 +295,12 @@ class Target:
         #: a cluster's nodes (scenario ``brokers`` > 1); ``broker`` is then its node 1, the
         #: bootstrap and admin address
         self.cluster: Any = None
-        #: per listener, every broker of a cluster as (node id, host, port)
+        #: per listener, every broker of a cluster as (node id, host, port), the bootstrap
+        #: broker first
         self.broker_addresses: dict[str, list[tuple[int, str, int]]] = {}
+        #: an engine profile's arrivals spread over every broker (a cluster the harness
+        #: started); False: on the bootstrap broker (an existing cluster)
+        self.spread_all = True
 
     @property
     def writes_config_rows(self) -> bool:
@@ -441,7 +445,38 @@ class Target:
         b.listener_ports = {name.upper(): b.port, **b.listener_ports}
         self.external_listener = name
         self.progress(f"cluster answers: Kafka {b.version} at {b.bootstrap}")
+        self._learn_brokers(name, bootstrap_server)
         return b
+
+    def _learn_brokers(self, listener: str, bootstrap: str) -> None:
+        """An existing cluster of several brokers: learn them from Metadata, so every
+        connection is attributed to the broker it reached and judged per broker (the
+        engine's arrivals stay on the bootstrap broker, whose node id they carry; the
+        kafka-python clients follow metadata and are attributed by address)."""
+        from harness.broker.probe import cluster_brokers
+
+        try:
+            nodes = cluster_brokers(bootstrap, client_config=self.admin_config)
+        except Exception as exc:  # judged as one broker, and said so
+            self.progress(f"note: the cluster's brokers could not be listed ({exc})")
+            return
+        if len(nodes) < 2:
+            return
+        host, _, port = bootstrap.rpartition(":")
+        first = [n for n in nodes if (n[1], n[2]) == (host, int(port))]
+        if not first:
+            self.progress(
+                f"note: Metadata lists {len(nodes)} brokers but none at {bootstrap} (it "
+                "advertises other addresses): connections are judged as one broker's"
+            )
+            return
+        self.broker_addresses = {listener: first + [n for n in nodes if n not in first]}
+        self.spread_all = False
+        listed = ", ".join(f"{n}={h}:{p}" for n, h, p in nodes)
+        self.progress(
+            f"the cluster has {len(nodes)} brokers ({listed}): the load's connections are "
+            f"judged per broker, the engine's on broker {first[0][0]} (the bootstrap)"
+        )
 
     def start(
         self,

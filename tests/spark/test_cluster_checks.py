@@ -77,6 +77,7 @@ def test_one_broker_over_its_bound_fails_naming_it(spark: Any, tmp_path: Path) -
 def test_an_attempt_that_names_no_broker_is_never_merged(spark: Any, tmp_path: Path) -> None:
     r = _judge(spark, tmp_path, "unnamed", {1: 11, 2: 11, None: 1}, "client_ip_rate_span")
     assert r.verdict == "unknown" and "name no broker" in r.observed, r.observed
+    assert r.observed.endswith("never reached by the load: broker 3"), r.observed
 
 
 @pytest.mark.parametrize(("counts", "verdict"), [({1: 2, 2: 2}, "pass"), ({1: 2, 2: 3}, "fail")])

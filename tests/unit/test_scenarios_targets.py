@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from harness.runner import catalog
 from harness.runner.schedule import initial_limits
 from harness.runner.targets import AcceptorTarget, BrokerTarget, _props
@@ -121,3 +123,23 @@ def test_command_config_is_checked_before_anything_starts(tmp_path: Path) -> Non
     bad.write_text("security.protocol=SSL\nssl.keystore.password=hunter2\n")
     problem = _command_config_problem(bad, "h:1", "broker")
     assert "ssl.keystore.password" in problem and "hunter2" not in problem
+
+
+def test_an_existing_clusters_brokers_are_learnt_from_metadata(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Several brokers in Metadata: the bootstrap broker first (the engine's arrivals stay
+    on it), the others for attribution; none at the bootstrap's address: one broker."""
+    import harness.broker.probe as probe
+
+    sc = catalog.load("ci-gate")
+    nodes = [(1, "127.0.0.1", 9001), (2, "127.0.0.1", 9002), (3, "127.0.0.1", 9003)]
+    monkeypatch.setattr(probe, "cluster_brokers", lambda bootstrap, **kw: nodes)
+    said: list[str] = []
+    t = BrokerTarget(sc, tmp_path, said.append)
+    t._learn_brokers("CLIENT", "127.0.0.1:9002")
+    assert t.broker_addresses == {"CLIENT": [nodes[1], nodes[0], nodes[2]]}
+    assert t.spread_all is False and "judged per broker" in said[-1]
+    elsewhere = BrokerTarget(sc, tmp_path, said.append)
+    elsewhere._learn_brokers("CLIENT", "127.0.0.1:9999")
+    assert elsewhere.broker_addresses == {} and "judged as one broker" in said[-1]
