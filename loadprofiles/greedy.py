@@ -9,10 +9,11 @@ the moment a response arrives, whatever its throttle time. Only the broker's mut
 (KIP-219: nothing more is read from a throttled channel until its throttle ends) holds
 it back, and that is what ``request_throttle_mutes`` judges from these rows.
 
-Rows (``detail.profile = "greedy"``): ``connect_invoke``/``connect_ok``, ``ready`` (the
-ApiVersions answer), ``request_ok`` per Metadata response (``latency_ms`` since that
-request was sent, ``detail.throttle_time_ms`` when non-zero), ``closed`` when the user
-ends its connection (every ``--greedy-hold-s``, then it reconnects) or the broker does.
+Rows (``detail.profile = "greedy"`` on the events that carry it): ``connect_invoke``/
+``connect_ok``, ``ready`` (the ApiVersions answer), ``request_ok`` per Metadata response
+(``latency_ms`` since that request was sent, ``detail.throttle_time_ms`` when non-zero),
+``closed`` when the user ends its connection (every ``--greedy-hold-s``, then it
+reconnects) or the broker does.
 Closed model: ``-u N`` connections, from ``--source-ips`` round-robin.
 
     locust -f loadprofiles/greedy.py --headless -u 2 -r 2 -t 30s \\
@@ -31,6 +32,7 @@ from typing import Any
 
 from locust import User, task
 
+from harness.history.events import event as _event
 from loadprofiles import webui  # noqa: F401  (webui: admission tab)
 from loadprofiles.common import closed_model_readiness, history, listen, settings
 from loadprofiles.engine import (
@@ -46,6 +48,13 @@ from loadprofiles.engine import (
 PROFILE = "greedy"
 CLIENT_ID = "harness-greedy"
 log = logging.getLogger("loadprofiles.greedy")
+
+
+def client_event(name: str) -> Any:
+    """The definition of a client event (its declared `detail` keys)."""
+    return _event("client", name)
+
+
 _conn_ids = itertools.count(1)
 _users = itertools.count(0)
 
@@ -107,7 +116,9 @@ class GreedyUser(User):
     def _row(self, event: str, conn: dict[str, Any], **fields: Any) -> None:
         if self.hist is None:
             return
-        detail = {"profile": PROFILE, **fields.pop("detail", {})}
+        detail: dict[str, Any] = fields.pop("detail", {})
+        if "profile" in client_event(event).detail:  # only where the event declares it
+            detail = {"profile": PROFILE, **detail}
         self.hist.record(
             event,
             conn_id=conn["id"],
@@ -115,7 +126,7 @@ class GreedyUser(User):
             client_ip=conn["ip"],
             client_port=conn["port"],
             client_id=CLIENT_ID,
-            detail=detail,
+            detail=detail or None,
             **fields,
         )
 

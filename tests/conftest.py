@@ -103,3 +103,48 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
             pytrace=False,
         )
     return result
+
+
+# -- every history a real writer wrote in this session keeps to events.py ---------------------
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """After the whole run: every Parquet history the product's writers wrote under this
+    session's temporary folders (the acceptor, the storm engine, the profiles, the runner)
+    holds only events, columns and `detail` keys `harness/history/events.py` declares. Hand-
+    built test histories (`analysis.synth`, files named ``*-synth-*``) are not the writers'
+    and are skipped. A key a writer adds without declaring it fails the session here."""
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    if factory is None or exitstatus not in (0, 1):
+        return
+    try:
+        base = factory.getbasetemp()
+    except (OSError, ValueError):
+        return
+    import pyarrow.parquet as pq
+
+    from harness.history.events import conformance
+
+    problems: dict[str, str] = {}
+    checked = 0
+    for path in sorted(base.glob("**/history/**/*.parquet")):
+        if "-synth-" in path.name or path.name.startswith("."):
+            continue
+        try:
+            rows = pq.read_table(path).to_pylist()
+        except Exception:  # a file a test truncated on purpose
+            continue
+        checked += 1
+        for problem in conformance(rows, limit=5):
+            problems.setdefault(problem, str(path))
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if problems:
+        if reporter is not None:
+            reporter.write_line(
+                f"history conformance: {len(problems)} undeclared event, column or detail key "
+                f"in {checked} history files written this session (harness/history/events.py):",
+                red=True,
+            )
+            for problem, where in list(problems.items())[:20]:
+                reporter.write_line(f"  {problem}  ({where})", red=True)
+        session.exitstatus = 1
+    elif reporter is not None and checked:
+        reporter.write_line(f"history conformance: {checked} history files, every row declared")

@@ -250,7 +250,7 @@ def test_client_history_columns_ts_and_seq(tmp_path: Path) -> None:
     h = ClientHistory(tmp_path / "history", "run-1", name="client-x-1")
     mono = time.monotonic_ns()
     h.row("connect_invoke", mono, "c1", "L", "127.0.0.2", 4000, None, None, "cid", None, None, "{}")
-    h.record("request_ok", mono_ns=mono + 1_000_000, conn_id="c1", api_key=18, detail={"a": 1})
+    h.record("request_ok", mono_ns=mono + 1_000_000, conn_id="c1", api_key=18, detail={"offset": 1})
     with pytest.raises(KeyError):
         h.record("closed", principal="x")
     with pytest.raises(ValueError):
@@ -261,7 +261,7 @@ def test_client_history_columns_ts_and_seq(tmp_path: Path) -> None:
     assert table.schema.remove_metadata() == SCHEMA
     rows = table.to_pylist()
     assert [r["seq"] for r in rows] == [1, 2]
-    assert rows[1]["detail"] == '{"a": 1}' and rows[0]["sock_port"] == 4000
+    assert rows[1]["detail"] == '{"offset": 1}' and rows[0]["sock_port"] == 4000
     # ts follows mono_ns exactly: 1 ms apart
     assert (rows[1]["ts"] - rows[0]["ts"]).total_seconds() == pytest.approx(0.001)
     assert abs(rows[0]["ts"].timestamp() - time.time()) < 5

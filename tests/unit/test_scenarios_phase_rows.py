@@ -17,7 +17,6 @@ def test_intended_arrivals_of_one_locust_process(tmp_path: Path) -> None:
         mine.record("connect_invoke", detail={"intended_mono_ns": k * 100})
     mine.record("connect_fail", reason="refused", detail={"intended_mono_ns": 100})  # repeat
     mine.record("connect_fail", reason="not_offered", detail={"intended_mono_ns": 400})
-    mine.record("ready", detail={"intended_mono_ns": 999})  # not an arrival row
     other.record("connect_invoke", detail={"intended_mono_ns": 5})
     mine.close()
     other.close()
