@@ -46,6 +46,7 @@ from analysis.checks.base import (
     fmt,
     witness,
 )
+from analysis.checks.broker_side import per_broker
 from analysis.checks.kafka_metrics import _no_scrapes, per_listener, scrape_interval, scrapes
 from analysis.frames import detail_col
 
@@ -173,6 +174,10 @@ def _auth_intervals(run: Run) -> Any:
         detail_col("client", "sasl_fail", "error_code").cast("int").alias("code"),
         detail_col("client", "sasl_fail", "answer_ms").cast("double").alias("answer_ms"),
         detail_col("client", "closed", "outcome").alias("outcome"),
+        F.when(
+            F.col("event") == "connect_invoke",
+            detail_col("client", "connect_invoke", "broker").cast("int"),
+        ).alias("broker"),
     )  # fmt: skip
 
     def first(event: str) -> Any:
@@ -191,6 +196,7 @@ def _auth_intervals(run: Run) -> Any:
         F.min(F.when(refused, F.col("mono_ns"))).alias("fail_at"),
         F.min(F.when(refused, F.col("answer_ms"))).alias("answer_ms"),
         F.first("outcome", ignorenulls=True).alias("outcome"),
+        F.first("broker", ignorenulls=True).alias("broker"),
     )
     started = F.col("tls_start").isNotNull() | F.col("sasl_done").isNotNull()
     g = g.where(started | F.col("sasl_fail").isNotNull())
@@ -199,6 +205,7 @@ def _auth_intervals(run: Run) -> Any:
     far = F.lit(2**62)
     return g.select(
         "lst",
+        "broker",
         ok.alias("ok"),
         F.coalesce("ready", "closed", far).alias("ok_hi"),
         F.col("fail_at").isNotNull().alias("failed"),
@@ -215,6 +222,9 @@ def check_auth_counts(run: Run) -> CheckResult:
 
     name = "kafka_metric_auth_counts"
     conns = _auth_intervals(run)
+    node = getattr(run, "node", None)  # a cluster: one broker's view (broker_side.per_broker)
+    if node is not None:
+        conns = conns.where(F.col("broker") == node)
     if conns.limit(1).count() == 0:
         return CheckResult(
             name,
@@ -222,16 +232,6 @@ def check_auth_counts(run: Run) -> CheckResult:
             observed="no client connection on a secured listener",
             expected="TLS or SASL connections",
             explanation="n/a: Kafka records no authentication on PLAINTEXT listeners",
-        )
-    from analysis.checks.broker_side import cluster_nodes
-
-    if cluster_nodes(run):
-        return CheckResult(
-            name,
-            UNKNOWN,
-            observed="a cluster: each broker counts its own logins, not judged per broker yet",
-            expected="Kafka's authentication counters of each broker against its connections",
-            explanation="the counters of several brokers cannot be compared with one sum",
         )
     data = scrapes(run)
     if len(data) < 2:
@@ -319,7 +319,7 @@ CHECKS = [
     Check(
         "kafka_metric_auth_counts",
         "auth",
-        check_auth_counts,
+        per_broker(check_auth_counts),
         False,
         ("broker",),
         doc="Kafka's failed-/successful-authentication-total per secured listener agree with "
