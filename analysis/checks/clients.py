@@ -418,7 +418,10 @@ def check_fairness(run: Run) -> CheckResult:
     all_req = run.events("request_ok", source="client").withColumn(
         "req_profile", detail_col("client", "request_ok", "profile")
     )
-    by_detail = all_req.where(F.col("req_profile") == "steady").select("mono_ns", "latency_ms")
+    # (the steady clients' sockets write a row per response too, with no latency of their own)
+    by_detail = all_req.where(
+        (F.col("req_profile") == "steady") & F.col("latency_ms").isNotNull()
+    ).select("mono_ns", "latency_ms")
     by_conn = (
         all_req.where(F.col("req_profile").isNull() | (F.col("req_profile") != "steady"))
         .join(F.broadcast(steady), ["client_ip", "client_port"])

@@ -43,7 +43,7 @@ def test_producer_sockets_and_request_throttle_recorded(kafka_broker: Any, rows:
         try:
             for _ in range(400):  # bounded: stops at the first throttled response
                 producer.send("steady-conns-test", b"x").get(timeout=10)
-                if any(r["event"] == "request_ok" for r in rows.rows):
+                if any("throttle_time_ms" in (r["detail"] or {}) for r in rows.rows):
                     break
         finally:
             producer.close(timeout=5)
@@ -59,9 +59,13 @@ def test_producer_sockets_and_request_throttle_recorded(kafka_broker: Any, rows:
         assert rs[-1]["detail"]["outcome"] in ("served", "delayed_served")
         assert all(r["client_ip"] == "127.0.0.1" and r["client_id"] == "steady-hog" for r in rs)
         assert rs[0]["mono_ns"] <= rs[1]["mono_ns"] <= rs[2]["mono_ns"] <= rs[-1]["mono_ns"]
-    throttled = [r for r in rows.rows if r["event"] == "request_ok"]
+    answered = [r for r in rows.rows if r["event"] == "request_ok"]
+    throttled = [r for r in answered if "throttle_time_ms" in r["detail"]]
     assert throttled, "Kafka never throttled the client-id at 0.01 % of request time"
     assert all(0 < r["detail"]["throttle_time_ms"] <= 1000 for r in throttled)
+    # every response is a row, with the time it was in flight
+    assert all(r["detail"]["in_flight_ms"] >= 0 for r in answered if "in_flight_ms" in r["detail"])
+    assert sum("in_flight_ms" in r["detail"] for r in answered) >= len(answered) - 2
 
 
 def test_a_server_closing_at_once_is_an_eof_before_any_response(rows: Rows) -> None:
