@@ -467,6 +467,7 @@ def prepare_topic(environment: Environment, **_: Any) -> None:
             s.port,
             s.topic,
             replication_factor=s.replication_factor,
+            broker=next((n for n, h, p in s.brokers if (h, p) == (s.host, s.port)), None),
             timeout_s=20.0,
             history=history(environment),
             client_config=props,

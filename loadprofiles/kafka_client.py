@@ -130,6 +130,8 @@ class ClientConfig:
     profile: str = ""
     listener: str | None = None
     proxy_protocol: str = "off"
+    #: a cluster: the node id of the broker at host:port (each ``connect_invoke`` names it)
+    broker: int | None = None
 
     def __post_init__(self) -> None:
         if self.proxy_protocol not in proxy_header.VERSIONS:
@@ -279,6 +281,8 @@ class KafkaConnection:
             detail["intended_mono_ns"] = self.intended_mono_ns
         if cfg.proxy_protocol != "off":
             detail["proxy_protocol"] = cfg.proxy_protocol
+        if cfg.broker is not None:
+            detail["broker"] = cfg.broker
         if self.history is not None:
             self._row_at("connect_invoke", self._invoke_ns, invoke_ts_us, detail)
         if failure is not None:

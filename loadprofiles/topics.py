@@ -32,12 +32,15 @@ def ensure_topic(
     timeout_s: float = 30.0,
     history: Recorder | None = None,
     client_config: Mapping[str, str] | None = None,
+    broker: int | None = None,
 ) -> None:
     """Create ``topic`` (idempotent) and wait until its partitions have a leader.
 
     ``history``: where its connections are recorded (profile ``setup``), as every
     connection the load side makes is: the enforcer sees them too, and the checker
     explains each connection it saw by a client attempt (``client_acceptor_agreement``).
+
+    ``broker``: a cluster's node id at host:port, named in the set-up connection's rows.
 
     ``client_config``: Kafka's client keys of a secured listener (TLS, SASL login): the
     topic is then made over `harness.admin.client.KafkaWire`, which speaks them (such a
@@ -49,7 +52,9 @@ def ensure_topic(
         return _create(version, topic, partitions, replication_factor, timeout_s)
 
     def plain() -> str | None:
-        config = ClientConfig(host=host, port=port, client_id="harness-setup", profile="setup")
+        config = ClientConfig(
+            host=host, port=port, client_id="harness-setup", profile="setup", broker=broker
+        )
         with KafkaConnection(config, history=history) as conn:
             conn.connect()
             conn.api_versions()

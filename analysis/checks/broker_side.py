@@ -227,7 +227,10 @@ def _merge_brokers(
     from analysis.checks.base import merge
 
     name = results[0][1].name
-    verdict = merge(r.verdict for _n, r in results)
+    # a broker where the rule found nothing to judge (unknown, 0 judged) adds nothing to what
+    # the others proved; it stays visible in `observed` and the per-broker table
+    judged_here = [r for _n, r in results if not (r.verdict == UNKNOWN and r.judged == 0)]
+    verdict = merge(r.verdict for r in (judged_here or [r for _n, r in results]))
     witnesses = [{"broker": n, **w} for n, r in results for w in r.witnesses][:10]
     observed = "; ".join(f"broker {n}: {r.observed}" for n, r in results)
     exercised_on = [n for n, r in results if r.exercised]

@@ -89,9 +89,10 @@ ALL: tuple[Event, ...] = (
        "a test-scheduled processor stall began or ended"),
     # -- the clients (the generator) -------------------------------------------------------
     _c("connect_invoke", set(),
-       {"intended_mono_ns", "profile", "clock_offset_ns", "clock_rtt_ns", "broker"},
+       {"intended_mono_ns", "profile", "clock_offset_ns", "clock_rtt_ns", "broker",
+        "proxy_protocol"},
        "an attempt starts (a Locust worker on another host: its clock offset; a cluster: "
-       "the node id of the broker it connects to)"),
+       "the node id of the broker it connects to; the PROXY header version it sends)"),
     _c("connect_fail", {"latency_ms", "reason"},
        {"intended_mono_ns", "profile", "cause", "why"},
        "TCP connect failed, or an intended arrival was not offered"),

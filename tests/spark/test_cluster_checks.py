@@ -165,3 +165,12 @@ def test_kafkas_connection_count_is_each_brokers_own(
     assert r.verdict == verdict, (r.observed, r.witnesses)
     if verdict == "fail":
         assert {w["broker"] for w in r.witnesses} == {2}
+
+
+def test_a_broker_with_nothing_to_judge_adds_nothing_but_is_named(
+    spark: Any, tmp_path: Path
+) -> None:
+    r = _judge(spark, tmp_path, "two-of-three", {1: 11, 2: 11}, "client_ip_rate_span")
+    assert r.verdict == "pass", r.observed
+    assert r.to_dict()["per_broker"]["3"]["verdict"] in ("unknown", "n/a")  # never "pass"
+    assert r.observed.endswith("never reached by the load: broker 3"), r.observed
