@@ -112,16 +112,22 @@ def _client_mutes(run: Run) -> tuple[int, DataFrame]:
     comes no earlier than its request's send instant + t. Kafka starts the throttle when
     it queues the response, which is after the request was sent (send = response instant
     − the request's latency), and reads nothing more from the channel until it ends; so the
-    bound is exact, no tolerance. Responses without a send time (kafka-python's own
-    sockets) cannot be judged."""
+    bound is exact, no tolerance. The send time is the request's latency back from the
+    response, or for kafka-python's own sockets (the steady clients) `in_flight_ms`, taken
+    from when kafka-python queued the request (at or before its bytes left: the bound only
+    loosens)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     from analysis.frames import detail_col
 
+    sent_ago = F.coalesce(
+        F.col("latency_ms"),
+        detail_col("client", "request_ok", "in_flight_ms").cast("double"),
+    )
     rows = (
         run.events("request_ok", source="client")
-        .where(F.col("latency_ms").isNotNull() & F.col("conn_id").isNotNull())
+        .where(sent_ago.isNotNull() & F.col("conn_id").isNotNull())
         .select(
             "conn_id",
             "client_ip",
@@ -129,7 +135,7 @@ def _client_mutes(run: Run) -> tuple[int, DataFrame]:
             "listener",
             "ts",
             "mono_ns",
-            "latency_ms",
+            sent_ago.alias("latency_ms"),
             F.coalesce(
                 detail_col("client", "request_ok", "throttle_time_ms").cast("double"), F.lit(0.0)
             ).alias("thr"),

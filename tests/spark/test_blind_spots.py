@@ -18,6 +18,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from analysis.checks.base import PASS, UNKNOWN, run_check
 from analysis.checks.clients import check_agreement
 from analysis.checks.processors import check_reject_closes_at_once
@@ -125,29 +127,29 @@ def test_one_unexplained_connection_during_the_load_fails_and_admin_ones_are_exp
 REQUEST_QUOTA = {"max.connections": 2147483647, "request_quotas": {"client-id=g": 1.0}}
 
 
-def _mute_run(tmp: Path, name: str, client_gap_ms: float, acceptor_gap_ms: float) -> Path:
+def _mute_run(
+    tmp: Path, name: str, client_gap_ms: float, acceptor_gap_ms: float, kafka_python: bool = False
+) -> Path:
     """One greedy connection: a request sent at s, answered at s + 10 ms with a throttle
     of 100 ms; the next response at s + 100 ms + client_gap_ms (send + throttle + gap).
     The acceptor wrote the throttle at the answer, and forwarded the next request at the
-    throttle's end + acceptor_gap_ms."""
+    throttle's end + acceptor_gap_ms. ``kafka_python``: the rows a kafka-python socket
+    writes instead (no latency of their own; the time in flight in ``detail``)."""
+
+    def timing(ms: float) -> dict[str, Any]:
+        return {"detail": {"profile": "steady", "in_flight_ms": ms}} if kafka_python else {
+            "latency_ms": ms, "detail": {"profile": "greedy"}}  # fmt: skip
 
     def build(cw: HistoryWriter, aw: HistoryWriter, hw: HistoryWriter) -> None:
         c = {"client_ip": "127.0.0.1", "client_port": 41_000, "conn_id": "greedy-1"}
         s = T0 + 1 * S
         cw.record("connect_invoke", mono_ns=s - 5 * MS, detail={"profile": "greedy"}, **c)
         answered = s + 10 * MS
-        cw.record(
-            "request_ok",
-            mono_ns=answered,
-            api_key=3,
-            latency_ms=10.0,
-            detail={"profile": "greedy", "throttle_time_ms": 100},
-            **c,
-        )
+        first = timing(10.0)
+        first["detail"]["throttle_time_ms"] = 100
+        cw.record("request_ok", mono_ns=answered, api_key=3, **first, **c)
         nxt = s + 100 * MS + int(client_gap_ms * MS)
-        cw.record(
-            "request_ok", mono_ns=nxt, api_key=3, latency_ms=95.0, detail={"profile": "greedy"}, **c
-        )
+        cw.record("request_ok", mono_ns=nxt, api_key=3, **timing(95.0), **c)
         a = {**c, "conn_id": "CLIENT-1", "listener": "CLIENT"}
         req = {"api_key": 3, "client_id": "g", "principal": "User:ANONYMOUS"}
         aw.record("request", mono_ns=answered - MS, latency_ms=8.0, **req, **a)
@@ -170,6 +172,16 @@ def test_a_response_a_tenth_of_a_ms_early_fails_on_the_client_side(
     result = check_throttle_mutes(load_run(spark, _mute_run(tmp_path, "client", -0.1, 0.0)))
     assert result.verdict == "fail", result.observed
     assert "before the throttle" in result.witnesses[0]["why"]
+
+
+@pytest.mark.parametrize(("gap_ms", "verdict"), [(0.0, PASS), (-0.1, "fail")])
+def test_kafka_pythons_sockets_are_judged_by_their_time_in_flight(
+    spark: Any, tmp_path: Path, gap_ms: float, verdict: str
+) -> None:
+    run = load_run(spark, _mute_run(tmp_path, f"kp{gap_ms}", gap_ms, -1.0, kafka_python=True))
+    result = check_throttle_mutes(run)
+    assert result.verdict == verdict, result.observed
+    assert result.parts[0].judged == 1
 
 
 def test_a_forward_past_the_timer_tolerance_fails_on_the_acceptor_side(
