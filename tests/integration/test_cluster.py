@@ -124,3 +124,24 @@ def test_brokers_out_of_range_is_a_clear_cli_error(tmp_path: Path) -> None:
         [*cmd, "--workdir", str(tmp_path / "x")], capture_output=True, text=True, timeout=120
     )
     assert out.returncode != 0 and "brokers=9: between 1 and 5" in out.stderr, out
+
+
+def test_every_node_of_a_secured_cluster_logs_each_user_in(tmp_path: Path) -> None:
+    """The nodes share the run's CA and SCRAM users: each node's own client configuration
+    logs bob in over SASL_SSL and sees the whole cluster."""
+    from kafka.admin import KafkaAdminClient
+
+    from harness.broker.cluster import start_local_cluster
+    from harness.security import clientprops
+
+    listeners = ("PLAINTEXT", "S=SASL_SSL:SCRAM-SHA-256")
+    with start_local_cluster(
+        3, listeners=listeners, workdir=tmp_path / "c", metrics=False, progress=lambda m: None
+    ) as c:
+        for b in c.brokers:
+            config = clientprops.kafka_python_config(clientprops.read(b.client_configs["S@bob"]))
+            admin = KafkaAdminClient(**config, request_timeout_ms=20000)
+            try:
+                assert len(admin.describe_cluster()["brokers"]) == 3
+            finally:
+                admin.close()
