@@ -253,6 +253,14 @@ def not_exercised(
     )
 
 
+def cluster_nodes(run: Run) -> list[int]:
+    """The node ids of a run against a cluster (`run.json` ``brokers``); [] for one broker.
+    A cluster's per-broker rules are judged per broker (`broker_side.per_broker`)."""
+    brokers = run.meta.get("brokers") or {}
+    nodes = sorted(int(n) for n in brokers) if isinstance(brokers, dict) else []
+    return nodes if len(nodes) > 1 else []
+
+
 def nothing_judged(name: str, what: str, expected: str = "") -> CheckResult:
     """A model-free rule with zero relevant events: `unknown`, never `pass`."""
     return CheckResult(

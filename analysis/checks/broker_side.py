@@ -35,6 +35,7 @@ from analysis.checks.base import (
     UNKNOWN,
     Check,
     CheckResult,
+    cluster_nodes,
     fmt,
     not_configured,
     nothing_judged,
@@ -164,13 +165,6 @@ def _segments_ok(kills: list[tuple[int, int]], lo: int, hi: int) -> bool:
 
 
 # --- a cluster: every per-broker rule judged per broker -----------------------------------
-
-
-def cluster_nodes(run: Run) -> list[int]:
-    """The node ids of a run against a cluster (`run.json` ``brokers``); [] for one broker."""
-    brokers = run.meta.get("brokers") or {}
-    nodes = sorted(int(n) for n in brokers) if isinstance(brokers, dict) else []
-    return nodes if len(nodes) > 1 else []
 
 
 class _BrokerView:

@@ -26,6 +26,7 @@ from analysis.checks.base import (
     Check,
     CheckResult,
     Part,
+    cluster_nodes,
     fmt,
     not_configured,
     not_exercised,
@@ -494,8 +495,6 @@ def check_client_ip_concurrency(run: Run) -> CheckResult:
     if not any(lim.max_connections_per_ip < INT_MAX or lim.per_ip_overrides for lim in tl.limits):
         return not_configured("client_ip_concurrency", run, "max.connections.per.ip")
     cc = client_conns(run).where(F.col("ready_ns").isNotNull() & F.col("closed_ns").isNotNull())
-    from analysis.checks.broker_side import cluster_nodes
-
     unattributed = 0
     if cluster_nodes(run):  # never merge connections whose broker is unknown into one count
         unattributed = cc.where(F.col("broker").isNull()).count()

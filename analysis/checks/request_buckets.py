@@ -50,7 +50,7 @@ from analysis.checks.base import (
     not_configured,
     witness,
 )
-from analysis.checks.request_model import QuotaCallback, _entities
+from analysis.checks.request_model import QuotaCallback, quota_versions
 from analysis.frames import detail_col
 
 if TYPE_CHECKING:
@@ -99,10 +99,7 @@ def _bounds(rows: list[dict[str, Any]], invoke_ns: dict[str, int]) -> list[int]:
 def check_request_quota_buckets(run: Run) -> CheckResult:
     from pyspark.sql import functions as F
 
-    versions = [
-        (start, _entities(raw))
-        for start, raw in zip(run.timeline.starts, run.timeline.raw, strict=True)
-    ]
+    versions = quota_versions(run)
     if not any(v for _s, v in versions):
         return not_configured(NAME, run, "request_percentage quotas")
     lim = run.timeline.limits[0]

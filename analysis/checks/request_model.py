@@ -131,12 +131,17 @@ def _charged_ms(r: Any) -> float:
     return float(r["latency_ms"] or 0.0)
 
 
-def check_request_model(run: Run) -> CheckResult:
-
-    versions = [
+def quota_versions(run: Run) -> list[tuple[int, dict[Entity, float]]]:
+    """The runner's request quotas in each config version: (start, {entity: percentage})."""
+    return [
         (start, _entities(raw))
         for start, raw in zip(run.timeline.starts, run.timeline.raw, strict=True)
     ]
+
+
+def check_request_model(run: Run) -> CheckResult:
+
+    versions = quota_versions(run)
     if not any(v for _s, v in versions):
         return not_configured(NAME, run, "request_percentage quotas")
     req = run.events("request", source="acceptor")

@@ -274,11 +274,11 @@ class Orchestrator:
             n: f"{h}:{p}" for n, (h, p) in self.target.client_addresses.items()
         }
         if self.target.broker_addresses:  # a cluster: every broker's address per listener
-            self.run_json["brokers"] = {
-                str(node): {n: f"{h}:{p}" for n, nodes in self.target.broker_addresses.items()
-                            for i, h, p in nodes if i == node}
-                for node, _h, _p in next(iter(self.target.broker_addresses.values()))
-            }  # fmt: skip
+            brokers: dict[str, dict[str, str]] = {}
+            for listener, nodes in self.target.broker_addresses.items():
+                for node, host, port in nodes:
+                    brokers.setdefault(str(node), {})[listener] = f"{host}:{port}"
+            self.run_json["brokers"] = brokers
         # protocols and where their client configuration is; never its contents (secrets)
         security: dict[str, dict[str, Any]] = {
             n: {"protocol": _protocol(path), "client_config": str(path)}

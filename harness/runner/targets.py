@@ -372,7 +372,13 @@ class Target:
             f"broker ready in {time.monotonic() - t0:.1f}s ({how}): Kafka {b.version} at "
             f"{b.bootstrap} (ports {b.listener_ports})"
         )
-        self.client_configs = {  # "NAME", and "NAME@user" for a SASL listener's users
+        self._take_client_configs(b)
+        return self.broker
+
+    def _take_client_configs(self, b: Any) -> None:
+        """The started broker's client configurations the load uses: one per secured
+        listener ("NAME"), and one per SASL user ("NAME@user")."""
+        self.client_configs = {
             key: Path(path)
             for key, path in b.client_configs.items()
             if key.partition("@")[0] in self.scenario.security and ":" not in key
@@ -382,7 +388,6 @@ class Target:
             raise TargetError(
                 f"the broker made no client configuration for secured listener(s) {missing}"
             )
-        return self.broker
 
     def _find_external(
         self,
@@ -562,11 +567,7 @@ class Target:
                    for node in cluster.brokers]
             for name in self.scenario.listeners
         }  # fmt: skip
-        self.client_configs = {
-            key: Path(path)
-            for key, path in b.client_configs.items()
-            if key.partition("@")[0] in self.scenario.security and ":" not in key
-        }
+        self._take_client_configs(b)
         return b
 
     def node(self, node_id: int | None) -> Any:
