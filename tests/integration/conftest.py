@@ -170,3 +170,35 @@ def fronted_acceptor(
     request: pytest.FixtureRequest, kafka_broker: Broker, tmp_path: Path
 ) -> Iterator[AcceptorHandle]:
     yield from acceptor_fronting(kafka_broker.bootstrap, request.node.name, tmp_path)
+
+
+def read_until_ready(proc: Any, timeout_s: float) -> str:
+    """A `harness broker` CLI's output up to its ``Ctrl-C to stop`` line (or its end, or the
+    deadline): the startup lines the tests read addresses and pids from."""
+    import time
+
+    assert proc.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line.rstrip())
+        if line.startswith("Ctrl-C to stop"):
+            break
+    return "\n".join(lines)
+
+
+def pgid_gone(pgid: int, timeout_s: float = 10.0) -> bool:
+    """Whether process group ``pgid`` (a JVM started in its own session) is gone in time."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False

@@ -19,6 +19,7 @@ from harness.broker.artifacts import KAFKA_VERSION, jar_version
 from harness.broker.container import docker_available
 from harness.broker.local import PortInUse
 from harness.broker.probe import probe
+from tests.integration.conftest import pgid_gone, read_until_ready
 
 API_VERSIONS, PRODUCE, FETCH, METADATA = 18, 0, 1, 3
 
@@ -41,33 +42,12 @@ def test_broker_answers_api_versions_with_the_resolved_kafka_version(kafka_broke
     assert f"Kafka version: {expected}" in kafka_broker.log_path.read_text()
 
 
-def _pgid_gone(pgid: int, timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def test_cli_prints_bootstrap_and_stops_on_sigterm_leaving_no_jvm(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "harness", "broker", "--launcher", "local"]
     cmd += ["--workdir", str(tmp_path / "run"), "--set", "max.connections.per.ip=50"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines: list[str] = []
     try:
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 150
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line.rstrip())
-            if line.startswith("Ctrl-C to stop"):
-                break
-        out = "\n".join(lines)
+        out = read_until_ready(proc, 150)
         assert "Ctrl-C to stop" in out, out
         bootstrap = re.search(r"^bootstrap: (127\.0\.0\.1:\d+)$", out, re.M)
         pid = re.search(r"pid (\d+)\)", out)
@@ -83,7 +63,7 @@ def test_cli_prints_bootstrap_and_stops_on_sigterm_leaving_no_jvm(tmp_path: Path
         rest, _ = proc.communicate(timeout=60)
         assert proc.returncode == 0, rest
         assert "broker stopped" in rest
-        assert _pgid_gone(int(pid.group(1))), "the broker's process group is still alive"
+        assert pgid_gone(int(pid.group(1))), "the broker's process group is still alive"
         with pytest.raises(OSError):
             probe(host, int(port), timeout_s=2)
     finally:
@@ -145,7 +125,7 @@ def test_pause_resume_kill_restart_and_advertised_listeners(
     first_pid = broker.pid
     assert first_pid is not None
     broker.kill()
-    assert _pgid_gone(first_pid)
+    assert pgid_gone(first_pid)
     with pytest.raises(OSError):
         broker.probe(timeout_s=2)
 
@@ -268,7 +248,7 @@ def test_jvm_dies_with_its_python_process_even_on_sigkill(tmp_path: Path) -> Non
         os.killpg(jvm, 0)  # alive, in its own process group
         owner.kill()  # SIGKILL: no atexit, no handler; only PR_SET_PDEATHSIG can help
         owner.wait(timeout=30)
-        assert _pgid_gone(jvm, timeout_s=30), "the broker JVM outlived its Python process"
+        assert pgid_gone(jvm, timeout_s=30), "the broker JVM outlived its Python process"
     finally:
         if owner.poll() is None:
             owner.kill()

@@ -5,35 +5,18 @@ process is SIGKILLed."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from harness.broker.errors import BrokerError
 from harness.broker.probe import probe
+from tests.integration.conftest import pgid_gone, read_until_ready
 
 pytestmark = pytest.mark.integration
-
-
-def _gone(pids: list[int], timeout_s: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        alive = []
-        for pid in pids:
-            try:
-                os.kill(pid, 0)
-                alive.append(pid)
-            except ProcessLookupError:
-                pass
-        if not alive:
-            return True
-        time.sleep(0.2)
-    return False
 
 
 def _produce_all(bootstrap: list[str], topic: str, rf: int | None = None) -> int:
@@ -60,18 +43,8 @@ def test_three_nodes_from_the_cli_replicate_and_die_with_a_sigkilled_harness(
     cmd = [sys.executable, "-m", "harness", "broker", "--launcher", "local", "--brokers", "3"]
     cmd += ["--workdir", str(tmp_path / "run")]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines: list[str] = []
     try:
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line.rstrip())
-            if line.startswith("Ctrl-C to stop"):
-                break
-        out = "\n".join(lines)
+        out = read_until_ready(proc, 240)
         assert "Ctrl-C to stop" in out, out
         boot = re.search(r"^bootstrap: (\S+)$", out, re.M)
         assert boot, out
@@ -87,7 +60,7 @@ def test_three_nodes_from_the_cli_replicate_and_die_with_a_sigkilled_harness(
             assert (tmp_path / "run" / f"broker-{i}" / "broker.log").exists()
         proc.kill()  # SIGKILL: no handler runs; each JVM's PR_SET_PDEATHSIG must end it
         proc.wait(timeout=30)
-        assert _gone(pids), "a broker JVM outlived the harness process"
+        assert all(pgid_gone(p, 30) for p in pids), "a broker JVM outlived the harness process"
     finally:
         if proc.poll() is None:
             proc.kill()

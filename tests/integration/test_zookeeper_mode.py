@@ -5,7 +5,6 @@ session has expired, and nothing is left once the CLI is stopped."""
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
@@ -18,38 +17,18 @@ import pytest
 from harness.admin.client import alter_ip_quota, describe_ip_quotas
 from harness.broker.errors import BrokerError
 from harness.broker.probe import probe
+from tests.integration.conftest import pgid_gone, read_until_ready
 
 pytestmark = pytest.mark.integration
 VERSION = "3.6.2"
-
-
-def _gone(pid: int, timeout_s: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.2)
-    return False
 
 
 def test_the_cli_starts_zookeeper_and_the_broker_and_stops_both(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "harness", "broker", "--kafka-version", VERSION, "--zookeeper"]
     cmd += ["--workdir", str(tmp_path / "run")]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines: list[str] = []
     try:
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line.rstrip())
-            if line.startswith("Ctrl-C to stop"):
-                break
-        out = "\n".join(lines)
+        out = read_until_ready(proc, 240)
         assert f"kafka {VERSION} ready" in out, out
         zk = re.search(r"^zookeeper: (127\.0\.0\.1:\d+) \(pid (\d+)", out, re.M)
         boot = re.search(r"^bootstrap: (127\.0\.0\.1:\d+)$", out, re.M)
@@ -64,7 +43,9 @@ def test_the_cli_starts_zookeeper_and_the_broker_and_stops_both(tmp_path: Path) 
         proc.send_signal(signal.SIGTERM)
         rest, _ = proc.communicate(timeout=90)
         assert proc.returncode == 0, rest
-        assert _gone(int(broker_pid.group(1))) and _gone(int(zk.group(2))), "a JVM is left"
+        assert pgid_gone(int(broker_pid.group(1)), 30) and pgid_gone(int(zk.group(2)), 30), (
+            "a JVM is left"
+        )
     finally:
         if proc.poll() is None:
             proc.kill()
