@@ -43,8 +43,10 @@ from analysis.checks.base import (
 from analysis.checks.kafka_bounds import (
     ip_span_bound,
     ip_throttle_possible,
+    longest_span_ms,
     max_overlap,
     rate_span_bound,
+    slots,
     sure_counts,
 )
 from analysis.frames import detail_col
@@ -297,9 +299,12 @@ def _span_check(
     bound_of: Any,
     what: str,
 ) -> CheckResult:
-    """Judge every span (b - T, b] ending at a served connection's ready instant."""
+    """Judge every span (b - T, b] ending at a served connection's ready instant; T is the
+    longest span the release's rate meter remembers whole (n·w − 2 ms from Kafka 3.8.0,
+    (n−1)·w − 1 ms before it: `kafka_bounds.memory_ms`)."""
     n, w = _window(run)
-    span_ms = n * w - 2.0
+    overlap = run.semantics.sampled_stat_overlap
+    span_ms = longest_span_ms(n, w, overlap)
     # A dynamic change reaches Kafka's meters when the broker's metadata publisher applies
     # the committed record: milliseconds on one node, assumed within one quota window of
     # the runner's row (which follows the admin call's answer) on either side.
@@ -332,7 +337,7 @@ def _span_check(
             )
             if limit >= INT_MAX:
                 continue
-            bound = bound_of(limit, span_ms, n, w, key)
+            bound = bound_of(limit, span_ms, n, w, key, overlap)
             judged += 1
             ratio = count / bound if bound else float("inf")
             if worst is None or ratio > worst[0]:
@@ -406,8 +411,8 @@ def check_broker_rate_span(run: Run) -> CheckResult:
     np_df = _nonprotected(run, df)
     k = max(1, np_df["listener"].nunique())
 
-    def bound(limit: float, span: float, n: int, w: int, _key: str) -> int:
-        return rate_span_bound(limit, span, n, w, acceptors=k)
+    def bound(limit: float, span: float, n: int, w: int, _key: str, overlap: bool) -> int:
+        return rate_span_bound(limit, span, n, w, acceptors=k, overlap=overlap)
 
     return _span_check(
         run,
@@ -423,8 +428,8 @@ def check_listener_rate_span(run: Run) -> CheckResult:
     df = attempts(run).df
     groups = {str(name): g for name, g in df.groupby("listener")}
 
-    def bound(limit: float, span: float, n: int, w: int, _key: str) -> int:
-        return rate_span_bound(limit, span, n, w, acceptors=1)
+    def bound(limit: float, span: float, n: int, w: int, _key: str, overlap: bool) -> int:
+        return rate_span_bound(limit, span, n, w, acceptors=1, overlap=overlap)
 
     return _span_check(
         run,
@@ -461,8 +466,8 @@ def check_ip_rate_span(run: Run) -> CheckResult:
     df = attempts(run).df
     groups = {str(ip): g for ip, g in df.groupby("client_ip")}
 
-    def bound(limit: float, span: float, n: int, w: int, _key: str) -> int:
-        return ip_span_bound(limit, n, w)
+    def bound(limit: float, span: float, n: int, w: int, _key: str, overlap: bool) -> int:
+        return ip_span_bound(limit, n, w, overlap=overlap)
 
     return _span_check(
         run,
@@ -484,7 +489,8 @@ def check_over_throttling(run: Run) -> CheckResult:
     if df.empty:
         return nothing_judged("client_over_throttling", "client connections")
     n, w = _window(run)
-    lag_ns = int((n + 1) * w * MS)
+    # nothing older than the ring's m·w is in the IP meter's value (kafka_bounds.slots)
+    lag_ns = int(slots(n, run.semantics.sampled_stat_overlap) * w * MS)
     release_ns = int((PROCESSOR_POLL_MS + run.slack_ms) * MS)
     far = 2**62
     eof_mask = df["ready_ns"].isna() & df["eof_ns"].notna()
@@ -571,7 +577,8 @@ def check_over_throttling(run: Run) -> CheckResult:
             "eviction off the protected listener); no protected connection closed by Kafka"
         ),
         tolerance=(
-            f"an IP's other connections count if their interval meets (invoke - (n+1)·w, EOF]; "
+            "an IP's other connections count if their interval meets (invoke - m·w, EOF] "
+            "(m the meter ring's slots); "
             f"counts are released up to {fmt(PROCESSOR_POLL_MS + run.slack_ms)} ms after the "
             "client closed"
         ),
@@ -825,7 +832,8 @@ CHECKS = [
         per_broker(check_broker_rate_span),
         True,
         ("broker",),
-        doc="served connections per n·w span ≤ the broker-wide meter's bound (client intervals)",
+        doc="served connections per span the meter remembers ≤ the broker-wide meter's bound "
+        "(client intervals)",
         judges_limit=True,
     ),
     Check(
@@ -834,7 +842,8 @@ CHECKS = [
         per_broker(check_listener_rate_span),
         True,
         ("broker",),
-        doc="served connections per n·w span ≤ the listener meter's bound (client intervals)",
+        doc="served connections per span the meter remembers ≤ the listener meter's bound "
+        "(client intervals)",
         judges_limit=True,
     ),
     Check(
@@ -843,8 +852,9 @@ CHECKS = [
         per_broker(check_ip_rate_span),
         True,
         ("broker", "acceptor"),
-        doc="served connections per IP per n·w span ≤ q·(n+1)·w (client intervals; on the "
-        "acceptor target for load behind a proxy, keyed by the clients' own addresses)",
+        doc="served connections per IP per span the meter remembers ≤ q·m·w (m = n+1 from 3.8, "
+        "else n; client intervals; on the acceptor target for load behind a proxy, keyed by "
+        "the clients' own addresses)",
         judges_limit=True,
     ),
     Check(

@@ -6,14 +6,22 @@ own instants. These functions give limits that Kafka's meter guarantees for *eve
 placement of those instants inside their intervals, so a check built on them never
 blames Kafka for the client clock (derivations in docs/kafka-reference.md §2):
 
+- `memory_ms`: how far back every recorded event is surely still in the meter's value
+  (n·w − 1 ms on Kafka ≥ 3.8's ring of n+1 samples, (n−1)·w before it): the longest span
+  the two bounds below are valid for;
 - `rate_span_bound`: connections recorded by a broker/listener rate sensor within any span
-  of T ≤ n·w (over-admission, KIP-612 delay-then-accept);
-- `ip_span_bound`: connections that passed an IP's rate step within any span of T ≤ n·w
+  of T < `memory_ms` (over-admission, KIP-612 delay-then-accept);
+- `ip_span_bound`: connections that passed an IP's rate step within any such span
   (over-admission, KIP-612 per-IP throttle-then-close);
 - `ip_throttle_needs`: how many other kept IP records a per-IP throttle requires
   (over-throttling: an EOF nobody could have caused is Kafka's fault);
 - `max_sure_in_span`: the most intervals lying wholly inside one span (the served
   connections whose accept *surely* fell in it).
+
+The rate meter differs by release (`analysis.versions`, switch `sampled_stat_overlap`):
+``overlap=True`` is the ring of n+1 samples purged by their last event (Kafka ≥ 3.8.0),
+``overlap=False`` the ring of n samples purged by their start (2.7–3.7). With m the ring's
+slots (n+1 or n), the window is W < m·w and every event of the last (m−1)·w is in it.
 
 Pure Python, clock-free, in milliseconds; `analysis/` never imports `harness.quota`.
 """
@@ -31,37 +39,64 @@ CLOCK_MS = 1.0
 ROUND_MS = 0.5
 
 
-def rate_span_bound(rate: float, span_ms: float, n: int, w_ms: float, acceptors: int = 1) -> int:
+def slots(n: int, overlap: bool = True) -> int:
+    """The samples the meter's ring keeps: n+1 (Kafka ≥ 3.8.0), else n."""
+    return n + 1 if overlap else n
+
+
+def memory_ms(n: int, w_ms: float, overlap: bool = True) -> float:
+    """Kafka-clock age up to which every recorded event is surely in the meter's value.
+
+    Ring of n+1 (purged when its last event is n·w old, overwritten after n+1 later
+    samples, each starting ≥ w after the one before): an event e is kept while
+    t − e < n·w, i.e. up to n·w − 1 ms. Ring of n (purged when its *start*, up to
+    w − 1 ms before e, is n·w old): kept while t − e ≤ (n−1)·w."""
+    return n * w_ms - CLOCK_MS if overlap else (n - 1) * w_ms
+
+
+def longest_span_ms(n: int, w_ms: float, overlap: bool = True) -> float:
+    """The longest client-clock span the bounds hold for (1 ms of Kafka's clock less)."""
+    return memory_ms(n, w_ms, overlap) - CLOCK_MS
+
+
+def rate_span_bound(
+    rate: float, span_ms: float, n: int, w_ms: float, acceptors: int = 1, overlap: bool = True
+) -> int:
     """Most connections a broker/listener rate sensor records within a span of ``span_ms``.
 
     ``rate`` is the bound (connections/s), ``acceptors`` the listeners (acceptor threads)
-    feeding the sensor; valid for spans shorter than n·w. With T the span (+1 ms of clock):
-        N ≤ r·(n+2)·w + k·(T/(w - 1 ms) + 1)
-    r·(n+2)·w: at the last connection whose delay was not capped, everything recorded in
-    the span is in the meter's window (< (n+1)·w) and its uncapped delay X < w, so
-    V = r·(W + X) < r·(n+2)·w; after it every delay is the cap w, one connection per
+    feeding the sensor; valid for spans up to `longest_span_ms`. With T the span (+1 ms of
+    clock) and m the ring's slots:
+        N ≤ r·(m+1)·w + k·(T/(w - 1 ms) + 1)
+    r·(m+1)·w: at the last connection whose delay was not capped, everything recorded in
+    the span is in the meter's window (< m·w) and its uncapped delay X < w, so
+    V = r·(W + X) < r·(m+1)·w; after it every delay is the cap w, one connection per
     w - 1 ms per acceptor thread.
     """
-    if span_ms > n * w_ms - CLOCK_MS:
-        raise ValueError(f"span {span_ms} ms exceeds n·w - 1 ms = {n * w_ms - CLOCK_MS} ms")
+    longest = longest_span_ms(n, w_ms, overlap)
+    if span_ms > longest:
+        raise ValueError(f"span {span_ms} ms exceeds the meter's memory less 1 ms = {longest} ms")
     span_ms += CLOCK_MS  # a client-clock span holds Kafka instants up to 1 ms wider
     k = max(1, acceptors)
-    value = rate * (n + 2) * w_ms / 1000.0 + k * (span_ms / (w_ms - CLOCK_MS) + 1)
+    m = slots(n, overlap)
+    value = rate * (m + 1) * w_ms / 1000.0 + k * (span_ms / (w_ms - CLOCK_MS) + 1)
     return math.floor(value + 1e-9)
 
 
-def ip_span_bound(quota: float, n: int, w_ms: float) -> int:
-    """Most connections of one IP that pass its rate step within any span of ≤ n·w.
+def ip_span_bound(quota: float, n: int, w_ms: float, overlap: bool = True) -> int:
+    """Most connections of one IP that pass its rate step within any span up to
+    `longest_span_ms`.
 
     An IP step that lets a connection through leaves V ≤ q·W with V ≥ every kept record
-    of the last n·w and W < (n+1)·w, so N ≤ q·(n+1)·w.
+    of the meter's memory and W < m·w, so N ≤ q·m·w (m = n+1 from 3.8.0, else n).
     """
-    return math.floor(quota * (n + 1) * w_ms / 1000.0 + 1e-9)
+    return math.floor(quota * slots(n, overlap) * w_ms / 1000.0 + 1e-9)
 
 
 def ip_throttle_needs(quota: float, n: int, w_ms: float) -> float:
     """A per-IP throttle at t1 needs more than this many *other* kept records of the IP in
-    (t1 - (n+1)·w, t1]: the window is at least (n-1)·w, so V = others + 1 > q·(n-1)·w."""
+    (t1 - m·w, t1] (m the ring's slots; nothing older is in V): the window is at least
+    (n-1)·w on either ring, so V = others + 1 > q·(n-1)·w."""
     return quota * (n - 1) * w_ms / 1000.0 - 1.0
 
 

@@ -71,8 +71,16 @@ def _conn(
     return rows
 
 
-def _run(tmp: Path, name: str, limits: dict[str, Any], rows: list[dict[str, Any]]) -> Path:
+def _run(
+    tmp: Path,
+    name: str,
+    limits: dict[str, Any],
+    rows: list[dict[str, Any]],
+    kafka_version: str | None = None,
+) -> Path:
     cfg = {"listeners": LISTENERS, **limits}
+    if kafka_version is not None:
+        cfg["kafka.version"] = kafka_version
     head = [{"source": "harness", "event": "config", "mono_ns": T0 - 1, "detail": cfg}]
     run = {"run_id": name, "target": "broker", "limits": cfg, "expect": {"slack_ms": 50}}
     return write_rows(tmp / name, head + rows, run)
@@ -130,6 +138,62 @@ def test_broker_rate_span_at_and_past_the_bound(
     res = _results(spark, run_dir, ["client_broker_rate_span"])["client_broker_rate_span"]
     assert res.verdict == verdict, res.observed
     assert res.limit == 38
+
+
+# --- the spans judged as a release before 3.8 (a ring of n samples purged by start) --------
+# Its meter remembers every event of the last (n-1)·w only, so the span is 9.999 s and the
+# bounds use m = n slots: per-IP q·n·w = 11 at 1/s, broker rate 2·12 + (10/0.999 + 1) = 35.
+# Each history below is judged both ways: what the old ring could not record passes as
+# 4.3.1, and what the n+1 ring could not record passes as 2.8.2.
+
+
+@pytest.mark.parametrize(
+    "spacing, version, verdict, bound",
+    [
+        (800.0, "2.8.2", "fail", 11),  # 12 in 8.8 s: one over the old ring's 11
+        (800.0, "4.3.1", "pass", 12),
+        (916.0, "2.8.2", "pass", 11),  # 13 over 10.997 s: never more than 11 in 9.999 s
+        (916.0, "4.3.1", "fail", 12),  # ... but 13 in one 10.998 s span
+    ],
+)
+def test_ip_rate_span_is_judged_with_the_release_s_ring(
+    spark: Any, tmp_path: Path, spacing: float, version: str, verdict: str, bound: int
+) -> None:
+    count = 12 if spacing == 800.0 else 13
+    rows: list[dict[str, Any]] = []
+    for i in range(count):
+        rows += _conn("127.0.0.9", 3000 + i, i * spacing, ready_ms=i * spacing + 5)
+    run_dir = _run(
+        tmp_path, f"ip-{spacing:g}-{version}", {"ip_quotas": {"127.0.0.9": 1}}, rows, version
+    )
+    res = _results(spark, run_dir, ["client_ip_rate_span"])["client_ip_rate_span"]
+    assert res.verdict == verdict, res.observed
+    assert res.limit == bound
+    span = "9.999 s" if version == "2.8.2" else "10.998 s"
+    assert span in res.observed
+
+
+@pytest.mark.parametrize(
+    "spacing, count, version, verdict, bound",
+    [
+        (250.0, 36, "2.8.2", "fail", 35),  # 36 in 8.75 s: one over the old ring's 35
+        (250.0, 36, "4.3.1", "pass", 38),
+        (288.0, 39, "2.8.2", "pass", 35),  # 39 over 10.95 s, at most 35 in 9.999 s
+        (288.0, 39, "4.3.1", "fail", 38),
+    ],
+)
+def test_broker_rate_span_is_judged_with_the_release_s_ring(
+    spark: Any, tmp_path: Path, spacing: float, count: int, version: str, verdict: str, bound: int
+) -> None:
+    rows: list[dict[str, Any]] = []
+    for i in range(count):
+        ip = f"127.0.0.{2 + i % 8}"
+        rows += _conn(ip, 4000 + i, i * spacing, ready_ms=i * spacing + 3)
+    limits = {"max.connection.creation.rate": 2}
+    run_dir = _run(tmp_path, f"broker-{spacing:g}-{version}", limits, rows, version)
+    res = _results(spark, run_dir, ["client_broker_rate_span"])["client_broker_rate_span"]
+    assert res.verdict == verdict, res.observed
+    assert res.limit == bound
 
 
 # --- over-throttling: quota 1/s needs more than q·(n-1)·w - 1 = 9 other kept records ---------

@@ -20,11 +20,14 @@ import pytest
 from analysis.checks.kafka_bounds import (
     ip_span_bound,
     ip_throttle_possible,
+    longest_span_ms,
     max_overlap,
     max_sure_in_span,
+    memory_ms,
     rate_span_bound,
+    slots,
 )
-from tests.unit.quota.kafka_port import INT_MAX, KafkaConnectionQuotas
+from tests.unit.quota.kafka_port import INT_MAX, KafkaConnectionQuotas, KafkaRate
 
 N, W = 11, 1000
 
@@ -49,9 +52,11 @@ def simulate(
     seed: int = 0,
     n: int = N,
     w: int = W,
+    legacy: bool = False,
 ) -> list[Conn]:
+    """``legacy``: Kafka before 3.8 (the ring of n samples purged by start)."""
     rng = random.Random(seed)
-    q = KafkaConnectionQuotas(["L"], None, INT_MAX, {}, INT_MAX, {}, INT_MAX, n, w)
+    q = KafkaConnectionQuotas(["L"], None, INT_MAX, {}, INT_MAX, {}, INT_MAX, n, w, legacy=legacy)
     q.broker_sensor.bound = broker_rate
     q.ip_rate_default = int(ip_quota) if ip_quota < INT_MAX else INT_MAX
     free = 0.0
@@ -95,35 +100,72 @@ def patterns(seed: int, rate: float) -> dict[str, list[tuple[float, str]]]:
 
 
 SPANS = (W, 4 * W, N * W - 2)
+#: the releases' rings: overlap (n+1 samples, Kafka >= 3.8.0) and not (n samples, before)
+RINGS = [True, False]
 
 
+def spans(overlap: bool) -> tuple[float, ...]:
+    return (W, 4 * W, longest_span_ms(N, W, overlap))
+
+
+def test_the_meters_memory_per_release() -> None:
+    """n+1 ring: an event is kept while t - e < n·w; n ring: while its sample's start
+    (up to w - 1 ms before it) is less than n·w old."""
+    assert (slots(N, True), slots(N, False)) == (N + 1, N)
+    assert memory_ms(N, W, True) == N * W - 1 and longest_span_ms(N, W, True) == N * W - 2
+    assert memory_ms(N, W, False) == (N - 1) * W and longest_span_ms(N, W, False) == 9_999
+    with pytest.raises(ValueError):
+        rate_span_bound(2, N * W - 2, N, W, overlap=False)
+
+
+@pytest.mark.parametrize("overlap", RINGS)
+def test_every_event_of_the_memory_is_in_the_value(overlap: bool) -> None:
+    """The literal meter, worst case: an event at the end of its sample (w - 1 ms after
+    the sample's start) is still counted `memory_ms` later and gone 1 ms after that."""
+    m = KafkaRate(N, W, INT_MAX, legacy=not overlap)
+    start = 50_000
+    m.record(1.0, start, check=False)
+    m.record(1.0, start + W - 1, check=False)  # the same sample, at its last millisecond
+    edge = start + W - 1 + int(memory_ms(N, W, overlap))
+    m.purge(edge)
+    assert sum(x.value for x in m.samples) == 2
+    m.purge(edge + 1)
+    assert sum(x.value for x in m.samples) == 0
+
+
+@pytest.mark.parametrize("overlap", RINGS)
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("rate", [5.0, 20.0, 0.5])
-def test_rate_bound_holds_for_kafka_instants_and_client_intervals(seed: int, rate: float) -> None:
+def test_rate_bound_holds_for_kafka_instants_and_client_intervals(
+    seed: int, rate: float, overlap: bool
+) -> None:
     for name, arrivals in patterns(seed, rate).items():
-        conns = simulate(arrivals, broker_rate=rate, seed=seed)
+        conns = simulate(arrivals, broker_rate=rate, seed=seed, legacy=not overlap)
         t0s = [float(c.t0) for c in conns]
         served = [c for c in conns if c.outcome == "admit"]
-        for span in SPANS:
-            bound = rate_span_bound(rate, span, N, W)
+        for span in spans(overlap):
+            bound = rate_span_bound(rate, span, N, W, overlap=overlap)
             exact, _ = max_sure_in_span(t0s, t0s, span)
             assert exact <= bound, (name, span, exact, bound)
             seen, _ = max_sure_in_span([c.invoke for c in served], [c.end for c in served], span)
             assert seen <= exact
 
 
-def test_rate_bound_is_within_its_derived_margin_of_what_kafka_really_admits() -> None:
+@pytest.mark.parametrize("overlap", RINGS)
+def test_rate_bound_is_within_its_derived_margin_of_what_kafka_really_admits(
+    overlap: bool,
+) -> None:
     """A storm after a long idle gap fills the burst and then runs at the rate: Kafka's own
-    peak over n·w is within r·2w + T/w + 2 (the window up to (n+1)·w and the last uncapped
-    delay up to w, the capped tail) of the
-    bound, so the bound is not a round number chosen to be safe."""
+    peak over the meter's memory is within r·2w + T/w + 2 (the window up to m·w and the
+    last uncapped delay up to w, the capped tail) of the bound, on either release's ring,
+    so the bound is not a round number chosen to be safe."""
     rng = random.Random(7)
     rate = 20.0
-    conns = simulate(storm(rate * 6, 30, 8, rng), broker_rate=rate, seed=7)
+    conns = simulate(storm(rate * 6, 30, 8, rng), broker_rate=rate, seed=7, legacy=not overlap)
     t0s = [float(c.t0) for c in conns]
-    span = N * W - 2
+    span = longest_span_ms(N, W, overlap)
     exact, _ = max_sure_in_span(t0s, t0s, span)
-    bound = rate_span_bound(rate, span, N, W)
+    bound = rate_span_bound(rate, span, N, W, overlap=overlap)
     assert exact <= bound
     assert bound - exact <= rate * 2 * W / 1000 + 2 + span / W, (exact, bound)
     assert exact / bound > 0.85
@@ -152,30 +194,34 @@ def test_two_acceptors_sharing_the_broker_sensor() -> None:
         assert exact <= rate_span_bound(rate, span, N, W, acceptors=2)
 
 
+@pytest.mark.parametrize("overlap", RINGS)
 @pytest.mark.parametrize("seed", range(8))
 @pytest.mark.parametrize("quota", [1.0, 3.0, 10.0])
-def test_ip_bound_and_throttle_condition_hold(seed: int, quota: float) -> None:
+def test_ip_bound_and_throttle_condition_hold(seed: int, quota: float, overlap: bool) -> None:
+    m = slots(N, overlap)
     for name, arrivals in patterns(seed, quota * 4).items():
-        conns = simulate(arrivals, ip_quota=quota, seed=seed)
-        bound = ip_span_bound(quota, N, W)
+        conns = simulate(arrivals, ip_quota=quota, seed=seed, legacy=not overlap)
+        bound = ip_span_bound(quota, N, W, overlap=overlap)
         for ip in {c.ip for c in conns}:
             mine = [c for c in conns if c.ip == ip]
             kept = [float(c.t1) for c in mine if c.outcome != "throttle_close"]
-            exact, _ = max_sure_in_span(kept, kept, N * W - 1)
+            exact, _ = max_sure_in_span(kept, kept, memory_ms(N, W, overlap))
             assert exact <= bound, (name, ip, exact, bound)
-            # every throttle Kafka decided satisfies the necessary condition
+            # every throttle Kafka decided satisfies the necessary condition, counting
+            # only the records the release's ring can still hold (t1 - m·w, t1]
             for c in mine:
                 if c.outcome == "throttle_close":
-                    others = sum(1 for t in kept if c.t1 - (N + 1) * W < t <= c.t1)
+                    others = sum(1 for t in kept if c.t1 - m * W < t <= c.t1)
                     assert ip_throttle_possible(others, quota, N, W), (name, c)
 
 
-def test_ip_bound_is_reached_closely_by_a_flood() -> None:
+@pytest.mark.parametrize("overlap", RINGS)
+def test_ip_bound_is_reached_closely_by_a_flood(overlap: bool) -> None:
     rng = random.Random(5)
-    conns = simulate(storm(40, 30, 1, rng), ip_quota=3, seed=5)
+    conns = simulate(storm(40, 30, 1, rng), ip_quota=3, seed=5, legacy=not overlap)
     kept = [float(c.t1) for c in conns if c.outcome != "throttle_close"]
-    exact, _ = max_sure_in_span(kept, kept, N * W - 1)
-    assert ip_span_bound(3, N, W) - exact <= 3 * 2 + 1, exact
+    exact, _ = max_sure_in_span(kept, kept, memory_ms(N, W, overlap))
+    assert ip_span_bound(3, N, W, overlap=overlap) - exact <= 3 * 2 + 1, exact
 
 
 def test_a_history_one_over_the_bound_is_caught() -> None:
