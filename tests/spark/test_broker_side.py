@@ -531,3 +531,65 @@ def test_kafka_count_of_the_protected_listener_uses_kafkas_cap(
     run_dir = write_rows(tmp_path / f"kc-{target}", rows, meta)
     r = _results(spark, run_dir, ["kafka_metric_connection_count"])["kafka_metric_connection_count"]
     assert r.verdict == "fail", r.observed
+
+
+# --- max.connections is reached by every listener together --------------------------------
+# Kafka's slot check is totalCount < max.connections over every listener, the protected one
+# included, so its own connections there (a ZooKeeper-mode controller's channel to itself)
+# keep the client listener one short of the cap: the limit is reached when the listeners
+# together reach it, and only the non-protected ones are held to it.
+
+
+@pytest.mark.parametrize("replication_at_ms, reached", [(500.0, True), (5000.0, False)])
+def test_max_connections_is_reached_by_the_listeners_together(
+    spark: Any, tmp_path: Path, replication_at_ms: float, reached: bool
+) -> None:
+    rows: list[dict[str, Any]] = []
+    for i in range(3):  # CLIENT holds 3 of max.connections 4 over [2, 3000] ms
+        rows += _conn(f"127.0.0.{2 + i}", 9500 + i, i * 1.0, ready_ms=i + 2.0, closed_ms=3000.0)
+    rows += _on(
+        "replication",
+        _conn(
+            "127.0.0.30",
+            9600,
+            replication_at_ms,
+            ready_ms=replication_at_ms + 2,
+            closed_ms=replication_at_ms + 500,
+        ),
+    )
+    limits = {"listeners": TWO, "inter.broker.listener.name": "REPLICATION", "max.connections": 4}
+    run_dir = _run(tmp_path, f"together-{replication_at_ms:g}", limits, rows)
+    res = _results(spark, run_dir, ["client_connection_count"])["client_connection_count"]
+    assert res.verdict == "pass", res.observed
+    assert bool(res.exercised) is reached, res.observed
+    assert res.peak == 3 and res.limit == 4
+
+
+@pytest.mark.parametrize("replication, reached", [(1.0, True), (0.0, False)])
+def test_kafkas_count_reaches_max_connections_over_every_listener(
+    spark: Any, tmp_path: Path, replication: float, reached: bool
+) -> None:
+    ssm = "kafka_server_socket_server_metrics_"
+    samples = [
+        [ssm + "connection_count", {"listener": "CLIENT", "network_processor": "0"}, 3.0],
+        [
+            ssm + "connection_count",
+            {"listener": "REPLICATION", "network_processor": "0"},
+            replication,
+        ],
+        [ssm + "connection_count", {"listener": "CONTROLLER", "network_processor": "0"}, 2.0],
+    ]
+    scrape = {
+        "source": "harness",
+        "event": "kafka_metrics",
+        "mono_ns": T0 + 1000 * MS,
+        "detail": {"url": "http://x/metrics", "target": "broker", "samples": samples},
+    }
+    cfg = {"listeners": TWO, "inter.broker.listener.name": "REPLICATION", "max.connections": 4}
+    head = [{"source": "harness", "event": "config", "mono_ns": T0 - 1, "detail": cfg}]
+    rows = [*head, scrape, *_conn("127.0.0.2", 8000, 0.0, ready_ms=3.0)]
+    meta = {"run_id": f"kt-{replication}", "target": "broker", "limits": cfg}
+    run_dir = write_rows(tmp_path / f"kt-{replication:g}", rows, meta)
+    r = _results(spark, run_dir, ["kafka_metric_connection_count"])["kafka_metric_connection_count"]
+    assert r.verdict == "pass", r.observed
+    assert bool(r.exercised) is reached, r.observed  # the controller listener never counts
