@@ -61,8 +61,11 @@ demo: setup
 
 # The Kafka and harness images, built locally from Debian packages and the cached jars (no
 # registry); reused when present. Needs a Docker engine (.ci/run starts one).
+# KAFKA_VERSION=X.Y.Z builds that release's Kafka image (a KRaft release, 3.3 or newer), which
+# `harness broker/run --kafka-version X.Y.Z --launcher container` then runs.
+KAFKA_VERSION ?=
 images: setup
-	$(BIN)/python -m harness.broker.images
+	$(BIN)/python -m harness.broker.images $(if $(KAFKA_VERSION),--kafka-version $(KAFKA_VERSION))
 
 # compose/: Kafka, the acceptor, a Locust master and two workers from the local images run a
 # catalog scenario (single-phase, e.g. ci-gate, fleet-restart, broker-rate) headless; the

@@ -186,6 +186,7 @@ def limit_values(lim: Limits) -> dict[str, Any]:
         "ip_quotas.default": lim.ip_quota_default,
         "ip_quotas": {k: v for k, v in sorted(lim.ip_quotas.items()) if v < INT_MAX},
         "kafka.version": lim.kafka_version,
+        "kafka.metadata": lim.kafka_metadata,
     }
 
 
@@ -252,11 +253,16 @@ class Run:
     @property
     def semantics(self) -> Semantics:
         """The Kafka release this run is judged as (analysis.versions): the runner's
-        `kafka.version`, else run.json's `versions.kafka_semantics`, else the current."""
-        version = self.timeline.limits[0].kafka_version if self.timeline.limits else None
+        `kafka.version`, else run.json's `versions.kafka_semantics`, else the current; in
+        the runner's `kafka.metadata` mode, else run.json's `versions.metadata`, else the
+        release's default."""
+        first = self.timeline.limits[0] if self.timeline.limits else None
+        versions = self.meta.get("versions") or {}
+        version = first.kafka_version if first is not None else None
         if version is None:
-            version = (self.meta.get("versions") or {}).get("kafka_semantics")
-        return semantics_for(version)
+            version = versions.get("kafka_semantics")
+        metadata = first.kafka_metadata if first is not None else None
+        return semantics_for(version, metadata or versions.get("metadata"))
 
     @property
     def slack_ms(self) -> float:

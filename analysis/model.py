@@ -218,6 +218,8 @@ class Limits:
     inter_broker_listener: str | None = None
     #: `kafka.version`: the release whose semantics this run is judged by (None: current)
     kafka_version: str | None = None
+    #: `kafka.metadata`: its metadata mode, kraft or zookeeper (None: the release's default)
+    kafka_metadata: str | None = None
 
     @classmethod
     def from_config(cls, detail: Mapping[str, Any] | str | None) -> Limits:
@@ -279,6 +281,9 @@ class Limits:
             listeners=tuple(_listener_names(detail.get("listeners"))),
             inter_broker_listener=str(ibl).lower() if ibl else None,
             kafka_version=str(detail["kafka.version"]) if detail.get("kafka.version") else None,
+            kafka_metadata=(
+                str(detail["kafka.metadata"]) if detail.get("kafka.metadata") else None
+            ),
         )
 
     def is_protected(self, listener: str | None) -> bool:

@@ -23,7 +23,8 @@ env | grep '^KAFKA_' | sort | while IFS='=' read -r name value; do
 done
 
 cp="/opt/kafka/libs/*"
-log4j="-Dlog4j2.configurationFile=file:$conf_dir/log4j2.properties"
+# log4j2 for Kafka 4.x, log4j 1 (reload4j) before it; each ignores the other's property
+log4j="-Dlog4j2.configurationFile=file:$conf_dir/log4j2.properties -Dlog4j.configuration=file:$conf_dir/log4j.properties"
 heap=${KAFKA_HEAP_OPTS:--Xms128m -Xmx512m}
 jvm=${KAFKA_JVM_OPTS:--XX:+UseSerialGC -XX:MaxDirectMemorySize=256m -Djava.awt.headless=true}
 
@@ -32,13 +33,13 @@ if [ -n "$data" ] && [ ! -f "$data/meta.properties" ]; then
     : "${CLUSTER_ID:?CLUSTER_ID is needed to format the KRaft storage}"
     echo "== kafka-entrypoint: formatting KRaft storage in $data =="
     # shellcheck disable=SC2086
-    java $heap -XX:TieredStopAtLevel=1 "$log4j" -cp "$cp" kafka.tools.StorageTool \
+    java $heap -XX:TieredStopAtLevel=1 $log4j -cp "$cp" kafka.tools.StorageTool \
         format -t "$CLUSTER_ID" -c "$conf" --ignore-formatted
 fi
 
 echo "== kafka-entrypoint: kafka.Kafka $conf =="
 # shellcheck disable=SC2086
-java $heap $jvm ${KAFKA_OPTS:-} "$log4j" -cp "$cp" kafka.Kafka "$conf" &
+java $heap $jvm ${KAFKA_OPTS:-} $log4j -cp "$cp" kafka.Kafka "$conf" &
 broker=$!
 trap 'kill -TERM "$broker" 2>/dev/null' TERM INT
 started() { # a process's start time (/proc/PID/stat field 22): a recycled pid differs

@@ -28,6 +28,7 @@ millisecond, i.e. between charging it first and charging it last among them.
 from __future__ import annotations
 
 import copy
+from collections.abc import Container
 from typing import TYPE_CHECKING, Any
 
 from analysis.checks.base import (
@@ -41,7 +42,6 @@ from analysis.checks.base import (
     not_exercised,
     witness,
 )
-from analysis.checks.requests import EXEMPT_API_KEYS, NOT_SERVED_BY_A_BROKER
 from analysis.frames import detail_col
 from analysis.model import RateMeter, java_round
 
@@ -211,13 +211,15 @@ def check_request_model(run: Run) -> CheckResult:
     # order is unknowable (docstring)
     cb = QuotaCallback()
     version = -1
+    sem = run.semantics  # which APIs its release and metadata mode charge
+    uncharged = set(sem.exempt_api_keys) | set(sem.not_served_api_keys)
     charges: list[tuple[tuple[str, str], int, float] | None] = []
     for at_ns, _o, r, _c in steps:
         v = run.timeline.index_at(at_ns)
         if v != version:
             version = v
             cb.update(versions[v][1])
-        charges.append(_bucket(cb, r, at_ns))
+        charges.append(_bucket(cb, r, at_ns, uncharged))
     peers: dict[tuple[Any, int], list[int]] = {}
     for i, charge in enumerate(charges):
         if charge is not None:
@@ -323,10 +325,13 @@ def check_request_model(run: Run) -> CheckResult:
     )
 
 
-def _bucket(cb: QuotaCallback, r: Any, at_ns: int) -> tuple[tuple[str, str], int, float] | None:
+def _bucket(
+    cb: QuotaCallback, r: Any, at_ns: int, uncharged: Container[int]
+) -> tuple[tuple[str, str], int, float] | None:
     """The quota bucket a request is charged to, its millisecond and its quota; None when
-    it is not charged (exempt, or no quota applies to its entity)."""
-    if not cb.types or r["api_key"] in EXEMPT_API_KEYS or r["api_key"] in NOT_SERVED_BY_A_BROKER:
+    it is not charged (``uncharged``: exempt or not served in the run's release and
+    metadata mode; or no quota applies to its entity)."""
+    if not cb.types or r["api_key"] in uncharged:
         return None
     tags = cb.tags(r["principal"] or "ANONYMOUS", r["client_id"] or "")
     quota = cb.limit(tags)

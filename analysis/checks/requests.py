@@ -34,37 +34,22 @@ if TYPE_CHECKING:
 
     from analysis.load import Run
 
-#: The only API a Kafka 4.3.1 broker answers without a request-quota throttle
-#: (`KafkaApis`: `sendResponseExemptThrottle`). DescribeQuorum (55), UpdateFeatures (57) and
+#: The APIs a broker answers without a request-quota throttle (`KafkaApis`:
+#: `sendResponseExemptThrottle`) and the cluster actions it does not serve depend on its
+#: metadata mode: `analysis.versions` (`Semantics.exempt_api_keys`, `not_served_api_keys`).
+#: On KRaft only WriteTxnMarkers is exempt; DescribeQuorum (55), UpdateFeatures (57) and
 #: the share-group-state APIs (83-87) are cluster actions too but are answered through
 #: `sendMaybeThrottle` (forwarded or throttled), so they are charged like any request
 #: (reference Errata, section 4.4; Kafka's own RequestQuotaTest excludes them from its set).
-EXEMPT_API_KEYS = {27: "WriteTxnMarkers"}
-
-#: Cluster actions a broker does not serve at all (ZooKeeper-era and controller-only
-#: APIs): no quota outcome is defined for them, so the request model does not judge them.
-NOT_SERVED_BY_A_BROKER = {
-    4: "LeaderAndIsr",
-    5: "StopReplica",
-    6: "UpdateMetadata",
-    7: "ControlledShutdown",
-    52: "Vote",
-    53: "BeginQuorumEpoch",
-    54: "EndQuorumEpoch",
-    56: "AlterPartition",
-    58: "Envelope",
-    62: "BrokerRegistration",
-    63: "BrokerHeartbeat",
-    67: "AllocateProducerIds",
-}
 
 
 def check_request_throttles(run: Run) -> CheckResult:
     from pyspark.sql import functions as F
 
     w = float(max(lim.window_ms for lim in run.timeline.limits))
+    exempt = run.semantics.exempt_api_keys  # the release's metadata mode decides
     rows = run.events("request_throttle", source="acceptor")
-    is_bad = (F.col("delay_ms") > F.lit(w + 0.5)) | F.col("api_key").isin(*EXEMPT_API_KEYS)
+    is_bad = (F.col("delay_ms") > F.lit(w + 0.5)) | F.col("api_key").isin(*exempt)
     stats = rows.agg(
         F.count(F.lit(1)).alias("n"),
         F.max("delay_ms").alias("max"),
@@ -81,8 +66,8 @@ def check_request_throttles(run: Run) -> CheckResult:
         return res
     wit = []
     for r in rows.where(is_bad).orderBy("mono_ns").limit(10).collect() if n_bad else []:
-        if r["api_key"] in EXEMPT_API_KEYS:
-            why = f"throttled exempt API {EXEMPT_API_KEYS[r['api_key']]} (key {r['api_key']})"
+        if r["api_key"] in exempt:
+            why = f"throttled exempt API {exempt[r['api_key']]} (key {r['api_key']})"
         else:
             why = f"request throttle {fmt(r['delay_ms'])} ms > window {fmt(w)} ms"
         wit.append(witness(r.asDict(), why))

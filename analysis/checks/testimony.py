@@ -26,10 +26,11 @@ NAME = "config_testimony"
 
 def _as_stated(want: dict[str, Any], got: dict[str, Any]) -> dict[str, Any]:
     """The enforcer's values for what the runner stated: a runner that did not state the
-    release to enforce as (older runs, a launcher that does not set it) is not contradicted
-    by the enforcer naming its default."""
-    if want.get("kafka.version") is None and "kafka.version" in got:
-        return {**got, "kafka.version": None}
+    release to enforce as or its metadata mode (older runs, a launcher that does not set
+    them) is not contradicted by the enforcer naming its default."""
+    for key in ("kafka.version", "kafka.metadata"):
+        if want.get(key) is None and key in got:
+            got = {**got, key: None}
     return got
 
 

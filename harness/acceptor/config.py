@@ -20,7 +20,13 @@ from harness.quota.config import ConfigError, QuotaConfig, parse_config
 from harness.quota.connections import ConnectionQuotas
 from harness.quota.faults import FAULT_KEY, LEGACY_SKIP_KEY, Faults
 from harness.quota.requests import RequestQuotas
-from harness.quota.versions import CURRENT, VERSION_KEY, KafkaSemantics, semantics
+from harness.quota.versions import (
+    CURRENT,
+    METADATA_KEY,
+    VERSION_KEY,
+    KafkaSemantics,
+    semantics,
+)
 
 log = logging.getLogger("harness.acceptor")
 
@@ -50,6 +56,8 @@ DEFAULTS: dict[str, str] = {
     "node.id": "",
     # the Kafka release whose semantics the engine enforces (harness.quota.versions)
     VERSION_KEY: CURRENT,
+    # its metadata mode, kraft or zookeeper (blank: the release's own default)
+    METADATA_KEY: "",
     "upstream.request.log": "",  # the broker's request log (harness.acceptor.broker_charge)
     LEGACY_SKIP_KEY: "false",
     FAULT_KEY: "",
@@ -268,7 +276,7 @@ def parse_acceptor_config(props: Mapping[str, str]) -> AcceptorConfig:
             if props.get(PROCESSES_KEY, "")
             else quota.num_network_threads
         ),
-        kafka=semantics(props.get(VERSION_KEY, CURRENT)),
+        kafka=semantics(props.get(VERSION_KEY, CURRENT), props.get(METADATA_KEY) or None),
         properties=dict(props),
     )
 
@@ -284,6 +292,7 @@ def quota_engines(cfg: AcceptorConfig) -> tuple[ConnectionQuotas, RequestQuotas]
             cfg.quota.quota_window_size_seconds,
             legacy_meter=legacy,
             faults=cfg.faults,
+            exempt_api_keys=cfg.kafka.exempt_api_keys,
         ),
     )
 

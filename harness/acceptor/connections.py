@@ -23,7 +23,7 @@ from harness.acceptor.broker_charge import LoggedRequest, RequestLog, network_es
 from harness.acceptor.config import AcceptorConfig
 from harness.acceptor.forwarding import ProtoConnection
 from harness.acceptor.request_quotas import PRINCIPAL, with_throttle_time
-from harness.quota.requests import EXEMPT_API_KEYS, RequestQuotas
+from harness.quota.requests import RequestQuotas
 
 if TYPE_CHECKING:
     from harness.acceptor.ports import (
@@ -302,7 +302,7 @@ class Connections:
             client_id,
             handler_ns + network_ns,
             now_ns // 1_000_000,
-            exempt=done.api_key in EXEMPT_API_KEYS,
+            exempt=done.api_key in self._request_quotas.exempt_api_keys,
         )
         if not sampled:
             return

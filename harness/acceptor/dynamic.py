@@ -20,7 +20,7 @@ from harness.quota.config import QuotaConfig, apply_dynamic_update, layered_upda
 from harness.quota.connections import ConnectionQuotas
 from harness.quota.faults import FAULT_KEY
 from harness.quota.requests import EntityName, RequestQuotas
-from harness.quota.versions import VERSION_KEY
+from harness.quota.versions import METADATA_KEY, VERSION_KEY
 
 
 class DynamicConfig:
@@ -111,4 +111,5 @@ class DynamicConfig:
         limits["harness.test.skip.ip.rate.check"] = self.cfg.skip_ip_rate_check
         limits[FAULT_KEY] = self.cfg.faults.names()
         limits[VERSION_KEY] = self.cfg.kafka.name  # the release whose semantics it enforces
+        limits[METADATA_KEY] = self.cfg.kafka.metadata  # and that release's metadata mode
         return limits

@@ -97,15 +97,16 @@ def start_broker(
     ``client_config``: an existing cluster's client keys (``--command-config``) when its
     bootstrap listener is secured; the probe then speaks TLS and SASL.
     ``version``: the Kafka release to run (its jars resolved from Maven Central once);
-    a release other than `KAFKA_VERSION` runs on the local launcher (``auto`` picks it).
+    a release other than `KAFKA_VERSION` runs on the local launcher when ``auto`` (said
+    aloud), or in its own image (``kafka-connection-harness/kafka:<version>``, built on
+    first use) with ``launcher="container"`` for KRaft releases.
     """
     other_version = version is not None and version != KAFKA_VERSION
-    if other_version and (bootstrap_server or launcher in ("container", "external")):
+    if other_version and (bootstrap_server or launcher == "external"):
         raise BrokerError(
             f"config kafka_version={version!r} with launcher={launcher!r}"
             + (f" and bootstrap_server={bootstrap_server!r}" if bootstrap_server else "")
-            + f": an existing cluster runs its own release, and images hold Kafka "
-            f"{KAFKA_VERSION}; use the local launcher for Kafka {version}"
+            + ": an existing cluster runs its own release; drop --kafka-version"
         )
     if zookeeper and (bootstrap_server or launcher in ("container", "external")):
         raise BrokerError(
@@ -139,10 +140,18 @@ def start_broker(
             version=result.inferred_version(),
         )
     if chosen == "container":
-        from harness.broker.container import ContainerUnavailable, start_container
+        from harness.broker.container import ContainerUnavailable, ensure_image, start_container
+        from harness.broker.local import zookeeper_mode
 
+        if version is not None and zookeeper_mode(version, zookeeper):
+            raise BrokerError(
+                f"config kafka_version={version!r} with launcher='container': Kafka {version} "
+                "runs in ZooKeeper mode, which the harness starts on the local launcher only "
+                "(a container runs a KRaft release, 3.3 or newer)"
+            )
         try:
             return start_container(
+                image=ensure_image(progress, version) if other_version and version else None,
                 properties=properties,
                 listeners=listeners,
                 advertised=advertised,

@@ -49,7 +49,7 @@ from harness.broker.artifacts import (
     project_root,
     resolve_artifacts,
 )
-from harness.broker.config import LOG4J2_PROPERTIES
+from harness.broker.config import LOG4J2_PROPERTIES, LOG4J_PROPERTIES
 from harness.broker.errors import BrokerError, tail
 
 REPOSITORY = "kafka-connection-harness"
@@ -303,7 +303,7 @@ def _ensure_kafka(client: Any, version: str, progress: Progress) -> BuiltImage:
     entry = _entrypoint()
     digest = _digest(
         "kafka", version, SUITE, *_mmdebstrap_options("jre17"), entry, LOG4J2_PROPERTIES,
-        *(f"{j.name}:{j.stat().st_size}" for j in arts.jars),
+        LOG4J_PROPERTIES, *(f"{j.name}:{j.stat().st_size}" for j in arts.jars),
         exporter.jar.name, exporter.rules,
     )  # fmt: skip
     size = present(client, tag, digest)
@@ -314,6 +314,8 @@ def _ensure_kafka(client: Any, version: str, progress: Progress) -> BuiltImage:
     add: list[tuple[Path | bytes, str, int]] = [
         (entry, "usr/local/bin/kafka-entrypoint", 0o755),
         (LOG4J2_PROPERTIES.encode(), "opt/kafka/config/log4j2.properties", 0o644),
+        # Kafka before 4.0 logs through log4j 1 (reload4j): the same console output
+        (LOG4J_PROPERTIES.encode(), "opt/kafka/config/log4j.properties", 0o644),
         # the Prometheus JMX exporter, as the local launcher runs it (KAFKA_OPTS=-javaagent:…)
         (exporter.jar, "opt/kafka/jmx/jmx_prometheus_javaagent.jar", 0o644),
         (exporter.rules.encode(), "opt/kafka/jmx/jmx-exporter.yaml", 0o644),
@@ -436,14 +438,18 @@ def _lock(path: Path) -> Iterator[None]:
 
 
 def ensure_images(
-    which: Sequence[str] = ("kafka", "harness"), progress: Progress = print
+    which: Sequence[str] = ("kafka", "harness"),
+    progress: Progress = print,
+    kafka_version: str = KAFKA_VERSION,
 ) -> list[BuiltImage]:
+    """The images in ``which``; the Kafka image of ``kafka_version`` (the harness image is
+    the same whichever Kafka it drives)."""
     client = docker_client()
     out = []
     images_dir().mkdir(parents=True, exist_ok=True)
     with _lock(images_dir() / ".build.lock"):
         if "kafka" in which:
-            out.append(ensure_kafka_image(client, progress=progress))
+            out.append(ensure_kafka_image(client, kafka_version, progress=progress))
         if "harness" in which:
             out.append(ensure_harness_image(client, progress=progress))
     return out
@@ -457,13 +463,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("which", nargs="*", metavar="kafka|harness", help="default: both images")
     parser.add_argument("--json", action="store_true", help="print sizes and times as JSON")
+    parser.add_argument(
+        "--kafka-version",
+        metavar="X.Y.Z",
+        default=KAFKA_VERSION,
+        help=f"the Kafka image's release (default {KAFKA_VERSION}; a KRaft release, 3.3 or newer)",
+    )
     args = parser.parse_args(argv)
     unknown = set(args.which) - {"kafka", "harness"}
     if unknown:
         parser.error(f"unknown image(s) {sorted(unknown)}: expected kafka and/or harness")
     started = time.monotonic()
     try:
-        built = ensure_images(args.which or ("kafka", "harness"), progress=_say)
+        version = _image_release(args.kafka_version)
+        built = ensure_images(
+            args.which or ("kafka", "harness"), progress=_say, kafka_version=version
+        )
     except BrokerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -473,6 +488,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps([b.__dict__ for b in built]))
     print(f"images ready in {time.monotonic() - started:.0f} s (docker image ls {REPOSITORY}/*)")
     return 0
+
+
+def _image_release(text: str) -> str:
+    """``--kafka-version`` as X.Y.Z; a release before KRaft's (3.3) is refused: the image
+    formats KRaft storage and runs without ZooKeeper."""
+    from harness.quota.config import ConfigError
+    from harness.quota.versions import release
+
+    try:
+        version = release(text, key="--kafka-version")
+    except ConfigError as exc:
+        raise BrokerError(str(exc)) from exc
+    if tuple(int(p) for p in version.split(".")[:2]) < (3, 3):
+        raise BrokerError(
+            f"config --kafka-version={text!r}: the image runs KRaft, production-ready from 3.3; "
+            "ZooKeeper-mode releases run on the local launcher (harness broker --zookeeper)"
+        )
+    return version
 
 
 def _say(message: str) -> None:

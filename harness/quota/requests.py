@@ -97,7 +97,8 @@ NOT_SERVED_CLUSTER_ACTION_API_KEYS: frozenset[int] = frozenset(
 #: forwarded to the controller (``forwardToController`` -> ``sendForwardedResponse`` ->
 #: ``sendMaybeThrottle``), the share-group-state APIs answer through ``sendMaybeThrottle``.
 THROTTLED_CLUSTER_ACTION_API_KEYS: frozenset[int] = frozenset({55, 57, 83, 84, 85, 86, 87})
-#: Never charged to a client bucket on a broker: only WriteTxnMarkers, the one served cluster
+#: Never charged to a client bucket on a KRaft broker (a ZooKeeper-mode broker exempts more:
+#: `harness.quota.versions.EXEMPT_ZOOKEEPER`): only WriteTxnMarkers, the one served cluster
 #: action answered with ``sendResponseExemptThrottle`` (``KafkaApis.handleWriteTxnMarkersRequest``);
 #: ``RequestQuotaTest`` excludes the others from its exempt set in the same way.
 EXEMPT_API_KEYS: frozenset[int] = (
@@ -270,8 +271,12 @@ class RequestQuotas:
         *,
         legacy_meter: bool = False,
         faults: Faults = NO_FAULTS,
+        exempt_api_keys: frozenset[int] = EXEMPT_API_KEYS,
     ) -> None:
+        """``exempt_api_keys``: the cluster actions answered without a charge, which depend
+        on the metadata mode enforced as (`harness.quota.versions`; KRaft's by default)."""
         self.window_ms = window_size_seconds * 1000
+        self.exempt_api_keys = exempt_api_keys
         self.faults = faults
         # Seeded faults (harness.quota.faults), turned into plain attributes once.
         meter_cls = AtBoundRateMeter if "violation_at_bound" in faults else RateMeter
@@ -296,8 +301,6 @@ class RequestQuotas:
         }
         self._request = self._managers["request_percentage"]
         self._exempt = RateMeter(window_num, self.window_ms, UNLIMITED, legacy=legacy_meter)
-
-    EXEMPT_API_KEYS = EXEMPT_API_KEYS
 
     # -- configuration ----------------------------------------------------------------------
 
@@ -355,7 +358,7 @@ class RequestQuotas:
         windows start, so the enforcer's throttles would depend on when it asked, not only on
         what it charged, and the checker's replay of the charges would disagree by a few ms.
         """
-        if api_key in EXEMPT_API_KEYS or not self._request.enabled:
+        if api_key in self.exempt_api_keys or not self._request.enabled:
             return False
         manager = self._request
         if self._f_swap_entity:  # SEEDED FAULT: principal and client id swapped
@@ -414,7 +417,7 @@ class RequestQuotas:
         if self._f_swap_entity:  # SEEDED FAULT: principal and client id swapped
             user, client_id = client_id, user
         exempt = (
-            (api_key in EXEMPT_API_KEYS and not cluster_action_unauthorized)
+            (api_key in self.exempt_api_keys and not cluster_action_unauthorized)
             or acks_zero_produce
             or follower_fetch
         )

@@ -13,6 +13,13 @@ Switches:
   window but overlaps it still counts. Before 3.8.0: n samples, purged by their start.
   Every quota meter uses it: broker, listener and per-IP connection rates and request
   quotas.
+- `zookeeper_cluster_actions` (the metadata mode, `kafka.metadata`; ZooKeeper mode ended
+  in 4.0.0): a ZooKeeper-mode broker serves the controller-to-broker cluster actions
+  LeaderAndIsr (4), StopReplica (5), UpdateMetadata (6), ControlledShutdown (7) and
+  AlterIsr (56) and answers them with `sendResponseExemptThrottle`, as it does
+  WriteTxnMarkers (27); a KRaft broker serves none of them (they are not in its listener's
+  `ApiVersionManager`) and exempts only WriteTxnMarkers (`KafkaApis.handle`, 2.8.2–4.4.0;
+  docs/kafka-versions.md).
 """
 
 from __future__ import annotations
@@ -22,10 +29,23 @@ from dataclasses import dataclass
 
 from harness.quota.config import ConfigError
 
-__all__ = ["CURRENT", "OLDEST", "VERSION_KEY", "KafkaSemantics", "parse_version", "semantics"]
+__all__ = [
+    "CURRENT",
+    "METADATA_KEY",
+    "OLDEST",
+    "VERSION_KEY",
+    "KafkaSemantics",
+    "default_metadata",
+    "parse_version",
+    "semantics",
+]
 
-#: the acceptor configuration key
+#: the acceptor configuration keys: the release, and its metadata mode (kraft|zookeeper)
 VERSION_KEY = "kafka.version"
+METADATA_KEY = "kafka.metadata"
+#: cluster actions a broker answers exempt from request quotas, by metadata mode
+EXEMPT_KRAFT: frozenset[int] = frozenset({27})  # WriteTxnMarkers
+EXEMPT_ZOOKEEPER: frozenset[int] = frozenset({4, 5, 6, 7, 27, 56})
 #: the version the harness runs and enforces as by default
 CURRENT = "4.3.1"
 #: the first release with every connection quota the catalog uses (KIP-612's rates: 2.7.0)
@@ -56,10 +76,21 @@ class KafkaSemantics:
     version: tuple[int, int, int]
     #: n+1 samples purged by last event (3.8.0+); else n samples purged by start
     sampled_stat_overlap: bool
+    #: metadata in ZooKeeper: the controller-to-broker cluster actions are served, exempt
+    zookeeper_cluster_actions: bool = False
 
     @property
     def name(self) -> str:
         return ".".join(str(x) for x in self.version)
+
+    @property
+    def metadata(self) -> str:
+        return "zookeeper" if self.zookeeper_cluster_actions else "kraft"
+
+    @property
+    def exempt_api_keys(self) -> frozenset[int]:
+        """The API keys the broker answers without charging a request quota."""
+        return EXEMPT_ZOOKEEPER if self.zookeeper_cluster_actions else EXEMPT_KRAFT
 
 
 def release(text: str, key: str = VERSION_KEY) -> str:
@@ -67,6 +98,22 @@ def release(text: str, key: str = VERSION_KEY) -> str:
     return ".".join(str(p) for p in parse_version(text, key))
 
 
-def semantics(version: str = CURRENT) -> KafkaSemantics:
+def default_metadata(version: tuple[int, int, int]) -> str:
+    """The metadata mode a release runs in unless told: ZooKeeper before 3.3 (KRaft was not
+    production-ready), KRaft from it (4.0 removed ZooKeeper)."""
+    return "zookeeper" if version < (3, 3, 0) else "kraft"
+
+
+def semantics(version: str = CURRENT, metadata: str | None = None) -> KafkaSemantics:
+    """The switches of ``version`` in ``metadata`` mode (None: the release's default)."""
     v = parse_version(version)
-    return KafkaSemantics(version=v, sampled_stat_overlap=v >= (3, 8, 0))
+    mode = (metadata or default_metadata(v)).strip().lower()
+    if mode not in ("kraft", "zookeeper"):
+        raise ConfigError(METADATA_KEY, str(metadata), "expected kraft or zookeeper")
+    if mode == "zookeeper" and v >= (4, 0, 0):
+        raise ConfigError(METADATA_KEY, str(metadata), f"Kafka {version} has no ZooKeeper mode")
+    return KafkaSemantics(
+        version=v,
+        sampled_stat_overlap=v >= (3, 8, 0),
+        zookeeper_cluster_actions=mode == "zookeeper",
+    )

@@ -30,7 +30,7 @@ from harness.runner.procs import ManagedProcess
 from harness.runner.rundir import RunDir, base_run_json, new_run_id, utc_now_iso
 from harness.runner.scenario import CLOSED_PROFILES, Phase, Scenario
 from harness.runner.schedule import Cursor, TimelineEvent, apply_change, build_timeline
-from harness.runner.targets import AcceptorTarget, Target, TargetError, make_target
+from harness.runner.targets import AcceptorTarget, Target, TargetError, make_target, metadata_mode
 from loadprofiles.readiness import phase_state
 
 EXIT_CODES = {"pass": 0, "fail": 1, "unknown": 2}
@@ -265,8 +265,9 @@ class Orchestrator:
         broker = self.target.broker
         self.run_json["versions"]["kafka"] = getattr(broker, "version", None)
         # where the broker keeps its metadata (a started broker; None for an existing cluster)
-        if broker is not None and hasattr(broker, "zookeeper"):
-            self.run_json["versions"]["metadata"] = "zookeeper" if broker.zookeeper else "kraft"
+        mode = metadata_mode(broker)
+        if mode is not None:
+            self.run_json["versions"]["metadata"] = mode
         # the release whose semantics the enforcer is judged by (docs/kafka-versions.md)
         self.run_json["versions"]["kafka_semantics"] = self.limits.get("kafka.version")
         self.run_json["limits"] = self.limits

@@ -19,7 +19,7 @@ from typing import Any
 
 from harness.localnet import free_port
 from harness.quota.config import ConfigError
-from harness.quota.versions import CURRENT, VERSION_KEY, release
+from harness.quota.versions import CURRENT, METADATA_KEY, VERSION_KEY, release
 from harness.runner.latency_proxy import LatencyProxy
 from harness.runner.procs import ManagedProcess
 from harness.runner.scenario import INT_MAX, Action, Scenario
@@ -129,6 +129,7 @@ def _props(limits: Mapping[str, Any]) -> dict[str, str]:
             "ip_quotas",
             "request_quotas",
             VERSION_KEY,
+            METADATA_KEY,
         ):
             continue
         if value == "" or (value == INT_MAX and not key.startswith("listener.name.")):
@@ -250,6 +251,14 @@ def admin_listener(scenario: Scenario) -> str:
         if scenario.proxy_protocol.get(name, "off") != "required":
             return name
     raise TargetError("every listener requires a PROXY header: no listener for admin requests")
+
+
+def metadata_mode(broker: Any) -> str | None:
+    """Where a started broker keeps its metadata ("zookeeper" or "kraft"); None for an
+    existing cluster, whose mode the harness does not know (judged by its release's)."""
+    if broker is None or not hasattr(broker, "zookeeper"):
+        return None
+    return "zookeeper" if broker.zookeeper else "kraft"
 
 
 def semantics_version(version: object, progress: Progress) -> str:
@@ -639,6 +648,9 @@ class BrokerTarget(Target):
         self.limits = initial_limits(self.scenario, self.client_addresses)
         # the broker is judged by its own release's semantics (docs/kafka-versions.md)
         self.limits[VERSION_KEY] = semantics_version(getattr(b, "version", None), self.progress)
+        mode = metadata_mode(b)
+        if mode is not None:
+            self.limits[METADATA_KEY] = mode
         self.apply_initial_quotas()
         if any(a.kind != "fault" for a in self.scenario.schedule):
             self.open_held_admin()
@@ -774,6 +786,7 @@ class AcceptorTarget(Target):
         props = self.acceptor_properties(ports, upstreams)
         # the acceptor enforces as the release it fronts, unless the scenario says otherwise
         props.setdefault(VERSION_KEY, semantics_version(getattr(b, "version", None), self.progress))
+        props.setdefault(METADATA_KEY, metadata_mode(b) or "")
         request_log = b.request_log_path
         if wants_log and request_log is not None:
             props["upstream.request.log"] = str(request_log)
@@ -825,6 +838,9 @@ class AcceptorTarget(Target):
         self.admin_bootstrap = "{}:{}".format(*self.client_addresses[admin_listener(sc)])
         self.limits = initial_limits(sc, self.client_addresses)
         self.limits[VERSION_KEY] = self.overrides.get(VERSION_KEY, props[VERSION_KEY])
+        mode = self.overrides.get(METADATA_KEY, props[METADATA_KEY])
+        if mode:
+            self.limits[METADATA_KEY] = mode
         self.progress(
             "acceptor ready: "
             + ", ".join(

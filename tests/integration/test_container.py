@@ -150,6 +150,20 @@ def test_container_broker_is_kafka_431_with_our_limits(
     assert broker.log_path is not None and "Kafka version: 4.3.1" in broker.log_path.read_text()
 
 
+def test_another_kraft_release_runs_in_its_own_image(client: Any, image: str) -> None:
+    """`--kafka-version 3.9.1 --launcher container`: that release's image, built from its
+    own jars (the root filesystem is shared), logging through log4j 1 as Kafka 3.x does; the
+    release is read from the broker's own log line, so a silent log would show as 4.3.1."""
+    with start_broker(launcher="container", version="3.9.1", progress=_progress) as broker:
+        assert isinstance(broker, ContainerBroker)
+        assert broker.version == "3.9.1"
+        assert broker.probe().brokers
+        from harness.broker.images import kafka_image
+
+        attrs = client.images.get(kafka_image("3.9.1")).attrs
+        assert attrs["Config"]["Labels"]["org.opencontainers.image.version"] == "3.9.1"
+
+
 def test_restart_and_pause_faults_in_a_container(client: Any, image: str) -> None:
     with start_broker(launcher="container", progress=_progress) as broker:
         assert isinstance(broker, ContainerBroker)

@@ -141,24 +141,39 @@ def test_config_testimony_catches_a_lost_change(
 
 
 @pytest.mark.parametrize(
-    "runner_release, verdict",
-    [(None, "pass"), ("4.3.1", "pass"), ("3.7.2", "fail")],
-    ids=["runner-silent", "same-release", "other-release"],
+    "key, runner_value, verdict",
+    [
+        ("kafka.version", None, "pass"),
+        ("kafka.version", "4.3.1", "pass"),
+        ("kafka.version", "3.7.2", "fail"),
+        ("kafka.metadata", None, "pass"),
+        ("kafka.metadata", "kraft", "pass"),
+        ("kafka.metadata", "zookeeper", "fail"),
+    ],
+    ids=[
+        "runner-silent",
+        "same-release",
+        "other-release",
+        "runner-silent-mode",
+        "same-mode",
+        "other-mode",
+    ],
 )
 def test_config_testimony_compares_the_release_enforced_as(
-    spark: Any, tmp_path: Path, runner_release: str | None, verdict: str
+    spark: Any, tmp_path: Path, key: str, runner_value: str | None, verdict: str
 ) -> None:
-    """The enforcer says it enforces as 4.3.1: a runner that intended 3.7.2 is contradicted;
-    one that stated no release (older runs, a launcher that does not set it) is not."""
-    runner = RATE if runner_release is None else {**RATE, "kafka.version": runner_release}
-    rows = [cfg(T0 - 2 * MS, {**RATE, "kafka.version": "4.3.1"})]
+    """The enforcer says it enforces as 4.3.1 in KRaft mode: a runner that intended 3.7.2,
+    or ZooKeeper mode, is contradicted; one that stated neither (older runs, a launcher that
+    does not set them) is not."""
+    runner = RATE if runner_value is None else {**RATE, key: runner_value}
+    rows = [cfg(T0 - 2 * MS, {**RATE, "kafka.version": "4.3.1", "kafka.metadata": "kraft"})]
     rows += [cfg(T0 - MS, runner, runner=True, lo=T0 - 5 * MS), *conn(1, T0 + S, close_after=S)]
-    name = f"release-{runner_release}"
+    name = f"release-{key}-{runner_value}"
     run_dir = write_rows(tmp_path / name, rows, {"run_id": name, "target": "acceptor"})
     r = results(spark, run_dir, "config_testimony")["config_testimony"]
     assert r.verdict == verdict, (r.observed, r.witnesses)
     if verdict == "fail":
-        assert "kafka.version" in r.witnesses[0]["why"], r.witnesses
+        assert key in r.witnesses[0]["why"], r.witnesses
 
 
 def test_checker_judges_by_the_runner_limits_not_the_enforcers(spark: Any, tmp_path: Path) -> None:
@@ -521,6 +536,37 @@ def test_only_write_txn_markers_is_exempt_from_request_throttles(
     assert r.verdict == verdict, (r.observed, r.witnesses)
     if verdict == "fail":
         assert "WriteTxnMarkers" in r.witnesses[0]["why"]
+
+
+@pytest.mark.parametrize(
+    "metadata, version, verdict",
+    [
+        ("zookeeper", "3.6.2", "fail"),  # a ZooKeeper broker answers LeaderAndIsr exempt
+        ("kraft", "3.6.2", "pass"),  # a KRaft broker does not serve it: nothing to exempt
+        (None, "2.8.2", "fail"),  # 2.8.2 runs in ZooKeeper mode unless told
+        (None, "4.3.1", "pass"),
+    ],
+)
+def test_the_exempt_apis_follow_the_metadata_mode(
+    spark: Any, tmp_path: Path, metadata: str | None, version: str, verdict: str
+) -> None:
+    """Switch `zookeeper_cluster_actions` (analysis.versions): a throttled LeaderAndIsr
+    breaks the rule only for a broker that answers it exempt."""
+    limits = {**BASE, "request_quotas": CLIENT_Q, "kafka.version": version}
+    if metadata:
+        limits["kafka.metadata"] = metadata
+    c = {"conn_id": "x-1", "listener": "client", "ip": "127.0.0.1", "port": 5100}
+    rows = [
+        cfg(T0 - S, limits),
+        {"source": "acceptor", "event": "request_throttle", "mono_ns": T0, "delay_ms": 300.0,
+         "api_key": 4, "client_id": "hot", **c},
+    ]  # fmt: skip
+    name = f"exempt-{metadata}-{version}"
+    run_dir = write_rows(tmp_path / name, rows, {"run_id": name, "target": "acceptor"})
+    r = results(spark, run_dir, "request_throttle_bounds")["request_throttle_bounds"]
+    assert r.verdict == verdict, (r.observed, r.witnesses)
+    if verdict == "fail":
+        assert "LeaderAndIsr" in r.witnesses[0]["why"]
 
 
 @pytest.mark.parametrize(

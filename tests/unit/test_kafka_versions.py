@@ -20,12 +20,43 @@ pytestmark = pytest.mark.unit
 RELEASES = ["2.7.0", "2.8.2", "3.6.2", "3.7.2", "3.8.0", "3.9.1", "4.0.0", "4.3.1", "4.4.0"]
 
 
+@pytest.mark.parametrize("metadata", [None, "kraft", "zookeeper"])
 @pytest.mark.parametrize("release", RELEASES)
-def test_the_enforcer_and_the_checker_agree_on_every_switch(release: str) -> None:
-    engine, model = semantics(release), semantics_for(release)
+def test_the_enforcer_and_the_checker_agree_on_every_switch(
+    release: str, metadata: str | None
+) -> None:
+    if metadata == "zookeeper" and release >= "4":
+        with pytest.raises(ConfigError, match="no ZooKeeper mode"):
+            semantics(release, metadata)
+        assert not semantics_for(release, metadata).zookeeper_cluster_actions
+        return
+    engine, model = semantics(release, metadata), semantics_for(release, metadata)
     assert engine.version == model.version
     assert engine.sampled_stat_overlap == model.sampled_stat_overlap
     assert engine.sampled_stat_overlap == (engine.version >= (3, 8, 0))
+    assert engine.zookeeper_cluster_actions == model.zookeeper_cluster_actions
+    assert engine.exempt_api_keys == set(model.exempt_api_keys)
+    if metadata is None:  # the default mode: ZooKeeper before 3.3, as the launcher's
+        assert engine.zookeeper_cluster_actions == (engine.version < (3, 3, 0))
+    # nothing is both exempt and not served, and WriteTxnMarkers is exempt everywhere
+    assert not set(model.exempt_api_keys) & set(model.not_served_api_keys)
+    assert 27 in engine.exempt_api_keys
+
+
+def test_the_metadata_switch_changes_what_is_charged() -> None:
+    """A ZooKeeper broker answers LeaderAndIsr (4) without a charge; the enforcer told
+    KRaft charges what reaches it (a KRaft broker would not serve it at all)."""
+    from harness.quota.requests import RequestQuotas
+
+    charged = {}
+    for mode in ("zookeeper", "kraft"):
+        rq = RequestQuotas(exempt_api_keys=semantics("3.6.2", mode).exempt_api_keys)
+        rq.set_quota(None, "hot", "request_percentage", 1.0)
+        charged[mode] = [
+            rq.record_request("ANONYMOUS", "hot", 4, 50_000_000, t).throttle_ms
+            for t in range(0, 200, 10)
+        ]
+    assert not any(charged["zookeeper"]) and any(charged["kraft"])
 
 
 #: 10 at t=0 and 10 at t=999 fill two samples; at t=11 000 the first sample's *start* is
@@ -59,7 +90,15 @@ def test_the_acceptor_enforces_as_the_release_it_is_told() -> None:
     base = {"listeners": "CLIENT://127.0.0.1:0", "listener.name.client.upstream": "h:1"}
     assert parse_acceptor_config(base).kafka.name == "4.3.1"
     old = parse_acceptor_config({**base, "kafka.version": "3.7.2"}).kafka
-    assert old.name == "3.7.2" and not old.sampled_stat_overlap
+    assert old.name == "3.7.2" and not old.sampled_stat_overlap and old.metadata == "kraft"
+    zk = parse_acceptor_config({**base, "kafka.version": "2.8.2"}).kafka
+    assert zk.metadata == "zookeeper" and 4 in zk.exempt_api_keys
+    told = parse_acceptor_config({**base, "kafka.version": "2.8.2", "kafka.metadata": "kraft"})
+    assert told.kafka.exempt_api_keys == {27}
+    for bad, reason in (("zk", "expected kraft or zookeeper"), ("zookeeper", "no ZooKeeper")):
+        with pytest.raises(ConfigError) as err:
+            parse_acceptor_config({**base, "kafka.metadata": bad})
+        assert err.value.key == "kafka.metadata" and reason in err.value.reason
 
 
 @pytest.mark.parametrize(
@@ -82,11 +121,23 @@ def test_release_is_the_one_spelling_of_a_version() -> None:
         release("2.6.3", key="--kafka-version")
 
 
-def test_another_release_runs_on_the_local_launcher_only() -> None:
-    """Images hold the default release and an existing cluster runs its own: asking either
-    for another is refused before anything starts."""
+def test_another_release_is_refused_where_it_cannot_run() -> None:
+    """An existing cluster runs its own release, and a container runs KRaft only: asking
+    either for what it cannot be is refused before anything starts (a KRaft release other
+    than the default runs in its own image: tests/integration/test_container_versions.py)."""
     from harness.broker import BrokerError, start_broker
+    from harness.broker.images import _image_release
 
-    for kw in ({"launcher": "container"}, {"bootstrap_server": "127.0.0.1:9"}):
-        with pytest.raises(BrokerError, match=r"use the local launcher for Kafka 3\.9\.1"):
-            start_broker(version="3.9.1", progress=lambda _m: None, **kw)
+    with pytest.raises(BrokerError, match=r"existing cluster runs its own release"):
+        start_broker(version="3.9.1", bootstrap_server="127.0.0.1:9", progress=lambda _m: None)
+    with pytest.raises(BrokerError, match=r"2\.8\.2.*ZooKeeper mode.*local launcher only"):
+        start_broker(version="2.8.2", launcher="container", progress=lambda _m: None)
+    with pytest.raises(BrokerError, match=r"zookeeper with launcher=.container.*local launcher"):
+        start_broker(
+            version="3.6.2", zookeeper=True, launcher="container", progress=lambda _m: None
+        )
+    assert _image_release("3.9") == "3.9.0"
+    with pytest.raises(BrokerError, match=r"--kafka-version='3\.2\.3'.*KRaft.*3\.3"):
+        _image_release("3.2.3")
+    with pytest.raises(BrokerError, match=r"2\.7\.0 or newer"):
+        _image_release("2.6.0")
