@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness import javaprops
 from harness.quota.config import ConfigError, QuotaConfig, parse_config
 from harness.quota.connections import ConnectionQuotas
 from harness.quota.faults import FAULT_KEY, LEGACY_SKIP_KEY, Faults
@@ -126,26 +127,12 @@ class AcceptorConfig:
 
 
 def read_properties(path: str | Path) -> dict[str, str]:
-    """Java .properties: `key=value` / `key: value`, `#`/`!` comments, `\\` continuation."""
-    text = Path(path).read_text(encoding="utf-8")
-    props: dict[str, str] = {}
-    pending = ""
-    for raw in text.splitlines():
-        line = pending + raw.strip()
-        pending = ""
-        if not line or line[0] in "#!":
-            continue
-        if line.endswith("\\") and not line.endswith("\\\\"):
-            pending = line[:-1]
-            continue
-        m = re.match(r"^([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
-        if not m:
-            raise ConfigError(line, "", f"{path}: not a key=value line")
-        props[m.group(1)] = m.group(2).strip()
-    if pending:
-        props_line = pending
-        raise ConfigError(props_line, "", f"{path}: continuation at end of file")
-    return props
+    """The acceptor's Java .properties file (`harness.javaprops`); a malformed line is a
+    ConfigError naming it."""
+    try:
+        return javaprops.read(path)
+    except ValueError as exc:
+        raise ConfigError("config file", str(path), str(exc)) from exc
 
 
 def apply_overrides(props: Mapping[str, str], sets: Sequence[str]) -> dict[str, str]:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness import javaprops
 from harness.security.sasl import SaslUser, check_mechanism, client_jaas, parse_client_jaas
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -72,28 +73,12 @@ def render(props: Mapping[str, str], header: str = "") -> str:
 
 
 def parse(text: str) -> dict[str, str]:
-    """The subset of Java properties syntax Kafka's client files use (``key=value``, ``#``)."""
-    out: dict[str, str] = {}
-    pending = ""
-    for raw in text.splitlines():
-        line = pending + raw.strip() if pending else raw.strip()
-        pending = ""
-        if not line or line[0] in "#!":
-            continue
-        if line.endswith("\\") and not line.endswith("\\\\"):
-            pending = line[:-1]
-            continue
-        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-        if sep < 0:
-            out[line] = ""
-            continue
-        key, value = line[:sep].strip(), line[sep + 1 :].strip()
-        out[key] = value.replace("\\\\", "\\")
-    return out
+    """Kafka's client file syntax: Java properties (`harness.javaprops`)."""
+    return javaprops.parse(text, "client properties")
 
 
 def read(path: Path) -> dict[str, str]:
-    return parse(Path(path).read_text())
+    return javaprops.read(path)
 
 
 def kafka_python_config(props: Mapping[str, str]) -> dict[str, Any]:
