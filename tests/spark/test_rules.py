@@ -511,6 +511,20 @@ def test_slot_wait_on_a_full_listener_named_in_upper_case_is_explained(
     assert r.verdict == "pass", (r.observed, r.witnesses)
 
 
+def _throttled_request(spark: Any, run_dir: Path, limits: dict[str, Any], api_key: int) -> Any:
+    """request_throttle_bounds on one answered request of ``api_key`` throttled 300 ms."""
+    c = {"conn_id": "x-1", "listener": "client", "ip": "127.0.0.1", "port": 5100}
+    rows = [
+        cfg(T0 - S, limits),
+        {"source": "acceptor", "event": "request", "mono_ns": T0, "api_key": api_key,
+         "client_id": "hot", "principal": "ANONYMOUS", "latency_ms": 200.0, **c},
+        {"source": "acceptor", "event": "request_throttle", "mono_ns": T0, "delay_ms": 300.0,
+         "api_key": api_key, "client_id": "hot", **c},
+    ]  # fmt: skip
+    written = write_rows(run_dir, rows, {"run_id": run_dir.name, "target": "acceptor"})
+    return results(spark, written, "request_throttle_bounds")["request_throttle_bounds"]
+
+
 @pytest.mark.parametrize(
     "api_key, verdict",
     [(55, "pass"), (84, "pass"), (27, "fail")],
@@ -522,17 +536,7 @@ def test_only_write_txn_markers_is_exempt_from_request_throttles(
     """Kafka 4.3.1 throttles DescribeQuorum and the share-group-state APIs like any request
     (`sendMaybeThrottle`); only WriteTxnMarkers is answered exempt (reference Errata 4.4)."""
     limits = {**BASE, "request_quotas": CLIENT_Q}
-    c = {"conn_id": "x-1", "listener": "client", "ip": "127.0.0.1", "port": 5100}
-    rows = [
-        cfg(T0 - S, limits),
-        {"source": "acceptor", "event": "request", "mono_ns": T0, "api_key": api_key,
-         "client_id": "hot", "principal": "ANONYMOUS", "latency_ms": 200.0, **c},
-        {"source": "acceptor", "event": "request_throttle", "mono_ns": T0, "delay_ms": 300.0,
-         "api_key": api_key, "client_id": "hot", **c},
-    ]  # fmt: skip
-    name = f"exempt-{api_key}"
-    run_dir = write_rows(tmp_path / name, rows, {"run_id": name, "target": "acceptor"})
-    r = results(spark, run_dir, "request_throttle_bounds")["request_throttle_bounds"]
+    r = _throttled_request(spark, tmp_path / f"exempt-{api_key}", limits, api_key)
     assert r.verdict == verdict, (r.observed, r.witnesses)
     if verdict == "fail":
         assert "WriteTxnMarkers" in r.witnesses[0]["why"]
@@ -555,15 +559,7 @@ def test_the_exempt_apis_follow_the_metadata_mode(
     limits = {**BASE, "request_quotas": CLIENT_Q, "kafka.version": version}
     if metadata:
         limits["kafka.metadata"] = metadata
-    c = {"conn_id": "x-1", "listener": "client", "ip": "127.0.0.1", "port": 5100}
-    rows = [
-        cfg(T0 - S, limits),
-        {"source": "acceptor", "event": "request_throttle", "mono_ns": T0, "delay_ms": 300.0,
-         "api_key": 4, "client_id": "hot", **c},
-    ]  # fmt: skip
-    name = f"exempt-{metadata}-{version}"
-    run_dir = write_rows(tmp_path / name, rows, {"run_id": name, "target": "acceptor"})
-    r = results(spark, run_dir, "request_throttle_bounds")["request_throttle_bounds"]
+    r = _throttled_request(spark, tmp_path / f"exempt-{metadata}-{version}", limits, 4)
     assert r.verdict == verdict, (r.observed, r.witnesses)
     if verdict == "fail":
         assert "LeaderAndIsr" in r.witnesses[0]["why"]
