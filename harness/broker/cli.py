@@ -289,19 +289,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"request-log: {broker.request_log_path}")
         if broker.launcher == "external":
             return 0
-        print("Ctrl-C to stop", flush=True)
-        while True:
-            time.sleep(0.5)
-            if getattr(broker, "running", True) is False:
-                from harness.broker.errors import tail
-
-                log = broker.log_path.read_text(errors="replace") if broker.log_path else ""
-                print(
-                    f"error: the broker exited unexpectedly; last lines of {broker.log_path}:\n"
-                    f"{tail(log)}",
-                    file=sys.stderr,
-                )
-                return 1
+        return _serve([("the broker", broker)])
     except _Stop as stop:
         print(f"{stop}: stopping the broker…", flush=True)
         return 0 if broker is not None else 130
@@ -309,12 +297,7 @@ def run(args: argparse.Namespace) -> int:
         _error(str(exc))
         return 1
     finally:
-        if broker is not None:
-            # A second Ctrl-C while stopping must not leave the JVM behind.
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            broker.stop()
-            print("broker stopped", flush=True)
+        _shutdown(broker, "broker")
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
@@ -329,7 +312,7 @@ def _run_cluster(
     """`--brokers N`: start the cluster, print each node, wait for Ctrl-C / SIGTERM (the
     caller's handlers raise `_Stop`), stop every node."""
     from harness.broker.cluster import LocalCluster, start_local_cluster
-    from harness.broker.errors import BrokerError, tail
+    from harness.broker.errors import BrokerError
     from harness.security.sasl import DEFAULT_USERS
 
     cluster: LocalCluster | None = None
@@ -354,18 +337,7 @@ def _run_cluster(
                 print(f"listener: broker {node} {name}={b.host}:{port}")
             for key, path in b.client_configs.items():
                 print(f"client-config: broker {node} {key}={path}")
-        print("Ctrl-C to stop", flush=True)
-        while True:
-            time.sleep(0.5)
-            for b in cluster.brokers:
-                if not b.running:
-                    log = b.log_path.read_text(errors="replace") if b.log_path else ""
-                    print(
-                        f"error: broker {b.plan.node_id} exited unexpectedly; last lines of "
-                        f"{b.log_path}:\n{tail(log)}",
-                        file=sys.stderr,
-                    )
-                    return 1
+        return _serve([(f"broker {b.plan.node_id}", b) for b in cluster.brokers])
     except _Stop as stop:
         print(f"{stop}: stopping the cluster…", flush=True)
         return 0 if cluster is not None else 130
@@ -373,8 +345,34 @@ def _run_cluster(
         _error(str(exc))
         return 1
     finally:
-        if cluster is not None:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            cluster.stop()
-            print("cluster stopped", flush=True)
+        _shutdown(cluster, "cluster")
+
+
+def _serve(nodes: list[tuple[str, Any]]) -> int:
+    """Serve until Ctrl-C / SIGTERM (the caller's handlers raise `_Stop` out of here) or
+    until a node exits by itself: then its log's last lines, and 1."""
+    from harness.broker.errors import tail
+
+    print("Ctrl-C to stop", flush=True)
+    while True:
+        time.sleep(0.5)
+        for label, node in nodes:
+            if getattr(node, "running", True) is False:
+                log = node.log_path.read_text(errors="replace") if node.log_path else ""
+                print(
+                    f"error: {label} exited unexpectedly; last lines of {node.log_path}:\n"
+                    f"{tail(log)}",
+                    file=sys.stderr,
+                )
+                return 1
+
+
+def _shutdown(what: Any, name: str) -> None:
+    """Stop a started broker or cluster; a second Ctrl-C while stopping must not leave a
+    JVM behind, so both signals are ignored from here on."""
+    if what is None:
+        return
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    what.stop()
+    print(f"{name} stopped", flush=True)

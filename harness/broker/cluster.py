@@ -32,7 +32,7 @@ from kafka.errors import KafkaError
 from harness.broker.artifacts import KAFKA_VERSION, Progress
 from harness.broker.config import MAX_BROKERS, ListenerPlan
 from harness.broker.errors import BrokerError
-from harness.broker.local import PORT_ATTEMPTS, LocalBroker, PortInUse, cluster_id, prepare_local
+from harness.broker.local import LocalBroker, cluster_id, on_fresh_ports, prepare_local
 from harness.broker.probe import probe
 from harness.localnet import LOOPBACK, free_ports
 from harness.security.sasl import DEFAULT_USERS
@@ -150,7 +150,8 @@ def start_local_cluster(
             "(3.3 or newer)"
         )
     per_node = len(prep.names) + 2  # the listeners, the controller, the metrics agent
-    for attempt in range(1, PORT_ATTEMPTS + 1):
+
+    def build() -> LocalCluster:
         ports = port_picker(per_node * brokers)
         controller = [ports[i * per_node + len(prep.names)] for i in range(brokers)]
         voters = ",".join(f"{i + 1}@{LOOPBACK}:{port}" for i, port in enumerate(controller))
@@ -175,28 +176,23 @@ def start_local_cluster(
                     plan, node_dir, mine[-1], ready_timeout_s=ready_timeout_s, cluster_uuid=uuid
                 )
             )
-        cluster = LocalCluster(nodes, prep.workdir, prep.temp_workdir)
+        return LocalCluster(nodes, prep.workdir, prep.temp_workdir)
+
+    def start(cluster: LocalCluster) -> None:
         started = time.monotonic()
-        try:
-            offsets = [node.launch() for node in nodes]
-            for node, offset in zip(nodes, offsets, strict=True):
-                node.await_ready(offset)
-            cluster.wait_members(max(10.0, ready_timeout_s - (time.monotonic() - started)))
-            progress(
-                f"cluster of {brokers} ready in {time.monotonic() - started:.1f} s: "
-                f"{cluster.bootstrap}"
-            )
-            return cluster
-        except PortInUse:
-            cluster._temp_workdir = False  # keep the dir for the next attempt
-            cluster.stop()
-            if attempt == PORT_ATTEMPTS:
-                if prep.temp_workdir:
-                    shutil.rmtree(prep.workdir, ignore_errors=True)
-                raise
-            progress("a port was taken while starting; retrying the cluster on fresh ports…")
-        except BaseException:
-            cluster._temp_workdir = False  # keep the logs for whoever reads the error
-            cluster.stop()
-            raise
-    raise AssertionError("unreachable")
+        offsets = [node.launch() for node in cluster.brokers]
+        for node, offset in zip(cluster.brokers, offsets, strict=True):
+            node.await_ready(offset)
+        cluster.wait_members(max(10.0, ready_timeout_s - (time.monotonic() - started)))
+        progress(
+            f"cluster of {brokers} ready in {time.monotonic() - started:.1f} s: {cluster.bootstrap}"
+        )
+
+    return on_fresh_ports(
+        build,
+        start,
+        workdir=prep.workdir,
+        temp_workdir=prep.temp_workdir,
+        progress=progress,
+        what="the cluster ",
+    )

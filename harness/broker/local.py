@@ -33,7 +33,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from kafka.errors import KafkaError
 
@@ -771,8 +771,9 @@ def start_local(
         zookeeper=zookeeper,
     )
     names, adv, inter = prep.names, prep.advertised, prep.inter_broker_listener
-    wd, temp = prep.workdir, prep.temp_workdir
-    for attempt in range(1, PORT_ATTEMPTS + 1):
+    wd = prep.workdir
+
+    def build() -> LocalBroker:
         ports = port_picker(len(names) + 2)
         plan = ListenerPlan(
             names=names,
@@ -786,20 +787,54 @@ def start_local(
         # A fresh data dir per attempt: the controller port is part of the formatted quorum.
         shutil.rmtree(wd / "data", ignore_errors=True)
         shutil.rmtree(wd / "zookeeper-data", ignore_errors=True)  # no stale broker registration
-        broker = prep.broker(plan, wd, ports[-1], ready_timeout_s=ready_timeout_s)
+        return prep.broker(plan, wd, ports[-1], ready_timeout_s=ready_timeout_s)
+
+    return on_fresh_ports(
+        build,
+        lambda broker: broker.start(),
+        workdir=wd,
+        temp_workdir=prep.temp_workdir,
+        progress=progress,
+    )
+
+
+class _Startable(Protocol):
+    _temp_workdir: bool
+
+    def stop(self) -> None: ...
+
+
+S = TypeVar("S", bound=_Startable)
+
+
+def on_fresh_ports(
+    build: Callable[[], S],
+    start: Callable[[S], object],
+    *,
+    workdir: Path,
+    temp_workdir: bool,
+    progress: Progress,
+    what: str = "",
+) -> S:
+    """Build a broker or cluster on freshly picked ports and start it; when a port was taken
+    meanwhile (`PortInUse`), stop it and try again on new ones, up to PORT_ATTEMPTS times.
+    Any other failure stops it and keeps its directory (the logs) for whoever reads the
+    error; a temporary directory is removed only when every attempt lost its ports."""
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        started = build()
         try:
-            broker.start()
-            return broker
+            start(started)
+            return started
         except PortInUse:
-            broker._temp_workdir = False  # keep the dir for the next attempt
-            broker.stop()
+            started._temp_workdir = False  # keep the dir for the next attempt
+            started.stop()
             if attempt == PORT_ATTEMPTS:
-                if temp:
-                    shutil.rmtree(wd, ignore_errors=True)
+                if temp_workdir:
+                    shutil.rmtree(workdir, ignore_errors=True)
                 raise
-            progress("a port was taken while starting; retrying with fresh ports…")
+            progress(f"a port was taken while starting; retrying {what}on fresh ports…")
         except BaseException:
-            broker._temp_workdir = False  # keep broker.log for whoever reads the error
-            broker.stop()
+            started._temp_workdir = False  # keep the logs for whoever reads the error
+            started.stop()
             raise
     raise AssertionError("unreachable")
