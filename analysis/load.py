@@ -227,7 +227,11 @@ class Run:
     files: list[Path]
     clock_offset_ns: int | None = None  # wall (ts) minus mono_ns, from the harness rows
     testimony: Testimony = field(default_factory=lambda: Testimony([], []))
+    #: a cluster run narrowed to one broker (`on_broker`): that broker's node id
+    node: int | None = None
     _cache: dict[str, Any] = field(default_factory=dict)
+    #: the cached tables that stand for the narrowed broker's own (`on_broker`)
+    _own: dict[str, Any] = field(default_factory=dict)
 
     def wall(self, mono_ns: int) -> str | None:
         """ISO wall time of a monotonic instant (for witnesses that only carry mono_ns)."""
@@ -307,9 +311,26 @@ class Run:
         return self.cached("span", build)  # type: ignore[no-any-return]
 
     def cached(self, key: str, build: Callable[[], Any]) -> Any:
+        """A derived table built once per run and shared by every view of it; in a view
+        narrowed to one broker (`on_broker`), the keys it narrows give that broker's part
+        of the run's table (narrowed once, when first asked)."""
         if key not in self._cache:
             self._cache[key] = build()
+        if key in self._own:
+            narrow = self._own[key]
+            if callable(narrow):
+                self._own[key] = narrow(self._cache[key])
+            return self._own[key]
         return self._cache[key]
+
+    def on_broker(self, node: int, narrow: dict[str, Callable[[Any], Any]]) -> Run:
+        """This run seen through one broker of its cluster: the same history, limits and
+        shared tables, with each table named in ``narrow`` (a `cached` key) replaced by
+        ``narrow[key](the run's table)``. Checks read it like any run; `node` says which
+        broker it is."""
+        from dataclasses import replace
+
+        return replace(self, node=node, _own=dict(narrow))
 
 
 def _harness_rows(files: list[Path]) -> tuple[list[tuple[int, str | None]], int | None]:

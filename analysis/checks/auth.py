@@ -222,9 +222,8 @@ def check_auth_counts(run: Run) -> CheckResult:
 
     name = "kafka_metric_auth_counts"
     conns = _auth_intervals(run)
-    node = getattr(run, "node", None)  # a cluster: one broker's view (broker_side.per_broker)
-    if node is not None:
-        conns = conns.where(F.col("broker") == node)
+    if run.node is not None:  # a cluster: one broker's view (broker_side.per_broker)
+        conns = conns.where(F.col("broker") == run.node)
     if conns.limit(1).count() == 0:
         return CheckResult(
             name,

@@ -169,26 +169,16 @@ def _segments_ok(kills: list[tuple[int, int]], lo: int, hi: int) -> bool:
 # --- a cluster: every per-broker rule judged per broker -----------------------------------
 
 
-class _BrokerView:
-    """A run seen through one broker's client attempts and its own exporter's scrapes: every
-    check reading `attempts` (and `kafka_metrics.scrapes`) judges that broker alone (its own
-    meters, counts and per-IP quotas), the rest is the run's."""
-
-    def __init__(self, run: Run, node: int, att: Attempts) -> None:
-        self._run = run
-        self.node = node
-        self._att = att
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._run, name)
-
-    def cached(self, key: str, build: Any) -> Any:
-        if key == "broker_side_attempts":
-            return self._att
-        if key == "kafka_metric_scrapes":  # this broker's own exporter's scrapes
-            every = self._run.cached(key, build)
-            return [(ns, d) for ns, d in every if d.get("broker") == self.node]
-        return self._run.cached(key, build)
+def _broker_narrowing(node: int) -> dict[str, Any]:
+    """One broker's view of a cluster run (`Run.on_broker`): every check reading
+    `attempts` (and `kafka_metrics.scrapes`) judges that broker alone (its own meters,
+    counts and per-IP quotas, its own exporter's scrapes); the rest is the run's."""
+    return {
+        "broker_side_attempts": lambda att: att.on(node),
+        "kafka_metric_scrapes": lambda every: [
+            (ns, d) for ns, d in every if d.get("broker") == node
+        ],
+    }
 
 
 def per_broker(fn: Any) -> Any:
@@ -201,11 +191,10 @@ def per_broker(fn: Any) -> Any:
         nodes = cluster_nodes(run)
         if not nodes:
             return fn(run)  # type: ignore[no-any-return]
-        att = attempts(run)
-        df = att.df
+        df = attempts(run).df
         results: list[tuple[int, CheckResult]] = []
         for node in nodes:
-            results.append((node, fn(_BrokerView(run, node, att.on(node)))))
+            results.append((node, fn(run.on_broker(node, _broker_narrowing(node)))))
         unreached = [n for n in nodes if not (df["broker"] == n).any()]
         return _merge_brokers(results, int(df["broker"].isna().sum()), len(df), unreached)
 
