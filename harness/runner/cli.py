@@ -75,9 +75,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--broker-metrics-url",
-        metavar="URL",
-        help="Kafka's Prometheus JMX exporter endpoint to scrape every second "
-        "(default: the started broker's own; give it with --bootstrap-server)",
+        metavar="URL|N=URL",
+        action="append",
+        help="Kafka's Prometheus JMX exporter endpoint to scrape every second (default: the "
+        "started broker's own; give it with --bootstrap-server); for a cluster, N=URL for "
+        "each broker N (repeat it, or separate with commas), so each broker is judged by "
+        "its own metrics",
     )
     parser.add_argument(
         "--launcher",
@@ -121,6 +124,13 @@ def run(args: argparse.Namespace) -> int:
         if problem:
             print(f"harness run: --command-config {args.command_config}: {problem}")
             return 3
+    from harness.runner.kafka_metrics import parse_metrics_urls
+
+    try:
+        metrics_urls = parse_metrics_urls(args.broker_metrics_url)
+    except ValueError as exc:
+        print(f"harness run: {exc}")
+        return 3
     kafka_version = None
     if args.kafka_version is not None:
         from harness.quota.config import ConfigError
@@ -139,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
         out=args.out,
         launcher=args.launcher,
         bootstrap_server=args.bootstrap_server,
-        broker_metrics_url=args.broker_metrics_url,
+        broker_metrics_url=metrics_urls,
         seed=args.seed,
         duration=args.duration,
         set_acceptor=dict(args.set_acceptor),

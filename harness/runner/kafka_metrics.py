@@ -22,7 +22,7 @@ import math
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 #: The families a run records (Kafka names as the JMX exporter maps them; docs/metrics.md).
@@ -149,6 +149,36 @@ class MetricsScraper:
         return f"{self.scrapes} scrapes of {self.url}, {self.failures} failed{tail}"
 
 
+def parse_metrics_urls(values: Sequence[str] | str | None) -> dict[int, str] | str | None:
+    """``--broker-metrics-url`` values: one URL (the run's one exporter), or ``N=URL`` per
+    broker of a cluster (repeatable, or comma-separated) for a cluster the harness did not
+    start. Raises ValueError naming the value it cannot take."""
+    if not values:
+        return None
+    items = [values] if isinstance(values, str) else list(values)
+    parts = [p.strip() for item in items for p in item.split(",") if p.strip()]
+    per_node: dict[int, str] = {}
+    plain: list[str] = []
+    for part in parts:
+        node, sep, url = part.partition("=")
+        if sep and node.strip().isdigit() and not part.startswith(("http://", "https://")):
+            n = int(node)
+            if n in per_node:
+                raise ValueError(f"--broker-metrics-url {part!r}: broker {n} given twice")
+            url = url.strip()
+            per_node[n] = url
+        else:
+            plain.append(part)
+            url = part
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"--broker-metrics-url {part!r}: expected an http(s) URL")
+    if (plain and per_node) or len(plain) > 1:
+        raise ValueError(
+            f"--broker-metrics-url {', '.join(parts)}: one URL, or N=URL for each broker"
+        )
+    return per_node or plain[0]
+
+
 def metrics_url_for(target: Any, override: str | None = None) -> tuple[str | None, str]:
     """Which endpoint to scrape for a run target, and which kind it is.
 
@@ -180,7 +210,10 @@ def start_scraper(
     """
     if history is None or target is None:
         return None
-    url, kind = metrics_url_for(target, getattr(opts, "broker_metrics_url", None))
+    given = getattr(opts, "broker_metrics_url", None)
+    if isinstance(given, dict):  # N=URL: a cluster the harness did not start, per broker
+        return _per_broker_scrapers(target, history, given, say)
+    url, kind = metrics_url_for(target, given)
     if url is None:
         say(f"Kafka metrics not recorded: {kind}")
         return None
@@ -201,6 +234,31 @@ def start_scraper(
         say(f"Kafka metrics at {url} did not answer ({scraper.last_error}); retrying every second")
     say(f"recording Kafka's metrics from {url} every second (event {EVENT})")
     return scraper.start()
+
+
+def _per_broker_scrapers(
+    target: Any, history: Any, urls: dict[int, str], say: Callable[[str], None]
+) -> Scrapers | None:
+    """One scraper per broker the user named; a node the cluster's metadata does not list
+    is refused (scrapes credited to the wrong broker would judge it by another's counts)."""
+    kind = str(getattr(target, "name", "broker"))
+    known = {n for addrs in getattr(target, "broker_addresses", {}).values() for n, *_ in addrs}
+    unknown = sorted(set(urls) - known) if known else []
+    if unknown:
+        say(
+            f"Kafka metrics not recorded: --broker-metrics-url names broker(s) {unknown}, "
+            f"which the cluster's metadata does not list (it lists {sorted(known)})"
+        )
+        return None
+    missing = sorted(known - set(urls))
+    if missing:
+        say(f"no --broker-metrics-url for broker(s) {missing}: their metric checks judge nothing")
+    scrapers = [
+        MetricsScraper(u, history.record, target=kind, broker=n).start()
+        for n, u in sorted(urls.items())
+    ]
+    say(f"recording Kafka's metrics from {len(scrapers)} brokers every second (event {EVENT})")
+    return Scrapers(scrapers)
 
 
 class Scrapers:

@@ -69,7 +69,8 @@ class RunOptions:
     analyze: bool = True
     spark_master: str | None = None
     progress_every: float = 5.0
-    broker_metrics_url: str | None = None  # Kafka's metrics endpoint (default: the target's)
+    #: Kafka's metrics endpoint (default: the target's), or one per broker id of a cluster
+    broker_metrics_url: str | dict[int, str] | None = None
     #: an existing cluster's client properties (`--command-config`): its secured listener
     command_config: Path | None = None
     #: the Kafka release of the broker the run starts (`--kafka-version`; None: the default)

@@ -81,3 +81,37 @@ def test_endpoint_choice_per_target_and_override() -> None:
     assert metrics_url_for(_T("broker", None, "http://b/metrics"))[0] == "http://b/metrics"
     assert metrics_url_for(_T("broker", None, None))[0] is None
     assert metrics_url_for(_T("broker", None, None), "http://x/metrics")[0] == "http://x/metrics"
+
+
+def test_metrics_urls_one_or_one_per_broker() -> None:
+    import pytest
+
+    from harness.runner.kafka_metrics import parse_metrics_urls
+
+    assert parse_metrics_urls(None) is None
+    assert parse_metrics_urls(["http://h:7071/metrics?a=b"]) == "http://h:7071/metrics?a=b"
+    assert parse_metrics_urls(["1=http://a/m", "2=http://b/m,3=https://c/m"]) == {
+        1: "http://a/m",
+        2: "http://b/m",
+        3: "https://c/m",
+    }
+    for bad, why in (
+        (["1=http://a/m", "1=http://b/m"], "broker 1 given twice"),
+        (["2=ftp://b/m"], "expected an http"),
+        (["http://a/m", "2=http://b/m"], "one URL, or N=URL"),
+        (["http://a/m", "http://b/m"], "one URL, or N=URL"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            parse_metrics_urls(bad)
+
+
+def test_a_broker_the_cluster_does_not_list_is_refused() -> None:
+    """Scrapes credited to a broker id the cluster's metadata does not list would judge it
+    by another broker's counts: nothing is recorded, and the reason is said."""
+    from harness.runner.kafka_metrics import start_scraper
+
+    target = type("T", (), {"name": "broker", "broker_addresses": {"CLIENT": [(1, "h", 1)]}})()
+    opts = type("O", (), {"broker_metrics_url": {1: "http://a/m", 7: "http://b/m"}})()
+    said: list[str] = []
+    assert start_scraper(target, object(), opts, said.append) is None
+    assert "broker(s) [7]" in said[0] and "lists [1]" in said[0]
