@@ -183,6 +183,7 @@ def chart_data(run: Run) -> dict[str, Any]:
             .count()
             .toPandas()
         )
+    data["per_broker"] = _per_broker_accepts(run, t0)
     if run.has_source("client"):
         steady = (
             client_conns(run).where(F.col("profile") == "steady").select("client_ip", "client_port")
@@ -199,6 +200,22 @@ def chart_data(run: Run) -> dict[str, Any]:
             .toPandas()
         )
     return data
+
+
+def _per_broker_accepts(run: Run, t0: int) -> pd.DataFrame | None:
+    """A cluster: the served connections per second on each broker (client intervals'
+    ready instants, attributed as the per-broker checks attribute them); None otherwise."""
+    from analysis.checks.base import cluster_nodes
+    from analysis.checks.broker_side import attempts
+
+    if not cluster_nodes(run):
+        return None
+    df = attempts(run).df
+    served = df[df["ready_ns"].notna() & df["broker"].notna()]
+    if served.empty:
+        return None
+    out = _per_second(served.astype({"ready_ns": "int64"}), "ready_ns", t0, by="broker")
+    return out.astype({"broker": "int64"})
 
 
 def charts(ctx: dict[str, Any]) -> list[dict[str, str]]:
@@ -228,6 +245,28 @@ def charts(ctx: dict[str, Any]) -> list[dict[str, str]]:
                 "png": _png(fig),
                 "caption": "Dotted: quota in force (steps at config changes, dashed). Kafka "
                 "admits a burst of bound·(n−1)·w first, then delays to hold the bound.",
+            }
+        )
+    pb = ctx.get("per_broker")
+    if pb is not None and len(pb):
+        fig, ax = plt.subplots(figsize=(11, 3.4))
+        for i, (node, g) in enumerate(sorted(pb.groupby("broker"), key=lambda x: int(x[0]))):
+            g = g.sort_values("sec")
+            ax.plot(g["sec"], g["n"], color=COLORS[i % len(COLORS)], lw=1.2, label=f"broker {node}")
+        _step_line(
+            ax, ctx, lambda lim: lim.broker_rate, "max.connection.creation.rate (each)", "#d62728"
+        )
+        _markers(ax, ctx)
+        ax.set_xlabel("seconds since run start")
+        ax.set_ylabel("served connections / s")
+        ax.legend(loc="upper right", fontsize=8, ncol=2)
+        ax.set_title("Served connections per second on each broker vs its own rate limit")
+        out.append(
+            {
+                "title": "Accept rate per broker",
+                "png": _png(fig),
+                "caption": "Each broker enforces its limits alone: every line is held to the "
+                "dotted rate by itself (the per-broker checks judge each broker's spans).",
             }
         )
     steps = ctx.get("ip_steps")

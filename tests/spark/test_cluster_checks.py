@@ -174,3 +174,15 @@ def test_a_broker_with_nothing_to_judge_adds_nothing_but_is_named(
     assert r.verdict == "pass", r.observed
     assert r.to_dict()["per_broker"]["3"]["verdict"] in ("unknown", "n/a")  # never "pass"
     assert r.observed.endswith("never reached by the load: broker 3"), r.observed
+
+
+def test_the_report_charts_each_brokers_accept_rate(spark: Any, tmp_path: Path) -> None:
+    """A cluster run's served connections per second on each broker, as the per-broker
+    checks attribute them (one line per broker; a one-broker run has no such chart)."""
+    from analysis.report import chart_data, charts
+
+    _judge(spark, tmp_path, "chart", {1: 3, 2: 5, 3: 2}, "client_ip_rate_span")
+    ctx = chart_data(load_run(spark, tmp_path / "chart"))
+    pb = ctx["per_broker"]
+    assert pb.groupby("broker")["n"].sum().to_dict() == {1: 3, 2: 5, 3: 2}
+    assert "Accept rate per broker" in [c["title"] for c in charts(ctx)]

@@ -75,6 +75,7 @@ def test_conforming_run_passes_every_check_with_report_and_gate(
     assert 'class="banner pass"' in html and "PASS — synth-storm against acceptor" in html
     assert all(name in html for name in checks)
     assert html.count("data:image/png;base64,") >= 4  # rate, per-IP, delays, concurrency, steady
+    assert "Accept rate per broker" not in html  # one broker: no per-broker chart
     assert "<script" not in html and "http://" not in html and "https://" not in html
 
 
