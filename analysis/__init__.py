@@ -43,6 +43,9 @@ def analyze_run(
     say = progress or (lambda _msg: None)
     t_start = time.monotonic()
     report_dir = Path(run_dir) / "report"
+    # every history file's footer first (RunDirError naming a damaged one), before any
+    # output is touched or a JVM started
+    rows = history_rows(Path(run_dir)) if (Path(run_dir) / "history").is_dir() else 0
     clear_outputs(report_dir)
     own = False
     if spark is None:
@@ -51,9 +54,7 @@ def analyze_run(
         spark = SparkSession.getActiveSession()
         if spark is None:  # ours to stop; an active session belongs to the caller
             say("starting Spark (local JVM, ~10 s)…")
-            spark = build_session(
-                spark_master, small=history_rows(Path(run_dir)) < SMALL_RUN_EVENTS
-            )
+            spark = build_session(spark_master, small=rows < SMALL_RUN_EVENTS)
             own = True
     try:
         say(f"loading {run_dir}…")

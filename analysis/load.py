@@ -65,10 +65,26 @@ def history_files(run_dir: Path) -> list[Path]:
 
 
 def history_rows(run_dir: Path) -> int:
-    """Rows in the run's history, from the Parquet footers (no Spark needed)."""
+    """Rows in the run's history, from the Parquet footers (no Spark needed). A file that
+    is not readable Parquet (cut short by a full disk, or a crash while it was written)
+    stops the analysis with a RunDirError naming it: a verdict on part of a history could
+    blame the enforcer for rows that were lost, so none is given."""
     import pyarrow.parquet as pq
 
-    return sum(pq.ParquetFile(f).metadata.num_rows for f in history_files(run_dir))
+    rows = 0
+    damaged: list[str] = []
+    for f in history_files(run_dir):
+        try:
+            rows += pq.ParquetFile(f).metadata.num_rows
+        except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+            damaged.append(f"{f} ({exc})")
+    if damaged:
+        raise RunDirError(
+            f"{len(damaged)} history file(s) not readable as Parquet: {'; '.join(damaged)}. "
+            "Nothing was judged. Moving them aside judges the rest, and that verdict then "
+            "covers only the rows that were read."
+        )
+    return rows
 
 
 def read_run_json(run_dir: Path) -> dict[str, Any]:

@@ -125,6 +125,29 @@ def test_missing_or_empty_run_dir_is_a_clear_error(
     assert "no history" in err and "still writing" in err
 
 
+def test_a_damaged_history_file_is_named_and_nothing_is_judged(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A history part cut short (a full disk, a crash while writing): the analysis names
+    the file and gives no verdict (a verdict on the rest could blame the enforcer for lost
+    rows); no history file is changed, and with the file moved aside the rest is judged."""
+    import hashlib
+
+    run_dir = write_rows(tmp_path / "damaged", _edge_rows(None), RUN)
+    parts = sorted((run_dir / "history").rglob("*.parquet"))
+    victim = parts[0]
+    victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
+    before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in parts}
+    assert main(["analyze", str(run_dir), "--gate", "--quiet", "--no-html"]) == 2
+    err = capsys.readouterr().err
+    assert str(victim) in err and "not readable as Parquet" in err and "Traceback" not in err
+    assert not (run_dir / "report" / "verdict.json").exists()
+    assert {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in parts} == before
+    victim.rename(tmp_path / victim.name)
+    assert main(["analyze", str(run_dir), "--quiet", "--no-html"]) == 0
+    assert (run_dir / "report" / "verdict.json").exists()
+
+
 def test_compare_acceptor_and_broker_runs_side_by_side(
     spark: Any, synth_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
