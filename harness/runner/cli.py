@@ -157,7 +157,13 @@ def run(args: argparse.Namespace) -> int:
         analyze=args.analyze,
         spark_master=args.spark_master,
     )
-    result = Orchestrator(scenario, opts).run()
+    from harness.runner.rundir import RunFolderError
+
+    try:
+        result = Orchestrator(scenario, opts).run()
+    except RunFolderError as exc:
+        print(f"harness run: {exc}; nothing was started (choose another --out)")
+        return 3
     expected = scenario.expect_for(target).verdict
     print()
     print(f"scenario {scenario.name} on {target}: {result.wall_s:.0f}s wall, run {result.run_dir}")

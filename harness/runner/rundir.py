@@ -35,6 +35,10 @@ def harness_version() -> str:
         return "unknown"
 
 
+class RunFolderError(OSError):
+    """The run folder cannot be made: the reason, and where."""
+
+
 @dataclass(frozen=True)
 class RunDir:
     root: Path
@@ -60,8 +64,31 @@ class RunDir:
         return self.root / "run.json"
 
     def create(self) -> RunDir:
-        for p in (self.root, self.history, self.locust, self.logs):
-            p.mkdir(parents=True, exist_ok=True)
+        """Make the run folder and its subfolders; a folder that already exists is never
+        reused (another run's history would be judged with this one's), and a parent that
+        cannot hold it is a RunFolderError saying why, before anything starts."""
+        parent = self.root.parent
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:  # mkdir's answer for a parent that is a file
+            raise RunFolderError(f"{parent} is not a folder") from None
+        except OSError as exc:
+            raise RunFolderError(f"cannot make {parent}: {exc.strerror or exc}") from None
+        try:
+            self.root.mkdir()
+            for p in (self.history, self.locust, self.logs):
+                p.mkdir()
+            probe = self.root / ".writable"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except FileExistsError:
+            raise RunFolderError(
+                f"run folder {self.root} exists already: not reusing another run's folder"
+            ) from None
+        except OSError as exc:
+            raise RunFolderError(
+                f"cannot make the run folder {self.root}: {exc.strerror or exc}"
+            ) from None
         return self
 
     def write_run_json(self, data: dict[str, Any]) -> None:
