@@ -116,6 +116,25 @@ def overall(
     return PASS, [f"exercised and passed: {', '.join(proven)}"]
 
 
+def _incomplete(run: Run, verdict: str, reasons: list[str]) -> tuple[str, list[str]]:
+    """A history some writer could not finish (a full disk: `HistoryWriter.marker`) proves
+    nothing either way: what was written is judged and shown, the run's verdict is
+    `unknown`, and the reasons name the writer, why it stopped and the rows it lost."""
+    from harness.history.writer import incomplete_markers
+
+    markers = incomplete_markers(run.run_dir / "history")
+    if not markers:
+        return verdict, reasons
+    lost = [
+        f"history incomplete: writer {m['writer']} stopped writing ({m['reason']}); "
+        f"{m.get('rows_lost', 'some')} rows lost"
+        for m in markers
+    ]
+    if verdict != UNKNOWN:
+        lost.append(f"on the rows that were written the checks say {verdict.upper()}")
+    return UNKNOWN, lost + reasons
+
+
 def build_verdict(
     run: Run, results: list[CheckResult], extra: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -125,6 +144,7 @@ def build_verdict(
         # the acceptor-side checks a scenario expects, as the client side can judge them
         expect_checks = broker_expectations(expect_checks)
     verdict, reasons = overall(results, expect_checks) if results else (UNKNOWN, ["no checks ran"])
+    verdict, reasons = _incomplete(run, verdict, reasons)
     counts = {v: sum(1 for r in results if r.verdict == v) for v in (PASS, FAIL, UNKNOWN, NA)}
     return {
         "run_id": meta.get("run_id") or run.run_dir.name,

@@ -14,10 +14,18 @@ them, so an event loop sharing the process waits for it at most about one chunk'
 conversion (~1 ms), never a whole flush; pyarrow is imported and warmed up when the writer
 is created, not at the first flush under load. A part is written under a dot-name and
 renamed when closed, so a crash never leaves a half file for Spark to read.
+
+When a part cannot be written (a full disk, a folder gone), the writer stops writing: the
+half-written part is emptied and renamed to ``.<name>.incomplete`` beside the parts (no new
+space needed), holding the reason and the rows lost where the disk allows; every later row
+is counted, not kept, and the count rewritten into the marker at `close`. The parts already
+written stay as they are, and the analysis (`incomplete_markers`) judges what was written
+and says the history is incomplete.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import threading
@@ -95,6 +103,11 @@ class HistoryWriter:
         self._part = 0
         self._closed = False
         self.rows_written = 0
+        #: why writing stopped (None while it works) and the rows lost since
+        self.failure: str | None = None
+        self.rows_lost = 0
+        self._errno = ""
+        self._marker: Path | None = None
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         # pyarrow's first conversion imports pandas (~0.2-1 s holding the GIL): here, at
@@ -119,9 +132,12 @@ class HistoryWriter:
         with self._lock:
             if self._closed:
                 raise RuntimeError(f"history writer {self.name} is closed")
+            self._seq += 1
+            if self.failure is not None:
+                self.rows_lost += 1
+                return
             rows = self._rows
             rows.append(row)
-            self._seq += 1
             if len(rows) >= self.max_rows:
                 self._wake.set()
 
@@ -153,9 +169,12 @@ class HistoryWriter:
         with self._lock:
             if self._closed:
                 raise RuntimeError(f"history writer {self.name} is closed")
-            self._rows.append(row)
             self._seq += 1
             seq = self._seq
+            if self.failure is not None:
+                self.rows_lost += 1
+                return seq
+            self._rows.append(row)
             full = len(self._rows) >= self.max_rows
         if full:
             self._wake.set()
@@ -193,14 +212,76 @@ class HistoryWriter:
                 first_seq = self._seq - len(rows) + 1
             if not rows:
                 return None
+            if self.failure is not None:
+                self.rows_lost += len(rows)
+                return None
             table = self._table(rows, first_seq)
             self._part += 1
             final = self.dir / f"{self.name}-{self._part:05d}.parquet"
             tmp = self.dir / f".{final.name}.tmp"
-            pq.write_table(table, tmp)
-            os.replace(tmp, final)
+            try:
+                pq.write_table(table, tmp)
+                os.replace(tmp, final)
+            except OSError as exc:
+                self._stop_writing(exc, len(rows), tmp)
+                return None
             self.rows_written += len(rows)
             return final
+
+    @property
+    def marker(self) -> Path | None:
+        """Where a writer that had to stop says why (`incomplete_markers`); None while it
+        writes. Its name carries the error and the rows lost, so a disk with no room even
+        for the marker's text still tells them (a rename needs no data block)."""
+        return self._marker
+
+    def _stop_writing(self, exc: OSError, lost: int, tmp: Path) -> None:
+        """A part could not be written: keep every part already written as it is, stop
+        writing, and leave the marker (the half part's own inode, emptied: no new space)."""
+        with self._lock:
+            self.failure = f"{exc.strerror or exc} ({type(exc).__name__})"
+            self._errno = errno.errorcode.get(exc.errno or 0, "EIO")
+            self.rows_lost += lost + len(self._rows)
+            self._rows = []
+        try:
+            os.truncate(tmp, 0)
+            self._marker = self.dir / f".{self.name}.incomplete"
+            os.replace(tmp, self._marker)
+        except OSError:
+            pass
+        self._write_marker()
+        print(
+            f"history writer {self.name}: cannot write {tmp.name} ({self.failure}); "
+            f"writing stopped, {self.rows_lost} rows lost so far; marker {self._marker}",
+            flush=True,
+        )
+
+    def _write_marker(self) -> None:
+        """Name the marker after the error and the rows lost so far, then write the reason
+        into it as far as the disk allows."""
+        new = self.dir / f".{self.name}.incomplete-{self._errno}-{self.rows_lost}"
+        try:
+            if self._marker is not None and self._marker.exists():
+                os.replace(self._marker, new)
+            else:
+                new.touch()
+            self._marker = new
+        except OSError:
+            return
+        text = json.dumps(
+            {
+                "writer": self.name,
+                "source": self.source,
+                "reason": self.failure,
+                "rows_written": self.rows_written,
+                "rows_lost": self.rows_lost,
+            }
+        )
+        try:
+            with open(new, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError:
+            pass
 
     def _loop(self) -> None:
         while not self._closed:
@@ -221,12 +302,39 @@ class HistoryWriter:
         if self._thread is not None:
             self._thread.join(timeout=10)
         self.flush()
+        if self.failure is not None:
+            self._write_marker()  # the final count of rows lost
 
     def __enter__(self) -> HistoryWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def incomplete_markers(history_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """What every writer that had to stop left (`HistoryWriter.marker`): its name, the
+    error and the rows lost from the marker's name, and the reason from its text where the
+    disk had room for it."""
+    out = []
+    for path in sorted(Path(history_dir).glob("*/.*.incomplete*")):
+        writer, _, tail = path.name[1:].rpartition(".incomplete")
+        code, _, lost = tail.lstrip("-").partition("-")
+        number = getattr(errno, code, None) if code else None
+        info: dict[str, Any] = {
+            "writer": writer,
+            "reason": f"{os.strerror(number)} ({code})" if number else "unknown",
+            "rows_lost": int(lost) if lost.isdigit() else None,
+        }
+        try:
+            text = json.loads(path.read_text(encoding="utf-8") or "{}")
+        except (OSError, ValueError):
+            text = {}
+        if isinstance(text, dict):
+            info.update({k: v for k, v in text.items() if v is not None})
+        info["marker"] = str(path)
+        out.append(info)
+    return out
 
 
 def read_history(run_dir_or_history: str | os.PathLike[str], source: str | None = None) -> pa.Table:

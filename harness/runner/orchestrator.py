@@ -645,6 +645,11 @@ class Orchestrator:
         )
         if self.history is not None:
             self.history.close()
+            if self.history.failure is not None:
+                self.say(
+                    f"the runner's history stopped: {self.history.failure}; "
+                    f"{self.history.rows_lost} rows lost (the analysis will say incomplete)"
+                )
         self.run_json["ended_at"] = utc_now_iso()
         self.run_json["interrupted"] = self.interrupted
         if self.error:

@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import secrets
+import sys
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -91,10 +92,23 @@ class RunDir:
             ) from None
         return self
 
-    def write_run_json(self, data: dict[str, Any]) -> None:
+    def write_run_json(self, data: dict[str, Any]) -> bool:
+        """Replace run.json atomically; on a full or failing disk keep the last one whole,
+        say so on stderr and return False (the history's own markers say what was lost)."""
         tmp = self.root / ".run.json.tmp"
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
-        os.replace(tmp, self.run_json)
+        try:
+            tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+            os.replace(tmp, self.run_json)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            print(
+                f"harness run: cannot update {self.run_json} ({exc.strerror or exc}); "
+                "the last one written is kept",
+                file=sys.stderr,
+                flush=True,
+            )
+            return False
+        return True
 
 
 def scenario_spec(scenario: Scenario) -> dict[str, Any]:

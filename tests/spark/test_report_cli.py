@@ -148,6 +148,53 @@ def test_a_damaged_history_file_is_named_and_nothing_is_judged(
     assert (run_dir / "report" / "verdict.json").exists()
 
 
+def test_a_run_folder_filling_up_is_judged_as_incomplete(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The run folder's file system fills while a writer records (a 64 KB tmpfs made
+    here; skipped where mounting is not allowed): that writer stops with a marker, every part
+    already written stays readable and unchanged, and once there is room again the analysis
+    judges what was written and says UNKNOWN, naming the writer and the rows lost."""
+    import hashlib
+    import subprocess
+
+    from harness.history import HistoryWriter
+
+    fs = tmp_path / "fs"
+    fs.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(fs)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        run_dir = write_rows(fs / "full", _edge_rows(None), RUN)
+        w = HistoryWriter(run_dir / "history", "harness", "r", name="runner", background=False)
+        for part in range(200):
+            for i in range(200):
+                w.record(
+                    "kafka_metrics",
+                    mono_ns=part * 1000 + i,
+                    detail={"url": "http://x/metrics", "target": "acceptor", "samples": []},
+                )
+            w.flush()
+            if w.failure is not None:
+                break
+        w.close()
+        assert w.failure is not None and w.rows_lost > 0
+        parts = sorted((run_dir / "history").rglob("*.parquet"))
+        before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in parts}
+        subprocess.run(["mount", "-o", "remount,size=64m", str(fs)], check=True)
+        assert main(["analyze", str(run_dir), "--gate", "--quiet", "--no-html"]) == 2
+        assert "verdict: UNKNOWN" in capsys.readouterr().out
+        verdict = json.loads((run_dir / "report" / "verdict.json").read_text())
+        assert "history incomplete: writer runner stopped writing" in verdict["reasons"][0]
+        assert "No space left on device" in verdict["reasons"][0]
+        assert {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in parts} == before
+    finally:
+        subprocess.run(["umount", str(fs)], capture_output=True)
+
+
 def test_compare_acceptor_and_broker_runs_side_by_side(
     spark: Any, synth_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -165,3 +165,55 @@ def test_flushes_from_two_threads_keep_every_row_once_in_seq_order(tmp_path: Pat
     assert sorted(read_history(tmp_path).column("mono_ns").to_pylist()) == sorted(
         k * 1000 + i for k in range(3) for i in range(500)
     )
+
+
+def test_a_part_that_cannot_be_written_stops_the_writer_and_leaves_a_marker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A full disk at the second part: the first stays as written, the half part becomes
+    the marker with the reason, and every later row is counted lost, never raised into the
+    caller (an acceptor must keep enforcing)."""
+    import errno
+
+    from harness.history.writer import incomplete_markers
+
+    w = HistoryWriter(tmp_path, "acceptor", "r", name="acc", background=False)
+    w.record("accept", mono_ns=1, conn_id="c1")
+    first = w.flush()
+    assert first is not None
+    written = first.read_bytes()
+    real = pq.write_table
+
+    def full(table: object, where: Path, **kw: object) -> None:
+        Path(where).write_bytes(b"PAR1half")  # a part cut short by the full disk
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pq, "write_table", full)
+    for i in range(3):
+        w.record("accept", mono_ns=2 + i, conn_id=f"c{2 + i}")
+    assert w.flush() is None
+    w.record("close", mono_ns=9, conn_id="c1", reason="client_eof")  # after: counted, not kept
+    monkeypatch.setattr(pq, "write_table", real)
+    w.close()
+    assert w.failure is not None and "No space left on device" in w.failure
+    assert w.rows_written == 1 and w.rows_lost == 4
+    assert first.read_bytes() == written  # what was written is untouched
+    assert sorted(p.name for p in (tmp_path / "acceptor").iterdir()) == [
+        ".acc.incomplete-ENOSPC-4",  # the error and the rows lost, even with no room for text
+        "acc-00001.parquet",
+    ]
+    (marker,) = incomplete_markers(tmp_path)
+    assert marker["writer"] == "acc" and marker["rows_lost"] == 4
+    assert "No space left on device" in marker["reason"]
+    assert read_history(tmp_path).num_rows == 1
+    assert "writing stopped" in capsys.readouterr().out
+
+
+def test_an_empty_marker_still_says_the_history_is_incomplete(tmp_path: Path) -> None:
+    from harness.history.writer import incomplete_markers
+
+    (tmp_path / "client").mkdir()
+    (tmp_path / "client" / ".client-7.incomplete-ENOSPC-12").write_bytes(b"")  # no room for text
+    (marker,) = incomplete_markers(tmp_path)
+    assert marker["writer"] == "client-7" and marker["rows_lost"] == 12
+    assert marker["reason"] == "No space left on device (ENOSPC)"
