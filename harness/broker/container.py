@@ -160,6 +160,8 @@ class ContainerBroker(Broker):
     """A broker in a Docker container; pause/resume/kill/restart act on the container."""
 
     launcher = "container"
+    #: the image runs KRaft only (no ZooKeeper of its own, as `LocalBroker.zookeeper`)
+    zookeeper = None
 
     def __init__(
         self,

@@ -141,3 +141,16 @@ def test_another_release_is_refused_where_it_cannot_run() -> None:
         _image_release("3.2.3")
     with pytest.raises(BrokerError, match=r"2\.7\.0 or newer"):
         _image_release("2.6.0")
+
+
+def test_the_runner_states_the_metadata_mode_it_knows() -> None:
+    """A started broker's mode is stated (a container runs KRaft; a local broker with its
+    ZooKeeper runs ZooKeeper mode); an existing cluster's is not known, so not stated."""
+    from harness.broker import ExternalBroker
+    from harness.broker.container import ContainerBroker
+    from harness.runner.targets import metadata_mode
+
+    assert metadata_mode(ContainerBroker.__new__(ContainerBroker)) == "kraft"
+    assert metadata_mode(type("Local", (), {"zookeeper": object()})()) == "zookeeper"
+    assert metadata_mode(ExternalBroker.__new__(ExternalBroker)) is None
+    assert metadata_mode(None) is None
