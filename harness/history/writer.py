@@ -16,11 +16,11 @@ is created, not at the first flush under load. A part is written under a dot-nam
 renamed when closed, so a crash never leaves a half file for Spark to read.
 
 When a part cannot be written (a full disk, a folder gone), the writer stops writing: the
-half-written part is emptied and renamed to ``.<name>.incomplete`` beside the parts (no new
-space needed), holding the reason and the rows lost where the disk allows; every later row
-is counted, not kept, and the count rewritten into the marker at `close`. The parts already
-written stay as they are, and the analysis (`incomplete_markers`) judges what was written
-and says the history is incomplete.
+half-written part is emptied and renamed to ``.<name>.incomplete-<ERRNO>-<rows lost>``
+beside the parts (no new space needed), with the reason inside where the disk allows; every
+later row is counted, not kept, and the marker renamed to the final count at `close`. The
+parts already written stay as they are, and the analysis (`incomplete_markers`) judges what
+was written and says the history is incomplete.
 """
 
 from __future__ import annotations
@@ -243,26 +243,24 @@ class HistoryWriter:
             self._errno = errno.errorcode.get(exc.errno or 0, "EIO")
             self.rows_lost += lost + len(self._rows)
             self._rows = []
-        try:
-            os.truncate(tmp, 0)
-            self._marker = self.dir / f".{self.name}.incomplete"
-            os.replace(tmp, self._marker)
-        except OSError:
-            pass
-        self._write_marker()
+        self._write_marker(half=tmp)
         print(
             f"history writer {self.name}: cannot write {tmp.name} ({self.failure}); "
             f"writing stopped, {self.rows_lost} rows lost so far; marker {self._marker}",
             flush=True,
         )
 
-    def _write_marker(self) -> None:
-        """Name the marker after the error and the rows lost so far, then write the reason
-        into it as far as the disk allows."""
+    def _write_marker(self, half: Path | None = None) -> None:
+        """Name the marker after the error and the rows lost so far (renaming the earlier
+        marker, or else the emptied ``half`` part, or else a new empty file), then write the
+        reason into it as far as the disk allows."""
         new = self.dir / f".{self.name}.incomplete-{self._errno}-{self.rows_lost}"
         try:
             if self._marker is not None and self._marker.exists():
                 os.replace(self._marker, new)
+            elif half is not None and half.exists():
+                os.truncate(half, 0)
+                os.replace(half, new)
             else:
                 new.touch()
             self._marker = new
