@@ -219,10 +219,10 @@ def run(args: argparse.Namespace) -> int:
             raise BrokerError("config --sasl-user: needs a SASL listener (--secure or --listener)")
         if args.brokers != 1 and args.zookeeper:
             raise BrokerError(f"config --brokers {args.brokers} --zookeeper: clusters run in KRaft")
-        if args.brokers != 1 and (args.bootstrap_server or args.launcher in ("container",)):
+        if args.brokers != 1 and args.bootstrap_server:
             raise BrokerError(
-                f"config --brokers {args.brokers}: clusters run on the local launcher only for "
-                "now; drop --launcher container / --bootstrap-server"
+                f"config --brokers {args.brokers} with --bootstrap-server: an existing cluster "
+                "has its own brokers; drop one of them"
             )
     except BrokerError as exc:
         _error(str(exc))
@@ -317,22 +317,47 @@ def _run_cluster(
 
     cluster: LocalCluster | None = None
     try:
-        cluster = start_local_cluster(
-            args.brokers,
-            properties=properties,
-            listeners=listeners,
-            workdir=workdir,
-            ready_timeout_s=args.ready_timeout,
-            progress=_progress,
-            version=version,
-            request_log=args.request_log,
-            sasl_users=tuple(args.sasl_users) or DEFAULT_USERS,
+        if args.launcher == "container":
+            from harness.broker import KAFKA_VERSION
+            from harness.broker.container import ensure_image, start_container_cluster
+            from harness.broker.local import zookeeper_mode
+
+            if zookeeper_mode(version, None) or args.request_log:
+                raise BrokerError(
+                    f"config --brokers {args.brokers} --launcher container: containers run "
+                    "KRaft releases (3.3 or newer) without the request log; use --launcher local"
+                )
+
+            cluster = start_container_cluster(
+                args.brokers,
+                properties=properties,
+                listeners=listeners,
+                workdir=workdir,
+                ready_timeout_s=args.ready_timeout,
+                progress=_progress,
+                image=ensure_image(_progress, version) if version != KAFKA_VERSION else None,
+            )
+        else:
+            cluster = start_local_cluster(
+                args.brokers,
+                properties=properties,
+                listeners=listeners,
+                workdir=workdir,
+                ready_timeout_s=args.ready_timeout,
+                progress=_progress,
+                version=version,
+                request_log=args.request_log,
+                sasl_users=tuple(args.sasl_users) or DEFAULT_USERS,
+            )
+        print(
+            f"kafka {cluster.version} cluster of {len(cluster.brokers)} ready "
+            f"({cluster.launcher} launcher)"
         )
-        print(f"kafka {cluster.version} cluster of {len(cluster.brokers)} ready (local launcher)")
         print(f"bootstrap: {cluster.bootstrap}")
         for b in cluster.brokers:
             node = b.plan.node_id
-            print(f"broker {node}: pid {b.pid}, log {b.log_path}")
+            where = f"pid {b.pid}" if b.pid else f"container {getattr(b, 'container_id', '?')[:12]}"
+            print(f"broker {node}: {where}, log {b.log_path}")
             for name, port in b.listener_ports.items():
                 print(f"listener: broker {node} {name}={b.host}:{port}")
             for key, path in b.client_configs.items():

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from kafka.errors import KafkaError
 
@@ -37,14 +38,21 @@ from harness.broker.probe import probe
 from harness.localnet import LOOPBACK, free_ports
 from harness.security.sasl import DEFAULT_USERS
 
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    from harness.broker.container import ContainerBroker
+
+    #: a node of a cluster on this machine: a local process or a container
+    Node: TypeAlias = LocalBroker | ContainerBroker
+
 
 class LocalCluster:
-    """N local KRaft nodes (broker and controller each); ``brokers[i]`` has node id i + 1.
+    """N KRaft nodes on this machine (broker and controller each), local processes or
+    containers (`container.start_container_cluster`); ``brokers[i]`` has node id i + 1.
     Use as a context manager; `stop` stops every node and removes a temporary workdir."""
 
-    launcher = "local"
-
-    def __init__(self, brokers: Sequence[LocalBroker], workdir: Path, temp_workdir: bool) -> None:
+    def __init__(self, brokers: Sequence[Node], workdir: Path, temp_workdir: bool) -> None:
         self.brokers = list(brokers)
         self.workdir = workdir
         self._temp_workdir = temp_workdir
@@ -55,14 +63,18 @@ class LocalCluster:
         return ",".join(b.bootstrap for b in self.brokers)
 
     @property
+    def launcher(self) -> str:
+        return str(self.brokers[0].launcher) if self.brokers else "local"
+
+    @property
     def version(self) -> str:
-        return self.brokers[0].version
+        return str(self.brokers[0].version)
 
     @property
     def running(self) -> bool:
         return all(b.running for b in self.brokers)
 
-    def broker(self, node_id: int) -> LocalBroker:
+    def broker(self, node_id: int) -> Node:
         for b in self.brokers:
             if b.plan.node_id == node_id:
                 return b
@@ -110,6 +122,11 @@ class LocalCluster:
         return f"<LocalCluster {len(self.brokers)} nodes {self.bootstrap} kafka {self.version}>"
 
 
+def check_cluster_size(brokers: int) -> None:
+    if not 1 <= brokers <= MAX_BROKERS:
+        raise BrokerError(f"config brokers={brokers}: between 1 and {MAX_BROKERS} on one machine")
+
+
 def start_local_cluster(
     brokers: int,
     *,
@@ -130,8 +147,7 @@ def start_local_cluster(
     Node i (1-based) runs in ``<workdir>/broker-<i>`` with its own ports for every listener
     in ``listeners`` (`start_local`'s syntax) and its own JMX exporter port.
     """
-    if not 1 <= brokers <= MAX_BROKERS:
-        raise BrokerError(f"config brokers={brokers}: between 1 and {MAX_BROKERS} on one machine")
+    check_cluster_size(brokers)
     prep = prepare_local(
         properties=properties,
         listeners=listeners,
@@ -180,8 +196,9 @@ def start_local_cluster(
 
     def start(cluster: LocalCluster) -> None:
         started = time.monotonic()
-        offsets = [node.launch() for node in cluster.brokers]
-        for node, offset in zip(cluster.brokers, offsets, strict=True):
+        local = [node for node in cluster.brokers if isinstance(node, LocalBroker)]
+        offsets = [node.launch() for node in local]
+        for node, offset in zip(local, offsets, strict=True):
             node.await_ready(offset)
         cluster.wait_members(max(10.0, ready_timeout_s - (time.monotonic() - started)))
         progress(

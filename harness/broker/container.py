@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.broker.artifacts import KAFKA_VERSION, Progress
 from harness.broker.base import Broker
@@ -34,6 +34,9 @@ from harness.broker.config import ListenerPlan, normalise_listeners, server_prop
 from harness.broker.errors import BrokerError, tail
 from harness.broker.local import cluster_id
 from harness.broker.probe import ProbeResult
+
+if TYPE_CHECKING:
+    from harness.broker.cluster import LocalCluster
 from harness.localnet import free_ports
 
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
@@ -314,39 +317,30 @@ def ensure_image(progress: Progress, version: str = KAFKA_VERSION) -> str:
     return built.tag
 
 
-def start_container(
-    *,
-    properties: Mapping[str, str] | None = None,
-    listeners: Sequence[str] = ("PLAINTEXT",),
-    advertised: Mapping[str, str] | None = None,
-    inter_broker_listener: str | None = None,
-    workdir: Path | None = None,
-    ready_timeout_s: float = 120,
-    progress: Progress = print,
-    image: str | None = None,
-) -> ContainerBroker:
-    """Start the local Kafka image with testcontainers (host network, 127.0.0.1 listeners)."""
-    global _ATEXIT
+def _require_engine() -> None:
     ok, why = docker_available()
     if not ok:
         raise ContainerUnavailable(
             f"the container launcher needs a Docker engine: {why}; start one (Debian: "
             "apt-get install docker.io; dockerd as root) or use --launcher local"
         )
-    props = dict(properties or {})
-    names, adv, inter = normalise_listeners(listeners, advertised, inter_broker_listener, props)
-    props.pop("advertised.listeners", None)
-    props.pop("inter.broker.listener.name", None)
-    tag = image or ensure_image(progress)
-    exporter = _exporter(progress)
-    ports = free_ports(len(names) + 2)
-    plan = ListenerPlan(
-        names=names,
-        ports=dict(zip(names, ports[: len(names)], strict=True)),
-        controller_port=ports[len(names)],
-        advertised=adv,
-        inter_broker_listener=inter,
-    )
+
+
+def _launch(
+    plan: ListenerPlan,
+    props: Mapping[str, str],
+    *,
+    tag: str,
+    exporter: Any,
+    metrics_port: int,
+    uuid: str,
+    workdir: Path | None,
+    ready_timeout_s: float,
+    progress: Progress,
+) -> ContainerBroker:
+    """Start one node's container (the local launcher's exact server.properties as
+    ``KAFKA_*`` variables, host network) and return it, not yet waited for."""
+    global _ATEXIT
     conf = server_properties(plan, DATA_DIR, props)
 
     from testcontainers.core.config import testcontainers_config
@@ -356,12 +350,10 @@ def start_container(
     container = DockerContainer(tag)
     for key, value in env_for(conf).items():
         container.with_env(key, value)
-    container.with_env("CLUSTER_ID", cluster_id())
+    container.with_env("CLUSTER_ID", uuid)
     container.with_env("HARNESS_WATCH_PID", str(os.getpid()))
     container.with_env("HARNESS_WATCH_PID_START", pid_start(os.getpid()))
-    metrics_port = None
     if exporter is not None:
-        metrics_port = ports[-1]
         container.with_env(
             "KAFKA_OPTS",
             f"-javaagent:{JMX_DIR}/jmx_prometheus_javaagent.jar="
@@ -369,7 +361,7 @@ def start_container(
         )
     # "network" (not network_mode) also stops testcontainers from picking a network itself.
     container.with_kwargs(network="host", pid_mode="host", labels=our_labels("broker"))
-    progress(f"starting Kafka in a container ({tag}, host network) on {plan.ports}…")
+    progress(f"starting Kafka in a container ({tag}, host network) on {dict(plan.ports)}…")
     try:
         container.start()
     except Exception as exc:
@@ -393,7 +385,12 @@ def start_container(
         if not _ATEXIT:
             atexit.register(_stop_all)
             _ATEXIT = True
-    started = time.monotonic()
+    return broker
+
+
+def _serving(broker: ContainerBroker, started: float, progress: Progress) -> ContainerBroker:
+    """Wait until ``broker`` answers (stopping it if it never does); its release is read
+    from its own log line."""
     try:
         broker.wait_ready()
     except BaseException:
@@ -405,3 +402,115 @@ def start_container(
         f"container {broker.container_id[:12]} serving after {time.monotonic() - started:.1f} s"
     )
     return broker
+
+
+def start_container(
+    *,
+    properties: Mapping[str, str] | None = None,
+    listeners: Sequence[str] = ("PLAINTEXT",),
+    advertised: Mapping[str, str] | None = None,
+    inter_broker_listener: str | None = None,
+    workdir: Path | None = None,
+    ready_timeout_s: float = 120,
+    progress: Progress = print,
+    image: str | None = None,
+) -> ContainerBroker:
+    """Start the local Kafka image with testcontainers (host network, 127.0.0.1 listeners)."""
+    _require_engine()
+    props = dict(properties or {})
+    names, adv, inter = normalise_listeners(listeners, advertised, inter_broker_listener, props)
+    props.pop("advertised.listeners", None)
+    props.pop("inter.broker.listener.name", None)
+    tag = image or ensure_image(progress)
+    exporter = _exporter(progress)
+    ports = free_ports(len(names) + 2)
+    plan = ListenerPlan(
+        names=names,
+        ports=dict(zip(names, ports[: len(names)], strict=True)),
+        controller_port=ports[len(names)],
+        advertised=adv,
+        inter_broker_listener=inter,
+    )
+    broker = _launch(
+        plan,
+        props,
+        tag=tag,
+        exporter=exporter,
+        metrics_port=ports[-1],
+        uuid=cluster_id(),
+        workdir=workdir,
+        ready_timeout_s=ready_timeout_s,
+        progress=progress,
+    )
+    return _serving(broker, time.monotonic(), progress)
+
+
+def start_container_cluster(
+    brokers: int,
+    *,
+    properties: Mapping[str, str] | None = None,
+    listeners: Sequence[str] = ("PLAINTEXT",),
+    inter_broker_listener: str | None = None,
+    workdir: Path,
+    ready_timeout_s: float = 180,
+    progress: Progress = print,
+    image: str | None = None,
+) -> LocalCluster:
+    """``brokers`` combined KRaft nodes, each in its own container of the local image on the
+    host network (node i: node id i, its own ports, its log in ``<workdir>/broker-<i>``), as
+    `start_local_cluster` plans them; returns once every node serves and the first node's
+    Metadata lists them all (a `LocalCluster` of container nodes)."""
+    from harness.broker.cluster import LocalCluster, check_cluster_size
+
+    check_cluster_size(brokers)
+    _require_engine()
+    props = dict(properties or {})
+    names, _adv, inter = normalise_listeners(listeners, None, inter_broker_listener, props)
+    props.pop("inter.broker.listener.name", None)
+    tag = image or ensure_image(progress)
+    exporter = _exporter(progress)
+    per_node = len(names) + 2  # the listeners, the controller, the metrics agent
+    ports = free_ports(per_node * brokers)
+    controller = [ports[i * per_node + len(names)] for i in range(brokers)]
+    voters = ",".join(f"{i + 1}@127.0.0.1:{port}" for i, port in enumerate(controller))
+    uuid = cluster_id()
+    nodes: list[ContainerBroker] = []
+    cluster = LocalCluster(nodes, Path(workdir), False)
+    started = time.monotonic()
+    try:
+        for i in range(brokers):
+            mine = ports[i * per_node : (i + 1) * per_node]
+            plan = ListenerPlan(
+                names=names,
+                ports=dict(zip(names, mine[: len(names)], strict=True)),
+                controller_port=controller[i],
+                inter_broker_listener=inter,
+                node_id=i + 1,
+                voters=voters,
+            )
+            node_dir = Path(workdir) / f"broker-{i + 1}"
+            node_dir.mkdir(parents=True, exist_ok=True)
+            nodes.append(
+                _launch(
+                    plan,
+                    props,
+                    tag=tag,
+                    exporter=exporter,
+                    metrics_port=mine[-1],
+                    uuid=uuid,
+                    workdir=node_dir,
+                    ready_timeout_s=ready_timeout_s,
+                    progress=progress,
+                )
+            )
+        for node in nodes:
+            _serving(node, started, progress)
+        cluster.wait_members(max(10.0, ready_timeout_s - (time.monotonic() - started)))
+    except BaseException:
+        cluster.stop()
+        raise
+    progress(
+        f"cluster of {brokers} containers ready in {time.monotonic() - started:.1f} s: "
+        f"{cluster.bootstrap}"
+    )
+    return cluster

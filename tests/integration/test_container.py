@@ -164,6 +164,28 @@ def test_another_kraft_release_runs_in_its_own_image(client: Any, image: str) ->
         assert attrs["Config"]["Labels"]["org.opencontainers.image.version"] == "3.9.1"
 
 
+def test_a_cluster_of_three_containers(client: Any, image: str, tmp_path: Path) -> None:
+    """`harness broker --brokers 3 --launcher container`: three combined KRaft nodes, one
+    container each on the host network, one quorum; Metadata lists all three, a node killed
+    and restarted rejoins, and stopping the cluster leaves no container of it."""
+    from harness.broker.container import start_container_cluster
+    from harness.broker.probe import probe
+
+    with start_container_cluster(3, workdir=tmp_path, progress=_progress) as cluster:
+        assert cluster.launcher == "container" and cluster.version == "4.3.1"
+        assert [b.plan.node_id for b in cluster.brokers] == [1, 2, 3]
+        ids = {b.container_id for b in cluster.brokers}
+        assert len(ids) == 3
+        for b in cluster.brokers:
+            assert probe(b.host, b.port, timeout_s=10).brokers == 3
+        third = cluster.broker(3)
+        third.kill()
+        third.restart()
+        cluster.wait_members(60)
+    left = {c.id for c in _ours(client)}
+    assert not ids & left
+
+
 def test_restart_and_pause_faults_in_a_container(client: Any, image: str) -> None:
     with start_broker(launcher="container", progress=_progress) as broker:
         assert isinstance(broker, ContainerBroker)
