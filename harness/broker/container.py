@@ -475,7 +475,6 @@ def start_container_cluster(
     voters = ",".join(f"{i + 1}@127.0.0.1:{port}" for i, port in enumerate(controller))
     uuid = cluster_id()
     nodes: list[ContainerBroker] = []
-    cluster = LocalCluster(nodes, Path(workdir), False)
     started = time.monotonic()
     try:
         for i in range(brokers):
@@ -505,9 +504,12 @@ def start_container_cluster(
             )
         for node in nodes:
             _serving(node, started, progress)
+        cluster = LocalCluster(nodes, Path(workdir), False)
         cluster.wait_members(max(10.0, ready_timeout_s - (time.monotonic() - started)))
     except BaseException:
-        cluster.stop()
+        for node in reversed(nodes):
+            with contextlib.suppress(Exception):
+                node.stop()
         raise
     progress(
         f"cluster of {brokers} containers ready in {time.monotonic() - started:.1f} s: "
