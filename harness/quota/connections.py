@@ -177,8 +177,8 @@ class ConnectionQuotas:
         self.faults = faults
         # Seeded faults (harness.quota.faults) become plain attributes here, once: the
         # decisions below read them as they read the limits; all are Kafka's in production.
-        if "window_n_samples" in faults:
-            legacy_meter = True
+        if "window_n_samples" in faults:  # the other release's ring
+            legacy_meter = not legacy_meter
         self._legacy = legacy_meter
         self._meter: type[RateMeter] = (
             AtBoundRateMeter if "violation_at_bound" in faults else RateMeter

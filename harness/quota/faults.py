@@ -56,8 +56,11 @@ FAULTS: tuple[Fault, ...] = (
     ),
     Fault(
         "window_n_samples",
-        "the meter keeps n+1 samples and purges by last event (Kafka >= 3.8)",
-        "connection meters keep n samples and purge by sample start (the pre-3.8 ring)",
+        "the meter keeps the ring of the release enforced as (n+1 samples purged by last "
+        "event from Kafka 3.8, n purged by start before)",
+        "connection meters keep the other release's ring: n samples purged by sample start "
+        "in an acceptor enforcing as 3.8 or newer (the pre-3.8 ring), n+1 purged by last "
+        "event in one enforcing as an older release",
         "harness/quota/connections.py ConnectionQuotas (meter ring)",
     ),
     Fault(

@@ -287,6 +287,28 @@ def _port_run(trace: Trace) -> list[tuple[object, ...]]:
     return out
 
 
+def test_the_ring_fault_is_the_other_releases_ring() -> None:
+    """`window_n_samples` seeds the ring of the other side of 3.8.0: the n-sample ring in an
+    engine enforcing as 4.x, and the n+1 ring in one enforcing as 2.8 (whose own ring is the
+    n-sample one), so the fault changes a decision whichever release is enforced."""
+    trace = TRACES["window_n_samples"]
+
+    def run(legacy: bool, faults: Faults) -> list[object]:
+        q = ConnectionQuotas(parse_config(trace.props), legacy_meter=legacy, faults=faults)
+        q.set_ip_quota(None, 2, 0)
+        out = []
+        for t, listener, ip in trace.arrivals:
+            adm = q.decide(listener, ip, t).admission
+            out.append(None if adm is None else adm.outcome.value)
+            if adm is not None and adm.outcome is Outcome.ADMITTED:
+                q.release(listener, ip)
+        return out
+
+    fault = Faults.of(["window_n_samples"])
+    assert run(True, fault) == run(False, NO_FAULTS) != run(True, NO_FAULTS)
+    assert run(False, fault) == run(True, NO_FAULTS)
+
+
 def test_at_bound_meter_throttles_exactly_at_the_bound_and_kafka_does_not() -> None:
     kafka, faulty = RateMeter(11, 1000, 20), AtBoundRateMeter(11, 1000, 20)
     for _ in range(199):
