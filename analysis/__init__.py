@@ -31,7 +31,7 @@ def analyze_run(
 
     from analysis.frames import unpersist
     from analysis.load import history_rows, load_run
-    from analysis.session import SMALL_RUN_EVENTS, build_session, sized_for
+    from analysis.session import SMALL_RUN_EVENTS, build_session, ensure_open_files, sized_for
     from analysis.verdict import (
         build_verdict,
         clear_outputs,
@@ -53,6 +53,7 @@ def analyze_run(
 
         spark = SparkSession.getActiveSession()
         if spark is None:  # ours to stop; an active session belongs to the caller
+            ensure_open_files()  # a clear error instead of a JVM that cannot start
             say("starting Spark (local JVM, ~10 s)…")
             spark = build_session(spark_master, small=rows < SMALL_RUN_EVENTS)
             own = True

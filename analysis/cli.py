@@ -59,6 +59,7 @@ def summary_table(verdict: dict) -> str:  # type: ignore[type-arg]
 def run(args: argparse.Namespace) -> int:
     from analysis import analyze_run
     from analysis.load import RunDirError
+    from analysis.session import EnvironmentProblem
 
     run_dir = Path(args.run_dir)
 
@@ -75,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         verdict = analyze_run(
             run_dir, spark_master=args.spark_master, progress=say, report=not args.no_html
         )
-    except RunDirError as exc:
+    except (RunDirError, EnvironmentProblem) as exc:
         print(f"harness analyze: {exc}", file=sys.stderr)
         return 2
     except (Interrupted, KeyboardInterrupt) as exc:

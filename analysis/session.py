@@ -18,6 +18,34 @@ if TYPE_CHECKING:
 
 #: Below this many history rows a run is all per-job overhead (see `sized_for`).
 SMALL_RUN_EVENTS = 200_000
+#: The open-file limit an analysis needs: Spark's driver JVM alone opens about 300 files
+#: (its jars) before it answers (measured: it fails to start at `ulimit -n 300`, starts
+#: at 384), and the analysis then reads every history part; 1024 leaves room for both.
+MIN_OPEN_FILES = 1024
+
+
+class EnvironmentProblem(RuntimeError):
+    """The machine cannot run the analysis as set up (said before any JVM starts)."""
+
+
+def ensure_open_files(minimum: int = MIN_OPEN_FILES) -> int:
+    """Raise this process's soft open-file limit to its hard one (no privilege needed; the
+    JVM inherits it) and return it; an EnvironmentProblem when even that is below
+    ``minimum``."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 65_536)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    if soft != resource.RLIM_INFINITY and soft < minimum:
+        raise EnvironmentProblem(
+            f"the open-file limit is {soft} (ulimit -n) and the analysis needs at least "
+            f"{minimum}: Spark's JVM alone opens about 300 files before it starts; raise it "
+            "(ulimit -n 4096) and run `harness analyze` again"
+        )
+    return int(soft)
 
 
 def build_session(

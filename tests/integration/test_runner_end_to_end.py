@@ -313,3 +313,30 @@ def test_faults_are_recorded_and_the_acceptor_keeps_enforcing(tmp_path: Path) ->
     served_after = client[(client.event == "ready") & (client.mono_ns > kill[1])]
     assert len(served_after) > 0, "clients are served again after the broker restarted"
     assert stray_processes(str(run_dir)) == []
+
+
+def test_a_run_under_256_open_files_is_unknown_not_a_crash(tmp_path: Path) -> None:
+    """`ulimit -n 256` (soft and hard) for the whole run: the broker, the acceptor and the
+    load run within it, and the analysis, whose Spark JVM alone needs about 300 files, says
+    so before it starts: the run is `unknown` (exit 2) with the reason, its history kept,
+    no traceback."""
+    import shlex
+
+    out = tmp_path / "runs"
+    log = tmp_path / "ulimit.log"
+    argv = [sys.executable, "-m", "harness", "run", str(write_tiny(tmp_path, duration=4))]
+    argv += ["--out", str(out), "--gate", "--launcher", "local"]
+    with open(log, "w") as fh:
+        proc = subprocess.run(
+            ["bash", "-c", "ulimit -n 256 && exec " + shlex.join(argv)],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            timeout=600,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    text = log.read_text()
+    assert proc.returncode == EXIT["unknown"], _fail_msg(text)
+    assert "the open-file limit is 256 (ulimit -n)" in text, _fail_msg(text)
+    assert "Traceback" not in text, _fail_msg(text)
+    run_dir = only_run_dir(out)
+    assert {"client", "acceptor", "harness"} <= set(history(run_dir).column("source").to_pylist())
