@@ -311,44 +311,24 @@ def _run_cluster(
 ) -> int:
     """`--brokers N`: start the cluster, print each node, wait for Ctrl-C / SIGTERM (the
     caller's handlers raise `_Stop`), stop every node."""
-    from harness.broker.cluster import LocalCluster, start_local_cluster
+    from harness.broker.cluster import LocalCluster, start_cluster
     from harness.broker.errors import BrokerError
     from harness.security.sasl import DEFAULT_USERS
 
     cluster: LocalCluster | None = None
     try:
-        if args.launcher == "container":
-            from harness.broker import KAFKA_VERSION
-            from harness.broker.container import ensure_image, start_container_cluster
-            from harness.broker.local import zookeeper_mode
-
-            if zookeeper_mode(version, None) or args.request_log:
-                raise BrokerError(
-                    f"config --brokers {args.brokers} --launcher container: containers run "
-                    "KRaft releases (3.3 or newer) without the request log; use --launcher local"
-                )
-
-            cluster = start_container_cluster(
-                args.brokers,
-                properties=properties,
-                listeners=listeners,
-                workdir=workdir,
-                ready_timeout_s=args.ready_timeout,
-                progress=_progress,
-                image=ensure_image(_progress, version) if version != KAFKA_VERSION else None,
-            )
-        else:
-            cluster = start_local_cluster(
-                args.brokers,
-                properties=properties,
-                listeners=listeners,
-                workdir=workdir,
-                ready_timeout_s=args.ready_timeout,
-                progress=_progress,
-                version=version,
-                request_log=args.request_log,
-                sasl_users=tuple(args.sasl_users) or DEFAULT_USERS,
-            )
+        cluster = start_cluster(
+            args.brokers,
+            launcher=args.launcher,
+            properties=properties,
+            listeners=listeners,
+            workdir=workdir,
+            ready_timeout_s=args.ready_timeout,
+            progress=_progress,
+            version=version,
+            request_log=args.request_log,
+            sasl_users=tuple(args.sasl_users) or DEFAULT_USERS,
+        )
         print(
             f"kafka {cluster.version} cluster of {len(cluster.brokers)} ready "
             f"({cluster.launcher} launcher)"

@@ -122,6 +122,64 @@ class LocalCluster:
         return f"<LocalCluster {len(self.brokers)} nodes {self.bootstrap} kafka {self.version}>"
 
 
+def start_cluster(
+    brokers: int,
+    *,
+    launcher: str = "local",
+    properties: Mapping[str, str] | None = None,
+    listeners: Sequence[str] = ("PLAINTEXT",),
+    inter_broker_listener: str | None = None,
+    workdir: Path,
+    ready_timeout_s: float = 180,
+    progress: Progress = print,
+    version: str = KAFKA_VERSION,
+    request_log: bool = False,
+    sasl_users: Sequence[str] = DEFAULT_USERS,
+) -> LocalCluster:
+    """A cluster of ``brokers`` nodes on this machine: local processes
+    (`start_local_cluster`), or with ``launcher="container"`` one container each
+    (`container.start_container_cluster`: KRaft releases with PLAINTEXT listeners and no
+    request log; anything else is refused with the reason)."""
+    if launcher != "container":
+        return start_local_cluster(
+            brokers,
+            properties=properties,
+            listeners=listeners,
+            inter_broker_listener=inter_broker_listener,
+            workdir=workdir,
+            ready_timeout_s=ready_timeout_s,
+            progress=progress,
+            version=version,
+            request_log=request_log,
+            sasl_users=sasl_users,
+        )
+
+    from harness.broker.config import parse_listener
+    from harness.broker.container import ensure_image, start_container_cluster
+    from harness.broker.local import zookeeper_mode
+
+    if (
+        zookeeper_mode(version, None)
+        or request_log
+        or any(parse_listener(text).secured for text in listeners)
+    ):
+        raise BrokerError(
+            f"config brokers={brokers} with launcher='container': containers run KRaft "
+            "releases (3.3 or newer) with PLAINTEXT listeners and no request log; use the "
+            "local launcher"
+        )
+    return start_container_cluster(
+        brokers,
+        properties=properties,
+        listeners=listeners,
+        inter_broker_listener=inter_broker_listener,
+        workdir=workdir,
+        ready_timeout_s=ready_timeout_s,
+        progress=progress,
+        image=ensure_image(progress, version) if version != KAFKA_VERSION else None,
+    )
+
+
 def check_cluster_size(brokers: int) -> None:
     if not 1 <= brokers <= MAX_BROKERS:
         raise BrokerError(f"config brokers={brokers}: between 1 and {MAX_BROKERS} on one machine")

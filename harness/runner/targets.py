@@ -548,7 +548,7 @@ class Target:
         """The scenario's cluster of KRaft nodes (docs/clusters.md): local processes, or
         containers with ``--launcher container`` (``auto`` keeps a cluster local)."""
         from harness.broker import KAFKA_VERSION
-        from harness.broker.cluster import start_local_cluster
+        from harness.broker.cluster import start_cluster
 
         n = self.scenario.brokers
         version = self.kafka_version or KAFKA_VERSION
@@ -557,36 +557,18 @@ class Target:
             f"starting a Kafka cluster of {n} brokers ({kind} launcher, listeners "
             f"{','.join(self.scenario.listeners)}; logs under {self.run_dir / 'broker'})"
         )
-        if kind == "container":
-            from harness.broker.container import ensure_image, start_container_cluster
-
-            if self.scenario.security or request_log:
-                raise TargetError(
-                    f"--launcher container: a cluster of {n} in containers has PLAINTEXT "
-                    "listeners and no request log; use --launcher local"
-                )
-            self.cluster = cluster = start_container_cluster(
-                n,
-                properties=dict(properties),
-                listeners=self.scenario.broker_listeners,
-                inter_broker_listener=self.scenario.inter_broker_listener,
-                workdir=self.run_dir / "broker",
-                ready_timeout_s=timeout,
-                progress=self.progress,
-                image=ensure_image(self.progress, version) if version != KAFKA_VERSION else None,
-            )
-        else:
-            self.cluster = cluster = start_local_cluster(
-                n,
-                properties=dict(properties),
-                listeners=self.scenario.broker_listeners,
-                inter_broker_listener=self.scenario.inter_broker_listener,
-                workdir=self.run_dir / "broker",
-                ready_timeout_s=timeout,
-                progress=self.progress,
-                version=version,
-                request_log=request_log,
-            )
+        self.cluster = cluster = start_cluster(
+            n,
+            launcher=kind,
+            properties=dict(properties),
+            listeners=self.scenario.broker_listeners,
+            inter_broker_listener=self.scenario.inter_broker_listener,
+            workdir=self.run_dir / "broker",
+            ready_timeout_s=timeout,
+            progress=self.progress,
+            version=version,
+            request_log=request_log,
+        )
         self.broker = b = cluster.brokers[0]
         self.broker_addresses = {
             name: [(node.plan.node_id, node.host, int(node.listener_ports[name]))

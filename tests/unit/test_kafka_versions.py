@@ -5,6 +5,8 @@ apart (Jepsen) and held to the same answer here, with a trace each switch change
 from __future__ import annotations
 
 import random
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -154,3 +156,18 @@ def test_the_runner_states_the_metadata_mode_it_knows() -> None:
     assert metadata_mode(type("Local", (), {"zookeeper": object()})()) == "zookeeper"
     assert metadata_mode(ExternalBroker.__new__(ExternalBroker)) is None
     assert metadata_mode(None) is None
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{"version": "2.8.2"}, {"request_log": True}, {"listeners": ("CLIENT", "SSL=SSL")}],
+    ids=["zookeeper-release", "request-log", "secured-listener"],
+)
+def test_a_container_cluster_refuses_what_it_cannot_run(tmp_path: Path, kw: dict[str, Any]) -> None:
+    """Checked before any Docker call: a cluster in containers runs KRaft releases with
+    PLAINTEXT listeners and no request log."""
+    from harness.broker import BrokerError
+    from harness.broker.cluster import start_cluster
+
+    with pytest.raises(BrokerError, match=r"launcher='container': containers run KRaft"):
+        start_cluster(3, launcher="container", workdir=tmp_path, progress=lambda _m: None, **kw)
