@@ -382,6 +382,33 @@ def test_request_quota_model_both_ways(
 
 
 @pytest.mark.parametrize(
+    "api_key, metadata, verdict",
+    [
+        (67, "zookeeper", "pass"),  # AllocateProducerIds: served and charged by a ZK 3.x broker
+        (67, "kraft", "unknown"),  # ... controller-only on KRaft: never charged there
+        (55, "kraft", "pass"),  # DescribeQuorum: forwarded and charged by a KRaft broker
+        (55, "zookeeper", "unknown"),  # ... not served by a ZooKeeper-mode broker
+    ],
+)
+def test_the_request_model_charges_what_the_metadata_mode_serves(
+    spark: Any, tmp_path: Path, api_key: int, metadata: str, verdict: str
+) -> None:
+    """Switch `zookeeper_cluster_actions` both ways in the request model: hot's 100.5 ms
+    throttled 50 ms is proven right where the broker charges its API; where that broker
+    would not serve the API nothing is charged, so the model proves nothing (`unknown`:
+    the quota is never reached), never a pass."""
+    rows = _request_rows(CLIENT_Q, {"hot": 50})
+    rows[0]["detail"] = {**rows[0]["detail"], "kafka.version": "3.6.2", "kafka.metadata": metadata}
+    for r in rows:
+        if r.get("client_id") == "hot":
+            r["api_key"] = api_key
+    name = f"rq-{api_key}-{metadata}"
+    run_dir = write_rows(tmp_path / name, rows, {"run_id": name, "target": "acceptor"})
+    r = results(spark, run_dir, "request_quota_model")["request_quota_model"]
+    assert r.verdict == verdict, (r.observed, r.witnesses)
+
+
+@pytest.mark.parametrize(
     "apart_ns, verdict",
     [(400_000, "pass"), (2_000_000, "fail")],
     ids=["same-millisecond", "two-ms-apart"],
