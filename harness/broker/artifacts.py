@@ -23,8 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.broker.errors import BrokerError, tail
+from harness.quota.versions import CURRENT
 
-KAFKA_VERSION = "4.3.1"
+#: the release started when none is asked for: the one the engine enforces as by default
+KAFKA_VERSION = CURRENT
 SCALA_VERSION = "2.13"
 #: Kafka 4.x logs through slf4j 1.7 -> log4j2; kafka-server pulls log4j-core, the binding is ours.
 LOG4J_VERSION = "2.25.4"

@@ -3,7 +3,7 @@
 Fixtures (names are stable; other test modules depend on them):
 
 ``kafka_broker`` (session scope)
-    One real single-node KRaft broker (Apache Kafka 4.3.1, launcher ``local``) shared by the
+    One real single-node KRaft broker (Apache Kafka, the default release, launcher ``local``) shared by the
     whole session; its workdir (data, ``server.properties``, ``broker.log``) is under pytest's
     tmp dir. Use ``kafka_broker.bootstrap`` (``"127.0.0.1:PORT"``), ``.listener_ports``,
     ``.version``, ``.log_path``. Do not pause, kill or reconfigure it: tests that need faults or

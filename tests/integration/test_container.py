@@ -2,7 +2,7 @@
 
 Skipped (with the reason) only when no Docker engine answers: .ci/run starts one where Debian's
 docker.io is installed. The image is built once (cold: about a minute, mostly mmdebstrap) and
-reused afterwards; every broker here is a real Kafka 4.3.1 in a container on the host network.
+reused afterwards; every broker here is a real Kafka (the default release) in a container on the host network.
 These tests run once, under whatever launcher the rest of the suite uses (marker ``container``).
 """
 
@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from harness.broker import Broker, BrokerError, start_broker
+from harness.broker import KAFKA_VERSION, Broker, BrokerError, start_broker
 from harness.broker.container import (
     OWNER,
     OWNER_LABEL,
@@ -101,14 +101,14 @@ def test_the_image_is_built_once_and_reused(client: Any, image: str) -> None:
     libs = client.containers.run(
         image, entrypoint=["ls", "/opt/kafka/libs", "/opt/kafka/jmx"], remove=True
     ).decode()
-    assert "kafka_2.13-4.3.1.jar" in libs and "jmx_prometheus_javaagent.jar" in libs
+    assert f"kafka_2.13-{KAFKA_VERSION}.jar" in libs and "jmx_prometheus_javaagent.jar" in libs
     java = client.containers.run(
         image, entrypoint=["java", "-version"], remove=True, stderr=True
     ).decode()
     assert 'version "17.' in java
 
 
-def test_container_broker_is_kafka_431_with_our_limits(
+def test_container_broker_is_the_default_kafka_with_our_limits(
     image: str, kafka_broker: Broker, tmp_path: Path
 ) -> None:
     """Same ApiVersions as the local broker, and KAFKA_* settings reach Kafka: a per-IP limit
@@ -120,7 +120,7 @@ def test_container_broker_is_kafka_431_with_our_limits(
         progress=_progress,
     ) as broker:
         assert isinstance(broker, ContainerBroker)
-        assert broker.version == "4.3.1"
+        assert broker.version == KAFKA_VERSION
         got = broker.probe()
         assert got.api_versions == kafka_broker.probe().api_versions
         held: list[socket.socket] = []
@@ -147,13 +147,14 @@ def test_container_broker_is_kafka_431_with_our_limits(
 
         text = urllib.request.urlopen(broker.metrics_url, timeout=10).read().decode()
         assert "kafka_server" in text or "kafka_network" in text
-    assert broker.log_path is not None and "Kafka version: 4.3.1" in broker.log_path.read_text()
+    log = broker.log_path.read_text() if broker.log_path else ""
+    assert f"Kafka version: {KAFKA_VERSION}" in log
 
 
 def test_another_kraft_release_runs_in_its_own_image(client: Any, image: str) -> None:
     """`--kafka-version 3.9.1 --launcher container`: that release's image, built from its
     own jars (the root filesystem is shared), logging through log4j 1 as Kafka 3.x does; the
-    release is read from the broker's own log line, so a silent log would show as 4.3.1."""
+    release is read from the broker's own log line, so a silent log would show as the default release."""
     with start_broker(launcher="container", version="3.9.1", progress=_progress) as broker:
         assert isinstance(broker, ContainerBroker)
         assert broker.version == "3.9.1"
@@ -172,7 +173,7 @@ def test_a_cluster_of_three_containers(client: Any, image: str, tmp_path: Path) 
     from harness.broker.probe import probe
 
     with start_container_cluster(3, workdir=tmp_path, progress=_progress) as cluster:
-        assert cluster.launcher == "container" and cluster.version == "4.3.1"
+        assert cluster.launcher == "container" and cluster.version == KAFKA_VERSION
         assert [b.plan.node_id for b in cluster.brokers] == [1, 2, 3]
         ids = {b.container_id for b in cluster.brokers}
         assert len(ids) == 3

@@ -11,15 +11,23 @@ from typing import Any
 import pytest
 
 from analysis.model import RateMeter as ModelMeter
+from analysis.versions import CURRENT as CHECKER_CURRENT
 from analysis.versions import semantics_for
 from harness.acceptor.config import parse_acceptor_config
 from harness.quota.config import ConfigError
 from harness.quota.meter import RateMeter as EngineMeter
-from harness.quota.versions import parse_version, semantics
+from harness.quota.versions import CURRENT, parse_version, semantics
 
 pytestmark = pytest.mark.unit
 
 RELEASES = ["2.7.0", "2.8.2", "3.6.2", "3.7.2", "3.8.0", "3.9.1", "4.0.0", "4.3.1", "4.4.0"]
+
+
+def test_the_default_release_is_one_for_the_broker_the_enforcer_and_the_checker() -> None:
+    from harness.broker.artifacts import KAFKA_VERSION
+
+    assert KAFKA_VERSION == CURRENT == CHECKER_CURRENT
+    assert semantics().version == semantics_for(None).version == parse_version(CURRENT)
 
 
 @pytest.mark.parametrize("metadata", [None, "kraft", "zookeeper"])
@@ -90,7 +98,7 @@ def test_the_meter_switch_changes_a_decision() -> None:
 
 def test_the_acceptor_enforces_as_the_release_it_is_told() -> None:
     base = {"listeners": "CLIENT://127.0.0.1:0", "listener.name.client.upstream": "h:1"}
-    assert parse_acceptor_config(base).kafka.name == "4.3.1"
+    assert parse_acceptor_config(base).kafka.name == CURRENT == "4.4.0"
     old = parse_acceptor_config({**base, "kafka.version": "3.7.2"}).kafka
     assert old.name == "3.7.2" and not old.sampled_stat_overlap and old.metadata == "kraft"
     zk = parse_acceptor_config({**base, "kafka.version": "2.8.2"}).kafka
