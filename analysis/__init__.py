@@ -65,10 +65,16 @@ def analyze_run(
             f"{n_events} events in {len(run.files)} files; target {run.target}; "
             f"{len(run.timeline.changes)} config change(s)"
         )
+        for a in run.aligned:
+            bound = "unmeasured" if a["error_ms"] is None else f"± {a['error_ms']:.3f} ms"
+            moved = f"moved {a['shift_ms']:+.3f} ms ({bound})"
+            say(f"clock: {a['file']} written on another machine, {moved}")
         with sized_for(spark, n_events):
             say("checks…")
             results = run_checks(run, progress=say)
             verdict = build_verdict(run, results, {"events": n_events})
+            if run.aligned:
+                verdict["clock_alignment"] = run.aligned
             outputs = {
                 "verdict": str(report_dir / "verdict.json"),  # written last, below
                 "junit": str(write_junit(report_dir, verdict)),

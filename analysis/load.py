@@ -243,6 +243,9 @@ class Run:
     files: list[Path]
     clock_offset_ns: int | None = None  # wall (ts) minus mono_ns, from the harness rows
     testimony: Testimony = field(default_factory=lambda: Testimony([], []))
+    #: history files written on another machine, moved onto the runner's clock
+    #: (`align_files`): one entry per file, its shift and the shift's error bound
+    aligned: list[dict[str, Any]] = field(default_factory=list)
     #: a cluster run narrowed to one broker (`on_broker`): that broker's node id
     node: int | None = None
     _cache: dict[str, Any] = field(default_factory=dict)
@@ -369,6 +372,41 @@ def _harness_rows(files: list[Path]) -> tuple[list[tuple[int, str | None]], int 
     return rows, offset
 
 
+def align_files(
+    run_dir: Path, files: list[Path], reference: Any
+) -> tuple[list[Path], list[dict[str, Any]]]:
+    """``files`` with each one written on another machine (another boot id,
+    harness.history.clocks) replaced by a copy moved onto the runner's clock (run.json
+    ``clock``), under ``report/.aligned/<source>/``: the originals are never changed. A
+    run without a recorded clock (older runs) is read as it is."""
+    if not isinstance(reference, dict) or not reference.get("boot_id"):
+        return files, []
+    import os
+
+    import pyarrow.parquet as pq
+
+    from harness.history.clocks import alignment, shift_table
+
+    out: list[Path] = []
+    notes: list[dict[str, Any]] = []
+    for f in files:
+        shift = alignment(pq.read_schema(f).metadata, reference)
+        if shift is None:
+            out.append(f)
+            continue
+        dest = run_dir / "report" / ".aligned" / f.parent.name / f.name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".{dest.name}.tmp")
+        pq.write_table(shift_table(pq.read_table(f), shift.mono_ns, shift.wall_ns), tmp)
+        os.replace(tmp, dest)
+        out.append(dest)
+        notes.append(
+            {"file": str(f.relative_to(run_dir)), "shift_ms": shift.mono_ns / 1e6,
+             "error_ms": None if shift.error_ns is None else shift.error_ns / 1e6}
+        )  # fmt: skip
+    return out, notes
+
+
 def load_run(spark: SparkSession, run_dir: str | Path) -> Run:
     """Open a run directory for analysis; a missing or empty one is a clear error."""
     path = Path(run_dir)
@@ -381,6 +419,7 @@ def load_run(spark: SparkSession, run_dir: str | Path) -> Run:
             "was the run started, or is it still writing its first part?"
         )
     meta = read_run_json(path)
+    files, aligned = align_files(path, files, meta.get("clock"))
     history = spark.read.schema(spark_schema()).parquet(*[str(f) for f in files])
     limits = meta.get("limits") if isinstance(meta.get("limits"), dict) else None
     cfg_rows, offset = _harness_rows(files)
@@ -393,5 +432,13 @@ def load_run(spark: SparkSession, run_dir: str | Path) -> Run:
         cfg_rows = [(ns, d) for ns, d in pinned_runner_rows(testimony)]
     timeline = config_timeline(cfg_rows, limits)
     return Run(
-        path, meta, spark, history, timeline, files, clock_offset_ns=offset, testimony=testimony
+        path,
+        meta,
+        spark,
+        history,
+        timeline,
+        files,
+        clock_offset_ns=offset,
+        testimony=testimony,
+        aligned=aligned,
     )

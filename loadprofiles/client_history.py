@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from harness.history.clocks import boot_id, file_metadata, shift_details
 from harness.history.schema import EVENTS, SCHEMA
 
 #: the per-row columns kept in buffers (the rest are constant or derived at flush)
@@ -72,6 +73,7 @@ class ClientHistory:
         *,
         name: str | None = None,
         clock_offset_ns: int = 0,
+        simulated_skew_ns: int = 0,
     ) -> None:
         self.run_id = run_id
         #: None: rows are buffered (for live statistics) and dropped, never written
@@ -83,8 +85,14 @@ class ClientHistory:
         self._mono0 = time.monotonic_ns()
         self._wall0 = time.time_ns()
         #: this process's offset to a reference (e.g. the Locust master's) clock:
-        #: reference_time ≈ local_time + clock_offset_ns; kept in every part's metadata
+        #: reference_time ≈ local_time + clock_offset_ns, within clock_rtt_ns / 2; kept in
+        #: every part's metadata with the boot id (harness.history.clocks)
         self.clock_offset_ns = clock_offset_ns
+        self.clock_rtt_ns: int | None = None
+        #: a test's stand-in for another machine (loadprofiles.clock.simulated_skew_ns): both
+        #: clocks read this much later, under a boot id of their own
+        self.skew_ns = simulated_skew_ns
+        self._boot_id = boot_id() + (f"+skew{simulated_skew_ns}" if simulated_skew_ns else "")
         self._cols = _empty()
         self._bind()
         self._sealed: list[Batch] = []
@@ -192,7 +200,7 @@ class ClientHistory:
 
     def table(self, batch: Batch) -> pa.Table:
         n = len(batch["event"])
-        mono = np.asarray(batch["mono_ns"], dtype=np.int64)
+        mono = np.asarray(batch["mono_ns"], dtype=np.int64) + self.skew_ns
         ts_us = (mono - self._mono0 + self._wall0) // 1000
         seq = np.arange(self._seq + 1, self._seq + 1 + n, dtype=np.int64)
         self._seq += n
@@ -208,10 +216,15 @@ class ClientHistory:
         for name in BUFFERED:
             if name != "mono_ns":
                 arrays[name] = pa.array(batch[name], SCHEMA.field(name).type)
-        meta = {b"clock_offset_ns": str(self.clock_offset_ns).encode()}
-        return pa.Table.from_arrays(
+        meta = file_metadata(
+            self._boot_id, self._wall0 - self._mono0, self.clock_offset_ns, self.clock_rtt_ns
+        )
+        table = pa.Table.from_arrays(
             [arrays[f.name] for f in SCHEMA], schema=SCHEMA.with_metadata(meta)
         )
+        if self.skew_ns:  # the monotonic instants inside detail read late too
+            table = shift_details(table, self.skew_ns)
+        return table
 
     def write(self, batches: list[Batch]) -> Path | None:
         """Write batches as one atomic part file (one writing thread at a time)."""

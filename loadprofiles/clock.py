@@ -13,11 +13,16 @@ align them. On one machine the offset is ~0 and says how well that works.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
 
 PINGS = 5
+#: tests only: "S0,S1,…" (ns); Locust worker i runs as if on another machine whose clocks,
+#: wall and monotonic, read S_(i mod n) later than this one's (its history files then say
+#: so under a boot id of their own, harness.history.clocks)
+SKEW_ENV = "HARNESS_TEST_CLOCK_SKEW_NS"
 #: how far ahead of its test start the master puts the common schedule start
 START_LEAD_NS = 500_000_000
 
@@ -50,10 +55,20 @@ def master_side(environment: Any) -> None:
     runner.register_message("harness_clock_ping", on_ping)
 
 
+def simulated_skew_ns(worker_index: int) -> int:
+    """This worker's simulated clock skew (``SKEW_ENV``; 0 when unset)."""
+    text = os.environ.get(SKEW_ENV, "").strip()
+    if not text:
+        return 0
+    values = [int(v) for v in text.split(",")]
+    return values[max(0, worker_index) % len(values)]
+
+
 def worker_side(
     environment: Any,
     on_offset: Callable[[int, int], None],
     on_start: Callable[[int], None],
+    skew_ns: int = 0,
 ) -> None:
     """Ping the master at start-up and at each test start; ``on_offset(offset_ns, rtt_ns)``
     per better sample; ``on_start(start_wall_ns)`` (master's clock) when the master
@@ -67,7 +82,7 @@ def worker_side(
     best: dict[str, int | None] = {"rtt": None}
 
     def on_pong(environment: Any, msg: Any, **_: Any) -> None:
-        offset, rtt = estimate(int(msg.data["t0"]), int(msg.data["m"]), time.time_ns())
+        offset, rtt = estimate(int(msg.data["t0"]), int(msg.data["m"]), time.time_ns() + skew_ns)
         prev = best["rtt"]
         if prev is None or rtt < prev:
             best["rtt"] = rtt
@@ -75,7 +90,7 @@ def worker_side(
 
     def ping(environment: Any, **_: Any) -> None:
         for _i in range(PINGS):
-            runner.send_message("harness_clock_ping", {"t0": time.time_ns()})
+            runner.send_message("harness_clock_ping", {"t0": time.time_ns() + skew_ns})
 
     runner.register_message("harness_clock_pong", on_pong)
     environment.events.test_start.add_listener(ping)
@@ -84,7 +99,7 @@ def worker_side(
     gevent.spawn_later(0.2, ping, environment)
 
 
-def local_start_mono_ns(start_wall_ns: int, offset_ns: int) -> int:
+def local_start_mono_ns(start_wall_ns: int, offset_ns: int, skew_ns: int = 0) -> int:
     """The master's ``start_wall_ns`` as this process's monotonic time."""
     local_wall = start_wall_ns - offset_ns  # master = local + offset
-    return time.monotonic_ns() + (local_wall - time.time_ns())
+    return time.monotonic_ns() + (local_wall - (time.time_ns() + skew_ns))

@@ -65,8 +65,10 @@ class EngineDriver:
         ev.test_start.add_listener(self.on_test_start)
         ev.test_stop.add_listener(self.on_test_stop)
         ev.quitting.add_listener(self.on_quitting)
+        self.skew_ns = 0
         if isinstance(environment.runner, WorkerRunner):
-            clock.worker_side(environment, self._set_offset, self._set_start)
+            self.skew_ns = clock.simulated_skew_ns(environment.runner.worker_index)
+            clock.worker_side(environment, self._set_offset, self._set_start, self.skew_ns)
 
     @classmethod
     def install(cls, profile: str, default_shape: str) -> None:
@@ -91,6 +93,7 @@ class EngineDriver:
         self.clock_offset_ns = offset_ns
         if self.history is not None:
             self.history.clock_offset_ns = offset_ns
+            self.history.clock_rtt_ns = rtt_ns
         if self.engine is not None:
             self.engine.set_clock_offset(offset_ns, rtt_ns)
         self._clock = (offset_ns, rtt_ns)
@@ -134,7 +137,10 @@ class EngineDriver:
                 o.run_id or Path(run_dir).name if run_dir else "",
                 name=self._history_name(),
                 clock_offset_ns=self.clock_offset_ns,
+                simulated_skew_ns=self.skew_ns,
             )
+            if self._clock is not None:
+                self.history.clock_rtt_ns = self._clock[1]
             if run_dir:
                 log.info("client history -> %s/%s-*.parquet", self.history.dir, self.history.name)
         return self.history
@@ -216,7 +222,9 @@ class EngineDriver:
         if self._start_wall_ns is not None:
             # master/worker: the master's common start, on this process's clock; a worker
             # that comes up after it starts late and says so (not_offered, cause cpu)
-            start_ns = clock.local_start_mono_ns(self._start_wall_ns, self.clock_offset_ns)
+            start_ns = clock.local_start_mono_ns(
+                self._start_wall_ns, self.clock_offset_ns, self.skew_ns
+            )
             self._start_wall_ns = None
 
         def on_start() -> None:

@@ -17,6 +17,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from harness.history.clocks import host_clock
 from harness.runner.scenario import Scenario
 
 
@@ -180,4 +181,6 @@ def base_run_json(
             if a.at < duration
         ],
         "interrupted": False,
+        # this machine's monotonic clock: history written on another is moved onto it
+        "clock": host_clock(),
     }

@@ -3,11 +3,11 @@
 Fixtures (names are stable; other test modules depend on them):
 
 ``kafka_broker`` (session scope)
-    One real single-node KRaft broker (Apache Kafka, the default release, launcher ``local``) shared by the
-    whole session; its workdir (data, ``server.properties``, ``broker.log``) is under pytest's
-    tmp dir. Use ``kafka_broker.bootstrap`` (``"127.0.0.1:PORT"``), ``.listener_ports``,
-    ``.version``, ``.log_path``. Do not pause, kill or reconfigure it: tests that need faults or
-    special limits take their own broker from ``broker_factory``.
+    One real single-node KRaft broker (Apache Kafka, the default release, launcher ``local``)
+    shared by the whole session; its workdir (data, ``server.properties``, ``broker.log``) is
+    under pytest's tmp dir. Use ``kafka_broker.bootstrap`` (``"127.0.0.1:PORT"``),
+    ``.listener_ports``, ``.version``, ``.log_path``. Do not pause, kill or reconfigure it:
+    tests that need faults or special limits take their own broker from ``broker_factory``.
 
 ``fronted_acceptor`` (function scope)
     An acceptor with no limits in front of ``kafka_broker``; history under the test's tmp

@@ -2,7 +2,8 @@
 
 Skipped (with the reason) only when no Docker engine answers: .ci/run starts one where Debian's
 docker.io is installed. The image is built once (cold: about a minute, mostly mmdebstrap) and
-reused afterwards; every broker here is a real Kafka (the default release) in a container on the host network.
+reused afterwards; every broker here is a real Kafka (the default release) in a container on
+the host network.
 These tests run once, under whatever launcher the rest of the suite uses (marker ``container``).
 """
 
@@ -154,7 +155,8 @@ def test_container_broker_is_the_default_kafka_with_our_limits(
 def test_another_kraft_release_runs_in_its_own_image(client: Any, image: str) -> None:
     """`--kafka-version 3.9.1 --launcher container`: that release's image, built from its
     own jars (the root filesystem is shared), logging through log4j 1 as Kafka 3.x does; the
-    release is read from the broker's own log line, so a silent log would show as the default release."""
+    release is read from the broker's own log line, so a silent log would show as the default
+    release."""
     with start_broker(launcher="container", version="3.9.1", progress=_progress) as broker:
         assert isinstance(broker, ContainerBroker)
         assert broker.version == "3.9.1"

@@ -6,13 +6,18 @@ EngineDriver for its slot of the schedule (``k % 2``) and writes its own history
 The catalog's ``ci-gate`` runs twice through ``harness run`` against the acceptor,
 once in one process and once as master + two workers; the merged history of the
 two workers must offer the same arrivals from the same addresses, and the verdict
-must be the same. Each worker also measured its clock offset to the master; on one
-machine the true offset is 0, so the estimate must lie within its own bound (RTT/2).
+must be the same. The two workers run as if on machines whose clocks read 200 ms late
+and 200 ms early (``HARNESS_TEST_CLOCK_SKEW_NS``): each measures its offset to the master
+(the skew, within its own bound RTT/2) and the analysis moves their rows onto the
+runner's clock before any check reads them (harness.history.clocks), so the verdict is
+the single process's; judged without that alignment, the same history fails.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,14 +26,17 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.history import read_history
-
 pytestmark = pytest.mark.timeout(900)
 
 CATALOG = Path(__file__).resolve().parents[2] / "loadprofiles" / "scenarios"
 
 
-def run_scenario(spec: dict[str, Any], tmp: Path, name: str) -> tuple[Path, dict[str, Any], str]:
+SKEWS = (200_000_000, -200_000_000)
+
+
+def run_scenario(
+    spec: dict[str, Any], tmp: Path, name: str, env: dict[str, str] | None = None
+) -> tuple[Path, dict[str, Any], str]:
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
     out = tmp / name
@@ -40,6 +48,7 @@ def run_scenario(spec: dict[str, Any], tmp: Path, name: str) -> tuple[Path, dict
             stderr=subprocess.STDOUT,
             timeout=600,
             check=False,
+            env={**os.environ, **(env or {})},
         )
     text = log.read_text()
     runs = [p for p in out.iterdir() if p.is_dir()] if out.is_dir() else []
@@ -50,7 +59,17 @@ def run_scenario(spec: dict[str, Any], tmp: Path, name: str) -> tuple[Path, dict
 
 
 def rows(run_dir: Path) -> list[dict[str, Any]]:
-    out = read_history(run_dir, "client").to_pylist()
+    """The client rows as the analysis reads them: on the runner's clock."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from analysis.load import align_files, history_files
+
+    run_json = json.loads((run_dir / "run.json").read_text())
+    files = [f for f in history_files(run_dir) if f.parent.name == "client"]
+    files, _ = align_files(run_dir, files, run_json.get("clock"))
+    tables = [pq.read_table(f) for f in files]
+    out = pa.concat_tables([t.replace_schema_metadata(None) for t in tables]).to_pylist()
     for r in out:
         r["d"] = json.loads(r["detail"]) if r["detail"] else {}
     return out
@@ -75,7 +94,8 @@ def test_master_with_two_workers_matches_one_process(tmp_path: Path) -> None:
     phase = dist["load"][0]
     phase["users"] = 2
     phase["extra_args"] = ["--processes", "2", "--arrival-slots", "2"]
-    dist_dir, distributed, log2 = run_scenario(dist, tmp_path, "distributed")
+    skew = {"HARNESS_TEST_CLOCK_SKEW_NS": ",".join(str(v) for v in SKEWS)}
+    dist_dir, distributed, log2 = run_scenario(dist, tmp_path, "distributed", skew)
 
     # two workers, each its own history writer
     files = sorted((dist_dir / "history" / "client").glob("*.parquet"))
@@ -101,13 +121,46 @@ def test_master_with_two_workers_matches_one_process(tmp_path: Path) -> None:
     invoked = [r for r in b if r["event"] == "connect_invoke"]
     assert len({r["conn_id"].split("-")[0] for r in invoked}) == 2  # both workers offered
 
-    # clock alignment: each worker recorded its offset to the master and its bound
+    # clock alignment: each worker recorded its offset to the master and its bound: the
+    # skew it ran with (one worker each), within RTT/2 (+1 ms for the clocks' two reads)
     with_clock = [r["d"] for r in invoked if "clock_offset_ns" in r["d"]]
     assert with_clock, "no worker recorded its clock offset"
+    seen = set()
     for d in with_clock:
-        assert abs(d["clock_offset_ns"]) <= d["clock_rtt_ns"] // 2 + 1_000_000
+        skew = min(SKEWS, key=lambda v: abs(d["clock_offset_ns"] + v))
+        assert abs(d["clock_offset_ns"] + skew) <= d["clock_rtt_ns"] // 2 + 1_000_000, d
+        seen.add(skew)
+    assert seen == set(SKEWS), seen
+    # ... and the analysis moved each worker's files back by it, within the same bound
+    moved = distributed.get("clock_alignment", [])
+    back = set()
+    for a in moved:
+        skew_ms = min((v / 1e6 for v in SKEWS), key=lambda v: abs(a["shift_ms"] + v))
+        assert abs(a["shift_ms"] + skew_ms) <= a["error_ms"] + 1.0, a
+        back.add(skew_ms)
+    assert back == {v / 1e6 for v in SKEWS}, moved
 
     # the verdict, and every check's status, equal the single-process run's
     assert distributed["verdict"] == single["verdict"], (log1[-2000:], log2[-2000:])
     status = {c["name"]: c["verdict"] for c in single["checks"]}
     assert {c["name"]: c["verdict"] for c in distributed["checks"]} == status
+
+    # the same history judged on the workers' own clocks (no run.json clock: a run from
+    # before files said which clock they are on) fails
+    unaligned = tmp_path / "unaligned"
+    shutil.copytree(dist_dir, unaligned, ignore=shutil.ignore_patterns("report"))
+    run_json = json.loads((unaligned / "run.json").read_text())
+    del run_json["clock"]
+    (unaligned / "run.json").write_text(json.dumps(run_json))
+    res = subprocess.run(
+        [sys.executable, "-m", "harness", "analyze", str(unaligned), "--no-html"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    judged = json.loads((unaligned / "report" / "verdict.json").read_text())
+    assert judged["verdict"] == "fail", (res.stdout[-3000:], res.stderr[-2000:])
+    assert "clock_alignment" not in judged
+    failed = [c["name"] for c in judged["checks"] if c["verdict"] == "fail"]
+    print("judged on the workers' clocks, failing:", failed)
