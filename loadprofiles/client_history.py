@@ -134,15 +134,17 @@ class ClientHistory:
         latency_ms: float | None,
         nbytes: int | None,
         detail: str | None,
+        sock_ip: str | None = None,
     ) -> None:
-        """The hot path: one row, ``sock_*`` = ``client_*`` (no PROXY header)."""
+        """The hot path: one row; ``sock_*`` = ``client_*`` but for ``sock_ip`` when a
+        PROXY header claimed ``client_ip`` (the port is the socket's in both)."""
         self.a_event(event)
         self.a_mono(mono_ns)
         self.a_conn(conn_id)
         self.a_listener(listener)
         self.a_cip(client_ip)
         self.a_cport(client_port)
-        self.a_sip(client_ip)
+        self.a_sip(sock_ip or client_ip)
         self.a_sport(client_port)
         self.a_reason(reason)
         self.a_api(api_key)

@@ -26,6 +26,7 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
@@ -38,6 +39,7 @@ from loadprofiles import arrivals, clock, readiness
 from loadprofiles.client_history import Batch, ClientHistory
 from loadprofiles.engine import API_NAMES, EngineConfig, EngineStats, StormEngine
 from loadprofiles.options import OptionError, Settings, add_options, arrival_slot
+from loadprofiles.topics import payload
 
 log = logging.getLogger("loadprofiles")
 
@@ -46,13 +48,26 @@ class _Failure(Exception):
     """A failed connection or request, as Locust's statistics show it."""
 
 
+#: a profile's own preparation, once per process before its schedule: it may change the
+#: settings (defaults of its own, the address of a proxy it started) and use the history
+#: (connections it makes are recorded like the load's); a ValueError stops the run, naming it
+Setup = Callable[[Environment, Settings, ClientHistory], None]
+
+
 class EngineDriver:
     """Runs one process's share of the schedule with a ``StormEngine``."""
 
-    def __init__(self, environment: Environment, profile: str, default_shape: str) -> None:
+    def __init__(
+        self,
+        environment: Environment,
+        profile: str,
+        default_shape: str,
+        setup: Setup | None = None,
+    ) -> None:
         self.env = environment
         self.profile = profile
         self.default_shape = default_shape
+        self.setup = setup
         self.history: ClientHistory | None = None
         self.engine: StormEngine | None = None
         self.greenlet: gevent.Greenlet | None = None
@@ -71,8 +86,9 @@ class EngineDriver:
             clock.worker_side(environment, self._set_offset, self._set_start, self.skew_ns)
 
     @classmethod
-    def install(cls, profile: str, default_shape: str) -> None:
-        """Register the options and the ``init`` hook that creates the driver."""
+    def install(cls, profile: str, default_shape: str, setup: Setup | None = None) -> None:
+        """Register the options and the ``init`` hook that creates the driver; ``setup``
+        runs once per process before its schedule starts (see `Setup`)."""
         from locust import events as locust_events
 
         events: Any = locust_events
@@ -80,7 +96,7 @@ class EngineDriver:
 
         def on_init(environment: Environment, **_: Any) -> None:
             if not isinstance(environment.runner, MasterRunner):
-                cls(environment, profile, default_shape)
+                cls(environment, profile, default_shape, setup)
             else:
                 clock.master_side(environment)
 
@@ -168,6 +184,8 @@ class EngineDriver:
             s = Settings.from_options(o, self.env.host or "")
             if o.shape == "storm" and self.default_shape != "storm":
                 s.shape = self.default_shape
+            if self.setup is not None:
+                self.setup(self.env, s, self._history())
             tls, sasl = s.security(f"harness-{self.profile}")
             cfg = EngineConfig(
                 host=s.host,
@@ -187,12 +205,14 @@ class EngineDriver:
                 sasl=sasl,
                 brokers=s.brokers,
                 hot_broker=s.hot_broker,
+                proxy_protocol=s.proxy_protocol,
+                proxy_client_ips=s.proxy_client_ips,
+                topic=s.topic,
+                value=payload(s.payload_bytes, s.seed) if s.shape == "produce" else b"",
+                acks=s.acks,
             )
         except (OptionError, ValueError) as exc:
             self._fail(str(exc))
-            return
-        if s.proxy_protocol != "off":
-            self._fail(f"--proxy-protocol {s.proxy_protocol}: use single_ip_flood.py")
             return
         slot, slots = self._slots()
         hist = self._history()

@@ -21,8 +21,12 @@ decoding, request encoding, gevent's socket wrappers and per-row dicts. Here:
   duration, so deadlines are appended in order and expire from the head, O(1).
 
 Shapes: ``connect`` (TCP connect, close), ``apiversions`` (connect, ApiVersions,
-close), ``storm`` (connect, ApiVersions, Metadata, close). No gevent or Locust
-import: the engine runs in a native thread under Locust and directly in tests.
+close), ``storm`` (connect, ApiVersions, Metadata, close), ``produce`` (connect,
+ApiVersions, one Produce of one record, close: a client that opens a connection per
+message). Every arrival profile is a shape and its options: source addresses, a PROXY
+header claiming a client address (``proxy_protocol``, sent right after the TCP connect,
+before TLS), a hold time. No gevent or Locust import: the engine runs in a native thread
+under Locust and directly in tests.
 
 Secured listeners (``EngineConfig.tls``, ``EngineConfig.sasl``; ``loadprofiles.secure``):
 after the TCP connect, TLS runs over memory BIOs under the same loop (state
@@ -50,9 +54,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
+from kafka.record.memory_records import MemoryRecordsBuilder
 
+from loadprofiles import proxy_header
 from loadprofiles.addresses import BrokerTarget, broker_for
 from loadprofiles.client_history import ClientHistory
+from loadprofiles.outcomes import classify
 from loadprofiles.secure import (
     SASL_AUTHENTICATE_KEY,
     SASL_HANDSHAKE_KEY,
@@ -64,14 +72,19 @@ from loadprofiles.secure import (
     tls_error,
 )
 
-SHAPES = ("connect", "apiversions", "storm")
+SHAPES = ("connect", "apiversions", "storm", "produce")
 API_VERSIONS_KEY = 18
 METADATA_KEY = 3
+PRODUCE_KEY = 0
 API_VERSIONS_VERSION = 3
 METADATA_MAX_VERSION = 12
+PRODUCE_MAX_VERSION = 12
+#: the first flexible Produce version: its response header carries tagged fields
+PRODUCE_FLEXIBLE = 9
 API_NAMES = {
     API_VERSIONS_KEY: "ApiVersions",
     METADATA_KEY: "Metadata",
+    PRODUCE_KEY: "Produce",
     SASL_HANDSHAKE_KEY: "SaslHandshake",
     SASL_AUTHENTICATE_KEY: "SaslAuthenticate",
 }
@@ -117,6 +130,50 @@ def metadata_frame(client_id: str, version: int = METADATA_MAX_VERSION) -> bytes
     )
 
 
+def produce_frame(
+    client_id: str,
+    topic: str,
+    value: bytes,
+    *,
+    acks: int,
+    timeout_ms: int,
+    version: int = PRODUCE_MAX_VERSION,
+) -> bytes:
+    """One record (``value``, no key) for partition 0 of ``topic`` in a v2 record batch."""
+    builder = MemoryRecordsBuilder(2, 0, 1 << 20)
+    builder.append(int(time.time() * 1000), None, value, [])
+    builder.close()
+    data = ProduceRequest.TopicProduceData
+    return encode_request(
+        ProduceRequest(
+            version=version,
+            transactional_id=None,
+            acks=acks,
+            timeout_ms=timeout_ms,
+            topic_data=[
+                data(
+                    name=topic,
+                    partition_data=[data.PartitionProduceData(index=0, records=builder.buffer())],
+                )
+            ],
+        ),
+        client_id,
+    )
+
+
+def produce_fields(frame: bytes, version: int) -> tuple[int, int]:
+    """(error_code, throttle_time_ms) of a Produce response frame (the first partition's
+    error; a response that does not decode is error -1, UNKNOWN_SERVER_ERROR's code)."""
+    body = frame[9:] if version >= PRODUCE_FLEXIBLE else frame[8:]
+    try:
+        resp = ProduceResponse.decode(io.BytesIO(body), version=version)
+        parts = [p for t in resp.responses for p in t.partition_responses]
+        error = next((int(p.error_code) for p in parts if p.error_code), 0)
+        return error, int(resp.throttle_time_ms or 0)
+    except Exception:
+        return -1, 0
+
+
 def with_correlation_id(frame: bytes, cid: int) -> bytes:
     return frame[:8] + cid.to_bytes(4, "big") + frame[12:]
 
@@ -148,16 +205,18 @@ def api_versions_fields(frame: bytes) -> tuple[int, int]:
         return error, 0
 
 
-def metadata_max_version(frame: bytes) -> int | None:
-    """The broker's highest Metadata version, from a full ApiVersions response frame."""
+def max_versions(frame: bytes) -> dict[int, int]:
+    """The broker's highest version per API key, from a full ApiVersions response frame."""
     try:
         resp = ApiVersionsResponse.decode(io.BytesIO(frame[8:]), version=API_VERSIONS_VERSION)
     except Exception:
-        return None
-    for v in resp.api_keys:
-        if v.api_key == METADATA_KEY:
-            return int(v.max_version)
-    return None
+        return {}
+    return {int(v.api_key): int(v.max_version) for v in resp.api_keys}
+
+
+def metadata_max_version(frame: bytes) -> int | None:
+    """The broker's highest Metadata version, from a full ApiVersions response frame."""
+    return max_versions(frame).get(METADATA_KEY)
 
 
 @dataclass
@@ -187,10 +246,28 @@ class EngineConfig:
     brokers: tuple[BrokerTarget, ...] = ()
     #: a share of the arrivals pinned to one of them (node id, share; `broker_for`)
     hot_broker: tuple[int, float] | None = None
+    #: a PROXY header (``v1``/``v2``) right after the TCP connect, claiming arrival k's
+    #: client address ``proxy_client_ips[k mod n]`` (default: the socket's own address)
+    proxy_protocol: str = "off"
+    proxy_client_ips: tuple[str, ...] = ()
+    #: the ``produce`` shape's record: topic (partition 0), value and acks (1 or -1)
+    topic: str = "harness-load"
+    value: bytes = b""
+    acks: int = 1
 
     def __post_init__(self) -> None:
         if self.shape not in SHAPES:
             raise ValueError(f"--shape: {self.shape!r}: expected one of {', '.join(SHAPES)}")
+        if self.proxy_protocol not in proxy_header.VERSIONS:
+            raise ValueError(
+                f"--proxy-protocol: {self.proxy_protocol!r}: expected one of "
+                f"{', '.join(proxy_header.VERSIONS)}"
+            )
+        if self.shape == "produce" and self.acks not in (1, -1):
+            raise ValueError(
+                f"--acks: {self.acks}: the produce shape judges the broker's answer, and "
+                "acks=0 gets none; use 1 or all"
+            )
 
 
 @dataclass
@@ -224,7 +301,7 @@ class _Conn:
     __slots__ = (
         "api", "broker", "buf", "cid", "conn_id", "connect_ms", "eof_ms", "errors", "fail", "fd",
         "gen", "invoke_ns", "ip", "out", "phase_ns", "port", "ready_ms", "req_ns", "responses",
-        "sasl", "sasl_ms", "sock", "state", "tls", "tls_ms",
+        "sasl", "sasl_ms", "sip", "sock", "state", "tls", "tls_ms",
     )  # fmt: skip
     api: int
     broker: int | None
@@ -247,6 +324,8 @@ class _Conn:
     responses: int
     sasl: SaslExchange | None
     sasl_ms: float | None
+    #: the socket's own address when a PROXY header claims another (``ip``)
+    sip: str | None
     sock: Any
     state: int
     tls: TlsLink | None
@@ -287,7 +366,10 @@ class StormEngine:
         self._ep = _epoll()
         self._apiv = api_versions_frame(config.client_id)
         self._meta = metadata_frame(config.client_id)
+        self._produce_version = PRODUCE_MAX_VERSION
+        self._produce = self._produce_frame() if config.shape == "produce" else b""
         self._learned = False
+        self._proxy = config.proxy_protocol
         warm_up()
         self._cid = 0
         self._q_connect: deque[tuple[int, _Conn, int]] = deque()
@@ -317,9 +399,29 @@ class StormEngine:
     def _detail_template(self, before: str) -> str:
         """``connect_invoke``'s detail, sorted keys, with ``%d`` for the broker's node id
         (a cluster's brokers only) and the intended instant."""
-        broker = '"broker": %d, ' if self.cfg.brokers else ""
+        cfg = self.cfg
+        broker = '"broker": %d, ' if cfg.brokers else ""
+        proxy = f', "proxy_protocol": "{cfg.proxy_protocol}"' if cfg.proxy_protocol != "off" else ""
         return (
-            "{" + broker + before + '"intended_mono_ns": %d, "profile": "' + self.cfg.profile + '"}'
+            "{"
+            + broker
+            + before
+            + '"intended_mono_ns": %d, "profile": "'
+            + cfg.profile
+            + '"'
+            + proxy
+            + "}"
+        )
+
+    def _produce_frame(self) -> bytes:
+        cfg = self.cfg
+        return produce_frame(
+            cfg.client_id,
+            cfg.topic,
+            cfg.value,
+            acks=cfg.acks,
+            timeout_ms=int(cfg.request_timeout_s * 1000),
+            version=self._produce_version,
         )
 
     def stop(self) -> None:
@@ -370,6 +472,7 @@ class StormEngine:
                 latency_ms,
                 nbytes,
                 detail,
+                c.sip,
             )
 
     def _not_offered(self, intended: int, cause: str, why: str) -> None:
@@ -487,6 +590,9 @@ class StormEngine:
             c.ip, c.port = src, 0
         if not c.port:
             c.port = None
+        c.sip = None
+        if self._proxy != "off" and cfg.proxy_client_ips:
+            c.sip, c.ip = c.ip, cfg.proxy_client_ips[k % len(cfg.proxy_client_ips)]
         self._cid += 1
         c.cid = self._cid
         c.conn_id = f"{self._prefix}{k}"
@@ -543,10 +649,27 @@ class StormEngine:
         now = self._clock()
         c.connect_ms = (now - c.invoke_ns) / 1e6
         self._row("connect_ok", now, c, latency_ms=c.connect_ms)
+        if self._proxy != "off" and not self._send_proxy_header(c, now):
+            return
         if self._tls is not None:
             self._tls_start(c, now)
             return
         self._secured(c, now)
+
+    def _send_proxy_header(self, c: _Conn, now: int) -> bool:
+        """The PROXY header, in one send: a socket that has just connected has its whole
+        send buffer free for its ≤ 107 bytes. False when it could not go (the connection
+        is then ended as a request failure)."""
+        try:
+            peer_ip, peer_port = c.sock.getpeername()[:2]
+            header = proxy_header.encode(self._proxy, c.ip or "", c.port or 0, peer_ip, peer_port)
+            sent = c.sock.send(header)
+        except OSError as exc:
+            self._request_failed(c, "reset" if exc.errno in _RESET else "eof", now, "PROXY header")
+            return False
+        if sent < len(header):  # the kernel took part of an empty buffer: not seen here
+            c.out = header[sent:]
+        return True
 
     def _secured(self, c: _Conn, now: int) -> None:
         """TLS (if any) is done: log in (if SASL), else the shape's first request."""
@@ -883,9 +1006,9 @@ class StormEngine:
             error, throttle = api_versions_fields(frame)
             if not self._learned and not error:
                 self._learned = True
-                top = metadata_max_version(frame)
-                if top is not None and top < METADATA_MAX_VERSION:
-                    self._meta = metadata_frame(self.cfg.client_id, top)
+                self._learn(frame)
+        elif api == PRODUCE_KEY:
+            error, throttle = produce_fields(frame, self._produce_version)
         else:  # Metadata v12: header v1 (correlation id, tagged fields), throttle_time_ms
             error = 0
             throttle = int.from_bytes(frame[9:13], "big", signed=True) if nbytes >= 13 else 0
@@ -904,10 +1027,26 @@ class StormEngine:
             c.ready_ms = (now - c.invoke_ns) / 1e6
             self._row("ready", now, c, api_key=api, latency_ms=c.ready_ms)
         self._row("request_ok", now, c, None, api, (now - c.req_ns) / 1e6, nbytes, detail)
-        if api == API_VERSIONS_KEY and self.cfg.shape == "storm":
+        shape = self.cfg.shape
+        if api == API_VERSIONS_KEY and shape == "storm":
             self._send(c, METADATA_KEY, self._meta)
+        elif api == API_VERSIONS_KEY and shape == "produce":
+            self._send(c, PRODUCE_KEY, self._produce)
         else:
             self._done_or_hold(c, now)
+
+    def _learn(self, frame: bytes) -> None:
+        """The first ApiVersions answer: the highest Metadata and Produce versions both
+        sides speak, encoded once for every later connection."""
+        tops = max_versions(frame)
+        top = tops.get(METADATA_KEY)
+        if top is not None and top < METADATA_MAX_VERSION:
+            self._meta = metadata_frame(self.cfg.client_id, top)
+        top = tops.get(PRODUCE_KEY)
+        if self.cfg.shape == "produce" and top is not None and top < PRODUCE_MAX_VERSION:
+            self._produce_version = top
+            self._produce = self._produce_frame()
+            compile_produce(top)
 
     def _done_or_hold(self, c: _Conn, now: int) -> None:
         if self._hold_ns > 0:
@@ -977,21 +1116,18 @@ class StormEngine:
         )
 
     def _classify(self, c: _Conn, reason: str) -> str:
-        """As ``kafka_client.KafkaConnection._classify``; a connect-only shape that
-        connected and closed by itself is ``connected`` (it asked nothing); a TLS or SASL
-        failure is ``tls_failed``/``auth_failed``, a stalled handshake ``tls_stalled``."""
+        """`outcomes.classify`; a TLS or SASL failure is ``tls_failed``/``auth_failed``, a
+        stalled handshake ``tls_stalled`` (set where it happened)."""
         if c.fail is not None:
             return c.fail
-        if c.responses:
-            if reason in ("reset", "timeout"):
-                return reason
-            slow = c.ready_ms is not None and c.ready_ms > self._delayed_ms
-            return "delayed_served" if slow else "served"
-        if reason in ("eof", "reset"):
-            return "eof_after_accept"
-        if reason == "done" and self.cfg.shape == "connect":
-            return "connected"
-        return "timeout"
+        outcome = classify(
+            reason,
+            responses=c.responses,
+            ready_ms=c.ready_ms,
+            delayed_threshold_ms=self._delayed_ms,
+            connect_only=self.cfg.shape == "connect",
+        )
+        return outcome.value
 
     def _expire(self, now: int) -> None:
         queues = ((self._q_connect, 0), (self._q_request, 1), (self._q_hold, 2), (self._q_tls, 3))
@@ -1031,6 +1167,17 @@ def warm_up() -> None:
     )  # fmt: skip
     body = bytes(sample.encode(version=API_VERSIONS_VERSION))
     metadata_max_version(b"\0" * 8 + body)
+    compile_produce(PRODUCE_MAX_VERSION)
+
+
+def compile_produce(version: int) -> None:
+    """Compile kafka-python's Produce response decoder for ``version`` (the produce
+    shape decodes every answer in full: the first must not pay for the compile)."""
+    empty = bytes(
+        ProduceResponse(version=version, responses=[], throttle_time_ms=0).encode(version=version)
+    )
+    head = b"\0" * (9 if version >= PRODUCE_FLEXIBLE else 8)
+    produce_fields(head + empty, version)
 
 
 def _cause(err: int | None) -> str:

@@ -1,17 +1,13 @@
-"""A gevent-friendly Kafka connection client that classifies how each connection ended.
+"""The load side's own set-up connection: ApiVersions, Metadata, CreateTopics over one
+raw socket, recorded in the client history like every connection the load makes.
 
-Locust's custom-client pattern (``locust/contrib``): one raw socket per connection,
-requests framed and parsed by kafka-python's protocol classes, and every request
-reported through an ``on_request`` hook with the signature of Locust's
-``events.request.fire`` so stats, CSV and HTML reports work. The module imports
-neither Locust nor gevent: under Locust the stdlib socket is already cooperative
-(monkey-patched), and in unit tests it is a plain blocking socket.
-
-Why a client of our own instead of KafkaProducer: a connection-limit test needs to
-see *how* the broker (or the acceptor) refused — TCP refused, reset, EOF right after
-accept (count limit, throttle-close), served only after a delay (rate quota) — per
-connection and with the exact source address, and KafkaProducer hides all of that
-behind retries and a connection pool.
+Every arrival profile runs on the storm engine (``loadprofiles.engine``) and the steady
+profile on kafka-python's clients; this small blocking client is what is left for the
+requests made before the load (creating ``--topic``, `loadprofiles.topics`): kafka-python's
+protocol classes frame and parse, the connection's rows say how it ended
+(`loadprofiles.outcomes`), so the enforcer's view of it is explained like any other
+(``client_acceptor_agreement``). Under Locust the stdlib socket is cooperative
+(monkey-patched); in unit tests it is a plain blocking socket.
 """
 
 from __future__ import annotations
@@ -21,49 +17,27 @@ import itertools
 import os
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, Protocol
 
 from kafka.protocol.admin.topics import CreateTopicsRequest
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 from kafka.protocol.parser import KafkaProtocol
-from kafka.protocol.producer import ProduceRequest
-from kafka.record.memory_records import MemoryRecordsBuilder
 
-from loadprofiles import proxy_header
+from loadprofiles.outcomes import Outcome, classify
 
-#: Linux: choose the source port at connect() time (4-tuple unique), not at bind(),
-#: so binding a source IP does not cap one IP at ~28k ports in TIME_WAIT
-IP_BIND_ADDRESS_NO_PORT = getattr(socket, "IP_BIND_ADDRESS_NO_PORT", 24)
-
-#: the highest request versions this client encodes (Produce v13 addresses topics by id)
+#: the highest request versions this client encodes
 MAX_VERSIONS = {
     ApiVersionsRequest.API_KEY: 3,
     MetadataRequest.API_KEY: 12,
-    ProduceRequest.API_KEY: 12,
     CreateTopicsRequest.API_KEY: 7,
 }
 _API_NAMES = {ApiVersionsRequest.API_KEY: "ApiVersions", MetadataRequest.API_KEY: "Metadata"}
-_API_NAMES[ProduceRequest.API_KEY] = "Produce"
 
-_FDS_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
-_PORTS_ERRNOS = {errno.EADDRNOTAVAIL, errno.EADDRINUSE}
 _RESET_ERRNOS = {errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED}
 
 _ids = itertools.count(1)
-
-
-class Outcome(StrEnum):
-    """How one connection ended, from the client's side (``closed.detail.outcome``)."""
-
-    SERVED = "served"
-    DELAYED_SERVED = "delayed_served"
-    EOF_AFTER_ACCEPT = "eof_after_accept"
-    REFUSED = "refused"
-    RESET = "reset"
-    TIMEOUT = "timeout"
 
 
 class Recorder(Protocol):
@@ -80,24 +54,10 @@ class Recorder(Protocol):
     ) -> int: ...
 
 
-#: Locust's ``events.request.fire`` keyword signature
-RequestHook = Callable[..., None]
-
-
 class ClientError(Exception):
     """Base of the client's failures; ``reason`` is the history ``reason`` value."""
 
     reason: str = "error"
-
-
-class NotOffered(ClientError):
-    """The generator could not start the attempt (``connect_fail reason=not_offered``)."""
-
-    reason = "not_offered"
-
-    def __init__(self, cause: str, message: str) -> None:
-        super().__init__(f"not offered ({cause}): {message}")
-        self.cause = cause
 
 
 class ConnectFailed(ClientError):
@@ -129,16 +89,10 @@ class ClientConfig:
     client_id: str = "harness-load"
     profile: str = ""
     listener: str | None = None
-    proxy_protocol: str = "off"
     #: a cluster: the node id of the broker at host:port (each ``connect_invoke`` names it)
     broker: int | None = None
 
     def __post_init__(self) -> None:
-        if self.proxy_protocol not in proxy_header.VERSIONS:
-            raise ValueError(
-                f"proxy-protocol={self.proxy_protocol!r}: expected one of "
-                f"{', '.join(proxy_header.VERSIONS)}"
-            )
         for key in ("connect_timeout_s", "request_timeout_s"):
             if getattr(self, key) <= 0:
                 raise ValueError(f"{key}={getattr(self, key)!r}: must be > 0")
@@ -146,14 +100,12 @@ class ClientConfig:
 
 @dataclass
 class ConnectionResult:
-    """What happened to one connection; the profile turns it into stats."""
+    """What happened to one connection."""
 
     outcome: Outcome | None = None
     reason: str = ""
     client_ip: str | None = None
     client_port: int | None = None
-    sock_ip: str | None = None
-    sock_port: int | None = None
     connect_ms: float | None = None
     ready_ms: float | None = None
     eof_ms: float | None = None
@@ -166,31 +118,17 @@ def _ms_since(t0_ns: int) -> float:
 
 
 class KafkaConnection:
-    """One Kafka connection: ``connect()``, requests, ``close()``; history rows as it goes.
-
-    ``source_ip`` binds the local address (port chosen by the kernel);
-    ``proxy_client_ip`` sends a PROXY header claiming that client address (the
-    header's source port is the socket's own port, so (client_ip, client_port)
-    stays unique and joins the acceptor's rows).
-    """
+    """One Kafka connection: ``connect()``, requests, ``close()``; history rows as it goes."""
 
     def __init__(
         self,
         config: ClientConfig,
         *,
-        source_ip: str | None = None,
-        proxy_client_ip: str | None = None,
         history: Recorder | None = None,
-        on_request: RequestHook | None = None,
-        intended_mono_ns: int | None = None,
         conn_id: str | None = None,
     ) -> None:
         self.config = config
-        self.source_ip = source_ip
-        self.proxy_client_ip = proxy_client_ip
         self.history = history
-        self.on_request = on_request
-        self.intended_mono_ns = intended_mono_ns
         self.conn_id = conn_id or f"c{os.getpid()}-{next(_ids)}"
         self.result = ConnectionResult()
         self.versions: dict[int, tuple[int, int]] = {}
@@ -211,50 +149,21 @@ class KafkaConnection:
             listener=self.config.listener,
             client_ip=r.client_ip,
             client_port=r.client_port,
-            sock_ip=r.sock_ip,
-            sock_port=r.sock_port,
+            sock_ip=r.client_ip,
+            sock_port=r.client_port,
             client_id=self.config.client_id,
             **fields,
         )
 
-    def _fire(self, name: str, start_ns: int, length: int, exc: BaseException | None) -> None:
-        if self.on_request is not None:
-            self.on_request(
-                request_type="kafka",
-                name=name,
-                response_time=_ms_since(start_ns),
-                response_length=length,
-                exception=exc,
-                context={"profile": self.config.profile, "conn_id": self.conn_id},
-            )
-
     # -- connect -----------------------------------------------------------------------
     def connect(self) -> None:
-        """Open the TCP connection (and send the PROXY header).
-
-        Raises NotOffered (no ``connect_invoke`` row was written: the arrival was
-        never offered), or ConnectFailed (``connect_invoke`` + ``connect_fail`` +
-        ``closed`` rows written).
-        """
+        """Open the TCP connection; ConnectFailed (with ``connect_invoke``,
+        ``connect_fail`` and ``closed`` rows) when it does not complete."""
         cfg = self.config
-        try:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        except OSError as exc:
-            raise self._not_offered(exc) from exc
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if self.source_ip:
-                try:
-                    sock.setsockopt(socket.IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, 1)
-                except OSError:
-                    pass  # not Linux: the kernel picks the port at bind time
-                sock.bind((self.source_ip, 0))
-        except OSError as exc:
-            sock.close()
-            raise self._not_offered(exc) from exc
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(cfg.connect_timeout_s)
         self._invoke_ns = time.monotonic_ns()
-        invoke_ts_us = time.time_ns() // 1000
         failure: ConnectFailed | None = None
         try:
             sock.connect((cfg.host, cfg.port))
@@ -263,73 +172,29 @@ class KafkaConnection:
         except ConnectionRefusedError as exc:
             failure = ConnectFailed("refused", str(exc))
         except OSError as exc:
-            if exc.errno in _PORTS_ERRNOS or exc.errno in _FDS_ERRNOS:
-                sock.close()
-                raise self._not_offered(exc) from exc
             reason = "reset" if exc.errno in _RESET_ERRNOS else "refused"
             failure = ConnectFailed(reason, f"{exc.strerror or exc} (errno {exc.errno})")
         r = self.result
         try:
-            r.sock_ip, r.sock_port = sock.getsockname()[:2]
+            r.client_ip, r.client_port = sock.getsockname()[:2]
         except OSError:
-            r.sock_ip, r.sock_port = self.source_ip, None
-        if r.sock_port == 0:
-            r.sock_port = None
-        r.client_ip, r.client_port = (self.proxy_client_ip or r.sock_ip), r.sock_port
+            r.client_ip, r.client_port = None, None
+        if r.client_port == 0:
+            r.client_port = None
         detail: dict[str, Any] = {"profile": cfg.profile}
-        if self.intended_mono_ns is not None:
-            detail["intended_mono_ns"] = self.intended_mono_ns
-        if cfg.proxy_protocol != "off":
-            detail["proxy_protocol"] = cfg.proxy_protocol
         if cfg.broker is not None:
             detail["broker"] = cfg.broker
-        if self.history is not None:
-            self._row_at("connect_invoke", self._invoke_ns, invoke_ts_us, detail)
+        self._row("connect_invoke", mono_ns=self._invoke_ns, detail=detail)
         if failure is not None:
             sock.close()
             r.reason = failure.reason
             r.outcome = Outcome(failure.reason)
             self._row("connect_fail", reason=failure.reason, latency_ms=_ms_since(self._invoke_ns))
-            self._fire("connect", self._invoke_ns, 0, failure)
             self._finish(failure.reason)
             raise failure
         r.connect_ms = _ms_since(self._invoke_ns)
         self._sock = sock
         self._row("connect_ok", latency_ms=r.connect_ms)
-        self._fire("connect", self._invoke_ns, 0, None)
-        if cfg.proxy_protocol != "off":
-            assert r.client_ip is not None and r.client_port is not None
-            peer_ip, peer_port = sock.getpeername()[:2]
-            header = proxy_header.encode(
-                cfg.proxy_protocol, r.client_ip, r.client_port, peer_ip, peer_port
-            )
-            self._send(header, "PROXY")
-
-    def _row_at(self, event: str, mono_ns: int, ts_us: int, detail: dict[str, Any]) -> None:
-        assert self.history is not None
-        r = self.result
-        self.history.record(
-            event,
-            ts_us=ts_us,
-            mono_ns=mono_ns,
-            detail=detail,
-            conn_id=self.conn_id,
-            listener=self.config.listener,
-            client_ip=r.client_ip,
-            client_port=r.client_port,
-            sock_ip=r.sock_ip,
-            sock_port=r.sock_port,
-            client_id=self.config.client_id,
-        )
-
-    def _not_offered(self, exc: OSError) -> NotOffered:
-        if exc.errno in _PORTS_ERRNOS:
-            cause = "ports"
-        elif exc.errno in _FDS_ERRNOS:
-            cause = "fds"
-        else:
-            cause = "cpu"
-        return NotOffered(cause, f"{exc.strerror or exc} (errno {exc.errno})")
 
     # -- requests ----------------------------------------------------------------------
     def version_for(self, api_key: int) -> int:
@@ -363,7 +228,6 @@ class KafkaConnection:
             response, nbytes = self._receive(name, start)
         except RequestFailed as exc:
             self._request_failed(exc, api_key, start)
-            self._fire(name, start, 0, exc)
             raise
         r = self.result
         latency = _ms_since(start)
@@ -385,10 +249,8 @@ class KafkaConnection:
             bytes=nbytes,
             detail=detail or None,  # only when there is something to say: json costs CPU
         )
-        err = None if not error_code else RequestError(name, error_code)
-        if err is not None:
-            r.errors.append(str(err))
-        self._fire(name, start, nbytes, err)
+        if error_code:
+            r.errors.append(str(RequestError(name, error_code)))
         return response
 
     def _send(self, data: bytes, name: str) -> None:
@@ -465,36 +327,6 @@ class KafkaConnection:
         )
         return self.request(request)
 
-    def produce(
-        self,
-        topic: str,
-        value: bytes,
-        *,
-        acks: int = 1,
-        partition: int = 0,
-        key: bytes | None = None,
-    ) -> Any:
-        """Produce one record (``acks`` 1 or -1 = all) in a v2 record batch."""
-        builder = MemoryRecordsBuilder(2, 0, 1 << 20)
-        builder.append(int(time.time() * 1000), key, value, [])
-        builder.close()
-        topic_data = ProduceRequest.TopicProduceData
-        request = ProduceRequest(
-            version=self.version_for(ProduceRequest.API_KEY),
-            transactional_id=None,
-            acks=acks,
-            timeout_ms=int(self.config.request_timeout_s * 1000),
-            topic_data=[
-                topic_data(
-                    name=topic,
-                    partition_data=[
-                        topic_data.PartitionProduceData(index=partition, records=builder.buffer())
-                    ],
-                )
-            ],
-        )
-        return self.request(request, "Produce acks=all" if acks == -1 else f"Produce acks={acks}")
-
     # -- close -------------------------------------------------------------------------
     def close(self) -> Outcome:
         """Close (if open), classify the connection and write its ``closed`` row."""
@@ -508,19 +340,6 @@ class KafkaConnection:
             finally:
                 self._sock = None
         return self._finish(reason)
-
-    def abort(self) -> None:
-        """Drop the connection without a ``closed`` row: the run stopped mid-session.
-
-        Its outcome is unknown (Jepsen's indeterminate op), and writing a guess
-        would put a false outcome in the history.
-        """
-        self._closed = True
-        if self._sock is not None:
-            try:
-                self._sock.close()
-            finally:
-                self._sock = None
 
     def _finish(self, reason: str) -> Outcome:
         r = self.result
@@ -547,25 +366,14 @@ class KafkaConnection:
         return r.outcome
 
     def _classify(self, reason: str) -> Outcome:
-        """Outcome of a connection that got past connect().
-
-        Closed by the server before any response = EOF after accept, whether the
-        client saw a FIN or a RST: a server that closes a socket holding our unread
-        request makes the kernel send RST (Kafka's count-reject and throttle-close do
-        exactly that), so the two are one enforcement outcome (``detail.closed_by``
-        keeps which). A reset after a response is a reset.
-        """
+        """Outcome of a connection that got past connect() (`outcomes.classify`)."""
         r = self.result
-        if r.responses:
-            if reason in ("reset", "timeout"):
-                return Outcome(reason)
-            slow = r.ready_ms is not None and r.ready_ms > self.config.delayed_threshold_ms
-            return Outcome.DELAYED_SERVED if slow else Outcome.SERVED
-        if reason in ("eof", "reset"):
-            return Outcome.EOF_AFTER_ACCEPT
-        if reason == "timeout":
-            return Outcome.TIMEOUT
-        return Outcome.TIMEOUT  # connected, asked nothing, heard nothing
+        return classify(
+            reason,
+            responses=r.responses,
+            ready_ms=r.ready_ms,
+            delayed_threshold_ms=self.config.delayed_threshold_ms,
+        )
 
     def __enter__(self) -> KafkaConnection:
         return self
@@ -575,7 +383,7 @@ class KafkaConnection:
 
 
 class RequestError(Exception):
-    """A response with a Kafka error code (served, but the Locust request fails)."""
+    """A response with a Kafka error code (the connection was served)."""
 
     def __init__(self, name: str, code: int) -> None:
         super().__init__(f"{name}: Kafka error code {code}")

@@ -1,7 +1,9 @@
 """One connection per produce: connect → ApiVersions → Produce (acks=1) → close.
 
 The anti-pattern of clients (serverless functions, scripts) that open a connection
-for every message; it multiplies the connection rate by the message rate.
+for every message; it multiplies the connection rate by the message rate. Runs on the
+storm engine (``--shape produce``, one record of ``--payload-bytes`` to partition 0 of
+``--topic``, which is created before the first arrival or the run stops with the reason).
 
     locust -f loadprofiles/per_request.py --headless -u 1 -r 1 -t 20s \
         --host kafka://127.0.0.1:9092 --arrival constant:rate=50 --topic harness-load
@@ -9,28 +11,24 @@ for every message; it multiplies the connection rate by the message rate.
 
 from __future__ import annotations
 
+from typing import Any
+
 from loadprofiles import webui  # noqa: F401  (the admission tab)
-from loadprofiles.common import ArrivalUser, Settings, listen, payload, prepare_topic
-from loadprofiles.kafka_client import KafkaConnection
+from loadprofiles.client_history import ClientHistory
+from loadprofiles.driver import DriverUser, EngineDriver
+from loadprofiles.options import Settings
+from loadprofiles.topics import ensure_load_topic
 
 
-class PerRequestUser(ArrivalUser):
-    """One driver; every arrival is a produce on a brand-new connection."""
+def prepare_topic(environment: Any, s: Settings, history: ClientHistory) -> None:
+    """Create ``--topic`` before the first arrival (`ensure_load_topic`)."""
+    ensure_load_topic(s, history)
+
+
+EngineDriver.install(profile="per_request", default_shape="produce", setup=prepare_topic)
+
+
+class PerRequestUser(DriverUser):
+    """Placeholder user: the process's EngineDriver runs the arrivals."""
 
     profile = "per_request"
-    _value: bytes = b""
-    _settings_cache: Settings | None = None
-
-    def drive(self, s: Settings, slot: int, slots: int) -> None:
-        self._settings_cache = s
-        self._value = payload(s.payload_bytes, s.seed)
-        super().drive(s, slot, slots)
-
-    def session(self, conn: KafkaConnection) -> None:
-        s = self._settings_cache
-        assert s is not None
-        conn.api_versions()
-        conn.produce(s.topic, self._value, acks=s.acks)
-
-
-listen("test_start", prepare_topic)

@@ -6,7 +6,8 @@ different client address (``--proxy-client-ips``, default 127.0.1.1-127.0.1.200)
 which the acceptor must use for its per-IP limits. With ``--via-haproxy v1|v2`` a real
 HAProxy (Debian's /usr/sbin/haproxy) is started in front of ``--host`` and adds the
 header itself: then the TCP peer the acceptor sees is HAProxy, the header carries
-this generator's true source addresses.
+this generator's true source addresses. Each arrival bootstraps as the storm's do
+(connect → ApiVersions → Metadata → close), on the storm engine.
 
     locust -f loadprofiles/single_ip_flood.py --headless -u 1 -r 1 -t 20s \
         --host kafka://127.0.0.1:9092 --arrival constant:rate=50 --proxy-protocol v2
@@ -14,58 +15,43 @@ this generator's true source addresses.
 
 from __future__ import annotations
 
-import dataclasses
-import sys
-from typing import Any
+from typing import Any, cast
 
-from locust.runners import MasterRunner
+from locust import events
 
-from loadprofiles import webui  # noqa: F401  (the admission tab)
-from loadprofiles.common import ArrivalUser, Settings, listen, settings
-from loadprofiles.kafka_client import ClientConfig, KafkaConnection
+from loadprofiles import (
+    addresses,
+    webui,  # noqa: F401  (the admission tab)
+)
+from loadprofiles.client_history import ClientHistory
+from loadprofiles.driver import DriverUser, EngineDriver
+from loadprofiles.options import Settings
+
+DEFAULT_SOURCE_IPS = "127.0.0.9"
+DEFAULT_PROXY_CLIENT_IPS = "127.0.1.1-127.0.1.200"
 
 _haproxy: Any = None
 
 
-class SingleIpFloodUser(ArrivalUser):
-    """One driver; every arrival comes from the same source address."""
-
-    profile = "single_ip_flood"
-    default_source_ips = "127.0.0.9"
-    default_proxy_client_ips = "127.0.1.1-127.0.1.200"
-
-    def connection_config(self, s: Settings) -> ClientConfig:
-        config = super().connection_config(s)
-        if _haproxy is not None:
-            host, port = _haproxy.address
-            config = dataclasses.replace(config, host=host, port=port)
-        return config
-
-    def session(self, conn: KafkaConnection) -> None:
-        conn.api_versions()
-        conn.metadata()
-
-
-def _start_haproxy(environment: Any, **_: Any) -> None:
+def flood_setup(environment: Any, s: Settings, history: ClientHistory) -> None:
+    """The flood's defaults; with ``--via-haproxy``, HAProxy in front of the target (no
+    silent fallback to a direct connection: that would be another test)."""
     global _haproxy
+    if not s.source_ips:
+        s.source_ips = addresses.parse_ip_pool(DEFAULT_SOURCE_IPS)
     o = environment.parsed_options
-    if o.via_haproxy == "off" or isinstance(environment.runner, MasterRunner) or _haproxy:
-        return
-    from loadprofiles.haproxy import HAProxyError, start_haproxy
+    if o.via_haproxy != "off":
+        from loadprofiles.haproxy import HAProxyError, start_haproxy
 
-    try:
-        s = settings(environment, None)
-        _haproxy = start_haproxy(upstream=(s.host, s.port), send_proxy=o.via_haproxy)
-    except (ValueError, HAProxyError) as exc:
-        # no silent fallback to a direct connection: that would be another test
-        print(f"loadprofiles: error: --via-haproxy: {exc}", file=sys.stderr, flush=True)
-        environment.process_exit_code = 2
-        environment.runner.quit()
-        return
-    print(f"loadprofiles: HAProxy {_haproxy.address} -> {s.host}:{s.port} ({o.via_haproxy})")
-
-
-listen("test_start", _start_haproxy)
+        s.proxy_protocol = "off"  # HAProxy adds the header
+        try:
+            _haproxy = start_haproxy(upstream=(s.host, s.port), send_proxy=o.via_haproxy)
+        except HAProxyError as exc:
+            raise ValueError(f"--via-haproxy: {exc}") from None
+        print(f"loadprofiles: HAProxy {_haproxy.address} -> {s.host}:{s.port} ({o.via_haproxy})")
+        s.host, s.port = _haproxy.address
+    elif s.proxy_protocol != "off" and not s.proxy_client_ips:
+        s.proxy_client_ips = addresses.parse_ip_pool(DEFAULT_PROXY_CLIENT_IPS)
 
 
 def _stop_haproxy(environment: Any, **_: Any) -> None:
@@ -75,4 +61,11 @@ def _stop_haproxy(environment: Any, **_: Any) -> None:
         _haproxy = None
 
 
-listen("quitting", _stop_haproxy)
+EngineDriver.install(profile="single_ip_flood", default_shape="storm", setup=flood_setup)
+cast(Any, events).quitting.add_listener(_stop_haproxy)
+
+
+class SingleIpFloodUser(DriverUser):
+    """Placeholder user: the process's EngineDriver runs the arrivals."""
+
+    profile = "single_ip_flood"

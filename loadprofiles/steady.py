@@ -33,10 +33,10 @@ from loadprofiles.common import (
     closed_model_readiness,
     history,
     listen,
-    payload,
     prepare_topic,
     settings,
 )
+from loadprofiles.topics import payload
 
 PRODUCE, FETCH = 0, 1
 logging.getLogger("kafka").setLevel(logging.WARNING)  # its INFO lines drown Locust's output

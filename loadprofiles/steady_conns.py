@@ -46,7 +46,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadprofiles.kafka_client import Outcome, Recorder
+from loadprofiles.kafka_client import Recorder
+from loadprofiles.outcomes import Outcome, classify
 
 _ids = itertools.count(1)
 _RESET_ERRNOS = {errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED}
@@ -203,7 +204,12 @@ class ConnectionRecorder:
         reason = close_reason(exc)
         if reason in ("eof", "reset"):
             c.eof_ms = (now - c.invoke_ns) / 1e6
-        outcome = self._classify(c, reason)
+        outcome = classify(
+            reason,
+            responses=c.responses,
+            ready_ms=c.ready_ms,
+            delayed_threshold_ms=self.delayed_threshold_ms,
+        )
         detail: dict[str, Any] = {"outcome": str(outcome), "profile": self.profile}
         if outcome is Outcome.EOF_AFTER_ACCEPT:
             detail["closed_by"] = "reset" if reason == "reset" else "eof"
@@ -216,18 +222,6 @@ class ConnectionRecorder:
         self._row(
             c, "closed", now, reason=reason, latency_ms=(now - c.invoke_ns) / 1e6, detail=detail
         )
-
-    def _classify(self, c: _Conn, reason: str) -> Outcome:
-        """As ``KafkaConnection._classify``: served unless reset/timeout after a response;
-        before any response an EOF or reset is the broker's close, else a time-out."""
-        if c.responses:
-            if reason in ("reset", "timeout"):
-                return Outcome(reason)
-            slow = c.ready_ms is not None and c.ready_ms > self.delayed_threshold_ms
-            return Outcome.DELAYED_SERVED if slow else Outcome.SERVED
-        if reason in ("eof", "reset"):
-            return Outcome.EOF_AFTER_ACCEPT
-        return Outcome.TIMEOUT
 
     def open_count(self) -> int:
         return len(self._conns)

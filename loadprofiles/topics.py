@@ -14,6 +14,7 @@ from typing import Any
 from kafka.protocol.admin.topics import CreateTopicsRequest
 
 from loadprofiles.kafka_client import ClientConfig, ClientError, KafkaConnection, Recorder
+from loadprofiles.options import Settings
 
 TOPIC_ALREADY_EXISTS = 36
 
@@ -117,3 +118,32 @@ def _create(version: int, topic: str, partitions: int, rf: int, timeout_s: float
     return CreateTopicsRequest(
         version=version, topics=[spec], timeout_ms=int(timeout_s * 1000), validate_only=False
     )
+
+
+def ensure_load_topic(s: Settings, history: Recorder | None) -> None:
+    """``--topic`` of a producing profile, created before any load (its connection
+    recorded as profile ``setup``); a ValueError naming the option when it cannot be."""
+    from pathlib import Path
+
+    from harness.security import clientprops
+
+    try:
+        props = clientprops.read(Path(s.command_config)) if s.command_config else None
+        ensure_topic(
+            s.host,
+            s.port,
+            s.topic,
+            replication_factor=s.replication_factor,
+            broker=next((n for n, h, p in s.brokers if (h, p) == (s.host, s.port)), None),
+            timeout_s=20.0,
+            history=history,
+            client_config=props,
+        )
+    except (TopicError, OSError) as exc:
+        raise ValueError(f"--topic: {exc}") from None
+
+
+def payload(size: int, seed: int) -> bytes:
+    """A deterministic record value of ``size`` bytes."""
+    base = f"harness-{seed}-".encode()
+    return (base * (size // len(base) + 1))[:size]

@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from harness.history.events import conformance
 from harness.history.schema import SCHEMA
@@ -34,6 +35,7 @@ from loadprofiles.engine import (
     metadata_frame,
     with_correlation_id,
 )
+from loadprofiles.proxy_header import V2_SIGNATURE
 
 
 def _frame(body: bytes) -> bytes:
@@ -65,6 +67,17 @@ def metadata_response(cid: int, *, throttle: int = 0) -> bytes:
     return _frame(cid.to_bytes(4, "big") + b"\x00" + bytes(resp.encode(version=12)))
 
 
+def produce_response(cid: int, *, error: int = 0, throttle: int = 0) -> bytes:
+    """Produce v12 (header v1), one partition."""
+    t = ProduceResponse.TopicProduceResponse
+    part = t.PartitionProduceResponse(index=0, error_code=error, base_offset=0,
+                                      log_append_time_ms=-1, log_start_offset=0,
+                                      record_errors=[], error_message=None)  # fmt: skip
+    resp = ProduceResponse(version=12, responses=[t(name="lp", partition_responses=[part])],
+                           throttle_time_ms=throttle)  # fmt: skip
+    return _frame(cid.to_bytes(4, "big") + b"\x00" + bytes(resp.encode(version=12)))
+
+
 class FakeKafka(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
@@ -72,6 +85,10 @@ class FakeKafka(socketserver.ThreadingTCPServer):
     def __init__(self, mode: str) -> None:
         self.mode = mode
         self.requests: list[bytes] = []
+        #: the PROXY header of each connection (mode "proxy": read before any frame)
+        self.proxy_headers: list[bytes] = []
+        #: the answer to every Produce (mode "produce-error": NOT_LEADER_OR_FOLLOWER)
+        self.produce_error = 6 if mode == "produce-error" else 0
         super().__init__(("127.0.0.1", 0), _Handler)
 
 
@@ -88,11 +105,10 @@ class _Handler(socketserver.BaseRequestHandler):
             time.sleep(1.0)
             return
         buf = b""
-        while True:
-            data = sock.recv(65536)
-            if not data:
-                return
-            buf += data
+        if mode == "proxy":
+            buf = self._proxy_header(sock)
+        data = b"-"
+        while data:
             while len(buf) >= 4 and len(buf) >= 4 + int.from_bytes(buf[:4], "big"):
                 size = int.from_bytes(buf[:4], "big")
                 frame, buf = buf[: 4 + size], buf[4 + size :]
@@ -101,8 +117,29 @@ class _Handler(socketserver.BaseRequestHandler):
                 cid = int.from_bytes(frame[8:12], "big")
                 if api == 18:
                     sock.sendall(api_versions_response(cid, throttle=3))
+                elif api == 0:
+                    err = self.server.produce_error
+                    sock.sendall(produce_response(cid, error=err, throttle=9))
                 else:
                     sock.sendall(metadata_response(cid))
+            data = sock.recv(65536)
+            buf += data
+
+    def _proxy_header(self, sock: socket.socket) -> bytes:
+        """Read a v1 or v2 PROXY header; what came after it is returned."""
+        buf = b""
+        while len(buf) < 16:
+            buf += sock.recv(65536)
+        if buf.startswith(V2_SIGNATURE):
+            end = 16 + int.from_bytes(buf[14:16], "big")
+        else:
+            while b"\r\n" not in buf:
+                buf += sock.recv(65536)
+            end = buf.index(b"\r\n") + 2
+        while len(buf) < end:
+            buf += sock.recv(65536)
+        self.server.proxy_headers.append(buf[:end])
+        return buf[end:]
 
 
 @pytest.fixture
@@ -365,3 +402,69 @@ def test_a_hot_broker_takes_its_share_of_the_arrivals(
     _stats, rows = run(port, tmp_path, 8, brokers=brokers, hot_broker=(2, 0.5))
     nodes = [r["d"]["broker"] for r in rows if r["event"] == "connect_invoke"]
     assert sorted(nodes).count(2) == 4 and nodes.count(1) == 2 and nodes.count(3) == 2, nodes
+
+
+def test_produce_shape_sends_one_record_on_each_new_connection(
+    fake_kafka: FakeKafka, tmp_path: Path
+) -> None:
+    """The per-request profile's shape: ApiVersions, then one Produce (the pre-encoded
+    frame, correlation id patched) per connection; the answer's throttle time is read."""
+    port = fake_kafka.server_address[1]
+    stats, rows = run(port, tmp_path, 4, shape="produce", topic="lp", value=b"v" * 20, acks=-1)
+    assert stats.outcomes == {"served": 4}
+    assert [
+        r["api_key"] for r in rows if r["event"] == "request_ok" and r["conn_id"] == "c1-2"
+    ] == [
+        18,
+        0,
+    ]
+    produced = [r for r in rows if r["event"] == "request_ok" and r["api_key"] == 0]
+    assert len(produced) == 4 and all(r["d"] == {"throttle_time_ms": 9} for r in produced)
+    frames = [f for f in fake_kafka.requests if f[4:6] == b"\x00\x00"]
+    req = ProduceRequest.decode(io.BytesIO(frames[0][4:]), version=12, header=True)
+    assert req.acks == -1 and req.topic_data[0].name == "lp"
+    assert len({f[8:12] for f in frames}) == 4
+
+
+@pytest.mark.parametrize("fake_kafka", ["produce-error"], indirect=True)
+def test_a_produce_error_is_served_with_its_code(fake_kafka: FakeKafka, tmp_path: Path) -> None:
+    stats, rows = run(fake_kafka.server_address[1], tmp_path, 2, shape="produce", topic="lp")
+    assert stats.outcomes == {"served": 2}  # answered: the connection was served
+    produced = [r for r in rows if r["event"] == "request_ok" and r["api_key"] == 0]
+    assert {r["d"]["error_code"] for r in produced} == {6}
+
+
+def test_the_produce_shape_refuses_acks_0() -> None:
+    with pytest.raises(ValueError, match=r"--acks: 0: .*acks=0 gets none"):
+        EngineConfig(host="h", port=1, shape="produce", acks=0)
+
+
+@pytest.mark.parametrize("fake_kafka", ["proxy"], indirect=True)
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_a_proxy_header_claims_each_arrivals_client_address(
+    fake_kafka: FakeKafka, tmp_path: Path, version: str
+) -> None:
+    """The single-IP flood's shape: one socket address, a PROXY header per connection
+    claiming client address k mod n; rows carry the claimed address as ``client_ip``
+    and the socket's as ``sock_ip`` (the port is the socket's in both)."""
+    claimed = ("127.0.1.1", "127.0.1.2", "127.0.1.3")
+    stats, rows = run(fake_kafka.server_address[1], tmp_path, 4, source_ips=("127.0.0.9",),
+                      proxy_protocol=version, proxy_client_ips=claimed)  # fmt: skip
+    assert stats.outcomes == {"served": 4}
+    invokes = sorted((r for r in rows if r["event"] == "connect_invoke"), key=lambda r: r["seq"])
+    assert [r["client_ip"] for r in invokes] == [*claimed, claimed[0]]
+    assert {r["sock_ip"] for r in rows if r["conn_id"]} == {"127.0.0.9"}
+    assert all(r["client_port"] == r["sock_port"] for r in invokes)
+    assert all(r["d"]["proxy_protocol"] == version for r in invokes)
+    assert len(fake_kafka.proxy_headers) == 4
+    first = fake_kafka.proxy_headers[0]
+    if version == "v1":
+        assert first.startswith(b"PROXY TCP4 127.0.1.")
+        assert b" 127.0.0.1 " in first
+    else:
+        assert first.startswith(V2_SIGNATURE) and first[16:19] == bytes([127, 0, 1])
+
+
+def test_a_bad_proxy_protocol_is_refused_with_the_option() -> None:
+    with pytest.raises(ValueError, match="--proxy-protocol: 'v9'"):
+        EngineConfig(host="h", port=1, proxy_protocol="v9")
