@@ -246,6 +246,8 @@ class Run:
     #: history files written on another machine, moved onto the runner's clock
     #: (`align_files`): one entry per file, its shift and the shift's error bound
     aligned: list[dict[str, Any]] = field(default_factory=list)
+    #: the history was read into memory (`read_history`), not scanned from Parquet
+    in_memory: bool = False
     #: a cluster run narrowed to one broker (`on_broker`): that broker's node id
     node: int | None = None
     _cache: dict[str, Any] = field(default_factory=dict)
@@ -302,11 +304,12 @@ class Run:
         def build() -> DataFrame:
             from pyspark.sql import functions as F
 
-            files = [str(f) for f in self.files if f.parent.name == source]
+            files = [f for f in self.files if f.parent.name == source]
             if not files:
                 return self.spark.createDataFrame([], spark_schema())
-            df = self.spark.read.schema(spark_schema()).parquet(*files)
-            return df.where(F.col("source") == source)
+            if self.in_memory:  # one table already: filter it, read nothing again
+                return self.history.where(F.col("source") == source)
+            return read_history(self.spark, files).where(F.col("source") == source)
 
         return self.cached(f"source-{source}", build)  # type: ignore[no-any-return]
 
@@ -407,6 +410,35 @@ def align_files(
     return out, notes
 
 
+#: a history of fewer rows than this is read once into the driver and handed to Spark as
+#: one in-memory table: every check's jobs then scan memory, not a few hundred small
+#: Parquet parts each (measured in bench/analysis.py and docs/analysis.md, "speed")
+IN_MEMORY_EVENTS = 100_000
+
+
+def _rows(f: Path) -> int:
+    import pyarrow.parquet as pq
+
+    return int(pq.ParquetFile(f).metadata.num_rows)
+
+
+def read_history(spark: SparkSession, files: list[Path]) -> DataFrame:
+    """The history as one DataFrame: in memory (below `IN_MEMORY_EVENTS` rows, read with
+    Arrow), else a Parquet scan; the same schema and rows either way
+    (tests/spark/test_in_memory.py judges a run both ways)."""
+    import pyarrow.parquet as pq
+
+    if 0 < sum(_rows(f) for f in files) < IN_MEMORY_EVENTS:
+        import pyarrow as pa
+
+        from harness.history.schema import SCHEMA
+
+        tables = [pq.read_table(f).select(SCHEMA.names).cast(SCHEMA) for f in files]
+        table = pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
+        return spark.createDataFrame(table, schema=spark_schema())
+    return spark.read.schema(spark_schema()).parquet(*[str(f) for f in files])
+
+
 def load_run(spark: SparkSession, run_dir: str | Path) -> Run:
     """Open a run directory for analysis; a missing or empty one is a clear error."""
     path = Path(run_dir)
@@ -420,7 +452,7 @@ def load_run(spark: SparkSession, run_dir: str | Path) -> Run:
         )
     meta = read_run_json(path)
     files, aligned = align_files(path, files, meta.get("clock"))
-    history = spark.read.schema(spark_schema()).parquet(*[str(f) for f in files])
+    history = read_history(spark, files)
     limits = meta.get("limits") if isinstance(meta.get("limits"), dict) else None
     cfg_rows, offset = _harness_rows(files)
     parsed = sorted(((ns, _parse(ns, d)) for ns, d in cfg_rows), key=lambda r: r[0])
@@ -441,4 +473,5 @@ def load_run(spark: SparkSession, run_dir: str | Path) -> Run:
         clock_offset_ns=offset,
         testimony=testimony,
         aligned=aligned,
+        in_memory=0 < sum(_rows(f) for f in files) < IN_MEMORY_EVENTS,
     )
