@@ -7,6 +7,8 @@ protocol classes over the same client) and waits until it has a leader.
 
 from __future__ import annotations
 
+import itertools
+import os
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -15,8 +17,10 @@ from kafka.protocol.admin.topics import CreateTopicsRequest
 
 from loadprofiles.kafka_client import ClientConfig, ClientError, KafkaConnection, Recorder
 from loadprofiles.options import Settings
+from loadprofiles.outcomes import Outcome, classify
 
 TOPIC_ALREADY_EXISTS = 36
+_setup_ids = itertools.count(1)
 
 
 class TopicError(RuntimeError):
@@ -34,6 +38,7 @@ def ensure_topic(
     history: Recorder | None = None,
     client_config: Mapping[str, str] | None = None,
     broker: int | None = None,
+    listener: str | None = None,
 ) -> None:
     """Create ``topic`` (idempotent) and wait until its partitions have a leader.
 
@@ -44,9 +49,11 @@ def ensure_topic(
     ``broker``: a cluster's node id at host:port, named in the set-up connection's rows.
 
     ``client_config``: Kafka's client keys of a secured listener (TLS, SASL login): the
-    topic is then made over `harness.admin.client.KafkaWire`, which speaks them (such a
-    set-up connection is not recorded: secured listeners are judged on the broker, where
-    no enforcer-side history needs it explained).
+    topic is then made over `harness.admin.client.KafkaWire`, which speaks them; its
+    connection is recorded step by step (`SetupRows`), so Kafka's authentication counters
+    are explained by client rows like every login of the load's.
+
+    ``listener``: the listener's name, in the rows.
     """
 
     def create(version: int) -> Any:
@@ -54,7 +61,12 @@ def ensure_topic(
 
     def plain() -> str | None:
         config = ClientConfig(
-            host=host, port=port, client_id="harness-setup", profile="setup", broker=broker
+            host=host,
+            port=port,
+            client_id="harness-setup",
+            profile="setup",
+            broker=broker,
+            listener=listener,
         )
         with KafkaConnection(config, history=history) as conn:
             conn.connect()
@@ -68,21 +80,31 @@ def ensure_topic(
 
         from harness.admin.client import KafkaWire
 
-        with KafkaWire(f"{host}:{port}", client_id="harness-setup", client_config=props) as w:
-            created = w.request(create(w.version_for(CreateTopicsRequest)))
-            return _not_ready(
-                topic,
-                created,
-                lambda: w.request(
-                    MetadataRequest(
-                        version=w.version_for(MetadataRequest),
-                        topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
-                        allow_auto_topic_creation=False,
-                        include_cluster_authorized_operations=False,
-                        include_topic_authorized_operations=False,
-                    )
-                ),
-            )
+        rows = SetupRows(history, listener, broker)
+        try:
+            with KafkaWire(
+                f"{host}:{port}", client_id="harness-setup", client_config=props, on_step=rows.step
+            ) as w:
+                created = w.request(create(w.version_for(CreateTopicsRequest)))
+                rows.answered()
+                why = _not_ready(
+                    topic,
+                    created,
+                    lambda: w.request(
+                        MetadataRequest(
+                            version=w.version_for(MetadataRequest),
+                            topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+                            allow_auto_topic_creation=False,
+                            include_cluster_authorized_operations=False,
+                            include_topic_authorized_operations=False,
+                        )
+                    ),
+                )
+        except BaseException as exc:
+            rows.closed(exc)
+            raise
+        rows.closed(None)
+        return why
 
     from harness.admin.client import AdminError
 
@@ -97,6 +119,106 @@ def ensure_topic(
             return
         time.sleep(0.5)
     raise TopicError(f"topic {topic!r} at {host}:{port} not ready in {timeout_s} s: {last}")
+
+
+class SetupRows:
+    """The client rows of a set-up connection over `KafkaWire` (a secured listener), from
+    the steps it reports: ``connect_invoke`` (its start) and ``connect_ok``, ``tls_start``
+    and ``tls_done``, ``sasl_done``, ``ready`` at the first answer, ``closed``. A connection
+    that failed before its TCP handshake gets ``connect_invoke``, ``connect_fail`` and
+    ``closed`` without an address, as `KafkaConnection` records one."""
+
+    def __init__(self, history: Recorder | None, listener: str | None, broker: int | None):
+        self.history = history
+        self.listener = listener
+        self.broker = broker
+        self.conn_id = f"setup-{os.getpid()}-{next(_setup_ids)}"
+        self.invoke_ns = self.phase_ns = time.monotonic_ns()
+        self.address: tuple[str, int] | None = None
+        self.steps: list[str] = []
+        self.ready_ms: float | None = None
+
+    def _row(self, event: str, mono_ns: int, **fields: Any) -> None:
+        if self.history is None:
+            return
+        ip, port = self.address or (None, None)
+        self.history.record(
+            event,
+            mono_ns=mono_ns,
+            conn_id=self.conn_id,
+            listener=self.listener,
+            client_ip=ip,
+            client_port=port,
+            sock_ip=ip,
+            sock_port=port,
+            client_id="harness-setup",
+            **fields,
+        )
+
+    def _since(self, start_ns: int, now: int) -> float:
+        return (now - start_ns) / 1e6
+
+    def step(self, name: str, sock: Any) -> None:
+        now = time.monotonic_ns()
+        self.steps.append(name)
+        if name == "connected":
+            ip, port = sock.getsockname()[:2]
+            self.address = (str(ip), int(port))
+            detail: dict[str, Any] = {"profile": "setup"}
+            if self.broker is not None:
+                detail["broker"] = self.broker
+            self._row("connect_invoke", self.invoke_ns, detail=detail)
+            self._row("connect_ok", now, latency_ms=self._since(self.invoke_ns, now))
+        elif name == "tls_start":
+            self._row("tls_start", now, latency_ms=self._since(self.invoke_ns, now))
+        elif name == "tls_done":
+            ms = self._since(self.phase_ns, now)
+            self._row("tls_done", now, latency_ms=self._since(self.invoke_ns, now),
+                      detail={"tls_ms": round(ms, 3)})  # fmt: skip
+        elif name == "sasl_done":
+            ms = self._since(self.phase_ns, now)
+            self._row("sasl_done", now, latency_ms=self._since(self.invoke_ns, now),
+                      detail={"sasl_ms": round(ms, 3)})  # fmt: skip
+        self.phase_ns = now
+
+    def answered(self) -> None:
+        """The first response (CreateTopics) arrived."""
+        if self.ready_ms is None:
+            now = time.monotonic_ns()
+            self.ready_ms = self._since(self.invoke_ns, now)
+            self._row("ready", now, latency_ms=self.ready_ms)
+
+    def closed(self, exc: BaseException | None) -> None:
+        """The connection ended: by us (``exc`` None) or by ``exc`` at some step."""
+        now = time.monotonic_ns()
+        if "connected" not in self.steps:
+            self._row("connect_invoke", self.invoke_ns, detail={"profile": "setup"})
+            self._row("connect_fail", now, reason="refused",
+                      latency_ms=self._since(self.invoke_ns, now))  # fmt: skip
+            outcome, reason = Outcome.REFUSED, "refused"
+        elif exc is None:
+            outcome, reason = Outcome.SERVED, "done"
+        elif "tls_start" in self.steps and "tls_done" not in self.steps:
+            outcome, reason = Outcome.TLS_FAILED, "tls"
+        elif _login_refused(exc) and "sasl_done" not in self.steps:
+            outcome, reason = Outcome.AUTH_FAILED, "auth"
+        else:
+            reason = "eof" if isinstance(exc, ConnectionError) else "reset"
+            answered = int(self.ready_ms is not None)
+            outcome = classify(
+                reason, responses=answered, ready_ms=self.ready_ms, delayed_threshold_ms=1e12
+            )
+        detail: dict[str, Any] = {"outcome": str(outcome), "profile": "setup"}
+        if exc is not None:
+            detail["error"] = f"{type(exc).__name__}: {exc}"[:200]
+        self._row("closed", now, reason=reason, latency_ms=self._since(self.invoke_ns, now),
+                  detail=detail)  # fmt: skip
+
+
+def _login_refused(exc: BaseException) -> bool:
+    from harness.admin.client import AdminError
+
+    return isinstance(exc, AdminError)
 
 
 def _not_ready(topic: str, created: Any, metadata: Callable[[], Any]) -> str | None:
@@ -138,6 +260,7 @@ def ensure_load_topic(s: Settings, history: Recorder | None) -> None:
             timeout_s=20.0,
             history=history,
             client_config=props,
+            listener=s.listener,
         )
     except (TopicError, OSError) as exc:
         raise ValueError(f"--topic: {exc}") from None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -60,11 +60,16 @@ class KafkaWire:
         client_id: str = "harness-admin",
         preamble: bytes = b"",
         client_config: Mapping[str, str] | None = None,
+        on_step: Callable[[str, socket.socket], None] | None = None,
     ) -> None:
         host, port = split_bootstrap(bootstrap)
+        #: told each step of the connection as it completes ("connected", "tls_start",
+        #: "tls_done", "sasl_done"), with the socket: a caller that records its connections
+        self._step = on_step or (lambda _step, _sock: None)
         self.sock = socket.create_connection(
             (host, port), timeout=timeout, source_address=(source_ip, 0) if source_ip else None
         )
+        self._step("connected", self.sock)
         if preamble:
             self.sock.sendall(preamble)
         self.protocol = KafkaProtocol(client_id=client_id)
@@ -86,12 +91,14 @@ class KafkaWire:
 
         _, tls, sasl = settings_from_properties(props, client_id=client_id)
         if tls is not None:
+            self._step("tls_start", self.sock)
             try:
                 self.sock = tls.context.wrap_socket(
                     self.sock, server_hostname=tls.server_hostname or host
                 )
             except ssl.SSLError as exc:
                 raise ConnectionError(f"TLS handshake with {host} failed: {exc}") from None
+            self._step("tls_done", self.sock)
         if sasl is None:
             return
         exchange = sasl.exchange()
@@ -105,6 +112,7 @@ class KafkaWire:
                 raise AdminError(
                     exc.error_code, f"SASL {sasl.mechanism} login: {exc}", ""
                 ) from None
+        self._step("sasl_done", self.sock)
 
     def _read_exact(self, n: int) -> bytes:
         buf = b""

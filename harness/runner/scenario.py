@@ -31,11 +31,11 @@ FAULT_KINDS = ("broker_pause", "broker_kill", "upstream_latency")
 VERDICTS = ("pass", "fail", "unknown")
 PROXY_MODES = ("off", "v1", "v2")
 LISTENER_PROXY_MODES = ("off", "optional", "required")
-#: profiles whose load speaks TLS and SASL (the storm engine; the steady kafka-python
-#: clients); the others are PLAINTEXT only
-SECURED_PROFILES = ("storm", "steady")
 #: profiles that run on the storm engine (they can spread arrivals over a cluster's brokers)
-ENGINE_PROFILES = ("storm",)
+ENGINE_PROFILES = ("storm", "per_request", "single_ip_flood")
+#: profiles whose load speaks TLS and SASL (the storm engine's; the steady kafka-python
+#: clients); the greedy profile is PLAINTEXT only
+SECURED_PROFILES = (*ENGINE_PROFILES, "steady")
 
 #: Kafka's broker-level keys a scenario may set (listener-prefixed forms below).
 BROKER_KEYS: dict[str, tuple[int, bool]] = {

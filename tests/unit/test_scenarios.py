@@ -252,10 +252,13 @@ def test_secured_listeners_are_checked_by_the_brokers_own_parser() -> None:
 
 def test_only_the_engine_and_steady_profiles_load_a_secured_listener() -> None:
     listeners = {"names": ["REPLICATION", "CLIENT"], "security": {"CLIENT": "SSL"}}
-    flood = {"name": "flood", "profile": "per_request", "arrival": "constant:rate=5",
-             "listener": "CLIENT"}  # fmt: skip
+    flood = {"name": "flood", "profile": "greedy", "users": 2, "listener": "CLIENT"}
     err = error_of(variant(listeners=listeners, load=[flood]))
     assert err.key == "load[0].profile" and "speaks TLS" in err.reason
+    for engine in ("storm", "per_request", "single_ip_flood"):
+        phase = {"name": engine, "profile": engine, "arrival": "constant:rate=5",
+                 "listener": "CLIENT"}  # fmt: skip
+        assert parse_scenario(variant(listeners=listeners, load=[phase])).load[0].profile == engine
     steady = {"name": "steady", "profile": "steady", "users": 2, "listener": "CLIENT"}
     assert parse_scenario(variant(listeners=listeners, load=[steady])).load[0].listener == "CLIENT"
     # on the PLAINTEXT listener beside it, any profile
