@@ -221,6 +221,9 @@ def metadata_max_version(frame: bytes) -> int | None:
 
 @dataclass
 class EngineConfig:
+    """Where and how the load connects: one per profile process, shared by all its
+    connections (the engine's, and the set-up connection's, `kafka_client`)."""
+
     host: str
     port: int
     shape: str = "storm"
@@ -256,6 +259,9 @@ class EngineConfig:
     acks: int = 1
 
     def __post_init__(self) -> None:
+        for key in ("connect_timeout_s", "request_timeout_s"):
+            if getattr(self, key) <= 0:
+                raise ValueError(f"{key}={getattr(self, key)!r}: must be > 0")
         if self.shape not in SHAPES:
             raise ValueError(f"--shape: {self.shape!r}: expected one of {', '.join(SHAPES)}")
         if self.proxy_protocol not in proxy_header.VERSIONS:

@@ -25,6 +25,7 @@ from kafka.protocol.admin.topics import CreateTopicsRequest
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 from kafka.protocol.parser import KafkaProtocol
 
+from loadprofiles.engine import EngineConfig
 from loadprofiles.outcomes import Outcome, classify
 
 #: the highest request versions this client encodes
@@ -76,28 +77,6 @@ class RequestFailed(ClientError):
         self.reason = reason
 
 
-@dataclass(frozen=True)
-class ClientConfig:
-    """Where and how to connect; one per profile, shared by all its connections."""
-
-    host: str
-    port: int
-    connect_timeout_s: float = 5.0
-    request_timeout_s: float = 10.0
-    #: a first response slower than this (since invoke) counts as delayed then served
-    delayed_threshold_ms: float = 250.0
-    client_id: str = "harness-load"
-    profile: str = ""
-    listener: str | None = None
-    #: a cluster: the node id of the broker at host:port (each ``connect_invoke`` names it)
-    broker: int | None = None
-
-    def __post_init__(self) -> None:
-        for key in ("connect_timeout_s", "request_timeout_s"):
-            if getattr(self, key) <= 0:
-                raise ValueError(f"{key}={getattr(self, key)!r}: must be > 0")
-
-
 @dataclass
 class ConnectionResult:
     """What happened to one connection."""
@@ -122,12 +101,15 @@ class KafkaConnection:
 
     def __init__(
         self,
-        config: ClientConfig,
+        config: EngineConfig,
         *,
         history: Recorder | None = None,
         conn_id: str | None = None,
+        broker: int | None = None,
     ) -> None:
         self.config = config
+        #: a cluster: the node id of the broker at host:port (``connect_invoke`` names it)
+        self.broker = broker
         self.history = history
         self.conn_id = conn_id or f"c{os.getpid()}-{next(_ids)}"
         self.result = ConnectionResult()
@@ -182,8 +164,8 @@ class KafkaConnection:
         if r.client_port == 0:
             r.client_port = None
         detail: dict[str, Any] = {"profile": cfg.profile}
-        if cfg.broker is not None:
-            detail["broker"] = cfg.broker
+        if self.broker is not None:
+            detail["broker"] = self.broker
         self._row("connect_invoke", mono_ns=self._invoke_ns, detail=detail)
         if failure is not None:
             sock.close()

@@ -44,11 +44,14 @@ def flood_setup(environment: Any, s: Settings, history: ClientHistory) -> None:
         from loadprofiles.haproxy import HAProxyError, start_haproxy
 
         s.proxy_protocol = "off"  # HAProxy adds the header
-        try:
-            _haproxy = start_haproxy(upstream=(s.host, s.port), send_proxy=o.via_haproxy)
-        except HAProxyError as exc:
-            raise ValueError(f"--via-haproxy: {exc}") from None
-        print(f"loadprofiles: HAProxy {_haproxy.address} -> {s.host}:{s.port} ({o.via_haproxy})")
+        if _haproxy is None:  # one per process, kept across test starts (the web UI's)
+            try:
+                _haproxy = start_haproxy(upstream=(s.host, s.port), send_proxy=o.via_haproxy)
+            except HAProxyError as exc:
+                raise ValueError(f"--via-haproxy: {exc}") from None
+            print(
+                f"loadprofiles: HAProxy {_haproxy.address} -> {s.host}:{s.port} ({o.via_haproxy})"
+            )
         s.host, s.port = _haproxy.address
     elif s.proxy_protocol != "off" and not s.proxy_client_ips:
         s.proxy_client_ips = addresses.parse_ip_pool(DEFAULT_PROXY_CLIENT_IPS)

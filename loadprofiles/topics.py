@@ -15,7 +15,8 @@ from typing import Any
 
 from kafka.protocol.admin.topics import CreateTopicsRequest
 
-from loadprofiles.kafka_client import ClientConfig, ClientError, KafkaConnection, Recorder
+from loadprofiles.engine import EngineConfig
+from loadprofiles.kafka_client import ClientError, KafkaConnection, Recorder
 from loadprofiles.options import Settings
 from loadprofiles.outcomes import Outcome, classify
 
@@ -60,15 +61,10 @@ def ensure_topic(
         return _create(version, topic, partitions, replication_factor, timeout_s)
 
     def plain() -> str | None:
-        config = ClientConfig(
-            host=host,
-            port=port,
-            client_id="harness-setup",
-            profile="setup",
-            broker=broker,
-            listener=listener,
+        config = EngineConfig(
+            host=host, port=port, client_id="harness-setup", profile="setup", listener=listener
         )
-        with KafkaConnection(config, history=history) as conn:
+        with KafkaConnection(config, history=history, broker=broker) as conn:
             conn.connect()
             conn.api_versions()
             version = conn.version_for(CreateTopicsRequest.API_KEY)

@@ -23,7 +23,7 @@ from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
 from loadprofiles import arrivals
 from loadprofiles.client_history import ClientHistory
 from loadprofiles.engine import EngineConfig, StormEngine
-from loadprofiles.kafka_client import ClientConfig, ConnectFailed, KafkaConnection, RequestFailed
+from loadprofiles.kafka_client import ConnectFailed, KafkaConnection, RequestFailed
 from loadprofiles.outcomes import Outcome
 from loadprofiles.steady_conns import ConnectionRecorder
 
@@ -120,7 +120,7 @@ def server() -> Iterator[Callable[[Handler], int]]:
 
 
 def client(port: int, rows: Rows, **kw: Any) -> KafkaConnection:
-    config = ClientConfig(
+    config = EngineConfig(
         host="127.0.0.1",
         port=port,
         connect_timeout_s=2,
@@ -250,7 +250,7 @@ def test_refused() -> None:
 
 def test_bad_config_names_the_key() -> None:
     with pytest.raises(ValueError, match="request_timeout_s=0"):
-        ClientConfig(host="127.0.0.1", port=1, request_timeout_s=0)
+        EngineConfig(host="127.0.0.1", port=1, request_timeout_s=0)
 
 
 # -- one classification on every path ------------------------------------------------------
