@@ -410,9 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--metrics-url", default="", help="its JMX exporter /metrics (with --bootstrap)")
     p.add_argument("--connect-rates", default="1000,2000,3000", help="connect.py arrivals/s")
     p.add_argument("--storm-rates", default="800,1600,2400", help="storm.py arrivals/s")
-    p.add_argument(
-        "--per-request-rates", default="800,1600,2400", help="per_request.py arrivals/s"
-    )
+    p.add_argument("--per-request-rates", default="800,1600,2400", help="per_request.py arrivals/s")
     p.add_argument("--flood-rates", default="800,1600,2400", help="single_ip_flood.py arrivals/s")
     p.add_argument("--seconds", type=float, default=8.0, help="length of each step")
     p.add_argument("--processes", type=int, default=1, help="Locust processes per step")
