@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 from harness.acceptor.recorder import Recorder
 
@@ -38,8 +39,16 @@ THRESHOLD_MS = 5
 
 
 class Heartbeat:
-    def __init__(self, rec: Recorder, period_ms: int = PERIOD_MS, threshold_ms: int = THRESHOLD_MS):
+    def __init__(
+        self,
+        rec: Recorder,
+        period_ms: int = PERIOD_MS,
+        threshold_ms: int = THRESHOLD_MS,
+        clock: Callable[[], int] = time.monotonic_ns,
+    ):
         self.rec = rec
+        #: the monotonic clock, ns (a test gives its own, with the loop to `start`)
+        self.clock = clock
         self.period_ns = period_ms * 1_000_000
         self.threshold_ns = threshold_ms * 1_000_000
         self._detail_start = {
@@ -55,9 +64,10 @@ class Heartbeat:
         self.stalls = 0
         self.max_late_ns = 0
 
-    def start(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self.rec.row("loop_lag", time.monotonic_ns(), reason="start", delay_ms=0.0,
+    def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Run on ``loop`` (default: the running one)."""
+        self._loop = loop or asyncio.get_running_loop()
+        self.rec.row("loop_lag", self.clock(), reason="start", delay_ms=0.0,
                      detail=self._detail_start)  # fmt: skip
 
     def arm(self, since_ns: int | None = None) -> None:
@@ -69,7 +79,7 @@ class Heartbeat:
         the wait is. The heartbeat's timer itself is still only armed while a wait runs."""
         self._armed += 1
         if self._armed == 1 and self._loop is not None:
-            now = time.monotonic_ns()
+            now = self.clock()
             self._schedule(now if since_ns is None else min(now, since_ns))
 
     def disarm(self) -> None:
@@ -78,14 +88,14 @@ class Heartbeat:
         first after it)."""
         self._armed -= 1
         if self._armed == 0 and self._handle is not None:
-            self._check(time.monotonic_ns())
+            self._check(self.clock())
             self._handle.cancel()
             self._handle = None
 
     def _schedule(self, from_ns: int) -> None:
         assert self._loop is not None
         self._due_ns = from_ns + self.period_ns
-        delay_ns = max(0, self._due_ns - time.monotonic_ns())
+        delay_ns = max(0, self._due_ns - self.clock())
         self._handle = self._loop.call_later(delay_ns / 1e9, self._tick)
 
     def _check(self, now: int) -> None:
@@ -102,7 +112,7 @@ class Heartbeat:
             )
 
     def _tick(self) -> None:
-        now = time.monotonic_ns()
+        now = self.clock()
         self._check(now)
         self._schedule(now)
 

@@ -63,14 +63,56 @@ def test_a_blocked_loop_is_measured() -> None:
     assert r["detail"]["due_mono_ns"] + r["delay_ms"] * 1e6 == pytest.approx(r["mono_ns"], abs=1)
 
 
-def test_a_sleeping_coroutine_is_not_a_stall() -> None:
-    async def oversleep() -> None:
-        await asyncio.sleep(0.12)  # the loop stays free: the heartbeat ticks on time
+class StepLoop:
+    """A loop and a clock in one, time injected: each callback runs exactly when due as the
+    clock steps (a loop that is free), or late when the test holds it (a loop that stalls)."""
 
-    rows = _run(oversleep)
-    stalls = [r for r in rows if r["reason"] == "stall"]
-    # a loaded machine may delay a tick now and then, never by the length of the sleep
-    assert all(r["delay_ms"] < 60 for r in stalls), stalls
+    def __init__(self) -> None:
+        self.now = 1_000_000_000
+        self.timers: list[tuple[int, Any]] = []
+
+    def clock(self) -> int:
+        return self.now
+
+    def call_later(self, delay_s: float, callback: Any) -> Any:
+        entry = (self.now + round(delay_s * 1e9), callback)
+        self.timers.append(entry)
+        loop = self
+
+        class Handle:
+            def cancel(self) -> None:
+                if entry in loop.timers:
+                    loop.timers.remove(entry)
+
+        return Handle()
+
+    def run_for(self, ns: int, *, held: bool = False) -> None:
+        """``ns`` of time: callbacks at their due instant, or (``held``) all at the end."""
+        end = self.now + ns
+        while True:
+            due = [t for t in self.timers if t[0] <= end]
+            if not due:
+                break
+            entry = min(due, key=lambda t: t[0])
+            self.timers.remove(entry)
+            self.now = end if held else max(self.now, entry[0])
+            entry[1]()
+        self.now = end
+
+
+def test_a_sleeping_coroutine_is_not_a_stall() -> None:
+    """An admission that sleeps 120 ms leaves the loop free: every tick runs when due and
+    no `loop_lag` row is written; the same 120 ms with the loop held is one stall row, as
+    late as the hold less one period."""
+    for held, expected in ((False, []), (True, [110.0])):
+        rec, loop = Rows(), StepLoop()
+        hb = Heartbeat(rec, clock=loop.clock)  # type: ignore[arg-type]
+        hb.start(loop)  # type: ignore[arg-type]
+        hb.arm()
+        loop.run_for(120_000_000, held=held)
+        hb.disarm()
+        stalls = [r["delay_ms"] for r in rec.rows if r["reason"] == "stall"]
+        assert stalls == expected, (held, rec.rows)
 
 
 def test_unarmed_it_runs_no_timer_and_measures_nothing() -> None:
