@@ -670,6 +670,9 @@ class StormEngine:
             peer_ip, peer_port = c.sock.getpeername()[:2]
             header = proxy_header.encode(self._proxy, c.ip or "", c.port or 0, peer_ip, peer_port)
             sent = c.sock.send(header)
+        except proxy_header.ProxyHeaderError as exc:  # an address the header cannot carry
+            self._request_failed(c, "reset", now, f"PROXY header: {exc}")
+            return False
         except OSError as exc:
             self._request_failed(c, "reset" if exc.errno in _RESET else "eof", now, "PROXY header")
             return False
