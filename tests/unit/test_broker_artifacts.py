@@ -120,3 +120,27 @@ def test_no_java_anywhere_is_a_clear_error(tmp_path: Path) -> None:
 def test_java_home_without_java_is_named(tmp_path: Path) -> None:
     with pytest.raises(BrokerError, match=r"JAVA_HOME='.*' has no bin/java"):
         find_java({"PATH": str(tmp_path), "JAVA_HOME": str(tmp_path / "jdk")})
+
+
+def test_a_tools_main_class_is_the_one_its_release_holds(tmp_path: Path) -> None:
+    """ConfigCommand left the Scala core for `org.apache.kafka.tools` in 4.4.0: the class
+    run is the one the release's jars hold, newest home first."""
+    import os
+    import zipfile
+
+    from harness.broker.tools import TOOLS, main_class
+
+    def jar(name: str, *classes: str) -> str:
+        path = tmp_path / name
+        with zipfile.ZipFile(path, "w") as z:
+            for c in classes:
+                z.writestr(c.replace(".", "/") + ".class", b"")
+        return str(path)
+
+    old = jar("kafka_2.13-4.3.1.jar", "kafka.admin.ConfigCommand")
+    new = jar("kafka-tools-4.4.0.jar", "org.apache.kafka.tools.ConfigCommand")
+    configs = TOOLS["kafka-configs"]
+    assert main_class(configs, os.pathsep.join([old, str(tmp_path)])) == "kafka.admin.ConfigCommand"
+    both = os.pathsep.join([old, new])
+    assert main_class(configs, both) == "org.apache.kafka.tools.ConfigCommand"
+    assert main_class(configs, "") == configs[0]  # none found: the JVM names it
