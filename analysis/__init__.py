@@ -65,10 +65,15 @@ def analyze_run(
             f"{n_events} events in {len(run.files)} files; target {run.target}; "
             f"{len(run.timeline.changes)} config change(s)"
         )
-        for a in run.aligned:
-            bound = "unmeasured" if a["error_ms"] is None else f"± {a['error_ms']:.3f} ms"
-            moved = f"moved {a['shift_ms']:+.3f} ms ({bound})"
-            say(f"clock: {a['file']} written on another machine, {moved}")
+        moves: dict[tuple[float, float | None], int] = {}
+        for a in run.aligned:  # one line per writer (its files share one shift)
+            key = (a["shift_ms"], a["error_ms"])
+            moves[key] = moves.get(key, 0) + 1
+        for (shift, error), files in moves.items():
+            bound = "unmeasured" if error is None else f"± {error:.3f} ms"
+            say(
+                f"clock: {files} file(s) written on another machine moved {shift:+.3f} ms ({bound})"
+            )
         with sized_for(spark, n_events):
             say("checks…")
             results = run_checks(run, progress=say)

@@ -166,11 +166,14 @@ def client_conns(run: Run) -> DataFrame:
     return run.cached("client_conns", build)  # type: ignore[no-any-return]
 
 
-def match_attempts(conns: DataFrame, attempts: DataFrame) -> DataFrame:
+def match_attempts(conns: DataFrame, attempts: DataFrame, run: Run) -> DataFrame:
     """Join acceptor connections (alias a) to the client attempt (alias c) they belong to.
 
     Same (client_ip, client_port), the latest attempt started at or before the accept and
     within 120 s of it: a source port reused later (or earlier) is a different attempt.
+    "Before" allows the run's clock-alignment bound (`Run.clock_error_ns`: client rows
+    moved from another machine are placed within half their offset ping's round trip), so
+    an attempt that started a few µs before its accept is not lost to that error.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -179,7 +182,7 @@ def match_attempts(conns: DataFrame, attempts: DataFrame) -> DataFrame:
         attempts.alias("c"),
         (F.col("a.client_ip") == F.col("c.client_ip"))
         & (F.col("a.client_port") == F.col("c.client_port"))
-        & (F.col("c.attempt_ns") <= F.col("a.accept_ns"))
+        & (F.col("c.attempt_ns") <= F.col("a.accept_ns") + F.lit(run.clock_error_ns))
         & (F.col("c.attempt_ns") >= F.col("a.accept_ns") - F.lit(120_000 * MS)),
     )
     latest = Window.partitionBy(F.col("a.conn_id")).orderBy(F.col("c.attempt_ns").desc())

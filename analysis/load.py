@@ -254,6 +254,16 @@ class Run:
     #: the cached tables that stand for the narrowed broker's own (`on_broker`)
     _own: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def clock_error_ns(self) -> int:
+        """The bound on where rows moved from another machine's clock lie (the largest
+        of their files' offset bounds; 0 when nothing was moved). A file moved without a
+        measured bound counts as unbounded here: 1 s."""
+        bounds = [a["error_ms"] for a in self.aligned]
+        if not bounds:
+            return 0
+        return max(1_000_000_000 if b is None else int(b * 1e6) for b in bounds)
+
     def wall(self, mono_ns: int) -> str | None:
         """ISO wall time of a monotonic instant (for witnesses that only carry mono_ns)."""
         if self.clock_offset_ns is None:

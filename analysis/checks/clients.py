@@ -166,7 +166,7 @@ def check_agreement(run: Run) -> CheckResult:
             explanation="without client rows the two ends cannot be compared",
         )
     a = acceptor_conns(run).where(F.col("outcome").isNotNull())
-    j = match_attempts(a, client_conns(run))
+    j = match_attempts(a, client_conns(run), run)
     tol = float(run.expect.get("delay_tolerance_ms") or 2.0)
     dropped = F.col("a.outcome").isin("reject", "throttle_close")
     served_but_dropped = dropped & (

@@ -148,7 +148,7 @@ def check_reject_closes_at_once(run: Run) -> CheckResult:
     n_joined = n_timed = 0
     client_note = "no client rows"
     if run.has_source("client"):
-        j = match_attempts(rejects, client_conns(run))
+        j = match_attempts(rejects, client_conns(run), run)
         # the storm engine reads every socket in its epoll loop, so its EOF time is prompt;
         # kafka-python (the steady profile) notices a closed socket at its next poll of that
         # connection, so its EOF time bounds nothing: there, only "never served, EOF seen"

@@ -77,8 +77,31 @@ def outcomes(client: pd.DataFrame) -> pd.DataFrame:
 
 
 def joined(client: pd.DataFrame, acceptor: pd.DataFrame, event: str) -> pd.DataFrame:
-    rows = acceptor[acceptor.event == event][["client_ip", "client_port", "sock_ip", "reason"]]
-    return outcomes(client).merge(rows, on=["client_ip", "client_port"], suffixes=("", "_acc"))
+    """Each acceptor ``event`` row beside the outcome of the client attempt it belongs to:
+    same (client_ip, client_port), the latest attempt started before the accept (loopback
+    reuses a source port within seconds: the address alone is not one connection)."""
+    rows = acceptor[acceptor.event == event][
+        ["conn_id", "client_ip", "client_port", "sock_ip", "reason"]
+    ]
+    accepts = acceptor[acceptor.event == "accept"][["conn_id", "mono_ns"]]
+    rows = rows.merge(accepts.rename(columns={"mono_ns": "accept_ns"}), on="conn_id")
+    invokes = client[client.event == "connect_invoke"][
+        ["conn_id", "client_ip", "client_port", "mono_ns"]
+    ].rename(columns={"conn_id": "attempt", "mono_ns": "invoke_ns"})
+    # the port is a nullable column: float on one side, int on the other
+    rows = rows.astype({"client_port": "float64", "accept_ns": "int64"})
+    invokes = invokes.astype({"client_port": "float64", "invoke_ns": "int64"})
+    matched = pd.merge_asof(
+        rows.sort_values("accept_ns"),
+        invokes.sort_values("invoke_ns"),
+        left_on="accept_ns",
+        right_on="invoke_ns",
+        by=["client_ip", "client_port"],
+        direction="backward",
+    ).drop(columns=["conn_id", "client_ip", "client_port", "accept_ns", "invoke_ns"])
+    return outcomes(client).merge(
+        matched, left_on="conn_id", right_on="attempt", suffixes=("", "_acc")
+    )
 
 
 def test_storm_is_served_and_every_connection_joins_the_acceptor(
