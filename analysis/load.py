@@ -319,7 +319,7 @@ class Run:
                 return self.spark.createDataFrame([], spark_schema())
             if self.in_memory:  # one table already: filter it, read nothing again
                 return self.history.where(F.col("source") == source)
-            return read_history(self.spark, files).where(F.col("source") == source)
+            return read_history(self.spark, files, False).where(F.col("source") == source)
 
         return self.cached(f"source-{source}", build)  # type: ignore[no-any-return]
 
@@ -432,13 +432,18 @@ def _rows(f: Path) -> int:
     return int(pq.ParquetFile(f).metadata.num_rows)
 
 
-def read_history(spark: SparkSession, files: list[Path]) -> DataFrame:
-    """The history as one DataFrame: in memory (below `IN_MEMORY_EVENTS` rows, read with
-    Arrow), else a Parquet scan; the same schema and rows either way
-    (tests/spark/test_in_memory.py judges a run both ways)."""
+def fits_in_memory(files: list[Path]) -> bool:
+    """Fewer than `IN_MEMORY_EVENTS` rows in these files (their Parquet footers)?"""
+    return 0 < sum(_rows(f) for f in files) < IN_MEMORY_EVENTS
+
+
+def read_history(spark: SparkSession, files: list[Path], in_memory: bool) -> DataFrame:
+    """The history as one DataFrame: in memory (`fits_in_memory`, read with Arrow), else a
+    Parquet scan; the same schema and rows either way (tests/spark/test_in_memory.py
+    judges a run both ways)."""
     import pyarrow.parquet as pq
 
-    if 0 < sum(_rows(f) for f in files) < IN_MEMORY_EVENTS:
+    if in_memory:
         import pyarrow as pa
 
         from harness.history.schema import SCHEMA
@@ -462,7 +467,8 @@ def load_run(spark: SparkSession, run_dir: str | Path) -> Run:
         )
     meta = read_run_json(path)
     files, aligned = align_files(path, files, meta.get("clock"))
-    history = read_history(spark, files)
+    in_memory = fits_in_memory(files)
+    history = read_history(spark, files, in_memory)
     limits = meta.get("limits") if isinstance(meta.get("limits"), dict) else None
     cfg_rows, offset = _harness_rows(files)
     parsed = sorted(((ns, _parse(ns, d)) for ns, d in cfg_rows), key=lambda r: r[0])
@@ -483,5 +489,5 @@ def load_run(spark: SparkSession, run_dir: str | Path) -> Run:
         clock_offset_ns=offset,
         testimony=testimony,
         aligned=aligned,
-        in_memory=0 < sum(_rows(f) for f in files) < IN_MEMORY_EVENTS,
+        in_memory=in_memory,
     )
