@@ -232,7 +232,7 @@ class KafkaConnection:
             detail=detail or None,  # only when there is something to say: json costs CPU
         )
         if error_code:
-            r.errors.append(str(RequestError(name, error_code)))
+            r.errors.append(f"{name}: Kafka error code {error_code}")
         return response
 
     def _send(self, data: bytes, name: str) -> None:
@@ -362,14 +362,6 @@ class KafkaConnection:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-class RequestError(Exception):
-    """A response with a Kafka error code (the connection was served)."""
-
-    def __init__(self, name: str, code: int) -> None:
-        super().__init__(f"{name}: Kafka error code {code}")
-        self.code = code
 
 
 def _error_code(response: Any) -> int:
