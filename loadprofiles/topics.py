@@ -196,7 +196,7 @@ class SetupRows:
             outcome, reason = Outcome.SERVED, "done"
         elif "tls_start" in self.steps and "tls_done" not in self.steps:
             outcome, reason = Outcome.TLS_FAILED, "tls"
-        elif _login_refused(exc) and "sasl_done" not in self.steps:
+        elif "sasl_fail" in self.steps:
             outcome, reason = Outcome.AUTH_FAILED, "auth"
         else:
             reason = "eof" if isinstance(exc, ConnectionError) else "reset"
@@ -209,12 +209,6 @@ class SetupRows:
             detail["error"] = f"{type(exc).__name__}: {exc}"[:200]
         self._row("closed", now, reason=reason, latency_ms=self._since(self.invoke_ns, now),
                   detail=detail)  # fmt: skip
-
-
-def _login_refused(exc: BaseException) -> bool:
-    from harness.admin.client import AdminError
-
-    return isinstance(exc, AdminError)
 
 
 def _not_ready(topic: str, created: Any, metadata: Callable[[], Any]) -> str | None:

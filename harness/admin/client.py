@@ -64,7 +64,8 @@ class KafkaWire:
     ) -> None:
         host, port = split_bootstrap(bootstrap)
         #: told each step of the connection as it completes ("connected", "tls_start",
-        #: "tls_done", "sasl_done"), with the socket: a caller that records its connections
+        #: "tls_done", "sasl_done" or "sasl_fail"), with the socket: a caller that records
+        #: its connections
         self._step = on_step or (lambda _step, _sock: None)
         self.sock = socket.create_connection(
             (host, port), timeout=timeout, source_address=(source_ip, 0) if source_ip else None
@@ -109,6 +110,7 @@ class KafkaWire:
             try:
                 out = exchange.response(self._read_frame(), 0)
             except SaslError as exc:
+                self._step("sasl_fail", self.sock)
                 raise AdminError(
                     exc.error_code, f"SASL {sasl.mechanism} login: {exc}", ""
                 ) from None
