@@ -373,7 +373,10 @@ class StormEngine:
         self._apiv = api_versions_frame(config.client_id)
         self._meta = metadata_frame(config.client_id)
         self._produce_version = PRODUCE_MAX_VERSION
-        self._produce = self._produce_frame() if config.shape == "produce" else b""
+        self._produce = b""
+        if config.shape == "produce":
+            self._produce = self._produce_frame()
+            compile_produce(self._produce_version)
         self._learned = False
         self._proxy = config.proxy_protocol
         warm_up()
@@ -1176,7 +1179,6 @@ def warm_up() -> None:
     )  # fmt: skip
     body = bytes(sample.encode(version=API_VERSIONS_VERSION))
     metadata_max_version(b"\0" * 8 + body)
-    compile_produce(PRODUCE_MAX_VERSION)
 
 
 def compile_produce(version: int) -> None:
