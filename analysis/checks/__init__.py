@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from analysis.checks import (
+    accounting,
     auth,
     broker_side,
     clients,
@@ -29,6 +30,7 @@ ALL_CHECKS: list[Check] = [
     *requests.CHECKS,
     *request_model.CHECKS,
     *clients.CHECKS,
+    *accounting.CHECKS,
     *broker_side.CHECKS,
     *request_buckets.CHECKS,
     *auth.CHECKS,

@@ -122,6 +122,8 @@ class ListenerAcceptor:
         self._f_slot_wait = "slot_wait_while_free" in faults
         self._f_reject_late = "ip_count_reject_close_late" in faults
         self._f_proxy_ignored = "proxy_source_ignored" in faults
+        self._f_unrecorded = "accept_unrecorded" in faults
+        self._admissions = 0  # sockets taken, for the seeded fault above
         # accepting, and what it records
         self.next_conn_id = next_conn_id
         self.log = log
@@ -441,6 +443,12 @@ class ListenerAcceptor:
         rec = self.rec
         info = item.info
         name = self.name
+        if self._f_unrecorded:  # SEEDED FAULT: one socket in 100 closed with no row
+            self._admissions += 1
+            if self._admissions % 100 == 0:
+                with contextlib.suppress(OSError):
+                    item.sock.close()
+                return None
         t0_ns = time.monotonic_ns()
         t0 = t0_ns // 1_000_000
         if self.settings.proxy != "off":

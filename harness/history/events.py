@@ -132,6 +132,9 @@ ALL: tuple[Event, ...] = (
     _h("kafka_metrics", {"latency_ms", "reason"},
        {"url", "target", "scrape_ms", "samples", "error", "broker"},
        "one scrape of Prometheus metrics (a cluster: the broker whose exporter it is)"),
+    _h("kernel_net", {"latency_ms", "reason"},
+       {"listen_overflows", "listen_drops", "reqq_full_drop", "syn_cookies", "netns", "error"},
+       "one reading of the kernel's listen-queue drop counters (per network namespace)"),
 )  # fmt: skip
 
 BY_SOURCE: dict[str, dict[str, Event]] = {}

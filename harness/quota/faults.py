@@ -189,6 +189,12 @@ FAULTS: tuple[Fault, ...] = (
         "harness/acceptor/connections.py Connections (request charge)",
     ),
     Fault(
+        "accept_unrecorded",
+        "every socket the acceptor takes is in its history (accept, then its outcome)",
+        "one socket in 100 is closed as soon as it is taken, with no row and no count",
+        "harness/acceptor/admission.py ListenerAcceptor._admit",
+    ),
+    Fault(
         "skip_ip_rate_check",
         "connection_creation_rate on ip entities throttles connections",
         "the per-IP rate step is skipped (ip quotas are still accepted and reported); "

@@ -11,7 +11,7 @@ families below (the JVM's own metrics are left out) and NaN written as ``null``.
 scrape that fails is a row with ``reason = "scrape_failed"`` and ``detail.error``: a gap
 in the testimony is recorded, never papered over.
 
-The scraper is a daemon thread that stops by itself (``stop()``, or its deadline); one
+The scraper runs on `periodic.Periodic` (a daemon thread that stops by itself); one
 GET at a time with a timeout shorter than the interval, so a hung exporter cannot pile
 requests up.
 """
@@ -19,11 +19,12 @@ requests up.
 from __future__ import annotations
 
 import math
-import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
+
+from harness.runner.periodic import Periodic
 
 #: The families a run records (Kafka names as the JMX exporter maps them; docs/metrics.md).
 PREFIXES = (
@@ -89,8 +90,12 @@ class MetricsScraper:
         self.scrapes = 0
         self.failures = 0
         self.last_error: str | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._every = Periodic(
+            self.scrape_once,
+            name="kafka-metrics",
+            interval_s=interval_s,
+            max_duration_s=max_duration_s,
+        )
 
     def scrape_once(self) -> bool:
         """One scrape and one row; True when the endpoint answered."""
@@ -123,26 +128,13 @@ class MetricsScraper:
         )
         return True
 
-    def _loop(self) -> None:
-        deadline = time.monotonic() + self.max_duration_s
-        next_at = time.monotonic()
-        while not self._stop.is_set() and time.monotonic() < deadline:
-            self.scrape_once()
-            next_at += self.interval_s
-            self._stop.wait(max(0.0, next_at - time.monotonic()))
-
     def start(self) -> MetricsScraper:
-        self._thread = threading.Thread(target=self._loop, name="kafka-metrics", daemon=True)
-        self._thread.start()
+        self._every.start()
         return self
 
     def stop(self) -> None:
         """Stop and take one last scrape, so the final counters are in the history."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.interval_s * 3 + 5)
-            self._thread = None
-            self.scrape_once()
+        self._every.stop()
 
     def summary(self) -> str:
         tail = f"; last error {self.last_error}" if self.last_error else ""

@@ -299,6 +299,9 @@ class Orchestrator:
         from harness.runner.kafka_metrics import start_scraper  # Kafka's metrics, every second
 
         self.scraper = start_scraper(self.target, self.history, self.opts, self.say)
+        from harness.runner.kernel_net import start_sampler  # the kernel's listen drops
+
+        self.kernel_net = start_sampler(self.history, self.say)
 
     # -- the schedule loop ---------------------------------------------------------------------
     def _drive(self) -> None:
@@ -633,6 +636,10 @@ class Orchestrator:
         if scraper is not None:  # before the target stops: its last counters are kept
             scraper.stop()
             self.say(f"Kafka metrics: {scraper.summary()}")
+        kernel_net = getattr(self, "kernel_net", None)
+        if kernel_net is not None:
+            kernel_net.stop()
+            self.say(f"kernel: {kernel_net.summary()}")
         try:
             if target is not None:
                 target.stop()

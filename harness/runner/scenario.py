@@ -136,6 +136,10 @@ class Action:
         return self.at + float(self.params["for"])
 
 
+#: checks every scenario expects, listed or not: every attempt accounted for (issue 34)
+ALWAYS_EXPECTED = ("accounting",)
+
+
 @dataclass(frozen=True)
 class Expect:
     verdict: str = "pass"
@@ -703,6 +707,7 @@ def _parse_expect(key: str, spec: object, base: Expect | None = None) -> Expect:
     slack = m.get("slack_ms", b.slack_ms)
     if slack is not None:
         slack = _num(f"{key}.slack_ms", slack)
+    checks = [*checks, *(c for c in ALWAYS_EXPECTED if c not in checks)]
     return Expect(
         verdict=str(verdict), checks=tuple(checks), fairness_p99_ratio=ratio, slack_ms=slack
     )

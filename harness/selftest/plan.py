@@ -45,6 +45,8 @@ FAULT_SCENARIOS: dict[str, tuple[str, ...]] = {
     "ip_count_reject_close_late": ("ip-count",),
     "proxy_source_ignored": ("haproxy-flood",),
     "request_mute_skipped": ("request-quota-greedy",),
+    # issue 34: a connection taken and never recorded (only `accounting` sees it)
+    "accept_unrecorded": ("ci-gate",),
 }
 
 #: the fast subset for CI (all on the 20 s ci-gate scenario)

@@ -257,3 +257,25 @@ def test_a_throttled_connection_is_muted_and_the_fault_reads_it_at_once(start: S
         # no earlier than throttle - (first - sent) after the first (no tolerance)
         held[fault] = second - first >= throttle * 1_000_000 - (first - sent)
     assert held == {"": True, "request_mute_skipped": False}
+
+
+def test_every_taken_socket_is_recorded_and_the_fault_drops_one_in_100_silently(
+    start: Start,
+) -> None:
+    recorded: dict[str, int] = {}
+    for fault in ("", "accept_unrecorded"):
+        h = start(fault)
+        addr = h.address("CLIENT")
+        for i in range(100):  # one at a time: each is taken (and recorded) before the next
+            sock = raw(addr, f"127.0.6.{i % 50 + 1}")
+            sock.sendall(api_versions_frame())
+            read_outcome(sock, 10)
+            sock.close()
+        want = 99 if fault else 100
+        wait_until(
+            lambda h=h, want=want: len(rows(h, "close")) >= want,
+            timeout=30,
+            what="the recorded connections' closes",
+        )
+        recorded[fault] = len(rows(h, "accept"))  # each accept row precedes its close
+    assert recorded == {"": 100, "accept_unrecorded": 99}

@@ -57,7 +57,7 @@ def test_base_parses_with_defaults() -> None:
     assert (phase.start, phase.stop, phase.listener, phase.users) == (0.0, 20.0, "CLIENT", 1)
     assert phase.source_ips == "127.0.0.2-127.0.0.40"
     assert phase.intended_rate == 50.0
-    assert sc.expect.checks == ("broker_rate",)
+    assert sc.expect.checks == ("broker_rate", "accounting")  # expected by every scenario
     assert sc.expect_for("broker") == sc.expect
 
 
@@ -361,8 +361,9 @@ def test_expect_by_target_overrides_only_what_it_says() -> None:
     )
     assert sc.expect_for("acceptor").verdict == "pass"
     broker = sc.expect_for("broker")
-    assert (broker.verdict, broker.checks, broker.slack_ms) == ("unknown", ("ip_rate",), 50)
-    assert broker.to_json() == {"verdict": "unknown", "checks": ["ip_rate"], "slack_ms": 50}
+    checks = ("ip_rate", "accounting")
+    assert (broker.verdict, broker.checks, broker.slack_ms) == ("unknown", checks, 50)
+    assert broker.to_json() == {"verdict": "unknown", "checks": list(checks), "slack_ms": 50}
 
 
 def test_admin_needs_a_listener_without_required_proxy_header() -> None:

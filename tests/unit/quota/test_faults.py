@@ -349,6 +349,7 @@ ACCEPTOR_FAULTS = {
     "ip_count_reject_close_late",
     "proxy_source_ignored",
     "request_mute_skipped",
+    "accept_unrecorded",
 }
 
 

@@ -1,0 +1,153 @@
+"""The kernel's listen-queue drops, read every second into the history.
+
+A client whose SYN or final ACK the kernel dropped because a listening socket's accept
+queue was full (or its SYN queue, without SYN cookies) is in the client history and in
+no enforcer's: the `accounting` check explains such attempts with these counters. Linux
+keeps them per network namespace, not per socket (`/proc/net/netstat`, group `TcpExt`):
+
+- ``ListenOverflows``: a connection that completed its handshake found the accept queue
+  full (the ACK is dropped; the client, already connected, retries);
+- ``ListenDrops``: every drop on a listening socket, overflows included (so it is the
+  count the check uses);
+- ``TCPReqQFullDrop`` / ``TCPReqQFullDoCookies``: SYNs dropped, or answered with a SYN
+  cookie, because the SYN queue was full.
+
+Each reading is one harness row, event ``kernel_net``, at the instant the read began
+(``latency_ms``: how long it took; the counters were read inside that span), with
+``detail.netns`` naming the namespace counted (the runner's own: the load, the acceptor
+and a local broker share it on loopback). A failed read is a row with ``reason =
+"read_failed"``: a gap is recorded, never papered over.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from harness.runner.periodic import Periodic
+
+EVENT = "kernel_net"
+NETSTAT = Path("/proc/net/netstat")
+#: TcpExt counter -> the detail key it is recorded under
+FIELDS = {
+    "ListenOverflows": "listen_overflows",
+    "ListenDrops": "listen_drops",
+    "TCPReqQFullDrop": "reqq_full_drop",
+    "TCPReqQFullDoCookies": "syn_cookies",
+}
+
+
+class NetstatError(ValueError):
+    pass
+
+
+def parse_netstat(text: str) -> dict[str, int]:
+    """``/proc/net/netstat`` text -> the `FIELDS` counters under their detail keys.
+
+    The file is pairs of lines, a group's names then its values (``TcpExt: a b`` /
+    ``TcpExt: 1 2``). Raises `NetstatError` when the TcpExt group or a counter is missing
+    (a kernel without them cannot explain a drop, and must not look as if it saw none)."""
+    lines = text.splitlines()
+    for names, values in zip(lines[::2], lines[1::2], strict=False):
+        head, _, rest = names.partition(":")
+        if head.strip() != "TcpExt":
+            continue
+        vhead, _, vrest = values.partition(":")
+        if vhead.strip() != "TcpExt":
+            raise NetstatError("TcpExt names and values are not paired")
+        counters = dict(zip(rest.split(), vrest.split(), strict=False))
+        missing = [k for k in FIELDS if k not in counters]
+        if missing:
+            raise NetstatError(f"TcpExt has no {', '.join(missing)}")
+        return {key: int(counters[name]) for name, key in FIELDS.items()}
+    raise NetstatError("no TcpExt group")
+
+
+def namespace() -> str:
+    """The network namespace this process counts in (``net:[4026531840]``)."""
+    try:
+        return os.readlink("/proc/self/ns/net")
+    except OSError:
+        return "unknown"
+
+
+class KernelNetSampler:
+    """Read the counters every ``interval_s`` into ``record`` (a HistoryWriter.record)."""
+
+    def __init__(
+        self,
+        record: Callable[..., Any],
+        *,
+        interval_s: float = 1.0,
+        max_duration_s: float = 24 * 3600.0,
+        read: Callable[[], str] = NETSTAT.read_text,
+        clock_ns: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        self.record = record
+        self.read = read
+        self.clock_ns = clock_ns
+        self.netns = namespace()
+        self.readings = 0
+        self.failures = 0
+        self.first: dict[str, int] | None = None
+        self.last: dict[str, int] | None = None
+        self.last_error: str | None = None
+        self._every = Periodic(
+            self.sample_once, name="kernel-net", interval_s=interval_s,
+            max_duration_s=max_duration_s,
+        )  # fmt: skip
+
+    def sample_once(self) -> bool:
+        t0 = self.clock_ns()
+        try:
+            counters = parse_netstat(self.read())
+        except (OSError, NetstatError) as exc:
+            self.failures += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            self.record(
+                EVENT, mono_ns=t0, reason="read_failed",
+                detail={"netns": self.netns, "error": self.last_error},
+            )  # fmt: skip
+            return False
+        t1 = self.clock_ns()
+        self.readings += 1
+        if self.first is None:
+            self.first = counters
+        self.last = counters
+        self.record(
+            EVENT, mono_ns=t0, latency_ms=(t1 - t0) / 1e6,
+            detail={**counters, "netns": self.netns},
+        )  # fmt: skip
+        return True
+
+    def start(self) -> KernelNetSampler:
+        self._every.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop and take one last reading."""
+        self._every.stop()
+
+    def summary(self) -> str:
+        if self.first is None or self.last is None:
+            return f"no reading ({self.last_error})"
+        grew = {k: self.last[k] - self.first[k] for k in self.last}
+        return (
+            f"{self.readings} readings in {self.netns}, {self.failures} failed; during the run "
+            f"{grew['listen_drops']} listen drops ({grew['listen_overflows']} accept-queue "
+            f"overflows), {grew['reqq_full_drop']} SYNs dropped, {grew['syn_cookies']} SYN cookies"
+        )
+
+
+def start_sampler(history: Any, say: Callable[[str], None]) -> KernelNetSampler | None:
+    """The orchestrator's hook: the kernel's drop counters into the harness history."""
+    if history is None:
+        return None
+    sampler = KernelNetSampler(history.record)
+    if not sampler.sample_once():
+        say(f"kernel listen-queue counters not readable ({sampler.last_error}): recorded as gaps")
+    say(f"recording the kernel's listen-queue drops every second (event {EVENT})")
+    return sampler.start()

@@ -1,0 +1,169 @@
+"""`accounting` on hand-built histories, at the edges of its rule: an attempt that
+connected and is in no enforcer's history is explained only by a kernel drop counted
+during its life (1 ns either side of a reading decides it); reused source ports pair in
+order; on Kafka, the creation counter must cover the attempts served between two scrapes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from analysis.checks.accounting import CREATED, check_accounting
+from analysis.load import load_run
+from harness.history import HistoryWriter
+
+S = 1_000_000_000
+MS = 1_000_000
+T0 = 5_000 * S
+READ_NS = 10_000  # each kernel reading takes 10 µs
+
+
+def _run(tmp: Path, name: str, build: Any, target: str = "acceptor") -> Path:
+    run = tmp / name
+    (run / "history").mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"run_id": name, "target": target}))
+    cw = HistoryWriter(run / "history", "client", name, background=False)
+    aw = HistoryWriter(run / "history", "acceptor", name, background=False)
+    hw = HistoryWriter(run / "history", "harness", name, background=False)
+    hw.record("config", mono_ns=T0, detail={"max.connections": 2147483647})
+    build(cw, aw, hw)
+    for w in (cw, aw, hw):
+        w.close()
+    return run
+
+
+def _attempt(
+    cw: HistoryWriter,
+    port: int,
+    start: int,
+    end: int,
+    *,
+    ok: bool = True,
+    fail: str | None = None,
+    ready: int | None = None,
+) -> None:
+    addr = {"client_ip": "127.0.0.7", "client_port": port, "listener": "CLIENT"}
+    cw.record("connect_invoke", mono_ns=start, detail={"profile": "storm"}, **addr)
+    if fail is not None:
+        cw.record("connect_fail", mono_ns=end, reason=fail, latency_ms=1.0, **addr)
+        return
+    if ok:
+        cw.record("connect_ok", mono_ns=start + MS, latency_ms=1.0, **addr)
+    if ready is not None:
+        cw.record("ready", mono_ns=ready, latency_ms=1.0, api_key=18, **addr)
+    if end:
+        outcome = "served" if ready is not None else "eof_after_accept"
+        cw.record("closed", mono_ns=end, reason="eof", latency_ms=1.0,
+                  detail={"outcome": outcome, "profile": "storm"}, **addr)  # fmt: skip
+
+
+def _accepted(aw: HistoryWriter, n: int, port: int, at: int) -> None:
+    conn = {"conn_id": f"CLIENT-{n}", "listener": "CLIENT", "client_ip": "127.0.0.7",
+            "client_port": port}  # fmt: skip
+    aw.record("accept", mono_ns=at, **conn)
+    aw.record("admit", mono_ns=at, delay_ms=0.0, **conn)
+    aw.record("close", mono_ns=at + 100 * MS, reason="client_eof", **conn)
+
+
+def _readings(hw: HistoryWriter, *points: tuple[int, int]) -> None:
+    for t, drops in points:
+        hw.record("kernel_net", mono_ns=t, latency_ms=READ_NS / MS,
+                  detail={"listen_drops": drops, "listen_overflows": drops, "reqq_full_drop": 0,
+                          "syn_cookies": 0, "netns": "net:[1]"})  # fmt: skip
+
+
+def _case(lost_ends_at: int, with_readings: bool = True) -> Any:
+    """Port 40001 used twice (both accepted, in order), a refused attempt, one cut off at
+    the stop, and port 40009: connected, never accepted. The kernel counted one drop,
+    between its readings at T0+1 s and T0+2 s."""
+
+    def build(cw: HistoryWriter, aw: HistoryWriter, hw: HistoryWriter) -> None:
+        _attempt(cw, 40001, T0 + 100 * MS, T0 + 200 * MS)
+        _accepted(aw, 1, 40001, T0 + 150 * MS)
+        _attempt(cw, 40001, T0 + 300 * MS, T0 + 400 * MS)
+        _accepted(aw, 2, 40001, T0 + 350 * MS)
+        _attempt(cw, 40002, T0 + 300 * MS, T0 + 301 * MS, fail="refused")
+        _attempt(cw, 40003, T0 + 2_500 * MS, 0, ok=False)  # no row after its start
+        _attempt(cw, 40009, T0 + 500 * MS, lost_ends_at)
+        if with_readings:
+            _readings(hw, (T0, 0), (T0 + S, 0), (T0 + 2 * S, 1), (T0 + 3 * S, 1))
+
+    return build
+
+
+def test_a_lost_attempt_that_ended_before_the_drops_interval_fails(
+    spark: Any, tmp_path: Path
+) -> None:
+    # the drop happened after the reading that began at T0+1 s; the attempt ended exactly
+    # then: it cannot be the one the kernel dropped
+    r = check_accounting(load_run(spark, _run(tmp_path, "lost", _case(T0 + S))))
+    assert r.verdict == "fail", r.observed
+    assert [w["client_port"] for w in r.witnesses] == [40009]
+    assert "5 attempts = 2 accepted + 0 dropped by the kernel + 1 connect errors" in r.observed
+    assert "1 cut off at the stop; 1 unexplained" in r.observed
+
+
+def test_a_lost_attempt_alive_1ns_into_the_drops_interval_is_the_drop(
+    spark: Any, tmp_path: Path
+) -> None:
+    r = check_accounting(load_run(spark, _run(tmp_path, "dropped", _case(T0 + S + 1))))
+    assert r.verdict == "pass", (r.observed, r.witnesses)
+    assert "1 dropped by the kernel" in r.observed and r.judged == 5
+
+
+def test_without_the_kernels_counters_a_lost_attempt_is_not_judged(
+    spark: Any, tmp_path: Path
+) -> None:
+    run = _run(tmp_path, "no-readings", _case(T0 + S + 1, with_readings=False))
+    r = check_accounting(load_run(spark, run))
+    assert r.verdict == "unknown", r.observed
+    assert "could not be judged" in r.observed
+
+
+def test_every_attempt_accepted_passes_without_any_drop(spark: Any, tmp_path: Path) -> None:
+    def build(cw: HistoryWriter, aw: HistoryWriter, hw: HistoryWriter) -> None:
+        for i in range(3):
+            _attempt(cw, 41000 + i, T0 + i * S, T0 + i * S + 5 * MS)
+            _accepted(aw, i, 41000 + i, T0 + i * S + 2 * MS)
+
+    r = check_accounting(load_run(spark, _run(tmp_path, "all", build)))
+    assert r.verdict == "pass" and r.judged == 3
+
+
+def _scrape(hw: HistoryWriter, at: int, created: float) -> None:
+    samples = [[CREATED, {"listener": "CLIENT", "networkProcessor": str(p)}, created / 2]
+               for p in (0, 1)]  # fmt: skip
+    detail = {"url": "u", "target": "broker", "scrape_ms": 2.0, "samples": samples}
+    hw.record("kafka_metrics", mono_ns=at, latency_ms=2.0, detail=detail)
+
+
+def _kafka_case(grew: float) -> Any:
+    """Three attempts start after the scrape at T0 ended (T0 + 1 ms) and are served
+    before the one at T0 + 1 s began (T0 + 1 s − 1 ms)."""
+
+    def build(cw: HistoryWriter, aw: HistoryWriter, hw: HistoryWriter) -> None:
+        _scrape(hw, T0, 10.0)
+        for i in range(3):
+            start = T0 + MS + 1 + i * 100 * MS
+            _attempt(cw, 42000 + i, start, start + 50 * MS, ready=start + 10 * MS)
+        _attempt(cw, 42009, T0 + 990 * MS, T0 + 1_500 * MS, ready=T0 + S - MS + 1)  # after
+        _scrape(hw, T0 + S, 10.0 + grew)
+
+    return build
+
+
+def test_kafka_counting_fewer_connections_than_were_served_fails(
+    spark: Any, tmp_path: Path
+) -> None:
+    run = _run(tmp_path, "kafka-short", _kafka_case(2.0), target="broker")
+    r = check_accounting(load_run(spark, run))
+    assert r.verdict == "fail", r.observed
+    assert "3 attempts were served" in r.witnesses[0]["why"]
+
+
+def test_kafka_counting_every_served_connection_passes(spark: Any, tmp_path: Path) -> None:
+    run = _run(tmp_path, "kafka-ok", _kafka_case(3.0), target="broker")
+    r = check_accounting(load_run(spark, run))
+    assert r.verdict == "pass", (r.observed, r.witnesses)
+    assert r.judged == 1
