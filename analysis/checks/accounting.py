@@ -32,7 +32,9 @@ Broker target: Kafka's ``connection-creation-total`` (summed over the network pr
 of the load's listeners, per broker) grows by at least the connections its clients were
 served on: between two scrapes, at least the attempts that started after the first
 scrape ended and got their first response before the second began (Kafka registered each
-one in between). A shortfall names the served attempts Kafka never counted. The other
+one in between). A shortfall names the served attempts Kafka never counted. No pair spans
+a broker's restart (its `broker_kill` window, or its counter going down): a restarted
+broker counts from zero. The other
 direction (Kafka counting connections no client made) is not judged on Kafka: the
 runner's own admin and probe connections are counted there too.
 """
@@ -364,6 +366,9 @@ def _on_kafka(run: Run) -> CheckResult:
             expected="Kafka's connection-creation-total grows by at least the served attempts",
             explanation="Kafka's metrics were scraped but this counter was not among them",
         )
+    from analysis.checks.broker_side import _faults
+
+    _all, kills, _nodes, kill_nodes = _faults(run)
     err = run.clock_error_ns
     by_broker: dict[Any, list[tuple[int, int]]] = defaultdict(list)
     for r in served:
@@ -375,11 +380,25 @@ def _on_kafka(run: Run) -> CheckResult:
     for node, points in sorted(series.items(), key=lambda kv: str(kv[0])):
         atts = sorted(by_broker.get(node, []))
         starts = [s for s, _ in atts]
+        # a broker killed and restarted counts from zero again: no pair spans its restart
+        # (its kill window, or a counter that went down)
+        mine = [w for w, n in zip(kills, kill_nodes, strict=True) if n is None or n == node]
+        restarts = [(lo, hi) for lo, hi in mine]
+        restarts += [(p[0], q[1]) for p, q in itertools.pairwise(points) if q[2] < p[2]]
+
+        def spans_restart(
+            a: tuple[int, int, float],
+            b: tuple[int, int, float],
+            restarts: list[tuple[int, int]] = restarts,
+        ) -> bool:
+            return any(lo <= b[1] and hi >= a[0] for lo, hi in restarts)
+
         pairs = [
             (i, j)
             for i in range(len(points))
             for j in range(i + 1, len(points))
-            if j - i <= SCRAPE_SPAN or (i == 0 and j == len(points) - 1)
+            if (j - i <= SCRAPE_SPAN or (i == 0 and j == len(points) - 1))
+            and not spans_restart(points[i], points[j])
         ]
         closest: tuple[int, float] | None = None  # (served, counted) with the least room
         for i in sorted({i for i, _ in pairs}):

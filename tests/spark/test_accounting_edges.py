@@ -167,3 +167,14 @@ def test_kafka_counting_every_served_connection_passes(spark: Any, tmp_path: Pat
     r = check_accounting(load_run(spark, run))
     assert r.verdict == "pass", (r.observed, r.witnesses)
     assert r.judged == 1
+
+
+def test_no_scrape_pair_spans_a_broker_restart(spark: Any, tmp_path: Path) -> None:
+    # the restarted broker counts from zero: 3 served against a counter that went 10 -> 1
+    def build(cw: HistoryWriter, aw: HistoryWriter, hw: HistoryWriter) -> None:
+        _kafka_case(-9.0)(cw, aw, hw)
+        hw.record("fault_start", mono_ns=T0 + 400 * MS, reason="broker_kill", detail={})
+        hw.record("fault_end", mono_ns=T0 + 600 * MS, reason="broker_kill", detail={})
+
+    r = check_accounting(load_run(spark, _run(tmp_path, "kafka-restart", build, target="broker")))
+    assert r.verdict == "unknown" and r.judged == 0, r.observed
