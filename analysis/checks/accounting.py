@@ -67,6 +67,8 @@ INTERNAL_LISTENERS = {"controller"}
 #: scrape pairs judged on Kafka: every consecutive pair up to this many scrapes apart, and
 #: the first with the last (each pair's bound is exact; more pairs only add time)
 SCRAPE_SPAN = 10
+#: at most this many instants per published series (`CheckResult.data["series"]`)
+SERIES_MAX = 10_000
 
 
 @dataclass(frozen=True)
@@ -318,6 +320,14 @@ def _on_acceptor(run: Run) -> CheckResult:
         ),
         judged=total,
         parts=parts if total else [],
+        data={
+            "series": {  # attempt start instants (mono_ns), at most SERIES_MAX each
+                "unexplained_ns": [x.start for x in unexplained[:SERIES_MAX]],
+                "kernel_dropped_ns": sorted(
+                    x.start for x in set(lost) - set(unexplained) - set(not_sampled)
+                )[:SERIES_MAX],
+            }
+        },
     )
 
 

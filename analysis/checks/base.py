@@ -106,6 +106,8 @@ class CheckResult:
             "parts": [p.to_dict() for p in self.parts],
             # a cluster: each broker's own result (analysis.checks.broker_side.per_broker)
             **({"per_broker": self.data["per_broker"]} if "per_broker" in self.data else {}),
+            # instants a check publishes for benches to bucket (e.g. accounting's lost attempts)
+            **({"series": self.data["series"]} if "series" in self.data else {}),
         }
 
 

@@ -135,6 +135,9 @@ ALL: tuple[Event, ...] = (
     _h("kernel_net", {"latency_ms", "reason"},
        {"listen_overflows", "listen_drops", "reqq_full_drop", "syn_cookies", "netns", "error"},
        "one reading of the kernel's listen-queue drop counters (per network namespace)"),
+    _h("process_stats", {"latency_ms"},
+       {"role", "pgids", "processes", "fds", "rss_kb", "cpu_s", "bytes", "files"},
+       "one reading of a role's processes (descriptors, RSS, CPU) or the history's size"),
 )  # fmt: skip
 
 BY_SOURCE: dict[str, dict[str, Event]] = {}

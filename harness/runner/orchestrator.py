@@ -302,6 +302,15 @@ class Orchestrator:
         from harness.runner.kernel_net import start_sampler  # the kernel's listen drops
 
         self.kernel_net = start_sampler(self.history, self.say)
+        from harness.runner.proc_stats import ProcStatsSampler  # descriptors, memory, CPU
+
+        self.proc_stats = (
+            ProcStatsSampler(
+                self.history.record, self._process_groups, self.rd.root / "history"
+            ).start()
+            if self.history is not None
+            else None
+        )
 
     # -- the schedule loop ---------------------------------------------------------------------
     def _drive(self) -> None:
@@ -451,6 +460,20 @@ class Orchestrator:
             f"phase {phase.name} launched: {phase.profile} {phase.shape} from {phase.source_ips} "
             f"-> {host}:{port} ({where})"
         )
+
+    def _process_groups(self) -> dict[str, list[int]]:
+        """The run's processes by role, as process groups (each was started in a session
+        of its own): the acceptor, the local brokers, the running load phases."""
+        target = self.target
+        out: dict[str, list[int]] = {"acceptor": [], "broker": [], "load": []}
+        acceptor = getattr(target, "acceptor", None)
+        if acceptor is not None and acceptor.poll() is None:
+            out["acceptor"].append(acceptor.pid)
+        cluster = getattr(target, "cluster", None)
+        brokers = cluster.brokers if cluster is not None else [getattr(target, "broker", None)]
+        out["broker"] = [b.pid for b in brokers if b is not None and getattr(b, "pid", None)]
+        out["load"] = [rp.proc.pid for rp in list(self.phases.values()) if not rp.ended]
+        return out
 
     def _phase_detail(self, rp: _RunningPhase, **extra: Any) -> dict[str, Any]:
         p = rp.phase
@@ -636,6 +659,10 @@ class Orchestrator:
         if scraper is not None:  # before the target stops: its last counters are kept
             scraper.stop()
             self.say(f"Kafka metrics: {scraper.summary()}")
+        proc_stats = getattr(self, "proc_stats", None)
+        if proc_stats is not None:
+            proc_stats.stop()
+            self.say(f"processes: {proc_stats.summary()}")
         kernel_net = getattr(self, "kernel_net", None)
         if kernel_net is not None:
             kernel_net.stop()

@@ -136,6 +136,8 @@ class Action:
         return self.at + float(self.params["for"])
 
 
+#: the longest load a scenario may run: a soak of hours, bounded like every load loop
+MAX_DURATION_S = 4 * 3600.0
 #: checks every scenario expects, listed or not: every attempt accounted for (issue 34)
 ALWAYS_EXPECTED = ("accounting",)
 
@@ -743,8 +745,10 @@ def _parse_scenario(data: object, source: str) -> Scenario:
     if target not in targets:
         raise ScenarioError("target", target, f"not one of the scenario's targets {targets}")
     duration = _num("duration", data.get("duration"), 1.0)
-    if duration > 600:
-        raise ScenarioError("duration", duration, "keep scenarios short (<= 600 s of load)")
+    if duration > MAX_DURATION_S:
+        raise ScenarioError(
+            "duration", duration, f"at most {MAX_DURATION_S:.0f} s of load (a 4-hour soak)"
+        )
     seed = _int("seed", data.get("seed", 1), 0)
     listeners, inter, proxy, security = _parse_listeners(data.get("listeners"))
     brokers = _int("brokers", data.get("brokers", 1), 1)

@@ -68,6 +68,7 @@ def test_base_parses_with_defaults() -> None:
         ({"description": ""}, "description", "say what"),
         ({"duration": 0}, "duration", ">="),
         ({"duration": "long"}, "duration", "number"),
+        ({"duration": 4 * 3600 + 1}, "duration", "at most 14400"),
         ({"target": "zookeeper"}, "target", "not one of"),
         ({"targets": ["acceptor", "kraft"]}, "targets", "non-empty list"),
         ({"limits": {"max.connections": -1}}, "max.connections", "between 0"),

@@ -1,0 +1,143 @@
+"""What the run's own processes hold, read every second into the history: descriptors,
+memory, CPU, and the history's bytes on disk.
+
+A harness that validates hour-long incidents must show it survives them itself: a front
+or a generator leaking descriptors, growing its memory or its history without bound is
+the harness failing, not the system under test. Each reading is one harness row per role,
+event ``process_stats``:
+
+- a process role (``acceptor``, ``broker``, ``load``): ``detail`` = {``role``, ``pgids``,
+  ``processes``, ``fds``, ``rss_kb``, ``cpu_s``}, summed over every process of the role's
+  process groups (the runner starts each in a session of its own, so a split acceptor's
+  processor processes and a Locust master's workers are counted with it);
+- ``history``: {``role``, ``bytes``, ``files``} of the run's history folder.
+
+Read from ``/proc`` (Linux): a process that exits between the listing and the read is
+skipped. A container's broker has no local process group and is not sampled.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.runner.periodic import Periodic
+
+EVENT = "process_stats"
+PROC = Path("/proc")
+_TICKS = os.sysconf("SC_CLK_TCK")
+_PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def read_stat(text: str) -> tuple[int, float, int]:
+    """``/proc/<pid>/stat`` -> (process group, CPU seconds user+system, RSS in kB). The
+    command name (field 2) may hold spaces and parentheses: fields are read after its
+    last ``)``."""
+    rest = text[text.rindex(")") + 2 :].split()
+    # rest[0] is field 3 (state): pgrp is field 5, utime 14, stime 15, rss 24
+    pgrp = int(rest[2])
+    cpu = (int(rest[11]) + int(rest[12])) / _TICKS
+    rss_kb = int(rest[21]) * _PAGE_KB
+    return pgrp, cpu, rss_kb
+
+
+def group_totals(pgids: Sequence[int], proc: Path = PROC) -> dict[str, Any]:
+    """Processes, descriptors, RSS and CPU summed over every process in ``pgids``."""
+    wanted = set(pgids)
+    out: dict[str, Any] = {"processes": 0, "fds": 0, "rss_kb": 0, "cpu_s": 0.0}
+    for entry in os.scandir(proc):
+        if not entry.name.isdigit():
+            continue
+        try:
+            pgrp, cpu, rss_kb = read_stat((Path(entry.path) / "stat").read_text())
+            if pgrp not in wanted:
+                continue
+            fds = len(os.listdir(Path(entry.path) / "fd"))
+        except (OSError, ValueError, IndexError):
+            continue  # exited meanwhile, or not ours to read
+        out["processes"] += 1
+        out["fds"] += fds
+        out["rss_kb"] += rss_kb
+        out["cpu_s"] += cpu
+    out["cpu_s"] = round(out["cpu_s"], 2)
+    return out
+
+
+def folder_bytes(path: Path) -> tuple[int, int]:
+    """(bytes, files) under ``path``."""
+    total = files = 0
+    for root, _dirs, names in os.walk(path):
+        for name in names:
+            try:
+                total += os.stat(os.path.join(root, name)).st_size
+                files += 1
+            except OSError:
+                continue
+    return total, files
+
+
+class ProcStatsSampler:
+    """Every ``interval_s``: one row per role of ``roles()`` (role -> process group ids,
+    asked each time: brokers restart, phases come and go) and one for ``history``."""
+
+    def __init__(
+        self,
+        record: Callable[..., Any],
+        roles: Callable[[], Mapping[str, Sequence[int]]],
+        history: Path | None,
+        *,
+        interval_s: float = 1.0,
+        max_duration_s: float = 24 * 3600.0,
+        proc: Path = PROC,
+        clock_ns: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        self.record = record
+        self.roles = roles
+        self.history = history
+        self.proc = proc
+        self.clock_ns = clock_ns
+        self.readings = 0
+        self.peak: dict[str, dict[str, float]] = {}
+        self._every = Periodic(
+            self.sample_once, name="proc-stats", interval_s=interval_s,
+            max_duration_s=max_duration_s,
+        )  # fmt: skip
+
+    def sample_once(self) -> None:
+        t0 = self.clock_ns()
+        rows: list[dict[str, Any]] = []
+        for role, pgids in sorted(self.roles().items()):
+            if pgids:
+                rows.append({"role": role, "pgids": list(pgids), **group_totals(pgids, self.proc)})
+        if self.history is not None:
+            size, files = folder_bytes(self.history)
+            rows.append({"role": "history", "bytes": size, "files": files})
+        t1 = self.clock_ns()
+        for detail in rows:
+            self.record(EVENT, mono_ns=t0, latency_ms=(t1 - t0) / 1e6, detail=detail)
+            peak = self.peak.setdefault(str(detail["role"]), {})
+            for key in ("fds", "rss_kb", "bytes"):
+                if key in detail:
+                    peak[key] = max(peak.get(key, 0), float(detail[key]))
+        self.readings += 1
+
+    def start(self) -> ProcStatsSampler:
+        self._every.start()
+        return self
+
+    def stop(self) -> None:
+        self._every.stop()
+
+    def summary(self) -> str:
+        parts = []
+        for role, peak in sorted(self.peak.items()):
+            shown = ", ".join(
+                f"{k.replace('_kb', '')} {v / 1024:.0f} MB" if k == "rss_kb"
+                else f"{v / 2**20:.1f} MB" if k == "bytes" else f"{k} {v:.0f}"
+                for k, v in peak.items()
+            )  # fmt: skip
+            parts.append(f"{role} peak {shown}")
+        return f"{self.readings} readings; " + "; ".join(parts)

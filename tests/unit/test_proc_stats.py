@@ -1,0 +1,62 @@
+"""The process sampler reads /proc: a command name with spaces and parentheses, and the
+sums over a process group (a fake /proc tree; no process is started)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.runner.proc_stats import EVENT, ProcStatsSampler, folder_bytes, read_stat
+
+TICKS = os.sysconf("SC_CLK_TCK")
+PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def _stat(pid: int, comm: str, pgrp: int, utime: int, stime: int, rss_pages: int) -> str:
+    # fields 3.. : state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt
+    # utime stime cutime cstime priority nice threads itrealvalue starttime vsize rss
+    head = ["S", "1", str(pgrp), str(pgrp), "0", "-1", "0", "0", "0", "0", "0"]
+    rest = [*head, str(utime), str(stime), "0", "0", "20", "0", "1", "0", "0", "0", str(rss_pages)]
+    return f"{pid} ({comm}) " + " ".join(rest) + "\n"
+
+
+def test_read_stat_takes_fields_after_the_last_parenthesis() -> None:
+    text = _stat(7, "java (broker) x", 7, 3 * TICKS, TICKS, 100)
+    assert read_stat(text) == (7, 4.0, 100 * PAGE_KB)
+
+
+def _proc(tmp: Path, pid: int, pgrp: int, fds: int, rss_pages: int) -> None:
+    d = tmp / str(pid)
+    (d / "fd").mkdir(parents=True)
+    for i in range(fds):
+        (d / "fd" / str(i)).write_text("")
+    (d / "stat").write_text(_stat(pid, "python3", pgrp, TICKS, 0, rss_pages))
+
+
+def test_a_role_sums_every_process_of_its_groups_and_the_history_folder(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    _proc(proc, 100, 100, 5, 10)  # the acceptor
+    _proc(proc, 101, 100, 7, 20)  # its processor process, same group
+    _proc(proc, 200, 200, 3, 30)  # someone else
+    (proc / "self").mkdir()
+    hist = tmp_path / "history"
+    (hist / "client").mkdir(parents=True)
+    (hist / "client" / "a.parquet").write_bytes(b"x" * 1000)
+    rows: list[tuple[str, dict[str, Any]]] = []
+    s = ProcStatsSampler(
+        lambda e, **kw: rows.append((e, kw["detail"])),
+        lambda: {"acceptor": [100], "load": []},
+        hist,
+        proc=proc,
+    )
+    s.sample_once()
+    assert [e for e, _ in rows] == [EVENT, EVENT]
+    acceptor, history = rows[0][1], rows[1][1]
+    assert acceptor["role"] == "acceptor" and acceptor["processes"] == 2
+    assert acceptor["fds"] == 12 and acceptor["rss_kb"] == 30 * PAGE_KB
+    assert acceptor["cpu_s"] == pytest.approx(2.0)
+    assert history == {"role": "history", "bytes": 1000, "files": 1}
+    assert folder_bytes(hist) == (1000, 1)
