@@ -16,6 +16,7 @@ the enforcer's record of the same limits when that lies within the runner's brac
 from __future__ import annotations
 
 import json
+import re
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -250,6 +251,9 @@ class Run:
     in_memory: bool = False
     #: a cluster run narrowed to one broker (`on_broker`): that broker's node id
     node: int | None = None
+    #: a run whose acceptor was killed and restarted, seen through one of its processes
+    #: (`during`): that incarnation
+    incarnation: Incarnation | None = None
     _cache: dict[str, Any] = field(default_factory=dict)
     #: the cached tables that stand for the narrowed broker's own (`on_broker`)
     _own: dict[str, Any] = field(default_factory=dict)
@@ -319,7 +323,8 @@ class Run:
                 return self.spark.createDataFrame([], spark_schema())
             if self.in_memory:  # one table already: filter it, read nothing again
                 return self.history.where(F.col("source") == source)
-            return read_history(self.spark, files, False).where(F.col("source") == source)
+            df = read_history(self.spark, files, False).where(F.col("source") == source)
+            return df if self.incarnation is None else _windowed(df, self.incarnation)
 
         return self.cached(f"source-{source}", build)  # type: ignore[no-any-return]
 
@@ -355,6 +360,23 @@ class Run:
             return self._own[key]
         return self._cache[key]
 
+    def incarnations(self) -> list[Incarnation]:
+        """The acceptor's processes in this run, in order: one, unless the acceptor was
+        killed (`acceptor_kill`) and restarted. Each wrote its own history files
+        (``acceptor-<pid>-NNNNN.parquet``); a killed one's end at its last flush."""
+        return self.cached("incarnations", lambda: acceptor_incarnations(self))  # type: ignore[no-any-return]
+
+    def during(self, inc: Incarnation) -> Run:
+        """This run seen through one acceptor process: its history files only, the client
+        rows and Kafka-metrics scrapes of its time (from the previous process's kill, so an
+        attempt made while no front answered and accepted by the restarted one is whole),
+        every other runner row; derived tables built afresh. Checks read it like any run."""
+        from dataclasses import replace
+
+        files = [f for f in self.files if f.parent.name != "acceptor" or f in inc.files]
+        history = _windowed(read_history(self.spark, files, self.in_memory), inc)
+        return replace(self, history=history, files=files, incarnation=inc, _cache={}, _own={})
+
     def on_broker(self, node: int, narrow: dict[str, Callable[[Any], Any]]) -> Run:
         """This run seen through one broker of its cluster: the same history, limits and
         shared tables, with each table named in ``narrow`` (a `cached` key) replaced by
@@ -363,6 +385,87 @@ class Run:
         from dataclasses import replace
 
         return replace(self, node=node, _own=dict(narrow))
+
+
+@dataclass(frozen=True)
+class Incarnation:
+    """One acceptor process of a run (`Run.incarnations`)."""
+
+    index: int
+    pid: str
+    files: tuple[Path, ...]
+    #: its client rows and scrapes: (the previous process's kill, its own kill]; None = open
+    lo_ns: int | None
+    hi_ns: int | None
+    #: killed (`acceptor_kill`): what it had not flushed is lost
+    crashed: bool
+    #: its first and last history rows (a killed one's last: its last flush)
+    first_ns: int
+    last_ns: int
+
+
+_ACCEPTOR_FILE = re.compile(r"^acceptor-(?P<pid>\d+)-\d+\.parquet$")
+
+
+def acceptor_incarnations(run: Run) -> list[Incarnation]:
+    """The run's acceptor processes from their files, ordered by their first row; the
+    kills between them from the runner's `acceptor_kill` fault rows."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    by_pid: dict[str, list[Path]] = {}
+    for f in run.files:
+        m = _ACCEPTOR_FILE.match(f.name)
+        if f.parent.name == "acceptor" and m:
+            by_pid.setdefault(m["pid"], []).append(f)
+    if len(by_pid) < 2:
+        return []
+    spans: list[tuple[int, int, str]] = []
+    for pid, files in by_pid.items():
+        ns = pa.concat_arrays(
+            [pq.read_table(f, columns=["mono_ns"])["mono_ns"].combine_chunks() for f in files]
+        )
+        bounds = pc.min_max(ns)
+        spans.append((int(bounds["min"].as_py()), int(bounds["max"].as_py()), pid))
+    spans.sort()
+    kills = sorted(
+        int(r["mono_ns"])
+        for r in run.events("fault_start", source="harness")
+        .where("reason = 'acceptor_kill'")
+        .select("mono_ns")
+        .collect()
+    )
+    out: list[Incarnation] = []
+    for i, (lo, hi, pid) in enumerate(spans):
+        before = [k for k in kills if k <= lo]
+        after = [k for k in kills if k >= hi]
+        out.append(
+            Incarnation(
+                index=i,
+                pid=pid,
+                files=tuple(sorted(by_pid[pid])),
+                lo_ns=before[-1] if i and before else None,
+                hi_ns=after[0] if after and i < len(spans) - 1 else None,
+                crashed=i < len(spans) - 1,
+                first_ns=lo,
+                last_ns=hi,
+            )
+        )
+    return out
+
+
+def _windowed(df: DataFrame, inc: Incarnation) -> DataFrame:
+    """Client rows and Kafka-metrics scrapes inside the incarnation's time; the rest whole."""
+    from pyspark.sql import functions as F
+
+    timed = (F.col("source") == "client") | (F.col("event") == "kafka_metrics")
+    inside = F.lit(True)
+    if inc.lo_ns is not None:
+        inside = inside & (F.col("mono_ns") > F.lit(inc.lo_ns))
+    if inc.hi_ns is not None:
+        inside = inside & (F.col("mono_ns") <= F.lit(inc.hi_ns))
+    return df.where(~timed | inside)
 
 
 def _harness_rows(files: list[Path]) -> tuple[list[tuple[int, str | None]], int | None]:

@@ -14,6 +14,7 @@ The run's verdict says what was proven (`overall`):
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import time
@@ -36,7 +37,135 @@ def applicable(check: Check, run: Run) -> bool:
     return target in check.targets
 
 
+#: judged on the whole run even across an acceptor restart: what the load offered and how
+#: the steady clients fared do not depend on which acceptor process answered
+WHOLE_RUN = frozenset({"offered_load", "steady_fairness"})
+OUTAGE = "front_outage"
+
+
 def run_checks(
+    run: Run, checks: list[Check] | None = None, progress: Callable[[str], None] | None = None
+) -> list[CheckResult]:
+    """Every applicable check on the run; a run whose acceptor was killed and restarted is
+    judged through each of its processes (`across_restarts`)."""
+    incarnations = run.incarnations() if run.has_source("acceptor") else []
+    if len(incarnations) > 1:
+        return across_restarts(run, incarnations, checks, progress)
+    return _judge(run, checks, progress)
+
+
+def across_restarts(
+    run: Run,
+    incarnations: list[Any],
+    checks: list[Check] | None,
+    progress: Callable[[str], None] | None,
+) -> list[CheckResult]:
+    """A killed acceptor's meters, counts and unflushed rows die with it, and the restarted
+    one starts afresh (with the dynamic quotas its state file kept): each check is judged on
+    each process's own history and the client rows of its time (`Run.during`), the results
+    merged (fail > unknown > pass; a process with nothing to judge adds nothing). The window
+    without a front (the killed one's last row to the restarted one's readiness) is judged
+    by no check: a `front_outage` result says so, `unknown`, and the run's verdict with it."""
+    chosen = checks if checks is not None else ALL_CHECKS
+    per_view = [c for c in chosen if c.name not in WHOLE_RUN]
+    whole = [c for c in chosen if c.name in WHOLE_RUN]
+    views: list[list[CheckResult]] = []
+    for inc in incarnations:
+        if progress:
+            progress(f"  acceptor process {inc.index + 1} of {len(incarnations)} (pid {inc.pid})")
+        views.append(_judge(run.during(inc), per_view, progress))
+    merged = [_merge_views(incarnations, [v[i] for v in views]) for i in range(len(views[0]))]
+    return [*merged, *_judge(run, whole, progress), _outage(run, incarnations)]
+
+
+def _merge_views(incarnations: list[Any], results: list[CheckResult]) -> CheckResult:
+    from analysis.checks.base import Part, merge
+
+    judged_here = [r for r in results if not (r.verdict in (UNKNOWN, NA) and r.judged == 0)]
+    verdicts = [r.verdict for r in (judged_here or results)]
+    verdict = NA if all(v == NA for v in verdicts) else merge(v for v in verdicts if v != NA)
+    first = results[0]
+    parts: dict[str, Part] = {}
+    for r in results:
+        for p in r.parts:
+            seen = parts.get(p.name)
+            total = p.judged + (seen.judged if seen is not None else 0)
+            parts[p.name] = Part(p.name, total, p.note, p.hint)
+    ratios = [(r.peak / r.limit, r) for r in results if r.peak is not None and r.limit]
+    worst = max(ratios, key=lambda t: t[0])[1] if ratios else first
+    return CheckResult(
+        first.name,
+        verdict,
+        observed="; ".join(
+            f"acceptor process {inc.index + 1} (pid {inc.pid}): {r.observed}"
+            for inc, r in zip(incarnations, results, strict=True)
+        ),
+        expected=first.expected,
+        tolerance=first.tolerance,
+        witnesses=[
+            {"acceptor_pid": inc.pid, **w}
+            for inc, r in zip(incarnations, results, strict=True)
+            for w in r.witnesses
+        ][:10],
+        explanation="judged on each acceptor process's own history (the acceptor was killed "
+        "and restarted). " + first.explanation,
+        family=first.family,
+        needs_load=first.needs_load,
+        judged=sum(r.judged for r in results),
+        exercised=any(r.exercised for r in results)
+        if any(r.exercised is not None for r in results)
+        else None,
+        peak=worst.peak,
+        limit=worst.limit,
+        raise_hint=first.raise_hint,
+        judges_limit=first.judges_limit,
+        parts=list(parts.values()),
+        data={"crashed": True} if any(r.data.get("crashed") for r in results) else {},
+    )
+
+
+def _outage(run: Run, incarnations: list[Any]) -> CheckResult:
+    """The windows without a front: from a killed acceptor's last written row to the
+    restarted one's readiness (the runner's `fault_end`), with what the clients tried."""
+    from pyspark.sql import functions as F
+
+    ends = sorted(
+        int(r["mono_ns"])
+        for r in run.events("fault_end", source="harness")
+        .where("reason = 'acceptor_kill'")
+        .select("mono_ns")
+        .collect()
+    )
+    t0 = run.span_ns()[0]
+    windows = []
+    for inc, nxt in itertools.pairwise(incarnations):
+        back = next((e for e in ends if e >= inc.last_ns), nxt.first_ns)
+        tried = (
+            run.events("connect_invoke", source="client")
+            .where((F.col("mono_ns") > inc.last_ns) & (F.col("mono_ns") <= back))
+            .count()
+        )
+        windows.append(
+            f"{(inc.last_ns - t0) / 1e9:.1f}–{(back - t0) / 1e9:.1f} s (acceptor pid {inc.pid} "
+            f"killed; its history ends at its last flush; {tried} client attempts started "
+            "in the window)"
+        )
+    return CheckResult(
+        OUTAGE,
+        UNKNOWN,
+        observed="no front in " + "; ".join(windows),
+        expected="a front answering for the whole run",
+        explanation=(
+            "while no acceptor ran, nothing was enforced and nothing recorded: every check is "
+            "judged on each acceptor process's own time, and this window on none (never a "
+            "fail, never a silent pass)"
+        ),
+        family="faults",
+        data={"outage": windows},
+    )
+
+
+def _judge(
     run: Run, checks: list[Check] | None = None, progress: Callable[[str], None] | None = None
 ) -> list[CheckResult]:
     results: list[CheckResult] = []
@@ -84,7 +213,11 @@ def overall(
     failed = [r.name for r in results if r.verdict == FAIL]
     if failed:
         return FAIL, [f"failed: {', '.join(failed)}"]
-    reasons: list[str] = []
+    reasons: list[str] = [
+        f"the window without a front was judged by no check: {w}"
+        for r in results
+        for w in r.data.get("outage", [])
+    ]
     crashed = [r.name for r in results if r.data.get("crashed")]
     if crashed:
         reasons.append(f"the checker crashed on {', '.join(crashed)}: nothing is proven by them")

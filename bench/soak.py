@@ -286,10 +286,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", choices=("acceptor", "broker", "both"), default="acceptor")
     ap.add_argument("--out", type=Path, default=Path("runs/soak"))
     ap.add_argument("--reuse", type=Path, help="report on an existing soak run folder")
+    ap.add_argument(
+        "--seconds", type=int, help="load for this long instead (a trial; not a soak's pass)"
+    )
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     targets = ["acceptor", "broker"] if args.target == "both" else [args.target]
-    duration = duration_for(args.connections)
+    duration = args.seconds or duration_for(args.connections)
     failed = False
     for target in targets:
         log = args.out / f"soak-{target}.log"

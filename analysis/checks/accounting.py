@@ -232,7 +232,13 @@ def _on_acceptor(run: Run) -> CheckResult:
     readings, problems = kernel_readings(run)
     unexplained: list[Lost]
     not_sampled: list[Lost]
-    if problems:  # the counters cannot explain a drop, nor rule one out
+    inc = run.incarnation
+    if inc is not None and inc.crashed:
+        # this acceptor was killed: an attempt it never recorded may have sat in its backlog
+        # (the kernel resets those with the socket) or been taken after its last flush
+        unexplained, not_sampled, used = [], list(lost), 0
+        problems = [f"acceptor pid {inc.pid} was killed: its backlog and last rows died with it"]
+    elif problems:  # the counters cannot explain a drop, nor rule one out
         unexplained, not_sampled, used = [], list(lost), 0
     else:
         unexplained, not_sampled, used = explain_by_drops(lost, readings, run.clock_error_ns)
@@ -316,7 +322,7 @@ def _on_acceptor(run: Run) -> CheckResult:
         explanation=(
             "an attempt that connected and is neither in the acceptor's history nor a "
             "counted kernel drop is a connection the enforcer took and never recorded"
-            + (f"; kernel counters unusable: {'; '.join(problems)}" if problems else "")
+            + (f"; not judged: {'; '.join(problems)}" if problems else "")
         ),
         judged=total,
         parts=parts if total else [],

@@ -56,6 +56,10 @@ def _protocol(client_config: Path) -> str:
     return clientprops.read(client_config).get("security.protocol", "PLAINTEXT").upper()
 
 
+#: faults that kill a process the runner then restarts (the fault ends once it answers)
+KILLS = ("broker_kill", "acceptor_kill")
+
+
 @dataclass
 class RunOptions:
     target: str
@@ -132,6 +136,7 @@ class Orchestrator:
         self.active_faults: dict[str, float] = {}
         self._restart_thread: threading.Thread | None = None
         self._restart_error: list[BaseException] = []
+        self._restart_kind = "broker_kill"
         self._web_ports: list[int] = []
         self.lead = 0.0
         self._t0: float | None = None
@@ -561,7 +566,8 @@ class Orchestrator:
 
     # -- faults ------------------------------------------------------------------------------------
     def _broker_fault_active(self) -> bool:
-        return any(k in self.active_faults for k in ("broker_pause", "broker_kill"))
+        """A process is down on purpose (a broker paused or killed, the acceptor killed)."""
+        return any(k in self.active_faults for k in (*KILLS, "broker_pause"))
 
     def _fault(self, params: Any, *, start: bool, elapsed: float) -> None:
         assert self.target is not None
@@ -586,6 +592,10 @@ class Orchestrator:
                 broker.pause()
             elif kind == "broker_kill":
                 broker.kill()
+            elif kind == "acceptor_kill":
+                # what it had not flushed is lost: its history ends at its last part file
+                assert isinstance(self.target, AcceptorTarget)
+                detail["killed_pid"] = self.target.kill()  # in fault_end's detail
             else:
                 self.target.set_upstream_latency(float(params["latency_ms"]))
             return
@@ -603,17 +613,20 @@ class Orchestrator:
             self.target.set_upstream_latency(0.0)
             self._end_fault(kind, detail)
         else:
-            self.say(f"t={elapsed:.1f}s restarting the broker (same ports, same data)")
+            what = "broker" if kind == "broker_kill" else "acceptor"
+            self.say(f"t={elapsed:.1f}s restarting the {what} (same ports, same state)")
             requested = time.monotonic()
+            victim: Any = broker if kind == "broker_kill" else self.target
 
             def restart() -> None:
                 try:
-                    broker.restart()
+                    victim.restart()
                 except BaseException as exc:
                     self._restart_error.append(exc)
                 detail["restart_s"] = round(time.monotonic() - requested, 3)
 
             self._restart_detail = detail
+            self._restart_kind = kind
             self._restart_thread = threading.Thread(
                 target=restart, name="broker-restart", daemon=True
             )
@@ -630,9 +643,10 @@ class Orchestrator:
             self._restart_thread = None
             if self._restart_error:
                 raise TargetError(
-                    f"the broker did not come back after the kill: {self._restart_error[0]}"
+                    f"the {self._restart_kind.removesuffix('_kill')} did not come back after "
+                    f"the kill: {self._restart_error[0]}"
                 )
-            self._end_fault("broker_kill", self._restart_detail)
+            self._end_fault(self._restart_kind, self._restart_detail)
 
     def _wait_restart(self) -> None:
         if self._restart_thread is not None:

@@ -27,7 +27,7 @@ TARGETS = ("acceptor", "broker")
 PROFILES = ("storm", "per_request", "single_ip_flood", "steady", "greedy")
 #: closed-model profiles: `users` long-lived clients, no arrival schedule
 CLOSED_PROFILES = ("steady", "greedy")
-FAULT_KINDS = ("broker_pause", "broker_kill", "upstream_latency")
+FAULT_KINDS = ("broker_pause", "broker_kill", "upstream_latency", "acceptor_kill")
 VERDICTS = ("pass", "fail", "unknown")
 PROXY_MODES = ("off", "v1", "v2")
 LISTENER_PROXY_MODES = ("off", "optional", "required")
@@ -678,7 +678,7 @@ def _parse_action(i: int, spec: object, sc: dict[str, Any]) -> Action:
             )
         params = {"kind": fkind, "for": dur}
         if "broker" in m:  # a cluster: the node the fault hits (default: node 1)
-            if fkind == "upstream_latency":
+            if fkind in ("upstream_latency", "acceptor_kill"):
                 raise ScenarioError(f"{where}.broker", m["broker"], "only for broker faults")
             node = _int(f"{where}.broker", m["broker"], 1)
             if node is None or node > sc["brokers"]:
@@ -852,7 +852,8 @@ def _parse_scenario(data: object, source: str) -> Scenario:
 
 
 def _check_faults_disjoint(schedule: Sequence[Action]) -> None:
-    """Broker faults cannot overlap (a paused broker cannot also be killed)."""
+    """Process faults cannot overlap (a paused broker cannot also be killed, nor the
+    acceptor in front of it)."""
     broker = [a for a in schedule if a.kind == "fault" and a.params["kind"] != "upstream_latency"]
     for a, b in itertools.pairwise(broker):
         end = a.end

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import signal
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -532,6 +533,8 @@ class Target:
     # faults -------------------------------------------------------------------------------
     def supports_fault(self, kind: str) -> str | None:
         """None if the fault can be applied, else why not."""
+        if kind == "acceptor_kill":
+            return "target broker has no acceptor to kill"
         launcher = getattr(self.broker, "launcher", "external")
         if kind == "upstream_latency" and not isinstance(self, AcceptorTarget):
             return "target broker has no upstream (clients connect to the broker itself)"
@@ -719,7 +722,8 @@ class AcceptorTarget(Target):
         limits = initial_limits(sc)
         props: dict[str, str] = {
             "listeners": ",".join(f"{n}://127.0.0.1:{ports[n]}" for n in sc.listeners),
-            "metrics.port": "0",
+            # fixed, so a restarted acceptor (fault acceptor_kill) is scraped where it was
+            "metrics.port": str(free_port()),
             "state.dir": str(self.run_dir / "acceptor-state"),
         }
         if sc.inter_broker_listener:
@@ -812,24 +816,10 @@ class AcceptorTarget(Target):
         ]
         for k, v in self.overrides.items():
             argv += ["--set", f"{k}={v}"]
-        self.ready_path.unlink(missing_ok=True)
+        self._argv, self._timeout = argv, acceptor_timeout
         log = self.run_dir / "logs" / "acceptor.log"
         self.progress(f"starting the acceptor (config {self.config_path}, log {log})")
-        self.acceptor = ManagedProcess("acceptor", argv, log_path=log)
-        deadline = time.monotonic() + acceptor_timeout
-        while not self.ready_path.exists():
-            code = self.acceptor.poll()
-            if code is not None:
-                raise TargetError(
-                    f"the acceptor exited with code {code} before it was ready; its log "
-                    f"({log}) ends with:\n{self.acceptor.tail(25)}"
-                )
-            if time.monotonic() > deadline:
-                raise TargetError(
-                    f"the acceptor was not ready within {acceptor_timeout:.0f}s; see {log}"
-                )
-            time.sleep(0.1)
-        ready = json.loads(self.ready_path.read_text())
+        ready = self._launch()
         for n in sc.listeners:
             entry = ready["listeners"][n]
             self.client_addresses[n] = (str(entry["host"]), int(entry["port"]))
@@ -849,9 +839,57 @@ class AcceptorTarget(Target):
         )
         self.apply_initial_quotas()
 
+    def _launch(self) -> dict[str, Any]:
+        """Start the acceptor process (`_argv`) and wait for its ready file; its answer."""
+        self.ready_path.unlink(missing_ok=True)
+        log = self.run_dir / "logs" / "acceptor.log"
+        self.acceptor = ManagedProcess("acceptor", self._argv, log_path=log)
+        deadline = time.monotonic() + self._timeout
+        while not self.ready_path.exists():
+            code = self.acceptor.poll()
+            if code is not None:
+                raise TargetError(
+                    f"the acceptor exited with code {code} before it was ready; its log "
+                    f"({log}) ends with:\n{self.acceptor.tail(25)}"
+                )
+            if time.monotonic() > deadline:
+                raise TargetError(
+                    f"the acceptor was not ready within {self._timeout:.0f}s; see {log}"
+                )
+            time.sleep(0.1)
+        return json.loads(self.ready_path.read_text())  # type: ignore[no-any-return]
+
+    def kill(self) -> int | None:
+        """Fault `acceptor_kill`: SIGKILL every process of the acceptor (no flush, no
+        goodbye: what it had not written is lost, and its listening sockets close, so the
+        kernel refuses new connections). Returns the killed process id."""
+        proc = self.acceptor
+        if proc is None:
+            return None
+        proc.signal_group(signal.SIGKILL)
+        proc.wait(10)
+        proc.stop(timeout=1)
+        return proc.pid
+
+    def restart(self) -> None:
+        """The same acceptor again (same configuration, ports and state.dir: the dynamic
+        quotas set before the crash are enforced after it, as Kafka keeps them in its
+        metadata log); returns once it is ready."""
+        ready = self._launch()
+        moved = {
+            n: (str(e["host"]), int(e["port"]))
+            for n, e in ready["listeners"].items()
+            if n in self.client_addresses
+            and (str(e["host"]), int(e["port"])) != self.client_addresses[n]
+        }
+        if moved:
+            raise TargetError(f"the restarted acceptor listens elsewhere: {moved}")
+
     def supports_fault(self, kind: str) -> str | None:
         if kind == "upstream_latency" and not self.proxies:
             return "no latency proxy was started"
+        if kind == "acceptor_kill":
+            return None
         return super().supports_fault(kind)
 
     def set_upstream_latency(self, ms: float) -> None:

@@ -1,0 +1,103 @@
+"""A run whose acceptor was killed and restarted (fault `acceptor_kill`), hand-built: each
+acceptor process is judged on its own history, the window without a front by no check
+(`front_outage`, unknown, and the run's verdict with it), and a broken rule after the
+restart still fails."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from analysis.checks import ALL_CHECKS
+from analysis.load import load_run
+from analysis.verdict import OUTAGE, overall, run_checks
+from harness.history import HistoryWriter
+
+S = 1_000_000_000
+MS = 1_000_000
+T0 = 9_000 * S
+KILL, BACK = T0 + 10_500 * MS, T0 + 13 * S
+ADDR = {"client_ip": "127.0.0.7", "listener": "CLIENT"}
+CHECKS = [c for c in ALL_CHECKS if c.name in ("accounting", "client_acceptor_agreement")]
+
+
+def _attempt(cw: HistoryWriter, port: int, start: int, *, refused: bool = False) -> None:
+    a = {**ADDR, "client_port": port}
+    cw.record("connect_invoke", mono_ns=start, detail={"profile": "storm"}, **a)
+    if refused:
+        cw.record("connect_fail", mono_ns=start + MS, reason="refused", latency_ms=1.0, **a)
+        return
+    cw.record("connect_ok", mono_ns=start + MS, latency_ms=1.0, **a)
+    cw.record("ready", mono_ns=start + 3 * MS, latency_ms=3.0, api_key=18, **a)
+    cw.record("closed", mono_ns=start + 5 * MS, reason="done", latency_ms=5.0,
+              detail={"outcome": "served", "profile": "storm"}, **a)  # fmt: skip
+
+
+def _conn(aw: HistoryWriter, pid: str, port: int, at: int) -> None:
+    c = {**ADDR, "client_port": port, "conn_id": f"CLIENT-{pid}-{port}"}
+    aw.record("accept", mono_ns=at, **c)
+    aw.record("admit", mono_ns=at, delay_ms=0.0, **c)
+    aw.record("close", mono_ns=at + 4 * MS, reason="client_eof", **c)
+
+
+def _run(tmp: Path, name: str, lost_after_restart: bool) -> Path:
+    run = tmp / name
+    (run / "history").mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"run_id": name, "target": "acceptor"}))
+    h = run / "history"
+    cw = HistoryWriter(h, "client", name, background=False)
+    first = HistoryWriter(h, "acceptor", name, name="acceptor-111", background=False)
+    second = HistoryWriter(h, "acceptor", name, name="acceptor-222", background=False)
+    hw = HistoryWriter(h, "harness", name, background=False)
+    hw.record("config", mono_ns=T0, detail={"max.connections": 2147483647})
+    for i in range(10):  # served by the first process
+        _attempt(cw, 40000 + i, T0 + i * S)
+        _conn(first, "111", 40000 + i, T0 + i * S + 2 * MS)
+    _attempt(cw, 40100, T0 + 10_200 * MS)  # connected, in its backlog when it died
+    hw.record("fault_start", mono_ns=KILL, reason="acceptor_kill", detail={"kind": "acceptor_kill"})
+    _attempt(cw, 40200, T0 + 11 * S, refused=True)  # no front
+    hw.record("fault_end", mono_ns=BACK, reason="acceptor_kill", detail={"kind": "acceptor_kill"})
+    for i in range(5):  # served by the restarted one
+        _attempt(cw, 40300 + i, BACK + (i + 1) * S)
+        _conn(second, "222", 40300 + i, BACK + (i + 1) * S + 2 * MS)
+    if lost_after_restart:  # connected to the restarted front, never recorded by it
+        _attempt(cw, 40400, BACK + 7 * S)
+    for t in range(0, 22):  # the kernel counted no drop all run
+        hw.record("kernel_net", mono_ns=T0 + t * S, latency_ms=0.01,
+                  detail={"listen_drops": 0, "listen_overflows": 0, "reqq_full_drop": 0,
+                          "syn_cookies": 0, "netns": "net:[1]"})  # fmt: skip
+    for w in (cw, first, second, hw):
+        w.close()
+    return run
+
+
+def test_each_process_is_judged_on_its_own_and_the_outage_by_none(
+    spark: Any, tmp_path: Path
+) -> None:
+    run = load_run(spark, _run(tmp_path, "crash", lost_after_restart=False))
+    incs = run.incarnations()
+    assert [(i.pid, i.crashed) for i in incs] == [("111", True), ("222", False)]
+    assert incs[1].lo_ns == KILL and incs[0].hi_ns == KILL
+    results = {r.name: r for r in run_checks(run, CHECKS)}
+    agreement, accounting, outage = (
+        results["client_acceptor_agreement"], results["accounting"], results[OUTAGE]
+    )  # fmt: skip
+    assert agreement.verdict == "pass" and agreement.judged == 15, agreement.observed
+    # the attempt in the dead front's backlog is not judged: unknown, never a fail
+    assert accounting.verdict == "unknown", accounting.observed
+    assert "pid 111 was killed" in accounting.observed
+    assert outage.verdict == "unknown" and "2 client attempts" in outage.observed
+    verdict, reasons = overall(list(results.values()))
+    assert verdict == "unknown"
+    assert any("window without a front" in r for r in reasons), reasons
+
+
+def test_a_connection_lost_by_the_restarted_front_still_fails(spark: Any, tmp_path: Path) -> None:
+    run = load_run(spark, _run(tmp_path, "crash-lost", lost_after_restart=True))
+    results = {r.name: r for r in run_checks(run, CHECKS)}
+    accounting = results["accounting"]
+    assert accounting.verdict == "fail", accounting.observed
+    assert [w["client_port"] for w in accounting.witnesses] == [40400]
+    assert accounting.witnesses[0]["acceptor_pid"] == "222"
+    assert overall(list(results.values()))[0] == "fail"
