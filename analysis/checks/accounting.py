@@ -250,6 +250,9 @@ def _on_acceptor(run: Run) -> CheckResult:
     bad_by: dict[str, int] = defaultdict(int)
     for x in unexplained:
         bad_by[str(x.key[2])] += 1
+    unjudged_by: dict[str, int] = defaultdict(int)
+    for x in not_sampled:
+        unjudged_by[str(x.key[2])] += 1
     lines = []
     for listener in sorted(counts):
         c = counts[listener]
@@ -259,10 +262,11 @@ def _on_acceptor(run: Run) -> CheckResult:
         )
         lines.append(
             f"{listener}: {sum(c.values())} attempts = {accepted} accepted + "
-            f"{lost_by[listener] - bad_by[listener]} dropped by the kernel + "
-            f"{sum(n for k, n in c.items() if k not in ('connected', 'cut_off'))} connect "
-            f"errors ({errors or 'none'}) + {c['cut_off']} cut off at the stop; "
-            f"{bad_by[listener]} unexplained"
+            f"{lost_by[listener] - bad_by[listener] - unjudged_by[listener]} dropped by the "
+            f"kernel + {sum(n for k, n in c.items() if k not in ('connected', 'cut_off'))} "
+            f"connect errors ({errors or 'none'}) + {c['cut_off']} cut off at the stop"
+            + (f" + {unjudged_by[listener]} not judged" if unjudged_by[listener] else "")
+            + f"; {bad_by[listener]} unexplained"
         )
     drops_seen = readings[-1].drops - readings[0].drops if len(readings) > 1 else 0
     wit = [

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 
 from harness.acceptor.config import AcceptorConfig
 from harness.acceptor.request_quotas import entity_key, parse_entity_key
-from harness.acceptor.state import load_state, save_state
+from harness.acceptor.state import PersistentState, load_state, save_state
 from harness.quota.client_quota_admin import enforced_ip_quotas, ip_entity_address
 from harness.quota.config import QuotaConfig, apply_dynamic_update, layered_update
 from harness.quota.connections import ConnectionQuotas
@@ -41,6 +41,9 @@ class DynamicConfig:
 
     def restore(self) -> None:
         """Re-apply what `state.dir` kept from earlier runs (at start)."""
+        if "state_not_restored" in self.cfg.faults:  # SEEDED FAULT: the state file ignored
+            self.state = PersistentState()
+            return
         st = self.state
         if st.broker_config or st.node_config:
             layers = {**st.broker_config, **st.node_config}  # per-broker wins

@@ -195,6 +195,13 @@ FAULTS: tuple[Fault, ...] = (
         "harness/acceptor/admission.py ListenerAcceptor._admit",
     ),
     Fault(
+        "state_not_restored",
+        "a restarted acceptor enforces the run-time quota changes it kept (state.dir), as "
+        "Kafka replays its metadata log",
+        "it starts from its configured limits, the kept changes ignored",
+        "harness/acceptor/dynamic.py DynamicConfig.restore",
+    ),
+    Fault(
         "skip_ip_rate_check",
         "connection_creation_rate on ip entities throttles connections",
         "the per-IP rate step is skipped (ip quotas are still accepted and reported); "

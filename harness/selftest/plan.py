@@ -47,6 +47,7 @@ FAULT_SCENARIOS: dict[str, tuple[str, ...]] = {
     "request_mute_skipped": ("request-quota-greedy",),
     # issue 34: a connection taken and never recorded (only `accounting` sees it)
     "accept_unrecorded": ("ci-gate",),
+    "state_not_restored": ("acceptor-crash",),
 }
 
 #: the fast subset for CI (all on the 20 s ci-gate scenario)

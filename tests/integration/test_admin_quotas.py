@@ -592,3 +592,17 @@ def test_broker_resource_errors_are_the_brokers(
     assert answers[0] == answers[1]
     assert answers[0][0][0] != 0
     assert h.acceptor.quota_cfg.max_connections == 2147483647
+
+
+def test_the_seeded_fault_forgets_the_kept_quotas_on_restart(start: Start, tmp_path: Path) -> None:
+    from harness.quota.faults import FAULT_KEY
+
+    state = str(tmp_path / "state-fault")
+    h = start(**{"state.dir": state})
+    alter_ip_quota(bootstrap(h.address("CLIENT")), None, 2)
+    h.stop()
+    kept = start(**{"state.dir": state})
+    assert describe_ip_quotas(bootstrap(kept.address("CLIENT"))) == {"default": 2.0}
+    kept.stop()
+    forgot = start(**{"state.dir": state, FAULT_KEY: "state_not_restored"})
+    assert describe_ip_quotas(bootstrap(forgot.address("CLIENT"))) == {}
