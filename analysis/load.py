@@ -373,9 +373,18 @@ class Run:
         every other runner row; derived tables built afresh. Checks read it like any run."""
         from dataclasses import replace
 
-        files = [f for f in self.files if f.parent.name != "acceptor" or f in inc.files]
+        others = {i.pid for i in self.incarnations() if i.pid != inc.pid}
+        files = [f for f in self.files if _writer_pid(f) not in others]
         history = _windowed(read_history(self.spark, files, self.in_memory), inc)
-        return replace(self, history=history, files=files, incarnation=inc, _cache={}, _own={})
+        return replace(
+            self,
+            history=history,
+            files=files,
+            incarnation=inc,
+            testimony=testimony_of(_harness_rows(files)[0]),
+            _cache={},
+            _own={},
+        )
 
     def on_broker(self, node: int, narrow: dict[str, Callable[[Any], Any]]) -> Run:
         """This run seen through one broker of its cluster: the same history, limits and
@@ -405,6 +414,14 @@ class Incarnation:
 
 
 _ACCEPTOR_FILE = re.compile(r"^acceptor-(?P<pid>\d+)-\d+\.parquet$")
+#: an acceptor process writes its rows (`acceptor-<pid>-N`) and its `config` rows
+#: (`acceptor-config-<pid>-N`, among the harness rows)
+_WRITER = re.compile(r"^acceptor-(?:config-)?(?P<pid>\d+)-\d+\.parquet$")
+
+
+def _writer_pid(f: Path) -> str | None:
+    m = _WRITER.match(f.name)
+    return m["pid"] if m and f.parent.name in ("acceptor", "harness") else None
 
 
 def acceptor_incarnations(run: Run) -> list[Incarnation]:
@@ -466,6 +483,15 @@ def _windowed(df: DataFrame, inc: Incarnation) -> DataFrame:
     if inc.hi_ns is not None:
         inside = inside & (F.col("mono_ns") <= F.lit(inc.hi_ns))
     return df.where(~timed | inside)
+
+
+def testimony_of(cfg_rows: list[tuple[int, str | None]]) -> Testimony:
+    """`config` rows split into what the runner intended and what the enforcer applied."""
+    parsed = sorted(((ns, _parse(ns, d)) for ns, d in cfg_rows), key=lambda r: r[0])
+    return Testimony(
+        runner=[r for r in parsed if is_runner_row(r[1])],
+        enforcer=[r for r in parsed if not is_runner_row(r[1])],
+    )
 
 
 def _harness_rows(files: list[Path]) -> tuple[list[tuple[int, str | None]], int | None]:
@@ -574,11 +600,7 @@ def load_run(spark: SparkSession, run_dir: str | Path) -> Run:
     history = read_history(spark, files, in_memory)
     limits = meta.get("limits") if isinstance(meta.get("limits"), dict) else None
     cfg_rows, offset = _harness_rows(files)
-    parsed = sorted(((ns, _parse(ns, d)) for ns, d in cfg_rows), key=lambda r: r[0])
-    testimony = Testimony(
-        runner=[r for r in parsed if is_runner_row(r[1])],
-        enforcer=[r for r in parsed if not is_runner_row(r[1])],
-    )
+    testimony = testimony_of(cfg_rows)
     if testimony.runner:  # judge by what the runner intended, never the enforcer's word
         cfg_rows = [(ns, d) for ns, d in pinned_runner_rows(testimony)]
     timeline = config_timeline(cfg_rows, limits)
