@@ -50,8 +50,53 @@ def run_checks(
     judged through each of its processes (`across_restarts`)."""
     incarnations = run.incarnations() if run.has_source("acceptor") else []
     if len(incarnations) > 1:
-        return across_restarts(run, incarnations, checks, progress)
-    return _judge(run, checks, progress)
+        results = across_restarts(run, incarnations, checks, progress)
+    else:
+        results = _judge(run, checks, progress)
+    killed = _killed_loads(run) if checks is None else None
+    return results if killed is None else [*results, killed]
+
+
+def _killed_loads(run: Run) -> CheckResult | None:
+    """Load phases killed (`load_kill`): what each recorded is judged; from its last
+    recorded arrival (its `phase_end`) to its death, its rows died unflushed with it, and
+    that window is judged by no check (the enforcer's connections of its addresses there
+    are explained as after the load, `client_acceptor_agreement`)."""
+    rows = (
+        run.events("fault_start", "phase_end", source="harness")
+        .select("event", "mono_ns", "reason", "detail")
+        .orderBy("mono_ns")
+        .collect()
+    )
+    kills = {
+        json.loads(r["detail"] or "{}").get("phase"): int(r["mono_ns"])
+        for r in rows
+        if r["event"] == "fault_start" and r["reason"] == "load_kill"
+    }
+    if not kills:
+        return None
+    t0 = run.span_ns()[0]
+    windows = []
+    for r in rows:
+        d = json.loads(r["detail"] or "{}")
+        if r["event"] == "phase_end" and d.get("killed") and d.get("name") in kills:
+            end, died = int(r["mono_ns"]), kills[d["name"]]
+            windows.append(
+                f"phase {d['name']} (pid {d.get('pid')}): killed at {(died - t0) / 1e9:.1f} s, "
+                f"its history ends at {(min(end, died) - t0) / 1e9:.1f} s (its last flush)"
+            )
+    return CheckResult(
+        "load_outage",
+        UNKNOWN,
+        observed="; ".join(windows) or "a load_kill fault found no phase to kill",
+        expected="every load process writes its history to the end of its phase",
+        explanation=(
+            "a killed load process's last rows died with it: its connections in that "
+            "window are judged by no check (never a fail, never a silent pass)"
+        ),
+        family="faults",
+        data={"outage": windows},
+    )
 
 
 def across_restarts(
@@ -214,7 +259,7 @@ def overall(
     if failed:
         return FAIL, [f"failed: {', '.join(failed)}"]
     reasons: list[str] = [
-        f"the window without a front was judged by no check: {w}"
+        f"judged by no check: {w}"
         for r in results
         for w in r.data.get("outage", [])
     ]

@@ -111,6 +111,8 @@ class _RunningPhase:
     flowing: bool = False
     start_mono_ns: int | None = None
     end_mono_ns: int | None = None
+    #: killed by a `load_kill` fault
+    killed: bool = False
 
 
 class Orchestrator:
@@ -524,6 +526,8 @@ class Orchestrator:
 
     def _phase_ended(self, rp: _RunningPhase, code: int | None, **extra: Any) -> None:
         rp.ended = True
+        if rp.killed:  # its history ends at its last flush: phase_end is placed there
+            extra["killed"] = True
         rp.proc.stop(timeout=1)
         self._record_phase_rows(rp, code, **extra)
         # Locust exits 1 when requests failed: expected when limits refuse connections
@@ -592,6 +596,14 @@ class Orchestrator:
                 broker.pause()
             elif kind == "broker_kill":
                 broker.kill()
+            elif kind == "load_kill":
+                # the phase's Locust processes die; its unflushed rows die with them, and
+                # its phase_end falls at its last recorded arrival (`_record_phase_rows`)
+                rp = self.phases.get(str(params["phase"]))
+                if rp is not None and not rp.ended:
+                    detail["killed_pid"] = rp.proc.pid
+                    rp.killed = True
+                    rp.proc.signal_group(signal.SIGKILL)
             elif kind == "acceptor_kill":
                 # what it had not flushed is lost: its history ends at its last part file
                 assert isinstance(self.target, AcceptorTarget)

@@ -27,7 +27,7 @@ TARGETS = ("acceptor", "broker")
 PROFILES = ("storm", "per_request", "single_ip_flood", "steady", "greedy")
 #: closed-model profiles: `users` long-lived clients, no arrival schedule
 CLOSED_PROFILES = ("steady", "greedy")
-FAULT_KINDS = ("broker_pause", "broker_kill", "upstream_latency", "acceptor_kill")
+FAULT_KINDS = ("broker_pause", "broker_kill", "upstream_latency", "acceptor_kill", "load_kill")
 VERDICTS = ("pass", "fail", "unknown")
 PROXY_MODES = ("off", "v1", "v2")
 LISTENER_PROXY_MODES = ("off", "optional", "required")
@@ -633,7 +633,7 @@ def _parse_action(i: int, spec: object, sc: dict[str, Any]) -> Action:
             "ip_quota, broker_config, request_quota, fault",
         )
     kind = kinds[0]
-    allowed = ["at", kind] + (["for", "latency_ms", "broker"] if kind == "fault" else [])
+    allowed = ["at", kind] + (["for", "latency_ms", "broker", "phase"] if kind == "fault" else [])
     _only(where, m, allowed)
     if "at" not in m:
         raise ScenarioError(f"{where}.at", None, "missing: seconds after the load starts")
@@ -690,6 +690,14 @@ def _parse_action(i: int, spec: object, sc: dict[str, Any]) -> Action:
             params["latency_ms"] = _num(f"{where}.latency_ms", m.get("latency_ms", 200), 0.0)
         elif "latency_ms" in m:
             raise ScenarioError(f"{where}.latency_ms", m["latency_ms"], "only for upstream_latency")
+        if fkind == "load_kill":  # the load phase whose processes die (and stay dead)
+            phase = m.get("phase")
+            names = list(sc.get("phases") or [])
+            if phase not in names:
+                raise ScenarioError(f"{where}.phase", phase, f"one of the load phases {names}")
+            params["phase"] = str(phase)
+        elif "phase" in m:
+            raise ScenarioError(f"{where}.phase", m["phase"], "only for load_kill")
     return Action(at=at, kind=kind, params=params)
 
 
@@ -800,6 +808,7 @@ def _parse_scenario(data: object, source: str) -> Scenario:
     sched_raw = data.get("schedule", [])
     if not isinstance(sched_raw, list):
         raise ScenarioError("schedule", sched_raw, "expected a list")
+    sc["phases"] = names
     schedule = tuple(
         sorted((_parse_action(i, a, sc) for i, a in enumerate(sched_raw)), key=lambda a: a.at)
     )
@@ -854,7 +863,11 @@ def _parse_scenario(data: object, source: str) -> Scenario:
 def _check_faults_disjoint(schedule: Sequence[Action]) -> None:
     """Process faults cannot overlap (a paused broker cannot also be killed, nor the
     acceptor in front of it)."""
-    broker = [a for a in schedule if a.kind == "fault" and a.params["kind"] != "upstream_latency"]
+    broker = [
+        a
+        for a in schedule
+        if a.kind == "fault" and a.params["kind"] not in ("upstream_latency", "load_kill")
+    ]
     for a, b in itertools.pairwise(broker):
         end = a.end
         assert end is not None

@@ -535,6 +535,8 @@ class Target:
         """None if the fault can be applied, else why not."""
         if kind == "acceptor_kill":
             return "target broker has no acceptor to kill"
+        if kind == "load_kill":
+            return None
         launcher = getattr(self.broker, "launcher", "external")
         if kind == "upstream_latency" and not isinstance(self, AcceptorTarget):
             return "target broker has no upstream (clients connect to the broker itself)"
