@@ -28,7 +28,13 @@ A connect that fails before the handshake has no local port to join on and is no
 recorded (kafka-python retries it with backoff; the steady profile's own
 ``request_fail`` rows say when a produce failed).
 
-``install()`` wraps five methods of kafka-python 3.0's connection layer
+A socket is recorded when kafka-python's TCP connect returns it (``create_connection``),
+not when a connection takes it: under load kafka-python may give up on a connect whose
+socket the kernel has already connected (its time-out, or its connection closed
+meanwhile), and the enforcer sees that socket like any other.
+
+``install()`` wraps ``kafka.net.manager.create_connection`` and five methods of
+kafka-python 3.0's connection layer
 (``KafkaConnectionManager._connect`` and ``KafkaConnection.connection_made``,
 ``data_received``, ``_maybe_throttle``, ``connection_lost``) once per process; the wrappers call the
 active recorder, if any, and then the original. Only the steady profile's Locust
@@ -122,6 +128,8 @@ class ConnectionRecorder:
         self.clock = clock
         self._conns: dict[int, _Conn] = {}
         self._pending: dict[int, int] = {}  # id(conn) -> invoke_ns, before the handshake
+        #: sockets recorded when made (`socket_made`), until a connection takes them
+        self._made: dict[tuple[str, int], _Conn] = {}
 
     def _row(self, c: _Conn, event: str, mono_ns: int, **fields: Any) -> None:
         self.history.record(
@@ -141,20 +149,44 @@ class ConnectionRecorder:
         """kafka-python starts connecting ``conn`` (before DNS and the SYN)."""
         self._pending[id(conn)] = self.clock()
 
+    def socket_made(self, sockname: Any, peername: Any, invoke_ns: int) -> None:
+        """kafka-python's TCP connect returned a socket: ``connect_invoke`` +
+        ``connect_ok`` now, whether or not a connection ever takes the socket (one that
+        timed out, or whose connection closed meanwhile, is still a connection the
+        enforcer saw). `made` then attaches it to its connection."""
+        c = self._start(sockname, peername, invoke_ns, None)
+        if c is not None:
+            self._made[(str(c.client_ip), int(c.client_port or 0))] = c
+
     def made(
         self, conn: object, sockname: Any, client_id: str | None, peername: Any = None
     ) -> None:
-        """The TCP handshake is done: ``connect_invoke`` + ``connect_ok``."""
+        """The connection took its socket (its TCP handshake is done): the socket's rows,
+        written by `socket_made`, or ``connect_invoke`` + ``connect_ok`` now."""
+        invoke_ns = self._pending.pop(id(conn), None)
+        try:
+            key = (str(sockname[0]), int(sockname[1]))
+        except (TypeError, IndexError, ValueError):
+            return  # no local address: nothing to join on
+        c = self._made.pop(key, None)
+        if c is None:
+            c = self._start(sockname, peername, invoke_ns, client_id)
+        if c is not None:
+            c.client_id = client_id
+            self._conns[id(conn)] = c
+
+    def _start(
+        self, sockname: Any, peername: Any, invoke_ns: int | None, client_id: str | None
+    ) -> _Conn | None:
         now = self.clock()
-        invoke_ns = self._pending.pop(id(conn), now)
+        invoke_ns = now if invoke_ns is None else invoke_ns
         try:
             ip, port = str(sockname[0]), int(sockname[1])
         except (TypeError, IndexError, ValueError):
-            return  # no local address: nothing to join on
+            return None  # no local address: nothing to join on
         c = _Conn(f"s{os.getpid()}-{next(_ids)}", invoke_ns, ip, port, client_id)
         c.principal = self.principal
         c.connect_ms = (now - invoke_ns) / 1e6
-        self._conns[id(conn)] = c
         detail: dict[str, Any] = {"profile": self.profile}
         if self.brokers:
             try:
@@ -165,6 +197,7 @@ class ConnectionRecorder:
                 detail["broker"] = node
         self._row(c, "connect_invoke", invoke_ns, detail=detail)
         self._row(c, "connect_ok", now, latency_ms=c.connect_ms)
+        return c
 
     def reading(self, conn: object, sent_ns: list[int]) -> None:
         """``conn`` is about to read responses to requests sent at ``sent_ns`` (oldest
@@ -265,14 +298,27 @@ def install() -> None:
     global _installed
     if _installed:
         return
+    import kafka.net.manager as manager
     from kafka.net.connection import KafkaConnection as KConn
     from kafka.net.manager import KafkaConnectionManager
 
+    orig_create = manager.create_connection
     orig_connect = KafkaConnectionManager._connect
     orig_made = KConn.connection_made
     orig_throttle = KConn._maybe_throttle
     orig_lost = KConn.connection_lost
     orig_received = KConn.data_received
+
+    async def create_connection(*args: Any, **kwargs: Any) -> Any:
+        invoke_ns = time.monotonic_ns()
+        sock = await orig_create(*args, **kwargs)
+        if _active is not None:
+            try:
+                sockname, peername = sock.getsockname(), sock.getpeername()
+            except (AttributeError, OSError):
+                return sock
+            _active.socket_made(sockname, peername, invoke_ns)
+        return sock
 
     async def _connect(self: Any, node: Any, conn: Any, *args: Any, **kwargs: Any) -> Any:
         if _active is not None:
@@ -305,6 +351,7 @@ def install() -> None:
             _active.lost(self, exc)
         return orig_lost(self, exc)
 
+    manager.create_connection = create_connection
     KafkaConnectionManager._connect = _connect
     KConn.connection_made = connection_made
     KConn._maybe_throttle = _maybe_throttle

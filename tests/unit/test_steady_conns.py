@@ -187,3 +187,28 @@ def test_kafka_python_error_types_map() -> None:
     assert close_reason(Errors.KafkaConnectionError("socket disconnected")) == "eof"
     assert close_reason(Errors.RequestTimedOutError("Request timed out after 5 ms")) == "timeout"
     assert close_reason(Errors.KafkaTimeoutError()) == "timeout"
+
+
+def test_a_socket_is_recorded_when_made_and_its_connection_takes_the_same_record() -> None:
+    rec, rows, clock = recorder()
+    invoke = clock()
+    clock.ms(2)
+    rec.socket_made(("127.0.0.1", 40010), ("127.0.0.1", 9092), invoke)
+    conn = object()
+    rec.made(conn, ("127.0.0.1", 40010), "steady-producer")
+    rec.response(conn, Resp(18))
+    rec.lost(conn, None)
+    events = [r["event"] for r in rows.rows]
+    assert events == ["connect_invoke", "connect_ok", "ready", "request_ok", "closed"]
+    assert rows.rows[0]["mono_ns"] == invoke and rows.rows[1]["latency_ms"] == 2.0
+    assert {r["conn_id"] for r in rows.rows} == {rows.rows[0]["conn_id"]}
+    assert rows.rows[2]["client_id"] == "steady-producer"
+
+
+def test_a_socket_no_connection_took_is_still_recorded() -> None:
+    rec, rows, clock = recorder()
+    rec.socket_made(("127.0.0.1", 40011), ("127.0.0.1", 9092), clock())
+    assert [(r["event"], r["client_port"]) for r in rows.rows] == [
+        ("connect_invoke", 40011),
+        ("connect_ok", 40011),
+    ]
