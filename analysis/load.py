@@ -424,6 +424,14 @@ def _writer_pid(f: Path) -> str | None:
     return m["pid"] if m and f.parent.name in ("acceptor", "harness") else None
 
 
+def fault_instants(run: Run, event: str, kind: str) -> list[int]:
+    """When the runner wrote `event` (fault_start / fault_end) for faults of `kind`."""
+    rows = (
+        run.events(event, source="harness").where(f"reason = '{kind}'").select("mono_ns").collect()
+    )
+    return sorted(int(r["mono_ns"]) for r in rows)
+
+
 def acceptor_incarnations(run: Run) -> list[Incarnation]:
     """The run's acceptor processes from their files, ordered by their first row; the
     kills between them from the runner's `acceptor_kill` fault rows."""
@@ -446,13 +454,7 @@ def acceptor_incarnations(run: Run) -> list[Incarnation]:
         bounds = pc.min_max(ns)
         spans.append((int(bounds["min"].as_py()), int(bounds["max"].as_py()), pid))
     spans.sort()
-    kills = sorted(
-        int(r["mono_ns"])
-        for r in run.events("fault_start", source="harness")
-        .where("reason = 'acceptor_kill'")
-        .select("mono_ns")
-        .collect()
-    )
+    kills = fault_instants(run, "fault_start", "acceptor_kill")
     out: list[Incarnation] = []
     for i, (lo, hi, pid) in enumerate(spans):
         before = [k for k in kills if k <= lo]

@@ -174,13 +174,9 @@ def _outage(run: Run, incarnations: list[Any]) -> CheckResult:
     restarted one's readiness (the runner's `fault_end`), with what the clients tried."""
     from pyspark.sql import functions as F
 
-    ends = sorted(
-        int(r["mono_ns"])
-        for r in run.events("fault_end", source="harness")
-        .where("reason = 'acceptor_kill'")
-        .select("mono_ns")
-        .collect()
-    )
+    from analysis.load import fault_instants
+
+    ends = fault_instants(run, "fault_end", "acceptor_kill")
     t0 = run.span_ns()[0]
     windows = []
     for inc, nxt in itertools.pairwise(incarnations):
@@ -259,9 +255,7 @@ def overall(
     if failed:
         return FAIL, [f"failed: {', '.join(failed)}"]
     reasons: list[str] = [
-        f"judged by no check: {w}"
-        for r in results
-        for w in r.data.get("outage", [])
+        f"judged by no check: {w}" for r in results for w in r.data.get("outage", [])
     ]
     crashed = [r.name for r in results if r.data.get("crashed")]
     if crashed:

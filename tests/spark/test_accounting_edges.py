@@ -5,13 +5,13 @@ order; on Kafka, the creation counter must cover the attempts served between two
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from analysis.checks.accounting import CREATED, check_accounting
 from analysis.load import load_run
 from harness.history import HistoryWriter
+from tests.spark.histories import hand_built_run
 
 S = 1_000_000_000
 MS = 1_000_000
@@ -20,17 +20,7 @@ READ_NS = 10_000  # each kernel reading takes 10 µs
 
 
 def _run(tmp: Path, name: str, build: Any, target: str = "acceptor") -> Path:
-    run = tmp / name
-    (run / "history").mkdir(parents=True)
-    (run / "run.json").write_text(json.dumps({"run_id": name, "target": target}))
-    cw = HistoryWriter(run / "history", "client", name, background=False)
-    aw = HistoryWriter(run / "history", "acceptor", name, background=False)
-    hw = HistoryWriter(run / "history", "harness", name, background=False)
-    hw.record("config", mono_ns=T0, detail={"max.connections": 2147483647})
-    build(cw, aw, hw)
-    for w in (cw, aw, hw):
-        w.close()
-    return run
+    return hand_built_run(tmp, name, build, config_ns=T0, target=target)
 
 
 def _attempt(

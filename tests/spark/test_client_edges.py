@@ -3,30 +3,20 @@ still sat in the kernel backlog, and steady victims whose rows carry no connecti
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from analysis.checks.clients import check_agreement, check_fairness
 from analysis.load import load_run
 from harness.history import HistoryWriter
+from tests.spark.histories import hand_built_run
 
 S = 1_000_000_000
 T0 = 5_000 * S
 
 
 def _run(tmp: Path, name: str, build: Any) -> Path:
-    run = tmp / name
-    (run / "history").mkdir(parents=True)
-    (run / "run.json").write_text(json.dumps({"run_id": name, "target": "acceptor"}))
-    cw = HistoryWriter(run / "history", "client", name, background=False)
-    aw = HistoryWriter(run / "history", "acceptor", name, background=False)
-    hw = HistoryWriter(run / "history", "harness", name, background=False)
-    hw.record("config", mono_ns=T0, detail={"max.connections": 2147483647})
-    build(cw, aw, hw)
-    for w in (cw, aw, hw):
-        w.close()
-    return run
+    return hand_built_run(tmp, name, build, config_ns=T0)
 
 
 def _backlog_case(client_closes_at: int) -> Any:

@@ -1,0 +1,30 @@
+"""A hand-built run folder: client, acceptor and harness writers, a broker-wide config row,
+and whatever rows a test writes through them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from harness.history import HistoryWriter
+
+Build = Callable[[HistoryWriter, HistoryWriter, HistoryWriter], None]
+
+
+def hand_built_run(
+    tmp: Path, name: str, build: Build, *, config_ns: int, target: str = "acceptor"
+) -> Path:
+    """runs/<name>/ with run.json, one `config` row at `config_ns` (no limit), then
+    `build(client, acceptor, harness)`."""
+    run = tmp / name
+    (run / "history").mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"run_id": name, "target": target}))
+    cw = HistoryWriter(run / "history", "client", name, background=False)
+    aw = HistoryWriter(run / "history", "acceptor", name, background=False)
+    hw = HistoryWriter(run / "history", "harness", name, background=False)
+    hw.record("config", mono_ns=config_ns, detail={"max.connections": 2147483647})
+    build(cw, aw, hw)
+    for w in (cw, aw, hw):
+        w.close()
+    return run
