@@ -53,8 +53,57 @@ def run_checks(
         results = across_restarts(run, incarnations, checks, progress)
     else:
         results = _judge(run, checks, progress)
-    killed = _killed_loads(run) if checks is None else None
-    return results if killed is None else [*results, killed]
+    if checks is not None:
+        return results
+    outages = [_killed_loads(run), _disk_full(run)]
+    return [*results, *(r for r in outages if r is not None)]
+
+
+def _disk_full(run: Run) -> CheckResult | None:
+    """A broker whose log directory filled (`broker_disk_full`): what Kafka said and did.
+    Kafka fails the write and, with every log directory failed, stops itself; the runner
+    frees the room and restarts it. The window is judged by no check."""
+    rows = (
+        run.events("fault_start", "fault_end", source="harness")
+        .where("reason = 'broker_disk_full'")
+        .select("event", "mono_ns", "detail")
+        .orderBy("mono_ns")
+        .collect()
+    )
+    if not rows:
+        return None
+    t0 = run.span_ns()[0]
+    windows = []
+    start: int | None = None
+    for r in rows:
+        if r["event"] == "fault_start":
+            start = int(r["mono_ns"])
+            continue
+        d = json.loads(r["detail"] or "{}")
+        lo = (start if start is not None else int(r["mono_ns"])) - t0
+        code = d.get("broker_exit_code")
+        did = (
+            f"Kafka stopped (exit {code}) and was restarted in {d.get('restart_s')} s"
+            if code is not None
+            else "Kafka kept running"
+        )
+        said = d.get("broker_said") or "no log line about it"
+        windows.append(
+            f"broker log directory full {lo / 1e9:.1f}–{(int(r['mono_ns']) - t0) / 1e9:.1f} s "
+            f"({d.get('ballast_bytes', 0) // 2**20} MB of ballast): {did}; it said: {said}"
+        )
+    return CheckResult(
+        "broker_log_dir_full",
+        UNKNOWN,
+        observed="; ".join(windows),
+        expected="a broker with room in its log directory",
+        explanation=(
+            "a broker whose log directory is full fails its writes and, every log directory "
+            "failed, stops: the window is judged by no check"
+        ),
+        family="faults",
+        data={"outage": windows},
+    )
 
 
 def _killed_loads(run: Run) -> CheckResult | None:

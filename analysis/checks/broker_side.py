@@ -113,7 +113,8 @@ def _faults(
             start, node = open_.pop(kind)
             out.append((start, int(r["mono_ns"]), kind, node))
     out += [(s, end_ns, k, n) for k, (s, n) in open_.items()]
-    kills = [o for o in out if o[2] == "broker_kill"]
+    # a broker whose log directory filled may have stopped itself and been restarted
+    kills = [o for o in out if o[2] in ("broker_kill", "broker_disk_full")]
     return (
         [(s, e) for s, e, _k, _n in out],
         [(s, e) for s, e, _k, _n in kills],

@@ -20,6 +20,7 @@ import atexit
 import base64
 import contextlib
 import ctypes
+import errno
 import os
 import re
 import shutil
@@ -82,6 +83,10 @@ DEFAULT_JVM_OPTS = (
     "-Djava.awt.headless=true",
 )
 STOP_TIMEOUT_S = 30.0
+#: a harness key, never given to Kafka: the broker's log directory is a tmpfs of this many
+#: MB, so a run can fill it (fault `broker_disk_full`) without touching the machine's disk
+LOG_DIR_MB_KEY = "harness.log.dir.mb"
+BALLAST = ".harness-ballast"
 PORT_ATTEMPTS = 3
 
 
@@ -206,6 +211,10 @@ class LocalBroker(Broker):
         self._ready_timeout_s = ready_timeout_s
         self._progress = progress
         self._properties = dict(properties or {})
+        mb = self._properties.pop(LOG_DIR_MB_KEY, None)
+        #: the log directory's own file system, in MB (None: the work dir's)
+        self.log_dir_mb = int(mb) if mb else None
+        self._mounted = False
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.RLock()
         self._stopped = False
@@ -262,6 +271,8 @@ class LocalBroker(Broker):
         output, which prints the SCRAM records, to the private folder instead of broker.log.
         """
         assert self.workdir is not None and self.log_path is not None
+        if self.log_dir_mb is not None and not self._mounted:
+            self._mount_log_dir()
         if self.zookeeper is not None or (self.workdir / "data" / "meta.properties").exists():
             return  # ZooKeeper mode has no KRaft storage to format; a restart reuses it
         self._progress(f"formatting KRaft storage in {self.workdir / 'data'}…")
@@ -493,9 +504,74 @@ class LocalBroker(Broker):
         # Anything the JVM left in its group goes too.
         self._signal_group(signal.SIGKILL)
 
+    # -- a log directory that fills ---------------------------------------------------------
+
+    def _mount_log_dir(self) -> None:
+        """The log directory on a tmpfs of `log_dir_mb` MB (root: mount(8))."""
+        assert self.workdir is not None
+        data = self.workdir / "data"
+        if os.geteuid() != 0:
+            raise BrokerError(
+                f"a {self.log_dir_mb} MB log directory is a tmpfs, and mounting one needs root"
+            )
+        data.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run(
+            [
+                "mount",
+                "-t",
+                "tmpfs",
+                "-o",
+                f"size={self.log_dir_mb}m,mode=0755",
+                "tmpfs",
+                str(data),
+            ],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            raise BrokerError(f"cannot mount a tmpfs on {data}: {done.stderr.strip()}")
+        self._mounted = True
+
+    def fill_log_dir(self) -> int:
+        """Fill the log directory's file system (a ballast file, 1 MB at a time, until the
+        kernel says ENOSPC); returns the bytes written. Kafka fails its next write there."""
+        if not self._mounted or self.workdir is None:
+            raise BrokerError("the log directory is not the broker's own file system")
+        written = 0
+        chunk = b"\0" * 2**20
+        with open(self.workdir / "data" / BALLAST, "ab") as f:
+            try:
+                while True:
+                    f.write(chunk)
+                    f.flush()
+                    written += len(chunk)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+        return written
+
+    def free_log_dir(self) -> None:
+        """Remove the ballast: the log directory has room again."""
+        if self.workdir is not None:
+            with contextlib.suppress(FileNotFoundError):
+                (self.workdir / "data" / BALLAST).unlink()
+
+    def log_dir_failure(self) -> str | None:
+        """The broker log's line saying a log directory failed or the disk is full, if any."""
+        for line in reversed(self.log_text().splitlines()):
+            if "No space left on device" in line or ("log dirs" in line and "failed" in line):
+                return line.strip()[:300]
+        return None
+
+    def _unmount(self) -> None:
+        if self._mounted and self.workdir is not None:
+            subprocess.run(["umount", "-l", str(self.workdir / "data")], capture_output=True)
+            self._mounted = False
+
     def stop(self) -> None:
         with self._lock:
             self._terminate()
+            self._unmount()
             if self.zookeeper is not None:
                 self.zookeeper.stop()
             with _LIVE_LOCK:

@@ -57,7 +57,7 @@ def _protocol(client_config: Path) -> str:
 
 
 #: faults that kill a process the runner then restarts (the fault ends once it answers)
-KILLS = ("broker_kill", "acceptor_kill")
+KILLS = ("broker_kill", "acceptor_kill", "broker_disk_full")
 
 
 @dataclass
@@ -608,6 +608,10 @@ class Orchestrator:
                 # what it had not flushed is lost: its history ends at its last part file
                 assert isinstance(self.target, AcceptorTarget)
                 detail["killed_pid"] = self.target.kill()  # in fault_end's detail
+            elif kind == "broker_disk_full":
+                # Kafka fails its next write to the full log directory (and, every log
+                # directory failed, stops itself); in fault_end's detail
+                detail["ballast_bytes"] = broker.fill_log_dir()
             else:
                 self.target.set_upstream_latency(float(params["latency_ms"]))
             return
@@ -624,11 +628,15 @@ class Orchestrator:
         elif kind == "upstream_latency":
             self.target.set_upstream_latency(0.0)
             self._end_fault(kind, detail)
+        elif kind == "load_kill":  # a killed load stays dead
+            self._end_fault(kind, detail)
+        elif kind == "broker_disk_full" and self._disk_freed(broker, detail):
+            self._end_fault(kind, detail)  # Kafka kept running: nothing to restart
         else:
-            what = "broker" if kind == "broker_kill" else "acceptor"
+            what = "acceptor" if kind == "acceptor_kill" else "broker"
             self.say(f"t={elapsed:.1f}s restarting the {what} (same ports, same state)")
             requested = time.monotonic()
-            victim: Any = broker if kind == "broker_kill" else self.target
+            victim: Any = self.target if kind == "acceptor_kill" else broker
 
             def restart() -> None:
                 try:
@@ -643,6 +651,16 @@ class Orchestrator:
                 target=restart, name="broker-restart", daemon=True
             )
             self._restart_thread.start()
+
+    def _disk_freed(self, broker: Any, detail: dict[str, Any]) -> bool:
+        """The full log directory gets its room back; True if Kafka is still running (else
+        what it said and how it exited go in `detail`, and it is restarted)."""
+        broker.free_log_dir()
+        detail["broker_said"] = broker.log_dir_failure()
+        if broker.running:
+            return True
+        detail["broker_exit_code"] = broker.returncode
+        return False
 
     def _end_fault(self, kind: str, detail: dict[str, Any]) -> None:
         self.record("fault_end", reason=kind, detail=detail)

@@ -27,7 +27,14 @@ TARGETS = ("acceptor", "broker")
 PROFILES = ("storm", "per_request", "single_ip_flood", "steady", "greedy")
 #: closed-model profiles: `users` long-lived clients, no arrival schedule
 CLOSED_PROFILES = ("steady", "greedy")
-FAULT_KINDS = ("broker_pause", "broker_kill", "upstream_latency", "acceptor_kill", "load_kill")
+FAULT_KINDS = (
+    "broker_pause",
+    "broker_kill",
+    "upstream_latency",
+    "acceptor_kill",
+    "load_kill",
+    "broker_disk_full",
+)
 VERDICTS = ("pass", "fail", "unknown")
 PROXY_MODES = ("off", "v1", "v2")
 LISTENER_PROXY_MODES = ("off", "optional", "required")

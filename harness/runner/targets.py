@@ -29,6 +29,11 @@ from harness.runner.schedule import initial_limits
 Progress = Callable[[str], None]
 
 
+#: the size of a broker's log directory when a scenario fills it (fault broker_disk_full):
+#: room for the run's topics and metadata log, small enough to fill at once
+DISK_FULL_LOG_DIR_MB = 256
+
+
 class TargetError(RuntimeError):
     """The system under test could not be started or changed; the message says what to do."""
 
@@ -357,6 +362,13 @@ class Target:
                 launcher = "local"
         if self.scenario.brokers > 1:
             return self._start_cluster(launcher, properties, timeout, request_log)
+        if any(a.params.get("kind") == "broker_disk_full" for a in self.scenario.schedule):
+            # a log directory the run can fill: its own small file system (local launcher)
+            from harness.broker.local import LOG_DIR_MB_KEY
+
+            properties = {**properties, LOG_DIR_MB_KEY: str(DISK_FULL_LOG_DIR_MB)}
+            if launcher == "auto":
+                launcher = "local"
         kwargs: dict[str, Any] = {
             "request_log": request_log,
             "launcher": launcher,
@@ -542,6 +554,8 @@ class Target:
             return "target broker has no upstream (clients connect to the broker itself)"
         if kind in ("broker_pause", "broker_kill") and launcher == "external":
             return "the broker is an external cluster (--bootstrap-server): cannot signal it"
+        if kind == "broker_disk_full" and not getattr(self.broker, "log_dir_mb", None):
+            return "the broker's log directory is not its own small file system (local launcher)"
         return None
 
     def set_upstream_latency(self, ms: float) -> None:
