@@ -333,6 +333,22 @@ def test_schedule_is_sorted_and_validated() -> None:
             "schedule[0].latency_ms",
             "only for",
         ),
+        ({"at": 3, "fault": "load_kill", "for": 1}, "schedule[0].phase", "one of the load"),
+        (
+            {"at": 3, "fault": "load_kill", "for": 1, "phase": "nope"},
+            "schedule[0].phase",
+            "['storm']",
+        ),
+        (
+            {"at": 3, "fault": "broker_kill", "for": 1, "phase": "storm"},
+            "schedule[0].phase",
+            "only for load_kill",
+        ),
+        (
+            {"at": 3, "fault": "acceptor_kill", "for": 1, "broker": 1},
+            "schedule[0].broker",
+            "only for broker faults",
+        ),
     ],
 )
 def test_bad_schedule_entries(entry: dict[str, Any], key: str, reason_part: str) -> None:
@@ -471,3 +487,15 @@ def test_bad_cluster_keys_name_key_and_reason(
 ) -> None:
     err = error_of(variant(**change))
     assert (err.key, reason in err.reason) == (key, True), err
+
+
+def test_a_load_kill_names_its_phase_and_may_overlap_a_process_fault() -> None:
+    sc = parse_scenario(
+        variant(
+            schedule=[
+                {"at": 3, "fault": "acceptor_kill", "for": 3},
+                {"at": 4, "fault": "load_kill", "phase": "storm", "for": 1},
+            ]
+        )
+    )
+    assert sc.schedule[1].params == {"kind": "load_kill", "for": 1.0, "phase": "storm"}
