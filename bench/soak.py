@@ -133,7 +133,7 @@ def per_minute(run_dir: Path) -> dict[str, Any]:
     """The run's history bucketed by minute of the load (from its first phase_start)."""
     harness_rows = read_rows(
         run_dir,
-        ["phase_start", "phase_end", "process_stats", "kernel_net"],
+        ["phase_start", "phase_end", "process_stats", "kernel_net", "kafka_metrics"],
         ["event", "mono_ns", "detail"],
     )
     starts = [r["mono_ns"] for r in harness_rows if r["event"] == "phase_start"]
@@ -168,6 +168,20 @@ def per_minute(run_dir: Path) -> dict[str, Any]:
                 if m is not None:
                     col = f"{role}_{key}"
                     table[m][col] = max(table[m].get(col, 0.0), float(d[key]))
+    for r in harness_rows:  # the broker's JVM heap in use (its exporter; target broker)
+        if r["event"] != "kafka_metrics" or r["mono_ns"] is None:
+            continue
+        m = minute(r["mono_ns"])
+        d = json.loads(r["detail"] or "{}")
+        heap = sum(
+            float(v or 0)
+            for n, labels, v in d.get("samples") or []
+            if n == "jvm_memory_used_bytes" and labels.get("area") == "heap"
+        )
+        if heap:
+            series[("broker", "heap_bytes")].append(((r["mono_ns"] - t0) / NS, heap))
+            if m is not None:
+                table[m]["broker_heap_bytes"] = max(table[m].get("broker_heap_bytes", 0.0), heap)
     lags: list[list[float]] = [[] for _ in range(minutes)]
     for r in read_rows(run_dir, ["loop_lag"], ["mono_ns", "delay_ms"]):
         m = minute(r["mono_ns"])
@@ -214,12 +228,12 @@ def report(target: str, run_dir: Path, log: Path) -> dict[str, Any]:
     pm = per_minute(run_dir)
     table = pm["table"]
     numbers = verdict_numbers(run_dir, pm["t0"], pm["minutes"], table)
-    connections = sum(t.get("connections", 0) for t in table)
+    connections = int(sum(t.get("connections", 0) for t in table))
     last = pm["minutes"] * MIN_S - FLAT_LAST_S
     flat = {
         f"{role}_{key}": flatness([(x, y) for x, y in pts if x >= last])
         for (role, key), pts in pm["series"].items()
-        if role in ("acceptor", "broker", "load") and key in ("fds", "rss_kb")
+        if role in ("acceptor", "broker", "load") and key in ("fds", "rss_kb", "heap_bytes")
     }
     hist_bytes = max((y for x, y in pm["series"].get(("history", "bytes"), [])), default=0.0)
     out = {
@@ -243,7 +257,7 @@ def markdown(r: dict[str, Any]) -> str:
     head = (
         "| min | connections | rows | gap | kernel-dropped | "
         + " | ".join(f"{x} fds | {x} RSS MB" for x in roles)
-        + " | history MB | loop lag p99 ms (n) | steady p99 ms |"
+        + " | broker heap MB | history MB | loop lag p99 ms (n) | steady p99 ms |"
     )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for m, t in enumerate(r["per_minute"]):
@@ -258,7 +272,7 @@ def markdown(r: dict[str, Any]) -> str:
             f"| {m + 1} | {cell('connections')} | {cell('rows')} | {t.get('gap', 0)} | "
             f"{t.get('kernel_dropped', 0)} | "
             + " | ".join(f"{cell(f'{x}_fds')} | {cell(f'{x}_rss_kb', 1024)}" for x in roles)
-            + f" | {cell('history_bytes', 2**20)} | "
+            + f" | {cell('broker_heap_bytes', 2**20)} | {cell('history_bytes', 2**20)} | "
             + (f"{lag:.1f} ({t['loop_lag_n']})" if lag is not None else "–")
             + f" | {'–' if steady is None else f'{steady:.1f}'} |"
         )

@@ -31,6 +31,8 @@ PREFIXES = (
     "kafka_server_socket_server_metrics_",
     "kafka_network_acceptor_",
     "kafka_server_request_",
+    # the broker's JVM heap and non-heap in use (a soak's memory beside its RSS)
+    "jvm_memory_used_bytes",
 )
 EVENT = "kafka_metrics"
 
