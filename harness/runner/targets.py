@@ -738,8 +738,7 @@ class AcceptorTarget(Target):
         limits = initial_limits(sc)
         props: dict[str, str] = {
             "listeners": ",".join(f"{n}://127.0.0.1:{ports[n]}" for n in sc.listeners),
-            # fixed, so a restarted acceptor (fault acceptor_kill) is scraped where it was
-            "metrics.port": str(free_port()),
+            "metrics.port": "0",  # `start` fixes it, unless the scenario does
             "state.dir": str(self.run_dir / "acceptor-state"),
         }
         if sc.inter_broker_listener:
@@ -803,6 +802,8 @@ class AcceptorTarget(Target):
             else:
                 upstreams[n] = f"{host}:{port}"
         props = self.acceptor_properties(ports, upstreams)
+        if props["metrics.port"] == "0":  # fixed: a restarted acceptor is scraped where it was
+            props["metrics.port"] = str(free_port())
         # the acceptor enforces as the release it fronts, unless the scenario says otherwise
         props.setdefault(VERSION_KEY, semantics_version(getattr(b, "version", None), self.progress))
         props.setdefault(METADATA_KEY, metadata_mode(b) or "")
