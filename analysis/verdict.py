@@ -73,7 +73,7 @@ def _disk_full(run: Run) -> CheckResult | None:
     )
     if not rows:
         return None
-    t0 = run.span_ns()[0]
+    t0 = _scenario_clock(run)
     windows = []
     start: int | None = None
     for r in rows:
@@ -125,7 +125,7 @@ def _killed_loads(run: Run) -> CheckResult | None:
     }
     if not kills:
         return None
-    t0 = run.span_ns()[0]
+    t0 = _scenario_clock(run)
     windows = []
     for r in rows:
         d = json.loads(r["detail"] or "{}")
@@ -219,6 +219,13 @@ def _merge_views(incarnations: list[Any], results: list[CheckResult]) -> CheckRe
     )
 
 
+def _scenario_clock(run: Run) -> int:
+    """t = 0 of the scenario's schedule: the first `phase_start` (the runner starts its
+    clock when the load flows), else the history's first row."""
+    row = run.events("phase_start", source="harness").agg({"mono_ns": "min"}).first()
+    return int(row[0]) if row is not None and row[0] is not None else run.span_ns()[0]
+
+
 def _outage(run: Run, incarnations: list[Any]) -> CheckResult:
     """The windows without a front: from a killed acceptor's last written row to the
     restarted one's readiness (the runner's `fault_end`), with what the clients tried."""
@@ -227,7 +234,7 @@ def _outage(run: Run, incarnations: list[Any]) -> CheckResult:
     from analysis.load import fault_instants
 
     ends = fault_instants(run, "fault_end", "acceptor_kill")
-    t0 = run.span_ns()[0]
+    t0 = _scenario_clock(run)
     windows = []
     for inc, nxt in itertools.pairwise(incarnations):
         back = next((e for e in ends if e >= inc.last_ns), nxt.first_ns)
