@@ -139,6 +139,8 @@ class Orchestrator:
         self._restart_thread: threading.Thread | None = None
         self._restart_error: list[BaseException] = []
         self._restart_kind = "broker_kill"
+        #: what a fault's start did (the pid it killed, the bytes it wrote), for its fault_end
+        self._fault_facts: dict[str, dict[str, Any]] = {}
         self._web_ports: list[int] = []
         self.lead = 0.0
         self._t0: float | None = None
@@ -601,22 +603,23 @@ class Orchestrator:
                 # its phase_end falls at its last recorded arrival (`_record_phase_rows`)
                 rp = self.phases.get(str(params["phase"]))
                 if rp is not None and not rp.ended:
-                    detail["killed_pid"] = rp.proc.pid
+                    self._fault_facts[kind] = {"killed_pid": rp.proc.pid}
                     rp.killed = True
                     rp.proc.signal_group(signal.SIGKILL)
             elif kind == "acceptor_kill":
                 # what it had not flushed is lost: its history ends at its last part file
                 assert isinstance(self.target, AcceptorTarget)
-                detail["killed_pid"] = self.target.kill()  # in fault_end's detail
+                self._fault_facts[kind] = {"killed_pid": self.target.kill()}
             elif kind == "broker_disk_full":
                 # Kafka fails its next write to the full log directory (and, every log
                 # directory failed, stops itself); in fault_end's detail
-                detail["ballast_bytes"] = broker.fill_log_dir()
+                self._fault_facts[kind] = {"ballast_bytes": broker.fill_log_dir()}
             else:
                 self.target.set_upstream_latency(float(params["latency_ms"]))
             return
         if kind not in self.active_faults:
             return
+        detail.update(self._fault_facts.get(kind, {}))  # what its start did, for fault_end
         due = self.active_faults[kind] + float(params["for"])
         if self._elapsed() < due - 0.05:
             # the start was delayed (a restart in progress): the fault still lasts `for`
