@@ -373,7 +373,7 @@ class Run:
         every other runner row; derived tables built afresh. Checks read it like any run."""
         from dataclasses import replace
 
-        others = {i.pid for i in self.incarnations() if i.pid != inc.pid}
+        others = {p for i in self.incarnations() if i.index != inc.index for p in i.pids}
         files = [f for f in self.files if _writer_pid(f) not in others]
         history = _windowed(read_history(self.spark, files, self.in_memory), inc)
         return replace(
@@ -401,7 +401,9 @@ class Incarnation:
     """One acceptor process of a run (`Run.incarnations`)."""
 
     index: int
+    #: its accepting process (the first to write), and every process of it (`split`)
     pid: str
+    pids: tuple[str, ...]
     files: tuple[Path, ...]
     #: its client rows and scrapes: (the previous process's kill, its own kill]; None = open
     lo_ns: int | None
@@ -433,42 +435,48 @@ def fault_instants(run: Run, event: str, kind: str) -> list[int]:
 
 
 def acceptor_incarnations(run: Run) -> list[Incarnation]:
-    """The run's acceptor processes from their files, ordered by their first row; the
-    kills between them from the runner's `acceptor_kill` fault rows."""
+    """The run's acceptors, one per life between the runner's `acceptor_kill` faults: no
+    kill, no split (a `split` acceptor's processor processes write files of their own
+    beside its accepting process's, and are one acceptor). Each process's files
+    (``acceptor-<pid>-N``) belong to the life in which its first row falls."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
+    kills = fault_instants(run, "fault_start", "acceptor_kill")
+    if not kills:
+        return []
     by_pid: dict[str, list[Path]] = {}
     for f in run.files:
         m = _ACCEPTOR_FILE.match(f.name)
         if f.parent.name == "acceptor" and m:
             by_pid.setdefault(m["pid"], []).append(f)
-    if len(by_pid) < 2:
-        return []
-    spans: list[tuple[int, int, str]] = []
+    lives: dict[int, list[tuple[int, int, str]]] = {}
     for pid, files in by_pid.items():
         ns = pa.concat_arrays(
             [pq.read_table(f, columns=["mono_ns"])["mono_ns"].combine_chunks() for f in files]
         )
         bounds = pc.min_max(ns)
-        spans.append((int(bounds["min"].as_py()), int(bounds["max"].as_py()), pid))
-    spans.sort()
-    kills = fault_instants(run, "fault_start", "acceptor_kill")
+        lo, hi = int(bounds["min"].as_py()), int(bounds["max"].as_py())
+        life = sum(1 for k in kills if k <= lo)
+        lives.setdefault(life, []).append((lo, hi, pid))
+    if len(lives) < 2:
+        return []
     out: list[Incarnation] = []
-    for i, (lo, hi, pid) in enumerate(spans):
-        before = [k for k in kills if k <= lo]
-        after = [k for k in kills if k >= hi]
+    order = sorted(lives)
+    for i, life in enumerate(order):
+        procs = sorted(lives[life])  # the accepting process starts first
         out.append(
             Incarnation(
                 index=i,
-                pid=pid,
-                files=tuple(sorted(by_pid[pid])),
-                lo_ns=before[-1] if i and before else None,
-                hi_ns=after[0] if after and i < len(spans) - 1 else None,
-                crashed=i < len(spans) - 1,
-                first_ns=lo,
-                last_ns=hi,
+                pid=procs[0][2],
+                pids=tuple(p for _lo, _hi, p in procs),
+                files=tuple(sorted(f for _lo, _hi, p in procs for f in by_pid[p])),
+                lo_ns=kills[life - 1] if life else None,
+                hi_ns=kills[life] if i < len(order) - 1 and life < len(kills) else None,
+                crashed=i < len(order) - 1,
+                first_ns=min(lo for lo, _hi, _p in procs),
+                last_ns=max(hi for _lo, hi, _p in procs),
             )
         )
     return out

@@ -41,7 +41,7 @@ def _conn(aw: HistoryWriter, pid: str, port: int, at: int) -> None:
     aw.record("close", mono_ns=at + 4 * MS, reason="client_eof", **c)
 
 
-def _run(tmp: Path, name: str, lost_after_restart: bool) -> Path:
+def _run(tmp: Path, name: str, lost_after_restart: bool, kill: bool = True) -> Path:
     run = tmp / name
     (run / "history").mkdir(parents=True)
     (run / "run.json").write_text(json.dumps({"run_id": name, "target": "acceptor"}))
@@ -55,9 +55,15 @@ def _run(tmp: Path, name: str, lost_after_restart: bool) -> Path:
         _attempt(cw, 40000 + i, T0 + i * S)
         _conn(first, "111", 40000 + i, T0 + i * S + 2 * MS)
     _attempt(cw, 40100, T0 + 10_200 * MS)  # connected, in its backlog when it died
-    hw.record("fault_start", mono_ns=KILL, reason="acceptor_kill", detail={"kind": "acceptor_kill"})
+    if kill:
+        hw.record(
+            "fault_start", mono_ns=KILL, reason="acceptor_kill", detail={"kind": "acceptor_kill"}
+        )
     _attempt(cw, 40200, T0 + 11 * S, refused=True)  # no front
-    hw.record("fault_end", mono_ns=BACK, reason="acceptor_kill", detail={"kind": "acceptor_kill"})
+    if kill:
+        hw.record(
+            "fault_end", mono_ns=BACK, reason="acceptor_kill", detail={"kind": "acceptor_kill"}
+        )
     for i in range(5):  # served by the restarted one
         _attempt(cw, 40300 + i, BACK + (i + 1) * S)
         _conn(second, "222", 40300 + i, BACK + (i + 1) * S + 2 * MS)
@@ -101,3 +107,13 @@ def test_a_connection_lost_by_the_restarted_front_still_fails(spark: Any, tmp_pa
     assert [w["client_port"] for w in accounting.witnesses] == [40400]
     assert accounting.witnesses[0]["acceptor_pid"] == "222"
     assert overall(list(results.values()))[0] == "fail"
+
+
+def test_processes_of_one_acceptor_without_a_kill_are_one_acceptor(
+    spark: Any, tmp_path: Path
+) -> None:
+    # a `split` acceptor's processor processes write files of their own: no kill, one life
+    run = load_run(spark, _run(tmp_path, "split", lost_after_restart=False, kill=False))
+    assert run.incarnations() == []
+    names = [r.name for r in run_checks(run, CHECKS)]
+    assert OUTAGE not in names and "client_acceptor_agreement" in names
