@@ -4,7 +4,7 @@
         [--out runs/soak]
 
 Runs the `soak` scenario (`bench/soak.yaml`, kept out of the catalog: a sawtooth storm
-of 700-1100 new connections/s from 60 addresses against a broker-wide creation rate and
+of 600-1000 new connections/s from 60 addresses against a broker-wide creation rate and
 a per-IP quota, both reached every minute, with steady clients alongside) for as long as
 `--connections` takes at its mean rate (at least 15 minutes), with `harness run --gate`,
 then reads the run's history and prints, per minute:
@@ -40,7 +40,7 @@ MIN_S = 60
 NS = 1_000_000_000
 SCENARIO = Path(__file__).resolve().parent / "soak.yaml"
 #: the sawtooth's mean rate (its low and high, in soak.yaml)
-MEAN_RATE = (700 + 1100) / 2
+MEAN_RATE = (600 + 1000) / 2
 MIN_DURATION_S = 15 * MIN_S
 PERIOD_S = 60  # the sawtooth's period
 FLAT_LAST_S = 10 * MIN_S
