@@ -173,7 +173,8 @@ def test_tiny_scenario_end_to_end(tmp_path: Path) -> None:
     assert meta["interrupted"] is False and meta["ended_at"] and meta["started_at"]
     assert meta["versions"]["kafka"] and meta["versions"]["python"]
     assert meta["limits"]["ip_quotas"] == {"default": 3}
-    assert meta["expect"]["checks"] == ["ip_rate_span", "ip_throttle_within_window"]
+    # the scenario's checks, and `accounting`, which every scenario expects
+    assert meta["expect"]["checks"] == ["ip_rate_span", "ip_throttle_within_window", "accounting"]
     assert meta["load"][0]["intended_rate"] == 30
     assert meta["scenario_spec"]["name"] == "tiny-e2e"
 
