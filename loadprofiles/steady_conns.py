@@ -28,14 +28,14 @@ A connect that fails before the handshake has no local port to join on and is no
 recorded (kafka-python retries it with backoff; the steady profile's own
 ``request_fail`` rows say when a produce failed).
 
-A socket is recorded when kafka-python's TCP connect returns it (``create_connection``),
-not when a connection takes it: under load kafka-python may give up on a connect whose
-socket the kernel has already connected (its time-out, or its connection closed
-meanwhile), and the enforcer sees that socket like any other.
+A socket is recorded when kafka-python has built its transport on it
+(``KafkaConnectionManager._build_transport``), not when a connection takes it: under load
+kafka-python may drop a connected socket before any connection takes it (its
+connection closed meanwhile), and the enforcer sees that socket like any other.
 
-``install()`` wraps ``kafka.net.manager.create_connection`` and five methods of
-kafka-python 3.0's connection layer
-(``KafkaConnectionManager._connect`` and ``KafkaConnection.connection_made``,
+``install()`` wraps six methods of kafka-python 3.0's connection layer
+(``KafkaConnectionManager._build_transport``, ``_connect`` and
+``KafkaConnection.connection_made``,
 ``data_received``, ``_maybe_throttle``, ``connection_lost``) once per process; the wrappers call the
 active recorder, if any, and then the original. Only the steady profile's Locust
 process installs them (the other profiles use our own client). No Locust, no gevent
@@ -149,12 +149,14 @@ class ConnectionRecorder:
         """kafka-python starts connecting ``conn`` (before DNS and the SYN)."""
         self._pending[id(conn)] = self.clock()
 
-    def socket_made(self, sockname: Any, peername: Any, invoke_ns: int) -> None:
-        """kafka-python's TCP connect returned a socket: ``connect_invoke`` +
-        ``connect_ok`` now, whether or not a connection ever takes the socket (one that
-        timed out, or whose connection closed meanwhile, is still a connection the
-        enforcer saw). `made` then attaches it to its connection."""
-        c = self._start(sockname, peername, invoke_ns, None)
+    def socket_made(
+        self, sockname: Any, peername: Any, invoke_ns: int, client_id: str | None = None
+    ) -> None:
+        """kafka-python built a transport on a connected socket: ``connect_invoke`` +
+        ``connect_ok`` now, whether or not a connection ever takes it (one whose
+        connection closed meanwhile is still a connection the enforcer saw). `made` then
+        attaches it to its connection."""
+        c = self._start(sockname, peername, invoke_ns, client_id)
         if c is not None:
             self._made[(str(c.client_ip), int(c.client_port or 0))] = c
 
@@ -298,27 +300,26 @@ def install() -> None:
     global _installed
     if _installed:
         return
-    import kafka.net.manager as manager
     from kafka.net.connection import KafkaConnection as KConn
     from kafka.net.manager import KafkaConnectionManager
 
-    orig_create = manager.create_connection
+    orig_build = KafkaConnectionManager._build_transport
     orig_connect = KafkaConnectionManager._connect
     orig_made = KConn.connection_made
     orig_throttle = KConn._maybe_throttle
     orig_lost = KConn.connection_lost
     orig_received = KConn.data_received
 
-    async def create_connection(*args: Any, **kwargs: Any) -> Any:
+    async def _build_transport(self: Any, node: Any, *args: Any, **kwargs: Any) -> Any:
         invoke_ns = time.monotonic_ns()
-        sock = await orig_create(*args, **kwargs)
+        transport = await orig_build(self, node, *args, **kwargs)
         if _active is not None:
             try:
-                sockname, peername = sock.getsockname(), sock.getpeername()
+                sockname, peername = transport.getHost(), transport.getPeer()
             except (AttributeError, OSError):
-                return sock
-            _active.socket_made(sockname, peername, invoke_ns)
-        return sock
+                return transport
+            _active.socket_made(sockname, peername, invoke_ns, self.config.get("client_id"))
+        return transport
 
     async def _connect(self: Any, node: Any, conn: Any, *args: Any, **kwargs: Any) -> Any:
         if _active is not None:
@@ -351,7 +352,7 @@ def install() -> None:
             _active.lost(self, exc)
         return orig_lost(self, exc)
 
-    manager.create_connection = create_connection
+    KafkaConnectionManager._build_transport = _build_transport
     KafkaConnectionManager._connect = _connect
     KConn.connection_made = connection_made
     KConn._maybe_throttle = _maybe_throttle
