@@ -15,9 +15,11 @@ An attempt that connected and matches no acceptor connection and no counted drop
 the enforcer took a connection it never recorded (or the load recorded one it never
 made). Those are the witnesses.
 
-Pairing: the attempts of one address that connected, in start order, with that address's
-acceptor connections, in the order they were first seen; a reused source port is a new
-attempt and a new connection. An acceptor connection no attempt made is
+Pairing: an acceptor connection belongs to the latest attempt of its address
+(client_ip, client_port) that started before the connection was first seen
+(`analysis.frames.match_attempts`, the pairing every check uses); a reused source port is
+a new attempt, and an earlier attempt on that port that the kernel dropped stays
+unpaired. An acceptor connection no attempt made is
 `client_acceptor_agreement`'s rule, not this one's.
 
 Drops: the counters are per network namespace, not per socket, and read once a second;
@@ -50,7 +52,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from analysis.checks.base import FAIL, PASS, UNKNOWN, Check, CheckResult, Part, witness
-from analysis.frames import acceptor_conns, client_conns
+from analysis.frames import acceptor_conns, client_conns, match_attempts
 
 if TYPE_CHECKING:
     from analysis.load import Run
@@ -176,26 +178,29 @@ def check_accounting(run: Run) -> CheckResult:
 
 
 def _on_acceptor(run: Run) -> CheckResult:
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     attempts = client_conns(run).where(F.col("invoke_ns").isNotNull())
     a = acceptor_conns(run)
     first_seen = F.coalesce("accept_ns", "admit_ns", "reject_ns", "throttle_close_ns", "close_ns")
-    conns = a.select("client_ip", "client_port", first_seen.alias("seen_ns")).where(
-        F.col("client_ip").isNotNull() & F.col("client_port").isNotNull()
-    )
+    conns = a.select(
+        F.col("conn_id"), "client_ip", "client_port", first_seen.alias("accept_ns")
+    ).where(F.col("client_ip").isNotNull() & F.col("client_port").isNotNull())
     key = ("client_ip", "client_port")
-    ok = attempts.where(F.col("connect_ok_ns").isNotNull())
-    ok = ok.withColumn("k", F.row_number().over(Window.partitionBy(*key).orderBy("invoke_ns")))
-    conns = conns.withColumn(
-        "k", F.row_number().over(Window.partitionBy(*key).orderBy("seen_ns"))
-    ).withColumn("paired", F.lit(True))
-    ok = ok.join(conns.select(*key, "k", "paired"), [*key, "k"], "left")
+    # each acceptor connection belongs to the latest attempt of its address started before
+    # it was seen (the pairing every check uses): a reused port whose earlier attempt the
+    # kernel dropped leaves that attempt unpaired, not the later one
+    paired = (
+        match_attempts(conns, attempts, run)
+        .select(F.col("c.client_ip"), F.col("c.client_port"), F.col("c.attempt_ns"))
+        .distinct()
+    )
+    ok = attempts.where(F.col("connect_ok_ns").isNotNull()).join(
+        paired, [*key, "attempt_ns"], "left_anti"
+    )
     end = F.coalesce("closed_ns", "eof_ns", F.lit(NEVER))
     lost_rows = (
-        ok.where(F.col("paired").isNull())
-        .select(
+        ok.select(
             *key, "c_listener", "invoke_ns", "connect_ok_ns", end.alias("end_ns"), "closed_outcome"
         )
         .collect()

@@ -1,7 +1,7 @@
 """`accounting` on hand-built histories, at the edges of its rule: an attempt that
 connected and is in no enforcer's history is explained only by a kernel drop counted
-during its life (1 ns either side of a reading decides it); reused source ports pair in
-order; on Kafka, the creation counter must cover the attempts served between two scrapes."""
+during its life (1 ns either side of a reading decides it); a reused source port pairs each
+acceptor connection with the latest attempt started before it; on Kafka, the creation counter must cover the attempts served between two scrapes."""
 
 from __future__ import annotations
 
@@ -109,6 +109,40 @@ def test_without_the_kernels_counters_a_lost_attempt_is_not_judged(
     r = check_accounting(load_run(spark, run))
     assert r.verdict == "unknown", r.observed
     assert "could not be judged" in r.observed
+
+
+def _reused_after_a_drop(drops_after: int) -> Any:
+    """The soak's shape: port 40001 accepted, then reused by an attempt that connected
+    and was never accepted (the kernel dropped it), then reused again and accepted. A drop
+    is counted between the readings at T0+1 s and T0+2 s when `drops_after` is 1."""
+
+    def build(cw: HistoryWriter, aw: HistoryWriter, hw: HistoryWriter) -> None:
+        _attempt(cw, 40001, T0 + 100 * MS, T0 + 200 * MS)
+        _accepted(aw, 1, 40001, T0 + 150 * MS)
+        _attempt(cw, 40001, T0 + 300 * MS, T0 + 1_500 * MS)  # connected, timed out
+        _attempt(cw, 40001, T0 + 2_500 * MS, T0 + 2_600 * MS)
+        _accepted(aw, 2, 40001, T0 + 2_550 * MS)
+        _readings(hw, (T0, 0), (T0 + S, 0), (T0 + 2 * S, drops_after), (T0 + 3 * S, drops_after))
+
+    return build
+
+
+def test_a_reused_port_pairs_its_connection_with_the_attempt_it_came_from(
+    spark: Any, tmp_path: Path
+) -> None:
+    # in start order the second attempt would take the second connection and leave the
+    # third attempt (alive after the drop's interval) unexplained
+    r = check_accounting(load_run(spark, _run(tmp_path, "reused", _reused_after_a_drop(1))))
+    assert r.verdict == "pass", (r.observed, r.witnesses)
+    assert "3 attempts = 2 accepted + 1 dropped by the kernel" in r.observed
+
+
+def test_the_dropped_attempt_on_a_reused_port_is_the_witness_without_a_drop(
+    spark: Any, tmp_path: Path
+) -> None:
+    r = check_accounting(load_run(spark, _run(tmp_path, "reused-lost", _reused_after_a_drop(0))))
+    assert r.verdict == "fail", r.observed
+    assert [w["mono_ns"] for w in r.witnesses] == [T0 + 300 * MS]
 
 
 def test_every_attempt_accepted_passes_without_any_drop(spark: Any, tmp_path: Path) -> None:
