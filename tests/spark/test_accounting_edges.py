@@ -1,7 +1,8 @@
 """`accounting` on hand-built histories, at the edges of its rule: an attempt that
 connected and is in no enforcer's history is explained only by a kernel drop counted
-during its life (1 ns either side of a reading decides it); a reused source port pairs each
-acceptor connection with the latest attempt started before it; on Kafka, the creation counter must cover the attempts served between two scrapes."""
+during its life (1 ns either side of a reading decides it); a reused source port pairs
+each acceptor connection with the latest attempt started before it; on Kafka, the
+creation counter must cover the attempts served between two scrapes."""
 
 from __future__ import annotations
 
