@@ -23,7 +23,8 @@ least-squares growth over those minutes within three standard deviations of the
 per-second readings' residuals: the noise). The broker's RSS is printed, not judged: a
 JVM's RSS grows as it commits heap pages up to its -Xmx whether or not anything leaks;
 its heap in use (the exporter's `jvm_memory_used_bytes`) is what shows a leak; history
-bytes per connection; the analysis time (< 5 min). Numbers go to ``<out>/soak-<target>.json`` and a markdown table beside it.
+bytes per connection; the analysis time (< 5 min). Numbers go to
+``<out>/soak-<target>.json`` and a markdown table beside it.
 """
 
 from __future__ import annotations
