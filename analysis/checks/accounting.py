@@ -199,12 +199,9 @@ def _on_acceptor(run: Run) -> CheckResult:
         paired, [*key, "attempt_ns"], "left_anti"
     )
     end = F.coalesce("closed_ns", "eof_ns", F.lit(NEVER))
-    lost_rows = (
-        ok.select(
-            *key, "c_listener", "invoke_ns", "connect_ok_ns", end.alias("end_ns"), "closed_outcome"
-        )
-        .collect()
-    )
+    lost_rows = ok.select(
+        *key, "c_listener", "invoke_ns", "connect_ok_ns", end.alias("end_ns"), "closed_outcome"
+    ).collect()
     kind = (
         F.when(F.col("connect_ok_ns").isNotNull(), F.lit("connected"))
         .when(F.col("fail_reason").isNotNull(), F.col("fail_reason"))
