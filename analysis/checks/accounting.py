@@ -235,6 +235,12 @@ def _on_acceptor(run: Run) -> CheckResult:
     unexplained: list[Lost]
     not_sampled: list[Lost]
     inc = run.incarnation
+    outage: list[Lost] = []
+    if inc is not None and inc.index > 0:
+        # connected before this process wrote its first row: to the killed one's socket,
+        # whose backlog died with it; the outage (`front_outage`) names them, not this life
+        outage = [x for x in lost if x.key[3] is not None and x.key[3] < inc.first_ns]
+        lost = [x for x in lost if x.key[3] is None or x.key[3] >= inc.first_ns]
     if inc is not None and inc.crashed:
         # this acceptor was killed: an attempt it never recorded may have sat in its backlog
         # (the kernel resets those with the socket) or been taken after its last flush
@@ -247,8 +253,11 @@ def _on_acceptor(run: Run) -> CheckResult:
     total = sum(sum(v.values()) for v in counts.values())
     connected = sum(v["connected"] for v in counts.values())
     lost_by: dict[str, int] = defaultdict(int)
+    outage_by: dict[str, int] = defaultdict(int)
     for x in lost:
         lost_by[str(x.key[2])] += 1
+    for x in outage:
+        outage_by[str(x.key[2])] += 1
     bad_by: dict[str, int] = defaultdict(int)
     for x in unexplained:
         bad_by[str(x.key[2])] += 1
@@ -258,7 +267,7 @@ def _on_acceptor(run: Run) -> CheckResult:
     lines = []
     for listener in sorted(counts):
         c = counts[listener]
-        accepted = c["connected"] - lost_by[listener]
+        accepted = c["connected"] - lost_by[listener] - outage_by[listener]
         errors = ", ".join(
             f"{n} {k}" for k, n in sorted(c.items()) if k not in ("connected", "cut_off") and n
         )
@@ -268,6 +277,11 @@ def _on_acceptor(run: Run) -> CheckResult:
             f"kernel + {sum(n for k, n in c.items() if k not in ('connected', 'cut_off'))} "
             f"connect errors ({errors or 'none'}) + {c['cut_off']} cut off at the stop"
             + (f" + {unjudged_by[listener]} not judged" if unjudged_by[listener] else "")
+            + (
+                f" + {outage_by[listener]} connected to the killed acceptor (its outage)"
+                if outage_by[listener]
+                else ""
+            )
             + f"; {bad_by[listener]} unexplained"
         )
     drops_seen = readings[-1].drops - readings[0].drops if len(readings) > 1 else 0

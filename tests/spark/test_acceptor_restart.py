@@ -59,6 +59,9 @@ def _run(tmp: Path, name: str, lost_after_restart: bool, kill: bool = True) -> P
         hw.record(
             "fault_start", mono_ns=KILL, reason="acceptor_kill", detail={"kind": "acceptor_kill"}
         )
+    # connected to the dying process's socket just after the kill was sent, reset with its
+    # backlog: the outage's, not the restarted process's
+    _attempt(cw, 40150, KILL + MS)
     _attempt(cw, 40200, T0 + 11 * S, refused=True)  # no front
     if kill:
         hw.record(
@@ -93,7 +96,8 @@ def test_each_process_is_judged_on_its_own_and_the_outage_by_none(
     # the attempt in the dead front's backlog is not judged: unknown, never a fail
     assert accounting.verdict == "unknown", accounting.observed
     assert "pid 111 was killed" in accounting.observed
-    assert outage.verdict == "unknown" and "2 client attempts" in outage.observed
+    assert "1 connected to the killed acceptor (its outage); 0 unexplained" in accounting.observed
+    assert outage.verdict == "unknown" and "3 client attempts" in outage.observed
     verdict, reasons = overall(list(results.values()))
     assert verdict == "unknown"
     assert any(r.startswith("judged by no check: ") and "pid 111 killed" in r for r in reasons)
