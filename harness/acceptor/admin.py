@@ -263,7 +263,7 @@ class AdminHandler:
         self.cfg = cfg
         #: a processor process's: where a request the acceptor answers goes to be answered
         #: (the accepting process, which owns the quotas); its answer comes back later
-        #: (`Relay.deferred_answer`)
+        #: (`Connection.deferred_answer`)
         self.delegate = delegate
         self.dynamic = dynamic
         self.rec = rec

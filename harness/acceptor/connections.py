@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from harness.acceptor.broker_charge import LoggedRequest, RequestLog, network_estimate
 from harness.acceptor.config import AcceptorConfig
-from harness.acceptor.forwarding import ProtoConnection
+from harness.acceptor.connection import Connection
+from harness.acceptor.forwarding import AsyncioWire
 from harness.acceptor.request_quotas import PRINCIPAL, with_throttle_time
 from harness.quota.requests import RequestQuotas
 
@@ -106,7 +107,7 @@ class Connections:
         self._quotas_enabled = request_quotas_enabled or request_quotas.enabled
         #: a processor process's: where each response's request-quota charge is decided
         #: (the accepting process, which owns the meters), asked before the response goes
-        #: out (`forwarding.ProtoConnection.on_upstream_data`)
+        #: out (`connection.Connection`)
         self.remote_charge = remote_charge
         self._requests_seen = 0
         self._sample_detail = f'{{"sample": {cfg.request_sample}}}'
@@ -140,8 +141,16 @@ class Connections:
         return self._quotas.max_connections_exceeded(listener)
 
     def open_channel(self, processor: ChannelSlot, item: NewConnection) -> Channel:
-        conn = ProtoConnection(self, processor, item.info, item.sock, item.initial, item.protected)
-        conn.charges = self.request_log
+        conn = Connection(
+            self,
+            processor,
+            item.info,
+            item.initial,
+            item.protected,
+            charges=self.request_log,
+            clock=time.monotonic_ns,
+        )
+        AsyncioWire(conn, item.sock)
         self.open.add(conn)
         return conn
 

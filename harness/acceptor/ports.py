@@ -11,7 +11,7 @@ Who provides what (and one shared value, `NewConnection`: one accepted socket fr
 accept to its processor, the record admission fills in):
 - `Counts`: the metrics' counters of outcomes and request times (`metrics.AcceptorMetrics`);
 - `Channel`: a registered connection as processors and the admin path see it
-  (`relay.Relay`, driven by `forwarding.ProtoConnection`);
+  (`connection.Connection`, driven by `forwarding.AsyncioWire`);
 - `ChannelSlot`: the processor a connection belongs to (`processor.Processor`);
 - `LocalAnswers`: answers the admin requests the acceptor answers itself
   (`admin.AdminHandler`);
@@ -118,7 +118,7 @@ class Channel(Protocol):
 
 class Deferred(enum.Enum):
     """An answer the acceptor builds in another process (the split model's accepting
-    process, which owns the quotas): the connection waits for it (`Relay.deferred_answer`)."""
+    process, which owns the quotas): the connection waits for it (`Connection.deferred_answer`)."""
 
     ANSWER = "deferred"
 

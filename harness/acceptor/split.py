@@ -38,7 +38,7 @@ already ended.
 With the broker's request log (`upstream.request.log`), each processor process reads it
 for its own responses and sends Kafka's handler time (and the network-thread estimate,
 recorded unthrottled) as the charge; a response whose line has not come yet waits for it
-first (`forwarding.ProtoConnection._ask_charges`).
+first (`connection.Connection._ask_charges`).
 """
 
 from __future__ import annotations

@@ -125,7 +125,7 @@ class ResponseOrder:
             return [], None, []
         before: list[bytes] = []
         if any(queue[i].awaiting for i in range(match)):
-            # not expected: nothing is taken behind an answer awaited (`Relay.step`)
+            # not expected: nothing is taken behind an answer awaited (`Connection._step`)
             return [], None, []
         for _ in range(match):
             dropped = queue.popleft()  # an upstream entry that never got a response (acks=0)

@@ -36,14 +36,13 @@ from typing import Any
 
 from harness.acceptor.admin import AdminHandler
 from harness.acceptor.config import AcceptorConfig, parse_acceptor_config, quota_engines
+from harness.acceptor.connection import Connection
 from harness.acceptor.connections import Connections
 from harness.acceptor.dynamic import DynamicConfig
 from harness.acceptor.eventloop import new_event_loop
-from harness.acceptor.forwarding import ProtoConnection
 from harness.acceptor.ports import Channel, ChargeAsked, NewConnection, Peer
 from harness.acceptor.processor import Processor
 from harness.acceptor.recorder import ConnInfo, Recorder
-from harness.acceptor.relay import Relay
 from harness.acceptor.split import Link, SharedCounts
 from harness.acceptor.stall import Stall, schedule_stalls
 from harness.history import HistoryWriter
@@ -116,9 +115,9 @@ class ProcessorProcess:
         self.stopped = asyncio.Event()
         self.processors: dict[tuple[str, int], Processor] = {}
         #: connections waiting for an admin answer from the accepting process
-        self._awaiting: dict[str, Relay] = {}
+        self._awaiting: dict[str, Connection] = {}
         #: responses waiting for their request-quota charge, by (connection, correlation id)
-        self._charging: dict[tuple[str, int], ProtoConnection] = {}
+        self._charging: dict[tuple[str, int], Connection] = {}
         self._stall_timers: list[asyncio.TimerHandle] = []
 
     def log(self, message: str) -> None:
@@ -178,8 +177,8 @@ class ProcessorProcess:
 
     def _delegate(self, conn: Peer, frame: bytes) -> None:
         """An admin request the acceptor answers: to the accepting process, which owns the
-        quotas; the connection waits for its `answer` (`Relay.deferred_answer`)."""
-        assert isinstance(conn, Relay)  # what the processors' connections are
+        quotas; the connection waits for its `answer` (`Connection.deferred_answer`)."""
+        assert isinstance(conn, Connection)  # what the processors' connections are
         i = conn.info
         self._awaiting[i.conn_id] = conn
         who = (i.conn_id, i.listener, i.client_ip, i.client_port, i.sock_ip, i.sock_port)
@@ -188,7 +187,7 @@ class ProcessorProcess:
     def _charge(self, conn: Channel, asked: ChargeAsked) -> None:
         """A response's request-quota charge: decided by the accepting process's meters
         (KIP-124's are one per broker); the response waits for it (`charged`)."""
-        assert isinstance(conn, ProtoConnection)  # what the processors' connections are
+        assert isinstance(conn, Connection)  # what the processors' connections are
         conn_id = conn.info.conn_id
         self._charging[(conn_id, asked.correlation_id)] = conn
         a = asked

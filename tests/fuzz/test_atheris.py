@@ -18,6 +18,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -58,7 +59,7 @@ def _main() -> None:
     # coverage of our code only: instrumenting kafka-python and pyarrow costs a minute
     with atheris.instrument_imports(include=["harness"]):
         from harness.acceptor.config import parse_acceptor_config
-        from harness.acceptor.forwarding import ProtoConnection
+        from harness.acceptor.connection import Connection
         from harness.acceptor.processor import Processor
         from harness.acceptor.recorder import ConnInfo
         from harness.acceptor.server import Acceptor
@@ -120,7 +121,9 @@ def _main() -> None:
         acceptor.admin.resolve = resolve
         proc = Processor(acceptor.conns, "CLIENT", 0, False)
         info = ConnInfo("CLIENT-atheris", "CLIENT", "127.0.0.1", 1, "127.0.0.1", 1)
-        conn = ProtoConnection(acceptor.conns, proc, info, None, b"", False)  # type: ignore[arg-type]
+        conn = Connection(
+            acceptor.conns, proc, info, b"", False, charges=None, clock=time.monotonic_ns
+        )
         try:
             acceptor.admin.maybe_handle(conn, frame, parse_request_header(frame))
         except FrameError as exc:

@@ -1,8 +1,8 @@
 """Fuzz the admin requests the acceptor decodes and answers itself.
 
 Why: DescribeClientQuotas, AlterClientQuotas and IncrementalAlterConfigs are decoded and
-acted on inside the connection's per-request step (`Relay.step`, from
-`ProtoConnection.on_client_data`), which only turns `FrameError` into a `close` row with
+acted on inside the connection's per-request step (`Connection._step`, from
+`Connection.client_data`), which only turns `FrameError` into a `close` row with
 that frame's reason; any other exception from `AdminHandler.maybe_handle` is a bug (it ends
 the connection as `internal_error`, with no answer). So the property is: for any bytes, and for any
 structurally valid request with hostile values (NaN, infinities, null names, unknown
@@ -20,6 +20,7 @@ import io
 import ipaddress
 import math
 import struct
+import time
 from typing import Any
 
 import pytest
@@ -36,7 +37,7 @@ from kafka.protocol.admin import (
 from kafka.protocol.api_header import ResponseHeader
 
 from harness.acceptor.config import parse_acceptor_config
-from harness.acceptor.forwarding import ProtoConnection
+from harness.acceptor.connection import Connection
 from harness.acceptor.processor import Processor
 from harness.acceptor.recorder import ConnInfo
 from harness.acceptor.server import Acceptor
@@ -58,7 +59,7 @@ def literal_resolver(host: str) -> str:
     return ipaddress.ip_address(host).compressed  # ValueError: "not a valid IP or host"
 
 
-def new_connection(client_ip: str = "127.0.0.1") -> ProtoConnection:
+def new_connection(client_ip: str = "127.0.0.1") -> Connection:
     cfg = parse_acceptor_config(
         {
             "listeners": "CLIENT://127.0.0.1:0",
@@ -73,10 +74,10 @@ def new_connection(client_ip: str = "127.0.0.1") -> ProtoConnection:
     acceptor.admin.node_ids._ask_node_id = lambda listener: None  # type: ignore[method-assign]
     proc = Processor(acceptor.conns, "CLIENT", 0, False)
     info = ConnInfo("CLIENT-fuzz-1", "CLIENT", client_ip, 40000, client_ip, 40000)
-    return ProtoConnection(acceptor.conns, proc, info, None, b"", False)  # type: ignore[arg-type]
+    return Connection(acceptor.conns, proc, info, b"", False, charges=None, clock=time.monotonic_ns)
 
 
-def handle(conn: ProtoConnection, frame: bytes) -> bytes | None:
+def handle(conn: Connection, frame: bytes) -> bytes | None:
     """The pump's steps for one frame; returns the local response or None (forwarded)."""
     info = parse_request_header(frame)
     out = conn.host.admin.maybe_handle(conn, frame, info)

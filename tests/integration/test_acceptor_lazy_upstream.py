@@ -113,7 +113,9 @@ def test_both_sides_of_a_forwarded_connection_have_nodelay(
         wait_until(lambda: upstream.accepted == 1, 10, what="upstream opened")
         (conn,) = list(handle.acceptor.conns.open)
         client_side, upstream_side = wait_until(
-            lambda: all(conn._sides()) and conn._sides(), 10, what="both transports"
+            lambda: all(conn.wire.transports()) and conn.wire.transports(),
+            10,
+            what="both transports",
         )
         for side in (client_side, upstream_side):
             sock = side.get_extra_info("socket")

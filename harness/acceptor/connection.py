@@ -1,0 +1,793 @@
+"""One registered connection, sans-IO: its record, its state and every decision from its
+registration to its close. `forwarding` is the thin asyncio adapter that moves its bytes.
+
+Why sans-IO: the connection is where Kafka's rules meet two sockets (the client's and the
+broker's), a request in flight, a throttle timer, responses held for the broker's request
+log or for a charge decided in another process, half-closes and bad frames. Kept apart
+from the transports, every one of those decisions is driven in a unit test by bytes, timer
+ticks and answers, with an injected clock and a recording `Wire`, and no socket
+(`tests/unit/test_connection.py`).
+
+Kafka's channel, as a processor drives it (`SocketServer.Processor`, `Selector`,
+`KafkaChannel`): registered (`configureNewConnections`), ready at once on PLAINTEXT, then
+one receive at a time: muted from a request until its response is sent and its throttle
+is over (`KafkaChannel.ChannelMuteState`; here `inflight.RequestGate` over `quota.mute`),
+until either peer closes, the processor evicts it (`closeExcessConnections`) or expires it
+(`connections.max.idle.ms`), or a receive is invalid (`InvalidReceiveException`: the
+requests before it are answered first, finding F3 of docs/hostile-input.md). A relay adds
+what standing between a client and a broker needs, and the states say so:
+
+- `REGISTERED`: its processor registered it; the adapter is making the client transport.
+- `IDLE`: the client side is open and has sent nothing. No upstream yet: a client that
+  connects and leaves (Trogdor's CONNECT, a health check) costs the broker nothing, as
+  none of its bytes would have reached it.
+- `CONNECTING`: the client's first bytes came; they wait while the upstream opens.
+- `OPEN`: both sides up; requests pass the gate, responses come back charged.
+- `CLOSING`: a bad frame; nothing more is read; the answers owed still go out, then the
+  close (or after `CLOSE_GRACE_S`).
+- `CLOSED`: `finish` ran once: both sides closed, counts released, `close` written.
+
+Half-closes are per side (`Eof`), beside the state: the client's goes upstream once every
+request before it was forwarded; the broker's goes to the client, which has
+`UPSTREAM_EOF_GRACE_S` to read and close. `TRANSITIONS` lists every (state, input, next
+state) the connection may take, with the history event the step writes; an input that
+would take any other step is a bug: `TransitionError`, which the adapter turns into the
+connection's end (`internal_error`), visible in its `close` row.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any, Protocol
+
+from harness.acceptor.broker_charge import network_estimate
+from harness.acceptor.inflight import RequestGate
+from harness.acceptor.intake import CLOSE_GRACE_S, close_reason, take_requests
+from harness.acceptor.ports import ChargeAsked
+from harness.acceptor.tracker import ResponseOrder
+from harness.wire.framing import FrameDecoder, FrameError, correlation_id_of_response
+
+if TYPE_CHECKING:
+    from harness.acceptor.broker_charge import LoggedRequest, RequestLog
+    from harness.acceptor.ports import ChannelSlot, ConnectionHost, RemoteCharge
+    from harness.acceptor.recorder import ConnInfo
+    from harness.quota.requests import RequestCharge
+
+__all__ = [
+    "TRANSITIONS",
+    "Connection",
+    "Eof",
+    "Input",
+    "Side",
+    "State",
+    "Timer",
+    "TransitionError",
+    "Wire",
+]
+
+#: after the broker's EOF, how long the client has to read what it was sent and close
+UPSTREAM_EOF_GRACE_S = 1.0
+NS = 1_000_000_000
+
+
+class State(enum.Enum):
+    REGISTERED = "registered"
+    IDLE = "idle"
+    CONNECTING = "connecting"
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+class Input(enum.Enum):
+    OPENED = "opened"  # the client transport was made
+    CLIENT_DATA = "client_data"
+    CLIENT_EOF = "client_eof"  # the client half-closed (or closed before any transport)
+    CLIENT_LOST = "client_lost"  # the client side went away (reset, or its transport lost)
+    UPSTREAM_UP = "upstream_up"
+    UPSTREAM_FAILED = "upstream_failed"
+    UPSTREAM_DATA = "upstream_data"
+    UPSTREAM_EOF = "upstream_eof"
+    UPSTREAM_LOST = "upstream_lost"
+    BACKPRESSURE = "backpressure"  # one side's write buffer filled or drained
+    TIMER = "timer"
+    ANSWER = "answer"  # an admin answer built in another process (split model)
+    CHARGED = "charged"  # a response's charge decided in another process (split model)
+    LOGGED = "logged"  # the broker's request log line of a held response came (or not)
+    END = "end"  # ended from outside: eviction, idle expiry, shutdown, an internal error
+
+
+class Side(enum.Enum):
+    CLIENT = "client"
+    UPSTREAM = "upstream"
+
+
+class Eof(enum.Enum):
+    """A side's half-close, as this connection has handled it."""
+
+    NONE = "none"
+    #: received; the client's waits until every request before it was forwarded, the
+    #: broker's until the responses held before it were sent
+    PENDING = "pending"
+    PASSED = "passed"  # written to the other side
+
+
+class Timer(enum.Enum):
+    UNMUTE = "unmute"  # KIP-219: the throttle of the request answered is over
+    CLOSE_GRACE = "close_grace"  # after a bad frame: the answers owed had their time
+    UPSTREAM_EOF_GRACE = "upstream_eof_grace"  # after the broker's EOF: the client's time
+
+
+class TransitionError(RuntimeError):
+    """A step no row of `TRANSITIONS` allows: a bug in the connection."""
+
+
+_S, _I = State, Input
+_LIVE = (_S.REGISTERED, _S.IDLE, _S.CONNECTING, _S.OPEN, _S.CLOSING)
+_ENDS = (_I.CLIENT_LOST, _I.END)
+#: both sides up: requests are taken, responses delivered
+_FORWARDING = frozenset({_S.OPEN, _S.CLOSING})
+
+
+def _rows() -> dict[tuple[State, Input, State], str | None]:
+    """(state, input, next state) -> the history event the step writes (None: none)."""
+    rows: dict[tuple[State, Input, State], str | None] = {}
+
+    def allow(state: State, inp: Input, *nxt: State) -> None:
+        for n in nxt:
+            rows[(state, inp, n)] = "close" if n is _S.CLOSED else None
+
+    allow(_S.REGISTERED, _I.OPENED, _S.IDLE, _S.CONNECTING)  # CONNECTING: PROXY-read bytes
+    allow(_S.REGISTERED, _I.CLIENT_EOF, _S.CLOSED)  # closed before it sent a byte
+    allow(_S.IDLE, _I.CLIENT_DATA, _S.CONNECTING)
+    allow(_S.IDLE, _I.CLIENT_EOF, _S.CLOSED)  # nothing sent: nothing to answer
+    allow(_S.CONNECTING, _I.CLIENT_DATA, _S.CONNECTING)  # kept, in order
+    allow(_S.CONNECTING, _I.CLIENT_EOF, _S.CONNECTING)  # passed once its bytes are forwarded
+    # the bytes kept are fed at once: they may hold a bad frame, or a refused request
+    allow(_S.CONNECTING, _I.UPSTREAM_UP, _S.OPEN, _S.CLOSING, _S.CLOSED)
+    allow(_S.CONNECTING, _I.UPSTREAM_FAILED, _S.CLOSED)
+    for state in (_S.OPEN, _S.CLOSING):
+        nxt = (state, _S.CLOSED)
+        allow(state, _I.UPSTREAM_DATA, *nxt)  # responses; a bad one closes
+        allow(state, _I.CLIENT_EOF, *nxt)
+        allow(state, _I.UPSTREAM_EOF, *nxt)
+        allow(state, _I.UPSTREAM_LOST, _S.CLOSED)
+        allow(state, _I.BACKPRESSURE, state)  # only once the upstream is up is anything written
+        allow(state, _I.ANSWER, *nxt)
+        allow(state, _I.CHARGED, *nxt)
+        allow(state, _I.LOGGED, *nxt)
+        allow(state, _I.TIMER, *nxt)  # unmute; either grace over
+    allow(_S.OPEN, _I.CLIENT_DATA, _S.OPEN, _S.CLOSING, _S.CLOSED)
+    allow(_S.CLOSING, _I.CLIENT_DATA, _S.CLOSING)  # nothing more is read
+    for state in _LIVE:
+        for inp in _ENDS:
+            allow(state, inp, _S.CLOSED)
+    for inp in Input:  # late callbacks after the end change nothing
+        rows[(_S.CLOSED, inp, _S.CLOSED)] = None
+    return rows
+
+
+#: every step a connection may take: (state, input, next state) -> the event it writes
+TRANSITIONS = _rows()
+
+
+class Wire(Protocol):
+    """What the connection asks of its I/O adapter (`forwarding.AsyncioWire`; a test's
+    recording one). Each call is one action; none calls back into the connection."""
+
+    def start(self) -> Coroutine[Any, Any, None] | None:
+        """What the processor runs for the newly registered connection (None: ended)."""
+
+    def send(self, side: Side, data: bytes) -> None: ...
+
+    def send_eof(self, side: Side) -> bool:
+        """Half-close towards `side`; False when that side cannot take one."""
+
+    def pause(self, side: Side) -> None:
+        """Stop reading from `side`."""
+
+    def resume(self, side: Side) -> None: ...
+
+    def open_upstream(self, host: str, port: int) -> None:
+        """Connect to the broker; the answer comes to `upstream_up` / `upstream_failed`."""
+
+    def arm(self, timer: Timer, at_ns: int) -> None:
+        """Call `timer(timer)` at `at_ns` (on the connection's clock), unless closed first."""
+
+    def close(self, reset: bool) -> None:
+        """Close both sides (a reset: SO_LINGER 0, else a FIN) and cancel the timers."""
+
+
+@dataclass(slots=True)
+class Held:
+    """Responses read from the broker and not yet sent: waiting for the broker's log line
+    of the first (`broker_charge.RequestLog.wait`) or for charges decided elsewhere."""
+
+    frames: list[bytes]
+    since_ns: int  # when they were read
+    #: correlation ids whose charges are being decided in another process
+    owed: set[int]
+
+
+def _charge_late(
+    charge: Callable[[LoggedRequest | None], None], log: RequestLog, addr: str, cid: int
+) -> None:
+    charge(log.take(addr, cid))
+
+
+class Connection:
+    """One registered connection; satisfies `ports.Channel`. Receives what it calls back
+    (`host`: admin answers, the request charge, the end), its processor (`processor`: LRU
+    order, removal), its record as admitted (`info`), the bytes read with a PROXY header
+    (`initial`), the broker's request log if one is read (`charges`), and `clock`
+    (monotonic ns). Its `wire` is attached by the adapter before `start`."""
+
+    wire: Wire
+
+    def __init__(
+        self,
+        host: ConnectionHost,
+        processor: ChannelSlot,
+        info: ConnInfo,
+        initial: bytes,
+        protected: bool,
+        *,
+        charges: RequestLog | None,
+        clock: Callable[[], int],
+    ) -> None:
+        self.host = host
+        self.processor = processor
+        self.info = info
+        self.protected = protected
+        self.charges = charges
+        self._clock = clock
+        self.state = State.REGISTERED
+        self.client_eof = Eof.NONE
+        self.upstream_eof = Eof.NONE
+        self.started_ns = self.last_active_ns = clock()
+        self.bytes_in = self.bytes_out = self.requests = 0
+        #: client bytes not yet cut into requests: read with the PROXY header, or while the
+        #: upstream opens
+        self.pending = initial
+        self.gate = RequestGate()  # one request in flight (Kafka's KIP-219 mute)
+        self.muted_until_ns = 0
+        self.close_reason: str | None = None
+        #: the upstream socket's own address as the broker's connection id names it
+        self.upstream_addr: str | None = None
+        self.held: Held | None = None
+        #: charges asked of another process (the split model), by correlation id: the
+        #: instant the meters there recorded it (its `request` row carries it, so the
+        #: checker replays the meters as they ran) and what the broker's log said (handler
+        #: ns or None, network ns, held ns: `RequestGate.logged`), if it is read
+        self.asked: dict[int, tuple[int, tuple[int | None, int, int] | None]] = {}
+        #: an admin answer is being built in another process: nothing more is taken
+        self.awaiting_answer = False
+        #: (reason, detail) of the bad frame the connection is closing after
+        self._closing: tuple[str, dict[str, Any]] | None = None
+        self._order = ResponseOrder()
+        self._requests = FrameDecoder(host.request_max_bytes)
+        self._responses = FrameDecoder(2**31 - 1)
+        self._paused: dict[Side, set[str]] = {Side.CLIENT: set(), Side.UPSTREAM: set()}
+        #: every step taken, when a test asks for it (`trace = []`)
+        self.trace: list[tuple[State, Input, State]] | None = None
+
+    # -- the table ------------------------------------------------------------------------
+    def _stepped(self, before: State, inp: Input) -> None:
+        step = (before, inp, self.state)
+        if step not in TRANSITIONS:
+            raise TransitionError(f"{self.info.conn_id}: no step {step}")
+        if self.trace is not None:
+            self.trace.append(step)
+
+    @property
+    def closed(self) -> bool:
+        return self.state is State.CLOSED
+
+    # -- ports.Channel --------------------------------------------------------------------
+    def start(self) -> Coroutine[Any, Any, None] | None:
+        return self.wire.start()
+
+    def finish(
+        self,
+        reason: str,
+        *,
+        reset: bool = False,
+        evicted: bool = False,
+        detail: dict[str, Any] | None = None,
+    ) -> None:
+        """Ended from outside (eviction, idle expiry, shutdown): `END`."""
+        before = self.state
+        self._finish(reason, reset=reset, evicted=evicted, detail=detail)
+        self._stepped(before, Input.END)
+
+    def mute(self, until_ns: int) -> None:
+        """KIP-219: the request in flight is throttled until `until_ns` (called by the host
+        before its response is written): nothing more is taken from the client until then."""
+        self.muted_until_ns = max(self.muted_until_ns, until_ns)
+        self.gate.throttle_started()
+        self.wire.arm(Timer.UNMUTE, self.muted_until_ns)
+
+    # -- inputs from the adapter -----------------------------------------------------------
+    def opened(self) -> None:
+        """The client transport was made: wait for its first bytes, or (bytes read with a
+        PROXY header) open the upstream now."""
+        before = self.state
+        if before is State.REGISTERED:
+            self.state = State.IDLE
+            if self.pending:
+                self._open_upstream()
+        self._stepped(before, Input.OPENED)
+
+    def client_data(self, data: bytes) -> None:
+        before = self.state
+        if before is State.IDLE or before is State.CONNECTING:
+            self.bytes_in += len(data)
+            self._touch()
+            if before is State.IDLE:
+                self._open_upstream()
+            self.pending += data
+        elif before is State.OPEN:
+            self.bytes_in += len(data)
+            self._touch()
+            self._take(data)
+        self._stepped(before, Input.CLIENT_DATA)
+
+    def upstream_up(self, addr: str | None) -> None:
+        """The upstream is connected; `addr` is its socket's address as the broker's
+        connection ids name it (for the request log), if known."""
+        before = self.state
+        if before is State.CONNECTING:
+            self.state = State.OPEN
+            if self.charges is not None and addr is not None:  # before any request
+                self.upstream_addr = addr
+                self.charges.register(addr)
+            data, self.pending = self.pending, b""
+            if data:
+                self._take(data)
+            self._resume(Side.CLIENT, "upstream")
+            self._pump()
+        else:  # ended meanwhile: what was made is closed
+            self.wire.close(reset=False)
+        self._stepped(before, Input.UPSTREAM_UP)
+
+    def upstream_failed(self, error: str) -> None:
+        before = self.state
+        self._finish("upstream_unreachable", detail={"error": error})
+        self._stepped(before, Input.UPSTREAM_FAILED)
+
+    def upstream_data(self, data: bytes) -> None:
+        before = self.state
+        if not self.closed:
+            self._touch()
+            try:
+                frames = self._responses.feed(data)
+                if frames:
+                    self._responses_read(frames)
+            except FrameError as exc:
+                self._finish("upstream_" + exc.reason, detail={"error": str(exc)})
+        self._stepped(before, Input.UPSTREAM_DATA)
+
+    def eof(self, side: Side) -> bool:
+        """A half-close from `side`; True to keep the other direction open."""
+        before = self.state
+        keep = self._client_eof() if side is Side.CLIENT else self._upstream_eof()
+        self._stepped(before, Input.CLIENT_EOF if side is Side.CLIENT else Input.UPSTREAM_EOF)
+        return keep
+
+    def lost(self, side: Side, error: str | None) -> None:
+        """A side went away: with an error, a reset (answered with one); else a close."""
+        before = self.state
+        if side is Side.CLIENT:
+            if error is None:
+                self._finish("client_eof")
+            else:
+                self._finish("reset", reset=True, detail={"error": error})
+            inp = Input.CLIENT_LOST
+        else:
+            if error is None:
+                self._finish("upstream_eof")
+            else:
+                self._finish("upstream_reset", reset=True, detail={"error": error})
+            inp = Input.UPSTREAM_LOST
+        self._stepped(before, inp)
+
+    def backpressure(self, full: Side, on: bool) -> None:
+        """Our write buffer towards `full` filled (`on`) or drained: read the other side
+        no faster than this one takes it."""
+        before = self.state
+        other = Side.UPSTREAM if full is Side.CLIENT else Side.CLIENT
+        if self.closed:
+            pass
+        elif on:
+            self._pause(other, "backpressure")
+        else:
+            self._resume(other, "backpressure")
+        self._stepped(before, Input.BACKPRESSURE)
+
+    def timer(self, timer: Timer) -> None:
+        before = self.state
+        if not self.closed:
+            if timer is Timer.UNMUTE:
+                self._unmute()
+            elif timer is Timer.CLOSE_GRACE:
+                self._finish("close_grace_expired", detail={"unanswered": len(self._order)})
+            else:
+                self._finish("upstream_eof")
+        self._stepped(before, Input.TIMER)
+
+    def internal_error(self, exc: Exception) -> None:
+        """A bug must end this connection visibly, not leak it."""
+        self.host.log(f"{self.info.conn_id}: internal error {exc!r}")
+        self.finish("internal_error", reset=True, detail={"error": repr(exc)})
+
+    # -- inputs from another process (the split model) ------------------------------------
+    def deferred_answer(
+        self, correlation_id: int, response: bytes | None, error: tuple[str, str] | None = None
+    ) -> None:
+        """The answer built in another process for the request awaiting it: sent in its
+        turn, then requests are taken again; or the close it asked for (`error`: reason and
+        message, as a refused admin request closes a connection)."""
+        before = self.state
+        if not self.closed and self.awaiting_answer:
+            self.awaiting_answer = False
+            if response is None:
+                reason, message = error or ("admin_error", "no answer")
+                self._finish(reason, detail={"error": message})
+            else:
+                out = self._order.ready(correlation_id, response)
+                if out:
+                    self.wire.send(Side.CLIENT, out[0] if len(out) == 1 else b"".join(out))
+                self.gate.response_sent()
+                self._pump()
+        self._stepped(before, Input.ANSWER)
+
+    def charged(self, correlation_id: int, charge: RequestCharge) -> None:
+        """The decided charge of a held response (`_ask_charges`)."""
+        before = self.state
+        held = self.held
+        if not self.closed and held is not None and correlation_id in held.owed:
+            self.gate.decided[correlation_id] = charge
+            held.owed.discard(correlation_id)
+            if not held.owed:
+                self._release_held()
+        self._stepped(before, Input.CHARGED)
+
+    # -- the broker's request log ---------------------------------------------------------
+    def _line_came(self, remote: RemoteCharge | None) -> None:
+        """The held responses' log line was read (or the hold is over)."""
+        before = self.state
+        held = self.held
+        if not self.closed and held is not None and not held.owed:
+            try:
+                if remote is None:
+                    self._release_held()
+                else:
+                    self.held = None
+                    self._ask_charges(held.frames, remote, read_ns=held.since_ns)
+            except Exception as exc:  # called by the log's reader: end visibly, not leak
+                self.internal_error(exc)
+        self._stepped(before, Input.LOGGED)
+
+    # -- the client side ------------------------------------------------------------------
+    def _touch(self) -> None:
+        self.last_active_ns = self._clock()
+        self.processor.touch(self)
+
+    def _open_upstream(self) -> None:
+        self.state = State.CONNECTING
+        self._pause(Side.CLIENT, "upstream")  # one read's worth until it is up
+        self.wire.open_upstream(*self.host.upstream(self.info.listener))
+
+    def _take(self, data: bytes) -> None:
+        """Client bytes, cut into requests, into the gate, then taken while readable. A bad
+        frame ends the reading: the whole requests before it are still answered, then the
+        connection closes with its reason (CLOSING)."""
+        try:
+            frames = self._requests.feed(data)
+        except FrameError as exc:
+            self.gate.received(exc.frames, exc)
+            self._closing = (exc.reason, {"error": str(exc)})
+            self.state = State.CLOSING
+            self._pause(Side.CLIENT, "closing")
+            self.wire.arm(Timer.CLOSE_GRACE, self._clock() + int(CLOSE_GRACE_S * NS))
+        else:
+            self.gate.received(frames, None)
+        self._pump()
+
+    def _may_pipeline(self) -> bool:
+        """Whether requests may pass the gate as they come: none can be throttled (no
+        request quota was ever set) and no broker request log is read for their charges
+        (`inflight`, "pipelined")."""
+        return self.charges is None and not self.host.request_quotas_enabled()
+
+    def _pump(self) -> None:
+        """Take requests while the channel is readable (Kafka's processor: one request,
+        then muted until its response is sent and its throttle is over; all of them while
+        no request can be throttled, the gate's `pipelined`)."""
+        if self.state not in _FORWARDING:
+            return
+        gate = self.gate
+        gate.pipelined = self._may_pipeline()
+        while not self.closed and not self.awaiting_answer:
+            item = gate.take()
+            if item is None:
+                break
+            if not self._step(item):
+                return
+        # what the client pipelined stays unread (in the kernel) while a request is in
+        # flight, as on Kafka's muted channel; one read's worth of frames waits in the gate
+        if len(gate) and (not gate.readable or self.awaiting_answer):
+            self._pause(Side.CLIENT, "in_flight")
+        else:
+            self._resume(Side.CLIENT, "in_flight")
+        self._pass_client_eof()
+
+    def _step(self, item: bytes | FrameError) -> bool:
+        """Handle one item the gate released; False once the connection is finished. A
+        request forwarded whose response is owed holds the gate (muted, or outstanding
+        while pipelined) until its response is sent; one answered here, or a Produce with
+        acks=0 (the broker's no-op response), releases it at once."""
+        if isinstance(item, FrameError):  # every request before it is answered
+            self._finish(item.reason)
+            return False
+        forwarded, owed, deferred, stopped = take_requests(
+            self.host.admin, self, self._order, [item], self._clock(), self._to_client
+        )
+        if stopped is not None:  # unreadable header, refused admin request: Kafka closes
+            self._finish(stopped.reason, detail={"error": str(stopped)})
+            return False
+        if deferred:  # answered once built elsewhere: the gate waits for it
+            self.awaiting_answer = True
+            return True
+        if not forwarded:  # answered here: the answer is written
+            self.gate.response_sent()
+            return True
+        self.gate.forwarded_ns = self._clock()
+        self.wire.send(Side.UPSTREAM, item)
+        if not owed:
+            self.gate.response_sent()  # acks=0: the broker's no-op response
+        return True
+
+    def _to_client(self, data: bytes) -> None:
+        self.wire.send(Side.CLIENT, data)
+
+    def _unmute(self) -> None:
+        if not self.muted_until_ns:  # an earlier timer already ended it
+            return
+        if self._clock() < self.muted_until_ns:  # timers may fire a little early: the rest
+            self.wire.arm(Timer.UNMUTE, self.muted_until_ns)
+            return
+        self.muted_until_ns = 0
+        if self.gate.throttle_ended():
+            self._pump()
+
+    def _pass_client_eof(self) -> None:
+        """The client's half-close goes upstream once every request it sent before it was
+        forwarded (the broker reads them all, then the EOF)."""
+        if self.client_eof is not Eof.PENDING or self.state not in _FORWARDING:
+            return
+        if len(self.gate) or self.pending:
+            return
+        self.client_eof = Eof.PASSED
+        if not self.wire.send_eof(Side.UPSTREAM):
+            self._finish("client_eof")
+
+    def _client_eof(self) -> bool:
+        if self.closed:
+            return False
+        if self.state is State.REGISTERED or self.state is State.IDLE:
+            self._finish("client_eof")  # nothing was sent: nothing to answer
+            return False
+        self.client_eof = Eof.PENDING
+        if self.upstream_eof is Eof.PASSED:
+            self._finish("upstream_eof")
+            return False
+        self._pass_client_eof()
+        return True
+
+    # -- the upstream side ----------------------------------------------------------------
+    def _upstream_eof(self) -> bool:
+        """The broker half-closed: passed to the client (after the responses held before
+        it), which has `UPSTREAM_EOF_GRACE_S` to read them and close."""
+        if self.closed:
+            return False
+        if self.held is not None:  # the held responses go to the client first
+            self.upstream_eof = Eof.PENDING
+            return True
+        self.upstream_eof = Eof.PASSED
+        if self.client_eof is not Eof.NONE:
+            self._finish("client_eof")
+            return False
+        self.wire.send_eof(Side.CLIENT)
+        self.wire.arm(Timer.UPSTREAM_EOF_GRACE, self._clock() + int(UPSTREAM_EOF_GRACE_S * NS))
+        return True
+
+    def _responses_read(self, frames: list[bytes]) -> None:
+        """Whole responses from the broker: sent to the client charged (KIP-124), unless
+        they must wait for the broker's log line or for charges decided elsewhere."""
+        if self.held is not None:  # behind a response waiting for its log line
+            self.held.frames.extend(frames)
+            return
+        remote = self.host.remote_charge
+        if remote is not None and self.host.request_quotas_enabled():
+            self._ask_charges(frames, remote)
+            return
+        charges, addr = self.charges, self.upstream_addr
+        if charges is not None and addr is not None:
+            cid = correlation_id_of_response(frames[0])
+            if charges.pending(addr, cid):
+                gate = self.gate
+                now = self._clock()
+                if charges.should_hold(gate.client_id, gate.api_key, now - gate.forwarded_ns):
+                    self.held = Held(frames, now, set())
+                    charges.wait(addr, cid, partial(self._line_came, None))
+                    return
+                gate.charge_later()  # it cannot throttle: charged when the line comes
+        self._deliver(frames)
+
+    def _ask_charges(
+        self, frames: list[bytes], remote: RemoteCharge, read_ns: int | None = None
+    ) -> None:
+        """A processor process's responses while request quotas exist: each one's charge is
+        decided where the meters are (`remote`); they are held until every answer came
+        (`charged`), then sent as they would have been, throttle and mute included.
+
+        With the broker's request log read, the charge is Kafka's handler time from its
+        line: a response whose line has not come yet waits for it first (at most
+        `broker_charge.HOLD_MAX_S`; then `read_ns` says when it was read). Unlike one
+        process, which holds only a response whose charge could throttle it, every such
+        response waits: whether it could is known where the meters are."""
+        now = self._clock()
+        charges, addr = self.charges, self.upstream_addr
+        if charges is not None and addr is not None and read_ns is None:
+            cid = correlation_id_of_response(frames[0])
+            if charges.pending(addr, cid):
+                self.held = Held(frames, now, set())
+                charges.wait(addr, cid, partial(self._line_came, remote))
+                return
+        arrived_ns = now if read_ns is None else read_ns
+        owed: set[int] = set()
+        for frame in frames:
+            cid = correlation_id_of_response(frame)
+            pending = self._order.peek(cid)
+            if pending is None:  # answers nothing forwarded: sent as it is
+                continue
+            broker_ns = arrived_ns - pending.sent_ns
+            handler_ns, network_ns, read = None, 0, None
+            if charges is not None and addr is not None:
+                read = _log_line(charges, addr, cid, broker_ns, now - arrived_ns)
+                handler_ns, network_ns, _held = read
+            charged_ns = (
+                handler_ns
+                if handler_ns is not None
+                else self.gate.charged_ns(broker_ns, pending.allowance_ns)
+            )
+            owed.add(cid)
+            self.asked[cid] = (now, read)
+            remote(
+                self,
+                ChargeAsked(
+                    cid, pending.client_id or "", pending.api_key, charged_ns, network_ns, now
+                ),
+            )
+        self.held = Held(frames, arrived_ns, owed)
+        if not owed:  # sent now, as a held response is (an EOF meanwhile included)
+            self._release_held()
+
+    def _release_held(self) -> None:
+        """The held responses' log line came (or the hold is over), or their charges were
+        decided: charge and send them, then the broker's EOF that waited behind them."""
+        held, self.held = self.held, None
+        if held is None or self.closed:
+            return
+        try:
+            self._deliver(held.frames, held.since_ns)
+        except FrameError as exc:
+            self._finish("upstream_" + exc.reason, detail={"error": str(exc)})
+        if self.upstream_eof is Eof.PENDING and not self.closed:
+            self._upstream_eof()
+
+    def _deliver(self, frames: list[bytes], arrived_ns: int | None = None) -> None:
+        payload, answered = self._answers(frames, arrived_ns)
+        self.wire.send(Side.CLIENT, payload)
+        if answered:
+            for _ in range(answered):
+                self.gate.response_sent()
+            self._pump()
+
+    def _answers(self, frames: list[bytes], arrived_ns: int | None) -> tuple[bytes, int]:
+        """The broker's responses as sent to the client (`request` rows, request-quota
+        charge, throttle_time_ms raised), and how many answered a request (one in flight;
+        several, pipelined).
+
+        `arrived_ns`: when they were read, if they were held for the broker's log line
+        (latency is measured to then; the charge and the throttle are made now)."""
+        now = self._clock()
+        read_ns = now if arrived_ns is None else arrived_ns
+        out: list[bytes] = []
+        answered = 0
+        charges, addr = self.charges, self.upstream_addr
+        for frame in frames:
+            cid = correlation_id_of_response(frame)
+            before, done, after = self._order.response(cid, len(frame), read_ns)
+            if done is not None:
+                gate = self.gate
+                asked = self.asked.pop(cid, None)
+                if asked is not None and asked[1] is not None:  # the log was read for it
+                    gate.logged(*asked[1])
+                elif charges is not None and addr is not None and gate.charge_source != "late":
+                    gate.logged(*_log_line(charges, addr, cid, done.latency_ns, now - read_ns))
+                at = now if asked is None else asked[0]
+                frame = self.host.request_done(self, done, at, frame)
+                late = gate.on_logged  # the charge waits for the line (request_done set it)
+                if late is not None and charges is not None and addr is not None:
+                    gate.on_logged = None
+                    charges.wait(
+                        addr, cid, partial(_charge_late, late, charges, addr, cid), late=True
+                    )
+                answered += 1
+            out.extend(before)
+            out.append(frame)
+            out.extend(after)
+        payload = out[0] if len(out) == 1 else b"".join(out)
+        self.bytes_out += len(payload)
+        return payload, answered
+
+    # -- flow control ---------------------------------------------------------------------
+    def _pause(self, side: Side, why: str) -> None:
+        reasons = self._paused[side]
+        if not reasons:
+            self.wire.pause(side)
+        reasons.add(why)
+
+    def _resume(self, side: Side, why: str) -> None:
+        reasons = self._paused[side]
+        if why not in reasons:
+            return
+        reasons.discard(why)
+        if not reasons and not self.closed:
+            self.wire.resume(side)
+
+    # -- the end --------------------------------------------------------------------------
+    def _finish(
+        self,
+        reason: str,
+        *,
+        reset: bool = False,
+        evicted: bool = False,
+        detail: dict[str, Any] | None = None,
+    ) -> None:
+        """End the connection once: close both sides, release counts, write `close`."""
+        if self.closed:
+            return
+        reason, detail = close_reason(self._closing, reason, detail, evicted)
+        self.state = State.CLOSED
+        self.close_reason = reason
+        if self.charges is not None and self.upstream_addr is not None:
+            self.charges.unregister(self.upstream_addr)
+        self.wire.close(reset)
+        now = self._clock()
+        d: dict[str, Any] = {
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+            "requests": self.requests,
+            "duration_ms": (now - self.started_ns) / 1e6,
+        }
+        if detail:
+            d.update(detail)
+        self.host.connection_closed(self, reason, now, d, evicted=evicted)
+
+
+def _log_line(
+    charges: RequestLog, addr: str, cid: int, broker_ns: int, held_ns: int
+) -> tuple[int | None, int, int]:
+    """What the broker's log said of request `cid` (taken once), as `RequestGate.logged`
+    takes it: its handler time (None: no line) and network-thread estimate, and how long
+    its response was held."""
+    logged = charges.take(addr, cid)
+    if logged is None:
+        return None, 0, held_ns
+    return logged.local_ns, network_estimate(logged, broker_ns), held_ns

@@ -1,0 +1,758 @@
+"""The acceptor's connection core (`harness.acceptor.connection`) driven by bytes, timer
+ticks and answers alone: an injected clock, a recording wire, a host that answers as told.
+No socket, no loop.
+
+Each scenario is a plain function returning its connection (with its trace of steps);
+the tests assert what each one sent, armed and wrote, and `test_every_row_is_exercised`
+runs them all and fails on any row of `TRANSITIONS` none of them took.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from harness.acceptor.broker_charge import LoggedRequest
+from harness.acceptor.connection import (
+    TRANSITIONS,
+    Connection,
+    Eof,
+    Input,
+    Side,
+    State,
+    Timer,
+    TransitionError,
+)
+from harness.acceptor.ports import DEFERRED, ChargeAsked
+from harness.acceptor.recorder import ConnInfo
+from harness.quota.requests import RequestCharge
+
+pytestmark = pytest.mark.unit
+
+MS = 1_000_000
+C, U = Side.CLIENT, Side.UPSTREAM
+ADMIN = 48  # DescribeClientQuotas: answered by the acceptor
+UPSTREAM_ADDR = "127.0.0.1:50000"
+
+
+# -- frames ------------------------------------------------------------------------------------
+def req(cid: int, api_key: int = 3, version: int = 1) -> bytes:
+    payload = struct.pack(">hhih", api_key, version, cid, 4) + b"test" + b"\0\0\0\0"
+    return struct.pack(">i", len(payload)) + payload
+
+
+def produce(cid: int, acks: int) -> bytes:
+    payload = struct.pack(">hhih", 0, 3, cid, 4) + b"test" + struct.pack(">hhii", -1, acks, 1, 0)
+    return struct.pack(">i", len(payload)) + payload
+
+
+def resp(cid: int) -> bytes:
+    return struct.pack(">ii", 8, cid) + b"\0\0\0\0"
+
+
+BAD_SIZE = struct.pack(">i", -5)  # a size no frame has: bad_frame
+NO_HEADER = struct.pack(">i", 2) + b"\0\0"  # a whole frame whose header cannot be read
+
+
+# -- the fakes -----------------------------------------------------------------------------------
+class Clock:
+    def __init__(self) -> None:
+        self.ns = 1_000 * MS
+
+    def __call__(self) -> int:
+        return self.ns
+
+
+class Wire:
+    """Records every action; `send_eof` succeeds unless told otherwise."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.eof_ok = True
+
+    def start(self) -> None:
+        return None
+
+    def send(self, side: Side, data: bytes) -> None:
+        self.calls.append(("send", side, bytes(data)))
+
+    def send_eof(self, side: Side) -> bool:
+        self.calls.append(("eof", side))
+        return self.eof_ok
+
+    def pause(self, side: Side) -> None:
+        self.calls.append(("pause", side))
+
+    def resume(self, side: Side) -> None:
+        self.calls.append(("resume", side))
+
+    def open_upstream(self, host: str, port: int) -> None:
+        self.calls.append(("open_upstream", host, port))
+
+    def arm(self, timer: Timer, at_ns: int) -> None:
+        self.calls.append(("arm", timer, at_ns))
+
+    def close(self, reset: bool) -> None:
+        self.calls.append(("close", reset))
+
+    def sent(self, side: Side) -> list[bytes]:
+        return [c[2] for c in self.calls if c[0] == "send" and c[1] is side]
+
+
+class Processor:
+    index = 0
+
+    def __init__(self) -> None:
+        self.touched = 0
+        self.removed = False
+
+    def touch(self, conn: Any) -> None:
+        self.touched += 1
+
+    def remove(self, conn: Any) -> None:
+        self.removed = True
+
+
+class Host:
+    """Answers admin requests as `local` says, throttles as `throttle_ms` says (by
+    correlation id), and records the request rows and the end."""
+
+    request_max_bytes = 1024
+
+    def __init__(self) -> None:
+        self.local: dict[int, Any] = {}
+        self.throttle_ms: dict[int, int] = {}
+        self.quotas = False
+        self.remote_charge: Callable[[Any, ChargeAsked], None] | None = None
+        self.done: list[tuple[int, int]] = []
+        self.closed: list[tuple[str, dict[str, Any], bool]] = []
+
+    @property
+    def admin(self) -> Host:
+        return self
+
+    def maybe_handle(self, conn: Any, frame: bytes, info: Any) -> Any:
+        return self.local.get(info.api_key)
+
+    def upstream(self, listener: str) -> tuple[str, int]:
+        return ("127.0.0.1", 9092)
+
+    def log(self, message: str) -> None:
+        pass
+
+    def request_done(self, conn: Any, done: Any, now_ns: int, frame: bytes) -> bytes:
+        self.done.append((done.correlation_id, now_ns))
+        throttle = self.throttle_ms.get(done.correlation_id, 0)
+        if throttle:
+            conn.mute(now_ns + throttle * MS)
+        return frame
+
+    def request_quotas_enabled(self) -> bool:
+        return self.quotas
+
+    def connection_closed(
+        self, conn: Any, reason: str, now_ns: int, detail: dict[str, Any], *, evicted: bool
+    ) -> None:
+        self.closed.append((reason, detail, evicted))
+
+
+class Log:
+    """The broker's request log as the connection sees it: every line still to come;
+    `came()` reads them (calls what waited)."""
+
+    def __init__(self, hold: bool = True) -> None:
+        self.hold = hold
+        self.waiting: list[Callable[[], None]] = []
+        self.lines: dict[int, LoggedRequest] = {}
+        self.registered: list[str] = []
+
+    def register(self, addr: str) -> None:
+        self.registered.append(addr)
+
+    def unregister(self, addr: str) -> None:
+        self.registered.remove(addr)
+
+    def pending(self, addr: str, cid: int) -> bool:
+        return cid not in self.lines
+
+    def should_hold(self, client_id: str, api_key: int, at_most_ns: int) -> bool:
+        return self.hold
+
+    def wait(self, addr: str, cid: int, resume: Callable[[], None], *, late: bool = False) -> None:
+        self.waiting.append(resume)
+
+    def take(self, addr: str, cid: int) -> LoggedRequest | None:
+        return self.lines.pop(cid, None)
+
+    def came(self, cid: int, local_ms: float) -> None:
+        ns = int(local_ms * MS)
+        self.lines[cid] = LoggedRequest(UPSTREAM_ADDR, cid, 3, ns, 0, ns)
+        waiting, self.waiting = self.waiting, []
+        for resume in waiting:
+            resume()
+
+
+def new(initial: bytes = b"", *, log: Log | None = None) -> tuple[Connection, Wire, Host, Clock]:
+    host, wire, clock = Host(), Wire(), Clock()
+    info = ConnInfo("CLIENT-1", "CLIENT", "127.0.0.9", 40000, "127.0.0.9", 40000)
+    conn = Connection(
+        host,  # type: ignore[arg-type]
+        Processor(),  # type: ignore[arg-type]
+        info,
+        initial,
+        False,
+        charges=log,  # type: ignore[arg-type]
+        clock=clock,
+    )
+    conn.wire = wire
+    conn.trace = []
+    return conn, wire, host, clock
+
+
+def open_conn(
+    first: bytes = b"", *, log: Log | None = None, quotas: bool = False
+) -> tuple[Connection, Wire, Host, Clock]:
+    """A connection through to OPEN, its client's first bytes `first` forwarded."""
+    conn, wire, host, clock = new(log=log)
+    host.quotas = quotas
+    conn.opened()
+    conn.client_data(first or req(1))
+    conn.upstream_up(UPSTREAM_ADDR)
+    wire.calls.clear()
+    return conn, wire, host, clock
+
+
+def reason(host: Host) -> str:
+    assert len(host.closed) == 1, host.closed
+    return host.closed[0][0]
+
+
+# -- scenarios -----------------------------------------------------------------------------------
+def served_then_both_close() -> Connection:
+    conn, wire, host, clock = new()
+    conn.opened()
+    assert conn.state is State.IDLE and wire.calls == []  # no upstream for a silent client
+    conn.client_data(req(1)[:6])
+    assert conn.state is State.CONNECTING
+    assert wire.calls == [("pause", C), ("open_upstream", "127.0.0.1", 9092)]
+    conn.client_data(req(1)[6:])  # kept, in order
+    conn.upstream_up(UPSTREAM_ADDR)
+    assert conn.state is State.OPEN
+    assert wire.sent(U) == [req(1)] and ("resume", C) in wire.calls
+    clock.ns += 2 * MS
+    conn.upstream_data(resp(1))
+    assert wire.sent(C) == [resp(1)] and host.done == [(1, clock.ns)]
+    assert conn.eof(C) is True and ("eof", U) in wire.calls  # passed: nothing left to send
+    assert conn.eof(U) is False
+    assert reason(host) == "client_eof" and wire.calls[-1] == ("close", False)
+    assert host.closed[0][1]["bytes_in"] == len(req(1))
+    assert host.closed[0][1]["requests"] == 1
+    return conn
+
+
+def closed_before_a_byte() -> Connection:
+    conn, wire, host, _ = new()
+    assert conn.eof(C) is False  # the processor's peek saw the FIN
+    assert reason(host) == "client_eof" and wire.calls == [("close", False)]
+    return conn
+
+
+def reset_before_a_byte() -> Connection:
+    conn, wire, host, _ = new()
+    conn.lost(C, "ConnectionResetError()")
+    assert reason(host) == "reset" and wire.calls == [("close", True)]
+    return conn
+
+
+def evicted_while_registered() -> Connection:
+    conn, _, host, _ = new()
+    conn.finish("max_connections", evicted=True)
+    assert host.closed[0][0] == "max_connections" and host.closed[0][2] is True
+    return conn
+
+
+def proxy_bytes_open_the_upstream_at_once() -> Connection:
+    conn, wire, _host, _ = new(req(1))
+    conn.opened()
+    assert conn.state is State.CONNECTING
+    assert ("open_upstream", "127.0.0.1", 9092) in wire.calls
+    conn.upstream_up(UPSTREAM_ADDR)
+    assert wire.sent(U) == [req(1)]
+    conn.finish("shutdown")
+    return conn
+
+
+def idle_client_leaves() -> Connection:
+    conn, _, host, _ = new()
+    conn.opened()
+    assert conn.eof(C) is False
+    assert reason(host) == "client_eof"
+    return conn
+
+
+def idle_client_resets() -> Connection:
+    conn, _, host, _ = new()
+    conn.opened()
+    conn.lost(C, "ConnectionResetError()")
+    assert reason(host) == "reset"
+    return conn
+
+
+def idle_expiry() -> Connection:
+    conn, _, host, _ = new()
+    conn.opened()
+    conn.finish("idle_timeout")
+    assert reason(host) == "idle_timeout"
+    return conn
+
+
+def half_close_while_connecting() -> Connection:
+    conn, wire, host, _ = new()
+    conn.opened()
+    conn.client_data(req(1))
+    assert conn.eof(C) is True and conn.client_eof is Eof.PENDING
+    conn.upstream_up(UPSTREAM_ADDR)
+    sends = [c for c in wire.calls if c[0] in ("send", "eof")]
+    assert sends == [("send", U, req(1)), ("eof", U)]  # its request first, then the EOF
+    conn.upstream_data(resp(1))
+    assert conn.eof(U) is False and reason(host) == "client_eof"
+    return conn
+
+
+def upstream_unreachable() -> Connection:
+    conn, _, host, _ = new()
+    conn.opened()
+    conn.client_data(req(1))
+    conn.upstream_failed("ConnectionRefusedError()")
+    assert reason(host) == "upstream_unreachable"
+    assert host.closed[0][1]["error"] == "ConnectionRefusedError()"
+    return conn
+
+
+def client_resets_while_connecting() -> Connection:
+    conn, wire, host, _ = new()
+    conn.opened()
+    conn.client_data(req(1))
+    conn.lost(C, "ConnectionResetError()")
+    conn.upstream_up(UPSTREAM_ADDR)  # the upstream came up after the end: closed again
+    assert reason(host) == "reset" and wire.calls[-1] == ("close", False)
+    return conn
+
+
+def shutdown_while_connecting() -> Connection:
+    conn, _, host, _ = new()
+    conn.opened()
+    conn.client_data(req(1))
+    conn.finish("shutdown")
+    assert reason(host) == "shutdown"
+    return conn
+
+
+def bad_frame_in_the_first_bytes() -> Connection:
+    """F3: the request before the bad size is answered, then the close."""
+    conn, wire, host, clock = new()
+    conn.opened()
+    conn.client_data(req(1) + BAD_SIZE)
+    conn.upstream_up(UPSTREAM_ADDR)
+    assert conn.state is State.CLOSING and wire.sent(U) == [req(1)]
+    assert ("arm", Timer.CLOSE_GRACE, clock.ns + 30_000 * MS) in wire.calls
+    conn.client_data(req(2))  # nothing more is read
+    assert wire.sent(U) == [req(1)]
+    conn.upstream_data(resp(1))
+    assert wire.sent(C) == [resp(1)] and reason(host) == "bad_frame"
+    return conn
+
+
+def unreadable_header_in_the_first_bytes() -> Connection:
+    conn, wire, host, _ = new()
+    conn.opened()
+    conn.client_data(NO_HEADER)
+    conn.upstream_up(UPSTREAM_ADDR)
+    assert wire.sent(U) == [] and reason(host) == "bad_frame"
+    return conn
+
+
+def bad_frame_while_a_request_is_in_flight() -> Connection:
+    conn, wire, host, _ = open_conn(quotas=True)
+    conn.client_data(req(2) + BAD_SIZE)
+    assert conn.state is State.CLOSING and wire.sent(U) == []  # behind the one in flight
+    conn.upstream_data(resp(1))
+    assert conn.state is State.CLOSING and wire.sent(U) == [req(2)]
+    conn.upstream_data(resp(2))
+    assert wire.sent(C) == [resp(1), resp(2)] and reason(host) == "bad_frame"
+    return conn
+
+
+def unreadable_header_closes_at_once() -> Connection:
+    conn, wire, host, _ = open_conn()
+    conn.upstream_data(resp(1))
+    conn.client_data(NO_HEADER)
+    assert reason(host) == "bad_frame" and wire.sent(U) == []
+    return conn
+
+
+def one_in_flight_and_a_throttle() -> Connection:
+    """KIP-219: the second request waits for the first's response and its throttle; the
+    client's half-close meanwhile waits behind it too."""
+    conn, wire, host, clock = open_conn(quotas=True)
+    conn.client_data(req(2) + req(3))
+    assert wire.sent(U) == [] and ("pause", C) in wire.calls  # in flight: muted
+    host.throttle_ms[1] = 100
+    until = clock.ns + 100 * MS
+    conn.upstream_data(resp(1))
+    assert wire.sent(C) == [resp(1)] and ("arm", Timer.UNMUTE, until) in wire.calls
+    assert conn.eof(C) is True and ("eof", U) not in wire.calls  # muted: held back
+    clock.ns = until - 1  # a timer that fires early waits the rest
+    conn.timer(Timer.UNMUTE)
+    assert wire.sent(U) == [] and wire.calls[-1] == ("arm", Timer.UNMUTE, until)
+    clock.ns = until
+    conn.timer(Timer.UNMUTE)
+    assert wire.sent(U) == [req(2)]
+    conn.upstream_data(resp(2))
+    assert wire.sent(U) == [req(2), req(3)] and wire.calls[-1] == ("eof", U)
+    conn.upstream_data(resp(3))
+    conn.eof(U)
+    assert reason(host) == "client_eof"
+    return conn
+
+
+def pipelined_while_no_quota_can_throttle() -> Connection:
+    conn, wire, _host, _ = open_conn()
+    conn.client_data(req(2) + req(3) + produce(4, acks=0))
+    assert wire.sent(U) == [req(1), req(2), req(3), produce(4, acks=0)][1:]
+    conn.upstream_data(resp(1) + resp(2) + resp(3))
+    assert wire.sent(C) == [resp(1) + resp(2) + resp(3)]
+    conn.finish("shutdown")
+    return conn
+
+
+def acks_zero_releases_the_gate_at_once() -> Connection:
+    conn, wire, _host, _ = open_conn(produce(1, acks=0), quotas=True)
+    conn.client_data(req(2))
+    assert wire.sent(U) == [req(2)]  # no response owed for the produce: not muted by it
+    conn.finish("shutdown")
+    return conn
+
+
+def admin_answered_in_turn() -> Connection:
+    """A local answer waits behind the broker's response to the request before it."""
+    conn, wire, host, _ = open_conn()
+    host.local[ADMIN] = resp(2)
+    conn.client_data(req(2, api_key=ADMIN))
+    assert wire.sent(C) == []
+    conn.upstream_data(resp(1))
+    assert wire.sent(C) == [resp(1) + resp(2)]
+    conn.finish("shutdown")
+    return conn
+
+
+def deferred_answer_then_more() -> Connection:
+    """The split model: an admin answer built in the accepting process; nothing more is
+    taken until it comes; an answer for a closed connection changes nothing."""
+    conn, wire, host, _ = open_conn()
+    conn.upstream_data(resp(1))
+    host.local[ADMIN] = DEFERRED
+    conn.client_data(req(2, api_key=ADMIN) + req(3))
+    assert conn.awaiting_answer and wire.sent(U) == [req(3)][:0]
+    conn.deferred_answer(2, resp(2))
+    assert wire.sent(C)[-1] == resp(2) and wire.sent(U) == [req(3)]
+    conn.client_data(req(4, api_key=ADMIN))
+    conn.deferred_answer(4, None, ("bad_request", "refused"))
+    assert reason(host) == "bad_request"
+    conn.deferred_answer(4, resp(4))  # late
+    assert wire.sent(C)[-1] == resp(2)
+    return conn
+
+
+def deferred_answer_while_closing() -> Connection:
+    conn, wire, host, _ = open_conn()
+    conn.upstream_data(resp(1))
+    host.local[ADMIN] = DEFERRED
+    conn.client_data(req(2, api_key=ADMIN) + req(3) + BAD_SIZE)
+    assert conn.state is State.CLOSING
+    conn.deferred_answer(2, resp(2))
+    assert conn.state is State.CLOSING and wire.sent(U) == [req(3)]
+    conn.upstream_data(resp(3))
+    assert reason(host) == "bad_frame"
+    return conn
+
+
+def deferred_answer_then_the_bad_frame() -> Connection:
+    conn, wire, host, _ = open_conn()
+    conn.upstream_data(resp(1))
+    host.local[ADMIN] = DEFERRED
+    conn.client_data(req(2, api_key=ADMIN) + BAD_SIZE)
+    conn.deferred_answer(2, resp(2))
+    assert wire.sent(C)[-1] == resp(2) and reason(host) == "bad_frame"
+    return conn
+
+
+def charges_decided_elsewhere() -> Connection:
+    """The split model with a request quota: a response waits for its charge; the broker's
+    EOF meanwhile waits behind it; a charge answer after the close changes nothing."""
+    conn, wire, host, clock = open_conn(quotas=True)
+    asked: list[ChargeAsked] = []
+    host.remote_charge = lambda c, a: asked.append(a)
+    conn.upstream_data(resp(1))
+    assert [a.correlation_id for a in asked] == [1] and wire.sent(C) == []
+    assert conn.eof(U) is True and conn.upstream_eof is Eof.PENDING
+    conn.charged(1, RequestCharge(0, False, ("", "test"), 1.0, 0.0))
+    assert wire.sent(C) == [resp(1)] and ("eof", C) in wire.calls
+    grace = [c for c in wire.calls if c[0] == "arm" and c[1] is Timer.UPSTREAM_EOF_GRACE]
+    assert grace == [("arm", Timer.UPSTREAM_EOF_GRACE, clock.ns + 1_000 * MS)]
+    conn.timer(Timer.UPSTREAM_EOF_GRACE)
+    assert reason(host) == "upstream_eof"
+    conn.charged(1, RequestCharge(0, False, ("", "test"), 1.0, 0.0))
+    conn.eof(U)
+    assert len(host.closed) == 1
+    return conn
+
+
+def a_charge_throttles_while_closing() -> Connection:
+    conn, wire, host, clock = open_conn(quotas=True)
+    asked: list[ChargeAsked] = []
+    host.remote_charge = lambda c, a: asked.append(a)
+    conn.client_data(req(2) + req(3) + BAD_SIZE)
+    conn.upstream_data(resp(1))
+    host.throttle_ms[1] = 50
+    conn.charged(1, RequestCharge(50, False, ("", "test"), 1.0, 2.0))
+    assert conn.state is State.CLOSING and wire.sent(U) == []  # throttled: req 2 waits
+    conn.timer(Timer.UNMUTE)  # fired early
+    clock.ns += 50 * MS
+    conn.timer(Timer.UNMUTE)
+    assert conn.state is State.CLOSING and wire.sent(U) == [req(2)]
+    conn.upstream_data(resp(2))
+    conn.charged(2, RequestCharge(0, False, ("", "test"), 1.0, 0.0))
+    assert wire.sent(U) == [req(2), req(3)]
+    conn.upstream_data(resp(3))
+    conn.charged(3, RequestCharge(0, False, ("", "test"), 1.0, 0.0))
+    assert reason(host) == "bad_frame"
+    return conn
+
+
+def held_for_the_brokers_log() -> Connection:
+    """One process reading the broker's request log: a response whose charge could
+    throttle waits for its line, and is charged Kafka's handler time."""
+    log = Log()
+    conn, wire, host, clock = open_conn(log=log, quotas=True)
+    assert log.registered == [UPSTREAM_ADDR]
+    conn.upstream_data(resp(1))
+    assert wire.sent(C) == [] and conn.held is not None
+    clock.ns += 3 * MS
+    log.came(1, local_ms=0.5)
+    assert wire.sent(C) == [resp(1)] and conn.gate.charge_source == "broker_log"
+    conn.client_data(req(2) + req(3) + BAD_SIZE)
+    assert conn.state is State.CLOSING
+    conn.upstream_data(resp(2))
+    log.came(2, local_ms=0.5)
+    assert conn.state is State.CLOSING and wire.sent(U)[-1] == req(3)
+    conn.upstream_data(resp(3))
+    log.came(3, local_ms=0.5)
+    assert reason(host) == "bad_frame" and log.registered == []
+    return conn
+
+
+def an_unreadable_request_behind_a_held_response() -> list[Connection]:
+    """The request after a held response cannot be read: the close comes once the held
+    response went out (its charge decided elsewhere, or its log line read)."""
+    out = []
+    conn, wire, host, _ = open_conn(quotas=True)
+    host.remote_charge = lambda c, a: None
+    conn.client_data(NO_HEADER)
+    conn.upstream_data(resp(1))
+    conn.charged(1, RequestCharge(0, False, ("", "test"), 1.0, 0.0))
+    assert wire.sent(C) == [resp(1)] and reason(host) == "bad_frame"
+    out.append(conn)
+    log = Log()
+    conn, wire, host, _ = open_conn(log=log, quotas=True)
+    conn.client_data(NO_HEADER)
+    conn.upstream_data(resp(1))
+    log.came(1, local_ms=0.2)
+    assert wire.sent(C) == [resp(1)] and reason(host) == "bad_frame"
+    out.append(conn)
+    return out
+
+
+def a_bad_response_closes() -> Connection:
+    conn, _, host, _ = open_conn()
+    conn.upstream_data(BAD_SIZE)
+    assert reason(host) == "upstream_bad_frame"
+    return conn
+
+
+def upstream_resets() -> Connection:
+    conn, wire, host, _ = open_conn()
+    conn.lost(U, "ConnectionResetError()")
+    assert reason(host) == "upstream_reset" and wire.calls[-1] == ("close", True)
+    return conn
+
+
+def upstream_closes_then_the_client() -> Connection:
+    conn, wire, host, _ = open_conn()
+    conn.upstream_data(resp(1))
+    assert conn.eof(U) is True and ("eof", C) in wire.calls
+    assert conn.eof(C) is False and reason(host) == "upstream_eof"
+    return conn
+
+
+def upstream_gone_without_eof() -> Connection:
+    conn, _, host, _ = open_conn()
+    conn.lost(U, None)
+    conn.lost(C, None)  # after the end: nothing
+    assert reason(host) == "upstream_eof"
+    return conn
+
+
+def client_gone_without_eof() -> Connection:
+    conn, _, host, _ = open_conn()
+    conn.lost(C, None)
+    assert reason(host) == "client_eof"
+    return conn
+
+
+def no_half_close_upstream() -> Connection:
+    conn, wire, host, _ = open_conn()
+    conn.upstream_data(resp(1))
+    wire.eof_ok = False
+    assert conn.eof(C) is True  # asked to keep reading; the end follows at once
+    assert reason(host) == "client_eof"
+    return conn
+
+
+def backpressure_both_ways() -> Connection:
+    conn, wire, host, _ = open_conn()
+    conn.backpressure(U, True)  # the broker reads slowly: stop reading the client
+    conn.backpressure(U, False)
+    assert wire.calls == [("pause", C), ("resume", C)]
+    conn.client_data(BAD_SIZE)
+    conn.backpressure(C, True)
+    assert wire.calls[-1] == ("pause", U)
+    conn.upstream_data(resp(1))
+    assert reason(host) == "bad_frame"
+    return conn
+
+
+def closing_ends_in_every_way() -> list[Connection]:
+    out = []
+    for end in ("grace", "client_lost", "upstream_lost", "shutdown", "eofs", "eofs_reversed"):
+        conn, wire, host, _ = open_conn(quotas=True)
+        conn.client_data(BAD_SIZE)
+        assert conn.state is State.CLOSING
+        if end == "grace":
+            conn.timer(Timer.CLOSE_GRACE)
+            assert reason(host) == "bad_frame"
+            assert host.closed[0][1]["then"] == "close_grace_expired"
+            assert host.closed[0][1]["unanswered"] == 1
+        elif end == "client_lost":
+            conn.lost(C, "ConnectionResetError()")
+            assert host.closed[0][1]["then"] == "reset"
+        elif end == "upstream_lost":
+            conn.lost(U, None)
+            assert reason(host) == "bad_frame"
+        elif end == "shutdown":
+            conn.finish("shutdown")
+            assert reason(host) == "shutdown"  # imposed from outside: kept
+        elif end == "eofs":
+            assert conn.eof(C) is True and conn.state is State.CLOSING
+            assert conn.eof(U) is False and reason(host) == "bad_frame"
+        else:
+            assert conn.eof(U) is True and ("eof", C) in wire.calls
+            assert conn.eof(C) is False and host.closed[0][1]["then"] == "upstream_eof"
+        out.append(conn)
+    conn, wire, host, _ = open_conn(quotas=True)
+    conn.client_data(BAD_SIZE)
+    assert conn.eof(U) is True and conn.state is State.CLOSING
+    conn.timer(Timer.UPSTREAM_EOF_GRACE)
+    assert host.closed[0][1]["then"] == "upstream_eof"
+    out.append(conn)
+    return out
+
+
+def every_input_after_the_end() -> Connection:
+    conn, wire, host, _ = open_conn()
+    conn.finish("shutdown")
+    calls = len(wire.calls)
+    conn.opened()
+    conn.client_data(req(9))
+    assert not conn.eof(C) and not conn.eof(U)
+    conn.lost(C, None)
+    conn.lost(U, None)
+    conn.upstream_up(UPSTREAM_ADDR)
+    conn.upstream_failed("x")
+    conn.upstream_data(resp(9))
+    conn.backpressure(C, True)
+    conn.timer(Timer.UNMUTE)
+    conn.deferred_answer(9, resp(9))
+    conn.charged(9, RequestCharge(0, False, ("", ""), 1.0, 0.0))
+    conn._line_came(None)
+    conn.finish("shutdown")
+    assert len(host.closed) == 1
+    assert wire.calls[calls:] == [("close", False)]  # the late upstream, closed again
+    return conn
+
+
+SCENARIOS: list[Callable[[], Any]] = [
+    served_then_both_close,
+    closed_before_a_byte,
+    reset_before_a_byte,
+    evicted_while_registered,
+    proxy_bytes_open_the_upstream_at_once,
+    idle_client_leaves,
+    idle_client_resets,
+    idle_expiry,
+    half_close_while_connecting,
+    upstream_unreachable,
+    client_resets_while_connecting,
+    shutdown_while_connecting,
+    bad_frame_in_the_first_bytes,
+    unreadable_header_in_the_first_bytes,
+    bad_frame_while_a_request_is_in_flight,
+    unreadable_header_closes_at_once,
+    one_in_flight_and_a_throttle,
+    pipelined_while_no_quota_can_throttle,
+    acks_zero_releases_the_gate_at_once,
+    admin_answered_in_turn,
+    deferred_answer_then_more,
+    deferred_answer_while_closing,
+    deferred_answer_then_the_bad_frame,
+    charges_decided_elsewhere,
+    a_charge_throttles_while_closing,
+    held_for_the_brokers_log,
+    an_unreadable_request_behind_a_held_response,
+    a_bad_response_closes,
+    upstream_resets,
+    upstream_closes_then_the_client,
+    upstream_gone_without_eof,
+    client_gone_without_eof,
+    no_half_close_upstream,
+    backpressure_both_ways,
+    closing_ends_in_every_way,
+    every_input_after_the_end,
+]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda f: f.__name__)
+def test_scenario(scenario: Callable[[], Any]) -> None:
+    result = scenario()
+    for conn in result if isinstance(result, list) else [result]:
+        assert conn.trace, "no step taken"
+
+
+def test_every_row_is_exercised() -> None:
+    taken: set[tuple[State, Input, State]] = set()
+    for scenario in SCENARIOS:
+        result = scenario()
+        for conn in result if isinstance(result, list) else [result]:
+            taken.update(conn.trace)
+    untested = sorted((f"{a.name} --{i.name}--> {b.name}" for a, i, b in set(TRANSITIONS) - taken))
+    assert not untested, "rows no scenario takes:\n" + "\n".join(untested)
+
+
+def test_a_step_outside_the_table_is_an_error() -> None:
+    conn, _wire, _host, _ = new()
+    conn.state = State.OPEN  # as a bug would leave it, then an input the table has no row for
+    with pytest.raises(TransitionError, match="no step"):
+        conn.opened()
