@@ -17,7 +17,6 @@ No gevent, no Locust here: unit tests drive it directly.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
@@ -29,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from harness.history import events
 from harness.history.clocks import boot_id, file_metadata, shift_details
 from harness.history.schema import EVENTS, SCHEMA
 
@@ -171,7 +171,7 @@ class ClientHistory:
         if fields.keys() - _RECORD_FIELDS:
             raise KeyError(f"unknown history fields: {sorted(fields.keys() - _RECORD_FIELDS)}")
         if detail is not None and not isinstance(detail, str):
-            detail = json.dumps(detail, sort_keys=True, default=str)
+            detail = events.detail("client", event, **detail)
         c = self._cols
         c["event"].append(event)
         c["mono_ns"].append(time.monotonic_ns() if mono_ns is None else mono_ns)

@@ -43,7 +43,6 @@ from __future__ import annotations
 import _socket
 import errno
 import io
-import json
 import select
 import ssl
 import sys
@@ -57,6 +56,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, Met
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.memory_records import MemoryRecordsBuilder
 
+from harness.history import events
 from loadprofiles import proxy_header
 from loadprofiles.addresses import BrokerTarget, broker_for
 from loadprofiles.client_history import ClientHistory
@@ -394,7 +394,7 @@ class StormEngine:
         self._rt_ns = int(config.request_timeout_s * 1e9)
         self._hold_ns = int(config.hold_ms * 1e6)
         self._delayed_ms = config.delayed_threshold_ms
-        self._invoke_detail = self._detail_template("")
+        self._invoke_detail = self._detail_template({})
         #: a cluster's brokers that refused a connection, and until when they are passed over
         self._down: dict[int, int] = {}
 
@@ -402,24 +402,19 @@ class StormEngine:
         """Distributed runs: this process's offset to the master's clock (``clock.py``),
         recorded in every ``connect_invoke`` from now on."""
         self._invoke_detail = self._detail_template(
-            f'"clock_offset_ns": {offset_ns}, "clock_rtt_ns": {rtt_ns}, '
+            {"clock_offset_ns": offset_ns, "clock_rtt_ns": rtt_ns}
         )
 
-    def _detail_template(self, before: str) -> str:
-        """``connect_invoke``'s detail, sorted keys, with ``%d`` for the broker's node id
-        (a cluster's brokers only) and the intended instant."""
+    def _detail_template(self, clock: dict[str, int]) -> str:
+        """``connect_invoke``'s detail with ``%d`` for the broker's node id (a cluster's
+        brokers only) and the intended instant, in that (sorted) order."""
         cfg = self.cfg
-        broker = '"broker": %d, ' if cfg.brokers else ""
-        proxy = f', "proxy_protocol": "{cfg.proxy_protocol}"' if cfg.proxy_protocol != "off" else ""
-        return (
-            "{"
-            + broker
-            + before
-            + '"intended_mono_ns": %d, "profile": "'
-            + cfg.profile
-            + '"'
-            + proxy
-            + "}"
+        extra: dict[str, Any] = dict(clock)
+        if cfg.proxy_protocol != "off":
+            extra["proxy_protocol"] = cfg.proxy_protocol
+        slots = ("broker", "intended_mono_ns") if cfg.brokers else ("intended_mono_ns",)
+        return events.detail_template(
+            "client", "connect_invoke", slots=slots, profile=cfg.profile, **extra
         )
 
     def _produce_frame(self) -> bytes:
@@ -488,14 +483,13 @@ class StormEngine:
         n = self.stats.not_offered
         n[cause] = n.get(cause, 0) + 1
         if self.hist is not None:
-            detail = json.dumps(
-                {
-                    "cause": cause,
-                    "intended_mono_ns": intended,
-                    "profile": self.cfg.profile,
-                    "why": why,
-                },
-                sort_keys=True,
+            detail = events.detail(
+                "client",
+                "connect_fail",
+                cause=cause,
+                intended_mono_ns=intended,
+                profile=self.cfg.profile,
+                why=why,
             )
             self._row("connect_fail", self._clock(), None, "not_offered", detail=detail)
 
@@ -791,7 +785,7 @@ class StormEngine:
                 now,
                 c,
                 latency_ms=(now - c.invoke_ns) / 1e6,
-                detail=json.dumps(info, sort_keys=True),
+                detail=events.detail("client", "tls_done", **info),
             )
             self._secured(c, now)
         else:
@@ -854,7 +848,7 @@ class StormEngine:
             c,
             reason,
             latency_ms=(now - c.invoke_ns) / 1e6,
-            detail=json.dumps(d, sort_keys=True),
+            detail=events.detail("client", "tls_fail", **d),
         )
 
     def _tls_failed(self, c: _Conn, now: int, error: str, outcome: str = "tls_failed") -> None:
@@ -888,7 +882,7 @@ class StormEngine:
                 "auth",
                 c.api,
                 (now - c.invoke_ns) / 1e6,
-                detail=json.dumps(d, sort_keys=True),
+                detail=events.detail("client", "sasl_fail", **d),
             )
             c.fail = "auth_failed"
             c.errors = (c.errors or []) + [f"SASL round {exc.round}: error {exc.error_code}"]
@@ -909,7 +903,7 @@ class StormEngine:
                 None,
                 SASL_AUTHENTICATE_KEY,
                 (now - c.invoke_ns) / 1e6,
-                detail=json.dumps(d2, sort_keys=True),
+                detail=events.detail("client", "sasl_done", **d2),
             )
             self._secured(c, now)
         elif nxt:
@@ -1033,7 +1027,7 @@ class StormEngine:
                 c.errors.append(f"{API_NAMES[api]}: Kafka error code {error}")
             if throttle:
                 parts["throttle_time_ms"] = throttle
-            detail = json.dumps(parts, sort_keys=True)
+            detail = events.detail("client", "request_ok", **parts)
         c.responses += 1
         if c.ready_ms is None:
             c.ready_ms = (now - c.invoke_ns) / 1e6
@@ -1124,7 +1118,7 @@ class StormEngine:
             c,
             close_reason,
             latency_ms=(now - c.invoke_ns) / 1e6,
-            detail=json.dumps(d, sort_keys=True),
+            detail=events.detail("client", "closed", **d),
         )
 
     def _classify(self, c: _Conn, reason: str) -> str:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from harness.acceptor.config import ListenerSettings
 from harness.acceptor.ports import NewConnection
 from harness.acceptor.recorder import ConnInfo, Recorder
+from harness.history import events
 from harness.quota.connections import Outcome
 from harness.wire.proxy import ProxyError, ProxyHeaderReader
 
@@ -108,7 +109,7 @@ class ListenerAcceptor:
         self.host = settings.host or "0.0.0.0"
         self.port = settings.port
         self.protected = quotas.is_protected(settings.name)
-        self._accept_detail = '{"protected": %s}' % ("true" if self.protected else "false")
+        self._accept_detail = events.detail("acceptor", "accept", protected=self.protected)
         self._backlog = cfg.backlog
         self._proxy_timeout_s = cfg.proxy_timeout_ms / 1000
         # admission: the engine, the slot waiters, the loop's heartbeat, every processor
@@ -400,12 +401,8 @@ class ListenerAcceptor:
         """A socket that never reached admission: closed, never counted."""
         with contextlib.suppress(OSError):
             sock.close()
-        self.rec.conn(
-            "close",
-            info,
-            time.monotonic_ns(),
-            reason=reason,
-            detail={"error": why, "counted": False, "tcp_accept_mono_ns": tcp_ns},
+        self.rec.closed(
+            info, time.monotonic_ns(), reason, error=why, counted=False, tcp_accept_mono_ns=tcp_ns
         )
         self.counts.count(self.name, info.client_ip, "closed")
 
@@ -458,7 +455,7 @@ class ListenerAcceptor:
                 "proxy_header": item.proxied,
             }
         else:
-            detail = self._accept_detail  # the hot path: a constant, not a json.dumps per row
+            detail = self._accept_detail  # the hot path: built once
         rec.conn("accept", info, t0_ns, detail=detail)
         self.counts.count(name, info.client_ip, "accepted")
 
@@ -530,9 +527,7 @@ class ListenerAcceptor:
             self.slots.freed()
             with contextlib.suppress(OSError):
                 item.sock.close()
-            rec.conn(
-                "close", info, time.monotonic_ns(), reason="reset", detail={"registered": False}
-            )
+            rec.closed(info, time.monotonic_ns(), "reset", registered=False)
             return None
         item.protected, item.admitted_ns = self.protected, t1_ns
         return self._hand_off(item)

@@ -24,6 +24,7 @@ from harness.acceptor.config import AcceptorConfig
 from harness.acceptor.connection import Connection
 from harness.acceptor.forwarding import AsyncioWire
 from harness.acceptor.request_quotas import PRINCIPAL, with_throttle_time
+from harness.history import events
 from harness.quota.requests import RequestQuotas
 
 if TYPE_CHECKING:
@@ -110,7 +111,7 @@ class Connections:
         #: out (`connection.Connection`)
         self.remote_charge = remote_charge
         self._requests_seen = 0
-        self._sample_detail = f'{{"sample": {cfg.request_sample}}}'
+        self._sample_detail = events.detail("acceptor", "request", sample=cfg.request_sample)
         #: the broker's request log, whose handler times are charged instead of the time the
         #: acceptor sees (`upstream.request.log`; harness.acceptor.broker_charge)
         log_path = cfg.properties.get(REQUEST_LOG_KEY, "").strip()
@@ -187,14 +188,13 @@ class Connections:
                 "evict", info, now_ns, reason="max_connections", processor=conn.processor.index
             )
             self._counts.count(info.listener, info.client_ip, "evicted")
-        self.rec.conn(
-            "close",
+        self.rec.closed(
             info,
             now_ns,
-            reason=reason,
+            reason,
             processor=conn.processor.index,
             bytes=conn.bytes_in + conn.bytes_out,
-            detail=detail,
+            **detail,
         )
         self._counts.count(info.listener, info.client_ip, "closed")
 

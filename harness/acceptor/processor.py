@@ -14,6 +14,8 @@ import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
+from harness.history import events
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -151,9 +153,12 @@ class Processor:
             now,
             processor=self.index,
             delay_ms=(now - item.admitted_ns) / 1e6,
-            detail=(
-                f'{{"in_iteration": {processed + 1}, "iteration": {self.iteration}, '
-                f'"queue_depth": {self.queue.qsize() + 1}}}'
+            detail=events.detail(
+                "acceptor",
+                "register",
+                in_iteration=processed + 1,
+                iteration=self.iteration,
+                queue_depth=self.queue.qsize() + 1,
             ),
         )
         run = conn.start()

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from harness.history import HistoryWriter
+from harness.history import HistoryWriter, events
 
 _time_ns = time.time_ns
 
@@ -103,6 +103,28 @@ class Recorder:
             )
         except RuntimeError:  # the writer closed at shutdown: late rows are dropped
             pass
+
+    def closed(
+        self,
+        info: ConnInfo,
+        mono_ns: int,
+        reason: str,
+        *,
+        processor: int | None = None,
+        bytes: int | None = None,  # the history column's name (shadows the builtin here)
+        **detail: Any,
+    ) -> None:
+        """A connection's one `close` row, registered or not: every `close` row is written
+        here, its `detail` keys checked against `harness/history/events.py`."""
+        self.conn(
+            "close",
+            info,
+            mono_ns,
+            reason=reason,
+            processor=processor,
+            bytes=bytes,
+            detail=events.checked("acceptor", "close", detail),
+        )
 
     def row(self, event: str, mono_ns: int, **fields: Any) -> None:
         """A row of no connection (loop lag, blocked listener, processor stall): rare."""

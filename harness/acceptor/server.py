@@ -266,13 +266,7 @@ class Acceptor:
                     self.quotas.release(la.name, item.info.client_ip)
                     with contextlib.suppress(OSError):
                         item.sock.close()
-                    self.rec.conn(
-                        "close",
-                        item.info,
-                        time.monotonic_ns(),
-                        reason="shutdown",
-                        detail={"registered": False},
-                    )
+                    self.rec.closed(item.info, time.monotonic_ns(), "shutdown", registered=False)
         for conn in list(self.conns.open):
             conn.finish("shutdown")
         pending = [t for t in self.conns.tasks if not t.done()]

@@ -264,9 +264,7 @@ class ProcessorProcess:
         with contextlib.suppress(OSError):
             item.sock.close()
         self.counted.release(item.info.listener, item.info.client_ip)
-        self.rec.conn(
-            "close", item.info, time.monotonic_ns(), reason=reason, detail={"registered": False}
-        )
+        self.rec.closed(item.info, time.monotonic_ns(), reason, registered=False)
 
     async def _shut_down(self) -> None:
         for timer in self._stall_timers:

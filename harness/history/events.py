@@ -12,7 +12,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ALL", "BY_SOURCE", "OPEN", "Event", "conformance", "event"]
+__all__ = [
+    "ALL",
+    "BY_SOURCE",
+    "OPEN",
+    "Event",
+    "checked",
+    "conformance",
+    "detail",
+    "detail_template",
+    "event",
+]
 
 #: columns every row has (not listed per event)
 COMMON = frozenset({"run_id", "source", "seq", "ts", "mono_ns", "event", "detail"})
@@ -147,6 +157,38 @@ for _e in ALL:
 
 def event(source: str, name: str) -> Event:
     return BY_SOURCE[source][name]
+
+
+def detail(source: str, name: str, /, **fields: Any) -> str:
+    """The `detail` of one row of event `name` of `source`, as stored (JSON, sorted keys).
+    Every writer builds its details here: a key the event does not declare raises
+    KeyError, a value JSON cannot hold raises TypeError, at the write, not in a verdict."""
+    ev = BY_SOURCE[source][name]
+    if ev.detail is not OPEN:
+        extra = fields.keys() - ev.detail
+        if extra:
+            raise KeyError(f"{source} event {name!r} has no detail key(s) {sorted(extra)}")
+    return json.dumps(fields, sort_keys=True)
+
+
+def checked(source: str, name: str, fields: Mapping[str, Any], /) -> Mapping[str, Any]:
+    """`fields` as event `name`'s `detail` mapping, its keys checked as `detail` checks
+    them (KeyError on one the event does not declare); encoded later, off the hot path."""
+    ev = BY_SOURCE[source][name]
+    if ev.detail is not OPEN and not ev.detail.issuperset(fields):
+        extra = sorted(set(fields) - ev.detail)
+        raise KeyError(f"{source} event {name!r} has no detail key(s) {extra}")
+    return fields
+
+
+def detail_template(source: str, name: str, /, slots: Iterable[str], **fields: Any) -> str:
+    """`detail(...)` with ``%d`` where each integer of `slots` goes, in sorted key order,
+    for a hot path that fills it with ``%`` (the storm engine's ``connect_invoke``)."""
+    marks = {k: f"@{k}@" for k in slots}
+    text = detail(source, name, **fields, **marks).replace("%", "%%")
+    for mark in marks.values():
+        text = text.replace(json.dumps(mark), "%d")
+    return text
 
 
 def conformance(rows: Iterable[Mapping[str, Any]], limit: int = 20) -> list[str]:

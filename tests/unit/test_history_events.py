@@ -58,3 +58,26 @@ def test_conformance_passes_declared_rows_and_names_each_kind_of_stray() -> None
         "client/ready: detail is not JSON",
     ]
     assert len(conformance([_row("x", f"e{i}") for i in range(50)], limit=5)) == 5
+
+
+def test_a_detail_is_built_only_from_the_events_declared_keys() -> None:
+    from harness.history.events import detail
+
+    assert detail("acceptor", "register", queue_depth=3, iteration=9, in_iteration=1) == (
+        '{"in_iteration": 1, "iteration": 9, "queue_depth": 3}'
+    )
+    with pytest.raises(KeyError, match="queue_dept"):
+        detail("acceptor", "register", queue_dept=3)
+    with pytest.raises(TypeError):
+        detail("acceptor", "register", queue_depth=object())
+
+
+def test_a_detail_template_takes_its_integers_in_sorted_key_order() -> None:
+    from harness.history.events import detail_template
+
+    t = detail_template(
+        "client", "connect_invoke", slots=("intended_mono_ns", "broker"), profile="50%"
+    )
+    assert json.loads(t % (2, 77)) == {"broker": 2, "intended_mono_ns": 77, "profile": "50%"}
+    with pytest.raises(KeyError):
+        detail_template("client", "connect_invoke", slots=("intended_ns",))
