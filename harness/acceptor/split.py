@@ -14,7 +14,7 @@ processes cost less CPU per connection (a wake-up and a context switch fewer), m
 serving while one is off a CPU (docs/acceptor-processes.md has the numbers).
 
 What crosses between the two, over one `SOCK_SEQPACKET` socketpair per processor process
-(`Link`: lists of `marshal`led tuples):
+(`Link`: lists of the typed values of `messages`, `marshal`led as plain tuples):
 - to a processor process, one message per admitted socket: its fd by `SCM_RIGHTS`, the
   processor it is for and the `NewConnection` fields (`conn`); the test-scheduled stalls
   of its processors (`stalls`, once, at start); `stop` at shutdown;
@@ -60,6 +60,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.acceptor.config import MODEL_KEY, PROCESSES_KEY
+from harness.acceptor.messages import (
+    Admin,
+    Answer,
+    Charge,
+    Charged,
+    Conn,
+    Count,
+    Message,
+    Ready,
+    Release,
+    Request,
+    Stalls,
+    Stop,
+    Throttled,
+    Took,
+    decode,
+    encode,
+)
 from harness.acceptor.processor import CONNECTION_QUEUE_SIZE
 from harness.acceptor.recorder import ConnInfo
 from harness.acceptor.request_quotas import PRINCIPAL
@@ -184,7 +202,7 @@ class Link:
         self,
         sock: socket.socket,
         loop: asyncio.AbstractEventLoop,
-        on_ops: Callable[[list[tuple[Any, ...]], list[int]], None],
+        on_ops: Callable[[list[Message], list[int]], None],
         on_eof: Callable[[], None],
     ) -> None:
         sock.setblocking(False)
@@ -194,32 +212,32 @@ class Link:
         self._on_eof = on_eof
         self._out: deque[tuple[bytes, socket.socket | None]] = deque()
         self._writing = False
-        self._ops: list[tuple[Any, ...]] = []
-        self._lazy: list[tuple[Any, ...]] = []
+        self._ops: list[Message] = []
+        self._lazy: list[Message] = []
         self._lazy_timer: asyncio.TimerHandle | None = None
         self.closed = False
         loop.add_reader(sock.fileno(), self._readable)
 
     # -- out -------------------------------------------------------------------------------
-    def send(self, ops: list[tuple[Any, ...]], with_sock: socket.socket | None = None) -> None:
+    def send(self, ops: list[Message], with_sock: socket.socket | None = None) -> None:
         if self.closed:
             if with_sock is not None:
                 with contextlib.suppress(OSError):
                     with_sock.close()
             return
-        data = marshal.dumps(ops)
+        data = marshal.dumps([encode(op) for op in ops])
         if self._out or not self._try(data, with_sock):
             self._out.append((data, with_sock))
             if not self._writing:
                 self._loop.add_writer(self.sock.fileno(), self._writable)
                 self._writing = True
 
-    def queue(self, op: tuple[Any, ...]) -> None:
+    def queue(self, op: Message) -> None:
         if not self._ops:
             self._loop.call_soon(self.flush)
         self._ops.append(op)
 
-    def queue_lazy(self, op: tuple[Any, ...]) -> None:
+    def queue_lazy(self, op: Message) -> None:
         if not self._lazy:
             self._lazy_timer = self._loop.call_later(LAZY_S, self.flush)
         self._lazy.append(op)
@@ -276,7 +294,7 @@ class Link:
                 self.close()
                 self._on_eof()
                 return
-            self._on_ops(marshal.loads(data), fds)
+            self._on_ops([decode(raw) for raw in marshal.loads(data)], fds)
 
     def close(self) -> None:
         if self.closed:
@@ -297,11 +315,10 @@ class Link:
         self.sock.close()
 
 
-def hand_off_op(item: NewConnection, processor: int) -> tuple[Any, ...]:
-    """The `conn` op of one admitted socket for `processor` (its fd travels beside it)."""
+def hand_off_op(item: NewConnection, processor: int) -> Conn:
+    """The message of one admitted socket for `processor` (its fd travels beside it)."""
     i = item.info
-    return (
-        "conn",
+    return Conn(
         processor,
         i.listener,
         i.conn_id,
@@ -426,65 +443,71 @@ class ProcessorProcess:
         self.link.send([hand_off_op(item, processor)], item.sock)
         self.owner.publish()
 
-    def _on_ops(self, ops: list[tuple[Any, ...]], fds: list[int]) -> None:
+    def _on_ops(self, ops: list[Message], fds: list[int]) -> None:
         for fd in fds:  # none are expected this way
             os.close(fd)
         owner = self.owner
         owned = owner.owned
         released = 0
         for op in ops:
-            kind = op[0]
-            if kind == "release":
-                owned.quotas.release(op[1], op[2])
-                released += 1
-            elif kind == "count":
-                owned.counts.count(op[1], op[2], op[3])
-            elif kind == "request":
-                owned.counts.request(op[1], op[2])
-            elif kind == "took":
-                self.remotes[(op[1], op[2])].took(op[3])
-            elif kind == "throttled":
-                owned.counts.throttled((op[1], op[2]), op[3])
-            elif kind == "admin":
-                self._answer(op)
-            elif kind == "charge":
-                self._charge(op)
-            elif kind == "ready":
-                self.ready.set()
+            match op:
+                case Release(listener, ip):
+                    owned.quotas.release(listener, ip)
+                    released += 1
+                case Count(listener, ip, outcome):
+                    owned.counts.count(listener, ip, outcome)
+                case Request(client_id, latency_ms):
+                    owned.counts.request(client_id, latency_ms)
+                case Took(listener, processor, n):
+                    self.remotes[(listener, processor)].took(n)
+                case Throttled(user, client, throttle_ms):
+                    owned.counts.throttled((user, client), throttle_ms)
+                case Admin():
+                    self._answer(op)
+                case Charge():
+                    self._charge(op)
+                case Ready():
+                    self.ready.set()
         if released:
             self.applied += released
             owner.publish(self)
             owned.slot_freed()
 
-    def _answer(self, op: tuple[Any, ...]) -> None:
+    def _answer(self, op: Admin) -> None:
         """A processor's admin request, answered with the quotas it changes or reads."""
-        _, conn_id, listener, client_ip, client_port, sock_ip, sock_port, frame = op
-        peer = _Peer(ConnInfo(conn_id, listener, client_ip, client_port, sock_ip, sock_port))
-        answer: list[Any]
+        peer = _Peer(
+            ConnInfo(
+                op.conn_id, op.listener, op.client_ip, op.client_port, op.sock_ip, op.sock_port
+            )
+        )
         try:
-            info = parse_request_header(frame)
-            response = self.owner.owned.admin.maybe_handle(peer, frame, info)
+            info = parse_request_header(op.frame)
+            response = self.owner.owned.admin.maybe_handle(peer, op.frame, info)
         except FrameError as exc:  # the connection closes with its reason, as in `single`
-            answer = ["answer", conn_id, -1, None, exc.reason, str(exc)]
+            answer = Answer(op.conn_id, -1, None, exc.reason, str(exc))
         else:
             if not isinstance(response, bytes):  # routed the same way there: not expected
                 response = None
-            answer = ["answer", conn_id, info.correlation_id, response, "admin_error", ""]
+            answer = Answer(op.conn_id, info.correlation_id, response, "admin_error", "")
         self.owner.publish()  # a limit may have changed: in force before the answer is read
         assert self.link is not None
-        self.link.send([tuple(answer)])
+        self.link.send([answer])
 
-    def _charge(self, op: tuple[Any, ...]) -> None:
+    def _charge(self, op: Charge) -> None:
         """A response's request-handler charge, recorded by the meters here; the outcome
         goes back (the processor throttles and mutes with it)."""
-        _, conn_id, correlation_id, client_id, api_key, charged_ns, network_ns, now_ms = op
         meters = self.owner.owned.request_quotas
-        c = meters.record_request(PRINCIPAL, client_id, api_key, charged_ns, now_ms)
-        if network_ns:  # the broker's network-thread time, after, unthrottled (as in `single`)
-            meters.record_no_throttle(PRINCIPAL, client_id, network_ns, now_ms, exempt=c.exempt)
-        outcome = (c.throttle_ms, c.exempt, *c.bucket, c.quota, c.rate)
+        c = meters.record_request(PRINCIPAL, op.client_id, op.api_key, op.charged_ns, op.now_ms)
+        if op.network_ns:  # the broker's network-thread time, after, unthrottled (as `single`)
+            meters.record_no_throttle(
+                PRINCIPAL, op.client_id, op.network_ns, op.now_ms, exempt=c.exempt
+            )
+        user, client = c.bucket
+        charged = Charged(
+            op.conn_id, op.correlation_id, c.throttle_ms, c.exempt, user, client, c.quota, c.rate
+        )
         assert self.link is not None
-        self.link.send([("charged", conn_id, correlation_id, *outcome)])
+        self.link.send([charged])
 
     def _on_eof(self) -> None:
         self.ended.set()
@@ -570,7 +593,7 @@ class SplitProcessors:
                 if st.index % self.processes == child.index
             ]
             if mine and child.link is not None:
-                child.link.send([("stalls", armed_ns, mine)])
+                child.link.send([Stalls(armed_ns, mine)])
 
     def pids(self) -> list[int]:
         return [c.proc.pid for c in self.children if c.proc is not None]
@@ -624,7 +647,7 @@ class SplitProcessors:
         self.stopping = True
         for child in self.children:
             if child.link is not None:
-                child.link.send([("stop",)])
+                child.link.send([Stop()])
         deadline = time.monotonic() + STOP_TIMEOUT_S
         for child in self.children:
             if child.proc is None:

@@ -32,7 +32,6 @@ import time
 from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from harness.acceptor.admin import AdminHandler
 from harness.acceptor.config import AcceptorConfig, parse_acceptor_config, quota_engines
@@ -40,6 +39,22 @@ from harness.acceptor.connection import Connection
 from harness.acceptor.connections import Connections
 from harness.acceptor.dynamic import DynamicConfig
 from harness.acceptor.eventloop import new_event_loop
+from harness.acceptor.messages import (
+    Admin,
+    Answer,
+    Charge,
+    Charged,
+    Conn,
+    Count,
+    Message,
+    Ready,
+    Release,
+    Request,
+    Stalls,
+    Stop,
+    Throttled,
+    Took,
+)
 from harness.acceptor.ports import Channel, ChargeAsked, NewConnection, Peer
 from harness.acceptor.processor import Processor
 from harness.acceptor.recorder import ConnInfo, Recorder
@@ -77,18 +92,18 @@ class RemoteCounts:
     def release(self, listener: str, ip: str) -> None:
         self._released += 1
         self._shared.released(self._index, self._released)
-        self._link.queue(("release", listener, ip))
+        self._link.queue(Release(listener, ip))
 
     # -- ports.Counts --------------------------------------------------------------------
     # the metrics' counters: with the next batch, at most `split.LAZY_S` later
     def count(self, listener: str, ip: str, outcome: str) -> None:
-        self._link.queue_lazy(("count", listener, ip, outcome))
+        self._link.queue_lazy(Count(listener, ip, outcome))
 
     def request(self, client_id: str | None, latency_ms: float) -> None:
-        self._link.queue_lazy(("request", client_id, latency_ms))
+        self._link.queue_lazy(Request(client_id, latency_ms))
 
     def throttled(self, bucket: tuple[str, str], throttle_ms: int) -> None:
-        self._link.queue_lazy(("throttled", bucket[0], bucket[1], throttle_ms))
+        self._link.queue_lazy(Throttled(bucket[0], bucket[1], throttle_ms))
 
 
 class ProcessorProcess:
@@ -168,7 +183,7 @@ class ProcessorProcess:
                 )
                 self.processors[(name, i)] = proc
                 proc.start()
-        self.link.queue(("ready",))
+        self.link.queue(Ready())
         await self.stopped.wait()
         await self._shut_down()
 
@@ -181,8 +196,9 @@ class ProcessorProcess:
         assert isinstance(conn, Connection)  # what the processors' connections are
         i = conn.info
         self._awaiting[i.conn_id] = conn
-        who = (i.conn_id, i.listener, i.client_ip, i.client_port, i.sock_ip, i.sock_port)
-        self.link.queue(("admin", *who, frame))
+        self.link.queue(
+            Admin(i.conn_id, i.listener, i.client_ip, i.client_port, i.sock_ip, i.sock_port, frame)
+        )
 
     def _charge(self, conn: Channel, asked: ChargeAsked) -> None:
         """A response's request-quota charge: decided by the accepting process's meters
@@ -193,38 +209,41 @@ class ProcessorProcess:
         a = asked
         now_ms = a.at_ns // 1_000_000  # the instant its `request` row carries
         self.link.queue(
-            ("charge", conn_id, a.correlation_id, a.client_id, a.api_key, a.charged_ns,
-             a.network_ns, now_ms)
+            Charge(
+                conn_id, a.correlation_id, a.client_id, a.api_key, a.charged_ns, a.network_ns,
+                now_ms,
+            )
         )  # fmt: skip
 
-    def _charged(self, op: tuple[Any, ...]) -> None:
-        _, conn_id, correlation_id, throttle_ms, exempt, user, client, quota, rate = op
-        conn = self._charging.pop((conn_id, correlation_id), None)
+    def _charged(self, op: Charged) -> None:
+        conn = self._charging.pop((op.conn_id, op.correlation_id), None)
         if conn is not None:
-            charge = RequestCharge(throttle_ms, exempt, (user, client), quota, rate)
-            conn.charged(correlation_id, charge)
+            charge = RequestCharge(
+                op.throttle_ms, op.exempt, (op.user, op.client), op.quota, op.rate
+            )
+            conn.charged(op.correlation_id, charge)
 
-    def _answered(self, op: tuple[Any, ...]) -> None:
-        _, conn_id, correlation_id, response, reason, message = op
-        conn = self._awaiting.pop(conn_id, None)
+    def _answered(self, op: Answer) -> None:
+        conn = self._awaiting.pop(op.conn_id, None)
         if conn is not None:
-            conn.deferred_answer(correlation_id, response, (reason, message))
+            conn.deferred_answer(op.correlation_id, op.response, (op.reason, op.message))
 
     def _took(self, listener: str, processor: int, n: int) -> None:
-        self.link.queue(("took", listener, processor, n))
+        self.link.queue(Took(listener, processor, n))
 
-    def _on_ops(self, ops: list[tuple[Any, ...]], fds: list[int]) -> None:
+    def _on_ops(self, ops: list[Message], fds: list[int]) -> None:
         for op in ops:
-            if op[0] == "conn":
-                self._queue(op, fds.pop(0))
-            elif op[0] == "charged":
-                self._charged(op)
-            elif op[0] == "answer":
-                self._answered(op)
-            elif op[0] == "stalls":
-                self._schedule_stalls(op[1], op[2])
-            elif op[0] == "stop":
-                self.stopped.set()
+            match op:
+                case Conn():
+                    self._queue(op, fds.pop(0))
+                case Charged():
+                    self._charged(op)
+                case Answer():
+                    self._answered(op)
+                case Stalls(armed_ns, items):
+                    self._schedule_stalls(armed_ns, items)
+                case Stop():
+                    self.stopped.set()
         for fd in fds:
             os.close(fd)
 
@@ -241,23 +260,23 @@ class ProcessorProcess:
             tuple(stalls), lambda listener, index: self.processors[(listener, index)], self.rec
         )
 
-    def _queue(self, op: tuple[Any, ...], fd: int) -> None:
-        (_, processor, listener, conn_id, client_ip, client_port, sock_ip, sock_port) = op[:8]
-        tcp_accept_ns, admitted_ns, protected, proxied, initial, family = op[8:]
-        sock = socket.socket(family, socket.SOCK_STREAM, 0, fileno=fd)
+    def _queue(self, op: Conn, fd: int) -> None:
+        sock = socket.socket(op.family, socket.SOCK_STREAM, 0, fileno=fd)
         sock.setblocking(False)
-        info = ConnInfo(conn_id, listener, client_ip, client_port, sock_ip, sock_port)
+        info = ConnInfo(
+            op.conn_id, op.listener, op.client_ip, op.client_port, op.sock_ip, op.sock_port
+        )
         item = NewConnection(
             info,
             sock,
-            tcp_accept_ns,
-            initial=initial,
-            proxied=proxied,
-            protected=protected,
-            admitted_ns=admitted_ns,
+            op.tcp_accept_ns,
+            initial=op.initial,
+            proxied=op.proxied,
+            protected=op.protected,
+            admitted_ns=op.admitted_ns,
         )
-        if not self.processors[(listener, processor)].offer(item):  # room counted upstream
-            self.log(f"{conn_id}: queue of processor {processor} full (a bug); closed")
+        if not self.processors[(op.listener, op.processor)].offer(item):  # room counted upstream
+            self.log(f"{op.conn_id}: queue of processor {op.processor} full (a bug); closed")
             self._close_unregistered(item, "queue_full")
 
     def _close_unregistered(self, item: NewConnection, reason: str) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from harness.acceptor.messages import Conn, Count, Ready, Release, Request, Took
 from harness.acceptor.ports import NewConnection
 from harness.acceptor.recorder import ConnInfo
 from harness.acceptor.split import BATCH_MAX, LAZY_S, Link, SharedCounts, hand_off_op
@@ -49,7 +50,7 @@ def test_a_release_on_its_way_is_not_evicted_for_twice() -> None:
     assert counts.max_connections_exceeded("CLIENT")
     assert not counts.max_connections_exceeded("INTERNAL")  # exempt (protected)
     counts.release("CLIENT", "127.0.0.2")
-    assert link.ops == [("release", "CLIENT", "127.0.0.2")]
+    assert link.ops == [Release("CLIENT", "127.0.0.2")]
     assert not counts.max_connections_exceeded("CLIENT")  # 4 - 1 on its way = 3
     shared.publish(3, 3, False, 1, 1)  # counted: nothing on its way any more
     assert not counts.max_connections_exceeded("CLIENT")
@@ -89,7 +90,7 @@ def test_the_link_carries_ops_in_batches_and_a_socket_with_its_op() -> None:
         def on_ops(ops: list[Any], new_fds: list[int]) -> None:
             got.extend(ops)
             fds.extend(new_fds)
-            if ("last",) in ops:
+            if Ready() in ops:
                 done.set()
 
         ours = Link(a, loop, lambda ops, fds: None, lambda: events.append("a eof"))
@@ -100,8 +101,8 @@ def test_the_link_carries_ops_in_batches_and_a_socket_with_its_op() -> None:
         ours.send([hand_off_op(item, 2)], x)
         assert x.fileno() == -1  # sent: the local copy is closed
         for i in range(BATCH_MAX + 5):
-            ours.queue(("count", "CLIENT", "127.0.0.2", str(i)))
-        ours.queue(("last",))
+            ours.queue(Count("CLIENT", "127.0.0.2", str(i)))
+        ours.queue(Ready())
         await asyncio.wait_for(done.wait(), 5)
         received = socket.socket(fileno=fds[0])
         y.sendall(b"ping")
@@ -114,12 +115,13 @@ def test_the_link_carries_ops_in_batches_and_a_socket_with_its_op() -> None:
         return got, data, events
 
     got, data, events = asyncio.run(run())
-    assert got[0] == (
-        "conn", 2, "CLIENT", "CLIENT-1-1", "127.0.0.2", 4000, "127.0.0.1", 4001, 11, 12, False,
+    assert got[0] == Conn(
+        2, "CLIENT", "CLIENT-1-1", "127.0.0.2", 4000, "127.0.0.1", 4001, 11, 12, False,
         True, b"rest", int(socket.AF_UNIX),
     )  # fmt: skip
-    counts = [op for op in got if op[0] == "count"]
-    assert [op[3] for op in counts] == [str(i) for i in range(BATCH_MAX + 5)]  # in order
+    assert got[0].initial == b"rest" and got[0].family == socket.AF_UNIX  # read by name
+    counts = [op for op in got if isinstance(op, Count)]
+    assert [op.outcome for op in counts] == [str(i) for i in range(BATCH_MAX + 5)]  # in order
     assert data == b"ping"  # the socket that crossed is the same connection
     assert events == ["b eof"]  # the peer's end is heard once, by the other side
 
@@ -132,9 +134,11 @@ def test_a_full_kernel_buffer_keeps_messages_in_order_until_the_peer_reads() -> 
         ours = Link(a, loop, lambda ops, fds: None, lambda: None)
         got: list[int] = []
         for i in range(2000):
-            ours.send([("n", i, "x" * 200)])
+            ours.send([Took("x" * 200, i, 0)])
         assert ours.pending() > 0  # the kernel's buffer filled: the rest waits, in order
-        theirs = Link(b, loop, lambda ops, fds: got.extend(op[1] for op in ops), lambda: None)
+        theirs = Link(
+            b, loop, lambda ops, fds: got.extend(op.processor for op in ops), lambda: None
+        )
         for _ in range(500):
             if len(got) == 2000:
                 break
@@ -157,18 +161,18 @@ def test_lazy_ops_ride_with_the_next_batch_or_go_alone_after_lazy_s() -> None:
         ours = Link(a, loop, lambda ops, fds: None, lambda: None)
         theirs = Link(b, loop, lambda ops, fds: messages.append((loop.time(), ops)), lambda: None)
         t0 = loop.time()
-        ours.queue_lazy(("request", "c", 1.0))
-        ours.queue_lazy(("count", "CLIENT", "127.0.0.2", "closed"))
-        ours.queue(("release", "CLIENT", "127.0.0.2"))  # this turn's batch takes them along
+        ours.queue_lazy(Request("c", 1.0))
+        ours.queue_lazy(Count("CLIENT", "127.0.0.2", "closed"))
+        ours.queue(Release("CLIENT", "127.0.0.2"))  # this turn's batch takes them along
         await asyncio.sleep(0.02)
         assert [m[1] for m in messages] == [
-            [("request", "c", 1.0), ("count", "CLIENT", "127.0.0.2", "closed"),
-             ("release", "CLIENT", "127.0.0.2")]
+            [Request("c", 1.0), Count("CLIENT", "127.0.0.2", "closed"),
+             Release("CLIENT", "127.0.0.2")]
         ]  # fmt: skip
-        ours.queue_lazy(("request", "c", 2.0))  # alone: sent when LAZY_S is over
+        ours.queue_lazy(Request("c", 2.0))  # alone: sent when LAZY_S is over
         t1 = loop.time()
         await asyncio.sleep(LAZY_S + 0.2)
-        ours.queue_lazy(("request", "c", 3.0))
+        ours.queue_lazy(Request("c", 3.0))
         assert ours.pending() == 1
         ours.flush()  # a shutdown's last flush takes the lazy ones too
         await asyncio.sleep(0.02)
@@ -177,9 +181,9 @@ def test_lazy_ops_ride_with_the_next_batch_or_go_alone_after_lazy_s() -> None:
         return [(t0, []), (t1, []), *messages]
 
     (_, _), (t1, _), _first, second, third = asyncio.run(run())
-    assert second[1] == [("request", "c", 2.0)]
+    assert second[1] == [Request("c", 2.0)]
     assert LAZY_S * 0.9 <= second[0] - t1  # not sent with nothing to ride on before LAZY_S
-    assert third[1] == [("request", "c", 3.0)]
+    assert third[1] == [Request("c", 3.0)]
 
 
 @pytest.mark.parametrize("processes", [1, 3])
