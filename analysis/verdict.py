@@ -25,6 +25,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 from analysis.checks import ALL_CHECKS, FAIL, NA, PASS, UNKNOWN, Check, CheckResult, run_check
 from analysis.checks.broker_side import broker_expectations
+from analysis.checks.front import NAME as FRONT
 
 if TYPE_CHECKING:
     from analysis.load import Run
@@ -53,7 +54,7 @@ def run_checks(
         results = across_restarts(run, incarnations, checks, progress)
     else:
         results = _judge(run, checks, progress)
-    results = _unpushed(results)
+    results = saturated(_unpushed(results))
     if checks is not None:
         return results
     outages = [_killed_loads(run), _disk_full(run)]
@@ -305,6 +306,37 @@ def _unpushed(results: list[CheckResult]) -> list[CheckResult]:
                     f"would pass, but the offered load fell short ({short.observed}); "
                     f"a limit that was not pushed proves nothing. {r.explanation}"
                 )
+    return results
+
+
+#: a failing check lists at most this many witnesses (`base.witness` lists): with fewer,
+#: every violation is listed and can be placed in time
+_WITNESSES_LISTED = 10
+
+
+def saturated(results: list[CheckResult]) -> list[CheckResult]:
+    """A failure about the front's pace is not a rule's: a check that fails only where the
+    front was saturated (`front_saturation`: every witness, all of them listed, inside its
+    windows) is `unknown`, naming them. One with a witness outside them, or too many to
+    place, still fails."""
+    front = next((r for r in results if r.name == FRONT and r.data.get("windows_ns")), None)
+    if front is None:
+        return results
+    spans = [(int(lo), int(hi)) for lo, hi in front.data["windows_ns"]]
+
+    def inside(w: dict[str, Any]) -> bool:
+        t = w.get("mono_ns")
+        return isinstance(t, int) and any(lo <= t < hi for lo, hi in spans)
+
+    for r in results:
+        if r.verdict != FAIL or r is front:
+            continue
+        if r.witnesses and len(r.witnesses) < _WITNESSES_LISTED and all(map(inside, r.witnesses)):
+            r.verdict = UNKNOWN
+            r.explanation = (
+                f"every witness falls where the front was saturated ({front.observed}): "
+                f"about its pace, not a rule. {r.explanation}"
+            )
     return results
 
 

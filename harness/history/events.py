@@ -146,8 +146,10 @@ ALL: tuple[Event, ...] = (
        {"listen_overflows", "listen_drops", "reqq_full_drop", "syn_cookies", "netns", "error"},
        "one reading of the kernel's listen-queue drop counters (per network namespace)"),
     _h("process_stats", {"latency_ms"},
-       {"role", "pgids", "processes", "fds", "rss_kb", "cpu_s", "bytes", "files"},
-       "one reading of a role's processes (descriptors, RSS, CPU) or the history's size"),
+       {"role", "pgids", "processes", "fds", "rss_kb", "cpu_s", "bytes", "files", "loop_busy",
+        "loop_busy_pid"},
+       "one reading of a role's processes (descriptors, RSS, CPU, its busiest main thread's "
+       "share of the time since the last reading) or the history's size"),
 )  # fmt: skip
 
 BY_SOURCE: dict[str, dict[str, Event]] = {}

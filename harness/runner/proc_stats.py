@@ -9,7 +9,12 @@ event ``process_stats``:
 - a process role (``acceptor``, ``broker``, ``load``): ``detail`` = {``role``, ``pgids``,
   ``processes``, ``fds``, ``rss_kb``, ``cpu_s``}, summed over every process of the role's
   process groups (the runner starts each in a session of its own, so a split acceptor's
-  processor processes and a Locust master's workers are counted with it);
+  processor processes and a Locust master's workers are counted with it), and
+  ``loop_busy`` / ``loop_busy_pid``: the largest share of the time since the last reading
+  that one of its processes' main threads (an event loop: the acceptor's, a processor
+  process's, the storm engine's) spent on a CPU or runnable and waiting for one
+  (``/proc/<pid>/task/<pid>/schedstat``). A loop busy for the whole interval never went
+  idle: it had more work than time, which is what `front_saturation` reads;
 - ``history``: {``role``, ``bytes``, ``files``} of the run's history folder.
 
 Read from ``/proc`` (Linux): a process that exits between the listing and the read is
@@ -18,6 +23,7 @@ skipped. A container's broker has no local process group and is not sampled.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -44,8 +50,17 @@ def read_stat(text: str) -> tuple[int, float, int]:
     return pgrp, cpu, rss_kb
 
 
-def group_totals(pgids: Sequence[int], proc: Path = PROC) -> dict[str, Any]:
-    """Processes, descriptors, RSS and CPU summed over every process in ``pgids``."""
+def schedstat(pid: int, proc: Path = PROC) -> tuple[int, int]:
+    """(ns on a CPU, ns runnable but waiting for one) of a process's main thread."""
+    fields = (proc / str(pid) / "task" / str(pid) / "schedstat").read_text().split()
+    return int(fields[0]), int(fields[1])
+
+
+def group_totals(
+    pgids: Sequence[int], proc: Path = PROC, busy: dict[int, int] | None = None
+) -> dict[str, Any]:
+    """Processes, descriptors, RSS and CPU summed over every process in ``pgids``; with
+    ``busy``, each process's main-thread busy ns (on a CPU + runnable) put there by pid."""
     wanted = set(pgids)
     out: dict[str, Any] = {"processes": 0, "fds": 0, "rss_kb": 0, "cpu_s": 0.0}
     for entry in os.scandir(proc):
@@ -58,6 +73,9 @@ def group_totals(pgids: Sequence[int], proc: Path = PROC) -> dict[str, Any]:
             fds = len(os.listdir(Path(entry.path) / "fd"))
         except (OSError, ValueError, IndexError):
             continue  # exited meanwhile, or not ours to read
+        if busy is not None:
+            with contextlib.suppress(OSError, ValueError, IndexError):  # no schedstat here
+                busy[int(entry.name)] = sum(schedstat(int(entry.name), proc))
         out["processes"] += 1
         out["fds"] += fds
         out["rss_kb"] += rss_kb
@@ -101,6 +119,8 @@ class ProcStatsSampler:
         self.clock_ns = clock_ns
         self.readings = 0
         self.peak: dict[str, dict[str, float]] = {}
+        #: per role: when it was last read and each process's main-thread busy ns then
+        self._busy: dict[str, tuple[int, dict[int, int]]] = {}
         self._every = Periodic(
             self.sample_once, name="proc-stats", interval_s=interval_s,
             max_duration_s=max_duration_s,
@@ -111,7 +131,10 @@ class ProcStatsSampler:
         rows: list[dict[str, Any]] = []
         for role, pgids in sorted(self.roles().items()):
             if pgids:
-                rows.append({"role": role, "pgids": list(pgids), **group_totals(pgids, self.proc)})
+                busy: dict[int, int] = {}
+                row = {"role": role, "pgids": list(pgids), **group_totals(pgids, self.proc, busy)}
+                row.update(self._loop_busy(role, busy))
+                rows.append(row)
         if self.history is not None:
             size, files = folder_bytes(self.history)
             rows.append({"role": "history", "bytes": size, "files": files})
@@ -123,6 +146,22 @@ class ProcStatsSampler:
                 if key in detail:
                     peak[key] = max(peak.get(key, 0), float(detail[key]))
         self.readings += 1
+
+    def _loop_busy(self, role: str, busy: dict[int, int]) -> dict[str, Any]:
+        """The busiest main thread of the role since its last reading: its share of the
+        interval (on a CPU or waiting for one), and its pid."""
+        now = self.clock_ns()
+        last = self._busy.get(role)
+        self._busy[role] = (now, busy)
+        if last is None or now <= last[0]:
+            return {}
+        shares = {
+            pid: (ns - last[1][pid]) / (now - last[0]) for pid, ns in busy.items() if pid in last[1]
+        }
+        if not shares:
+            return {}
+        pid = max(shares, key=lambda p: shares[p])
+        return {"loop_busy": round(shares[pid], 4), "loop_busy_pid": pid}
 
     def start(self) -> ProcStatsSampler:
         self._every.start()

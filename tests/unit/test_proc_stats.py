@@ -60,3 +60,38 @@ def test_a_role_sums_every_process_of_its_groups_and_the_history_folder(tmp_path
     assert acceptor["cpu_s"] == pytest.approx(2.0)
     assert history == {"role": "history", "bytes": 1000, "files": 1}
     assert folder_bytes(hist) == (1000, 1)
+
+
+def _schedstat(proc: Path, pid: int, run_ns: int, wait_ns: int) -> None:
+    d = proc / str(pid) / "task" / str(pid)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "schedstat").write_text(f"{run_ns} {wait_ns} 10\n")
+
+
+def test_loop_busy_is_the_busiest_main_threads_share_of_the_interval(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    _proc(proc, 100, 100, 1, 1)  # the accepting process
+    _proc(proc, 101, 100, 1, 1)  # a processor process
+    now = [0]
+    rows: list[dict[str, Any]] = []
+    s = ProcStatsSampler(
+        lambda e, **kw: rows.append(kw["detail"]),
+        lambda: {"acceptor": [100]},
+        None,
+        proc=proc,
+        clock_ns=lambda: now[0],
+    )
+    _schedstat(proc, 100, 0, 0)
+    _schedstat(proc, 101, 0, 0)
+    s.sample_once()
+    assert "loop_busy" not in rows[-1]  # nothing to compare with yet
+    now[0] = 1_000_000_000
+    _schedstat(proc, 100, 600_000_000, 400_000_000)  # on a CPU 0.6 s, waiting for one 0.4 s
+    _schedstat(proc, 101, 300_000_000, 0)
+    s.sample_once()
+    assert rows[-1]["loop_busy"] == 1.0 and rows[-1]["loop_busy_pid"] == 100
+    now[0] = 2_000_000_000
+    _schedstat(proc, 100, 700_000_000, 400_000_000)
+    _schedstat(proc, 101, 800_000_000, 0)
+    s.sample_once()
+    assert rows[-1]["loop_busy"] == 0.5 and rows[-1]["loop_busy_pid"] == 101

@@ -1,0 +1,306 @@
+"""Was the front itself the bottleneck? `front_saturation`.
+
+A verdict must be about the rules the acceptor enforces, never about the acceptor running
+out of CPU: a front that cannot take connections as fast as they come admits fewer than
+the quotas allow, and every rate it is judged on is then its own pace, not the quota's.
+
+The measure is the front's event loop itself. Every second the runner reads how long the
+main thread of each acceptor process (the event loop: one in `single`; the accepting
+process's and each processor process's in `split`) spent on a CPU or runnable and waiting
+for one (`process_stats.loop_busy`, from the kernel's schedstat). A loop that idles has
+caught up with its work at least once in the interval; a loop busy for the whole interval
+had more work than time: saturated. Deliberate waits (sleeping out a rate delay, waiting
+for a slot) idle the loop, so a quota's own throttling never reads as saturation, while a
+loop starved of CPU by its neighbours on a shared machine does (it was runnable and could
+not run). The bound is the readings' own: two schedstat reads are placed within their
+rows' read spans, so a loop busy throughout reads at least 1 - (both spans) / interval.
+
+Saturated intervals are judged by no check (`unknown`, naming them with the figures: how
+busy, the connections that waited in the accept queue beyond the slack the timing checks
+grant the front, `expect.slack_ms`, with no deliberate block of the acceptor explaining
+the wait, and the kernel's listen overflows), and the run's verdict with them. A check's
+failure whose every witness falls inside them is `unknown` too (`verdict.saturated`): it is
+about the front's pace. The per-reading busy share is the front's headroom over time
+(`series`).
+
+Not judged without readings (a run recorded before they existed): `n/a`. PROXY listeners
+are left out of the wait figures (their clients connect to the proxy, whose accept the
+front never sees).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from analysis.checks.base import NA, PASS, UNKNOWN, Check, CheckResult, witness
+from analysis.frames import acceptor_conns, client_conns, detail_col, match_attempts
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from analysis.load import Run
+
+NAME = "front_saturation"
+MS = 1_000_000
+S = 1_000_000_000
+#: how many seconds of per-second figures the verdict carries (`series`)
+SERIES_MAX = 7_200
+
+
+def unexplained_waits(
+    ok_ns: np.ndarray, accept_ns: np.ndarray, blocked: list[tuple[int, int]]
+) -> np.ndarray:
+    """Each connection's wait in the accept queue (`accept - ok`, at least 0) less the part
+    of it covered by the listener's deliberate blocks (intervals, possibly overlapping)."""
+    wait: np.ndarray = np.maximum(accept_ns - ok_ns, 0)
+    if not blocked:
+        return wait
+    spans = sorted(blocked)
+    starts: list[int] = []
+    ends: list[int] = []
+    for lo, hi in spans:  # their union, as disjoint sorted intervals
+        if starts and lo <= ends[-1]:
+            ends[-1] = max(ends[-1], hi)
+        else:
+            starts.append(lo)
+            ends.append(hi)
+    s, e = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+    before = np.concatenate([[0], np.cumsum(e - s)])  # blocked time before interval i
+
+    def blocked_until(t: np.ndarray) -> np.ndarray:
+        """Total blocked time in (-inf, t]."""
+        i = np.searchsorted(s, t, side="right")  # intervals starting at or before t
+        inside = np.where(i > 0, np.clip(t - s[np.maximum(i - 1, 0)], 0, None), 0)
+        last = np.where(i > 0, np.minimum(inside, (e - s)[np.maximum(i - 1, 0)]), 0)
+        out: np.ndarray = before[np.maximum(i - 1, 0)] * (i > 0) + last
+        return out
+
+    lo = np.minimum(ok_ns, accept_ns)
+    covered = blocked_until(accept_ns) - blocked_until(lo)
+    rest: np.ndarray = np.maximum(wait - covered, 0)
+    return rest
+
+
+@dataclass(frozen=True)
+class Busy:
+    """One reading of the acceptor's busiest loop: (prev_ns, at_ns] and its share."""
+
+    prev_ns: int
+    at_ns: int
+    share: float
+    pid: int
+    bound: float  # the share a loop busy throughout reads at least
+
+
+def busy_readings(rows: list[tuple[int, float, dict[str, Any]]]) -> list[Busy]:
+    """`process_stats` rows of the acceptor role, (mono_ns, read span ms, detail), in time
+    order -> its readings with a share, each with the bound its read spans allow."""
+    out: list[Busy] = []
+    for (t0, span0, _), (t1, span1, d) in itertools.pairwise(rows):
+        share = d.get("loop_busy")
+        if share is None or t1 <= t0:
+            continue
+        bound = 1.0 - (span0 + span1) * MS / (t1 - t0)
+        out.append(Busy(t0, t1, float(share), int(d.get("loop_busy_pid") or 0), bound))
+    return out
+
+
+def saturated_spans(readings: list[Busy]) -> list[tuple[int, int, float]]:
+    """The intervals whose loop was busy throughout, consecutive ones merged: (lo, hi,
+    the highest share)."""
+    out: list[tuple[int, int, float]] = []
+    for r in readings:
+        if r.share < r.bound:
+            continue
+        if out and r.prev_ns <= out[-1][1]:
+            lo, _, top = out[-1]
+            out[-1] = (lo, r.at_ns, max(top, r.share))
+        else:
+            out.append((r.prev_ns, r.at_ns, r.share))
+    return out
+
+
+def check_front_saturation(run: Run) -> CheckResult:
+
+    rows = [
+        (int(r["mono_ns"]), float(r["latency_ms"] or 0.0), json.loads(r["detail"] or "{}"))
+        for r in run.events("process_stats", source="harness")
+        .where(detail_col("harness", "process_stats", "role") == "acceptor")
+        .select("mono_ns", "latency_ms", "detail")
+        .orderBy("mono_ns")
+        .collect()
+    ]
+    readings = busy_readings(rows)
+    expected = (
+        "the acceptor's event loops idle at least once in every reading's interval (a loop "
+        "busy throughout had more work than time)"
+    )
+    if not readings:
+        return CheckResult(
+            NAME,
+            NA,
+            observed="no reading of the acceptor's loops (process_stats.loop_busy)",
+            expected=expected,
+            explanation="nothing to judge: the run recorded no loop readings",
+        )
+    t0 = _scenario_clock(run)
+    spans = saturated_spans(readings)
+    top = max(readings, key=lambda r: r.share)
+    series = {
+        "t_s": [round((r.at_ns - t0) / S, 1) for r in readings[:SERIES_MAX]],
+        "loop_busy": [r.share for r in readings[:SERIES_MAX]],
+    }
+    tolerance = (
+        "a reading counts as busy throughout at 1 - (its and the previous reading's read "
+        f"spans) / interval: {min(r.bound for r in readings):.4f} at the lowest"
+    )
+    if not spans:
+        return CheckResult(
+            NAME,
+            PASS,
+            observed=(
+                f"{len(readings)} readings: the busiest loop used at most {top.share:.1%} of an "
+                f"interval (pid {top.pid}, at {(top.at_ns - t0) / S:.1f} s)"
+            ),
+            expected=expected,
+            tolerance=tolerance,
+            judged=len(readings),
+            family="faults",
+            data={"series": series},
+        )
+    lines = []
+    wit: list[dict[str, Any]] = []
+    for lo, hi, share in spans:
+        late, worst, worst_row = _late_in(run, lo, hi)
+        overflows = _overflows(run, lo, hi)
+        parts = [f"its loop busy {share:.0%} of the time"]
+        if late:
+            parts.append(
+                f"{late} connections waited in its accept queue, with the acceptor not "
+                f"blocked on purpose, more than the {run.slack_ms:g} ms slack (the worst "
+                f"{worst:.1f} ms)"
+            )
+        if overflows is not None:
+            parts.append(f"{overflows} listen overflows")
+        lines.append(
+            f"front saturated {(lo - t0) / S:.1f}–{(hi - t0) / S:.1f} s: " + "; ".join(parts)
+        )
+        if worst_row is not None:
+            wit.append(witness(worst_row, f"waited {worst:.1f} ms in the accept queue"))
+    return CheckResult(
+        NAME,
+        UNKNOWN,
+        observed="; ".join(lines),
+        expected=expected,
+        tolerance=tolerance,
+        witnesses=wit[:10],
+        explanation=(
+            "where the front could not keep up, what it admitted is its own pace, not a "
+            "quota's: those windows are judged by no check (never a fail, never a pass)"
+        ),
+        judged=len(readings),
+        family="faults",
+        data={"series": series, "outage": lines, "windows_ns": [(lo, hi) for lo, hi, _ in spans]},
+    )
+
+
+def _late_in(run: Run, lo: int, hi: int) -> tuple[int, float, dict[str, Any] | None]:
+    """Connections the front took in (lo, hi] that waited in its accept queue more than
+    the slack beyond what its deliberate blocks explain: how many, the worst (ms), and
+    the worst one's identity."""
+    from pyspark.sql import functions as F
+
+    proxied = {
+        str(r["listener"]).lower()
+        for r in run.events("accept", source="acceptor")
+        .where(detail_col("acceptor", "accept", "proxy_header").isNotNull())
+        .select("listener")
+        .distinct()
+        .collect()
+    }
+    conns = acceptor_conns(run).where(
+        (F.col("accept_ns") > lo) & (F.col("accept_ns") <= hi) & F.col("client_ip").isNotNull()
+    )
+    attempts = client_conns(run).where(F.col("connect_ok_ns").isNotNull())
+    pairs: pd.DataFrame = (
+        match_attempts(conns, attempts, run)
+        .select(
+            F.col("a.listener").alias("listener"),
+            F.col("c.connect_ok_ns").alias("ok_ns"),
+            F.col("a.accept_ns").alias("accept_ns"),
+            F.col("a.client_ip").alias("client_ip"),
+            F.col("a.client_port").alias("client_port"),
+        )
+        .where(~F.col("listener").isin(*proxied) if proxied else F.lit(True))
+        .toPandas()
+    )
+    if pairs.empty:
+        return 0, 0.0, None
+    blocked: dict[str, list[tuple[int, int]]] = {}
+    for r in (
+        run.events("blocked", source="acceptor")
+        .select(
+            F.lower("listener").alias("listener"),
+            detail_col("acceptor", "blocked", "start_mono_ns").cast("long").alias("start"),
+            "mono_ns",
+        )
+        .where(F.col("mono_ns") > lo - 60 * S)
+        .collect()
+    ):
+        start = r["start"] if r["start"] is not None else r["mono_ns"]
+        blocked.setdefault(r["listener"], []).append((int(start), int(r["mono_ns"])))
+    ok = pairs["ok_ns"].to_numpy(np.int64)
+    acc = pairs["accept_ns"].to_numpy(np.int64)
+    names = pairs["listener"].to_numpy()
+    waits = np.zeros(len(pairs), dtype=np.int64)
+    for name in set(names.tolist()):
+        at = names == name
+        waits[at] = unexplained_waits(ok[at], acc[at], blocked.get(name, []))
+    bound = int(run.slack_ms * MS) + run.clock_error_ns
+    late = int((waits > bound).sum())
+    i = int(np.argmax(waits))
+    row = {
+        "listener": str(names[i]),
+        "client_ip": str(pairs["client_ip"].iat[i]),
+        "client_port": int(pairs["client_port"].iat[i]),
+        "mono_ns": int(acc[i]),
+    }
+    return late, float(waits[i] / MS), row if late else None
+
+
+def _overflows(run: Run, lo: int, hi: int) -> int | None:
+    """The kernel's listen overflows counted between the readings around (lo, hi]."""
+    vals = [
+        (int(r["mono_ns"]), json.loads(r["detail"] or "{}").get("listen_overflows"))
+        for r in run.events("kernel_net", source="harness")
+        .select("mono_ns", "detail")
+        .orderBy("mono_ns")
+        .collect()
+    ]
+    before = [v for t, v in vals if t <= lo and isinstance(v, int)]
+    after = [v for t, v in vals if t >= hi and isinstance(v, int)]
+    if not before or not after:
+        return None
+    return after[0] - before[-1]
+
+
+def _scenario_clock(run: Run) -> int:
+    row = run.events("phase_start", source="harness").agg({"mono_ns": "min"}).first()
+    return int(row[0]) if row is not None and row[0] is not None else run.span_ns()[0]
+
+
+CHECKS = [
+    Check(
+        NAME,
+        "faults",
+        check_front_saturation,
+        False,
+        ("acceptor",),
+        doc="the front took connections as fast as its acceptor was free to (else unknown)",
+    ),
+]

@@ -1,0 +1,78 @@
+"""`front_saturation` on hand-built histories at the edge of its bound: an acceptor loop
+busy for a whole reading's interval (within the reads' spans) marks that interval
+saturated, with the connections that waited in the accept queue beyond the slack named;
+a loop that idled a little is the front keeping up; no reading, nothing judged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from analysis.checks.front import check_front_saturation
+from analysis.load import load_run
+from analysis.verdict import overall
+from harness.history import HistoryWriter
+from tests.spark.histories import hand_built_run
+
+S = 1_000_000_000
+MS = 1_000_000
+T0 = 7_000 * S
+ADDR = {"client_ip": "127.0.0.7", "listener": "CLIENT"}
+
+
+def _conn(cw: HistoryWriter, aw: HistoryWriter, port: int, ok: int, accept: int) -> None:
+    a = {**ADDR, "client_port": port}
+    cw.record("connect_invoke", mono_ns=ok - MS, detail={"profile": "storm"}, **a)
+    cw.record("connect_ok", mono_ns=ok, latency_ms=1.0, **a)
+    cw.record("closed", mono_ns=accept + 10 * MS, reason="done", latency_ms=1.0,
+              detail={"outcome": "served", "profile": "storm"}, **a)  # fmt: skip
+    c = {**a, "conn_id": f"CLIENT-{port}"}
+    aw.record("accept", mono_ns=accept, detail={"protected": False}, **c)
+    aw.record("admit", mono_ns=accept, delay_ms=0.0, **c)
+    aw.record("close", mono_ns=accept + 10 * MS, reason="client_eof", **c)
+
+
+def _run(tmp: Path, name: str, busy: float | None) -> Any:
+    def build(cw: HistoryWriter, aw: HistoryWriter, hw: HistoryWriter) -> None:
+        hw.record("phase_start", mono_ns=T0, detail={"name": "storm"})
+        for i in range(3):  # taken at once
+            _conn(cw, aw, 40000 + i, T0 + i * 100 * MS, T0 + i * 100 * MS + MS)
+        # in the second interval: 80 ms in the queue, 20 of them while blocked on a rate delay
+        ok = T0 + 1_500 * MS
+        _conn(cw, aw, 40100, ok, ok + 80 * MS)
+        aw.record("blocked", mono_ns=ok + 30 * MS, listener="CLIENT", reason="rate",
+                  delay_ms=20.0, detail={"start_mono_ns": ok + 10 * MS})  # fmt: skip
+        shares = [None, 0.5, busy, 0.2] if busy is not None else [None] * 4  # None: not read
+        for k, share in enumerate(shares):
+            d: dict[str, Any] = {"role": "acceptor", "pgids": [1], "processes": 1}
+            if share is not None:
+                d |= {"loop_busy": share, "loop_busy_pid": 4242}
+            hw.record("process_stats", mono_ns=T0 + k * S, latency_ms=1.0, detail=d)
+
+    return hand_built_run(tmp, name, build, config_ns=T0 - S)
+
+
+def test_a_loop_busy_throughout_is_the_front_saturated(spark: Any, tmp_path: Path) -> None:
+    # read spans of 1 ms and 1 ms over 1 s: busy throughout reads at least 0.998
+    r = check_front_saturation(load_run(spark, _run(tmp_path, "busy", 0.998)))
+    assert r.verdict == "unknown", r.observed
+    assert r.observed == (
+        "front saturated 1.0–2.0 s: its loop busy 100% of the time; 1 connections waited in "
+        "its accept queue, with the acceptor not blocked on purpose, more than the 50 ms "
+        "slack (the worst 60.0 ms)"
+    )
+    assert r.witnesses[0]["client_port"] == 40100
+    assert r.data["windows_ns"] == [(T0 + S, T0 + 2 * S)]
+    verdict, reasons = overall([r])
+    assert verdict == "unknown" and reasons[0].startswith("judged by no check: front saturated")
+
+
+def test_a_loop_that_idled_a_little_kept_up(spark: Any, tmp_path: Path) -> None:
+    r = check_front_saturation(load_run(spark, _run(tmp_path, "idle", 0.9979)))
+    assert r.verdict == "pass", r.observed
+    assert r.judged == 3 and "at most 99.8% of an interval (pid 4242" in r.observed
+
+
+def test_without_loop_readings_nothing_is_judged(spark: Any, tmp_path: Path) -> None:
+    r = check_front_saturation(load_run(spark, _run(tmp_path, "none", None)))
+    assert r.verdict == "n/a", r.observed

@@ -1,0 +1,95 @@
+"""`front_saturation`'s arithmetic, sans Spark: the wait in the accept queue that no
+deliberate block explains, and the seconds it marks; `verdict.saturated` turning a
+failure that lies wholly inside those seconds into `unknown`."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analysis.checks.base import CheckResult
+from analysis.checks.front import NAME, busy_readings, saturated_spans, unexplained_waits
+from analysis.verdict import saturated
+
+pytestmark = pytest.mark.unit
+
+MS = 1_000_000
+
+
+def waits(ok: list[int], acc: list[int], blocked: list[tuple[int, int]]) -> list[int]:
+    out = unexplained_waits(np.array(ok, np.int64), np.array(acc, np.int64), blocked)
+    return [int(x) for x in out]
+
+
+def test_a_wait_with_no_block_is_all_the_fronts() -> None:
+    assert waits([0, 10 * MS], [5 * MS, 10 * MS], []) == [5 * MS, 0]
+
+
+def test_a_block_explains_the_part_of_a_wait_it_covers() -> None:
+    # queued at 0, taken at 100 ms; the acceptor slept out a rate delay 10-80 ms
+    assert waits([0], [100 * MS], [(10 * MS, 80 * MS)]) == [30 * MS]
+    # overlapping blocks count once; a block outside the wait explains nothing
+    blocks = [(10 * MS, 50 * MS), (40 * MS, 80 * MS), (200 * MS, 300 * MS)]
+    assert waits([0], [100 * MS], blocks) == [30 * MS]
+    # a wait inside one block is explained whole, to the nanosecond
+    assert waits([20 * MS, 20 * MS], [79 * MS, 80 * MS + 1], [(10 * MS, 80 * MS)]) == [0, 1]
+
+
+def test_a_connect_recorded_after_its_accept_waited_nothing() -> None:
+    assert waits([5 * MS], [4 * MS], [(0, 10 * MS)]) == [0]
+
+
+S = 1_000 * MS
+
+
+def _reading(at_s: float, span_ms: float, busy: float | None) -> tuple[int, float, dict]:
+    d = {"role": "acceptor"} if busy is None else {"role": "acceptor", "loop_busy": busy,
+                                                    "loop_busy_pid": 42}  # fmt: skip
+    return int(at_s * S), span_ms, d
+
+
+def test_a_loop_busy_throughout_within_its_read_spans_is_saturated() -> None:
+    # spans of 2 ms and 3 ms over a 1 s interval: busy throughout reads at least 0.995
+    rows = [
+        _reading(0, 2.0, None),
+        _reading(1, 3.0, 0.995),  # busy throughout, within the reads' spans
+        _reading(2, 2.0, 0.9949),  # idled a little: caught up once
+        _reading(3, 2.0, 1.002),
+        _reading(4, 2.0, 1.0),
+        _reading(6, 2.0, 0.3),
+    ]
+    readings = busy_readings(rows)
+    assert [round(r.bound, 4) for r in readings] == [0.995, 0.995, 0.996, 0.996, 0.998]
+    assert saturated_spans(readings) == [(0, 1 * S, 0.995), (2 * S, 4 * S, 1.002)]
+
+
+def test_the_first_reading_of_a_process_has_no_share() -> None:
+    assert busy_readings([_reading(0, 1.0, None), _reading(1, 1.0, None)]) == []
+
+
+def _fail(*times: int) -> CheckResult:
+    return CheckResult(
+        "ip_throttle_within_window",
+        "fail",
+        observed="",
+        expected="",
+        witnesses=[{"mono_ns": t} for t in times],
+    )
+
+
+def test_a_failure_wholly_inside_the_fronts_saturation_is_unknown() -> None:
+    front = CheckResult(NAME, "unknown", observed="front saturated 3–5 s", expected="",
+                        data={"windows_ns": [(3_000 * MS, 5_000 * MS)]})  # fmt: skip
+    inside, straddles, edge = _fail(3_000 * MS, 4_999 * MS), _fail(4_000 * MS, 5_000 * MS), _fail()
+    many = _fail(*[4_000 * MS] * 10)  # as many as a check lists: more may exist unlisted
+    saturated([front, inside, straddles, edge, many])
+    assert inside.verdict == "unknown" and "front saturated 3–5 s" in inside.explanation
+    assert straddles.verdict == "fail"  # the end of a window is outside it
+    assert edge.verdict == "fail" and many.verdict == "fail"
+
+
+def test_without_saturation_every_failure_stays() -> None:
+    front = CheckResult(NAME, "pass", observed="", expected="", data={})
+    f = _fail(1)
+    saturated([front, f])
+    assert f.verdict == "fail"
