@@ -59,25 +59,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.acceptor import messages as msg
 from harness.acceptor.config import MODEL_KEY, PROCESSES_KEY
-from harness.acceptor.messages import (
-    Admin,
-    Answer,
-    Charge,
-    Charged,
-    Conn,
-    Count,
-    Message,
-    Ready,
-    Release,
-    Request,
-    Stalls,
-    Stop,
-    Throttled,
-    Took,
-    decode,
-    encode,
-)
 from harness.acceptor.processor import CONNECTION_QUEUE_SIZE
 from harness.acceptor.recorder import ConnInfo
 from harness.acceptor.request_quotas import PRINCIPAL
@@ -202,7 +185,7 @@ class Link:
         self,
         sock: socket.socket,
         loop: asyncio.AbstractEventLoop,
-        on_ops: Callable[[list[Message], list[int]], None],
+        on_ops: Callable[[list[msg.Message], list[int]], None],
         on_eof: Callable[[], None],
     ) -> None:
         sock.setblocking(False)
@@ -212,32 +195,32 @@ class Link:
         self._on_eof = on_eof
         self._out: deque[tuple[bytes, socket.socket | None]] = deque()
         self._writing = False
-        self._ops: list[Message] = []
-        self._lazy: list[Message] = []
+        self._ops: list[msg.Message] = []
+        self._lazy: list[msg.Message] = []
         self._lazy_timer: asyncio.TimerHandle | None = None
         self.closed = False
         loop.add_reader(sock.fileno(), self._readable)
 
     # -- out -------------------------------------------------------------------------------
-    def send(self, ops: list[Message], with_sock: socket.socket | None = None) -> None:
+    def send(self, ops: list[msg.Message], with_sock: socket.socket | None = None) -> None:
         if self.closed:
             if with_sock is not None:
                 with contextlib.suppress(OSError):
                     with_sock.close()
             return
-        data = marshal.dumps([encode(op) for op in ops])
+        data = marshal.dumps([msg.encode(op) for op in ops])
         if self._out or not self._try(data, with_sock):
             self._out.append((data, with_sock))
             if not self._writing:
                 self._loop.add_writer(self.sock.fileno(), self._writable)
                 self._writing = True
 
-    def queue(self, op: Message) -> None:
+    def queue(self, op: msg.Message) -> None:
         if not self._ops:
             self._loop.call_soon(self.flush)
         self._ops.append(op)
 
-    def queue_lazy(self, op: Message) -> None:
+    def queue_lazy(self, op: msg.Message) -> None:
         if not self._lazy:
             self._lazy_timer = self._loop.call_later(LAZY_S, self.flush)
         self._lazy.append(op)
@@ -294,7 +277,7 @@ class Link:
                 self.close()
                 self._on_eof()
                 return
-            self._on_ops([decode(raw) for raw in marshal.loads(data)], fds)
+            self._on_ops([msg.decode(raw) for raw in marshal.loads(data)], fds)
 
     def close(self) -> None:
         if self.closed:
@@ -315,10 +298,10 @@ class Link:
         self.sock.close()
 
 
-def hand_off_op(item: NewConnection, processor: int) -> Conn:
+def hand_off_op(item: NewConnection, processor: int) -> msg.Conn:
     """The message of one admitted socket for `processor` (its fd travels beside it)."""
     i = item.info
-    return Conn(
+    return msg.Conn(
         processor,
         i.listener,
         i.conn_id,
@@ -443,7 +426,7 @@ class ProcessorProcess:
         self.link.send([hand_off_op(item, processor)], item.sock)
         self.owner.publish()
 
-    def _on_ops(self, ops: list[Message], fds: list[int]) -> None:
+    def _on_ops(self, ops: list[msg.Message], fds: list[int]) -> None:
         for fd in fds:  # none are expected this way
             os.close(fd)
         owner = self.owner
@@ -451,29 +434,29 @@ class ProcessorProcess:
         released = 0
         for op in ops:
             match op:
-                case Release(listener, ip):
+                case msg.Release(listener, ip):
                     owned.quotas.release(listener, ip)
                     released += 1
-                case Count(listener, ip, outcome):
+                case msg.Count(listener, ip, outcome):
                     owned.counts.count(listener, ip, outcome)
-                case Request(client_id, latency_ms):
+                case msg.Request(client_id, latency_ms):
                     owned.counts.request(client_id, latency_ms)
-                case Took(listener, processor, n):
+                case msg.Took(listener, processor, n):
                     self.remotes[(listener, processor)].took(n)
-                case Throttled(user, client, throttle_ms):
+                case msg.Throttled(user, client, throttle_ms):
                     owned.counts.throttled((user, client), throttle_ms)
-                case Admin():
+                case msg.Admin():
                     self._answer(op)
-                case Charge():
+                case msg.Charge():
                     self._charge(op)
-                case Ready():
+                case msg.Ready():
                     self.ready.set()
         if released:
             self.applied += released
             owner.publish(self)
             owned.slot_freed()
 
-    def _answer(self, op: Admin) -> None:
+    def _answer(self, op: msg.Admin) -> None:
         """A processor's admin request, answered with the quotas it changes or reads."""
         peer = _Peer(
             ConnInfo(
@@ -484,16 +467,16 @@ class ProcessorProcess:
             info = parse_request_header(op.frame)
             response = self.owner.owned.admin.maybe_handle(peer, op.frame, info)
         except FrameError as exc:  # the connection closes with its reason, as in `single`
-            answer = Answer(op.conn_id, -1, None, exc.reason, str(exc))
+            answer = msg.Answer(op.conn_id, -1, None, exc.reason, str(exc))
         else:
             if not isinstance(response, bytes):  # routed the same way there: not expected
                 response = None
-            answer = Answer(op.conn_id, info.correlation_id, response, "admin_error", "")
+            answer = msg.Answer(op.conn_id, info.correlation_id, response, "admin_error", "")
         self.owner.publish()  # a limit may have changed: in force before the answer is read
         assert self.link is not None
         self.link.send([answer])
 
-    def _charge(self, op: Charge) -> None:
+    def _charge(self, op: msg.Charge) -> None:
         """A response's request-handler charge, recorded by the meters here; the outcome
         goes back (the processor throttles and mutes with it)."""
         meters = self.owner.owned.request_quotas
@@ -503,7 +486,7 @@ class ProcessorProcess:
                 PRINCIPAL, op.client_id, op.network_ns, op.now_ms, exempt=c.exempt
             )
         user, client = c.bucket
-        charged = Charged(
+        charged = msg.Charged(
             op.conn_id, op.correlation_id, c.throttle_ms, c.exempt, user, client, c.quota, c.rate
         )
         assert self.link is not None
@@ -593,7 +576,7 @@ class SplitProcessors:
                 if st.index % self.processes == child.index
             ]
             if mine and child.link is not None:
-                child.link.send([Stalls(armed_ns, mine)])
+                child.link.send([msg.Stalls(armed_ns, mine)])
 
     def pids(self) -> list[int]:
         return [c.proc.pid for c in self.children if c.proc is not None]
@@ -647,7 +630,7 @@ class SplitProcessors:
         self.stopping = True
         for child in self.children:
             if child.link is not None:
-                child.link.send([Stop()])
+                child.link.send([msg.Stop()])
         deadline = time.monotonic() + STOP_TIMEOUT_S
         for child in self.children:
             if child.proc is None:

@@ -33,28 +33,13 @@ from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
 
+from harness.acceptor import messages as msg
 from harness.acceptor.admin import AdminHandler
 from harness.acceptor.config import AcceptorConfig, parse_acceptor_config, quota_engines
 from harness.acceptor.connection import Connection
 from harness.acceptor.connections import Connections
 from harness.acceptor.dynamic import DynamicConfig
 from harness.acceptor.eventloop import new_event_loop
-from harness.acceptor.messages import (
-    Admin,
-    Answer,
-    Charge,
-    Charged,
-    Conn,
-    Count,
-    Message,
-    Ready,
-    Release,
-    Request,
-    Stalls,
-    Stop,
-    Throttled,
-    Took,
-)
 from harness.acceptor.ports import Channel, ChargeAsked, NewConnection, Peer
 from harness.acceptor.processor import Processor
 from harness.acceptor.recorder import ConnInfo, Recorder
@@ -92,18 +77,18 @@ class RemoteCounts:
     def release(self, listener: str, ip: str) -> None:
         self._released += 1
         self._shared.released(self._index, self._released)
-        self._link.queue(Release(listener, ip))
+        self._link.queue(msg.Release(listener, ip))
 
     # -- ports.Counts --------------------------------------------------------------------
     # the metrics' counters: with the next batch, at most `split.LAZY_S` later
     def count(self, listener: str, ip: str, outcome: str) -> None:
-        self._link.queue_lazy(Count(listener, ip, outcome))
+        self._link.queue_lazy(msg.Count(listener, ip, outcome))
 
     def request(self, client_id: str | None, latency_ms: float) -> None:
-        self._link.queue_lazy(Request(client_id, latency_ms))
+        self._link.queue_lazy(msg.Request(client_id, latency_ms))
 
     def throttled(self, bucket: tuple[str, str], throttle_ms: int) -> None:
-        self._link.queue_lazy(Throttled(bucket[0], bucket[1], throttle_ms))
+        self._link.queue_lazy(msg.Throttled(bucket[0], bucket[1], throttle_ms))
 
 
 class ProcessorProcess:
@@ -183,7 +168,7 @@ class ProcessorProcess:
                 )
                 self.processors[(name, i)] = proc
                 proc.start()
-        self.link.queue(Ready())
+        self.link.queue(msg.Ready())
         await self.stopped.wait()
         await self._shut_down()
 
@@ -197,7 +182,9 @@ class ProcessorProcess:
         i = conn.info
         self._awaiting[i.conn_id] = conn
         self.link.queue(
-            Admin(i.conn_id, i.listener, i.client_ip, i.client_port, i.sock_ip, i.sock_port, frame)
+            msg.Admin(
+                i.conn_id, i.listener, i.client_ip, i.client_port, i.sock_ip, i.sock_port, frame
+            )
         )
 
     def _charge(self, conn: Channel, asked: ChargeAsked) -> None:
@@ -209,13 +196,13 @@ class ProcessorProcess:
         a = asked
         now_ms = a.at_ns // 1_000_000  # the instant its `request` row carries
         self.link.queue(
-            Charge(
+            msg.Charge(
                 conn_id, a.correlation_id, a.client_id, a.api_key, a.charged_ns, a.network_ns,
                 now_ms,
             )
         )  # fmt: skip
 
-    def _charged(self, op: Charged) -> None:
+    def _charged(self, op: msg.Charged) -> None:
         conn = self._charging.pop((op.conn_id, op.correlation_id), None)
         if conn is not None:
             charge = RequestCharge(
@@ -223,26 +210,26 @@ class ProcessorProcess:
             )
             conn.charged(op.correlation_id, charge)
 
-    def _answered(self, op: Answer) -> None:
+    def _answered(self, op: msg.Answer) -> None:
         conn = self._awaiting.pop(op.conn_id, None)
         if conn is not None:
             conn.deferred_answer(op.correlation_id, op.response, (op.reason, op.message))
 
     def _took(self, listener: str, processor: int, n: int) -> None:
-        self.link.queue(Took(listener, processor, n))
+        self.link.queue(msg.Took(listener, processor, n))
 
-    def _on_ops(self, ops: list[Message], fds: list[int]) -> None:
+    def _on_ops(self, ops: list[msg.Message], fds: list[int]) -> None:
         for op in ops:
             match op:
-                case Conn():
+                case msg.Conn():
                     self._queue(op, fds.pop(0))
-                case Charged():
+                case msg.Charged():
                     self._charged(op)
-                case Answer():
+                case msg.Answer():
                     self._answered(op)
-                case Stalls(armed_ns, items):
+                case msg.Stalls(armed_ns, items):
                     self._schedule_stalls(armed_ns, items)
-                case Stop():
+                case msg.Stop():
                     self.stopped.set()
         for fd in fds:
             os.close(fd)
@@ -260,7 +247,7 @@ class ProcessorProcess:
             tuple(stalls), lambda listener, index: self.processors[(listener, index)], self.rec
         )
 
-    def _queue(self, op: Conn, fd: int) -> None:
+    def _queue(self, op: msg.Conn, fd: int) -> None:
         sock = socket.socket(op.family, socket.SOCK_STREAM, 0, fileno=fd)
         sock.setblocking(False)
         info = ConnInfo(
