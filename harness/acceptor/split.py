@@ -80,7 +80,7 @@ BATCH_MAX = 1000
 #: longest a processor process keeps the metrics' counters (`Link.queue_lazy`) before it
 #: sends them on their own: they ride with the next release or `took` when one comes
 #: sooner. Prometheus scrapes every few seconds; a message per request would wake the
-#: accepting process per request (measured: `docs/acceptor-processes.md`, "Session 10")
+#: accepting process per request (measured: `docs/acceptor-processes.md`, "Measured")
 LAZY_S = 0.1
 #: how long `start` waits for every processor process to say ready (imports included)
 READY_TIMEOUT_S = 60.0
