@@ -44,6 +44,7 @@ here: unit tests drive the recorder directly.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import itertools
 import os
@@ -159,6 +160,35 @@ class ConnectionRecorder:
         c = self._start(sockname, peername, invoke_ns, client_id)
         if c is not None:
             self._made[(str(c.client_ip), int(c.client_port or 0))] = c
+
+    def abandoned(self, sockname: Any, invoke_ns: int, exc: BaseException) -> None:
+        """kafka-python gave up a connect in progress (its timeout, or its task cancelled)
+        without closing the socket: the kernel may still complete the handshake, and the
+        enforcer then holds a connection no request ever comes on. ``connect_invoke`` and
+        ``connect_fail`` (``timeout`` or ``cancelled``) for its address, so the client
+        history has every socket the enforcer can see."""
+        try:
+            ip, port = str(sockname[0]), int(sockname[1])
+        except (TypeError, IndexError, ValueError):
+            return
+        if not port:  # no address was bound: no SYN went out
+            return
+        now = self.clock()
+        c = _Conn(f"s{os.getpid()}-{next(_ids)}", invoke_ns, ip, port, None)
+        self._row(c, "connect_invoke", invoke_ns, detail={"profile": self.profile})
+        reason = "cancelled" if isinstance(exc, asyncio.CancelledError) else "timeout"
+        self._row(
+            c,
+            "connect_fail",
+            now,
+            reason=reason,
+            latency_ms=(now - invoke_ns) / 1e6,
+            detail={
+                "profile": self.profile,
+                "why": f"kafka-python gave up the connect ({type(exc).__name__}) and kept the "
+                "socket open",
+            },
+        )
 
     def made(
         self, conn: object, sockname: Any, client_id: str | None, peername: Any = None
@@ -301,9 +331,11 @@ def install() -> None:
     if _installed:
         return
     from kafka.net.connection import KafkaConnection as KConn
+    from kafka.net.inet import KafkaNetSocket
     from kafka.net.manager import KafkaConnectionManager
 
     orig_build = KafkaConnectionManager._build_transport
+    orig_sock_connect = KafkaNetSocket.sock_connect
     orig_connect = KafkaConnectionManager._connect
     orig_made = KConn.connection_made
     orig_throttle = KConn._maybe_throttle
@@ -320,6 +352,19 @@ def install() -> None:
                 return transport
             _active.socket_made(sockname, peername, invoke_ns, self.config.get("client_id"))
         return transport
+
+    async def sock_connect(self: Any, net: Any, sock: Any, *args: Any, **kwargs: Any) -> Any:
+        invoke_ns = time.monotonic_ns()
+        try:
+            return await orig_sock_connect(self, net, sock, *args, **kwargs)
+        except BaseException as exc:  # a timeout or a cancel leaves the socket open
+            if _active is not None and not isinstance(exc, OSError):
+                try:
+                    sockname = sock.getsockname()
+                except OSError:
+                    sockname = None
+                _active.abandoned(sockname, invoke_ns, exc)
+            raise
 
     async def _connect(self: Any, node: Any, conn: Any, *args: Any, **kwargs: Any) -> Any:
         if _active is not None:
@@ -353,6 +398,7 @@ def install() -> None:
         return orig_lost(self, exc)
 
     KafkaConnectionManager._build_transport = _build_transport
+    KafkaNetSocket.sock_connect = sock_connect
     KafkaConnectionManager._connect = _connect
     KConn.connection_made = connection_made
     KConn._maybe_throttle = _maybe_throttle

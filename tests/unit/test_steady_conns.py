@@ -212,3 +212,25 @@ def test_a_socket_no_connection_took_is_still_recorded() -> None:
         ("connect_invoke", 40011),
         ("connect_ok", 40011),
     ]
+
+
+def test_a_connect_kafka_python_gave_up_is_recorded_with_its_address() -> None:
+    # its socket may still complete the handshake: the enforcer sees it, the history too
+    import asyncio
+
+    from harness.history.events import conformance
+
+    rec, rows, clock = recorder()
+    start = clock()
+    clock.ms(30)
+    rec.abandoned(("127.0.0.1", 40012), start, asyncio.CancelledError())
+    rec.abandoned(("0.0.0.0", 0), start, TimeoutError())  # no port bound: no SYN sent
+    assert [(r["event"], r["client_port"], r.get("reason")) for r in rows.rows] == [
+        ("connect_invoke", 40012, None),
+        ("connect_fail", 40012, "cancelled"),
+    ]
+    assert rows.rows[1]["latency_ms"] == 30.0
+    rows_as_written = [{"source": "client", **r} for r in rows.rows]
+    for r in rows_as_written:
+        r["detail"] = r.get("detail")
+    assert conformance(rows_as_written) == []
