@@ -172,13 +172,15 @@ def check_agreement(run: Run) -> CheckResult:
     served_but_dropped = dropped & (
         F.col("c.ready_ns").isNotNull() | F.col("c.closed_outcome").isin("served", "delayed_served")
     )
-    # A client that gave up (timeout) while its socket still sat in the kernel backlog
-    # closed before the acceptor even took it: it could not see the acceptor's decision.
+    # A client that gave up (timeout) before the acceptor closed its socket (while it sat
+    # in the kernel backlog, or parked for its IP throttle) could not see that close: only
+    # a client still open after the close, beyond the clock-alignment bound, must see EOF.
+    closed_by_acceptor = F.coalesce("a.throttle_close_ns", "a.reject_ns", "a.accept_ns")
     dropped_no_eof = (
         dropped
         & F.col("c.eof_ns").isNull()
         & F.col("c.closed_ns").isNotNull()
-        & (F.col("c.closed_ns") > F.col("a.accept_ns"))
+        & (F.col("c.closed_ns") > closed_by_acceptor + F.lit(run.clock_error_ns))
     )
     too_fast = (
         (F.col("a.outcome") == "admit")

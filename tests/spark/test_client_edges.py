@@ -1,5 +1,6 @@
 """Client-side checks at the edges real runs hit: a client that gave up while its socket
-still sat in the kernel backlog, and steady victims whose rows carry no connection of ours."""
+still sat in the kernel backlog or was parked for its IP throttle, and steady victims
+whose rows carry no connection of ours."""
 
 from __future__ import annotations
 
@@ -58,6 +59,19 @@ def test_a_client_still_there_that_saw_no_eof_is_a_disagreement(spark: Any, tmp_
     result = check_agreement(load_run(spark, stayed))
     assert result.verdict == "fail"
     assert result.witnesses and result.witnesses[0]["client_port"] == 55580
+
+
+def test_a_client_that_left_while_parked_for_its_throttle_is_not_a_disagreement(
+    spark: Any, tmp_path: Path
+) -> None:
+    # accepted at 13 s and parked for its IP throttle; the client timed out 1 ns before the
+    # acceptor closed it (13.062 s): it could not see that close
+    parked = _run(tmp_path, "parked", _backlog_case(T0 + 13 * S + 62_000_000 - 1))
+    result = check_agreement(load_run(spark, parked))
+    assert result.verdict == "pass", (result.observed, result.witnesses)
+    # 1 ns after the close, still open: it must have seen the EOF
+    late = _run(tmp_path, "parked-late", _backlog_case(T0 + 13 * S + 62_000_000 + 1))
+    assert check_agreement(load_run(spark, late)).verdict == "fail"
 
 
 def test_steady_rows_without_a_connection_still_count_for_fairness(
