@@ -73,7 +73,14 @@ UPSTREAM_EOF_GRACE_S = 1.0
 NS = 1_000_000_000
 
 
-class State(enum.Enum):
+class _Member(enum.Enum):
+    """Members hash by identity (they are singletons): the table's lookups and the
+    per-side dicts run on every input, and `Enum.__hash__` is a Python call."""
+
+    __hash__ = object.__hash__
+
+
+class State(_Member):
     REGISTERED = "registered"
     IDLE = "idle"
     CONNECTING = "connecting"
@@ -82,7 +89,7 @@ class State(enum.Enum):
     CLOSED = "closed"
 
 
-class Input(enum.Enum):
+class Input(_Member):
     OPENED = "opened"  # the client transport was made
     CLIENT_DATA = "client_data"
     CLIENT_EOF = "client_eof"  # the client half-closed (or closed before any transport)
@@ -100,12 +107,12 @@ class Input(enum.Enum):
     END = "end"  # ended from outside: eviction, idle expiry, shutdown, an internal error
 
 
-class Side(enum.Enum):
+class Side(_Member):
     CLIENT = "client"
     UPSTREAM = "upstream"
 
 
-class Eof(enum.Enum):
+class Eof(_Member):
     """A side's half-close, as this connection has handled it."""
 
     NONE = "none"
@@ -115,7 +122,7 @@ class Eof(enum.Enum):
     PASSED = "passed"  # written to the other side
 
 
-class Timer(enum.Enum):
+class Timer(_Member):
     UNMUTE = "unmute"  # KIP-219: the throttle of the request answered is over
     CLOSE_GRACE = "close_grace"  # after a bad frame: the answers owed had their time
     UPSTREAM_EOF_GRACE = "upstream_eof_grace"  # after the broker's EOF: the client's time

@@ -184,8 +184,11 @@ class AsyncioWire:
         self._ut = t
         # TCP_NODELAY: admission set it on the client's socket (as Kafka's acceptor does);
         # both loops' create_connection set it on the upstream's
-        sockname = t.get_extra_info("sockname")
-        conn.upstream_up(kafka_address(sockname) if isinstance(sockname, tuple) else None)
+        addr = None
+        if conn.charges is not None:  # the broker's request log names it by this address
+            sockname = t.get_extra_info("sockname")
+            addr = kafka_address(sockname) if isinstance(sockname, tuple) else None
+        conn.upstream_up(addr)
 
     def transports(self) -> tuple[asyncio.Transport | None, asyncio.Transport | None]:
         """The client side's transport and the upstream's, once made."""
@@ -227,14 +230,19 @@ class AsyncioWire:
 
     def close(self, reset: bool) -> None:
         self.reset = reset
-        for timer in self._timers:
-            timer.cancel()
-        self._timers.clear()
+        if self._timers:
+            for timer in self._timers:
+                timer.cancel()
+            self._timers.clear()
         woken = self._woken
         if woken is not None and not woken.done():  # run() stops waiting for first bytes
             woken.set_result(None)
-        _close(self._ct, reset)
-        _close(self._ut, reset)
-        if self._ct is None and not self._opening:
-            with contextlib.suppress(OSError):  # never handed to the loop
+        if self._ct is not None:
+            _close(self._ct, reset)
+        elif not self._opening:
+            try:  # never handed to the loop (the connect-and-close storm's path)
                 self.sock.close()
+            except OSError:
+                pass
+        if self._ut is not None:
+            _close(self._ut, reset)

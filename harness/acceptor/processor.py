@@ -22,6 +22,10 @@ if TYPE_CHECKING:
     from harness.acceptor.ports import Channel, NewConnection, ProcessorHost
 
 CONNECTION_QUEUE_SIZE = 20  # Processor.ConnectionQueueSize
+#: the `register` row's detail, built once: in_iteration, iteration, queue_depth
+_REGISTER_DETAIL = events.detail_template(
+    "acceptor", "register", slots=("in_iteration", "iteration", "queue_depth")
+)
 #: poll timeout when no new connections are queued. An iteration ends with
 #: `closeExcessConnections` (one LRU channel), and Kafka's poll returns early on any I/O of
 #: the processor's own channels: with idle channels the excess is shed one per processor
@@ -153,13 +157,7 @@ class Processor:
             now,
             processor=self.index,
             delay_ms=(now - item.admitted_ns) / 1e6,
-            detail=events.detail(
-                "acceptor",
-                "register",
-                in_iteration=processed + 1,
-                iteration=self.iteration,
-                queue_depth=self.queue.qsize() + 1,
-            ),
+            detail=_REGISTER_DETAIL % (processed + 1, self.iteration, self.queue.qsize() + 1),
         )
         run = conn.start()
         if run is not None:
