@@ -297,17 +297,10 @@ class Connection:
     def start(self) -> Coroutine[Any, Any, None] | None:
         return self.wire.start()
 
-    def finish(
-        self,
-        reason: str,
-        *,
-        reset: bool = False,
-        evicted: bool = False,
-        detail: dict[str, Any] | None = None,
-    ) -> None:
+    def finish(self, reason: str, *, evicted: bool = False) -> None:
         """Ended from outside (eviction, idle expiry, shutdown): `END`."""
         before = self.state
-        self._finish(reason, reset=reset, evicted=evicted, detail=detail)
+        self._finish(reason, evicted=evicted)
         self._stepped(before, Input.END)
 
     def mute(self, until_ns: int) -> None:
@@ -428,7 +421,9 @@ class Connection:
     def internal_error(self, exc: Exception) -> None:
         """A bug must end this connection visibly, not leak it."""
         self.host.log(f"{self.info.conn_id}: internal error {exc!r}")
-        self.finish("internal_error", reset=True, detail={"error": repr(exc)})
+        before = self.state
+        self._finish("internal_error", reset=True, detail={"error": repr(exc)})
+        self._stepped(before, Input.END)
 
     # -- inputs from another process (the split model) ------------------------------------
     def deferred_answer(

@@ -671,6 +671,14 @@ def closing_ends_in_every_way() -> list[Connection]:
     return out
 
 
+def a_bug_ends_the_connection_visibly() -> Connection:
+    conn, wire, host, _ = open_conn()
+    conn.internal_error(RuntimeError("a bug"))
+    assert reason(host) == "internal_error" and wire.calls[-1] == ("close", True)
+    assert host.closed[0][1]["error"] == "RuntimeError('a bug')"
+    return conn
+
+
 def every_input_after_the_end() -> Connection:
     conn, wire, host, _ = open_conn()
     conn.finish("shutdown")
@@ -730,6 +738,7 @@ SCENARIOS: list[Callable[[], Any]] = [
     no_half_close_upstream,
     backpressure_both_ways,
     closing_ends_in_every_way,
+    a_bug_ends_the_connection_visibly,
     every_input_after_the_end,
 ]
 
