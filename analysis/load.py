@@ -347,6 +347,12 @@ class Run:
 
         return self.cached("span", build)  # type: ignore[no-any-return]
 
+    def scenario_t0_ns(self) -> int:
+        """t = 0 of the scenario's schedule: the first `phase_start` (the runner starts its
+        clock when the load flows), else the history's first row."""
+        row = self.events("phase_start", source="harness").agg({"mono_ns": "min"}).first()
+        return int(row[0]) if row is not None and row[0] is not None else self.span_ns()[0]
+
     def cached(self, key: str, build: Callable[[], Any]) -> Any:
         """A derived table built once per run and shared by every view of it; in a view
         narrowed to one broker (`on_broker`), the keys it narrows give that broker's part

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from xml.sax.saxutils import escape, quoteattr
 
 from analysis.checks import ALL_CHECKS, FAIL, NA, PASS, UNKNOWN, Check, CheckResult, run_check
+from analysis.checks.base import MAX_WITNESSES
 from analysis.checks.broker_side import broker_expectations
 from analysis.checks.front import NAME as FRONT
 
@@ -74,7 +75,7 @@ def _disk_full(run: Run) -> CheckResult | None:
     )
     if not rows:
         return None
-    t0 = _scenario_clock(run)
+    t0 = run.scenario_t0_ns()
     windows = []
     start: int | None = None
     for r in rows:
@@ -126,7 +127,7 @@ def _killed_loads(run: Run) -> CheckResult | None:
     }
     if not kills:
         return None
-    t0 = _scenario_clock(run)
+    t0 = run.scenario_t0_ns()
     windows = []
     for r in rows:
         d = json.loads(r["detail"] or "{}")
@@ -220,13 +221,6 @@ def _merge_views(incarnations: list[Any], results: list[CheckResult]) -> CheckRe
     )
 
 
-def _scenario_clock(run: Run) -> int:
-    """t = 0 of the scenario's schedule: the first `phase_start` (the runner starts its
-    clock when the load flows), else the history's first row."""
-    row = run.events("phase_start", source="harness").agg({"mono_ns": "min"}).first()
-    return int(row[0]) if row is not None and row[0] is not None else run.span_ns()[0]
-
-
 def _outage(run: Run, incarnations: list[Any]) -> CheckResult:
     """The windows without a front: from a killed acceptor's last written row to the
     restarted one's readiness (the runner's `fault_end`), with what the clients tried."""
@@ -235,7 +229,7 @@ def _outage(run: Run, incarnations: list[Any]) -> CheckResult:
     from analysis.load import fault_instants
 
     ends = fault_instants(run, "fault_end", "acceptor_kill")
-    t0 = _scenario_clock(run)
+    t0 = run.scenario_t0_ns()
     windows = []
     for inc, nxt in itertools.pairwise(incarnations):
         back = next((e for e in ends if e >= inc.last_ns), nxt.first_ns)
@@ -309,11 +303,6 @@ def _unpushed(results: list[CheckResult]) -> list[CheckResult]:
     return results
 
 
-#: a failing check lists at most this many witnesses (`base.witness` lists): with fewer,
-#: every violation is listed and can be placed in time
-_WITNESSES_LISTED = 10
-
-
 def saturated(results: list[CheckResult]) -> list[CheckResult]:
     """A failure about the front's pace is not a rule's: a check that fails only where the
     front was saturated (`front_saturation`: every witness, all of them listed, inside its
@@ -331,7 +320,7 @@ def saturated(results: list[CheckResult]) -> list[CheckResult]:
     for r in results:
         if r.verdict != FAIL or r is front:
             continue
-        if r.witnesses and len(r.witnesses) < _WITNESSES_LISTED and all(map(inside, r.witnesses)):
+        if r.witnesses and len(r.witnesses) < MAX_WITNESSES and all(map(inside, r.witnesses)):
             r.verdict = UNKNOWN
             r.explanation = (
                 f"every witness falls where the front was saturated ({front.observed}): "

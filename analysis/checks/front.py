@@ -18,7 +18,7 @@ rows' read spans, so a loop busy throughout reads at least 1 - (both spans) / in
 Saturated intervals are judged by no check (`unknown`, naming them with the figures: how
 busy, the connections that waited in the accept queue beyond the slack the timing checks
 grant the front, `expect.slack_ms`, with no deliberate block of the acceptor explaining
-the wait, and the kernel's listen overflows), and the run's verdict with them. A check's
+the wait, and the kernel's listen drops), and the run's verdict with them. A check's
 failure whose every witness falls inside them is `unknown` too (`verdict.saturated`): it is
 about the front's pace. The per-reading busy share is the front's headroom over time
 (`series`).
@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from analysis.checks.accounting import Reading, kernel_readings
 from analysis.checks.base import NA, PASS, UNKNOWN, Check, CheckResult, witness
 from analysis.frames import acceptor_conns, client_conns, detail_col, match_attempts
 
@@ -126,7 +127,6 @@ def saturated_spans(readings: list[Busy]) -> list[tuple[int, int, float]]:
 
 
 def check_front_saturation(run: Run) -> CheckResult:
-
     rows = [
         (int(r["mono_ns"]), float(r["latency_ms"] or 0.0), json.loads(r["detail"] or "{}"))
         for r in run.events("process_stats", source="harness")
@@ -148,7 +148,7 @@ def check_front_saturation(run: Run) -> CheckResult:
             expected=expected,
             explanation="nothing to judge: the run recorded no loop readings",
         )
-    t0 = _scenario_clock(run)
+    t0 = run.scenario_t0_ns()
     spans = saturated_spans(readings)
     top = max(readings, key=lambda r: r.share)
     series = {
@@ -175,9 +175,11 @@ def check_front_saturation(run: Run) -> CheckResult:
         )
     lines = []
     wit: list[dict[str, Any]] = []
+    proxied, blocked = _proxied_listeners(run), _blocked(run)
+    kernel, kernel_problems = kernel_readings(run)
     for lo, hi, share in spans:
-        late, worst, worst_row = _late_in(run, lo, hi)
-        overflows = _overflows(run, lo, hi)
+        late, worst, worst_row = _late_in(run, lo, hi, proxied, blocked)
+        drops = None if kernel_problems else _drops(kernel, lo, hi)
         parts = [f"its loop busy {share:.0%} of the time"]
         if late:
             parts.append(
@@ -185,8 +187,8 @@ def check_front_saturation(run: Run) -> CheckResult:
                 f"blocked on purpose, more than the {run.slack_ms:g} ms slack (the worst "
                 f"{worst:.1f} ms)"
             )
-        if overflows is not None:
-            parts.append(f"{overflows} listen overflows")
+        if drops is not None:
+            parts.append(f"{drops} listen drops")
         lines.append(
             f"front saturated {(lo - t0) / S:.1f}–{(hi - t0) / S:.1f} s: " + "; ".join(parts)
         )
@@ -209,13 +211,10 @@ def check_front_saturation(run: Run) -> CheckResult:
     )
 
 
-def _late_in(run: Run, lo: int, hi: int) -> tuple[int, float, dict[str, Any] | None]:
-    """Connections the front took in (lo, hi] that waited in its accept queue more than
-    the slack beyond what its deliberate blocks explain: how many, the worst (ms), and
-    the worst one's identity."""
-    from pyspark.sql import functions as F
-
-    proxied = {
+def _proxied_listeners(run: Run) -> set[str]:
+    """Listeners whose connections came with a PROXY header: their clients connected to the
+    proxy, whose accept the front never sees."""
+    return {
         str(r["listener"]).lower()
         for r in run.events("accept", source="acceptor")
         .where(detail_col("acceptor", "accept", "proxy_header").isNotNull())
@@ -223,6 +222,35 @@ def _late_in(run: Run, lo: int, hi: int) -> tuple[int, float, dict[str, Any] | N
         .distinct()
         .collect()
     }
+
+
+def _blocked(run: Run) -> dict[str, list[tuple[int, int]]]:
+    """Each listener's deliberate blocks of its acceptor (`blocked` rows): (start, end)."""
+    from pyspark.sql import functions as F
+
+    out: dict[str, list[tuple[int, int]]] = {}
+    for r in (
+        run.events("blocked", source="acceptor")
+        .select(
+            F.lower("listener").alias("listener"),
+            detail_col("acceptor", "blocked", "start_mono_ns").cast("long").alias("start"),
+            "mono_ns",
+        )
+        .collect()
+    ):
+        start = r["start"] if r["start"] is not None else r["mono_ns"]
+        out.setdefault(r["listener"], []).append((int(start), int(r["mono_ns"])))
+    return out
+
+
+def _late_in(
+    run: Run, lo: int, hi: int, proxied: set[str], blocked: dict[str, list[tuple[int, int]]]
+) -> tuple[int, float, dict[str, Any] | None]:
+    """Connections the front took in (lo, hi] that waited in its accept queue more than
+    the slack beyond what its deliberate blocks explain: how many, the worst (ms), and
+    the worst one's identity."""
+    from pyspark.sql import functions as F
+
     conns = acceptor_conns(run).where(
         (F.col("accept_ns") > lo) & (F.col("accept_ns") <= hi) & F.col("client_ip").isNotNull()
     )
@@ -241,19 +269,6 @@ def _late_in(run: Run, lo: int, hi: int) -> tuple[int, float, dict[str, Any] | N
     )
     if pairs.empty:
         return 0, 0.0, None
-    blocked: dict[str, list[tuple[int, int]]] = {}
-    for r in (
-        run.events("blocked", source="acceptor")
-        .select(
-            F.lower("listener").alias("listener"),
-            detail_col("acceptor", "blocked", "start_mono_ns").cast("long").alias("start"),
-            "mono_ns",
-        )
-        .where(F.col("mono_ns") > lo - 60 * S)
-        .collect()
-    ):
-        start = r["start"] if r["start"] is not None else r["mono_ns"]
-        blocked.setdefault(r["listener"], []).append((int(start), int(r["mono_ns"])))
     ok = pairs["ok_ns"].to_numpy(np.int64)
     acc = pairs["accept_ns"].to_numpy(np.int64)
     names = pairs["listener"].to_numpy()
@@ -273,25 +288,13 @@ def _late_in(run: Run, lo: int, hi: int) -> tuple[int, float, dict[str, Any] | N
     return late, float(waits[i] / MS), row if late else None
 
 
-def _overflows(run: Run, lo: int, hi: int) -> int | None:
-    """The kernel's listen overflows counted between the readings around (lo, hi]."""
-    vals = [
-        (int(r["mono_ns"]), json.loads(r["detail"] or "{}").get("listen_overflows"))
-        for r in run.events("kernel_net", source="harness")
-        .select("mono_ns", "detail")
-        .orderBy("mono_ns")
-        .collect()
-    ]
-    before = [v for t, v in vals if t <= lo and isinstance(v, int)]
-    after = [v for t, v in vals if t >= hi and isinstance(v, int)]
+def _drops(readings: list[Reading], lo: int, hi: int) -> int | None:
+    """The listen drops the kernel counted between the readings around (lo, hi]."""
+    before = [r.drops for r in readings if r.t1 <= lo]
+    after = [r.drops for r in readings if r.t0 >= hi]
     if not before or not after:
         return None
     return after[0] - before[-1]
-
-
-def _scenario_clock(run: Run) -> int:
-    row = run.events("phase_start", source="harness").agg({"mono_ns": "min"}).first()
-    return int(row[0]) if row is not None and row[0] is not None else run.span_ns()[0]
 
 
 CHECKS = [

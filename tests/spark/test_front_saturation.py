@@ -32,8 +32,12 @@ def _conn(cw: HistoryWriter, aw: HistoryWriter, port: int, ok: int, accept: int)
     aw.record("close", mono_ns=accept + 10 * MS, reason="client_eof", **c)
 
 
-def _run(tmp: Path, name: str, busy: float | None) -> Any:
+def _run(tmp: Path, name: str, busy: float | None, drops: list[int] | None = None) -> Any:
     def build(cw: HistoryWriter, aw: HistoryWriter, hw: HistoryWriter) -> None:
+        for k, n in enumerate(drops or []):  # the kernel's counters, one reading a second
+            hw.record("kernel_net", mono_ns=T0 + k * S, latency_ms=0.01,
+                      detail={"listen_drops": n, "listen_overflows": n, "reqq_full_drop": 0,
+                              "syn_cookies": 0, "netns": "net:[1]"})  # fmt: skip
         hw.record("phase_start", mono_ns=T0, detail={"name": "storm"})
         for i in range(3):  # taken at once
             _conn(cw, aw, 40000 + i, T0 + i * 100 * MS, T0 + i * 100 * MS + MS)
@@ -65,6 +69,15 @@ def test_a_loop_busy_throughout_is_the_front_saturated(spark: Any, tmp_path: Pat
     assert r.data["windows_ns"] == [(T0 + S, T0 + 2 * S)]
     verdict, reasons = overall([r])
     assert verdict == "unknown" and reasons[0].startswith("judged by no check: front saturated")
+
+
+def test_the_window_names_the_drops_the_kernel_counted_around_it(
+    spark: Any, tmp_path: Path
+) -> None:
+    # readings at 0, 1, 2, 3 s, each read in 10 µs: the window is (1 s, 2 s]; the reading
+    # at 1 s ends 10 µs into it, so the drops are bounded by the ones at 0 s and 2 s
+    r = check_front_saturation(load_run(spark, _run(tmp_path, "drops", 0.998, [0, 4, 11, 30])))
+    assert r.verdict == "unknown" and r.observed.endswith("; 11 listen drops"), r.observed
 
 
 def test_a_loop_that_idled_a_little_kept_up(spark: Any, tmp_path: Path) -> None:
