@@ -94,6 +94,7 @@ from bench.output import write_results
 from harness.acceptor.config import DEFAULTS as ACCEPTOR_DEFAULTS
 from harness.acceptor.testing import round_trip
 from harness.localnet import free_port
+from harness.runner.proc_stats import schedstat
 from loadprofiles.haproxy import start_haproxy
 
 PHASES = ("trogdor", "producebench", "accept", "produce", "latency")
@@ -160,12 +161,6 @@ def cpu_times(pid: int) -> tuple[float, float]:
 def cpu_seconds(pid: int) -> float:
     """utime + stime of a process and its descendants (Linux /proc), in seconds."""
     return sum(cpu_times(pid))
-
-
-def schedstat(pid: int) -> tuple[int, int]:
-    """(ns on a CPU, ns runnable but waiting for one) of a process's main thread."""
-    fields = Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()
-    return int(fields[0]), int(fields[1])
 
 
 def cpu_idle() -> tuple[float, float]:

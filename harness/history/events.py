@@ -165,12 +165,7 @@ def detail(source: str, name: str, /, **fields: Any) -> str:
     """The `detail` of one row of event `name` of `source`, as stored (JSON, sorted keys).
     Every writer builds its details here: a key the event does not declare raises
     KeyError, a value JSON cannot hold raises TypeError, at the write, not in a verdict."""
-    ev = BY_SOURCE[source][name]
-    if ev.detail is not OPEN:
-        extra = fields.keys() - ev.detail
-        if extra:
-            raise KeyError(f"{source} event {name!r} has no detail key(s) {sorted(extra)}")
-    return json.dumps(fields, sort_keys=True)
+    return json.dumps(checked(source, name, fields), sort_keys=True)
 
 
 def checked(source: str, name: str, fields: Mapping[str, Any], /) -> Mapping[str, Any]:
