@@ -24,18 +24,21 @@ same fields (conn_id, listener, client_ip/port = the socket's local address, cli
   (``eof_after_accept`` when the broker closed before any response, ``reason`` eof /
   reset / timeout / done).
 
-A connect that fails before the handshake has no local port to join on and is not
-recorded (kafka-python retries it with backoff; the steady profile's own
+A connect that fails before the handshake with an error has nothing the enforcer saw and
+is not recorded (kafka-python retries it with backoff; the steady profile's own
 ``request_fail`` rows say when a produce failed).
 
 A socket is recorded when kafka-python has built its transport on it
 (``KafkaConnectionManager._build_transport``), not when a connection takes it: under load
 kafka-python may drop a connected socket before any connection takes it (its
-connection closed meanwhile), and the enforcer sees that socket like any other.
+connection closed meanwhile), and the enforcer sees that socket like any other. A connect
+kafka-python gives up while in progress (its timeout, a cancel) leaves its socket open
+with a local port, and the kernel may still complete it: ``connect_invoke`` and
+``connect_fail`` for that address (`ConnectionRecorder.abandoned`).
 
-``install()`` wraps six methods of kafka-python 3.0's connection layer
-(``KafkaConnectionManager._build_transport``, ``_connect`` and
-``KafkaConnection.connection_made``,
+``install()`` wraps seven methods of kafka-python 3.0's connection layer
+(``KafkaNetSocket.sock_connect``, ``KafkaConnectionManager._build_transport``, ``_connect``
+and ``KafkaConnection.connection_made``,
 ``data_received``, ``_maybe_throttle``, ``connection_lost``) once per process; the wrappers call the
 active recorder, if any, and then the original. Only the steady profile's Locust
 process installs them (the other profiles use our own client). No Locust, no gevent
