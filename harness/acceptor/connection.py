@@ -137,6 +137,8 @@ _LIVE = (_S.REGISTERED, _S.IDLE, _S.CONNECTING, _S.OPEN, _S.CLOSING)
 _ENDS = (_I.CLIENT_LOST, _I.END)
 #: both sides up: requests are taken, responses delivered
 _FORWARDING = frozenset({_S.OPEN, _S.CLOSING})
+#: client bytes are read (CLOSING reads nothing more)
+_READING = frozenset({_S.IDLE, _S.CONNECTING, _S.OPEN})
 
 
 def _rows() -> dict[tuple[State, Input, State], str | None]:
@@ -323,16 +325,15 @@ class Connection:
 
     def client_data(self, data: bytes) -> None:
         before = self.state
-        if before is State.IDLE or before is State.CONNECTING:
+        if before in _READING:
             self.bytes_in += len(data)
             self._touch()
-            if before is State.IDLE:
-                self._open_upstream()
-            self.pending += data
-        elif before is State.OPEN:
-            self.bytes_in += len(data)
-            self._touch()
-            self._take(data)
+            if before is State.OPEN:
+                self._take(data)
+            else:  # kept, in order, until the upstream is up
+                if before is State.IDLE:
+                    self._open_upstream()
+                self.pending += data
         self._stepped(before, Input.CLIENT_DATA)
 
     def upstream_up(self, addr: str | None) -> None:
@@ -349,7 +350,7 @@ class Connection:
                 self._take(data)
             self._resume(Side.CLIENT, "upstream")
             self._pump()
-        else:  # ended meanwhile: what was made is closed
+        else:  # ended while it was being made: it is closed too
             self.wire.close(reset=False)
         self._stepped(before, Input.UPSTREAM_UP)
 
@@ -399,12 +400,11 @@ class Connection:
         no faster than this one takes it."""
         before = self.state
         other = Side.UPSTREAM if full is Side.CLIENT else Side.CLIENT
-        if self.closed:
-            pass
-        elif on:
-            self._pause(other, "backpressure")
-        else:
-            self._resume(other, "backpressure")
+        if not self.closed:
+            if on:
+                self._pause(other, "backpressure")
+            else:
+                self._resume(other, "backpressure")
         self._stepped(before, Input.BACKPRESSURE)
 
     def timer(self, timer: Timer) -> None:

@@ -163,12 +163,9 @@ class AsyncioWire:
         host, port = self._want
         try:
             async with asyncio.timeout(UPSTREAM_CONNECT_TIMEOUT_S):
-                ut, _ = await loop.create_connection(lambda: _Side(self, Side.UPSTREAM), host, port)
+                await loop.create_connection(lambda: _Side(self, Side.UPSTREAM), host, port)
         except (OSError, TimeoutError) as exc:
             conn.upstream_failed(repr(exc))
-            return
-        if conn.closed:
-            ut.close()
 
     def made(self, side: Side, transport: asyncio.BaseTransport) -> None:
         """A side's transport is up (its Protocol's `connection_made`)."""
@@ -179,13 +176,12 @@ class AsyncioWire:
             if not conn.closed:
                 conn.opened()
             return
-        if conn.closed:
-            return  # run() closes it
-        self._ut = t
         # TCP_NODELAY: admission set it on the client's socket (as Kafka's acceptor does);
-        # both loops' create_connection set it on the upstream's
+        # both loops' create_connection set it on the upstream's. A connection that ended
+        # while this was made closes it (`Connection.upstream_up`).
+        self._ut = t
         addr = None
-        if conn.charges is not None:  # the broker's request log names it by this address
+        if conn.charges is not None and not conn.closed:  # the request log's name for it
             sockname = t.get_extra_info("sockname")
             addr = kafka_address(sockname) if isinstance(sockname, tuple) else None
         conn.upstream_up(addr)
