@@ -330,9 +330,9 @@ def _bucket(
 ) -> tuple[tuple[str, str], int, float] | None:
     """The quota bucket a request is charged to, its millisecond and its quota; None when
     it is not charged (``uncharged``: exempt or not served in the run's release and
-    metadata mode; or no quota applies to its entity)."""
-    if not cb.types or r["api_key"] in uncharged:
-        return None
+    metadata mode; a SASL login's request; or no quota applies to its entity)."""
+    if not cb.types or r["api_key"] in uncharged or r["charge_source"] == "login":
+        return None  # "login": a request of a SASL login, answered by Kafka's authenticator
     tags = cb.tags(r["principal"] or "ANONYMOUS", r["client_id"] or "")
     quota = cb.limit(tags)
     if quota is None:

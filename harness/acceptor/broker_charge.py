@@ -198,7 +198,7 @@ class RequestLog:
         self,
         path: str | os.PathLike[str],
         *,
-        hold_when: Callable[[str, int, int], bool] = lambda client_id, api_key, ns: True,
+        hold_when: Callable[[str, str, int, int], bool] = lambda principal, client, key, ns: True,
         hold_max_s: float = HOLD_MAX_S,
         poll_s: float = POLL_S,
         clock: Callable[[], float] = time.monotonic,
@@ -258,11 +258,11 @@ class RequestLog:
         """Whether the line of `cid` from `addr` is still to come from a live log."""
         return not self.ready(addr, cid) and self.live
 
-    def should_hold(self, client_id: str, api_key: int, at_most_ns: int) -> bool:
+    def should_hold(self, principal: str, client_id: str, api_key: int, at_most_ns: int) -> bool:
         """Whether a response whose line is pending waits for it: its charge (at most
         `at_most_ns`) could throttle it (`hold_when`); if not, it goes at once and the charge
         is recorded when the line comes (`wait` with the late charge)."""
-        return self._hold_when(client_id, api_key, at_most_ns)
+        return self._hold_when(principal, client_id, api_key, at_most_ns)
 
     def take(self, addr: str, cid: int) -> LoggedRequest | None:
         """What the broker logged for request `cid` from `addr`, once."""

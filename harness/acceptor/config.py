@@ -28,6 +28,7 @@ from harness.quota.versions import (
     KafkaSemantics,
     semantics,
 )
+from harness.security.clientprops import PROTOCOLS as SECURITY_PROTOCOLS
 
 log = logging.getLogger("harness.acceptor")
 
@@ -64,7 +65,12 @@ DEFAULTS: dict[str, str] = {
     FAULT_KEY: "",
     "harness.test.processor.stall": "",  # parsed by harness.acceptor.stall (issue 13)
 }
-_LISTENER_KEY = re.compile(r"^listener\.name\.([^.]+)\.(upstream|proxy\.protocol)$")
+_LISTENER_KEY = re.compile(r"^listener\.name\.([^.]+)\.(upstream|proxy\.protocol|tls\.mode)$")
+#: Kafka's key: each listener's security protocol (as the broker behind it has it)
+PROTOCOL_MAP_KEY = "listener.security.protocol.map"
+#: what the acceptor does on a TLS listener (`listener.name.<l>.tls.mode`): relay the bytes
+#: untouched (connection quotas only), or end TLS itself (not built yet)
+TLS_MODES = ("pass-through",)
 
 
 @dataclass(frozen=True)
@@ -75,6 +81,46 @@ class ListenerSettings:
     upstream_host: str
     upstream_port: int
     proxy: str  # off | optional | required
+    #: the broker listener's security protocol (`listener.security.protocol.map`)
+    protocol: str = "PLAINTEXT"
+    #: on SSL and SASL_SSL: `pass-through` (bytes relayed untouched); else "" (frames read)
+    tls: str = ""
+
+    @property
+    def opaque(self) -> bool:
+        """The bytes are relayed untouched: no frame is read, no request charged or
+        answered here (TLS pass-through). Connection quotas apply as on any listener: Kafka
+        applies them on its acceptor thread before any TLS byte is read."""
+        return self.tls == "pass-through"
+
+    @property
+    def sasl(self) -> bool:
+        """Clients log in before their requests reach Kafka's request handlers (SASL
+        inspected in place on SASL_PLAINTEXT)."""
+        return self.protocol.startswith("SASL_")
+
+
+def parse_protocol_map(raw: str, names: Sequence[str]) -> dict[str, str]:
+    """`listener.security.protocol.map` (Kafka's `NAME:PROTOCOL,...`), for `names`. A
+    listener it does not name is PLAINTEXT unless its name is a protocol (as Kafka's
+    default map has it)."""
+    out = {n: (n if n in SECURITY_PROTOCOLS else "PLAINTEXT") for n in names}
+    for item in filter(None, (s.strip() for s in raw.split(","))):
+        name, sep, protocol = item.partition(":")
+        name, protocol = name.strip().upper(), protocol.strip().upper()
+        if not sep or protocol not in SECURITY_PROTOCOLS:
+            raise ConfigError(
+                PROTOCOL_MAP_KEY,
+                raw,
+                f"{item!r}: expected NAME:PROTOCOL with PROTOCOL one of "
+                + ", ".join(SECURITY_PROTOCOLS),
+            )
+        if name not in names:
+            raise ConfigError(
+                PROTOCOL_MAP_KEY, raw, f"no listener {name} in listeners={list(names)}"
+            )
+        out[name] = protocol
+    return out
 
 
 @dataclass(frozen=True)
@@ -175,31 +221,51 @@ def _hostport(key: str, value: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def _tls_mode(name: str, protocol: str, given: str | None) -> str:
+    """A listener's `tls.mode`: pass-through by default on SSL and SASL_SSL; refused on a
+    listener without TLS."""
+    key = f"listener.name.{name.lower()}.tls.mode"
+    has_tls = protocol in ("SSL", "SASL_SSL")
+    if given is None:
+        return "pass-through" if has_tls else ""
+    value = given.strip().lower()
+    if not has_tls:
+        raise ConfigError(key, given, f"listener {name} is {protocol}: it has no TLS to relay")
+    if value == "terminate":
+        raise ConfigError(
+            key,
+            given,
+            "terminate (the acceptor ending TLS itself) is not built yet; pass-through is "
+            "(docs/security.md)",
+        )
+    if value not in TLS_MODES:
+        raise ConfigError(key, given, f"must be one of {', '.join(TLS_MODES)}")
+    return value
+
+
 def parse_acceptor_config(props: Mapping[str, str]) -> AcceptorConfig:
     """Validate everything; raises `ConfigError(key, value, reason)` on the first problem."""
     props = {k.strip(): v.strip() for k, v in props.items()}
     engine_props: dict[str, str] = {}
-    upstreams: dict[str, str] = {}
-    proxies: dict[str, str] = {}
+    per_listener: dict[str, dict[str, str]] = {"upstream": {}, "proxy.protocol": {}, "tls.mode": {}}
     for key, value in props.items():
         m = _LISTENER_KEY.match(key)
         if m:
-            (upstreams if m.group(2) == "upstream" else proxies)[m.group(1).upper()] = value
+            per_listener[m.group(2)][m.group(1).upper()] = value
             continue
-        if key in DEFAULTS:
+        if key in DEFAULTS or key == PROTOCOL_MAP_KEY:
             continue
         engine_props[key] = value
     quota = parse_config(engine_props)
 
     names = [spec.name for spec in quota.listeners]
-    for known in list(upstreams) + list(proxies):
-        if known not in names:
-            key = f"listener.name.{known.lower()}.upstream"
-            raise ConfigError(
-                key,
-                upstreams.get(known, proxies.get(known, "")),
-                f"no listener {known} in listeners={names}",
-            )
+    for suffix, given in per_listener.items():
+        for known, value in given.items():
+            if known not in names:
+                key = f"listener.name.{known.lower()}.{suffix}"
+                raise ConfigError(key, value, f"no listener {known} in listeners={names}")
+    upstreams, proxies = per_listener["upstream"], per_listener["proxy.protocol"]
+    protocols = parse_protocol_map(props.get(PROTOCOL_MAP_KEY, ""), names)
     listeners: list[ListenerSettings] = []
     for spec in quota.listeners:
         key = f"listener.name.{spec.name.lower()}.upstream"
@@ -213,7 +279,19 @@ def parse_acceptor_config(props: Mapping[str, str]) -> AcceptorConfig:
                 mode,
                 f"must be one of {', '.join(PROXY_MODES)}",
             )
-        listeners.append(ListenerSettings(spec.name, spec.host, spec.port, up_host, up_port, mode))
+        protocol = protocols[spec.name]
+        tls = _tls_mode(spec.name, protocol, per_listener["tls.mode"].get(spec.name))
+        if tls and mode != "off":
+            raise ConfigError(
+                f"listener.name.{spec.name.lower()}.proxy.protocol",
+                mode,
+                f"a PROXY header before TLS on {protocol} listener {spec.name} is not supported",
+            )
+        listeners.append(
+            ListenerSettings(
+                spec.name, spec.host, spec.port, up_host, up_port, mode, protocol=protocol, tls=tls
+            )
+        )
 
     allowed: list[Any] = []
     raw_allowed = props.get("admin.allowed.addresses", DEFAULTS["admin.allowed.addresses"])

@@ -46,9 +46,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 from harness.acceptor.broker_charge import network_estimate
 from harness.acceptor.inflight import RequestGate
 from harness.acceptor.intake import CLOSE_GRACE_S, close_reason, take_requests
+from harness.acceptor.login import ANONYMOUS, SASL_AUTHENTICATE, Login
 from harness.acceptor.ports import ChargeAsked
 from harness.acceptor.tracker import ResponseOrder
-from harness.wire.framing import FrameDecoder, FrameError, correlation_id_of_response
+from harness.wire.framing import (
+    FrameDecoder,
+    FrameError,
+    correlation_id_of_response,
+    parse_request_header,
+)
 
 if TYPE_CHECKING:
     from harness.acceptor.broker_charge import LoggedRequest, RequestLog
@@ -232,7 +238,11 @@ class Connection:
     (`host`: admin answers, the request charge, the end), its processor (`processor`: LRU
     order, removal), its record as admitted (`info`), the bytes read with a PROXY header
     (`initial`), the broker's request log if one is read (`charges`), and `clock`
-    (monotonic ns). Its `wire` is attached by the adapter before `start`."""
+    (monotonic ns). Its `wire` is attached by the adapter before `start`.
+
+    `opaque`: a TLS pass-through listener's: the bytes are relayed untouched both ways (no
+    frame read, nothing charged or answered here). `sasl`: a SASL_PLAINTEXT listener's:
+    the login is read in passing (`login.Login`) for the principal requests are charged to."""
 
     wire: Wire
 
@@ -246,6 +256,8 @@ class Connection:
         *,
         charges: RequestLog | None,
         clock: Callable[[], int],
+        opaque: bool = False,
+        sasl: bool = False,
     ) -> None:
         self.host = host
         self.processor = processor
@@ -253,6 +265,9 @@ class Connection:
         self.protected = protected
         self.charges = charges
         self._clock = clock
+        self.opaque = opaque
+        #: the SASL login, read in passing (None: a listener without SASL)
+        self.login: Login | None = Login() if sasl and not opaque else None
         self.state = State.REGISTERED
         self.client_eof = Eof.NONE
         self.upstream_eof = Eof.NONE
@@ -294,6 +309,20 @@ class Connection:
     @property
     def closed(self) -> bool:
         return self.state is State.CLOSED
+
+    @property
+    def principal(self) -> str:
+        """Who requests are charged to: the SASL user once logged in, else ANONYMOUS."""
+        return ANONYMOUS if self.login is None else self.login.principal
+
+    def uncharged(self, correlation_id: int) -> bool:
+        """Whether the request answered was taken before a SASL login completed (Kafka's
+        authenticator answers those itself: never charged). Asked once per response."""
+        login = self.login
+        if login is None or correlation_id not in login.uncharged:
+            return False
+        login.uncharged.discard(correlation_id)
+        return True
 
     # -- ports.Channel --------------------------------------------------------------------
     def start(self) -> Coroutine[Any, Any, None] | None:
@@ -361,7 +390,11 @@ class Connection:
 
     def upstream_data(self, data: bytes) -> None:
         before = self.state
-        if not self.closed:
+        if self.opaque and not self.closed:  # TLS pass-through: relayed as it came
+            self._touch()
+            self.bytes_out += len(data)
+            self.wire.send(Side.CLIENT, data)
+        elif not self.closed:
             self._touch()
             try:
                 frames = self._responses.feed(data)
@@ -486,7 +519,11 @@ class Connection:
     def _take(self, data: bytes) -> None:
         """Client bytes, cut into requests, into the gate, then taken while readable. A bad
         frame ends the reading: the whole requests before it are still answered, then the
-        connection closes with its reason (CLOSING)."""
+        connection closes with its reason (CLOSING). On an opaque listener they go
+        upstream as they came."""
+        if self.opaque:
+            self.wire.send(Side.UPSTREAM, data)
+            return
         try:
             frames = self._requests.feed(data)
         except FrameError as exc:
@@ -535,6 +572,9 @@ class Connection:
         if isinstance(item, FrameError):  # every request before it is answered
             self._finish(item.reason)
             return False
+        login = self.login
+        if login is not None and not login.done and not self._login_request(login, item):
+            return False
         forwarded, owed, deferred, stopped = take_requests(
             self.host.admin, self, self._order, [item], self._clock(), self._to_client
         )
@@ -551,6 +591,22 @@ class Connection:
         self.wire.send(Side.UPSTREAM, item)
         if not owed:
             self.gate.response_sent()  # acks=0: the broker's no-op response
+        return True
+
+    def _login_request(self, login: Login, frame: bytes) -> bool:
+        """A request taken before the SASL login completed, read by the login; False when
+        the connection ended (a SaslHandshake v0, whose raw tokens cannot be read)."""
+        try:
+            info = parse_request_header(frame)
+        except FrameError:
+            return True  # take_requests closes it with the reason
+        login.request(frame, info)
+        if login.raw_tokens:
+            self._finish(
+                "sasl_handshake_v0",
+                detail={"error": "SaslHandshake v0 (raw SASL tokens) is not relayed"},
+            )
+            return False
         return True
 
     def _to_client(self, data: bytes) -> None:
@@ -623,7 +679,9 @@ class Connection:
             if charges.pending(addr, cid):
                 gate = self.gate
                 now = self._clock()
-                if charges.should_hold(gate.client_id, gate.api_key, now - gate.forwarded_ns):
+                if charges.should_hold(
+                    self.principal, gate.client_id, gate.api_key, now - gate.forwarded_ns
+                ):
                     self.held = Held(frames, now, set())
                     charges.wait(addr, cid, partial(self._line_came, None))
                     return
@@ -657,6 +715,9 @@ class Connection:
             pending = self._order.peek(cid)
             if pending is None:  # answers nothing forwarded: sent as it is
                 continue
+            login = self.login
+            if login is not None and cid in login.uncharged:  # never charged (`uncharged`)
+                continue
             broker_ns = arrived_ns - pending.sent_ns
             handler_ns, network_ns, read = None, 0, None
             if charges is not None and addr is not None:
@@ -672,7 +733,13 @@ class Connection:
             remote(
                 self,
                 ChargeAsked(
-                    cid, pending.client_id or "", pending.api_key, charged_ns, network_ns, now
+                    cid,
+                    pending.client_id or "",
+                    pending.api_key,
+                    charged_ns,
+                    network_ns,
+                    now,
+                    self.principal,
                 ),
             )
         self.held = Held(frames, arrived_ns, owed)
@@ -716,6 +783,9 @@ class Connection:
             cid = correlation_id_of_response(frame)
             before, done, after = self._order.response(cid, len(frame), read_ns)
             if done is not None:
+                login = self.login
+                if login is not None and done.api_key == SASL_AUTHENTICATE:
+                    login.response(frame, done.api_version)
                 gate = self.gate
                 asked = self.asked.pop(cid, None)
                 if asked is not None and asked[1] is not None:  # the log was read for it

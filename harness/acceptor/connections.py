@@ -23,7 +23,7 @@ from harness.acceptor.broker_charge import LoggedRequest, RequestLog, network_es
 from harness.acceptor.config import AcceptorConfig
 from harness.acceptor.connection import Connection
 from harness.acceptor.forwarding import AsyncioWire
-from harness.acceptor.request_quotas import PRINCIPAL, with_throttle_time
+from harness.acceptor.request_quotas import with_throttle_time
 from harness.history import events
 from harness.quota.requests import RequestQuotas
 
@@ -112,6 +112,10 @@ class Connections:
         self.remote_charge = remote_charge
         self._requests_seen = 0
         self._sample_detail = events.detail("acceptor", "request", sample=cfg.request_sample)
+        #: a request of a SASL login (answered by Kafka's authenticator): charged nothing
+        self._login_detail = events.detail(
+            "acceptor", "request", charged_ms=0.0, charge_source="login"
+        )
         #: the broker's request log, whose handler times are charged instead of the time the
         #: acceptor sees (`upstream.request.log`; harness.acceptor.broker_charge)
         log_path = cfg.properties.get(REQUEST_LOG_KEY, "").strip()
@@ -130,11 +134,13 @@ class Connections:
         if self.request_log is not None:
             self.request_log.close()
 
-    def _could_throttle(self, client_id: str, api_key: int, at_most_ns: int) -> bool:
+    def _could_throttle(
+        self, principal: str, client_id: str, api_key: int, at_most_ns: int
+    ) -> bool:
         """Whether a charge of at most `at_most_ns` could throttle this client now."""
         now_ms = time.monotonic_ns() // 1_000_000
         return self._request_quotas.could_throttle(
-            PRINCIPAL, client_id, api_key, at_most_ns, now_ms
+            principal, client_id, api_key, at_most_ns, now_ms
         )
 
     # -- ports.ProcessorHost ---------------------------------------------------------------
@@ -142,6 +148,7 @@ class Connections:
         return self._quotas.max_connections_exceeded(listener)
 
     def open_channel(self, processor: ChannelSlot, item: NewConnection) -> Channel:
+        spec = self.cfg.listener(item.info.listener)
         conn = Connection(
             self,
             processor,
@@ -150,6 +157,8 @@ class Connections:
             item.protected,
             charges=self.request_log,
             clock=time.monotonic_ns,
+            opaque=spec.opaque,
+            sasl=spec.sasl,
         )
         AsyncioWire(conn, item.sock)
         self.open.add(conn)
@@ -213,10 +222,28 @@ class Connections:
         charged_ns = gate.charged_ns(done.latency_ns, done.allowance_ns)
         source = gate.charge_source
         sampled = sample == 1 or (sample > 1 and self._requests_seen % sample == 0)
+        principal = conn.principal
+        if conn.uncharged(done.correlation_id):  # the SASL login: never charged
+            gate.decided.pop(done.correlation_id, None)
+            if sampled:
+                self.rec.conn(
+                    "request",
+                    conn.info,
+                    now_ns,
+                    api_key=done.api_key,
+                    client_id=done.client_id,
+                    principal=principal,
+                    latency_ms=latency_ms,
+                    bytes=done.request_bytes + done.response_bytes,
+                    processor=conn.processor.index,
+                    detail=self._login_detail,
+                )
+            return frame
         if source == "late":  # no throttle whatever the charge: made when the line comes
             gate.on_logged = partial(
                 self._late_charge,
                 conn.info,
+                principal,
                 conn.processor.index,
                 done,
                 now_ns,
@@ -242,7 +269,7 @@ class Connections:
                 now_ns,
                 api_key=done.api_key,
                 client_id=done.client_id,
-                principal=PRINCIPAL,
+                principal=principal,
                 latency_ms=latency_ms,
                 bytes=done.request_bytes + done.response_bytes,
                 processor=conn.processor.index,
@@ -252,11 +279,11 @@ class Connections:
         charge = gate.decided.pop(done.correlation_id, None)  # decided in another process
         if charge is None:
             charge = self._request_quotas.record_request(
-                PRINCIPAL, client_id, done.api_key, charged_ns, now_ms
+                principal, client_id, done.api_key, charged_ns, now_ms
             )
         if gate.network_ns:  # as Kafka records its network thread's time: after, unthrottled
             self._request_quotas.record_no_throttle(
-                PRINCIPAL, client_id, gate.network_ns, now_ms, exempt=charge.exempt
+                principal, client_id, gate.network_ns, now_ms, exempt=charge.exempt
             )
         if charge.throttle_ms <= 0:
             return frame
@@ -271,7 +298,7 @@ class Connections:
             delay_ms=float(throttle),
             api_key=done.api_key,
             client_id=done.client_id,
-            principal=PRINCIPAL,
+            principal=principal,
             processor=conn.processor.index,
             detail={
                 "bucket": {"user": charge.bucket[0], "client-id": charge.bucket[1]},
@@ -288,6 +315,7 @@ class Connections:
     def _late_charge(
         self,
         info: ConnInfo,
+        principal: str,
         processor: int,
         done: Completed,
         sent_ns: int,
@@ -307,7 +335,7 @@ class Connections:
             handler_ns, network_ns, source = wall_ns, 0, "wall_late"
         client_id = done.client_id or ""
         self._request_quotas.record_no_throttle(
-            PRINCIPAL,
+            principal,
             client_id,
             handler_ns + network_ns,
             now_ns // 1_000_000,
@@ -330,7 +358,7 @@ class Connections:
             sent_ns,
             api_key=done.api_key,
             client_id=done.client_id,
-            principal=PRINCIPAL,
+            principal=principal,
             latency_ms=done.latency_ns / 1e6,
             bytes=done.request_bytes + done.response_bytes,
             processor=processor,

@@ -153,6 +153,7 @@ class Charge(NamedTuple):
     charged_ns: int
     network_ns: int
     now_ms: int
+    principal: str = "ANONYMOUS"  # the SASL user the connection logged in as
 
 
 Message = (

@@ -107,6 +107,13 @@ class Channel(Protocol):
     @property
     def gate(self) -> RequestGate: ...
 
+    @property
+    def principal(self) -> str:
+        """Who its requests are charged to (a SASL user once logged in; ANONYMOUS)."""
+
+    def uncharged(self, correlation_id: int) -> bool:
+        """Whether a response answers a request Kafka never charges (a SASL login's)."""
+
     def start(self) -> Coroutine[Any, Any, None] | None:
         """What its processor runs once it is registered (None: it ended at once)."""
 
@@ -138,8 +145,8 @@ class LocalAnswers(Protocol):
 class ChargeAsked:
     """A response's request-quota charge, to be decided where the meters are: its request's
     correlation id, client id and api key, the handler time charged, the network-thread
-    estimate (recorded unthrottled), and `at_ns`, the instant the meters record it at,
-    which its `request` row then carries."""
+    estimate (recorded unthrottled), `at_ns`, the instant the meters record it at,
+    which its `request` row then carries, and the principal it is charged to."""
 
     correlation_id: int
     client_id: str
@@ -147,6 +154,7 @@ class ChargeAsked:
     charged_ns: int
     network_ns: int
     at_ns: int
+    principal: str = "ANONYMOUS"  # the SASL user the connection logged in as
 
 
 class RemoteCharge(Protocol):

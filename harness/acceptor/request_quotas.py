@@ -18,7 +18,6 @@ from kafka.protocol.api_header import ResponseClassRegistry
 
 from harness.quota.requests import DEFAULT, EntityName
 
-PRINCIPAL = "ANONYMOUS"
 REQUEST_PERCENTAGE = "request_percentage"
 
 

@@ -63,7 +63,6 @@ from harness.acceptor import messages as msg
 from harness.acceptor.config import MODEL_KEY, PROCESSES_KEY
 from harness.acceptor.processor import CONNECTION_QUEUE_SIZE
 from harness.acceptor.recorder import ConnInfo
-from harness.acceptor.request_quotas import PRINCIPAL
 from harness.quota.config import ConfigError
 from harness.wire.framing import FrameError, parse_request_header
 
@@ -480,10 +479,10 @@ class ProcessorProcess:
         """A response's request-handler charge, recorded by the meters here; the outcome
         goes back (the processor throttles and mutes with it)."""
         meters = self.owner.owned.request_quotas
-        c = meters.record_request(PRINCIPAL, op.client_id, op.api_key, op.charged_ns, op.now_ms)
+        c = meters.record_request(op.principal, op.client_id, op.api_key, op.charged_ns, op.now_ms)
         if op.network_ns:  # the broker's network-thread time, after, unthrottled (as `single`)
             meters.record_no_throttle(
-                PRINCIPAL, op.client_id, op.network_ns, op.now_ms, exempt=c.exempt
+                op.principal, op.client_id, op.network_ns, op.now_ms, exempt=c.exempt
             )
         user, client = c.bucket
         charged = msg.Charged(

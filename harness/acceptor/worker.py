@@ -198,7 +198,7 @@ class ProcessorProcess:
         self.link.queue(
             msg.Charge(
                 conn_id, a.correlation_id, a.client_id, a.api_key, a.charged_ns, a.network_ns,
-                now_ms,
+                now_ms, a.principal,
             )
         )  # fmt: skip
 

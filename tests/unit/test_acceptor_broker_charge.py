@@ -188,10 +188,10 @@ def test_a_wait_ends_when_the_line_comes_or_after_its_limit(tmp_path: Path) -> N
     path = tmp_path / "request.log"
     path.touch()
     clock = _Clock()
-    asked: list[tuple[str, int, int]] = []
+    asked: list[tuple[str, str, int, int]] = []
 
-    def near_quota(client_id: str, api_key: int, ns: int) -> bool:
-        asked.append((client_id, api_key, ns))
+    def near_quota(principal: str, client_id: str, api_key: int, ns: int) -> bool:
+        asked.append((principal, client_id, api_key, ns))
         return ns > 1000
 
     log = RequestLog(path, hold_when=near_quota, hold_max_s=0.02, poll_s=0, clock=clock)
@@ -201,8 +201,8 @@ def test_a_wait_ends_when_the_line_comes_or_after_its_limit(tmp_path: Path) -> N
 
     async def scenario() -> None:
         assert log.pending(addr, 1)
-        assert log.should_hold("c", 3, 5000) and not log.should_hold("c", 3, 10)
-        assert asked == [("c", 3, 5000), ("c", 3, 10)]
+        assert log.should_hold("alice", "c", 3, 5000) and not log.should_hold("u", "c", 3, 10)
+        assert asked == [("alice", "c", 3, 5000), ("u", "c", 3, 10)]
         log.wait(addr, 1, lambda: resumed.append(1))
         await asyncio.sleep(0.01)
         assert resumed == []  # still waiting, the clock has not moved

@@ -53,6 +53,11 @@ def test_defaults_and_listeners() -> None:
         ("acceptor.nice", "20", "between -20 and 19"),
         ("max.connections.per.ip", "-1", "at least 0"),
         ("listener.name.nope.upstream", "127.0.0.1:1", "no listener"),
+        ("listener.security.protocol.map", "CLIENT:TLS", "one of PLAINTEXT, SSL"),
+        ("listener.security.protocol.map", "CLIENT", "NAME:PROTOCOL"),
+        ("listener.security.protocol.map", "OTHER:SSL", "no listener OTHER"),
+        ("listener.name.client.tls.mode", "pass-through", "has no TLS"),
+        ("listener.name.nope.tls.mode", "pass-through", "no listener"),
     ],
 )
 def test_bad_values_name_key_value_reason(key: str, value: str, reason_part: str) -> None:
@@ -60,6 +65,52 @@ def test_bad_values_name_key_value_reason(key: str, value: str, reason_part: str
         parse_acceptor_config({**BASE, key: value})
     assert err.value.key == key or key in str(err.value)
     assert reason_part in err.value.reason
+
+
+def test_security_protocols_and_tls_modes() -> None:
+    cfg = parse_acceptor_config(
+        {**BASE, "listener.security.protocol.map": "CLIENT:SASL_SSL,INTERNAL:PLAINTEXT"}
+    )
+    client, internal = cfg.listener("CLIENT"), cfg.listener("INTERNAL")
+    assert (client.protocol, client.tls, client.opaque, client.sasl) == (
+        "SASL_SSL",
+        "pass-through",
+        True,
+        True,
+    )
+    assert (internal.protocol, internal.tls, internal.opaque, internal.sasl) == (
+        "PLAINTEXT",
+        "",
+        False,
+        False,
+    )
+    sasl = parse_acceptor_config(
+        {**BASE, "listener.security.protocol.map": "client:sasl_plaintext"}
+    )
+    assert sasl.listener("CLIENT").sasl and not sasl.listener("CLIENT").opaque
+    # a listener named as a protocol is that protocol, as in Kafka's default map
+    named = parse_acceptor_config(
+        {
+            "listeners": "SSL://127.0.0.1:0,PLAINTEXT://127.0.0.1:0",
+            "listener.name.ssl.upstream": "127.0.0.1:9092",
+            "listener.name.plaintext.upstream": "127.0.0.1:9093",
+        }
+    )
+    assert named.listener("SSL").opaque and not named.listener("PLAINTEXT").opaque
+
+
+@pytest.mark.parametrize(
+    ("extra", "key", "reason_part"),
+    [
+        ({"listener.name.client.tls.mode": "terminate"}, "tls.mode", "not built yet"),
+        ({"listener.name.client.tls.mode": "inspect"}, "tls.mode", "one of pass-through"),
+        ({"listener.name.client.proxy.protocol": "required"}, "proxy.protocol", "before TLS"),
+    ],
+)
+def test_tls_listener_refusals(extra: dict[str, str], key: str, reason_part: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_acceptor_config({**BASE, "listener.security.protocol.map": "CLIENT:SSL", **extra})
+    assert key in err.value.key and reason_part in err.value.reason
 
 
 def test_upstream_is_required_per_listener() -> None:

@@ -178,7 +178,7 @@ class Log:
     def pending(self, addr: str, cid: int) -> bool:
         return cid not in self.lines
 
-    def should_hold(self, client_id: str, api_key: int, at_most_ns: int) -> bool:
+    def should_hold(self, principal: str, client_id: str, api_key: int, at_most_ns: int) -> bool:
         return self.hold
 
     def wait(self, addr: str, cid: int, resume: Callable[[], None], *, late: bool = False) -> None:
@@ -195,7 +195,9 @@ class Log:
             resume()
 
 
-def new(initial: bytes = b"", *, log: Log | None = None) -> tuple[Connection, Wire, Host, Clock]:
+def new(
+    initial: bytes = b"", *, log: Log | None = None, opaque: bool = False, sasl: bool = False
+) -> tuple[Connection, Wire, Host, Clock]:
     host, wire, clock = Host(), Wire(), Clock()
     info = ConnInfo("CLIENT-1", "CLIENT", "127.0.0.9", 40000, "127.0.0.9", 40000)
     conn = Connection(
@@ -206,6 +208,8 @@ def new(initial: bytes = b"", *, log: Log | None = None) -> tuple[Connection, Wi
         False,
         charges=log,  # type: ignore[arg-type]
         clock=clock,
+        opaque=opaque,
+        sasl=sasl,
     )
     conn.wire = wire
     conn.trace = []
@@ -702,6 +706,127 @@ def every_input_after_the_end() -> Connection:
     return conn
 
 
+# -- secured listeners -------------------------------------------------------------------------
+def tls_pass_through_relays_bytes_untouched() -> Connection:
+    """A TLS listener passed through: no frame is read (a ClientHello is no Kafka frame),
+    the bytes go both ways as they came, nothing is charged, half-closes pass."""
+    conn, wire, host, _ = new(opaque=True)
+    hello = bytes([0x16, 0x03, 0x01, 0x02, 0x00]) + b"\x01" * 40  # a size no frame has
+    conn.opened()
+    conn.client_data(hello[:10])
+    conn.client_data(hello[10:])
+    conn.upstream_up(UPSTREAM_ADDR)
+    assert conn.state is State.OPEN and wire.sent(U) == [hello]
+    conn.client_data(b"\x17\x03\x03")
+    conn.upstream_data(b"\x16\x03\x03\x00\x10")
+    assert wire.sent(U)[-1] == b"\x17\x03\x03" and wire.sent(C) == [b"\x16\x03\x03\x00\x10"]
+    assert host.done == [] and conn.requests == 0
+    assert conn.eof(C) is True and ("eof", U) in wire.calls
+    assert conn.eof(U) is False and reason(host) == "client_eof"
+    assert host.closed[0][1]["bytes_in"] == len(hello) + 3
+    return conn
+
+
+def _sasl_frame(request: Any, cid: int) -> bytes:
+    request.with_header(correlation_id=cid, client_id="app")
+    return bytes(request.encode(framed=True, header=True))
+
+
+def sasl_handshake(cid: int, mechanism: str, version: int = 1) -> bytes:
+    from kafka.protocol.sasl import SaslHandshakeRequest
+
+    return _sasl_frame(SaslHandshakeRequest(version=version, mechanism=mechanism), cid)
+
+
+def sasl_authenticate(cid: int, token: bytes, version: int = 2) -> bytes:
+    from kafka.protocol.sasl import SaslAuthenticateRequest
+
+    return _sasl_frame(SaslAuthenticateRequest(version=version, auth_bytes=token), cid)
+
+
+def sasl_answer(cid: int, error_code: int = 0, version: int = 2) -> bytes:
+    from kafka.protocol.sasl import SaslAuthenticateResponse
+
+    body = SaslAuthenticateResponse(
+        version=version, error_code=error_code, error_message=None, auth_bytes=b"s",
+        session_lifetime_ms=0,
+    ).encode(version=version)  # fmt: skip
+    header = struct.pack(">i", cid) + (b"\0" if version >= 2 else b"")
+    return struct.pack(">i", len(header) + len(body)) + header + bytes(body)
+
+
+def _login(conn: Connection, frames: list[bytes], answers: list[bytes]) -> None:
+    for frame, answer in zip(frames, answers, strict=True):
+        conn.client_data(frame)
+        conn.upstream_data(answer)
+
+
+def sasl_plain_login_names_the_principal() -> Connection:
+    """SASL_PLAINTEXT: the user is PLAIN's authcid once the broker said yes; the login's
+    requests are uncharged, the first after it is charged to the user."""
+    conn, wire, host, _ = new(sasl=True)
+    conn.opened()
+    conn.client_data(req(1, api_key=18, version=3))  # ApiVersions
+    conn.upstream_up(UPSTREAM_ADDR)
+    conn.upstream_data(resp(1))
+    _login(
+        conn,
+        [sasl_handshake(2, "PLAIN"), sasl_authenticate(3, b"\0alice\0s3cret")],
+        [resp(2), sasl_answer(3)],
+    )
+    assert conn.principal == "alice" and conn.login is not None and conn.login.done
+    assert all(conn.uncharged(cid) for cid in (1, 2, 3))
+    conn.client_data(req(4))
+    conn.upstream_data(resp(4))
+    assert not conn.uncharged(4) and [cid for cid, _ in host.done] == [1, 2, 3, 4]
+    kept = [getattr(conn.login, name) for name in conn.login.__slots__]
+    assert "s3cret" not in repr(kept)  # only the name is read out of the token
+    conn.finish("shutdown")
+    return conn
+
+
+def sasl_scram_login_takes_two_rounds() -> Connection:
+    """SCRAM: the user from the client-first-message's `n=` (escaped `=2C`), known only after
+    the second successful round."""
+    conn, _wire, _host, _ = new(sasl=True)
+    conn.opened()
+    conn.client_data(sasl_handshake(1, "SCRAM-SHA-512"))
+    conn.upstream_up(UPSTREAM_ADDR)
+    conn.upstream_data(resp(1))
+    _login(conn, [sasl_authenticate(2, b"n,,n=bob=2Cjr,r=abc")], [sasl_answer(2)])
+    assert conn.principal == "ANONYMOUS"  # one round of two
+    _login(conn, [sasl_authenticate(3, b"c=biws,r=abcdef,p=proof")], [sasl_answer(3)])
+    assert conn.principal == "bob,jr"
+    conn.finish("shutdown")
+    return conn
+
+
+def sasl_failed_login_stays_anonymous() -> Connection:
+    """A wrong password: the broker's error answer; nothing learnt, the broker closes."""
+    conn, _wire, host, _ = new(sasl=True)
+    conn.opened()
+    conn.client_data(sasl_handshake(1, "PLAIN"))
+    conn.upstream_up(UPSTREAM_ADDR)
+    conn.upstream_data(resp(1))
+    _login(conn, [sasl_authenticate(2, b"\0alice\0wrong")], [sasl_answer(2, error_code=58)])
+    assert conn.principal == "ANONYMOUS" and conn.login is not None
+    assert conn.login.failed == 58 and not conn.login.done
+    assert conn.eof(U) is True
+    assert conn.eof(C) is False and reason(host) == "upstream_eof"
+    return conn
+
+
+def sasl_handshake_v0_closes() -> Connection:
+    """SaslHandshake v0: raw SASL tokens would follow, which cannot be read as requests:
+    closed with its own reason before it is forwarded."""
+    conn, wire, host, _ = new(sasl=True)
+    conn.opened()
+    conn.client_data(sasl_handshake(1, "PLAIN", version=0))
+    conn.upstream_up(UPSTREAM_ADDR)
+    assert reason(host) == "sasl_handshake_v0" and wire.sent(U) == []
+    return conn
+
+
 SCENARIOS: list[Callable[[], Any]] = [
     served_then_both_close,
     closed_before_a_byte,
@@ -740,6 +865,11 @@ SCENARIOS: list[Callable[[], Any]] = [
     closing_ends_in_every_way,
     a_bug_ends_the_connection_visibly,
     every_input_after_the_end,
+    tls_pass_through_relays_bytes_untouched,
+    sasl_plain_login_names_the_principal,
+    sasl_scram_login_takes_two_rounds,
+    sasl_failed_login_stays_anonymous,
+    sasl_handshake_v0_closes,
 ]
 
 
