@@ -310,7 +310,7 @@ CHECKS = [
         "auth",
         check_failed_login_delay,
         False,
-        ("broker",),
+        ("acceptor", "broker"),  # behind the acceptor the broker still authenticates
         doc="a refused SASL login is answered after connection.failed.authentication.delay.ms "
         "(−1 ms) and within one processor poll (+ the run's slowest login) after it",
         judges_limit=True,
@@ -320,7 +320,7 @@ CHECKS = [
         "auth",
         per_broker(check_auth_counts),
         False,
-        ("broker",),
+        ("broker",),  # the acceptor target scrapes the acceptor's metrics, not Kafka's
         doc="Kafka's failed-/successful-authentication-total per secured listener agree with "
         "the logins and handshakes the clients saw between the first and last scrape",
     ),

@@ -57,6 +57,9 @@ BROKER_KEYS: dict[str, tuple[int, bool]] = {
     "connections.max.idle.ms": (1, False),
     "connection.failed.authentication.delay.ms": (0, False),
 }
+#: keys the broker keeps enforcing behind the acceptor, which relays the login it delays
+#: (the acceptor target passes them to the broker as well)
+BROKER_ENFORCED_KEYS = ("connection.failed.authentication.delay.ms",)
 STRING_KEYS = ("max.connections.per.ip.overrides",)
 LISTENER_KEYS = ("max.connections", "max.connection.creation.rate")
 _LISTENER_KEY_RE = re.compile(

@@ -23,7 +23,7 @@ from harness.quota.config import ConfigError
 from harness.quota.versions import CURRENT, METADATA_KEY, VERSION_KEY, release
 from harness.runner.latency_proxy import LatencyProxy
 from harness.runner.procs import ManagedProcess
-from harness.runner.scenario import INT_MAX, Action, Scenario
+from harness.runner.scenario import BROKER_ENFORCED_KEYS, INT_MAX, Action, Scenario
 from harness.runner.schedule import initial_limits
 
 Progress = Callable[[str], None]
@@ -811,7 +811,9 @@ class AcceptorTarget(Target):
         self.start_broker(
             launcher=launcher,
             bootstrap_server=bootstrap_server,
-            properties={},
+            properties={
+                k: v for k, v in _props(initial_limits(sc)).items() if k in BROKER_ENFORCED_KEYS
+            },
             advertised={n: f"127.0.0.1:{ports[n]}" for n in sc.listeners},
             timeout=timeout,
             request_log=wants_log,

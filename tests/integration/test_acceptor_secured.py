@@ -1,0 +1,175 @@
+"""The acceptor in front of a real secured Kafka broker: TLS passed through untouched, and
+SASL_PLAINTEXT logins read in passing for the principal requests are charged to.
+
+One broker for the module with a TLS listener and a SASL_PLAINTEXT one (SCRAM-SHA-256 and
+PLAIN), each advertising the acceptor's port, so kafka-python clients that follow metadata
+stay behind the front. The clients are kafka-python (the same library the steady profile
+runs) configured from the broker's own `client.properties`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("cryptography", reason="the cryptography package makes the certificates")
+
+from kafka import KafkaProducer
+
+from harness.acceptor import AcceptorHandle, start_in_thread
+from harness.acceptor.testing import history_rows, wait_until
+from harness.admin.client import AdminError, KafkaWire, alter_client_quota
+from harness.broker.local import LocalBroker, start_local
+from harness.localnet import free_port
+from harness.security import clientprops
+
+pytestmark = pytest.mark.integration
+
+SASL_AUTHENTICATE, SASL_HANDSHAKE = 36, 17
+
+
+@pytest.fixture(scope="module")
+def fronted(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[LocalBroker, dict[str, int]]]:
+    ports = {"TLS": free_port(), "SASLP": free_port()}
+    broker = start_local(
+        listeners=("PLAINTEXT", "TLS=SSL", "SASLP=SASL_PLAINTEXT:SCRAM-SHA-256,PLAIN"),
+        advertised={n: f"127.0.0.1:{p}" for n, p in ports.items()},
+        workdir=tmp_path_factory.mktemp("acceptor-secured") / "broker",
+        ready_timeout_s=180,
+        progress=lambda _msg: None,
+        metrics=False,
+    )
+    try:
+        yield broker, ports
+    finally:
+        broker.stop()
+
+
+@pytest.fixture
+def acceptor(
+    fronted: tuple[LocalBroker, dict[str, int]], tmp_path: Path
+) -> Iterator[Callable[..., AcceptorHandle]]:
+    broker, ports = fronted
+    handles: list[AcceptorHandle] = []
+
+    def _start(**props: str) -> AcceptorHandle:
+        base = {
+            "listeners": ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items()),
+            "listener.security.protocol.map": "TLS:SSL,SASLP:SASL_PLAINTEXT",
+            "listener.name.tls.upstream": f"127.0.0.1:{broker.listener_ports['TLS']}",
+            "listener.name.saslp.upstream": f"127.0.0.1:{broker.listener_ports['SASLP']}",
+            "metrics.port": "0",
+            **props,
+        }
+        h = start_in_thread(base, history_dir=tmp_path / "history", run_id="secured")
+        handles.append(h)
+        return h
+
+    yield _start
+    for h in handles:
+        h.stop()
+
+
+def _config(broker: LocalBroker, key: str) -> dict[str, str]:
+    return clientprops.read(broker.client_configs[key])
+
+
+def _produce(broker: LocalBroker, key: str, n: int, client_id: str) -> None:
+    config = clientprops.kafka_python_config(_config(broker, key))
+    producer = KafkaProducer(
+        **config,
+        client_id=client_id,
+        acks=1,
+        request_timeout_ms=15000,
+    )
+    try:
+        for i in range(n):
+            producer.send("secured", f"m{i}".encode()).get(timeout=30)
+    finally:
+        producer.close(timeout=10)
+
+
+def test_tls_passes_through_untouched(
+    fronted: tuple[LocalBroker, dict[str, int]], acceptor: Callable[..., AcceptorHandle]
+) -> None:
+    broker, _ports = fronted
+    h = acceptor()
+    _produce(broker, "TLS", 5, "tls-producer")  # handshakes with the broker, through us
+    closes: list[dict[str, Any]] = []
+
+    def all_closed() -> bool:
+        closes[:] = [r for r in history_rows(h, "close") if r["listener"] == "TLS"]
+        return len(closes) >= 2 and len(closes) == len(
+            [r for r in history_rows(h, "register") if r["listener"] == "TLS"]
+        )
+
+    wait_until(all_closed, 20)
+    assert all(r["bytes"] > 0 for r in closes)  # TLS records both ways
+    assert [r for r in history_rows(h, "request") if r["listener"] == "TLS"] == []
+    assert all(json.loads(r["detail"])["requests"] == 0 for r in closes)  # no frame read
+
+
+def test_sasl_login_names_the_principal_and_is_not_charged(
+    fronted: tuple[LocalBroker, dict[str, int]], acceptor: Callable[..., AcceptorHandle]
+) -> None:
+    broker, _ports = fronted
+    h = acceptor()
+    _produce(broker, "SASLP", 3, "alice-producer")  # SCRAM-SHA-256 as alice
+
+    def rows() -> list[dict[str, Any]]:
+        return [r for r in history_rows(h, "request") if r["listener"] == "SASLP"]
+
+    wait_until(lambda: any(r["api_key"] == 0 for r in rows()), 20)
+    login = [r for r in rows() if r["api_key"] in (SASL_HANDSHAKE, SASL_AUTHENTICATE)]
+    assert login and all(json.loads(r["detail"])["charge_source"] == "login" for r in login)
+    produce = [r for r in rows() if r["api_key"] == 0]
+    assert produce and {r["principal"] for r in produce} == {"alice"}
+    assert all(
+        not r["detail"] or json.loads(r["detail"]).get("charge_source") != "login" for r in produce
+    )
+
+
+def test_per_user_request_quota_throttles_only_that_user(
+    fronted: tuple[LocalBroker, dict[str, int]], acceptor: Callable[..., AcceptorHandle]
+) -> None:
+    broker, ports = fronted
+    h = acceptor()
+    bootstrap = f"127.0.0.1:{ports['SASLP']}"
+    # set through the acceptor (it answers AlterClientQuotas), logged in as alice
+    alter_client_quota(
+        bootstrap,
+        {"user": "alice"},
+        {"request_percentage": 0.01},
+        client_config=_config(broker, "SASLP"),
+    )
+    _produce(broker, "SASLP", 20, "alice-producer")
+    _produce(broker, "SASLP@bob", 20, "bob-producer")
+    throttles = history_rows(h, "request_throttle")
+    assert throttles, "alice's requests were never throttled"
+    buckets = {json.loads(r["detail"])["bucket"]["user"] for r in throttles}
+    assert buckets == {"alice"} and {r["principal"] for r in throttles} == {"alice"}
+
+
+def test_a_wrong_password_is_the_brokers_refusal(
+    fronted: tuple[LocalBroker, dict[str, int]], acceptor: Callable[..., AcceptorHandle]
+) -> None:
+    broker, ports = fronted
+    h = acceptor()
+    bad = dict(_config(broker, "SASLP"))
+    jaas = bad["sasl.jaas.config"]
+    start = jaas.index('password="') + len('password="')
+    bad["sasl.jaas.config"] = jaas[:start] + "wrong" + jaas[jaas.index('"', start) :]
+    t0 = time.monotonic()
+    with pytest.raises(AdminError):
+        KafkaWire(f"127.0.0.1:{ports['SASLP']}", client_config=bad).close()
+    assert time.monotonic() - t0 < 15
+    wait_until(lambda: any(r["listener"] == "SASLP" for r in history_rows(h, "close")), 20)
+    auth = [r for r in history_rows(h, "request") if r["api_key"] == SASL_AUTHENTICATE]
+    assert auth and {r["principal"] for r in auth} == {"ANONYMOUS"}  # never logged in
