@@ -725,11 +725,7 @@ def passed_through_request_quotas(sc: Scenario) -> str | None:
     if not sc.request_quotas and not any(a.kind == "request_quota" for a in sc.schedule):
         return None
     tls = sorted(
-        {
-            p.listener
-            for p in sc.load
-            if listener_protocol(sc, p.listener) in ("SSL", "SASL_SSL")
-        }
+        {p.listener for p in sc.load if listener_protocol(sc, p.listener) in ("SSL", "SASL_SSL")}
     )
     if not tls:
         return None

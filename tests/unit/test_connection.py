@@ -764,7 +764,7 @@ def _login(conn: Connection, frames: list[bytes], answers: list[bytes]) -> None:
 def sasl_plain_login_names_the_principal() -> Connection:
     """SASL_PLAINTEXT: the user is PLAIN's authcid once the broker said yes; the login's
     requests are uncharged, the first after it is charged to the user."""
-    conn, wire, host, _ = new(sasl=True)
+    conn, _wire, host, _ = new(sasl=True)
     conn.opened()
     conn.client_data(req(1, api_key=18, version=3))  # ApiVersions
     conn.upstream_up(UPSTREAM_ADDR)
