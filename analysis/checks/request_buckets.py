@@ -256,7 +256,7 @@ CHECKS = [
         "broker_side",
         check_request_quota_buckets,
         False,
-        ("broker",),
+        ("acceptor", "broker"),  # judged from the clients' rows, whoever enforces
         doc="no throttle_time_ms on a response whose (user, client-id) bucket is provably "
         "under its request_percentage (in-flight time bounds the charge)",
         judges_limit=True,

@@ -65,12 +65,25 @@ DEFAULTS: dict[str, str] = {
     FAULT_KEY: "",
     "harness.test.processor.stall": "",  # parsed by harness.acceptor.stall (issue 13)
 }
-_LISTENER_KEY = re.compile(r"^listener\.name\.([^.]+)\.(upstream|proxy\.protocol|tls\.mode)$")
+#: the per-listener TLS keys of `terminate` (Kafka's own names, PEM files)
+TLS_KEYS = (
+    "ssl.keystore.location",
+    "ssl.truststore.location",
+    "ssl.client.auth",
+    "upstream.ssl.keystore.location",
+)
+_LISTENER_KEY = re.compile(
+    r"^listener\.name\.([^.]+)\.(upstream|proxy\.protocol|tls\.mode|"
+    + "|".join(re.escape(k) for k in TLS_KEYS)
+    + ")$"
+)
+CLIENT_AUTH = ("none", "requested", "required")
 #: Kafka's key: each listener's security protocol (as the broker behind it has it)
 PROTOCOL_MAP_KEY = "listener.security.protocol.map"
 #: what the acceptor does on a TLS listener (`listener.name.<l>.tls.mode`): relay the bytes
-#: untouched (connection quotas only), or end TLS itself (not built yet)
-TLS_MODES = ("pass-through",)
+#: untouched (connection quotas only), or end TLS itself with its own certificate and speak
+#: TLS to the broker (requests read, charged per principal)
+TLS_MODES = ("pass-through", "terminate")
 
 
 @dataclass(frozen=True)
@@ -83,8 +96,15 @@ class ListenerSettings:
     proxy: str  # off | optional | required
     #: the broker listener's security protocol (`listener.security.protocol.map`)
     protocol: str = "PLAINTEXT"
-    #: on SSL and SASL_SSL: `pass-through` (bytes relayed untouched); else "" (frames read)
+    #: on SSL and SASL_SSL: `pass-through` (bytes relayed untouched) or `terminate`; else ""
     tls: str = ""
+    #: `terminate`: the acceptor's own key and certificate chain (PEM), the CA it trusts
+    #: (clients' certificates and the broker's), whether it asks clients for certificates,
+    #: and the certificate it shows the broker when the broker asks for one
+    keystore: str = ""
+    truststore: str = ""
+    client_auth: str = "none"
+    upstream_keystore: str = ""
 
     @property
     def opaque(self) -> bool:
@@ -94,10 +114,15 @@ class ListenerSettings:
         return self.tls == "pass-through"
 
     @property
+    def terminates(self) -> bool:
+        """The acceptor ends the client's TLS and opens its own to the broker."""
+        return self.tls == "terminate"
+
+    @property
     def sasl(self) -> bool:
-        """Clients log in before their requests reach Kafka's request handlers (SASL
-        inspected in place on SASL_PLAINTEXT)."""
-        return self.protocol.startswith("SASL_")
+        """Clients log in before their requests reach Kafka's request handlers (SASL read
+        in passing: on SASL_PLAINTEXT, and on SASL_SSL when TLS is terminated here)."""
+        return self.protocol.startswith("SASL_") and not self.opaque
 
 
 def parse_protocol_map(raw: str, names: Sequence[str]) -> dict[str, str]:
@@ -231,23 +256,47 @@ def _tls_mode(name: str, protocol: str, given: str | None) -> str:
     value = given.strip().lower()
     if not has_tls:
         raise ConfigError(key, given, f"listener {name} is {protocol}: it has no TLS to relay")
-    if value == "terminate":
-        raise ConfigError(
-            key,
-            given,
-            "terminate (the acceptor ending TLS itself) is not built yet; pass-through is "
-            "(docs/security.md)",
-        )
     if value not in TLS_MODES:
         raise ConfigError(key, given, f"must be one of {', '.join(TLS_MODES)}")
     return value
+
+
+def _tls_files(name: str, protocol: str, tls: str, given: Mapping[str, str]) -> dict[str, str]:
+    """The `terminate` keys of a listener, checked: files that exist, a known client-auth
+    mode; refused on a listener without TLS, and the keystore and truststore required when
+    the acceptor terminates (each file's content is checked when its TLS context is made,
+    `harness.acceptor.tls`)."""
+    prefix = f"listener.name.{name.lower()}."
+    if given and not tls:
+        key = prefix + next(iter(given))
+        raise ConfigError(key, next(iter(given.values())), f"listener {name} is {protocol}: no TLS")
+    if tls == "terminate":
+        for k in ("ssl.keystore.location", "ssl.truststore.location"):
+            if not given.get(k):
+                raise ConfigError(prefix + k, "", "required when tls.mode=terminate (a PEM file)")
+    for k in ("ssl.keystore.location", "ssl.truststore.location", "upstream.ssl.keystore.location"):
+        if given.get(k) and not Path(given[k]).is_file():
+            raise ConfigError(prefix + k, given[k], "no such file")
+    auth = given.get("ssl.client.auth", "none").strip().lower()
+    if auth not in CLIENT_AUTH:
+        raise ConfigError(
+            prefix + "ssl.client.auth", auth, f"must be one of {', '.join(CLIENT_AUTH)}"
+        )
+    return {
+        "keystore": given.get("ssl.keystore.location", ""),
+        "truststore": given.get("ssl.truststore.location", ""),
+        "client_auth": auth,
+        "upstream_keystore": given.get("upstream.ssl.keystore.location", ""),
+    }
 
 
 def parse_acceptor_config(props: Mapping[str, str]) -> AcceptorConfig:
     """Validate everything; raises `ConfigError(key, value, reason)` on the first problem."""
     props = {k.strip(): v.strip() for k, v in props.items()}
     engine_props: dict[str, str] = {}
-    per_listener: dict[str, dict[str, str]] = {"upstream": {}, "proxy.protocol": {}, "tls.mode": {}}
+    per_listener: dict[str, dict[str, str]] = {
+        k: {} for k in ("upstream", "proxy.protocol", "tls.mode", *TLS_KEYS)
+    }
     for key, value in props.items():
         m = _LISTENER_KEY.match(key)
         if m:
@@ -287,9 +336,18 @@ def parse_acceptor_config(props: Mapping[str, str]) -> AcceptorConfig:
                 mode,
                 f"a PROXY header before TLS on {protocol} listener {spec.name} is not supported",
             )
+        given = {k: per_listener[k][spec.name] for k in TLS_KEYS if spec.name in per_listener[k]}
         listeners.append(
             ListenerSettings(
-                spec.name, spec.host, spec.port, up_host, up_port, mode, protocol=protocol, tls=tls
+                spec.name,
+                spec.host,
+                spec.port,
+                up_host,
+                up_port,
+                mode,
+                protocol=protocol,
+                tls=tls,
+                **_tls_files(spec.name, protocol, tls, given),
             )
         )
 

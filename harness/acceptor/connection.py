@@ -268,6 +268,8 @@ class Connection:
         self.opaque = opaque
         #: the SASL login, read in passing (None: a listener without SASL)
         self.login: Login | None = Login() if sasl and not opaque else None
+        #: the client certificate's principal, where the acceptor ends TLS (`tls_ready`)
+        self.tls_principal: str | None = None
         self.state = State.REGISTERED
         self.client_eof = Eof.NONE
         self.upstream_eof = Eof.NONE
@@ -312,8 +314,12 @@ class Connection:
 
     @property
     def principal(self) -> str:
-        """Who requests are charged to: the SASL user once logged in, else ANONYMOUS."""
-        return ANONYMOUS if self.login is None else self.login.principal
+        """Who requests are charged to: the SASL user once logged in (SASL wins over a
+        certificate on SASL_SSL, as in Kafka), else the client certificate's principal
+        where the acceptor ends TLS, else ANONYMOUS."""
+        if self.login is not None:
+            return self.login.principal
+        return self.tls_principal or ANONYMOUS
 
     def uncharged(self, correlation_id: int) -> bool:
         """Whether the request answered was taken before a SASL login completed (Kafka's
@@ -410,6 +416,13 @@ class Connection:
         keep = self._client_eof() if side is Side.CLIENT else self._upstream_eof()
         self._stepped(before, Input.CLIENT_EOF if side is Side.CLIENT else Input.UPSTREAM_EOF)
         return keep
+
+    def tls_failed(self, error: str) -> None:
+        """The client's TLS handshake with the acceptor failed (a terminating listener):
+        the client side is lost, with its own reason."""
+        before = self.state
+        self._finish("tls_handshake_failed", detail={"error": error})
+        self._stepped(before, Input.CLIENT_LOST)
 
     def lost(self, side: Side, error: str | None) -> None:
         """A side went away: with an error, a reset (answered with one); else a close."""

@@ -24,6 +24,7 @@ from harness.acceptor.config import AcceptorConfig
 from harness.acceptor.connection import Connection
 from harness.acceptor.forwarding import AsyncioWire
 from harness.acceptor.request_quotas import with_throttle_time
+from harness.acceptor.tls import listener_tls
 from harness.history import events
 from harness.quota.requests import RequestQuotas
 
@@ -119,6 +120,10 @@ class Connections:
         #: the broker's request log, whose handler times are charged instead of the time the
         #: acceptor sees (`upstream.request.log`; harness.acceptor.broker_charge)
         log_path = cfg.properties.get(REQUEST_LOG_KEY, "").strip()
+        #: the TLS of every listener the acceptor terminates (made once, at the start)
+        self._tls = {
+            spec.name: t for spec in cfg.listeners if (t := listener_tls(cfg, spec)) is not None
+        }
         self.request_log: RequestLog | None = (
             RequestLog(log_path, hold_when=self._could_throttle) if log_path else None
         )
@@ -160,7 +165,7 @@ class Connections:
             opaque=spec.opaque,
             sasl=spec.sasl,
         )
-        AsyncioWire(conn, item.sock)
+        AsyncioWire(conn, item.sock, self._tls.get(spec.name))
         self.open.add(conn)
         return conn
 

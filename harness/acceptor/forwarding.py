@@ -13,15 +13,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 import struct
 import time
 from typing import TYPE_CHECKING, Any
 
 from harness.acceptor.broker_charge import kafka_address
 from harness.acceptor.connection import Connection, Side, Timer
+from harness.acceptor.tls import kafka_principal
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
+
+    from harness.acceptor.tls import ListenerTls
 
 UPSTREAM_CONNECT_TIMEOUT_S = 10.0
 LINGER_RST = struct.pack("ii", 1, 0)
@@ -46,6 +50,14 @@ def _close(transport: asyncio.BaseTransport | None, reset: bool) -> None:
         transport.abort()
     else:
         transport.close()
+
+
+def _peer_principal(transport: asyncio.BaseTransport) -> str | None:
+    """The client certificate's principal, as Kafka maps it (None: no certificate)."""
+    obj = transport.get_extra_info("ssl_object")
+    if not isinstance(obj, ssl.SSLObject):
+        return None
+    return kafka_principal(obj.getpeercert(binary_form=True))
 
 
 class _Side(asyncio.Protocol):
@@ -100,11 +112,26 @@ class AsyncioWire:
     """`connection.Wire` over the running loop, for one accepted socket; receives the
     connection it drives (and attaches itself to it)."""
 
-    __slots__ = ("_ct", "_opening", "_timers", "_ut", "_want", "_woken", "conn", "reset", "sock")
+    __slots__ = (
+        "_ct",
+        "_opening",
+        "_timers",
+        "_ut",
+        "_want",
+        "_woken",
+        "conn",
+        "reset",
+        "sock",
+        "tls",
+    )
 
-    def __init__(self, conn: Connection, sock: socket.socket) -> None:
+    def __init__(
+        self, conn: Connection, sock: socket.socket, tls: ListenerTls | None = None
+    ) -> None:
         self.conn = conn
         self.sock = sock
+        #: a terminating listener's TLS (the client's ends here, the broker's starts here)
+        self.tls = tls
         conn.wire = self
         self._ct: asyncio.Transport | None = None
         self._ut: asyncio.Transport | None = None
@@ -142,13 +169,25 @@ class AsyncioWire:
             return
         loop = asyncio.get_running_loop()
         self._opening = True
+        tls = self.tls
         try:
-            await loop.connect_accepted_socket(lambda: _Side(self, Side.CLIENT), self.sock)
+            if tls is None:
+                await loop.connect_accepted_socket(lambda: _Side(self, Side.CLIENT), self.sock)
+            else:  # the handshake, then `made`
+                await loop.connect_accepted_socket(
+                    lambda: _Side(self, Side.CLIENT),
+                    self.sock,
+                    ssl=tls.server,
+                    ssl_handshake_timeout=tls.handshake_timeout_s,
+                )
         except OSError as exc:
             self._opening = False
             with contextlib.suppress(OSError):
                 self.sock.close()
-            conn.lost(Side.CLIENT, repr(exc))
+            if tls is not None and not conn.closed:
+                conn.tls_failed(repr(exc))
+            else:
+                conn.lost(Side.CLIENT, repr(exc))
             return
         self._opening = False
         if conn.closed:  # ended while the transport was made (a client EOF: a FIN, as Kafka)
@@ -161,9 +200,14 @@ class AsyncioWire:
             if conn.closed or self._want is None:
                 return
         host, port = self._want
+        upstream_tls: dict[str, Any] = (
+            {} if tls is None else {"ssl": tls.upstream, "server_hostname": host}
+        )
         try:
             async with asyncio.timeout(UPSTREAM_CONNECT_TIMEOUT_S):
-                await loop.create_connection(lambda: _Side(self, Side.UPSTREAM), host, port)
+                await loop.create_connection(
+                    lambda: _Side(self, Side.UPSTREAM), host, port, **upstream_tls
+                )
         except (OSError, TimeoutError) as exc:
             conn.upstream_failed(repr(exc))
 
@@ -173,6 +217,8 @@ class AsyncioWire:
         t: asyncio.Transport = transport  # type: ignore[assignment]  # uvloop's: no subclass
         if side is Side.CLIENT:
             self._ct = t
+            if self.tls is not None and self.tls.reads_certificate:
+                conn.tls_principal = _peer_principal(t)
             if not conn.closed:
                 conn.opened()
             return

@@ -718,21 +718,30 @@ def listener_protocol(sc: Scenario, name: str) -> str:
     return sc.security.get(name, "PLAINTEXT").partition(":")[0].upper()
 
 
-def passed_through_request_quotas(sc: Scenario) -> str | None:
+def passed_through_request_quotas(sc: Scenario, acceptor_props: Mapping[str, str]) -> str | None:
     """Why the acceptor cannot run `sc`, if it cannot: request quotas while load goes to a
-    TLS listener, which the acceptor passes through untouched (it reads no request there,
-    so it could charge none: docs/security.md)."""
+    TLS listener the acceptor passes through untouched (it reads no request there, so it
+    could charge none: docs/security.md). `acceptor_props`: the scenario's and the
+    operator's acceptor keys (`listener.name.<l>.tls.mode`)."""
     if not sc.request_quotas and not any(a.kind == "request_quota" for a in sc.schedule):
         return None
     tls = sorted(
-        {p.listener for p in sc.load if listener_protocol(sc, p.listener) in ("SSL", "SASL_SSL")}
+        {
+            p.listener
+            for p in sc.load
+            if listener_protocol(sc, p.listener) in ("SSL", "SASL_SSL")
+            and acceptor_props.get(f"listener.name.{p.listener.lower()}.tls.mode", "pass-through")
+            != "terminate"
+        }
     )
     if not tls:
         return None
+    keys = ", ".join(f"listener.name.{n.lower()}.tls.mode=terminate" for n in tls)
     return (
         f"the scenario sets request quotas and its load uses TLS listener(s) {tls}, which the "
-        "acceptor passes through untouched (no request read, none charged; its terminate "
-        "mode is not built: docs/security.md); run with --target broker"
+        "acceptor passes through untouched (no request read, none charged); end TLS at the "
+        f"acceptor ({keys}, in the scenario's acceptor block or --set-acceptor) or run with "
+        "--target broker"
     )
 
 
@@ -754,6 +763,29 @@ class AcceptorTarget(Target):
     def writes_config_rows(self) -> bool:
         return False
 
+    def _tls_files(self) -> dict[str, str]:
+        """Per TLS listener, what the acceptor needs should it end TLS itself (`tls.mode=
+        terminate`, the scenario's `acceptor` block or `--set-acceptor`): its own
+        certificate from the run's CA, that CA, the broker's client-auth mode, and the
+        client certificate to show the broker when the broker asks for one."""
+        from harness.broker.config import parse_listener
+
+        sc, files = self.scenario, getattr(self.broker, "security_files", None)
+        if files is None:
+            return {}
+        out: dict[str, str] = {}
+        for n in sc.listeners:
+            if listener_protocol(sc, n) not in ("SSL", "SASL_SSL"):
+                continue
+            auth = parse_listener(f"{n}={sc.security[n]}").client_auth
+            prefix = f"listener.name.{n.lower()}."
+            out[prefix + "ssl.keystore.location"] = str(files.acceptor_keystore)
+            out[prefix + "ssl.truststore.location"] = str(files.ca)
+            out[prefix + "ssl.client.auth"] = auth
+            if auth != "none":
+                out[prefix + "upstream.ssl.keystore.location"] = str(files.client_keystore)
+        return out
+
     def acceptor_properties(
         self, ports: Mapping[str, int], upstreams: Mapping[str, str]
     ) -> dict[str, str]:
@@ -770,6 +802,7 @@ class AcceptorTarget(Target):
             props["listener.security.protocol.map"] = ",".join(
                 f"{n}:{listener_protocol(sc, n)}" for n in sc.listeners
             )
+            props.update(self._tls_files())
         props.update(_props(limits))
         for n in sc.listeners:
             props[f"listener.name.{n.lower()}.upstream"] = upstreams[n]
@@ -792,7 +825,7 @@ class AcceptorTarget(Target):
         command_config: Path | None = None,
     ) -> None:
         sc = self.scenario
-        refused = passed_through_request_quotas(sc)
+        refused = passed_through_request_quotas(sc, {**sc.acceptor, **(set_acceptor or {})})
         if refused:
             raise TargetError(f"target acceptor: {refused}")
         self.run_id = run_id

@@ -27,6 +27,7 @@ from harness.admin.client import AdminError, KafkaWire, alter_client_quota
 from harness.broker.local import LocalBroker, start_local
 from harness.localnet import free_port
 from harness.security import clientprops
+from harness.security.certs import CLIENT_PRINCIPAL
 
 pytestmark = pytest.mark.integration
 
@@ -37,9 +38,15 @@ SASL_AUTHENTICATE, SASL_HANDSHAKE = 36, 17
 def fronted(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[LocalBroker, dict[str, int]]]:
-    ports = {"TLS": free_port(), "SASLP": free_port()}
+    ports = {n: free_port() for n in ("TLS", "SASLP", "MTLS", "SASLS")}
     broker = start_local(
-        listeners=("PLAINTEXT", "TLS=SSL", "SASLP=SASL_PLAINTEXT:SCRAM-SHA-256,PLAIN"),
+        listeners=(
+            "PLAINTEXT",
+            "TLS=SSL",
+            "SASLP=SASL_PLAINTEXT:SCRAM-SHA-256,PLAIN",
+            "MTLS=SSL:mtls",
+            "SASLS=SASL_SSL:SCRAM-SHA-512",
+        ),
         advertised={n: f"127.0.0.1:{p}" for n, p in ports.items()},
         workdir=tmp_path_factory.mktemp("acceptor-secured") / "broker",
         ready_timeout_s=180,
@@ -58,13 +65,31 @@ def acceptor(
 ) -> Iterator[Callable[..., AcceptorHandle]]:
     broker, ports = fronted
     handles: list[AcceptorHandle] = []
+    files = broker.security_files
+    assert files is not None
 
     def _start(**props: str) -> AcceptorHandle:
         base = {
             "listeners": ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items()),
-            "listener.security.protocol.map": "TLS:SSL,SASLP:SASL_PLAINTEXT",
-            "listener.name.tls.upstream": f"127.0.0.1:{broker.listener_ports['TLS']}",
-            "listener.name.saslp.upstream": f"127.0.0.1:{broker.listener_ports['SASLP']}",
+            "listener.security.protocol.map": (
+                "TLS:SSL,SASLP:SASL_PLAINTEXT,MTLS:SSL,SASLS:SASL_SSL"
+            ),
+            **{
+                f"listener.name.{n.lower()}.upstream": f"127.0.0.1:{broker.listener_ports[n]}"
+                for n in ports
+            },
+            # MTLS and SASLS: TLS ends at the acceptor (its own certificate, the run's CA)
+            **{
+                f"listener.name.{n}.{k}": v
+                for n in ("mtls", "sasls")
+                for k, v in (
+                    ("tls.mode", "terminate"),
+                    ("ssl.keystore.location", str(files.acceptor_keystore)),
+                    ("ssl.truststore.location", str(files.ca)),
+                )
+            },
+            "listener.name.mtls.ssl.client.auth": "required",
+            "listener.name.mtls.upstream.ssl.keystore.location": str(files.client_keystore),
             "metrics.port": "0",
             **props,
         }
@@ -173,3 +198,60 @@ def test_a_wrong_password_is_the_brokers_refusal(
     wait_until(lambda: any(r["listener"] == "SASLP" for r in history_rows(h, "close")), 20)
     auth = [r for r in history_rows(h, "request") if r["api_key"] == SASL_AUTHENTICATE]
     assert auth and {r["principal"] for r in auth} == {"ANONYMOUS"}  # never logged in
+
+
+def test_terminated_mutual_tls_charges_the_certificate_principal(
+    fronted: tuple[LocalBroker, dict[str, int]], acceptor: Callable[..., AcceptorHandle]
+) -> None:
+    """TLS ends at the acceptor: the client's certificate names the principal as Kafka
+    maps it (RDNs reversed), every request is read and charged to it."""
+    broker, _ports = fronted
+    h = acceptor()
+    _produce(broker, "MTLS", 3, "mtls-producer")
+    wait_until(lambda: any(r["api_key"] == 0 for r in history_rows(h, "request")), 20)
+    produce = [r for r in history_rows(h, "request") if r["listener"] == "MTLS"]
+    assert produce and {r["principal"] for r in produce} == {CLIENT_PRINCIPAL}
+
+
+def test_terminated_sasl_ssl_reads_the_login(
+    fronted: tuple[LocalBroker, dict[str, int]], acceptor: Callable[..., AcceptorHandle]
+) -> None:
+    broker, _ports = fronted
+    h = acceptor()
+    _produce(broker, "SASLS", 3, "sasls-producer")
+    wait_until(lambda: any(r["api_key"] == 0 for r in history_rows(h, "request")), 20)
+    rows = [r for r in history_rows(h, "request") if r["listener"] == "SASLS"]
+    assert {r["principal"] for r in rows if r["api_key"] == 0} == {"alice"}
+    login = [r for r in rows if r["api_key"] in (SASL_HANDSHAKE, SASL_AUTHENTICATE)]
+    assert login and all(json.loads(r["detail"])["charge_source"] == "login" for r in login)
+
+
+def test_a_client_that_does_not_trust_the_front_fails_its_handshake(
+    fronted: tuple[LocalBroker, dict[str, int]], acceptor: Callable[..., AcceptorHandle]
+) -> None:
+    """A client without a certificate on the mutual-TLS listener: the acceptor's handshake
+    refuses it, the close row says so, and the broker never sees it."""
+    import socket
+    import ssl
+
+    _broker, ports = fronted
+    h = acceptor()
+    files = _broker.security_files
+    assert files is not None
+    ctx = ssl.create_default_context(cafile=str(files.ca))
+    got: bytes | Exception
+    with socket.create_connection(("127.0.0.1", ports["MTLS"]), timeout=10) as raw:
+        try:  # TLS 1.3: the refusal of the certificate comes after the client's finish
+            with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+                tls.sendall(b"\0\0\0\0")
+                got = tls.recv(10)
+        except (ssl.SSLError, ConnectionError) as exc:
+            got = exc
+    assert got == b"" or isinstance(got, Exception)  # refused, never answered
+    wait_until(
+        lambda: any(
+            r["listener"] == "MTLS" and r["reason"] == "tls_handshake_failed"
+            for r in history_rows(h, "close")
+        ),
+        20,
+    )

@@ -58,6 +58,7 @@ def test_defaults_and_listeners() -> None:
         ("listener.security.protocol.map", "OTHER:SSL", "no listener OTHER"),
         ("listener.name.client.tls.mode", "pass-through", "has no TLS"),
         ("listener.name.nope.tls.mode", "pass-through", "no listener"),
+        ("listener.name.client.ssl.keystore.location", "/tmp/x.pem", "no TLS"),
     ],
 )
 def test_bad_values_name_key_value_reason(key: str, value: str, reason_part: str) -> None:
@@ -76,7 +77,7 @@ def test_security_protocols_and_tls_modes() -> None:
         "SASL_SSL",
         "pass-through",
         True,
-        True,
+        False,  # passed through: its login is inside TLS, not read
     )
     assert (internal.protocol, internal.tls, internal.opaque, internal.sasl) == (
         "PLAINTEXT",
@@ -102,7 +103,13 @@ def test_security_protocols_and_tls_modes() -> None:
 @pytest.mark.parametrize(
     ("extra", "key", "reason_part"),
     [
-        ({"listener.name.client.tls.mode": "terminate"}, "tls.mode", "not built yet"),
+        ({"listener.name.client.tls.mode": "terminate"}, "ssl.keystore.location", "required"),
+        (
+            {"listener.name.client.ssl.truststore.location": "/nonexistent/ca.pem"},
+            "ssl.truststore.location",
+            "no such file",
+        ),
+        ({"listener.name.client.ssl.client.auth": "always"}, "ssl.client.auth", "one of none"),
         ({"listener.name.client.tls.mode": "inspect"}, "tls.mode", "one of pass-through"),
         ({"listener.name.client.proxy.protocol": "required"}, "proxy.protocol", "before TLS"),
     ],
