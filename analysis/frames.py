@@ -126,6 +126,10 @@ def client_conns(run: Run) -> DataFrame:
                 F.col("event") == "connect_invoke",
                 detail_col("client", "connect_invoke", "broker").cast("int"),
             ).alias("broker"),
+            # who the client logged in as (SASL) or its certificate names (mutual TLS)
+            F.when(F.col("event") == "closed", detail_col("client", "closed", "principal"))
+            .when(F.col("event") == "request_ok", detail_col("client", "request_ok", "principal"))
+            .alias("principal"),
         )  # fmt: skip
         starts = F.when(
             (F.col("event") == "connect_invoke")
@@ -159,6 +163,9 @@ def client_conns(run: Run) -> DataFrame:
             F.min(F.when(eof, F.col("mono_ns"))).alias("eof_ns"),
             F.min(F.when(F.col("event") == "connect_fail", F.col("reason"))).alias("fail_reason"),
             F.first("outcome", ignorenulls=True).alias("closed_outcome"),
+            first("tls_start").alias("tls_start_ns"),
+            first("tls_done").alias("tls_done_ns"),
+            F.first("principal", ignorenulls=True).alias("c_principal"),
             F.max(F.when(F.col("event") == "closed", F.col("mono_ns"))).alias("closed_ns"),
         )
         return df.persist(StorageLevel.MEMORY_AND_DISK)

@@ -17,6 +17,7 @@ from analysis.checks import (
     request_buckets,
     request_model,
     requests,
+    secured,
     strictness,
     testimony,
 )
@@ -36,6 +37,7 @@ ALL_CHECKS: list[Check] = [
     *broker_side.CHECKS,
     *request_buckets.CHECKS,
     *auth.CHECKS,
+    *secured.CHECKS,
     *kafka_metrics.CHECKS,
     *strictness.CHECKS,
     *testimony.CHECKS,

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from harness.acceptor.config import ListenerSettings
 from harness.acceptor.ports import NewConnection
 from harness.acceptor.recorder import ConnInfo, Recorder
+from harness.acceptor.tls import listener_tls
 from harness.history import events
 from harness.quota.connections import Outcome
 from harness.wire.proxy import ProxyError, ProxyHeaderReader
@@ -124,6 +125,10 @@ class ListenerAcceptor:
         self._f_reject_late = "ip_count_reject_close_late" in faults
         self._f_proxy_ignored = "proxy_source_ignored" in faults
         self._f_unrecorded = "accept_unrecorded" in faults
+        #: SEEDED FAULT `tls_before_quota`: the TLS a throttled socket is handshaken with
+        #: first (None in production: a quota's close never reads a TLS byte)
+        self._f_tls = listener_tls(cfg, settings) if "tls_before_quota" in faults else None
+        self._f_tls_transports: dict[int, asyncio.Transport] = {}
         self._admissions = 0  # sockets taken, for the seeded fault above
         # accepting, and what it records
         self.next_conn_id = next_conn_id
@@ -599,6 +604,19 @@ class ListenerAcceptor:
     # -- IP-rate throttled sockets ---------------------------------------------------------
     def _park(self, item: NewConnection, t1_ms: int) -> None:
         heapq.heappush(self._parked, (t1_ms + item.throttle_ms, next(self._park_seq), item))
+        if self._f_tls is not None:  # SEEDED FAULT: the handshake before the quota's close
+            task = asyncio.ensure_future(self._handshake_anyway(item))
+            self._header_tasks.add(task)
+            task.add_done_callback(self._header_tasks.discard)
+
+    async def _handshake_anyway(self, item: NewConnection) -> None:
+        assert self._f_tls is not None
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(OSError):
+            transport, _ = await loop.connect_accepted_socket(
+                asyncio.Protocol, item.sock, ssl=self._f_tls.server
+            )
+            self._f_tls_transports[id(item)] = transport
 
     def _close_due_parked(self) -> None:
         """Kafka's `closeThrottledConnections`: every parked socket with end < now."""
@@ -608,6 +626,9 @@ class ListenerAcceptor:
 
     def _close_parked_one(self, entry: tuple[int, int, NewConnection], reason: str) -> None:
         end_ms, _, item = entry
+        transport = self._f_tls_transports.pop(id(item), None)  # the seeded fault's
+        if transport is not None:
+            transport.abort()
         with contextlib.suppress(OSError):
             item.sock.close()
         self.rec.conn(

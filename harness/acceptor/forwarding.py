@@ -52,12 +52,12 @@ def _close(transport: asyncio.BaseTransport | None, reset: bool) -> None:
         transport.close()
 
 
-def _peer_principal(transport: asyncio.BaseTransport) -> str | None:
+def _peer_principal(transport: asyncio.BaseTransport, written_order: bool) -> str | None:
     """The client certificate's principal, as Kafka maps it (None: no certificate)."""
     obj = transport.get_extra_info("ssl_object")
     if not isinstance(obj, ssl.SSLObject):
         return None
-    return kafka_principal(obj.getpeercert(binary_form=True))
+    return kafka_principal(obj.getpeercert(binary_form=True), written_order=written_order)
 
 
 class _Side(asyncio.Protocol):
@@ -218,7 +218,7 @@ class AsyncioWire:
         if side is Side.CLIENT:
             self._ct = t
             if self.tls is not None and self.tls.reads_certificate:
-                conn.tls_principal = _peer_principal(t)
+                conn.tls_principal = _peer_principal(t, self.tls.written_order)
             if not conn.closed:
                 conn.opened()
             return

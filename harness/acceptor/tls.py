@@ -37,6 +37,8 @@ class ListenerTls:
     handshake_timeout_s: float
     #: the client's certificate names the principal (ssl.client.auth requested or required)
     reads_certificate: bool
+    #: SEEDED FAULT `principal_not_reversed`: the subject's RDNs in their written order
+    written_order: bool = False
 
 
 def _load(key: str, path: str, load: object) -> None:
@@ -78,16 +80,26 @@ def listener_tls(cfg: AcceptorConfig, spec: ListenerSettings) -> ListenerTls | N
             lambda: upstream.load_cert_chain(spec.upstream_keystore),
         )
     idle_s = cfg.idle_ms / 1000 if cfg.idle_ms > 0 else 24 * 3600.0
-    return ListenerTls(server, upstream, idle_s, spec.client_auth != "none")
+    return ListenerTls(
+        server,
+        upstream,
+        idle_s,
+        spec.client_auth != "none",
+        written_order="principal_not_reversed" in cfg.faults,
+    )
 
 
-def kafka_principal(der: bytes | None) -> str | None:
+def kafka_principal(der: bytes | None, *, written_order: bool = False) -> str | None:
     """A client certificate's principal under Kafka's default `ssl.principal.mapping.rules`:
     `X500Principal.getName()`, RFC 2253, the subject's RDNs in reverse order (`CN=client1,
-    OU=harness` is `OU=harness,CN=client1`). None without a certificate (ANONYMOUS)."""
+    OU=harness` is `OU=harness,CN=client1`). None without a certificate (ANONYMOUS).
+    `written_order`: the seeded fault's name, the RDNs as the certificate lists them."""
     if not der:
         return None
     from cryptography import x509
 
+    subject = x509.load_der_x509_certificate(der).subject
+    if written_order:  # SEEDED FAULT principal_not_reversed
+        return ",".join(rdn.rfc4514_string() for rdn in subject.rdns)
     # rfc4514_string lists the RDNs last first, as RFC 2253 does
-    return x509.load_der_x509_certificate(der).subject.rfc4514_string()
+    return subject.rfc4514_string()

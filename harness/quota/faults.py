@@ -202,6 +202,28 @@ FAULTS: tuple[Fault, ...] = (
         "harness/acceptor/dynamic.py DynamicConfig.restore",
     ),
     Fault(
+        "user_quota_ignored",
+        "a request is charged to the principal its connection logged in as (a SASL user, a "
+        "certificate's name), with Kafka's (user, client-id) precedence",
+        "every request is charged as ANONYMOUS, so a user's quota never applies (the rows "
+        "still name the user)",
+        "harness/quota/requests.py RequestQuotas",
+    ),
+    Fault(
+        "principal_not_reversed",
+        "a client certificate's principal is Kafka's X500Principal.getName() (RFC 2253: "
+        "the subject's RDNs last first)",
+        "the subject in its written order (CN=client1,OU=harness)",
+        "harness/acceptor/tls.py kafka_principal",
+    ),
+    Fault(
+        "tls_before_quota",
+        "connection quotas are applied before any TLS byte is read (Kafka's acceptor thread)",
+        "on a listener the acceptor ends TLS, a connection its per-IP quota closes first "
+        "completes the TLS handshake",
+        "harness/acceptor/admission.py ListenerAcceptor._close_parked_one",
+    ),
+    Fault(
         "skip_ip_rate_check",
         "connection_creation_rate on ip entities throttles connections",
         "the per-IP rate step is skipped (ip quotas are still accepted and reported); "

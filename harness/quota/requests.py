@@ -281,6 +281,7 @@ class RequestQuotas:
         # Seeded faults (harness.quota.faults), turned into plain attributes once.
         meter_cls = AtBoundRateMeter if "violation_at_bound" in faults else RateMeter
         self._f_swap_entity = "request_wrong_entity" in faults
+        self._f_user_ignored = "user_quota_ignored" in faults
         self._managers = {
             "request_percentage": _QuotaManager(
                 window_num,
@@ -363,6 +364,8 @@ class RequestQuotas:
         manager = self._request
         if self._f_swap_entity:  # SEEDED FAULT: principal and client id swapped
             user, client_id = client_id, user
+        if self._f_user_ignored:  # SEEDED FAULT: every request charged as ANONYMOUS
+            user = "ANONYMOUS"
         tags = manager.bucket(user, client_id)
         bound = manager.limit(tags)
         if bound >= UNLIMITED:
@@ -416,6 +419,8 @@ class RequestQuotas:
         manager = self._request
         if self._f_swap_entity:  # SEEDED FAULT: principal and client id swapped
             user, client_id = client_id, user
+        if self._f_user_ignored:  # SEEDED FAULT: every request charged as ANONYMOUS
+            user = "ANONYMOUS"
         exempt = (
             (api_key in self.exempt_api_keys and not cluster_action_unauthorized)
             or acks_zero_produce
@@ -445,6 +450,8 @@ class RequestQuotas:
             return
         if self._f_swap_entity:  # SEEDED FAULT: principal and client id swapped
             user, client_id = client_id, user
+        if self._f_user_ignored:  # SEEDED FAULT: every request charged as ANONYMOUS
+            user = "ANONYMOUS"
         meter = manager.meter(manager.bucket(user, client_id))
         meter.record(ns * NANOS_TO_PERCENTAGE, now_ms, False)
 

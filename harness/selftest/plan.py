@@ -48,6 +48,10 @@ FAULT_SCENARIOS: dict[str, tuple[str, ...]] = {
     # issue 34: a connection taken and never recorded (only `accounting` sees it)
     "accept_unrecorded": ("ci-gate",),
     "state_not_restored": ("acceptor-crash",),
+    # issue 29: secured listeners (the acceptor ends TLS on ssl-storm and mutual-tls-quota)
+    "user_quota_ignored": ("user-request-quota",),
+    "principal_not_reversed": ("mutual-tls-quota",),
+    "tls_before_quota": ("ssl-storm",),
 }
 
 #: the fast subset for CI (all on the 20 s ci-gate scenario)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -255,3 +256,50 @@ def test_a_client_that_does_not_trust_the_front_fails_its_handshake(
         ),
         20,
     )
+
+
+@pytest.mark.parametrize("fault", ["", "tls_before_quota"])
+def test_a_quota_closes_before_any_tls_byte(
+    fronted: tuple[LocalBroker, dict[str, int]],
+    acceptor: Callable[..., AcceptorHandle],
+    fault: str,
+) -> None:
+    """On a listener the acceptor terminates, an IP-throttled connection is closed without
+    its handshake ever completing (Kafka decides on its acceptor thread, before TLS); the
+    seeded fault `tls_before_quota` handshakes first, and the client sees it finish."""
+    import socket
+    import ssl
+
+    from harness.admin.client import alter_ip_quota
+
+    broker, ports = fronted
+    files = broker.security_files
+    assert files is not None
+    h = acceptor(**({"harness.test.fault": fault} if fault else {}))
+    alter_ip_quota(
+        f"127.0.0.1:{ports['SASLP']}", "127.0.0.7", 1.0, client_config=_config(broker, "SASLP")
+    )
+    ctx = ssl.create_default_context(cafile=str(files.ca))
+
+    def handshake(_: int) -> bool:
+        raw = socket.create_connection(
+            ("127.0.0.1", ports["SASLS"]), timeout=5, source_address=("127.0.0.7", 0)
+        )
+        try:
+            with ctx.wrap_socket(raw, server_hostname="127.0.0.1"):
+                return True
+        except (ssl.SSLError, ConnectionError, TimeoutError):
+            return False
+        finally:
+            raw.close()
+
+    # 20 at once from one address, against 1 a second: about half are throttled and closed
+    with ThreadPoolExecutor(20) as pool:
+        finished = sum(pool.map(handshake, range(20)))
+    wait_until(lambda: len(history_rows(h, "throttle_close")) >= 2, 20)
+    admitted = len([r for r in history_rows(h, "admit") if r["client_ip"] == "127.0.0.7"])
+    assert admitted >= 1
+    if fault:
+        assert finished > admitted  # throttled connections finished TLS: caught by the check
+    else:
+        assert finished == admitted

@@ -337,7 +337,33 @@ def test_request_wrong_entity_charges_another_bucket() -> None:
     assert rq.bucket_for("ANONYMOUS", "hog") == ("", "hog")  # reporting is unchanged
 
 
-ENGINE_FAULTS = set(TRACES) | {"request_throttle_uncapped", "request_wrong_entity"}
+def test_user_quota_ignored_charges_anonymous() -> None:
+    def alice(rq: RequestQuotas) -> int:
+        rq.set_quota("alice", None, "request_percentage", 1.0)
+        return rq.record_request("alice", "app", 0, 5_000_000_000, 0).throttle_ms
+
+    assert alice(RequestQuotas()) == 1000
+    assert alice(RequestQuotas(faults=Faults.of(["user_quota_ignored"]))) == 0
+
+
+def test_principal_not_reversed_keeps_the_written_order() -> None:
+    pytest.importorskip("cryptography")
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    from harness.acceptor.tls import kafka_principal
+    from harness.security.certs import TlsBundle
+
+    der = TlsBundle.generate().client.cert.public_bytes(Encoding.DER)
+    assert kafka_principal(der) == "OU=harness,CN=client1"
+    assert kafka_principal(der, written_order=True) == "CN=client1,OU=harness"
+
+
+ENGINE_FAULTS = set(TRACES) | {
+    "request_throttle_uncapped",
+    "request_wrong_entity",
+    "user_quota_ignored",
+    "principal_not_reversed",
+}
 ACCEPTOR_FAULTS = {
     "evict_most_recent",
     "rate_delay_not_waited",
@@ -352,6 +378,8 @@ ACCEPTOR_FAULTS = {
     "accept_unrecorded",
     # shown by tests/integration/test_acceptor_faults.py (a restart with and without it)
     "state_not_restored",
+    # shown against a real broker in tests/integration/test_acceptor_secured.py
+    "tls_before_quota",
 }
 
 

@@ -1,0 +1,165 @@
+"""Secured listeners behind the acceptor: quotas before TLS, and whose requests were charged.
+
+`quota_precedes_tls`: Kafka applies every connection quota on its acceptor thread, before
+its processor reads any TLS byte (`SocketServer.Acceptor.accept` -> `ConnectionQuotas.inc`,
+then `Processor.configureNewConnections`; `../shared/reference/kafka-security-listeners.md`):
+a connection the quotas close (a per-IP count reject, an IP-throttle close) never completes
+a handshake. Judged on the client's rows: every such connection whose client started TLS
+must not have finished it. Where the acceptor passes TLS through, the broker would finish
+it only if the acceptor forwarded the connection; where it terminates TLS, only if it
+handshook before deciding.
+
+`principal_agreement`: requests are charged to the principal (KIP-124's user). The client
+knows who it is (the SASL user it logged in as, or Kafka's name for the certificate it
+offered, `loadprofiles.secure`); the acceptor's `request` rows say whom it charged. A
+connection matched to its client attempt must name the same principal on both sides: the
+checker never takes the enforcer's word for who a client is (a certificate subject left in
+its written order, say, charges a user no quota names).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from analysis.checks.base import (
+    FAIL,
+    NA,
+    PASS,
+    UNKNOWN,
+    Check,
+    CheckResult,
+    Part,
+    nothing_judged,
+    witness,
+)
+from analysis.frames import acceptor_conns, client_conns, detail_col, match_attempts
+
+if TYPE_CHECKING:
+    from analysis.load import Run
+
+MAX_WITNESSES = 10
+
+
+def check_quota_precedes_tls(run: Run) -> CheckResult:
+    from pyspark.sql import functions as F
+
+    name = "quota_precedes_tls"
+    expected = "no connection closed by a quota (reject, IP-throttle close) finishes TLS"
+    if not run.meta.get("listener_security") or not run.has_source("client"):
+        return CheckResult(
+            name, NA, observed="no secured listener in this run", expected=expected,
+            explanation="n/a: the rule is about TLS listeners",
+        )  # fmt: skip
+    closed = acceptor_conns(run).where(F.col("outcome").isin("reject", "throttle_close"))
+    j = match_attempts(closed, client_conns(run), run).where(F.col("c.tls_start_ns").isNotNull())
+    rows = j.select(
+        "a.conn_id", "a.listener", "a.client_ip", "a.client_port", "a.outcome", "a.accept_ns",
+        "c.tls_start_ns", "c.tls_done_ns",
+    ).collect()  # fmt: skip
+    if not rows:
+        res = nothing_judged(name, "quota-closed connections that started TLS", expected)
+        if name not in (run.expect.get("checks") or []):
+            res.verdict = NA
+        res.raise_hint = "a per-IP quota or count the TLS clients exceed"
+        return res
+    bad = [r for r in rows if r["tls_done_ns"] is not None]
+    wit = [
+        witness(
+            r.asDict(),
+            f"{r['outcome']} by the acceptor, yet the client finished its TLS handshake "
+            f"{(r['tls_done_ns'] - r['accept_ns']) / 1e6:.1f} ms after the accept",
+        )
+        for r in bad[:MAX_WITNESSES]
+    ]
+    return CheckResult(
+        name,
+        FAIL if bad else PASS,
+        observed=f"{len(rows)} quota-closed connections started TLS; {len(bad)} finished it",
+        expected=expected,
+        tolerance="none (a handshake finished or not)",
+        witnesses=wit,
+        explanation="Kafka's connection quotas run on its acceptor thread before any TLS byte "
+        "is read",
+        judged=len(rows),
+        exercised=True,
+        parts=[Part("quota-closed TLS attempts", len(rows))],
+    )
+
+
+def check_principal_agreement(run: Run) -> CheckResult:
+    from pyspark.sql import functions as F
+
+    name = "principal_agreement"
+    expected = "the acceptor charges each request to the principal its client logged in as"
+    req = run.events("request", source="acceptor").where(
+        F.col("principal").isNotNull()
+        & (
+            detail_col("acceptor", "request", "charge_source").isNull()
+            | (detail_col("acceptor", "request", "charge_source") != F.lit("login"))
+        )
+    )
+    charged = req.groupBy("conn_id").agg(
+        F.collect_set("principal").alias("charged"), F.count(F.lit(1)).alias("requests")
+    )
+    conns = acceptor_conns(run).join(charged, "conn_id")
+    if not run.has_source("client"):
+        return nothing_judged(name, "client rows", expected)
+    j = match_attempts(conns, client_conns(run), run).where(F.col("c.c_principal").isNotNull())
+    rows = j.select(
+        "a.conn_id", "a.listener", "a.client_ip", "a.client_port", "a.accept_ns", "a.charged",
+        "a.requests", "c.c_principal",
+    ).collect()  # fmt: skip
+    if not rows:
+        verdict = UNKNOWN if name in (run.expect.get("checks") or []) else NA
+        return CheckResult(
+            name, verdict,
+            observed="no acceptor-charged connection whose client named its principal",
+            expected=expected,
+            explanation="nothing to judge: no client logged in (SASL) or offered a certificate "
+            "on a listener whose requests the acceptor reads",
+        )  # fmt: skip
+    bad = [r for r in rows if set(r["charged"]) != {r["c_principal"]}]
+    wit = [
+        witness(
+            r.asDict(),
+            f"client is {r['c_principal']!r}; its requests were charged to {sorted(r['charged'])}",
+        )
+        for r in bad[:MAX_WITNESSES]
+    ]
+    principals = sorted({str(r["c_principal"]) for r in rows})
+    return CheckResult(
+        name,
+        FAIL if bad else PASS,
+        observed=(
+            f"{len(rows)} connections ({sum(int(r['requests']) for r in rows)} requests) of "
+            f"{len(principals)} principal(s) {principals[:4]}; {len(bad)} charged to another"
+        ),
+        expected=expected,
+        tolerance="none (names compared exactly)",
+        witnesses=wit,
+        explanation="the client's own record of its login or certificate against the "
+        "principal on the acceptor's request rows (SASL login requests excluded: uncharged)",
+        judged=len(rows),
+        exercised=True,
+    )
+
+
+CHECKS = [
+    Check(
+        "quota_precedes_tls",
+        "secured",
+        check_quota_precedes_tls,
+        False,
+        ("acceptor",),
+        doc="a connection the acceptor's quotas close never completes a TLS handshake",
+    ),
+    Check(
+        "principal_agreement",
+        "secured",
+        check_principal_agreement,
+        False,
+        ("acceptor",),
+        doc="requests are charged to the principal the client logged in as (SASL) or its "
+        "certificate names (mutual TLS, RFC 2253 order)",
+    ),
+]
