@@ -84,16 +84,21 @@ def test_broker_target_holds_admin_only_for_run_time_changes(tmp_path: Path) -> 
     assert opened == ["quota-change"]  # faults' schedule holds only faults
 
 
-def test_the_acceptor_target_refuses_secured_listeners(tmp_path: Path) -> None:
+def test_the_acceptor_target_refuses_request_quotas_it_could_not_charge(tmp_path: Path) -> None:
+    """Request quotas with load on a TLS listener the acceptor passes through: refused before
+    anything starts (it reads no request there); ended at the acceptor, accepted."""
     import pytest
 
-    from harness.runner.targets import TargetError
+    from harness.runner.targets import TargetError, passed_through_request_quotas
 
-    sc = catalog.load("ssl-storm")
-    with pytest.raises(TargetError, match=r"CLIENT=SSL are secured.*--target broker"):
-        AcceptorTarget(sc, tmp_path, print).start()
+    sc = catalog.load("mutual-tls-quota")
+    through = {"listener.name.client.tls.mode": "pass-through"}
+    with pytest.raises(TargetError, match=r"passes through untouched.*tls.mode=terminate"):
+        AcceptorTarget(sc, tmp_path, print).start(set_acceptor=through)
+    assert passed_through_request_quotas(sc, dict(sc.acceptor)) is None  # it terminates
+    assert passed_through_request_quotas(catalog.load("ssl-storm"), {}) is None  # no quotas
     with pytest.raises(TargetError, match="--launcher local"):
-        BrokerTarget(sc, tmp_path, print).start(launcher="container")
+        BrokerTarget(catalog.load("ssl-storm"), tmp_path, print).start(launcher="container")
 
 
 def test_static_broker_keys_are_not_sent_to_a_running_cluster() -> None:
