@@ -13,13 +13,19 @@ Build = Callable[[HistoryWriter, HistoryWriter, HistoryWriter], None]
 
 
 def hand_built_run(
-    tmp: Path, name: str, build: Build, *, config_ns: int, target: str = "acceptor"
+    tmp: Path,
+    name: str,
+    build: Build,
+    *,
+    config_ns: int,
+    target: str = "acceptor",
+    meta: dict[str, object] | None = None,
 ) -> Path:
-    """runs/<name>/ with run.json, one `config` row at `config_ns` (no limit), then
-    `build(client, acceptor, harness)`."""
+    """runs/<name>/ with run.json (plus `meta`), one `config` row at `config_ns` (no
+    limit), then `build(client, acceptor, harness)`."""
     run = tmp / name
     (run / "history").mkdir(parents=True)
-    (run / "run.json").write_text(json.dumps({"run_id": name, "target": target}))
+    (run / "run.json").write_text(json.dumps({"run_id": name, "target": target, **(meta or {})}))
     cw = HistoryWriter(run / "history", "client", name, background=False)
     aw = HistoryWriter(run / "history", "acceptor", name, background=False)
     hw = HistoryWriter(run / "history", "harness", name, background=False)

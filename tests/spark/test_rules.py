@@ -820,3 +820,31 @@ def test_request_model_records_network_time_and_late_charges_unchecked(
     assert r.verdict == verdict, (r.observed, r.witnesses)
     if verdict == "fail":
         assert "but none applied" in r.witnesses[0]["why"], r.witnesses
+
+
+@pytest.mark.parametrize(
+    "source, verdict", [("login", "unknown"), (None, "fail")], ids=["login", "charged"]
+)
+def test_a_sasl_logins_requests_are_not_charged(
+    spark: Any, tmp_path: Path, source: str | None, verdict: str
+) -> None:
+    """A 200 ms SaslAuthenticate of client-id `hot` (quota 1 %), then a 1 ms request the
+    enforcer did not throttle. Kafka's authenticator answers the login before any request
+    handler, so it is never charged (`charge_source: login`): nothing reaches the quota
+    (`unknown`, not exercised). Were it charged, the second request's throttle is owed and
+    missing: `fail`."""
+    limits = {**BASE, "request_quotas": CLIENT_Q}
+    c = {"conn_id": "r-0", "listener": "client", "ip": "127.0.0.1", "port": 5100}
+    login: dict[str, Any] = {"charged_ms": 0.0, "charge_source": "login"} if source else {}
+    rows: list[Any] = [
+        cfg(T0 - S, limits),
+        {"source": "acceptor", "event": "request", "mono_ns": T0, "api_key": 36,
+         "client_id": "hot", "principal": "ANONYMOUS", "latency_ms": 200.0,
+         "detail": login or None, **c},
+        {"source": "acceptor", "event": "request", "mono_ns": T0 + 300 * MS, "api_key": 3,
+         "client_id": "hot", "principal": "alice", "latency_ms": 1.0, **c},
+    ]  # fmt: skip
+    name = f"rq-login-{source}"
+    run_dir = write_rows(tmp_path / name, rows, {"run_id": name, "target": "acceptor"})
+    r = results(spark, run_dir, "request_quota_model")["request_quota_model"]
+    assert r.verdict == verdict, (r.observed, r.witnesses)
