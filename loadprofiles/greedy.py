@@ -16,6 +16,12 @@ Rows (``detail.profile = "greedy"`` on the events that carry it): ``connect_invo
 reconnects) or the broker does.
 Closed model: ``-u N`` connections, from ``--source-ips`` round-robin.
 
+On a secured listener (``--command-config``, Kafka's client keys) each connection does TLS
+and the SASL login first, through the harness's own blocking client
+(`harness.admin.client.KafkaWire`), recorded as the engine records them (``tls_start``,
+``tls_done``/``tls_fail``, ``sasl_done``/``sasl_fail`` with the principal), then pipelines
+on the secured socket as on PLAINTEXT.
+
     locust -f loadprofiles/greedy.py --headless -u 2 -r 2 -t 30s \\
         --host kafka://127.0.0.1:9092 --run-dir runs/x --greedy-in-flight 4
 """
@@ -32,7 +38,9 @@ from typing import Any
 
 from locust import User, task
 
+from harness.admin.client import AdminError, KafkaWire
 from harness.history.events import event as _event
+from harness.security import clientprops
 from loadprofiles import webui  # noqa: F401  (webui: admission tab)
 from loadprofiles.common import closed_model_readiness, history, listen, settings
 from loadprofiles.engine import (
@@ -46,6 +54,7 @@ from loadprofiles.engine import (
 )
 
 PROFILE = "greedy"
+SASL_AUTHENTICATE_KEY = 36
 CLIENT_ID = "harness-greedy"
 log = logging.getLogger("loadprofiles.greedy")
 
@@ -112,6 +121,13 @@ class GreedyUser(User):
         self.hold_s = float(o.greedy_hold_s)
         pool = self.s.source_ips or ("127.0.0.1",)
         self.source_ip = pool[next(_users) % len(pool)]
+        #: Kafka's client keys of a secured listener (None: PLAINTEXT)
+        self.security: dict[str, str] | None = None
+        if self.s.command_config:
+            from pathlib import Path
+
+            self.security = clientprops.read(Path(self.s.command_config))
+            self.security.pop("bootstrap.servers", None)
 
     def _row(self, event: str, conn: dict[str, Any], **fields: Any) -> None:
         if self.hist is None:
@@ -130,6 +146,69 @@ class GreedyUser(User):
             **fields,
         )
 
+    def _secured(self, conn: dict[str, Any], invoke: int) -> socket.socket | None:
+        """Connect, TLS and log in with the listener's client keys (`KafkaWire`), each step
+        a row; the ready socket, or None after a failure (its rows written)."""
+        steps: dict[str, int] = {}
+
+        def ms(since: int) -> float:
+            return (time.monotonic_ns() - since) / 1e6
+
+        def step(name: str, sock: socket.socket) -> None:
+            now = time.monotonic_ns()
+            steps[name] = now
+            if name == "connected":
+                conn["port"] = sock.getsockname()[1]
+                self._row("connect_invoke", conn, mono_ns=invoke)
+                self._row("connect_ok", conn, latency_ms=ms(invoke))
+            elif name == "tls_start":
+                self._row("tls_start", conn, latency_ms=ms(invoke))
+            elif name == "tls_done":
+                self._row(
+                    "tls_done", conn, latency_ms=ms(invoke),
+                    detail={"tls_ms": (now - steps["tls_start"]) / 1e6},
+                )  # fmt: skip
+            elif name in ("sasl_done", "sasl_fail"):
+                since = steps.get("tls_done", steps["connected"])
+                detail: dict[str, Any] = {"sasl_ms": (now - since) / 1e6}
+                if name == "sasl_done":
+                    detail["principal"] = self._principal()
+                fields = {"reason": "auth"} if name == "sasl_fail" else {}
+                self._row(
+                    name, conn, latency_ms=ms(invoke), api_key=SASL_AUTHENTICATE_KEY,
+                    detail=detail, **fields,
+                )  # fmt: skip
+
+        try:
+            wire = KafkaWire(
+                f"{self.s.host}:{self.s.port}",
+                source_ip=self.source_ip,
+                timeout=self.s.connect_timeout,
+                client_id=CLIENT_ID,
+                client_config=self.security,
+                on_step=step,
+            )
+        except (OSError, AdminError) as exc:
+            if "connected" not in steps:
+                conn["port"] = conn["port"] or 0
+                self._row("connect_invoke", conn, mono_ns=invoke)
+                reason = "timeout" if isinstance(exc, TimeoutError) else "refused"
+                self._row("connect_fail", conn, latency_ms=ms(invoke), reason=reason,
+                          detail={"why": repr(exc)})  # fmt: skip
+            elif "tls_start" in steps and "tls_done" not in steps:
+                self._row("tls_fail", conn, latency_ms=ms(invoke), reason="tls",
+                          detail={"error": str(exc)[:200]})  # fmt: skip
+            if "connected" in steps:
+                self._row("closed", conn, latency_ms=ms(invoke), reason="auth",
+                          detail={"outcome": "eof_after_accept"})  # fmt: skip
+            time.sleep(0.5)
+            return None
+        return wire.sock
+
+    def _principal(self) -> str | None:
+        user = clientprops.kafka_python_config(self.security or {}).get("sasl_plain_username")
+        return None if user is None else str(user)
+
     @task
     def hold_one_connection(self) -> None:
         conn: dict[str, Any] = {
@@ -138,6 +217,20 @@ class GreedyUser(User):
             "port": None,
         }
         invoke = time.monotonic_ns()
+        if self.security is not None:
+            secured = self._secured(conn, invoke)
+            if secured is None:
+                return
+            try:
+                secured.settimeout(self.s.request_timeout)
+                reason = self._pipeline(secured, conn, invoke)
+            finally:
+                secured.close()
+            self._row(
+                "closed", conn, latency_ms=(time.monotonic_ns() - invoke) / 1e6, reason=reason,
+                detail={"outcome": "served" if reason == "done" else "eof_after_accept"},
+            )  # fmt: skip
+            return
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             sock.bind((self.source_ip, 0))

@@ -41,8 +41,8 @@ LISTENER_PROXY_MODES = ("off", "optional", "required")
 #: profiles that run on the storm engine (they can spread arrivals over a cluster's brokers)
 ENGINE_PROFILES = ("storm", "per_request", "single_ip_flood")
 #: profiles whose load speaks TLS and SASL (the storm engine's; the steady kafka-python
-#: clients); the greedy profile is PLAINTEXT only
-SECURED_PROFILES = (*ENGINE_PROFILES, "steady")
+#: clients; greedy, through the harness's own blocking client)
+SECURED_PROFILES = (*ENGINE_PROFILES, "steady", "greedy")
 
 #: Kafka's broker-level keys a scenario may set (listener-prefixed forms below).
 BROKER_KEYS: dict[str, tuple[int, bool]] = {

@@ -303,3 +303,38 @@ def test_a_quota_closes_before_any_tls_byte(
         assert finished > admitted  # throttled connections finished TLS: caught by the check
     else:
         assert finished == admitted
+
+
+def test_the_greedy_profile_logs_in_and_is_muted_as_its_user(
+    fronted: tuple[LocalBroker, dict[str, int]],
+    acceptor: Callable[..., AcceptorHandle],
+    tmp_path: Path,
+) -> None:
+    """greedy on SASL_PLAINTEXT through the acceptor: it logs in (SCRAM, as alice) with the
+    listener's client keys, pipelines, and alice's request quota throttles and mutes it."""
+    from harness.history import read_history
+    from loadprofiles.launch import locust_command, run
+
+    broker, ports = fronted
+    h = acceptor()
+    bootstrap = f"127.0.0.1:{ports['SASLP']}"
+    alter_client_quota(
+        bootstrap, {"user": "alice"}, {"request_percentage": 0.01},
+        client_config=_config(broker, "SASLP"),
+    )  # fmt: skip
+    argv = locust_command(
+        "greedy", host=bootstrap, run_time_s=6, run_dir=tmp_path / "load", users=1,
+        options={"command_config": str(broker.client_configs["SASLP"]), "greedy_hold_s": 3},
+    )  # fmt: skip
+    done = run(argv, timeout_s=60)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    rows = read_history(tmp_path / "load", "client").to_pylist()
+    logins = [r for r in rows if r["event"] == "sasl_done"]
+    assert logins and all(json.loads(r["detail"])["principal"] == "alice" for r in logins)
+    throttled = [
+        r for r in rows
+        if r["event"] == "request_ok" and json.loads(r["detail"] or "{}").get("throttle_time_ms")
+    ]  # fmt: skip
+    assert throttled, "alice's greedy requests were never throttled"
+    mutes = [r for r in history_rows(h, "request_throttle") if r["principal"] == "alice"]
+    assert mutes

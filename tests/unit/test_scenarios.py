@@ -251,20 +251,29 @@ def test_secured_listeners_are_checked_by_the_brokers_own_parser() -> None:
     assert "no PROXY header" in error_of(variant(listeners=proxied)).reason
 
 
-def test_only_the_engine_and_steady_profiles_load_a_secured_listener() -> None:
+def test_every_profile_loads_a_secured_listener() -> None:
+    """The engine profiles, steady (kafka-python) and greedy (the harness's blocking
+    client) all speak TLS and SASL; a profile outside SECURED_PROFILES is refused."""
+    from harness.runner import scenario as scenario_module
+
     listeners = {"names": ["REPLICATION", "CLIENT"], "security": {"CLIENT": "SSL"}}
-    flood = {"name": "flood", "profile": "greedy", "users": 2, "listener": "CLIENT"}
-    err = error_of(variant(listeners=listeners, load=[flood]))
+    for profile in scenario_module.PROFILES:
+        phase = {"name": profile, "profile": profile, "listener": "CLIENT"}
+        if profile in scenario_module.CLOSED_PROFILES:
+            phase["users"] = 2
+        else:
+            phase["arrival"] = "constant:rate=5"
+        assert parse_scenario(variant(listeners=listeners, load=[phase])).load[0].listener == (
+            "CLIENT"
+        )
+    greedy = {"name": "g", "profile": "greedy", "users": 2, "listener": "CLIENT"}
+    original = scenario_module.SECURED_PROFILES
+    scenario_module.SECURED_PROFILES = tuple(p for p in original if p != "greedy")
+    try:
+        err = error_of(variant(listeners=listeners, load=[greedy]))
+    finally:
+        scenario_module.SECURED_PROFILES = original
     assert err.key == "load[0].profile" and "speaks TLS" in err.reason
-    for engine in ("storm", "per_request", "single_ip_flood"):
-        phase = {"name": engine, "profile": engine, "arrival": "constant:rate=5",
-                 "listener": "CLIENT"}  # fmt: skip
-        assert parse_scenario(variant(listeners=listeners, load=[phase])).load[0].profile == engine
-    steady = {"name": "steady", "profile": "steady", "users": 2, "listener": "CLIENT"}
-    assert parse_scenario(variant(listeners=listeners, load=[steady])).load[0].listener == "CLIENT"
-    # on the PLAINTEXT listener beside it, any profile
-    sc = parse_scenario(variant(listeners=listeners, load=[{**flood, "listener": "REPLICATION"}]))
-    assert sc.load[0].listener == "REPLICATION"
 
 
 def test_a_phase_logs_in_as_a_run_user_on_a_sasl_listener_only() -> None:
