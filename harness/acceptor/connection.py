@@ -264,7 +264,8 @@ class Connection:
         self.info = info
         self.protected = protected
         self.charges = charges
-        self._clock = clock
+        #: the connection's clock (monotonic ns), which its timers' instants are on
+        self.clock = clock
         self.opaque = opaque
         #: the SASL login, read in passing (None: a listener without SASL)
         self.login: Login | None = Login() if sasl and not opaque else None
@@ -521,7 +522,7 @@ class Connection:
 
     # -- the client side ------------------------------------------------------------------
     def _touch(self) -> None:
-        self.last_active_ns = self._clock()
+        self.last_active_ns = self.clock()
         self.processor.touch(self)
 
     def _open_upstream(self) -> None:
@@ -544,7 +545,7 @@ class Connection:
             self._closing = (exc.reason, {"error": str(exc)})
             self.state = State.CLOSING
             self._pause(Side.CLIENT, "closing")
-            self.wire.arm(Timer.CLOSE_GRACE, self._clock() + int(CLOSE_GRACE_S * NS))
+            self.wire.arm(Timer.CLOSE_GRACE, self.clock() + int(CLOSE_GRACE_S * NS))
         else:
             self.gate.received(frames, None)
         self._pump()
@@ -589,7 +590,7 @@ class Connection:
         if login is not None and not login.done and not self._login_request(login, item):
             return False
         forwarded, owed, deferred, stopped = take_requests(
-            self.host.admin, self, self._order, [item], self._clock(), self._to_client
+            self.host.admin, self, self._order, [item], self.clock(), self._to_client
         )
         if stopped is not None:  # unreadable header, refused admin request: Kafka closes
             self._finish(stopped.reason, detail={"error": str(stopped)})
@@ -600,7 +601,7 @@ class Connection:
         if not forwarded:  # answered here: the answer is written
             self.gate.response_sent()
             return True
-        self.gate.forwarded_ns = self._clock()
+        self.gate.forwarded_ns = self.clock()
         self.wire.send(Side.UPSTREAM, item)
         if not owed:
             self.gate.response_sent()  # acks=0: the broker's no-op response
@@ -628,7 +629,7 @@ class Connection:
     def _unmute(self) -> None:
         if not self.muted_until_ns:  # an earlier timer already ended it
             return
-        if self._clock() < self.muted_until_ns:  # timers may fire a little early: the rest
+        if self.clock() < self.muted_until_ns:  # timers may fire a little early: the rest
             self.wire.arm(Timer.UNMUTE, self.muted_until_ns)
             return
         self.muted_until_ns = 0
@@ -673,7 +674,7 @@ class Connection:
             self._finish("client_eof")
             return False
         self.wire.send_eof(Side.CLIENT)
-        self.wire.arm(Timer.UPSTREAM_EOF_GRACE, self._clock() + int(UPSTREAM_EOF_GRACE_S * NS))
+        self.wire.arm(Timer.UPSTREAM_EOF_GRACE, self.clock() + int(UPSTREAM_EOF_GRACE_S * NS))
         return True
 
     def _responses_read(self, frames: list[bytes]) -> None:
@@ -691,7 +692,7 @@ class Connection:
             cid = correlation_id_of_response(frames[0])
             if charges.pending(addr, cid):
                 gate = self.gate
-                now = self._clock()
+                now = self.clock()
                 if charges.should_hold(
                     self.principal, gate.client_id, gate.api_key, now - gate.forwarded_ns
                 ):
@@ -713,7 +714,7 @@ class Connection:
         `broker_charge.HOLD_MAX_S`; then `read_ns` says when it was read). Unlike one
         process, which holds only a response whose charge could throttle it, every such
         response waits: whether it could is known where the meters are."""
-        now = self._clock()
+        now = self.clock()
         charges, addr = self.charges, self.upstream_addr
         if charges is not None and addr is not None and read_ns is None:
             cid = correlation_id_of_response(frames[0])
@@ -787,7 +788,7 @@ class Connection:
 
         `arrived_ns`: when they were read, if they were held for the broker's log line
         (latency is measured to then; the charge and the throttle are made now)."""
-        now = self._clock()
+        now = self.clock()
         read_ns = now if arrived_ns is None else arrived_ns
         out: list[bytes] = []
         answered = 0
@@ -854,7 +855,7 @@ class Connection:
         if self.charges is not None and self.upstream_addr is not None:
             self.charges.unregister(self.upstream_addr)
         self.wire.close(reset)
-        now = self._clock()
+        now = self.clock()
         d: dict[str, Any] = {
             "bytes_in": self.bytes_in,
             "bytes_out": self.bytes_out,

@@ -15,7 +15,6 @@ import contextlib
 import socket
 import ssl
 import struct
-import time
 from typing import TYPE_CHECKING, Any
 
 from harness.acceptor.broker_charge import kafka_address
@@ -266,7 +265,7 @@ class AsyncioWire:
             woken.set_result(None)
 
     def arm(self, timer: Timer, at_ns: int) -> None:
-        delay_s = max(0.0, (at_ns - time.monotonic_ns()) / 1e9)
+        delay_s = max(0.0, (at_ns - self.conn.clock()) / 1e9)  # on the connection's clock
         loop = asyncio.get_running_loop()
         self._timers.append(loop.call_later(delay_s, self.conn.timer, timer))
 
