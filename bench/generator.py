@@ -132,16 +132,22 @@ def scrape(metrics_url: str | None) -> str | None:
         return None
 
 
-def accepted_total(metrics_url: str | None) -> float | None:
-    """Connections the broker created so far (client listeners), from its JMX exporter."""
+#: what counts as one success on the broker: a connection created (PLAINTEXT), or, on a
+#: secured listener, an authenticated one (a completed TLS handshake, or a SASL login)
+SUCCESS_METRIC = {"plaintext": "connection_creation", "secured": "successful_authentication"}
+
+
+def accepted_total(metrics_url: str | None, metric: str = "connection_creation") -> float | None:
+    """The broker's `metric` counter so far over its client listeners (JMX exporter):
+    connections created, or with ``successful_authentication`` authenticated."""
     text = scrape(metrics_url)
     if text is None:
         return None
     total, seen = 0.0, False
     # the exporter names connection-creation-total ``..._connection_creation`` (1.0.1)
     names = (
-        "kafka_server_socket_server_metrics_connection_creation{",
-        "kafka_server_socket_server_metrics_connection_creation_total{",
+        f"kafka_server_socket_server_metrics_{metric}{{",
+        f"kafka_server_socket_server_metrics_{metric}_total{{",
     )
     for line in text.splitlines():
         if line.startswith(names) and 'listener="CONTROLLER"' not in line:
@@ -253,8 +259,11 @@ def run_trogdor(
     metrics_url: str | None,
     workdir: Path,
     broker_pid: int | None,
+    client_conf: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """One ConnectionStress task via ``Agent --exec``; CPU and broker count over its window."""
+    """One ConnectionStress task via ``Agent --exec``; CPU and broker count over its window.
+    `client_conf`: Kafka's client keys of a secured listener (its `commonClientConf`)."""
+    metric = SUCCESS_METRIC["secured" if client_conf else "plaintext"]
     spec = {
         "class": "org.apache.kafka.trogdor.workload.ConnectionStressSpec",
         "startMs": 0,
@@ -264,12 +273,13 @@ def run_trogdor(
         "targetConnectionsPerSec": 1_000_000,
         "numThreads": threads,
         "action": action,
+        **({"commonClientConf": client_conf} if client_conf else {}),
     }
 
     def mark(pid: int) -> tuple[float, float | None, float]:
         return (
             tree_cpu_s(pid),
-            accepted_total(metrics_url),
+            accepted_total(metrics_url, metric),
             tree_cpu_s(broker_pid) if broker_pid else 0.0,
         )
 
@@ -304,8 +314,11 @@ def run_profile(
     metrics_url: str | None,
     workdir: Path,
     broker_pid: int | None,
+    command_config: Path | None = None,
 ) -> dict[str, Any]:
-    """One step: ``rate``/s for ``seconds`` with full client history; CPU over the load window."""
+    """One step: ``rate``/s for ``seconds`` with full client history; CPU over the load window.
+    `command_config`: a secured listener's client.properties (TLS, SASL)."""
+    metric = SUCCESS_METRIC["secured" if command_config else "plaintext"]
     run_dir = workdir / f"{profile}-r{rate}-p{processes}"
     ready = run_dir / "ready"
     argv = locust_command(
@@ -324,6 +337,7 @@ def run_profile(
             "request_timeout": 5,
             "ready_dir": ready,
             **({"topic": BENCH_TOPIC} if profile == "per_request" else {}),
+            **({"command_config": str(command_config)} if command_config else {}),
         },
         extra=["--only-summary", "--loglevel", "WARNING"],
     )
@@ -337,10 +351,16 @@ def run_profile(
         n_ready, n_done = readiness.phase_state(ready)
         if t0 is None and n_ready >= processes:
             t0, c0 = time.monotonic(), tree_cpu_s(proc.pid)
-            a0, b0 = accepted_total(metrics_url), tree_cpu_s(broker_pid) if broker_pid else 0.0
+            a0, b0 = (
+                accepted_total(metrics_url, metric),
+                (tree_cpu_s(broker_pid) if broker_pid else 0.0),
+            )
         if t0 is not None and n_done >= processes:
             t1, c1 = time.monotonic(), tree_cpu_s(proc.pid)
-            a1, b1 = accepted_total(metrics_url), tree_cpu_s(broker_pid) if broker_pid else 0.0
+            a1, b1 = (
+                accepted_total(metrics_url, metric),
+                (tree_cpu_s(broker_pid) if broker_pid else 0.0),
+            )
             if processes > 1:
                 os.killpg(proc.pid, signal.SIGTERM)  # workers never quit on their own
             break
@@ -417,6 +437,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-lag-ms", type=float, default=100.0, help="later = not offered")
     p.add_argument("--trogdor-threads", type=int, default=8)
     p.add_argument("--no-trogdor", action="store_true", help="the project's steps only")
+    p.add_argument(
+        "--security",
+        default="",
+        choices=("", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
+        help="load a secured listener of the started broker (SASL: SCRAM-SHA-512); both "
+        "tools take its client keys, and a success is an authenticated connection "
+        "(Kafka's successful-authentication-total)",
+    )
     a = p.parse_args(argv)
     try:
         connect_rates, storm_rates = _ints(a.connect_rates), _ints(a.storm_rates)
@@ -426,12 +454,29 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     broker = None
     bootstrap, metrics_url, broker_pid = a.bootstrap, a.metrics_url or None, None
+    command_config: Path | None = None
+    client_conf: dict[str, str] | None = None
+    if a.security and a.bootstrap:
+        print("bench.generator: --security starts its own broker (no --bootstrap)", file=sys.stderr)
+        return 2
     if not bootstrap:
         from harness.broker import start_broker
 
         print("bench.generator: starting a local Kafka broker…", flush=True)
-        broker = start_broker(launcher="local")
-        bootstrap = broker.bootstrap
+        if a.security:
+            mech = ":SCRAM-SHA-512" if a.security.startswith("SASL_") else ""
+            broker = start_broker(
+                launcher="local", listeners=("PLAINTEXT", f"SEC={a.security}{mech}")
+            )
+            bootstrap = f"127.0.0.1:{broker.listener_ports['SEC']}"
+            command_config = Path(broker.client_configs["SEC"])
+            from harness.security import clientprops
+
+            client_conf = clientprops.read(command_config)
+            client_conf.pop("bootstrap.servers", None)
+        else:
+            broker = start_broker(launcher="local")
+            bootstrap = broker.bootstrap
         metrics_url = getattr(broker, "metrics_url", None)
         broker_pid = getattr(broker, "pid", None)
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -454,6 +499,7 @@ def main(argv: list[str] | None = None) -> int:
                         metrics_url,
                         work,
                         broker_pid,
+                        client_conf,
                     )
                     rows.append(row)
                     print(f"  {json.dumps(row)[:400]}", flush=True)
@@ -475,6 +521,7 @@ def main(argv: list[str] | None = None) -> int:
                         metrics_url,
                         work,
                         broker_pid,
+                        command_config,
                     )
                     rows.append(row)
                     print(
@@ -495,6 +542,7 @@ def main(argv: list[str] | None = None) -> int:
         "bootstrap": bootstrap,
         "seconds": a.seconds,
         "processes": a.processes,
+        "security": a.security or "PLAINTEXT",
     }
     out.write_text(json.dumps({"machine": meta, "steps": rows}, indent=2, default=str))
     print_table(rows)
