@@ -487,7 +487,7 @@ class ListenerAcceptor:
                 return self._admit_after_wait(item, t0_ns, wait_ms)
         elif not quotas.slot_available(name):
             return self._admit_after_wait(item, t0_ns, 0)
-        return self._decide(item, t0_ns)
+        return self._decide(item, t0_ns, at_once=True)
 
     async def _admit_after_wait(self, item: NewConnection, t0_ns: int, wait_ms: int) -> None:
         await self._wait_for_slot(t0_ns, wait_ms)
@@ -495,14 +495,19 @@ class ListenerAcceptor:
         if rest is not None:
             await rest
 
-    def _decide(self, item: NewConnection, t0_ns: int) -> Coroutine[Any, Any, None] | None:
+    def _decide(
+        self, item: NewConnection, t0_ns: int, *, at_once: bool = False
+    ) -> Coroutine[Any, Any, None] | None:
         """After the delay and the slot: the IP rate and count steps, then counted and
-        handed to a processor (the returned coroutine blocks on a full queue)."""
+        handed to a processor (the returned coroutine blocks on a full queue). `at_once`:
+        no wait since the accept, so any time since is the process's own stall."""
         quotas = self.quotas
         rec = self.rec
         info = item.info
         name = self.name
         t1_ns = time.monotonic_ns()
+        if at_once:
+            self.heartbeat.held(t0_ns, t1_ns)
         t1 = t1_ns // 1_000_000
         adm = quotas.admit(name, info.client_ip, t1)
         if adm.outcome is Outcome.THROTTLED_IP:

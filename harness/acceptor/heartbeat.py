@@ -111,6 +111,27 @@ class Heartbeat:
                 detail={"due_mono_ns": self._due_ns, "period_ms": self.period_ns / 1e6},
             )
 
+    def held(self, start_ns: int, end_ns: int) -> None:
+        """The loop ran one callback from `start_ns` to `end_ns` without yielding (an
+        admission decided at once, from its accept to its IP step): it ran nothing else
+        meanwhile. Written as the stall a tick due one period after `start_ns` would have
+        measured (late by the rest), so the checker credits [start, end] as it credits a
+        tick's stall, and only when that tick would have been late by more than the
+        threshold. Such a stretch is a stall of the process itself (descheduled, a GC): no
+        decision of the acceptor waits without yielding. Unarmed heartbeats miss it."""
+        due = start_ns + self.period_ns
+        late = end_ns - due
+        if late > self.threshold_ns:
+            self.stalls += 1
+            self.max_late_ns = max(self.max_late_ns, late)
+            self.rec.row(
+                "loop_lag",
+                end_ns,
+                reason="stall",
+                delay_ms=late / 1e6,
+                detail={"due_mono_ns": due, "period_ms": self.period_ns / 1e6},
+            )
+
     def _tick(self) -> None:
         now = self.clock()
         self._check(now)

@@ -187,3 +187,20 @@ def test_a_stall_between_the_accept_and_the_arm_is_measured_from_the_accept() ->
     asyncio.run(main())
     stalls = [r for r in rec.rows if r["reason"] == "stall"]
     assert stalls and max(r["delay_ms"] for r in stalls) >= 80 - 10, rec.rows
+
+
+def test_a_callback_that_held_the_loop_is_a_stall_credited_from_its_start() -> None:
+    """An admission decided at once from its accept (no await) that took 80 ms: the process
+    stood still (descheduled, a GC), recorded as the stall a tick due one period after
+    the accept would show, so the checker credits the whole [accept − 1 ms, decision];
+    15 ms or less (period + threshold) leaves no row, as a tick late by ≤ threshold."""
+    rec = Rows()
+    hb = Heartbeat(rec)  # type: ignore[arg-type]
+    ms = 1_000_000
+    hb.held(1_000 * ms, 1_080 * ms)
+    hb.held(2_000 * ms, 2_015 * ms)
+    assert len(rec.rows) == 1
+    row = rec.rows[0]
+    assert (row["reason"], row["mono_ns"], row["delay_ms"]) == ("stall", 1_080 * ms, 70.0)
+    period, late = row["detail"]["period_ms"], row["delay_ms"]
+    assert row["mono_ns"] - (late + period + 1.0) * ms == 999 * ms  # the credited start
