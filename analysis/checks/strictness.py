@@ -16,7 +16,10 @@ nothing else meanwhile, reference §0.3): with d the recorded rate delay,
   lateness > 5 ms is written down): each stall row is credited from its tick's due time
   − period − 1 ms timer resolution to when it fired, and only where it overlaps the wait.
   An unmeasured stall is shorter than threshold + period + resolution (16 ms), inside the
-  slack. A deliberate over-sleep leaves the loop free, so the heartbeat ticks on time and
+  slack. An admission decided at once (no delay, a slot free: no await from its accept to
+  its IP step) that took longer is written as such a row too (`Heartbeat.held`): nothing
+  but the process standing still (descheduled on a saturated machine, a GC) can hold a
+  callback that long. A deliberate over-sleep leaves the loop free, so the heartbeat ticks on time and
   nothing excuses it (the seeded fault `delay_doubled`). Recordings without a heartbeat
   `start` row (older acceptors) fall back to stalls inferred from gaps in the rows.
 Counts are the admitted connections (admit → close/evict), releases first at an instant.
