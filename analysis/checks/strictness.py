@@ -19,9 +19,10 @@ nothing else meanwhile, reference §0.3): with d the recorded rate delay,
   slack. An admission decided at once (no delay, a slot free: no await from its accept to
   its IP step) that took longer is written as such a row too (`Heartbeat.held`): nothing
   but the process standing still (descheduled on a saturated machine, a GC) can hold a
-  callback that long. A deliberate over-sleep leaves the loop free, so the heartbeat ticks on time and
-  nothing excuses it (the seeded fault `delay_doubled`). Recordings without a heartbeat
-  `start` row (older acceptors) fall back to stalls inferred from gaps in the rows.
+  callback that long. A deliberate over-sleep leaves the loop free, so the heartbeat
+  ticks on time and nothing excuses it (the seeded fault `delay_doubled`). Recordings
+  without a heartbeat `start` row (older acceptors) fall back to stalls inferred from
+  gaps in the rows.
 Counts are the admitted connections (admit → close/evict), releases first at an instant.
 And each `blocked` row of reason `slot` or `rate+slot` says the acceptor found no slot: if
 the counts were below every maximum (listener max, and off the protected listener
