@@ -255,9 +255,13 @@ def test_bad_config_names_the_key() -> None:
 
 # -- one classification on every path ------------------------------------------------------
 def late(conn: socket.socket) -> None:
+    """The first answer 0.5 s late, then the next one at once (as `serves_twice`): a close
+    right after the first answer would race the engine's next request, and an unread
+    request makes the kernel close with a reset instead of a FIN."""
     request = read_request(conn)
     time.sleep(0.5)
     answer(conn, request)
+    served(conn)
 
 
 def closes(conn: socket.socket) -> None:
