@@ -269,7 +269,8 @@ class Connection:
         self.opaque = opaque
         #: the SASL login, read in passing (None: a listener without SASL)
         self.login: Login | None = Login() if sasl and not opaque else None
-        #: the client certificate's principal, where the acceptor ends TLS (`tls_ready`)
+        #: the client certificate's principal, where the acceptor ends TLS (set by the
+        #: adapter once the handshake is done)
         self.tls_principal: str | None = None
         self.state = State.REGISTERED
         self.client_eof = Eof.NONE
@@ -397,18 +398,18 @@ class Connection:
 
     def upstream_data(self, data: bytes) -> None:
         before = self.state
-        if self.opaque and not self.closed:  # TLS pass-through: relayed as it came
+        if not self.closed:
             self._touch()
-            self.bytes_out += len(data)
-            self.wire.send(Side.CLIENT, data)
-        elif not self.closed:
-            self._touch()
-            try:
-                frames = self._responses.feed(data)
-                if frames:
-                    self._responses_read(frames)
-            except FrameError as exc:
-                self._finish("upstream_" + exc.reason, detail={"error": str(exc)})
+            if self.opaque:  # TLS pass-through: relayed as it came
+                self.bytes_out += len(data)
+                self.wire.send(Side.CLIENT, data)
+            else:
+                try:
+                    frames = self._responses.feed(data)
+                    if frames:
+                        self._responses_read(frames)
+                except FrameError as exc:
+                    self._finish("upstream_" + exc.reason, detail={"error": str(exc)})
         self._stepped(before, Input.UPSTREAM_DATA)
 
     def eof(self, side: Side) -> bool:

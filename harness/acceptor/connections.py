@@ -228,23 +228,10 @@ class Connections:
         source = gate.charge_source
         sampled = sample == 1 or (sample > 1 and self._requests_seen % sample == 0)
         principal = conn.principal
-        if conn.uncharged(done.correlation_id):  # the SASL login: never charged
+        login = conn.uncharged(done.correlation_id)  # a SASL login's request: never charged
+        if login:
             gate.decided.pop(done.correlation_id, None)
-            if sampled:
-                self.rec.conn(
-                    "request",
-                    conn.info,
-                    now_ns,
-                    api_key=done.api_key,
-                    client_id=done.client_id,
-                    principal=principal,
-                    latency_ms=latency_ms,
-                    bytes=done.request_bytes + done.response_bytes,
-                    processor=conn.processor.index,
-                    detail=self._login_detail,
-                )
-            return frame
-        if source == "late":  # no throttle whatever the charge: made when the line comes
+        elif source == "late":  # no throttle whatever the charge: made when the line comes
             gate.on_logged = partial(
                 self._late_charge,
                 conn.info,
@@ -258,7 +245,9 @@ class Connections:
             return frame
         if sampled:
             detail: str | dict[str, Any] | None = None if sample == 1 else self._sample_detail
-            if charged_ns != done.latency_ns or source is not None:
+            if login:
+                detail = self._login_detail
+            elif charged_ns != done.latency_ns or source is not None:
                 detail = {"charged_ms": charged_ns / 1e6}
                 if source is not None:  # a request log is read: which charge this is
                     detail["charge_source"] = source
@@ -280,6 +269,8 @@ class Connections:
                 processor=conn.processor.index,
                 detail=detail,
             )
+        if login:
+            return frame
         now_ms = now_ns // 1_000_000
         charge = gate.decided.pop(done.correlation_id, None)  # decided in another process
         if charge is None:

@@ -169,16 +169,15 @@ class AsyncioWire:
         loop = asyncio.get_running_loop()
         self._opening = True
         tls = self.tls
+        client_tls: dict[str, Any] = (  # the handshake, then `made`
+            {}
+            if tls is None
+            else {"ssl": tls.server, "ssl_handshake_timeout": tls.handshake_timeout_s}
+        )
         try:
-            if tls is None:
-                await loop.connect_accepted_socket(lambda: _Side(self, Side.CLIENT), self.sock)
-            else:  # the handshake, then `made`
-                await loop.connect_accepted_socket(
-                    lambda: _Side(self, Side.CLIENT),
-                    self.sock,
-                    ssl=tls.server,
-                    ssl_handshake_timeout=tls.handshake_timeout_s,
-                )
+            await loop.connect_accepted_socket(
+                lambda: _Side(self, Side.CLIENT), self.sock, **client_tls
+            )
         except OSError as exc:
             self._opening = False
             with contextlib.suppress(OSError):
