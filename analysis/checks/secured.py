@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING
 
 from analysis.checks.base import (
     FAIL,
+    MAX_WITNESSES,
     NA,
     PASS,
-    UNKNOWN,
     Check,
     CheckResult,
     Part,
@@ -37,7 +37,14 @@ from analysis.frames import acceptor_conns, client_conns, detail_col, match_atte
 if TYPE_CHECKING:
     from analysis.load import Run
 
-MAX_WITNESSES = 10
+
+def _nothing(name: str, run: Run, what: str, expected: str, hint: str) -> CheckResult:
+    """Nothing to judge: `unknown` when the scenario lists the check, else `n/a`."""
+    res = nothing_judged(name, what, expected)
+    if name not in (run.expect.get("checks") or []):
+        res.verdict = NA
+    res.raise_hint = hint
+    return res
 
 
 def check_quota_precedes_tls(run: Run) -> CheckResult:
@@ -57,11 +64,10 @@ def check_quota_precedes_tls(run: Run) -> CheckResult:
         "c.tls_start_ns", "c.tls_done_ns",
     ).collect()  # fmt: skip
     if not rows:
-        res = nothing_judged(name, "quota-closed connections that started TLS", expected)
-        if name not in (run.expect.get("checks") or []):
-            res.verdict = NA
-        res.raise_hint = "a per-IP quota or count the TLS clients exceed"
-        return res
+        return _nothing(
+            name, run, "quota-closed connections that started TLS", expected,
+            "a per-IP quota or count the TLS clients exceed",
+        )  # fmt: skip
     bad = [r for r in rows if r["tls_done_ns"] is not None]
     wit = [
         witness(
@@ -91,12 +97,9 @@ def check_principal_agreement(run: Run) -> CheckResult:
 
     name = "principal_agreement"
     expected = "the acceptor charges each request to the principal its client logged in as"
+    source = F.coalesce(detail_col("acceptor", "request", "charge_source"), F.lit(""))
     req = run.events("request", source="acceptor").where(
-        F.col("principal").isNotNull()
-        & (
-            detail_col("acceptor", "request", "charge_source").isNull()
-            | (detail_col("acceptor", "request", "charge_source") != F.lit("login"))
-        )
+        F.col("principal").isNotNull() & (source != F.lit("login"))
     )
     charged = req.groupBy("conn_id").agg(
         F.collect_set("principal").alias("charged"), F.count(F.lit(1)).alias("requests")
@@ -110,13 +113,10 @@ def check_principal_agreement(run: Run) -> CheckResult:
         "a.requests", "c.c_principal",
     ).collect()  # fmt: skip
     if not rows:
-        verdict = UNKNOWN if name in (run.expect.get("checks") or []) else NA
-        return CheckResult(
-            name, verdict,
-            observed="no acceptor-charged connection whose client named its principal",
-            expected=expected,
-            explanation="nothing to judge: no client logged in (SASL) or offered a certificate "
-            "on a listener whose requests the acceptor reads",
+        return _nothing(
+            name, run, "acceptor-charged connections whose client named its principal",
+            expected, "clients that log in (SASL) or offer a certificate on a listener whose "
+            "requests the acceptor reads",
         )  # fmt: skip
     bad = [r for r in rows if set(r["charged"]) != {r["c_principal"]}]
     wit = [
