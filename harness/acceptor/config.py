@@ -28,6 +28,7 @@ from harness.quota.versions import (
     KafkaSemantics,
     semantics,
 )
+from harness.security.clientprops import CLIENT_AUTH, TLS_PROTOCOLS
 from harness.security.clientprops import PROTOCOLS as SECURITY_PROTOCOLS
 
 log = logging.getLogger("harness.acceptor")
@@ -77,7 +78,6 @@ _LISTENER_KEY = re.compile(
     + "|".join(re.escape(k) for k in TLS_KEYS)
     + ")$"
 )
-CLIENT_AUTH = ("none", "requested", "required")
 #: Kafka's key: each listener's security protocol (as the broker behind it has it)
 PROTOCOL_MAP_KEY = "listener.security.protocol.map"
 #: what the acceptor does on a TLS listener (`listener.name.<l>.tls.mode`): relay the bytes
@@ -250,7 +250,7 @@ def _tls_mode(name: str, protocol: str, given: str | None) -> str:
     """A listener's `tls.mode`: pass-through by default on SSL and SASL_SSL; refused on a
     listener without TLS."""
     key = f"listener.name.{name.lower()}.tls.mode"
-    has_tls = protocol in ("SSL", "SASL_SSL")
+    has_tls = protocol in TLS_PROTOCOLS
     if given is None:
         return "pass-through" if has_tls else ""
     value = given.strip().lower()

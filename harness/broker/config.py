@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from harness.broker.errors import BrokerError
 from harness.localnet import LOOPBACK
+from harness.security.clientprops import CLIENT_AUTH, PROTOCOLS, TLS_PROTOCOLS
 from harness.security.sasl import MECHANISMS, PLAIN, SCRAM_MECHANISMS, SaslUser, server_jaas
 
 CONTROLLER_LISTENER = "CONTROLLER"
@@ -103,8 +104,6 @@ class ListenerPlan:
         return tuple(self.specs[n] for n in self.names if n in self.specs and self.specs[n].secured)
 
 
-PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-CLIENT_AUTH = ("none", "requested", "required")
 #: Which certificate an SSL/SASL_SSL listener serves: the good one, or a bad one for tests.
 SERVER_CERTS = ("good", "expired", "wrong-host")
 #: `--secure`: PLAINTEXT (inter-broker, the harness's probe), SASL_SSL with SCRAM-SHA-512, and
@@ -132,7 +131,7 @@ class ListenerSpec:
 
     @property
     def tls(self) -> bool:
-        return self.protocol in ("SSL", "SASL_SSL")
+        return self.protocol in TLS_PROTOCOLS
 
     @property
     def sasl(self) -> bool:
@@ -200,7 +199,7 @@ def parse_listener(text: str) -> ListenerSpec:
             f"{where}: a {protocol} listener needs a mechanism, e.g. "
             f"{name}={protocol}:SCRAM-SHA-512 (one of {', '.join(MECHANISMS)})"
         )
-    if (client_auth != "none" or cert != "good") and protocol not in ("SSL", "SASL_SSL"):
+    if (client_auth != "none" or cert != "good") and protocol not in TLS_PROTOCOLS:
         raise BrokerError(f"{where}: mtls and cert options need SSL or SASL_SSL, not {protocol}")
     return ListenerSpec(name, protocol, tuple(mechanisms), client_auth, cert)
 

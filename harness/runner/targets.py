@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.localnet import free_port
 from harness.quota.config import ConfigError
@@ -25,6 +25,9 @@ from harness.runner.latency_proxy import LatencyProxy
 from harness.runner.procs import ManagedProcess
 from harness.runner.scenario import BROKER_ENFORCED_KEYS, INT_MAX, Action, Scenario
 from harness.runner.schedule import initial_limits
+
+if TYPE_CHECKING:
+    from harness.broker.config import ListenerSpec
 
 Progress = Callable[[str], None]
 
@@ -713,9 +716,11 @@ class BrokerTarget(Target):
         super().stop()
 
 
-def listener_protocol(sc: Scenario, name: str) -> str:
-    """A listener's security protocol (PLAINTEXT unless the scenario secures it)."""
-    return sc.security.get(name, "PLAINTEXT").partition(":")[0].upper()
+def listener_spec(sc: Scenario, name: str) -> ListenerSpec:
+    """A listener as the broker launcher reads it (protocol, TLS, client auth)."""
+    from harness.broker.config import parse_listener
+
+    return parse_listener(f"{name}={sc.security[name]}" if name in sc.security else name)
 
 
 def passed_through_request_quotas(sc: Scenario, acceptor_props: Mapping[str, str]) -> str | None:
@@ -729,7 +734,7 @@ def passed_through_request_quotas(sc: Scenario, acceptor_props: Mapping[str, str
         {
             p.listener
             for p in sc.load
-            if listener_protocol(sc, p.listener) in ("SSL", "SASL_SSL")
+            if listener_spec(sc, p.listener).tls
             and acceptor_props.get(f"listener.name.{p.listener.lower()}.tls.mode", "pass-through")
             != "terminate"
         }
@@ -768,16 +773,15 @@ class AcceptorTarget(Target):
         terminate`, the scenario's `acceptor` block or `--set-acceptor`): its own
         certificate from the run's CA, that CA, the broker's client-auth mode, and the
         client certificate to show the broker when the broker asks for one."""
-        from harness.broker.config import parse_listener
-
         sc, files = self.scenario, getattr(self.broker, "security_files", None)
         if files is None:
             return {}
         out: dict[str, str] = {}
         for n in sc.listeners:
-            if listener_protocol(sc, n) not in ("SSL", "SASL_SSL"):
+            spec = listener_spec(sc, n)
+            if not spec.tls:
                 continue
-            auth = parse_listener(f"{n}={sc.security[n]}").client_auth
+            auth = spec.client_auth
             prefix = f"listener.name.{n.lower()}."
             out[prefix + "ssl.keystore.location"] = str(files.acceptor_keystore)
             out[prefix + "ssl.truststore.location"] = str(files.ca)
@@ -800,7 +804,7 @@ class AcceptorTarget(Target):
             props["inter.broker.listener.name"] = sc.inter_broker_listener
         if sc.security:  # the acceptor relays TLS untouched and reads SASL_PLAINTEXT logins
             props["listener.security.protocol.map"] = ",".join(
-                f"{n}:{listener_protocol(sc, n)}" for n in sc.listeners
+                f"{n}:{listener_spec(sc, n).protocol}" for n in sc.listeners
             )
             props.update(self._tls_files())
         props.update(_props(limits))

@@ -16,6 +16,10 @@ from harness import javaprops
 from harness.security.sasl import SaslUser, check_mechanism, client_jaas, parse_client_jaas
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+#: the protocols with TLS
+TLS_PROTOCOLS = ("SSL", "SASL_SSL")
+#: `ssl.client.auth`: whether a TLS server asks for client certificates
+CLIENT_AUTH = ("none", "requested", "required")
 
 SUPPORTED_KEYS = frozenset(
     {
