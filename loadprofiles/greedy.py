@@ -34,6 +34,7 @@ import os
 import socket
 import time
 from collections import deque
+from pathlib import Path
 from typing import Any
 
 from locust import User, task
@@ -52,6 +53,7 @@ from loadprofiles.engine import (
     metadata_max_version,
     with_correlation_id,
 )
+from loadprofiles.steady_conns import principal_of
 
 PROFILE = "greedy"
 SASL_AUTHENTICATE_KEY = 36
@@ -121,13 +123,13 @@ class GreedyUser(User):
         self.hold_s = float(o.greedy_hold_s)
         pool = self.s.source_ips or ("127.0.0.1",)
         self.source_ip = pool[next(_users) % len(pool)]
-        #: Kafka's client keys of a secured listener (None: PLAINTEXT)
+        #: Kafka's client keys of a secured listener (None: PLAINTEXT), and who it logs in as
         self.security: dict[str, str] | None = None
+        self.principal: str | None = None
         if self.s.command_config:
-            from pathlib import Path
-
             self.security = clientprops.read(Path(self.s.command_config))
             self.security.pop("bootstrap.servers", None)
+            self.principal = principal_of(clientprops.kafka_python_config(self.security))
 
     def _row(self, event: str, conn: dict[str, Any], **fields: Any) -> None:
         if self.hist is None:
@@ -172,7 +174,7 @@ class GreedyUser(User):
                 since = steps.get("tls_done", steps["connected"])
                 detail: dict[str, Any] = {"sasl_ms": (now - since) / 1e6}
                 if name == "sasl_done":
-                    detail["principal"] = self._principal()
+                    detail["principal"] = self.principal
                 fields = {"reason": "auth"} if name == "sasl_fail" else {}
                 self._row(
                     name, conn, latency_ms=ms(invoke), api_key=SASL_AUTHENTICATE_KEY,
@@ -205,10 +207,6 @@ class GreedyUser(User):
             return None
         return wire.sock
 
-    def _principal(self) -> str | None:
-        user = clientprops.kafka_python_config(self.security or {}).get("sasl_plain_username")
-        return None if user is None else str(user)
-
     @task
     def hold_one_connection(self) -> None:
         conn: dict[str, Any] = {
@@ -217,20 +215,26 @@ class GreedyUser(User):
             "port": None,
         }
         invoke = time.monotonic_ns()
-        if self.security is not None:
-            secured = self._secured(conn, invoke)
-            if secured is None:
-                return
-            try:
-                secured.settimeout(self.s.request_timeout)
-                reason = self._pipeline(secured, conn, invoke)
-            finally:
-                secured.close()
-            self._row(
-                "closed", conn, latency_ms=(time.monotonic_ns() - invoke) / 1e6, reason=reason,
-                detail={"outcome": "served" if reason == "done" else "eof_after_accept"},
-            )  # fmt: skip
+        connect = self._plain if self.security is None else self._secured
+        sock = connect(conn, invoke)
+        if sock is None:
             return
+        try:
+            sock.settimeout(self.s.request_timeout)
+            reason = self._pipeline(sock, conn, invoke)
+        finally:
+            sock.close()
+        self._row(
+            "closed",
+            conn,
+            latency_ms=(time.monotonic_ns() - invoke) / 1e6,
+            reason=reason,
+            detail={"outcome": "served" if reason == "done" else "eof_after_accept"},
+        )
+
+    def _plain(self, conn: dict[str, Any], invoke: int) -> socket.socket | None:
+        """Connect from this user's address, each step a row; the socket, or None after a
+        refused or timed-out connect (its row written)."""
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             sock.bind((self.source_ip, 0))
@@ -248,21 +252,15 @@ class GreedyUser(User):
                     reason=reason,
                     detail={"why": repr(exc)},
                 )
+                sock.close()
                 time.sleep(0.5)
-                return
+                return None
             self._row("connect_ok", conn, latency_ms=(time.monotonic_ns() - invoke) / 1e6)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.settimeout(self.s.request_timeout)
-            reason = self._pipeline(sock, conn, invoke)
-        finally:
+        except BaseException:
             sock.close()
-        self._row(
-            "closed",
-            conn,
-            latency_ms=(time.monotonic_ns() - invoke) / 1e6,
-            reason=reason,
-            detail={"outcome": "served" if reason == "done" else "eof_after_accept"},
-        )
+            raise
+        return sock
 
     def _read_frame(self, sock: socket.socket, buf: bytearray) -> bytes:
         while True:
