@@ -99,17 +99,7 @@ class Heartbeat:
         self._handle = self._loop.call_later(delay_ns / 1e9, self._tick)
 
     def _check(self, now: int) -> None:
-        late = now - self._due_ns
-        if late > self.threshold_ns:
-            self.stalls += 1
-            self.max_late_ns = max(self.max_late_ns, late)
-            self.rec.row(
-                "loop_lag",
-                now,
-                reason="stall",
-                delay_ms=late / 1e6,
-                detail={"due_mono_ns": self._due_ns, "period_ms": self.period_ns / 1e6},
-            )
+        self._late(self._due_ns, now)
 
     def held(self, start_ns: int, end_ns: int) -> None:
         """The loop ran one callback from `start_ns` to `end_ns` without yielding (an
@@ -119,17 +109,21 @@ class Heartbeat:
         tick's stall, and only when that tick would have been late by more than the
         threshold. Such a stretch is a stall of the process itself (descheduled, a GC): no
         decision of the acceptor waits without yielding. Unarmed heartbeats miss it."""
-        due = start_ns + self.period_ns
-        late = end_ns - due
+        self._late(start_ns + self.period_ns, end_ns)
+
+    def _late(self, due_ns: int, now: int) -> None:
+        """A tick due at `due_ns` ran at `now`: a `loop_lag` row when later than the
+        threshold."""
+        late = now - due_ns
         if late > self.threshold_ns:
             self.stalls += 1
             self.max_late_ns = max(self.max_late_ns, late)
             self.rec.row(
                 "loop_lag",
-                end_ns,
+                now,
                 reason="stall",
                 delay_ms=late / 1e6,
-                detail={"due_mono_ns": due, "period_ms": self.period_ns / 1e6},
+                detail={"due_mono_ns": due_ns, "period_ms": self.period_ns / 1e6},
             )
 
     def _tick(self) -> None:
