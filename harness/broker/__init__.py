@@ -38,6 +38,7 @@ from harness.broker.artifacts import KAFKA_VERSION, Progress, fetch_artifacts, r
 from harness.broker.base import Broker, ExternalBroker
 from harness.broker.errors import BrokerError, UnsupportedOperation
 from harness.broker.tools import run_tool
+from harness.security.sasl import DEFAULT_USERS
 
 LAUNCHERS = ("auto", "local", "container", "external")
 
@@ -89,6 +90,7 @@ def start_broker(
     client_config: Mapping[str, str] | None = None,
     version: str | None = None,
     zookeeper: bool | None = None,
+    sasl_users: Sequence[str] = DEFAULT_USERS,
 ) -> Broker:
     """Start (or find) a Kafka broker and return once it answers ApiVersions and Metadata.
 
@@ -159,6 +161,7 @@ def start_broker(
                 workdir=Path(workdir) if workdir is not None else None,
                 ready_timeout_s=ready_timeout_s,
                 progress=progress,
+                sasl_users=sasl_users,
             )
         except ContainerUnavailable as exc:
             if launcher != "auto":
@@ -177,4 +180,5 @@ def start_broker(
         progress=progress,
         request_log=request_log,
         zookeeper=zookeeper,
+        sasl_users=sasl_users,
     )

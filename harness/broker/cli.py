@@ -8,8 +8,8 @@ limits, are passed with --set key=value, e.g.
 A listener advertised elsewhere (an acceptor in front) is
   harness broker --listener CLIENT --listener INTERNAL \\
       --set advertised.listeners=CLIENT://127.0.0.1:19092 --set inter.broker.listener.name=INTERNAL
-Secured listeners (local launcher; docs/security.md): --secure starts PLAINTEXT (inter-broker),
-SASL_SSL (SCRAM-SHA-512) and SSL (client certificate requested); or name each one:
+Secured listeners (docs/security.md): --secure starts PLAINTEXT (inter-broker), SASL_SSL
+(SCRAM-SHA-512) and SSL (client certificate requested); or name each one:
   harness broker --listener PLAINTEXT --listener MTLS=SSL:mtls \\
       --listener SASL=SASL_SSL:SCRAM-SHA-512,PLAIN --listener SASLP=SASL_PLAINTEXT:PLAIN
 The CA, certificates and SASL passwords are made fresh at each start in <workdir>/private
@@ -66,7 +66,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--secure",
         action="store_true",
         help="three listeners: PLAINTEXT (inter-broker), SASL_SSL=SASL_SSL:SCRAM-SHA-512 and "
-        "SSL=SSL:mtls=requested (before any --listener); local launcher",
+        "SSL=SSL:mtls=requested (before any --listener)",
     )
     parser.add_argument(
         "--sasl-user",
@@ -90,7 +90,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=1,
         metavar="N",
         help="a KRaft cluster of N nodes, each a broker and a controller with its own ports "
-        "(default 1; local launcher; docs/clusters.md)",
+        "(default 1; docs/clusters.md)",
     )
     parser.add_argument(
         "--zookeeper",
@@ -210,11 +210,6 @@ def run(args: argparse.Namespace) -> int:
                 "config --secure/--listener with --bootstrap-server: an existing cluster's "
                 "listeners are its own; drop one of them"
             )
-        if secured and args.launcher == "container":
-            raise BrokerError(
-                "config --launcher container: secured listeners run on the local launcher "
-                "only for now; use --launcher local (or auto)"
-            )
         if args.sasl_users and not secured:
             raise BrokerError("config --sasl-user: needs a SASL listener (--secure or --listener)")
         if args.brokers != 1 and args.zookeeper:
@@ -240,34 +235,21 @@ def run(args: argparse.Namespace) -> int:
         )
         if args.brokers != 1:
             return _run_cluster(args, version or KAFKA_VERSION, properties, listeners, workdir)
-        if secured:
-            from harness.broker.local import start_local
-            from harness.security.sasl import DEFAULT_USERS
+        from harness.security.sasl import DEFAULT_USERS
 
-            broker = start_local(
-                version=version or KAFKA_VERSION,
-                properties=properties,
-                listeners=listeners,
-                workdir=workdir,
-                ready_timeout_s=args.ready_timeout,
-                progress=_progress,
-                sasl_users=tuple(args.sasl_users) or DEFAULT_USERS,
-                request_log=args.request_log,
-                zookeeper=True if args.zookeeper else None,
-            )
-        else:
-            broker = start_broker(
-                version=version,
-                zookeeper=True if args.zookeeper else None,
-                launcher=launcher,
-                bootstrap_server=args.bootstrap_server,
-                properties=properties,
-                listeners=listeners,
-                workdir=workdir,
-                ready_timeout_s=args.ready_timeout,
-                progress=_progress,
-                request_log=args.request_log,
-            )
+        broker = start_broker(
+            version=version,
+            zookeeper=True if args.zookeeper else None,
+            launcher=launcher,
+            bootstrap_server=args.bootstrap_server,
+            properties=properties,
+            listeners=listeners,
+            workdir=workdir,
+            ready_timeout_s=args.ready_timeout,
+            progress=_progress,
+            request_log=args.request_log,
+            sasl_users=tuple(args.sasl_users) or DEFAULT_USERS,
+        )
         pid = f", pid {broker.pid}" if broker.pid else ""
         print(f"kafka {broker.version} ready ({broker.launcher} launcher{pid})")
         zk = getattr(broker, "zookeeper", None)

@@ -138,8 +138,8 @@ def start_cluster(
 ) -> LocalCluster:
     """A cluster of ``brokers`` nodes on this machine: local processes
     (`start_local_cluster`), or with ``launcher="container"`` one container each
-    (`container.start_container_cluster`: KRaft releases with PLAINTEXT listeners and no
-    request log; anything else is refused with the reason)."""
+    (`container.start_container_cluster`: KRaft releases without the request log; anything
+    else is refused with the reason)."""
     if launcher != "container":
         return start_local_cluster(
             brokers,
@@ -154,19 +154,13 @@ def start_cluster(
             sasl_users=sasl_users,
         )
 
-    from harness.broker.config import parse_listener
     from harness.broker.container import ensure_image, start_container_cluster
     from harness.broker.local import zookeeper_mode
 
-    if (
-        zookeeper_mode(version, None)
-        or request_log
-        or any(parse_listener(text).secured for text in listeners)
-    ):
+    if zookeeper_mode(version, None) or request_log:
         raise BrokerError(
             f"config brokers={brokers} with launcher='container': containers run KRaft "
-            "releases (3.3 or newer) with PLAINTEXT listeners and no request log; use the "
-            "local launcher"
+            "releases (3.3 or newer) without the request log; use the local launcher"
         )
     return start_container_cluster(
         brokers,
@@ -177,6 +171,7 @@ def start_cluster(
         ready_timeout_s=ready_timeout_s,
         progress=progress,
         image=ensure_image(progress, version) if version != KAFKA_VERSION else None,
+        sasl_users=sasl_users,
     )
 
 

@@ -3,6 +3,11 @@
 The image is the harness's own (:mod:`harness.broker.images`: Debian's JRE and the Maven-resolved
 Kafka jars, built locally; no registry), configured like the official ``apache/kafka`` image
 through ``KAFKA_*`` variables computed from the very server.properties the local launcher writes.
+With secured listeners nothing secret goes into the container's environment (``docker
+inspect`` shows it): the node's private folder (`harness.broker.secured`) is mounted at its own
+path, and the entrypoint reads the real server.properties and the SCRAM users' format
+arguments from it (``HARNESS_SERVER_PROPERTIES``, ``HARNESS_FORMAT_ARGS``; the format's
+output, which prints SCRAM records, goes to ``HARNESS_FORMAT_LOG`` there, not the log).
 
 Host networking, not published ports: Docker's port publishing puts a userland proxy in front of
 the broker, so Kafka would see every client as the bridge gateway and ``max.connections.per.ip``
@@ -30,10 +35,12 @@ from typing import TYPE_CHECKING, Any
 
 from harness.broker.artifacts import KAFKA_VERSION, Progress
 from harness.broker.base import Broker
-from harness.broker.config import ListenerPlan, normalise_listeners, server_properties
+from harness.broker.config import ListenerPlan, server_properties
 from harness.broker.errors import BrokerError, tail
 from harness.broker.local import cluster_id
 from harness.broker.probe import ProbeResult
+from harness.broker.secured import PRIVATE_DIR, CheckedListeners, NodeSecurity, check_listeners
+from harness.security.sasl import DEFAULT_USERS
 
 if TYPE_CHECKING:
     from harness.broker.cluster import LocalCluster
@@ -176,6 +183,7 @@ class ContainerBroker(Broker):
         image: str,
         workdir: Path | None,
         metrics_port: int | None,
+        secured: NodeSecurity | None = None,
     ) -> None:
         super().__init__(
             bootstrap=f"127.0.0.1:{plan.ports[plan.first]}",
@@ -194,6 +202,16 @@ class ContainerBroker(Broker):
         self._timeout_s = timeout_s
         self._stopped = False
         self._lock = threading.RLock()
+        self._secured = secured
+        if secured is not None:
+            self.security = secured.security
+            self.private_dir = secured.folder
+            self.client_configs = secured.client_configs(plan, self.address)
+
+    @property
+    def security_files(self) -> Any:
+        """File names of the private material (None without secured listeners)."""
+        return self._secured.files if self._secured is not None else None
 
     def _wrapped(self) -> Any:
         return self.container.get_wrapped_container()
@@ -250,6 +268,8 @@ class ContainerBroker(Broker):
                 self.container.get_docker_client().client.close()
             with _LIVE_LOCK:
                 _LIVE.discard(self)
+            if self._secured is not None:
+                self._secured.remove()
 
     def pause(self) -> None:
         self._require("pause")
@@ -337,10 +357,17 @@ def _launch(
     workdir: Path | None,
     ready_timeout_s: float,
     progress: Progress,
+    checked: CheckedListeners,
 ) -> ContainerBroker:
     """Start one node's container (the local launcher's exact server.properties as
-    ``KAFKA_*`` variables, host network) and return it, not yet waited for."""
+    ``KAFKA_*`` variables, or with secured listeners as a file in its mounted private
+    folder; host network) and return it, not yet waited for."""
     global _ATEXIT
+    secured: NodeSecurity | None = None
+    if checked.security is not None:
+        assert workdir is not None, "secured listeners need a workdir for their private folder"
+        secured = NodeSecurity(checked.security, Path(workdir).resolve() / PRIVATE_DIR)
+        props = secured.properties(plan, props)
     conf = server_properties(plan, DATA_DIR, props)
 
     from testcontainers.core.config import testcontainers_config
@@ -348,8 +375,22 @@ def _launch(
 
     testcontainers_config.ryuk_disabled = True  # Ryuk's image needs a registry; we sweep
     container = DockerContainer(tag)
-    for key, value in env_for(conf).items():
-        container.with_env(key, value)
+    if secured is None:
+        for key, value in env_for(conf).items():
+            container.with_env(key, value)
+    else:
+        assert workdir is not None
+        config = secured.write_config(conf, Path(workdir) / "server.properties")
+        fmt = [
+            "kafka.tools.StorageTool", "format", "-t", uuid, "-c", str(config),
+            "--ignore-formatted",
+        ]  # fmt: skip
+        args = secured.write_format_args(fmt, plan)
+        container.with_volume_mapping(str(secured.folder), str(secured.folder), "rw")
+        container.with_env("HARNESS_SERVER_PROPERTIES", str(config))
+        if args is not None:
+            container.with_env("HARNESS_FORMAT_ARGS", str(args))
+            container.with_env("HARNESS_FORMAT_LOG", str(secured.folder / "format.log"))
     container.with_env("CLUSTER_ID", uuid)
     container.with_env("HARNESS_WATCH_PID", str(os.getpid()))
     container.with_env("HARNESS_WATCH_PID_START", pid_start(os.getpid()))
@@ -379,6 +420,7 @@ def _launch(
         image=tag,
         workdir=Path(workdir).resolve() if workdir else None,
         metrics_port=metrics_port if exporter is not None else None,
+        secured=secured,
     )
     with _LIVE_LOCK:
         _LIVE.add(broker)
@@ -414,13 +456,22 @@ def start_container(
     ready_timeout_s: float = 120,
     progress: Progress = print,
     image: str | None = None,
+    sasl_users: Sequence[str] = DEFAULT_USERS,
 ) -> ContainerBroker:
-    """Start the local Kafka image with testcontainers (host network, 127.0.0.1 listeners)."""
+    """Start the local Kafka image with testcontainers (host network, 127.0.0.1 listeners).
+    ``listeners`` take `parse_listener`'s syntax; secured ones need a ``workdir`` (their
+    private folder is made in it and removed on stop)."""
     _require_engine()
     props = dict(properties or {})
-    names, adv, inter = normalise_listeners(listeners, advertised, inter_broker_listener, props)
-    props.pop("advertised.listeners", None)
-    props.pop("inter.broker.listener.name", None)
+    checked = check_listeners(
+        listeners,
+        advertised,
+        inter_broker_listener,
+        props,
+        sasl_users=sasl_users,
+        where="" if workdir is not None else "the container launcher needs a workdir",
+    )
+    names = checked.names
     tag = image or ensure_image(progress)
     exporter = _exporter(progress)
     ports = free_ports(len(names) + 2)
@@ -428,8 +479,9 @@ def start_container(
         names=names,
         ports=dict(zip(names, ports[: len(names)], strict=True)),
         controller_port=ports[len(names)],
-        advertised=adv,
-        inter_broker_listener=inter,
+        advertised=checked.advertised,
+        inter_broker_listener=checked.inter_broker_listener,
+        specs=checked.specs,
     )
     broker = _launch(
         plan,
@@ -441,6 +493,7 @@ def start_container(
         workdir=workdir,
         ready_timeout_s=ready_timeout_s,
         progress=progress,
+        checked=checked,
     )
     return _serving(broker, time.monotonic(), progress)
 
@@ -455,6 +508,7 @@ def start_container_cluster(
     ready_timeout_s: float = 180,
     progress: Progress = print,
     image: str | None = None,
+    sasl_users: Sequence[str] = DEFAULT_USERS,
 ) -> LocalCluster:
     """``brokers`` combined KRaft nodes, each in its own container of the local image on the
     host network (node i: node id i, its own ports, its log in ``<workdir>/broker-<i>``), as
@@ -465,8 +519,8 @@ def start_container_cluster(
     check_cluster_size(brokers)
     _require_engine()
     props = dict(properties or {})
-    names, _adv, inter = normalise_listeners(listeners, None, inter_broker_listener, props)
-    props.pop("inter.broker.listener.name", None)
+    checked = check_listeners(listeners, None, inter_broker_listener, props, sasl_users=sasl_users)
+    names, inter = checked.names, checked.inter_broker_listener
     tag = image or ensure_image(progress)
     exporter = _exporter(progress)
     per_node = len(names) + 2  # the listeners, the controller, the metrics agent
@@ -486,6 +540,7 @@ def start_container_cluster(
                 inter_broker_listener=inter,
                 node_id=i + 1,
                 voters=voters,
+                specs=checked.specs,
             )
             node_dir = Path(workdir) / f"broker-{i + 1}"
             node_dir.mkdir(parents=True, exist_ok=True)
@@ -500,6 +555,7 @@ def start_container_cluster(
                     workdir=node_dir,
                     ready_timeout_s=ready_timeout_s,
                     progress=progress,
+                    checked=checked,
                 )
             )
         for node in nodes:

@@ -351,18 +351,6 @@ class Target:
                     "cluster runs its own release (the run records the one it reports)"
                 )
             return self._find_external(bootstrap_server, properties, timeout, command_config)
-        if self.scenario.security:
-            secured = ", ".join(f"{n}={p}" for n, p in self.scenario.security.items())
-            if launcher == "container":
-                raise TargetError(
-                    f"--launcher container: listeners {secured} are secured, and secured "
-                    "listeners run on the local launcher (docs/security.md); use --launcher local"
-                )
-            if launcher == "auto":
-                self.progress(
-                    f"secured listeners ({secured}): the local launcher starts the broker"
-                )
-                launcher = "local"
         if self.scenario.brokers > 1:
             return self._start_cluster(launcher, properties, timeout, request_log)
         if any(a.params.get("kind") == "broker_disk_full" for a in self.scenario.schedule):

@@ -189,6 +189,56 @@ def test_a_cluster_of_three_containers(client: Any, image: str, tmp_path: Path) 
     assert not ids & left
 
 
+def test_secured_listeners_in_a_container_keep_their_secrets_out_of_it(
+    client: Any, image: str, tmp_path: Path
+) -> None:
+    """`harness broker --secure --launcher container`: SASL_SSL with SCRAM and PLAIN and
+    mutual TLS serve logins from the client.properties the launcher writes; nothing secret
+    is in the container's environment or log (the config and the SCRAM users' format
+    arguments come from the mounted private folder, the format's output stays there); a
+    restart keeps the users (formatted storage), stop removes the folder."""
+    pytest.importorskip("cryptography", reason="the cryptography package makes the certificates")
+    from kafka import KafkaAdminClient
+
+    from harness.security import clientprops
+    from harness.security.secrets import leaks
+
+    listeners = ("PLAINTEXT", "S=SASL_SSL:SCRAM-SHA-512,PLAIN", "M=SSL:mtls")
+    broker = start_broker(
+        launcher="container", listeners=listeners, workdir=tmp_path, progress=_progress
+    )
+    try:
+        assert isinstance(broker, ContainerBroker) and broker.private_dir is not None
+        private = broker.private_dir
+        passwords = list(clientprops.read(private / "users.properties").values())
+        assert len(passwords) == 2
+
+        def login(key: str) -> None:
+            config = clientprops.kafka_python_config(clientprops.read(broker.client_configs[key]))
+            admin = KafkaAdminClient(**config, request_timeout_ms=20000)
+            try:
+                assert len(admin.describe_cluster()["brokers"]) == 1
+            finally:
+                admin.close()
+
+        for key in ("S", "S:PLAIN", "S@bob", "M"):
+            login(key)
+        attrs = client.containers.get(broker.container_id).attrs
+        env = "\n".join(attrs["Config"]["Env"])
+        assert "HARNESS_SERVER_PROPERTIES=" in env and "KAFKA_LISTENERS" not in env
+        assert not [p for p in passwords if p in env]
+        assert "storedKey" in (private / "format.log").read_text()
+        assert not (private / "format.args").exists()  # read once, then removed
+        assert not [p for p in passwords if p in broker.logs()]
+        assert leaks([tmp_path / "server.properties"], passwords) == []
+        broker.restart()
+        login("S@bob")  # SCRAM users live in the formatted storage
+    finally:
+        broker.stop()
+    assert not private.exists()
+    assert not [p for p in passwords if p in (tmp_path / "broker.log").read_text()]
+
+
 def test_restart_and_pause_faults_in_a_container(client: Any, image: str) -> None:
     with start_broker(launcher="container", progress=_progress) as broker:
         assert isinstance(broker, ContainerBroker)

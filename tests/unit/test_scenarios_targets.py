@@ -97,8 +97,6 @@ def test_the_acceptor_target_refuses_request_quotas_it_could_not_charge(tmp_path
         AcceptorTarget(sc, tmp_path, print).start(set_acceptor=through)
     assert passed_through_request_quotas(sc, dict(sc.acceptor)) is None  # it terminates
     assert passed_through_request_quotas(catalog.load("ssl-storm"), {}) is None  # no quotas
-    with pytest.raises(TargetError, match="--launcher local"):
-        BrokerTarget(catalog.load("ssl-storm"), tmp_path, print).start(launcher="container")
 
 
 def test_static_broker_keys_are_not_sent_to_a_running_cluster() -> None:
