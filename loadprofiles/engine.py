@@ -36,11 +36,20 @@ two), and only then does the shape's first request go out. Rows ``tls_start``,
 ``tls_done``/``tls_fail``, ``sasl_done``/``sasl_fail`` split each connection's time to
 ready into TCP, TLS, SASL and first response (also in ``closed``: ``connect_ms``,
 ``tls_ms``, ``sasl_ms``, ``ready_ms``). No password, proof or key reaches a row.
+The ``connect`` shape over TLS ends as Kafka's own client closes a channel: a close_notify
+alert, then the close. Over TLS 1.3 it first waits for the server's first post-handshake
+record (its session ticket; state SETTLING, bounded by the request timeout), since a TLS 1.3
+client finishes before the server has read its Finished (under TLS 1.2 the server's Finished
+comes last). Kafka's broker marks a TLS channel ready (and counts it in
+``successful-authentication-total``) one poll after it sent its last handshake record, and a
+socket at EOF in that poll fails the handshake instead: the alert's bytes are what that poll
+reads, so every such connect is counted (`SslTransportLayer.handshake`, Kafka 4.3.1).
 """
 
 from __future__ import annotations
 
 import _socket
+import contextlib
 import errno
 import io
 import select
@@ -96,7 +105,7 @@ _RESET = frozenset({errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED})
 _IN, _OUT = select.EPOLLIN, select.EPOLLOUT
 
 # connection states
-CONNECTING, SENDING, AWAITING, HOLDING, DONE, HANDSHAKING = range(6)
+CONNECTING, SENDING, AWAITING, HOLDING, DONE, HANDSHAKING, SETTLING = range(7)
 
 
 def encode_request(request: Any, client_id: str) -> bytes:
@@ -686,7 +695,13 @@ class StormEngine:
             self._request(c, c.sasl.start(c.cid))
             return
         if self.cfg.shape == "connect":
-            self._done_or_hold(c, now)
+            if c.tls is not None and c.sasl is None and c.tls.obj.version() == "TLSv1.3":
+                c.state = SETTLING  # until the server's first record: it read our Finished
+                c.gen += 1
+                self._watch(c, _IN | _OUT if c.out else _IN)
+                self._q_request.append((now + self._rt_ns, c, c.gen))
+                return
+            self._connected_done(c, now)
             return
         self._send(c, API_VERSIONS_KEY, self._apiv)
 
@@ -828,6 +843,38 @@ class StormEngine:
         link.feed(data)
         self._tls_step(c, now)
 
+    def _settling_io(self, c: _Conn, ev: int) -> None:
+        """A TLS 1.3 ``connect``: the rest of our handshake out, then the server's first
+        record in (its session ticket) ends the connection as done; a close first is an
+        ``eof`` (or ``reset``) after the handshake."""
+        now = self._clock()
+        if ev & _OUT and c.out:
+            if not self._send_tls_out(c, now):
+                return
+            if not c.out:
+                self._ep.modify(c.fd, _IN)
+        if not ev & ~_OUT:
+            return
+        try:
+            data = c.sock.recv(65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = None
+        if data:
+            self._connected_done(c, now)
+            return
+        c.eof_ms = (now - c.invoke_ns) / 1e6
+        self._finish(c, "eof" if data is not None else "reset", now)
+
+    def _connected_done(self, c: _Conn, now: int) -> None:
+        """A ``connect`` that got through: held, or over TLS closed with a close_notify
+        first (best effort: the alert is a few dozen bytes into an empty send buffer)."""
+        if c.tls is not None and self._hold_ns <= 0:
+            with contextlib.suppress(OSError):
+                c.sock.send(c.out + c.tls.close_notify())
+        self._done_or_hold(c, now)
+
     def _tls_peer_closed(self, c: _Conn, now: int, reason: str, error: str) -> None:
         """The server closed during the handshake without a TLS alert: on Kafka, a
         connection quota's close (quotas run on the acceptor thread before any TLS byte is
@@ -919,6 +966,8 @@ class StormEngine:
             self._readable(c)
         elif state == HANDSHAKING:
             self._tls_io(c, ev)
+        elif state == SETTLING:
+            self._settling_io(c, ev)
         elif state == CONNECTING:
             err = c.sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_ERROR)
             c.gen += 1
@@ -1145,6 +1194,8 @@ class StormEngine:
                 if kind == 0:
                     self._conns.pop(c.fd, None)
                     self._connect_failed(c, errno.ETIMEDOUT)
+                elif kind == 1 and c.state == SETTLING:
+                    self._finish(c, "timeout", now)  # no session ticket in time
                 elif kind == 1:
                     self._request_failed(c, "timeout", now)
                 elif kind == 3 and c.state == HANDSHAKING:

@@ -413,6 +413,14 @@ class TlsLink:
             chunks.append(chunk)
         return b"".join(chunks)
 
+    def close_notify(self) -> bytes:
+        """Our close_notify alert, to send before closing (as Kafka's own clients do)."""
+        try:
+            self.obj.unwrap()
+        except (ssl.SSLWantReadError, ssl.SSLError):
+            pass  # the peer's close_notify is not awaited
+        return self._out.read()
+
     def info(self) -> dict[str, Any]:
         return {"tls_version": self.obj.version(), "resumed": bool(self.obj.session_reused)}
 

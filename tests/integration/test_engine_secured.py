@@ -46,7 +46,6 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
         workdir=tmp_path_factory.mktemp("engine-secured") / "broker",
         ready_timeout_s=180,
         progress=lambda _msg: None,
-        metrics=False,
     )
     try:
         # a cold JVM takes up to seconds per TLS handshake at first: warm it up (not judged)
@@ -156,6 +155,40 @@ def test_ssl_storm_is_served_with_tls_rows(broker: LocalBroker, tmp_path: Path) 
         d = r["d"]
         assert d["connect_ms"] <= d["connect_ms"] + d["tls_ms"] <= d["ready_ms"]
     assert len(by_event(rows, "request_ok")) == 80  # ApiVersions and Metadata over TLS
+
+
+def _authenticated(broker: LocalBroker, listener: str) -> float:
+    """Kafka's successful-authentication-total on ``listener`` (every processor), scraped."""
+    import urllib.request
+
+    assert broker.metrics_url is not None, "the broker runs with its JMX exporter here"
+    with urllib.request.urlopen(broker.metrics_url, timeout=5) as resp:
+        text = resp.read().decode()
+    names = tuple(  # the exporter's name for the counter, with or without "_total"
+        f"kafka_server_socket_server_metrics_successful_authentication{s}{{" for s in ("", "_total")
+    )
+    wanted = f'listener="{listener}"'
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(names) and wanted in line
+    )
+
+
+def test_tls_connect_shape_closes_once_the_broker_has_authenticated_it(
+    broker: LocalBroker, tmp_path: Path
+) -> None:
+    """The ``connect`` shape over TLS 1.3 waits for the broker's session ticket before it
+    closes: the broker has then read the client's Finished, so Kafka counts every one of
+    them authenticated (closing right after our own Finished left most uncounted)."""
+    before = _authenticated(broker, "TLS")
+    stats, rows, _ = storm(broker, "TLS", tmp_path, shape="connect", n=40, rate=40)
+    assert outcomes(rows) == {"connected": 40}, stats.summary()
+    assert {r["d"]["tls_version"] for r in by_event(rows, "tls_done")} == {"TLSv1.3"}
+    deadline = time.monotonic() + 15  # the exporter reads the counters when scraped
+    while _authenticated(broker, "TLS") - before < 40 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _authenticated(broker, "TLS") - before == 40
 
 
 def test_tls_resumption_is_an_option(broker: LocalBroker, tmp_path: Path) -> None:
