@@ -224,6 +224,15 @@ FAULTS: tuple[Fault, ...] = (
         "harness/acceptor/admission.py ListenerAcceptor._close_parked_one",
     ),
     Fault(
+        "failed_login_delay_dropped",
+        "a failed SASL login is answered and closed connection.failed.authentication.delay.ms "
+        "after it (KIP-306), by the broker behind the front, which holds the slot meanwhile",
+        "the key stays with the acceptor and the broker behind it is not given it, so failed "
+        "logins are refused after Kafka's default 100 ms (the assembly bug a deployment can "
+        "have)",
+        "harness/runner/targets.py AcceptorTarget.start (the broker's keys)",
+    ),
+    Fault(
         "skip_ip_rate_check",
         "connection_creation_rate on ip entities throttles connections",
         "the per-IP rate step is skipped (ip quotas are still accepted and reported); "

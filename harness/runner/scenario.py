@@ -59,7 +59,9 @@ BROKER_KEYS: dict[str, tuple[int, bool]] = {
 }
 #: keys the broker keeps enforcing behind the acceptor, which relays the login it delays
 #: (the acceptor target passes them to the broker as well)
-BROKER_ENFORCED_KEYS = ("connection.failed.authentication.delay.ms",)
+#: Kafka's KIP-306 delay: a failed SASL login is answered and closed this long after it
+FAILED_AUTH_DELAY_KEY = "connection.failed.authentication.delay.ms"
+BROKER_ENFORCED_KEYS = (FAILED_AUTH_DELAY_KEY,)
 STRING_KEYS = ("max.connections.per.ip.overrides",)
 LISTENER_KEYS = ("max.connections", "max.connection.creation.rate")
 _LISTENER_KEY_RE = re.compile(

@@ -20,10 +20,17 @@ from typing import TYPE_CHECKING, Any
 
 from harness.localnet import free_port
 from harness.quota.config import ConfigError
+from harness.quota.faults import FAULT_KEY, Faults
 from harness.quota.versions import CURRENT, METADATA_KEY, VERSION_KEY, release
 from harness.runner.latency_proxy import LatencyProxy
 from harness.runner.procs import ManagedProcess
-from harness.runner.scenario import BROKER_ENFORCED_KEYS, INT_MAX, Action, Scenario
+from harness.runner.scenario import (
+    BROKER_ENFORCED_KEYS,
+    FAILED_AUTH_DELAY_KEY,
+    INT_MAX,
+    Action,
+    Scenario,
+)
 from harness.runner.schedule import initial_limits
 
 if TYPE_CHECKING:
@@ -829,12 +836,18 @@ class AcceptorTarget(Target):
         wants_log = not latency_proxy and (
             bool(sc.request_quotas) or any(a.kind == "request_quota" for a in sc.schedule)
         )
+        # what the broker behind the front enforces itself (the failed-login delay)
+        broker_props = {
+            k: v for k, v in _props(initial_limits(sc)).items() if k in BROKER_ENFORCED_KEYS
+        }
+        faults = Faults.parse({**sc.acceptor, **(set_acceptor or {})}.get(FAULT_KEY, ""))
+        if "failed_login_delay_dropped" in faults:  # SEEDED FAULT: the key stays at the front
+            broker_props.pop(FAILED_AUTH_DELAY_KEY, None)
+            self.progress(f"seeded fault: the broker is not given {FAILED_AUTH_DELAY_KEY}")
         self.start_broker(
             launcher=launcher,
             bootstrap_server=bootstrap_server,
-            properties={
-                k: v for k, v in _props(initial_limits(sc)).items() if k in BROKER_ENFORCED_KEYS
-            },
+            properties=broker_props,
             advertised={n: f"127.0.0.1:{ports[n]}" for n in sc.listeners},
             timeout=timeout,
             request_log=wants_log,

@@ -52,6 +52,7 @@ FAULT_SCENARIOS: dict[str, tuple[str, ...]] = {
     "user_quota_ignored": ("user-request-quota",),
     "principal_not_reversed": ("mutual-tls-quota",),
     "tls_before_quota": ("ssl-storm",),
+    "failed_login_delay_dropped": ("auth-failure-storm",),
 }
 
 #: the fast subset for CI (all on the 20 s ci-gate scenario)

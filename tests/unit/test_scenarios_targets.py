@@ -146,3 +146,30 @@ def test_an_existing_clusters_brokers_are_learnt_from_metadata(
     elsewhere = BrokerTarget(sc, tmp_path, said.append)
     elsewhere._learn_brokers("CLIENT", "127.0.0.1:9999")
     assert elsewhere.broker_addresses == {} and "judged as one broker" in said[-1]
+
+
+def test_seeded_fault_keeps_the_failed_login_delay_from_the_broker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`failed_login_delay_dropped` (selftest): the broker behind the acceptor is started
+    without `connection.failed.authentication.delay.ms`; without the fault it gets it."""
+    import harness.runner.targets as targets
+
+    monkeypatch.setattr(targets, "free_port", lambda: 9)  # no socket: nothing is started
+    given: list[dict[str, str]] = []
+
+    class Stop(Exception):
+        pass
+
+    class Probe(AcceptorTarget):
+        def start_broker(self, **kw: object) -> object:
+            given.append(dict(kw["properties"]))  # type: ignore[call-overload]
+            raise Stop
+
+    sc = catalog.load("auth-failure-storm")
+    fault = {"harness.test.fault": "failed_login_delay_dropped"}
+    for overrides in ({}, fault):
+        with pytest.raises(Stop):
+            Probe(sc, tmp_path, print).start(set_acceptor=overrides)
+    assert given[0] == {"connection.failed.authentication.delay.ms": "500"}
+    assert given[1] == {}
