@@ -232,7 +232,8 @@ def check_auth_counts(run: Run) -> CheckResult:
             expected="TLS or SASL connections",
             explanation="n/a: Kafka records no authentication on PLAINTEXT listeners",
         )
-    data = scrapes(run)
+    # behind the acceptor, Kafka still authenticates: its own exporter's rows (`upstream`)
+    data = scrapes(run, upstream=run.target == "acceptor")
     if len(data) < 2:
         return _no_scrapes(name, run)
     (a0, a1), (b0, b1) = scrape_interval(*data[0]), scrape_interval(*data[-1])
@@ -320,8 +321,9 @@ CHECKS = [
         "auth",
         per_broker(check_auth_counts),
         False,
-        ("broker",),  # the acceptor target scrapes the acceptor's metrics, not Kafka's
+        ("acceptor", "broker"),  # behind the acceptor: the scrapes of the Kafka behind it
         doc="Kafka's failed-/successful-authentication-total per secured listener agree with "
-        "the logins and handshakes the clients saw between the first and last scrape",
+        "the logins and handshakes the clients saw between the first and last scrape (on "
+        "the acceptor target, those of the Kafka behind it)",
     ),
 ]

@@ -100,13 +100,18 @@ class Busy:
 
 def busy_readings(rows: list[tuple[int, float, dict[str, Any]]]) -> list[Busy]:
     """`process_stats` rows of the acceptor role, (mono_ns, read span ms, detail), in time
-    order -> its readings with a share, each with the bound its read spans allow."""
+    order -> its readings with a share, each with the bound its read spans allow. A reading
+    whose interval is no longer than its two reads (bound ≤ 0: the last one at the run's
+    stop, taken just after the periodic one) cannot tell an idle loop from a busy one and
+    is left out."""
     out: list[Busy] = []
     for (t0, span0, _), (t1, span1, d) in itertools.pairwise(rows):
         share = d.get("loop_busy")
         if share is None or t1 <= t0:
             continue
         bound = 1.0 - (span0 + span1) * MS / (t1 - t0)
+        if bound <= 0:
+            continue
         out.append(Busy(t0, t1, float(share), int(d.get("loop_busy_pid") or 0), bound))
     return out
 

@@ -42,6 +42,7 @@ from analysis.checks.base import (
 )
 from analysis.checks.broker_side import per_broker
 from analysis.model import INT_MAX
+from harness.history.events import UPSTREAM_METRICS
 
 if TYPE_CHECKING:
     from analysis.load import Run
@@ -54,27 +55,29 @@ PROCESSOR_POLL_MS = 300.0
 INTERNAL_LISTENERS = {"controller"}
 
 
-def scrapes(run: Run) -> list[tuple[int, dict[str, Any]]]:
-    """(mono_ns, detail) of every successful scrape, in time order (cached)."""
+def scrapes(run: Run, *, upstream: bool = False) -> list[tuple[int, dict[str, Any]]]:
+    """(mono_ns, detail) of every successful scrape of the run's target, in time order
+    (cached); ``upstream``: those of the Kafka behind the acceptor instead."""
+    rows = run.cached("kafka_metric_scrapes", lambda: _all_scrapes(run))
+    return [(ns, d) for ns, d in rows if (d.get("target") == UPSTREAM_METRICS) == upstream]
 
-    def build() -> list[tuple[int, dict[str, Any]]]:
-        rows = (
-            run.events("kafka_metrics", source="harness")
-            .select("mono_ns", "reason", "detail")
-            .orderBy("mono_ns")
-            .collect()
-        )
-        out = []
-        for r in rows:
-            if r["reason"] == "scrape_failed" or not r["detail"]:
-                continue
-            try:
-                out.append((int(r["mono_ns"]), json.loads(r["detail"])))
-            except json.JSONDecodeError:
-                continue
-        return out
 
-    return run.cached("kafka_metric_scrapes", build)  # type: ignore[no-any-return]
+def _all_scrapes(run: Run) -> list[tuple[int, dict[str, Any]]]:
+    rows = (
+        run.events("kafka_metrics", source="harness")
+        .select("mono_ns", "reason", "detail")
+        .orderBy("mono_ns")
+        .collect()
+    )
+    out = []
+    for r in rows:
+        if r["reason"] == "scrape_failed" or not r["detail"]:
+            continue
+        try:
+            out.append((int(r["mono_ns"]), json.loads(r["detail"])))
+        except json.JSONDecodeError:
+            continue
+    return out
 
 
 def scrape_interval(ns: int, detail: dict[str, Any]) -> tuple[int, int]:

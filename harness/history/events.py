@@ -47,6 +47,11 @@ class Event:
         return key
 
 
+#: ``kafka_metrics.detail.target`` of the scrapes of the Kafka behind the acceptor (the
+#: acceptor target's own rows say ``acceptor``): kept apart by every reader
+UPSTREAM_METRICS = "upstream"
+
+
 def _ev(source: str, name: str, columns: Iterable[str], detail: Iterable[str], doc: str) -> Event:
     return Event(source, name, frozenset(columns), frozenset(detail), doc)
 
@@ -141,7 +146,8 @@ ALL: tuple[Event, ...] = (
     _h("run_end", {"reason"}, {"scenario", "target", "error"}, "the run ends"),
     _h("kafka_metrics", {"latency_ms", "reason"},
        {"url", "target", "scrape_ms", "samples", "error", "broker"},
-       "one scrape of Prometheus metrics (a cluster: the broker whose exporter it is)"),
+       "one scrape of Prometheus metrics (a cluster: the broker whose exporter it is; "
+       f"target {UPSTREAM_METRICS!r}: the Kafka behind the acceptor)"),
     _h("kernel_net", {"latency_ms", "reason"},
        {"listen_overflows", "listen_drops", "reqq_full_drop", "syn_cookies", "netns", "error"},
        "one reading of the kernel's listen-queue drop counters (per network namespace)"),

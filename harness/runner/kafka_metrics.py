@@ -24,6 +24,7 @@ import urllib.request
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from harness.history.events import UPSTREAM_METRICS
 from harness.runner.periodic import Periodic
 
 #: The families a run records (Kafka names as the JMX exporter maps them; docs/metrics.md).
@@ -227,7 +228,14 @@ def start_scraper(
     if not scraper.scrape_once():
         say(f"Kafka metrics at {url} did not answer ({scraper.last_error}); retrying every second")
     say(f"recording Kafka's metrics from {url} every second (event {EVENT})")
-    return scraper.start()
+    upstream = getattr(getattr(target, "broker", None), "metrics_url", None)
+    if kind != "acceptor" or not upstream or given:
+        return scraper.start()
+    # behind the acceptor Kafka still authenticates every TLS and SASL connection: its
+    # counters are scraped too, as the rows of target "upstream" (kept apart by the checks)
+    behind = MetricsScraper(upstream, history.record, target=UPSTREAM_METRICS)
+    say(f"recording the metrics of the Kafka behind the acceptor from {upstream} too")
+    return Scrapers([scraper.start(), behind.start()])
 
 
 def _per_broker_scrapers(
@@ -256,7 +264,8 @@ def _per_broker_scrapers(
 
 
 class Scrapers:
-    """A cluster's scrapers, one per broker, stopped together."""
+    """Scrapers stopped together: a cluster's, one per broker, or the acceptor's and that
+    of the broker behind it."""
 
     def __init__(self, scrapers: list[MetricsScraper]) -> None:
         self.scrapers = scrapers
@@ -266,4 +275,7 @@ class Scrapers:
             s.stop()
 
     def summary(self) -> str:
-        return "; ".join(f"broker {s.broker}: {s.summary()}" for s in self.scrapers)
+        return "; ".join(
+            f"{s.target if s.broker is None else f'broker {s.broker}'}: {s.summary()}"
+            for s in self.scrapers
+        )

@@ -158,3 +158,31 @@ def test_kafkas_authentication_counters_between_two_scrapes(
     r = check_auth_counts(run)
     assert r.verdict == verdict, (r.observed, r.witnesses)
     assert r.judged == 1
+
+
+def test_behind_the_acceptor_the_counters_are_those_of_the_kafka_behind_it(
+    spark: Any, tmp_path: Path
+) -> None:
+    """On the acceptor target the check reads the scrapes of the Kafka behind the acceptor
+    (target `upstream`), never the acceptor's own /metrics; without them it is unknown."""
+    from analysis.checks.auth import check_auth_counts
+
+    def scrape(ns: int, ok: float, failed: float, target: str) -> dict[str, Any]:
+        row = _scrape(ns, ok, failed)
+        row["detail"] = {**row["detail"], "target": target}
+        return row
+
+    conns = [*_conn(41000, T0 + 2 * S, ok=True), *_conn(41002, T0 + 4 * S, ok=False)]
+    meta = {"run_id": "auth-acc", "target": "acceptor",
+            "listener_security": {"CLIENT": {"protocol": "SASL_SSL"}}}  # fmt: skip
+    front = [scrape(T0 + S, 0, 0, "acceptor"), scrape(T0 + 6 * S, 0, 0, "acceptor")]
+    for behind, verdict in (
+        ([scrape(T0 + S, 10, 5, "upstream"), scrape(T0 + 6 * S, 11, 6, "upstream")], "pass"),
+        ([scrape(T0 + S, 10, 5, "upstream"), scrape(T0 + 6 * S, 10, 6, "upstream")], "fail"),
+        ([], "unknown"),
+    ):
+        rows = [{"source": "harness", "event": "config", "mono_ns": T0, "detail": {}}]
+        rows += [*front, *behind, *conns]
+        run = load_run(spark, write_rows(tmp_path / f"auth-acc-{verdict}", rows, meta))
+        r = check_auth_counts(run)
+        assert r.verdict == verdict, (r.observed, r.witnesses)

@@ -93,3 +93,12 @@ def test_without_saturation_every_failure_stays() -> None:
     f = _fail(1)
     saturated([front, f])
     assert f.verdict == "fail"
+
+
+def test_a_reading_shorter_than_its_reads_judges_nothing() -> None:
+    """The last reading at the stop, 3 ms after the periodic one with reads of 2 ms each:
+    an idle loop (0 %) reads above its bound (1 - 4/3 < 0); it is left out, not saturated."""
+    rows = [_reading(0, 2.0, None), _reading(1, 2.0, 0.1), _reading(1.003, 2.0, 0.0)]
+    readings = busy_readings(rows)
+    assert [round(r.at_ns / S, 3) for r in readings] == [1.0]
+    assert saturated_spans(readings) == []

@@ -115,3 +115,30 @@ def test_a_broker_the_cluster_does_not_list_is_refused() -> None:
     said: list[str] = []
     assert start_scraper(target, object(), opts, said.append) is None
     assert "broker(s) [7]" in said[0] and "lists [1]" in said[0]
+
+
+def test_the_acceptor_target_also_scrapes_the_kafka_behind_it(monkeypatch: Any) -> None:
+    """Kafka still authenticates behind the acceptor: its exporter is scraped beside the
+    acceptor's /metrics, its rows marked `upstream` so no other check reads them."""
+    from harness.runner.kafka_metrics import Scrapers, start_scraper
+
+    monkeypatch.setattr(MetricsScraper, "scrape_once", lambda self: True)  # no network
+    monkeypatch.setattr(MetricsScraper, "start", lambda self: self)
+    monkeypatch.setattr(MetricsScraper, "stop", lambda self: None)
+
+    rows: list[dict[str, Any]] = []
+    history = type("H", (), {"record": staticmethod(lambda *a, **kw: rows.append(kw))})()
+    broker = type("B", (), {"metrics_url": "http://b/metrics"})()
+    target = type("T", (), {"name": "acceptor", "metrics_url": "http://a/metrics",
+                            "broker": broker})()  # fmt: skip
+    opts = type("O", (), {"broker_metrics_url": None})()
+    scrapers = start_scraper(target, history, opts, lambda _m: None)
+    try:
+        assert isinstance(scrapers, Scrapers)
+        assert [(s.url, s.target) for s in scrapers.scrapers] == [
+            ("http://a/metrics", "acceptor"),
+            ("http://b/metrics", "upstream"),
+        ]
+    finally:
+        if scrapers is not None:
+            scrapers.stop()
