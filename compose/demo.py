@@ -13,7 +13,12 @@
 5. ``harness analyze RUN_DIR``: the verdict, exit 0/1/2 like ``harness analyze --gate``.
 
 Only single-phase scenarios without faults or scheduled changes run here (the orchestrator
-of ``harness run`` does the rest); others are refused with the reason.
+of ``harness run`` does the rest); others are refused with the reason. Kafka runs the
+launchers' own server.properties for the scenario's listeners, written into the run
+directory (``broker/server.properties``); with secured listeners the real one, the
+certificates, SASL users and client configurations are in ``broker/private`` (0700), which
+every container sees at its own path, and nothing secret is in ``compose.env``
+(``harness.broker.secured``; the folder is removed when the stack is down).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,22 +75,34 @@ def main(argv: list[str] | None = None) -> int:
 
     from harness.broker.container import docker_available, pid_start, sweep
     from harness.broker.images import docker_client, ensure_images
-    from harness.broker.local import cluster_id, free_ports
+    from harness.broker.local import cluster_id
+    from harness.localnet import free_ports
     from harness.runner import catalog
     from harness.runner.loadgen import LoadTarget, locust_argv
+    from harness.runner.orchestrator import listener_security, phase_client_config
     from harness.runner.rundir import RunDir, base_run_json, new_run_id, utc_now_iso
     from harness.runner.schedule import initial_limits
-    from harness.runner.targets import AcceptorTarget, apply_ip_quota, apply_request_quota
+    from harness.runner.targets import (
+        AcceptorTarget,
+        admin_listener,
+        apply_ip_quota,
+        apply_request_quota,
+        passed_through_request_quotas,
+    )
 
     sc = catalog.load(args.scenario)
-    if len(sc.load) != 1 or sc.schedule or sc.faults or len(sc.listeners) != 1:
+    if len(sc.load) != 1 or sc.schedule or sc.faults or sc.brokers != 1:
         print(
             f"error: scenario {sc.name!r} has {len(sc.load)} phases, {len(sc.schedule)} "
-            f"scheduled actions and {len(sc.listeners)} listeners; compose runs single-phase, "
-            "single-listener scenarios without faults (try ci-gate, fleet-restart or "
-            "broker-rate; `harness run` runs them all)",
+            f"scheduled actions and {sc.brokers} brokers; compose runs single-phase, "
+            "single-broker scenarios without faults (try ci-gate, fleet-restart, broker-rate "
+            "or mutual-tls-quota; `harness run` runs them all)",
             file=sys.stderr,
         )
+        return 3
+    refused = passed_through_request_quotas(sc, dict(sc.acceptor))
+    if refused:
+        print(f"error: scenario {sc.name!r}: {refused}", file=sys.stderr)
         return 3
     ok, why = docker_available()
     if not ok:
@@ -103,14 +121,22 @@ def main(argv: list[str] | None = None) -> int:
         phase = dataclasses.replace(phase, stop=duration)
     run_id = new_run_id(sc.name, "compose")
     rd = RunDir((ROOT / "runs" / run_id).resolve()).create()
-    listener = sc.listeners[0]
-    kafka_port, controller_port, acceptor_port, master_port = free_ports(4)
-    addresses = {listener: ("127.0.0.1", acceptor_port)}
+    names = sc.listeners
+    ports = free_ports(2 * len(names) + 2)
+    kafka_ports = dict(zip(names, ports[: len(names)], strict=True))
+    acceptor_ports = dict(zip(names, ports[len(names) : 2 * len(names)], strict=True))
+    controller_port, master_port = ports[-2:]
+    addresses = {n: ("127.0.0.1", acceptor_ports[n]) for n in names}
     limits = initial_limits(sc, addresses)
+    uuid = cluster_id()
+    kafka = _kafka_config(sc, rd.root / "broker", kafka_ports, acceptor_ports, controller_port)
+    kafka_env = kafka.env(uuid)
 
     target = AcceptorTarget(sc, rd.root, say)
+    target.broker = SimpleNamespace(security_files=kafka.files)  # terminate mode's files
+    target.client_configs = kafka.client_configs
     props = target.acceptor_properties(
-        {listener: acceptor_port}, {listener: f"127.0.0.1:{kafka_port}"}
+        acceptor_ports, {n: f"127.0.0.1:{kafka_ports[n]}" for n in names}
     )
     # the acceptor enforces as the release of the broker it fronts, and is judged as it
     props.setdefault("kafka.version", _kafka_version())
@@ -126,14 +152,20 @@ def main(argv: list[str] | None = None) -> int:
         started_at=utc_now_iso(),
     )
     run_json["launcher"] = "compose"
-    run_json["listeners"] = {listener: f"127.0.0.1:{acceptor_port}"}
+    run_json["listeners"] = {n: f"127.0.0.1:{acceptor_ports[n]}" for n in names}
+    run_json["listener_security"] = listener_security(kafka.client_configs)
     rd.write_run_json(run_json)
 
     locust = locust_argv(
         phase,
         locust_bin="locust",
         profile_dir=PROFILE_DIR,
-        target=LoadTarget("127.0.0.1", acceptor_port, None),
+        target=LoadTarget(
+            "127.0.0.1",
+            acceptor_ports[phase.listener],
+            None,
+            command_config=phase_client_config(target, phase),
+        ),
         run_dir=rd.root,
         run_id=run_id,
         seed=sc.seed,
@@ -164,10 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         "KAFKA_VERSION": run_json["versions"].get("kafka") or _kafka_version(),
         "RUN_DIR": str(rd.root),
         "RUN_ID": run_id,
-        "KAFKA_PORT": kafka_port,
-        "CONTROLLER_PORT": controller_port,
-        "ACCEPTOR_PORT": acceptor_port,
-        "CLUSTER_ID": cluster_id(),
+        **kafka_env,
+        "CLUSTER_ID": uuid,
         "HARNESS_PID": os.getpid(),
         "HARNESS_PID_START": pid_start(os.getpid()),
         "HARNESS_HOST": socket.gethostname(),
@@ -199,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     verdict_rc = 3
     say(f"run {run_id}: scenario {sc.name!r} in compose; output in {rd.root}")
     try:
-        say(f"up: kafka (127.0.0.1:{kafka_port}) and the acceptor (127.0.0.1:{acceptor_port})")
+        say(f"up: kafka ({kafka_ports}) and the acceptor ({acceptor_ports})")
         applied_from = time.monotonic_ns()
         compose("up", "-d", "kafka", "acceptor")
         ready = rd.root / "acceptor.ready.json"
@@ -208,9 +238,9 @@ def main(argv: list[str] | None = None) -> int:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the acceptor was not ready within 120 s; see {logs}")
             time.sleep(0.5)
-        _wait_kafka(kafka_port, deadline)
+        _wait_kafka(kafka_ports[names[0]], deadline)
         say("kafka and the acceptor are ready")
-        bootstrap = f"127.0.0.1:{acceptor_port}"
+        bootstrap = f"127.0.0.1:{acceptor_ports[admin_listener(sc)]}"
         for ip, rate in sc.ip_quotas.items():
             apply_ip_quota(bootstrap, ip, rate)
         for q in sc.request_quotas:
@@ -224,8 +254,6 @@ def main(argv: list[str] | None = None) -> int:
             detail={**limits, "origin": "runner", "cause": "start",
                     "applied_from_mono_ns": applied_from},
         )  # fmt: skip
-        from types import SimpleNamespace
-
         from harness.runner.kafka_metrics import start_scraper
 
         metrics_url = json.loads(ready.read_text()).get("metrics_url")
@@ -278,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
             compose("stop", "-t", "30", check=False)
             compose("logs", "--no-color", check=False)
             compose("down", "-v", check=False)
+            kafka.remove()
         history.record("run_end", reason="error" if error else "done", detail={"error": error})
         history.close()
         run_json["ended_at"] = utc_now_iso()
@@ -299,6 +328,77 @@ def main(argv: list[str] | None = None) -> int:
     verdict = _verdict(rd.root)
     say(f"compose run {run_id}: verdict {verdict} (exit {verdict_rc}); report in {rd.report}")
     return verdict_rc
+
+
+class KafkaConfig:
+    """The broker's server.properties in the run directory, as the launchers write it
+    (`harness.broker.secured` with secured listeners: the real one in the private folder,
+    a masked copy beside it, the SCRAM users' format arguments, the client configs)."""
+
+    def __init__(self, folder: Path, plan: Any, props: dict[str, str], security: Any) -> None:
+        from harness.broker.config import render_properties, server_properties
+        from harness.broker.container import DATA_DIR
+        from harness.broker.secured import PRIVATE_DIR, NodeSecurity
+
+        folder.mkdir(parents=True, exist_ok=True)
+        self.plan = plan
+        self.secured = None if security is None else NodeSecurity(security, folder / PRIVATE_DIR)
+        masked = folder / "server.properties"
+        if self.secured is None:
+            masked.write_text(render_properties(server_properties(plan, DATA_DIR, props)))
+            self.path, self.files = masked, None
+            self.client_configs: dict[str, Path] = {}
+        else:
+            conf = server_properties(plan, DATA_DIR, self.secured.properties(plan, props))
+            self.path = self.secured.write_config(conf, masked)
+            self.files = self.secured.files
+            self.client_configs = self.secured.client_configs(plan, lambda n: plan.advertised[n])
+
+    def env(self, uuid: str) -> dict[str, str]:
+        """compose.env's Kafka part: where the config is, and how to format with SCRAM."""
+        env = {"HARNESS_SERVER_PROPERTIES": str(self.path)}
+        if self.secured is not None:
+            fmt = ["kafka.tools.StorageTool", "format", "-t", uuid, "-c", str(self.path)]
+            args = self.secured.write_format_args([*fmt, "--ignore-formatted"], self.plan)
+            if args is not None:
+                env["HARNESS_FORMAT_ARGS"] = str(args)
+                env["HARNESS_FORMAT_LOG"] = str(self.secured.folder / "format.log")
+        return env
+
+    def remove(self) -> None:
+        if self.secured is not None:
+            self.secured.remove()
+
+
+def _kafka_config(
+    sc: Any,
+    folder: Path,
+    kafka_ports: dict[str, int],
+    acceptor_ports: dict[str, int],
+    controller_port: int,
+) -> KafkaConfig:
+    """The scenario's broker: its listeners (every client one advertised at the acceptor,
+    so clients that follow metadata stay behind it) and the keys the broker behind the
+    acceptor keeps (the failed-login delay)."""
+    from harness.broker.config import ListenerPlan
+    from harness.broker.secured import check_listeners
+    from harness.runner.targets import broker_enforced
+    from harness.security.sasl import DEFAULT_USERS
+
+    advertised = {n: f"127.0.0.1:{p}" for n, p in acceptor_ports.items()}
+    props = broker_enforced(sc)
+    checked = check_listeners(
+        sc.broker_listeners, advertised, sc.inter_broker_listener, props, sasl_users=DEFAULT_USERS
+    )
+    plan = ListenerPlan(
+        names=checked.names,
+        ports=kafka_ports,
+        controller_port=controller_port,
+        advertised=checked.advertised,
+        inter_broker_listener=checked.inter_broker_listener,
+        specs=checked.specs,
+    )
+    return KafkaConfig(folder, plan, props, checked.security)
 
 
 def _wall_us(mono_ns: int) -> int:

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -36,7 +36,7 @@ from loadprofiles.readiness import phase_state
 EXIT_CODES = {"pass": 0, "fail": 1, "unknown": 2}
 
 
-def _config_path(target: Target, phase: Phase) -> str | None:
+def phase_client_config(target: Any, phase: Phase) -> str | None:
     """The client configuration a phase on a secured listener connects with (its SASL
     user's, `Phase.sasl_user`, when it names one)."""
     key = phase.listener if phase.sasl_user is None else f"{phase.listener}@{phase.sasl_user}"
@@ -54,6 +54,21 @@ def _protocol(client_config: Path) -> str:
     from harness.security import clientprops
 
     return clientprops.read(client_config).get("security.protocol", "PLAINTEXT").upper()
+
+
+def listener_security(client_configs: Mapping[str, Path]) -> dict[str, dict[str, Any]]:
+    """run.json's ``listener_security``: each secured listener's protocol and where its
+    client configuration is (and each SASL user's); never a file's contents (secrets)."""
+    security: dict[str, dict[str, Any]] = {
+        n: {"protocol": _protocol(path), "client_config": str(path)}
+        for n, path in client_configs.items()
+        if "@" not in n
+    }
+    for key, path in client_configs.items():
+        name, at, user = key.partition("@")
+        if at and name in security:  # a SASL user's own configuration
+            security[name].setdefault("users", {})[user] = str(path)
+    return security
 
 
 #: faults that kill a process the runner then restarts (the fault ends once it answers)
@@ -290,17 +305,7 @@ class Orchestrator:
                 for node, host, port in nodes:
                     brokers.setdefault(str(node), {})[listener] = f"{host}:{port}"
             self.run_json["brokers"] = brokers
-        # protocols and where their client configuration is; never its contents (secrets)
-        security: dict[str, dict[str, Any]] = {
-            n: {"protocol": _protocol(path), "client_config": str(path)}
-            for n, path in self.target.client_configs.items()
-            if "@" not in n
-        }
-        for key, path in self.target.client_configs.items():
-            name, at, user = key.partition("@")
-            if at and name in security:  # a SASL user's own configuration
-                security[name].setdefault("users", {})[user] = str(path)
-        self.run_json["listener_security"] = security
+        self.run_json["listener_security"] = listener_security(self.target.client_configs)
         if self.opts.set_acceptor:
             self.run_json["acceptor_overrides"] = dict(self.opts.set_acceptor)
         self.rd.write_run_json(self.run_json)
@@ -451,7 +456,7 @@ class Orchestrator:
                 host,
                 port,
                 self.target.metrics_url,
-                _config_path(self.target, phase),
+                phase_client_config(self.target, phase),
                 tuple(self.target.broker_addresses.get(phase.listener, ())),
                 self.target.spread_all,
             ),

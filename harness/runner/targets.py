@@ -745,6 +745,12 @@ def passed_through_request_quotas(sc: Scenario, acceptor_props: Mapping[str, str
     )
 
 
+def broker_enforced(sc: Scenario) -> dict[str, str]:
+    """The scenario's keys the broker behind the acceptor enforces itself (the failed-login
+    delay: Kafka answers a refused login only when it ends, so no front can)."""
+    return {k: v for k, v in _props(initial_limits(sc)).items() if k in BROKER_ENFORCED_KEYS}
+
+
 class AcceptorTarget(Target):
     """The project's acceptor in front of a broker that enforces nothing itself."""
 
@@ -836,10 +842,7 @@ class AcceptorTarget(Target):
         wants_log = not latency_proxy and (
             bool(sc.request_quotas) or any(a.kind == "request_quota" for a in sc.schedule)
         )
-        # what the broker behind the front enforces itself (the failed-login delay)
-        broker_props = {
-            k: v for k, v in _props(initial_limits(sc)).items() if k in BROKER_ENFORCED_KEYS
-        }
+        broker_props = broker_enforced(sc)
         faults = Faults.parse({**sc.acceptor, **(set_acceptor or {})}.get(FAULT_KEY, ""))
         if "failed_login_delay_dropped" in faults:  # SEEDED FAULT: the key stays at the front
             broker_props.pop(FAILED_AUTH_DELAY_KEY, None)

@@ -72,3 +72,39 @@ def test_compose_runs_a_catalog_scenario_and_leaves_nothing_behind() -> None:
         ] == []
     finally:
         client_api.close()
+
+
+def test_compose_runs_a_secured_scenario_with_no_secret_outside_its_private_folder() -> None:
+    """mutual-tls-quota in compose: Kafka with a mutual-TLS listener from the run's private
+    folder, the acceptor ending TLS with its own certificate, steady clients presenting the
+    client certificate; the requests are charged to Kafka's name for it, nothing secret is in
+    compose.env, the logs or run.json, and the private folder is gone afterwards."""
+    ok, why = docker_available()
+    if not ok:
+        pytest.skip(f"no Docker engine: {why}")
+    res = subprocess.run(
+        [sys.executable, "compose/demo.py", "mutual-tls-quota", "--duration", "10"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+    assert res.returncode in (0, 2), res.stdout[-3000:] + res.stderr[-3000:]
+    line = next(x for x in res.stdout.splitlines() if "compose run " in x and "verdict" in x)
+    run_dir = Path(line.rsplit("report in ", 1)[1]).parent
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["listener_security"]["CLIENT"]["protocol"] == "SSL"
+    assert not (run_dir / "broker" / "private").exists()
+    env = (run_dir / "compose.env").read_text()
+    assert "HARNESS_SERVER_PROPERTIES=" in env and "BEGIN" not in env
+    masked = (run_dir / "broker" / "server.properties").read_text()
+    assert "ssl.keystore.location" in masked and "PRIVATE KEY" not in masked
+    logs = (run_dir / "logs" / "compose.log").read_text(errors="replace")
+    assert "PRIVATE KEY" not in logs
+    acceptor = [
+        r
+        for f in sorted((run_dir / "history" / "acceptor").glob("*.parquet"))
+        for r in pq.read_table(f).to_pylist()
+    ]
+    charged = {r["principal"] for r in acceptor if r["event"] == "request"}
+    assert "OU=harness,CN=client1" in charged, charged

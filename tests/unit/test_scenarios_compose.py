@@ -20,9 +20,7 @@ ENV = {
     "KAFKA_VERSION": "4.3.1",
     "RUN_DIR": "/tmp/run",
     "RUN_ID": "r",
-    "KAFKA_PORT": "1",
-    "CONTROLLER_PORT": "2",
-    "ACCEPTOR_PORT": "3",
+    "HARNESS_SERVER_PROPERTIES": "/tmp/run/broker/server.properties",
     "CLUSTER_ID": "c",
     "HARNESS_PID": "4",
     "HARNESS_PID_START": "5",
@@ -46,9 +44,11 @@ def test_services_and_wiring() -> None:
     # the locally built images (harness.broker.images), never a registry's
     assert services["kafka"]["image"] == "kafka-connection-harness/kafka:${KAFKA_VERSION}"
     env = services["kafka"]["environment"]
-    # clients come back through the acceptor
-    assert env["KAFKA_ADVERTISED_LISTENERS"] == "CLIENT://127.0.0.1:${ACCEPTOR_PORT}"
-    assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
+    # the launchers' own server.properties, written by demo.py into the run directory (which
+    # the broker sees at its own path); nothing secret in the environment
+    assert env["HARNESS_SERVER_PROPERTIES"] == "${HARNESS_SERVER_PROPERTIES}"
+    assert "${RUN_DIR}:${RUN_DIR}" in services["kafka"]["volumes"]
+    assert not [k for k in env if k.startswith("KAFKA_") and k != "KAFKA_HEAP_OPTS"]
     for name, svc in services.items():
         # host networking: the broker and the acceptor see the load's 127.0.0.x addresses
         assert svc["network_mode"] == "host", name
@@ -91,3 +91,45 @@ def test_docker_compose_config_validates(tmp_path: Path) -> None:
     master = rendered["services"]["locust-master"]
     command = master["command"]  # compose splits the args string (v1 renders it unsplit)
     assert (command if isinstance(command, str) else " ".join(command)).endswith("--master")
+
+
+def test_demo_writes_the_launchers_server_properties_advertising_the_acceptor(
+    tmp_path: Path,
+) -> None:
+    """compose/demo.py's Kafka config: every scenario listener on its own port, advertised
+    at the acceptor; a secured scenario's real config in its private folder (the env names
+    paths only) with the SCRAM users' format arguments beside it."""
+    import sys
+
+    sys.path.insert(0, str(COMPOSE))
+    try:
+        import demo
+    finally:
+        sys.path.remove(str(COMPOSE))
+    from harness.runner import catalog
+
+    plain = demo._kafka_config(
+        catalog.load("ci-gate"), tmp_path / "a", {"CLIENT": 1}, {"CLIENT": 3}, 2
+    )
+    text = plain.path.read_text()
+    assert "advertised.listeners=CLIENT://127.0.0.1:3" in text
+    assert plain.env("cid") == {"HARNESS_SERVER_PROPERTIES": str(plain.path)}
+    sc = catalog.load("sasl-scram-storm")
+    ports = {"REPLICATION": 11, "CLIENT": 12}
+    secured = demo._kafka_config(sc, tmp_path / "b", ports, {"REPLICATION": 21, "CLIENT": 22}, 13)
+    try:
+        env = secured.env("cid")
+        assert secured.path.parent.name == "private"
+        assert set(env) == {
+            "HARNESS_SERVER_PROPERTIES",
+            "HARNESS_FORMAT_ARGS",
+            "HARNESS_FORMAT_LOG",
+        }
+        assert "--add-scram" in Path(env["HARNESS_FORMAT_ARGS"]).read_text()
+        assert "CLIENT:SASL_SSL" in secured.path.read_text()
+        assert secured.client_configs["CLIENT"].read_text().count("127.0.0.1:22") == 1
+        masked = (tmp_path / "b" / "server.properties").read_text()
+        assert not any(u.password in masked for u in secured.secured.security.users)
+    finally:
+        secured.remove()
+    assert not (tmp_path / "b" / "private").exists()

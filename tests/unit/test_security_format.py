@@ -65,7 +65,8 @@ def test_files_are_private_and_the_dump_beside_broker_log_is_masked(tmp_path: Pa
     real = broker.private_dir / "server.properties"
     full = server_properties(broker.plan, "/d", props)
     secrets.write_private(real, render_properties(full))
-    broker._write_client_configs()
+    assert broker._secured is not None  # what launch() does after writing the config
+    broker.client_configs = broker._secured.client_configs(broker.plan, broker.address)
     assert stat.S_IMODE(broker.private_dir.stat().st_mode) == 0o700
     assert set(broker.client_configs) == {
         "SASL_SSL",
