@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from analysis.load import Run
 
 OFFERED_MIN = 0.95
+MS = 1_000_000
 
 
 def _unmatched(run: Run, a: DataFrame, j: DataFrame) -> tuple[int, int, list[dict[str, Any]]]:
@@ -488,8 +489,52 @@ def check_fairness(run: Run) -> CheckResult:
     )
 
 
+def _refused_login_holds(run: Run) -> Any:
+    """Each refused SASL login's slot, (broker, client_ip, client_port, start, end): Kafka
+    withholds the refusal and the close for connection.failed.authentication.delay.ms from
+    reading the failing request, so the connection surely counts from the client's send of
+    that request (it had its earlier answers: accepted) until the send + the delay − 1 ms
+    (Kafka's whole-millisecond deadline). A broker that freed the slot sooner and admitted
+    another connection from the address overlaps it."""
+    from pyspark.sql import functions as F
+
+    from analysis.checks.auth import DELAYED_ERRORS, KAFKA_CLOCK_MS, configured_delay_ms
+
+    held_ns = int((configured_delay_ms(run) - KAFKA_CLOCK_MS) * MS)
+    code = detail_col("client", "sasl_fail", "error_code").cast("int")
+    answer = detail_col("client", "sasl_fail", "answer_ms").cast("double")
+    fails = (
+        run.events("sasl_fail", source="client")
+        .where(code.isin(*DELAYED_ERRORS) & answer.isNotNull())
+        .select(
+            "client_ip",
+            "client_port",
+            "conn_id",
+            (F.col("mono_ns") - (answer * MS).cast("long")).alias("sent_ns"),
+        )
+    )
+    keys = ["client_ip", "client_port", "conn_id"]
+    brokers = run.events("connect_invoke", source="client").select(
+        *keys, detail_col("client", "connect_invoke", "broker").cast("int").alias("broker")
+    )
+    return (
+        fails.join(brokers, keys, "left")
+        .groupBy("broker", *keys)
+        .agg(F.min("sent_ns").alias("start"))
+        .select(
+            "broker",
+            "client_ip",
+            "client_port",
+            F.col("start"),
+            (F.col("start") + F.lit(held_ns)).alias("end"),
+        )
+        .where(F.col("end") > F.col("start"))
+    )
+
+
 def check_client_ip_concurrency(run: Run) -> CheckResult:
-    """Target broker: served connections open at once per IP, from the client's view."""
+    """Target broker: served connections open at once per IP, from the client's view, and
+    each refused login's slot through the failed-authentication delay."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -502,21 +547,22 @@ def check_client_ip_concurrency(run: Run) -> CheckResult:
         unattributed = cc.where(F.col("broker").isNull()).count()
         cc = cc.where(F.col("broker").isNotNull())
     # per broker in a cluster (each broker counts its own connections per IP)
-    up = cc.select(
+    spans = cc.select(
         "broker",
         "client_ip",
         "client_port",
-        "connect_ok_ts",
-        F.col("ready_ns").alias("ns"),
-        F.lit(1).alias("d"),
+        F.col("ready_ns").alias("start"),
+        F.col("closed_ns").alias("end"),
     )
-    down = cc.select(
-        "broker",
-        "client_ip",
-        "client_port",
-        "connect_ok_ts",
-        F.col("closed_ns").alias("ns"),
-        F.lit(-1).alias("d"),
+    held = _refused_login_holds(run)
+    if cluster_nodes(run):
+        held = held.where(F.col("broker").isNotNull())
+    spans = spans.unionByName(held)
+    up = spans.select(
+        "broker", "client_ip", "client_port", F.col("start").alias("ns"), F.lit(1).alias("d")
+    )
+    down = spans.select(
+        "broker", "client_ip", "client_port", F.col("end").alias("ns"), F.lit(-1).alias("d")
     )
     w = (
         Window.partitionBy("broker", "client_ip")
@@ -572,7 +618,8 @@ def check_client_ip_concurrency(run: Run) -> CheckResult:
         FAIL if n_bad else (UNKNOWN if unattributed else PASS),
         observed=f"peak {peak[0] if peak else 0} served at once per IP; {n_bad} over{unsure}",
         expected="served connections at once per IP ≤ max.connections.per.ip (client view)",
-        tolerance="none: the client's ready→closed lies inside the broker's count interval",
+        tolerance="none: the client's ready→closed lies inside the broker's count interval; "
+        "a refused login's from its failing request's send to the send + the delay − 1 ms",
         witnesses=wit,
         explanation="from the client side only: a lower bound on the broker's own count",
         judged=judged,
