@@ -48,28 +48,14 @@ from analysis.checks.base import (
 )
 from analysis.checks.broker_side import per_broker
 from analysis.checks.kafka_metrics import _no_scrapes, per_listener, scrape_interval, scrapes
+from analysis.checks.login_delay import DELAYED_ERRORS, KAFKA_CLOCK_MS, configured_delay_ms
 from analysis.frames import detail_col
 
 if TYPE_CHECKING:
     from analysis.load import Run
 
-#: Kafka's default (`SocketServerConfigs.FAILED_AUTHENTICATION_DELAY_MS_DEFAULT`)
-DEFAULT_DELAY_MS = 100.0
-DELAY_KEY = "connection.failed.authentication.delay.ms"
 #: `Processor.poll`: ``selector.poll(300)``, the longest an idle processor waits
 PROCESSOR_POLL_MS = 300.0
-#: Kafka's clock for the deadline is whole milliseconds
-KAFKA_CLOCK_MS = 1.0
-#: SASL_AUTHENTICATION_FAILED, UNSUPPORTED_SASL_MECHANISM: the delayed refusals
-DELAYED_ERRORS = (58, 33)
-
-
-def configured_delay_ms(run: Run) -> float:
-    """The delay the runner configured (its `config` rows; Kafka's default when unset)."""
-    values = {float(raw[DELAY_KEY]) for raw in run.timeline.raw if raw.get(DELAY_KEY) is not None}
-    if len(values) > 1:  # a static broker key: one value per run
-        raise ValueError(f"{DELAY_KEY} changed during the run: {sorted(values)}")
-    return values.pop() if values else DEFAULT_DELAY_MS
 
 
 def check_failed_login_delay(run: Run) -> CheckResult:

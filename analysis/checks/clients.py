@@ -32,6 +32,7 @@ from analysis.checks.base import (
     not_exercised,
     witness,
 )
+from analysis.checks.login_delay import DELAYED_ERRORS, KAFKA_CLOCK_MS, configured_delay_ms
 from analysis.frames import acceptor_conns, client_conns, detail_col, match_attempts
 from analysis.model import INT_MAX
 
@@ -497,8 +498,6 @@ def _refused_login_holds(run: Run) -> Any:
     (Kafka's whole-millisecond deadline). A broker that freed the slot sooner and admitted
     another connection from the address overlaps it."""
     from pyspark.sql import functions as F
-
-    from analysis.checks.auth import DELAYED_ERRORS, KAFKA_CLOCK_MS, configured_delay_ms
 
     held_ns = int((configured_delay_ms(run) - KAFKA_CLOCK_MS) * MS)
     code = detail_col("client", "sasl_fail", "error_code").cast("int")
