@@ -819,14 +819,19 @@ class StormEngine:
         c.out = c.out[n:]
         return True
 
-    def _tls_io(self, c: _Conn, ev: int) -> None:
-        now = self._clock()
+    def _tls_flush(self, c: _Conn, ev: int, now: int) -> bool:
+        """On a writable socket, send what the TLS link queued (watching for input alone
+        once it is all out); True when the socket is readable too."""
         if ev & _OUT and c.out:
             if not self._send_tls_out(c, now):
-                return
+                return False
             if not c.out:
                 self._ep.modify(c.fd, _IN)
-        if not ev & ~_OUT:
+        return bool(ev & ~_OUT)
+
+    def _tls_io(self, c: _Conn, ev: int) -> None:
+        now = self._clock()
+        if not self._tls_flush(c, ev, now):
             return
         link = c.tls
         assert link is not None
@@ -848,12 +853,7 @@ class StormEngine:
         record in (its session ticket) ends the connection as done; a close first is an
         ``eof`` (or ``reset``) after the handshake."""
         now = self._clock()
-        if ev & _OUT and c.out:
-            if not self._send_tls_out(c, now):
-                return
-            if not c.out:
-                self._ep.modify(c.fd, _IN)
-        if not ev & ~_OUT:
+        if not self._tls_flush(c, ev, now):
             return
         try:
             data = c.sock.recv(65536)
