@@ -356,14 +356,9 @@ class KafkaConfig:
 
     def env(self, uuid: str) -> dict[str, str]:
         """compose.env's Kafka part: where the config is, and how to format with SCRAM."""
-        env = {"HARNESS_SERVER_PROPERTIES": str(self.path)}
-        if self.secured is not None:
-            fmt = ["kafka.tools.StorageTool", "format", "-t", uuid, "-c", str(self.path)]
-            args = self.secured.write_format_args([*fmt, "--ignore-formatted"], self.plan)
-            if args is not None:
-                env["HARNESS_FORMAT_ARGS"] = str(args)
-                env["HARNESS_FORMAT_LOG"] = str(self.secured.folder / "format.log")
-        return env
+        if self.secured is None:
+            return {"HARNESS_SERVER_PROPERTIES": str(self.path)}
+        return self.secured.entrypoint_env(uuid, self.plan)
 
     def remove(self) -> None:
         if self.secured is not None:
@@ -380,7 +375,6 @@ def _kafka_config(
     """The scenario's broker: its listeners (every client one advertised at the acceptor,
     so clients that follow metadata stay behind it) and the keys the broker behind the
     acceptor keeps (the failed-login delay)."""
-    from harness.broker.config import ListenerPlan
     from harness.broker.secured import check_listeners
     from harness.runner.targets import broker_enforced
     from harness.security.sasl import DEFAULT_USERS
@@ -390,14 +384,7 @@ def _kafka_config(
     checked = check_listeners(
         sc.broker_listeners, advertised, sc.inter_broker_listener, props, sasl_users=DEFAULT_USERS
     )
-    plan = ListenerPlan(
-        names=checked.names,
-        ports=kafka_ports,
-        controller_port=controller_port,
-        advertised=checked.advertised,
-        inter_broker_listener=checked.inter_broker_listener,
-        specs=checked.specs,
-    )
+    plan = checked.plan([kafka_ports[n] for n in checked.names], controller_port)
     return KafkaConfig(folder, plan, props, checked.security)
 
 

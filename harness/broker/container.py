@@ -380,17 +380,10 @@ def _launch(
             container.with_env(key, value)
     else:
         assert workdir is not None
-        config = secured.write_config(conf, Path(workdir) / "server.properties")
-        fmt = [
-            "kafka.tools.StorageTool", "format", "-t", uuid, "-c", str(config),
-            "--ignore-formatted",
-        ]  # fmt: skip
-        args = secured.write_format_args(fmt, plan)
+        secured.write_config(conf, Path(workdir) / "server.properties")
         container.with_volume_mapping(str(secured.folder), str(secured.folder), "rw")
-        container.with_env("HARNESS_SERVER_PROPERTIES", str(config))
-        if args is not None:
-            container.with_env("HARNESS_FORMAT_ARGS", str(args))
-            container.with_env("HARNESS_FORMAT_LOG", str(secured.folder / "format.log"))
+        for key, value in secured.entrypoint_env(uuid, plan).items():
+            container.with_env(key, value)
     container.with_env("CLUSTER_ID", uuid)
     container.with_env("HARNESS_WATCH_PID", str(os.getpid()))
     container.with_env("HARNESS_WATCH_PID_START", pid_start(os.getpid()))
@@ -475,14 +468,7 @@ def start_container(
     tag = image or ensure_image(progress)
     exporter = _exporter(progress)
     ports = free_ports(len(names) + 2)
-    plan = ListenerPlan(
-        names=names,
-        ports=dict(zip(names, ports[: len(names)], strict=True)),
-        controller_port=ports[len(names)],
-        advertised=checked.advertised,
-        inter_broker_listener=checked.inter_broker_listener,
-        specs=checked.specs,
-    )
+    plan = checked.plan(ports[: len(names)], ports[len(names)])
     broker = _launch(
         plan,
         props,
@@ -520,7 +506,7 @@ def start_container_cluster(
     _require_engine()
     props = dict(properties or {})
     checked = check_listeners(listeners, None, inter_broker_listener, props, sasl_users=sasl_users)
-    names, inter = checked.names, checked.inter_broker_listener
+    names = checked.names
     tag = image or ensure_image(progress)
     exporter = _exporter(progress)
     per_node = len(names) + 2  # the listeners, the controller, the metrics agent
@@ -533,15 +519,7 @@ def start_container_cluster(
     try:
         for i in range(brokers):
             mine = ports[i * per_node : (i + 1) * per_node]
-            plan = ListenerPlan(
-                names=names,
-                ports=dict(zip(names, mine[: len(names)], strict=True)),
-                controller_port=controller[i],
-                inter_broker_listener=inter,
-                node_id=i + 1,
-                voters=voters,
-                specs=checked.specs,
-            )
+            plan = checked.plan(mine[: len(names)], controller[i], node_id=i + 1, voters=voters)
             node_dir = Path(workdir) / f"broker-{i + 1}"
             node_dir.mkdir(parents=True, exist_ok=True)
             nodes.append(

@@ -273,9 +273,10 @@ class LocalBroker(Broker):
         argfile: Path | None = None
         if self._secured is not None:
             argfile = self._secured.write_format_args(["kafka.tools.StorageTool", *args], self.plan)
+            if argfile is not None:
+                output = self._secured.format_log
         scram = argfile is not None
         if argfile is not None:
-            output = argfile.with_name("format.log")
             cmd = self._jvm_command(f"@{argfile}", short_lived=True)
         else:
             cmd = self._jvm_command("kafka.tools.StorageTool", *args, short_lived=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from harness.broker.config import (
     ListenerPlan,
@@ -47,6 +48,19 @@ class CheckedListeners:
     inter_broker_listener: str
     specs: dict[str, ListenerSpec]
     security: RunSecurity | None
+
+    def plan(self, ports: Sequence[int], controller_port: int, **node: Any) -> ListenerPlan:
+        """One node's plan: ``ports`` for the listeners in order, its controller port, and
+        ``node`` (`ListenerPlan`'s node id and voters, for a cluster's nodes)."""
+        return ListenerPlan(
+            names=self.names,
+            ports=dict(zip(self.names, ports, strict=True)),
+            controller_port=controller_port,
+            advertised=self.advertised,
+            inter_broker_listener=self.inter_broker_listener,
+            specs=self.specs,
+            **node,
+        )
 
 
 def check_listeners(
@@ -91,6 +105,8 @@ class NodeSecurity:
         self.folder = folder
         #: the broker reads this one; the workdir keeps a masked copy
         self.server_config = folder / "server.properties"
+        #: the storage format's output when it makes SCRAM users (it prints their records)
+        self.format_log = folder / "format.log"
         #: file names of the private material, once written (`properties`)
         self.files: SecurityFiles | None = None
 
@@ -130,6 +146,21 @@ class NodeSecurity:
         if not scram:
             return None
         return secrets.write_private(self.folder / "format.args", "\n".join([*command, *scram]))
+
+    def entrypoint_env(self, cluster_id: str, plan: ListenerPlan) -> dict[str, str]:
+        """The Kafka image's entrypoint variables (images/kafka-entrypoint.sh) for a container
+        that mounts this folder at its own path: the real config (`write_config` first), and
+        with SCRAM users the format's argument file and where its secret output goes. Paths
+        only: the environment is visible to anyone with the Docker engine."""
+        env = {"HARNESS_SERVER_PROPERTIES": str(self.server_config)}
+        command = ["kafka.tools.StorageTool", "format", "-t", cluster_id]
+        args = self.write_format_args(
+            [*command, "-c", str(self.server_config), "--ignore-formatted"], plan
+        )
+        if args is not None:
+            env["HARNESS_FORMAT_ARGS"] = str(args)
+            env["HARNESS_FORMAT_LOG"] = str(self.format_log)
+        return env
 
     def client_configs(self, plan: ListenerPlan, address: Callable[[str], str]) -> dict[str, Path]:
         """One client.properties per secured listener (``NAME``), per extra SASL mechanism
