@@ -22,23 +22,29 @@ pytestmark = [pytest.mark.integration, pytest.mark.container, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_compose_runs_a_catalog_scenario_and_leaves_nothing_behind() -> None:
+def _demo(scenario: str, seconds: int) -> tuple[int, Path]:
+    """`python compose/demo.py SCENARIO --duration S`: its exit code and run directory, once
+    it ended with a verdict, pass or (a short run may not reach every limit) unknown; never
+    fail or a broken run."""
     ok, why = docker_available()
     if not ok:
         pytest.skip(f"no Docker engine: {why}")
     res = subprocess.run(
-        [sys.executable, "compose/demo.py", "ci-gate", "--duration", "8"],
+        [sys.executable, "compose/demo.py", scenario, "--duration", str(seconds)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=540,
     )
-    # a verdict, pass or (8 s may not reach every limit) unknown; never fail or a broken run
     assert res.returncode in (0, 2), res.stdout[-3000:] + res.stderr[-3000:]
     line = next(x for x in res.stdout.splitlines() if "compose run " in x and "verdict" in x)
-    run_dir = Path(line.rsplit("report in ", 1)[1]).parent
+    return res.returncode, Path(line.rsplit("report in ", 1)[1]).parent
+
+
+def test_compose_runs_a_catalog_scenario_and_leaves_nothing_behind() -> None:
+    returncode, run_dir = _demo("ci-gate", 8)
     verdict = json.loads((run_dir / "report" / "verdict.json").read_text())
-    assert verdict["verdict"] == ("pass" if res.returncode == 0 else "unknown")
+    assert verdict["verdict"] == ("pass" if returncode == 0 else "unknown")
     assert any(c["verdict"] == "pass" for c in verdict["checks"])
     run = json.loads((run_dir / "run.json").read_text())
     assert run["launcher"] == "compose" and run["ended_at"] and "error" not in run
@@ -79,20 +85,10 @@ def test_compose_runs_a_secured_scenario_with_no_secret_outside_its_private_fold
     folder, the acceptor ending TLS with its own certificate, steady clients presenting the
     client certificate; the requests are charged to Kafka's name for it, nothing secret is in
     compose.env, the logs or run.json, and the private folder is gone afterwards."""
-    ok, why = docker_available()
-    if not ok:
-        pytest.skip(f"no Docker engine: {why}")
-    res = subprocess.run(
-        [sys.executable, "compose/demo.py", "mutual-tls-quota", "--duration", "10"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=540,
-    )
-    assert res.returncode in (0, 2), res.stdout[-3000:] + res.stderr[-3000:]
-    line = next(x for x in res.stdout.splitlines() if "compose run " in x and "verdict" in x)
-    run_dir = Path(line.rsplit("report in ", 1)[1]).parent
-    run = json.loads((run_dir / "run.json").read_text())
+    _, run_dir = _demo("mutual-tls-quota", 10)
+    run_text = (run_dir / "run.json").read_text()
+    assert "PRIVATE KEY" not in run_text
+    run = json.loads(run_text)
     assert run["listener_security"]["CLIENT"]["protocol"] == "SSL"
     assert not (run_dir / "broker" / "private").exists()
     env = (run_dir / "compose.env").read_text()
