@@ -26,6 +26,7 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsResponse,
 )
 
+from harness.acceptor.dynamic import IP_RATE_KEY
 from harness.acceptor.ports import DEFERRED
 from harness.quota.client_quota_admin import (
     INVALID_REQUEST,
@@ -66,7 +67,6 @@ CLUSTER_AUTHORIZATION_FAILED = 31
 NODE_ID_RETRY_S = 30.0
 INVALID_CONFIG = 40
 BROKER_RESOURCE = 4
-IP_RATE_KEY = "connection_creation_rate"
 REQUEST_PERCENTAGE = "request_percentage"
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
@@ -549,7 +549,9 @@ class AdminHandler:
                     # overrides them
                     apply_dynamic_update(self.dynamic.quota_cfg, changes)
                     if not req.validate_only:
-                        self.dynamic.alter_broker_config(changes, per_broker=r.resource_name != "")
+                        self.dynamic.alter_broker_config(
+                            changes, node=int(r.resource_name) if r.resource_name else None
+                        )
                         changed = True
                 except ConfigError as exc:
                     # what a Kafka 4.3 broker answers for a bad dynamic value (observed)

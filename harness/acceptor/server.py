@@ -59,6 +59,12 @@ def fault_warning(faults: Faults) -> str:
     return "\n".join(lines)
 
 
+#: how often a front reads what the other fronts of its cluster committed (a stat of the
+#: log file when nothing changed: ~2 µs, 50 times a second). Kafka's brokers learn a
+#: committed record by a long-polling fetch from the controller, within milliseconds.
+METADATA_POLL_S = 0.02
+
+
 class Acceptor:
     """Builds every component and hands each the few things it needs (`ports`); owns the
     listeners, the writers and start/stop. Nothing but the entry points (`cli`, tests, the
@@ -79,7 +85,10 @@ class Acceptor:
         self.out = out
         self.slots = SlotSignal()
         #: run-time quota changes (admin path), the state file, the limits in force
-        self.dynamic = DynamicConfig(cfg, self.quotas, self.request_quotas, self.slots.freed)
+        self.dynamic = DynamicConfig(
+            cfg, self.quotas, self.request_quotas, self.slots.freed, log=self.log
+        )
+        self._metadata_poll: asyncio.TimerHandle | None = None
         self.started_ns = time.monotonic_ns()
         writer = None
         self.config_writer: HistoryWriter | None = None
@@ -236,6 +245,8 @@ class Acceptor:
         self.metrics.start(self.cfg.metrics_host, self.cfg.metrics_port)
         self.write_config_row("start")
         self.heartbeat.start()
+        if self.dynamic.metadata is not None:
+            self._poll_metadata()
         for la in self.listeners.values():
             la.start()
         if self._stalls and self.split is not None:  # each in its processor's process
@@ -248,6 +259,8 @@ class Acceptor:
         if self.stopped:
             return
         self.stopped = True
+        if self._metadata_poll is not None:
+            self._metadata_poll.cancel()
         for h in self._stall_timers:
             h.cancel()
         for la in self.listeners.values():
@@ -302,6 +315,18 @@ class Acceptor:
             for name, la in self.listeners.items()
         }
         return limits
+
+    def _poll_metadata(self) -> None:
+        """Apply the changes other fronts of the cluster committed to the shared metadata
+        log (harness.acceptor.state), every METADATA_POLL_S; each front testifies with its
+        own `config` row when it applied them."""
+        if self.dynamic.poll():
+            if self.split is not None:
+                self.split.publish()
+            self.write_config_row("metadata_log")
+        self._metadata_poll = asyncio.get_running_loop().call_later(
+            METADATA_POLL_S, self._poll_metadata
+        )
 
     def write_config_row(self, cause: str) -> None:
         if self.config_writer is not None:

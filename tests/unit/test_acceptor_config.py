@@ -12,7 +12,6 @@ from harness.acceptor.config import (
     parse_acceptor_config,
     read_properties,
 )
-from harness.acceptor.state import PersistentState, load_state, save_state
 from harness.quota.config import ConfigError
 
 BASE = {
@@ -147,19 +146,6 @@ def test_properties_file_and_overrides(tmp_path: Path) -> None:
     assert apply_overrides({"a": "1"}, ["a="]) == {}
     with pytest.raises(ConfigError):
         apply_overrides({}, ["novalue"])
-
-
-def test_state_round_trip_and_corrupt_file(tmp_path: Path) -> None:
-    st = PersistentState(
-        ip_quotas={"default": 5, "127.0.0.9": 2}, broker_config={"max.connections": "9"}
-    )
-    save_state(tmp_path, st)
-    back = load_state(tmp_path)
-    assert back.ip_quotas == st.ip_quotas and back.broker_config == st.broker_config
-    (tmp_path / "acceptor-state.json").write_text("{not json", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"state\.dir"):
-        load_state(tmp_path)
-    assert load_state(None).ip_quotas == {}
 
 
 def test_nice_is_refused_for_an_acceptor_on_a_thread() -> None:
