@@ -113,8 +113,8 @@ def client_conns(run: Run) -> DataFrame:
         )
         # `detail` parsed once, on its own rows, before the window's shuffle
         c = c.select(
-            "client_ip", "client_port", "mono_ns", "seq", "event", "ts", "listener", "reason",
-            "latency_ms",
+            "client_ip", "client_port", "conn_id", "mono_ns", "seq", "event", "ts", "listener",
+            "reason", "latency_ms",
             F.when(
                 F.col("event").isin("connect_invoke", "connect_fail"),
                 detail_col("client", "connect_invoke", "profile"),
@@ -136,8 +136,11 @@ def client_conns(run: Run) -> DataFrame:
             | ((F.col("event") == "connect_fail") & (F.col("reason") == "not_offered")),
             F.col("mono_ns"),
         )
+        # one socket's rows: its address and its conn_id (one source address and port can
+        # serve two sockets at once to two brokers of a cluster, as Linux's connect() and
+        # IP_BIND_ADDRESS_NO_PORT allow: the 4-tuples differ)
         w = (
-            Window.partitionBy("client_ip", "client_port")
+            Window.partitionBy("client_ip", "client_port", "conn_id")
             .orderBy("mono_ns", "seq")
             .rowsBetween(Window.unboundedPreceding, Window.currentRow)
         )

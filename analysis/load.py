@@ -215,12 +215,37 @@ class Testimony:
     enforcer: list[tuple[int, dict[str, Any]]]
 
 
-def pinned_runner_rows(testimony: Testimony) -> list[tuple[int, str]]:
+#: the cause on a front's `config` row when it applied a change another front of its
+#: cluster took (harness.acceptor.server: read from the shared metadata log)
+PROPAGATED = "metadata_log"
+
+
+def applied_on_front(
+    enforcer: list[tuple[int, dict[str, Any]]], ack_ns: int, until_ns: int | None, want: Any
+) -> int | None:
+    """A fronted cluster: when this front applied a change the runner sent to another front
+    (Kafka's brokers apply a committed quota record each in its own time): its first
+    `PROPAGATED` row after the runner's acknowledgement, before the next change, carrying
+    the runner's limits (`limit_values`); None if it wrote none."""
+    for e_ns, d in enforcer:
+        if e_ns <= ack_ns:
+            continue
+        if until_ns is not None and e_ns >= until_ns:
+            break
+        if d.get("cause") == PROPAGATED and limit_values(Limits.from_config(d)) == want:
+            return e_ns
+    return None
+
+
+def pinned_runner_rows(testimony: Testimony, propagated: bool = False) -> list[tuple[int, str]]:
     """The runner's rows, each at the instant the enforcer recorded the same limits inside
-    the runner's bracket (else at the runner's acknowledgement)."""
+    the runner's bracket (else at the runner's acknowledgement). ``propagated`` (one front
+    of a cluster): a change the front applied from the metadata log after the runner's
+    acknowledgement holds from then (`applied_on_front`)."""
     out: list[tuple[int, str]] = []
     enforcer = [(ns, limit_values(Limits.from_config(d))) for ns, d in testimony.enforcer]
-    for ns, detail in testimony.runner:
+    runner = testimony.runner
+    for i, (ns, detail) in enumerate(runner):
         at = ns
         lo = detail.get("applied_from_mono_ns")
         if isinstance(lo, int):
@@ -228,6 +253,10 @@ def pinned_runner_rows(testimony: Testimony) -> list[tuple[int, str]]:
             inside = [e_ns for e_ns, vals in enforcer if lo <= e_ns <= ns and vals == want]
             if inside:
                 at = inside[-1]
+            elif propagated:
+                nxt = runner[i + 1][1].get("applied_from_mono_ns") if i + 1 < len(runner) else None
+                until = int(nxt) if isinstance(nxt, int) else None
+                at = applied_on_front(testimony.enforcer, ns, until, want) or ns
         out.append((at, json.dumps(detail)))
     return out
 
@@ -254,6 +283,8 @@ class Run:
     #: a run whose acceptor was killed and restarted, seen through one of its processes
     #: (`during`): that incarnation
     incarnation: Incarnation | None = None
+    #: a fronted cluster seen through one broker's acceptor (`front`): that broker's id
+    front_node: int | None = None
     _cache: dict[str, Any] = field(default_factory=dict)
     #: the cached tables that stand for the narrowed broker's own (`on_broker`)
     _own: dict[str, Any] = field(default_factory=dict)
@@ -324,6 +355,8 @@ class Run:
             if self.in_memory:  # one table already: filter it, read nothing again
                 return self.history.where(F.col("source") == source)
             df = read_history(self.spark, files, False).where(F.col("source") == source)
+            if self.front_node is not None:
+                df = _on_front(df, self.front_node)
             return df if self.incarnation is None else _windowed(df, self.incarnation)
 
         return self.cached(f"source-{source}", build)  # type: ignore[no-any-return]
@@ -401,6 +434,46 @@ class Run:
 
         return replace(self, node=node, _own=dict(narrow))
 
+    def fronts(self) -> dict[int, set[str]]:
+        """A cluster fronted by one acceptor per broker: each front's process ids by the
+        broker it stands for (the `node.id` its `config` rows name); {} otherwise."""
+        return self.cached("fronts", lambda: front_pids(self.files))  # type: ignore[no-any-return]
+
+    def front(self, node: int) -> Run:
+        """This run seen through the acceptor of broker ``node`` alone: its history files
+        (rows and `config` rows), the client rows of the attempts that reached that broker
+        (`_on_front`), every runner row; no other front's rows. A front is a separate
+        enforcer (its own meters and counts, as every Kafka broker), so every acceptor
+        check reads it like a run of one broker; the view names no cluster."""
+        from dataclasses import replace
+
+        others = {p for n, pids in self.fronts().items() if n != node for p in pids}
+        files = [f for f in self.files if _writer_pid(f) not in others]
+        history = _on_front(read_history(self.spark, files, self.in_memory), node)
+        meta = {k: v for k, v in self.meta.items() if k != "brokers"}
+        testimony = testimony_of(_harness_rows(files)[0])
+        timeline = self.timeline
+        if testimony.runner:  # each change holds on this front from when it applied it
+            limits = meta.get("limits") if isinstance(meta.get("limits"), dict) else None
+            pinned = pinned_runner_rows(testimony, propagated=True)
+            timeline = config_timeline([(ns, d) for ns, d in pinned], limits)
+        return replace(
+            self,
+            meta=meta,
+            timeline=timeline,
+            history=history,
+            files=files,
+            node=node,
+            front_node=node,
+            testimony=testimony,
+            _cache={},
+            _own={
+                "kafka_metric_scrapes": lambda every: [
+                    (ns, d) for ns, d in every if d.get("broker") == node
+                ]
+            },
+        )
+
 
 @dataclass(frozen=True)
 class Incarnation:
@@ -430,6 +503,53 @@ _WRITER = re.compile(r"^acceptor-(?:config-)?(?P<pid>\d+)-\d+\.parquet$")
 def _writer_pid(f: Path) -> str | None:
     m = _WRITER.match(f.name)
     return m["pid"] if m and f.parent.name in ("acceptor", "harness") else None
+
+
+def front_pids(files: list[Path]) -> dict[int, set[str]]:
+    """Each front's process ids by its broker's node id, from the `node.id` in its
+    `config` rows (``acceptor-config-<pid>-N``); {} when no front names a broker."""
+    import pyarrow.parquet as pq
+
+    out: dict[int, set[str]] = {}
+    for f in files:
+        m = _WRITER.match(f.name)
+        if not m or f.parent.name != "harness":
+            continue
+        for d in pq.read_table(f, columns=["detail"])["detail"].to_pylist():
+            node = json.loads(d or "{}").get("node.id")
+            if node is not None:
+                out.setdefault(int(node), set()).add(m["pid"])
+                break
+    return out
+
+
+def _on_front(df: DataFrame, node: int) -> DataFrame:
+    """Client rows of the attempts that reached broker ``node`` (their `connect_invoke`'s
+    ``detail.broker``; a socket's later rows follow its attempt); every other row whole.
+    A client row of no attempt with a broker (one the load could not attribute) is in no
+    front's view."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from analysis.frames import detail_col
+
+    client = F.col("source") == "client"
+    broker = F.when(
+        F.col("event") == "connect_invoke",
+        detail_col("client", "connect_invoke", "broker").cast("int"),
+    )
+    w = (
+        Window.partitionBy("client_ip", "client_port", "conn_id")
+        .orderBy("mono_ns", "seq")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+    mine = (
+        df.where(client)
+        .withColumn("_broker", F.last(broker, ignorenulls=True).over(w))
+        .where(F.col("_broker") == F.lit(node))
+        .drop("_broker")
+    )
+    return df.where(~client).unionByName(mine)
 
 
 def fault_instants(run: Run, event: str, kind: str) -> list[int]:

@@ -51,7 +51,10 @@ def run_checks(
     """Every applicable check on the run; a run whose acceptor was killed and restarted is
     judged through each of its processes (`across_restarts`)."""
     incarnations = run.incarnations() if run.has_source("acceptor") else []
-    if len(incarnations) > 1:
+    fronts = sorted(run.fronts()) if run.has_source("acceptor") else []
+    if len(fronts) > 1:
+        results = across_fronts(run, fronts, checks, progress)
+    elif len(incarnations) > 1:
         results = across_restarts(run, incarnations, checks, progress)
     else:
         results = _judge(run, checks, progress)
@@ -175,19 +178,44 @@ def across_restarts(
     return [*merged, *_judge(run, whole, progress), _outage(run, incarnations)]
 
 
-def _merge_views(incarnations: list[Any], results: list[CheckResult]) -> CheckResult:
-    from analysis.checks.base import Part, merge
+def across_fronts(
+    run: Run,
+    nodes: list[int],
+    checks: list[Check] | None,
+    progress: Callable[[str], None] | None,
+) -> list[CheckResult]:
+    """A cluster fronted by one acceptor per broker: each front enforces its own broker's
+    limits with its own meters and counts, as every Kafka broker does, so each check is
+    judged on each front's own history and the client attempts that reached its broker
+    (`Run.front`), the results merged per broker (fail > unknown > pass; every witness
+    naming its broker; a `per_broker` table in verdict.json and the report). What the load
+    offered and how the steady clients fared are the whole run's."""
+    from analysis.checks.broker_side import merge_brokers
 
-    judged_here = [r for r in results if not (r.verdict in (UNKNOWN, NA) and r.judged == 0)]
+    chosen = checks if checks is not None else ALL_CHECKS
+    # the front's own saturation is judged per process already (each names its pid)
+    whole_run = WHOLE_RUN | {FRONT}
+    per_view = [c for c in chosen if c.name not in whole_run]
+    whole = [c for c in chosen if c.name in whole_run]
+    views: list[list[CheckResult]] = []
+    for node in nodes:
+        if progress:
+            progress(f"  the acceptor of broker {node}")
+        views.append(_judge(run.front(node), per_view, progress))
+    merged = [
+        merge_brokers(list(zip(nodes, [v[i] for v in views], strict=True)), 0, 0)
+        for i in range(len(views[0]) if views else 0)
+    ]
+    return [*merged, *_judge(run, whole, progress)]
+
+
+def _merge_views(incarnations: list[Any], results: list[CheckResult]) -> CheckResult:
+    from analysis.checks.base import adds_nothing, merge, merge_parts
+
+    judged_here = [r for r in results if not adds_nothing(r)]
     verdicts = [r.verdict for r in (judged_here or results)]
     verdict = NA if all(v == NA for v in verdicts) else merge(v for v in verdicts if v != NA)
     first = results[0]
-    parts: dict[str, Part] = {}
-    for r in results:
-        for p in r.parts:
-            seen = parts.get(p.name)
-            total = p.judged + (seen.judged if seen is not None else 0)
-            parts[p.name] = Part(p.name, total, p.note, p.hint)
     ratios = [(r.peak / r.limit, r) for r in results if r.peak is not None and r.limit]
     worst = max(ratios, key=lambda t: t[0])[1] if ratios else first
     return CheckResult(
@@ -216,7 +244,7 @@ def _merge_views(incarnations: list[Any], results: list[CheckResult]) -> CheckRe
         limit=worst.limit,
         raise_hint=first.raise_hint,
         judges_limit=first.judges_limit,
-        parts=list(parts.values()),
+        parts=merge_parts(results),
         data={"crashed": True} if any(r.data.get("crashed") for r in results) else {},
     )
 

@@ -136,6 +136,18 @@ def merge(verdicts: Iterable[str]) -> str:
     return worst
 
 
+def merge_parts(results: Iterable[CheckResult]) -> list[Part]:
+    """The parts of one check judged on several views (fronts, processes): each part's
+    judged counts summed, in first-seen order."""
+    parts: dict[str, Part] = {}
+    for r in results:
+        for p in r.parts:
+            seen = parts.get(p.name)
+            total = p.judged + (seen.judged if seen is not None else 0)
+            parts[p.name] = Part(p.name, total, p.note, p.hint)
+    return list(parts.values())
+
+
 def run_check(check: Check, run: Run) -> CheckResult:
     """Run one check; an exception becomes `unknown` naming the error."""
     try:
@@ -252,7 +264,17 @@ def not_exercised(
         peak=float(peak),
         limit=float(limit),
         raise_hint=hint or f"the load against {what}",
+        data={"not_exercised": True},
     )
+
+
+def adds_nothing(r: CheckResult) -> bool:
+    """A view's result (one broker's, one acceptor process's) that proves nothing either
+    way: nothing to judge, or a limit the load never reached there. Merged with the other
+    views it adds nothing; it stays visible in `observed` and the per-broker table."""
+    if r.verdict == NA:
+        return True
+    return r.verdict == UNKNOWN and (r.judged == 0 or bool(r.data.get("not_exercised")))
 
 
 def cluster_nodes(run: Run) -> list[int]:

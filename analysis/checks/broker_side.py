@@ -197,25 +197,26 @@ def per_broker(fn: Any) -> Any:
         for node in nodes:
             results.append((node, fn(run.on_broker(node, _broker_narrowing(node)))))
         unreached = [n for n in nodes if not (df["broker"] == n).any()]
-        return _merge_brokers(results, int(df["broker"].isna().sum()), len(df), unreached)
+        return merge_brokers(results, int(df["broker"].isna().sum()), len(df), unreached)
 
     judge.__name__ = getattr(fn, "__name__", "per_broker")
     judge.__doc__ = fn.__doc__
     return judge
 
 
-def _merge_brokers(
+def merge_brokers(
     results: list[tuple[int, CheckResult]],
     unattributed: int,
     total: int,
     unreached: list[int] | None = None,
 ) -> CheckResult:
-    from analysis.checks.base import merge
+    from analysis.checks.base import adds_nothing, merge, merge_parts
 
-    name = results[0][1].name
+    first = results[0][1]
+    name = first.name
     # a broker where the rule found nothing to judge (unknown, 0 judged) adds nothing to what
     # the others proved; it stays visible in `observed` and the per-broker table
-    judged_here = [r for _n, r in results if not (r.verdict == UNKNOWN and r.judged == 0)]
+    judged_here = [r for _n, r in results if not adds_nothing(r)]
     verdict = merge(r.verdict for r in (judged_here or [r for _n, r in results]))
     witnesses = [{"broker": n, **w} for n, r in results for w in r.witnesses][:10]
     observed = "; ".join(f"broker {n}: {r.observed}" for n, r in results)
@@ -249,6 +250,11 @@ def _merge_brokers(
         exercised=bool(exercised_on) if any(r.exercised is not None for _n, r in results) else None,
         peak=worst[2].peak if worst else None,
         limit=worst[2].limit if worst else None,
+        family=first.family,
+        needs_load=first.needs_load,
+        raise_hint=first.raise_hint,
+        judges_limit=first.judges_limit,
+        parts=merge_parts([r for _n, r in results]),
     )
     merged.data = {
         "per_broker": {

@@ -5,7 +5,10 @@ intended, written once the target acknowledged them, with `applied_from_mono_ns`
 started applying. The enforcer (our acceptor) writes a row on start and on every admin
 change it applied, before it answers. Both stamp the host's CLOCK_MONOTONIC, so for every
 runner row the enforcer's last row inside [applied_from, acknowledged] must carry the same
-limits; an enforcer row outside every bracket must equal the version then in force.
+limits; an enforcer row outside every bracket must equal the version then in force. A
+front of a fronted cluster that did not take the change itself applies it from the shared
+metadata log after the acknowledgement: its bracket ends at its first such row (before
+the runner's next change), as each Kafka broker applies a committed record in its own time.
 The checker judges every other rule by the runner's limits (analysis.load), so a change
 the enforcer never took also shows up there as the enforcer breaking the runner's limits.
 """
@@ -15,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from analysis.checks.base import FAIL, PASS, UNKNOWN, Check, CheckResult, witness
-from analysis.load import limit_values
+from analysis.load import applied_on_front, limit_values
 from analysis.model import Limits
 
 if TYPE_CHECKING:
@@ -81,11 +84,18 @@ def check_config_testimony(run: Run) -> CheckResult:
     for i, (ns, detail, want) in enumerate(r_vals):
         lo = detail.get("applied_from_mono_ns")
         lo = int(lo) if isinstance(lo, int) else ns
-        brackets.append((lo, ns))
+        hi = ns
+        if run.front_node is not None and not any(
+            vals == want for e_ns, vals in e_vals if lo <= e_ns <= ns
+        ):  # one front of a cluster: a change another front took, applied from the log
+            nxt = r_vals[i + 1][1].get("applied_from_mono_ns") if i + 1 < len(r_vals) else None
+            until = int(nxt) if isinstance(nxt, int) else None
+            hi = applied_on_front(enforcer, ns, until, want) or ns
+        brackets.append((lo, hi))
         if life is not None and (ns < life[0] or lo > life[1]):
             continue
         judged += 1
-        inside = [vals for e_ns, vals in e_vals if lo <= e_ns <= ns]
+        inside = [vals for e_ns, vals in e_vals if lo <= e_ns <= hi]
         before = [vals for e_ns, vals in e_vals if e_ns < lo]
         state = inside[-1] if inside else (before[-1] if before else None)
         if state is not None:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from kafka.errors import KafkaError
 
 from harness.broker.artifacts import KAFKA_VERSION, Progress
-from harness.broker.config import MAX_BROKERS, ListenerPlan
+from harness.broker.config import MAX_BROKERS, ListenerPlan, parse_host_port
 from harness.broker.errors import BrokerError
 from harness.broker.local import LocalBroker, cluster_id, on_fresh_ports, prepare_local
 from harness.broker.probe import probe
@@ -135,17 +135,21 @@ def start_cluster(
     version: str = KAFKA_VERSION,
     request_log: bool = False,
     sasl_users: Sequence[str] = DEFAULT_USERS,
+    advertised: Mapping[int, Mapping[str, str]] | None = None,
 ) -> LocalCluster:
     """A cluster of ``brokers`` nodes on this machine: local processes
     (`start_local_cluster`), or with ``launcher="container"`` one container each
     (`container.start_container_cluster`: KRaft releases without the request log; anything
-    else is refused with the reason)."""
+    else is refused with the reason). ``advertised``: per node id, listeners advertised
+    elsewhere (each broker's acceptor in front of it)."""
+    check_advertised(brokers, advertised)
     if launcher != "container":
         return start_local_cluster(
             brokers,
             properties=properties,
             listeners=listeners,
             inter_broker_listener=inter_broker_listener,
+            advertised=advertised,
             workdir=workdir,
             ready_timeout_s=ready_timeout_s,
             progress=progress,
@@ -172,12 +176,22 @@ def start_cluster(
         progress=progress,
         image=ensure_image(progress, version) if version != KAFKA_VERSION else None,
         sasl_users=sasl_users,
+        advertised=advertised,
     )
 
 
 def check_cluster_size(brokers: int) -> None:
     if not 1 <= brokers <= MAX_BROKERS:
         raise BrokerError(f"config brokers={brokers}: between 1 and {MAX_BROKERS} on one machine")
+
+
+def check_advertised(brokers: int, advertised: Mapping[int, Mapping[str, str]] | None) -> None:
+    """Per-node advertised addresses: node ids of the cluster, ``host:port`` values."""
+    for node, addrs in (advertised or {}).items():
+        if not 1 <= int(node) <= brokers:
+            raise BrokerError(f"config advertised[{node}]: the cluster's node ids are 1-{brokers}")
+        for name, addr in addrs.items():
+            parse_host_port(addr, key=f"advertised[{node}][{name}]")
 
 
 def start_local_cluster(
@@ -194,11 +208,13 @@ def start_local_cluster(
     metrics: bool | None = None,
     request_log: bool = False,
     sasl_users: Sequence[str] = DEFAULT_USERS,
+    advertised: Mapping[int, Mapping[str, str]] | None = None,
 ) -> LocalCluster:
     """Start ``brokers`` combined KRaft nodes and return once all serve as one cluster.
 
     Node i (1-based) runs in ``<workdir>/broker-<i>`` with its own ports for every listener
-    in ``listeners`` (`start_local`'s syntax) and its own JMX exporter port.
+    in ``listeners`` (`start_local`'s syntax) and its own JMX exporter port; ``advertised``
+    gives node i's listeners advertised elsewhere (default: its own ports).
     """
     check_cluster_size(brokers)
     prep = prepare_local(
@@ -236,6 +252,7 @@ def start_local_cluster(
                 specs=prep.specs,
                 node_id=i + 1,
                 voters=voters,
+                advertised=dict((advertised or {}).get(i + 1, {})),
             )
             node_dir = prep.workdir / f"broker-{i + 1}"
             shutil.rmtree(node_dir / "data", ignore_errors=True)  # the quorum is formatted in

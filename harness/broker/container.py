@@ -495,6 +495,7 @@ def start_container_cluster(
     progress: Progress = print,
     image: str | None = None,
     sasl_users: Sequence[str] = DEFAULT_USERS,
+    advertised: Mapping[int, Mapping[str, str]] | None = None,
 ) -> LocalCluster:
     """``brokers`` combined KRaft nodes, each in its own container of the local image on the
     host network (node i: node id i, its own ports, its log in ``<workdir>/broker-<i>``), as
@@ -519,7 +520,13 @@ def start_container_cluster(
     try:
         for i in range(brokers):
             mine = ports[i * per_node : (i + 1) * per_node]
-            plan = checked.plan(mine[: len(names)], controller[i], node_id=i + 1, voters=voters)
+            plan = checked.plan(
+                mine[: len(names)],
+                controller[i],
+                node_id=i + 1,
+                voters=voters,
+                advertised=dict((advertised or {}).get(i + 1, checked.advertised)),
+            )
             node_dir = Path(workdir) / f"broker-{i + 1}"
             node_dir.mkdir(parents=True, exist_ok=True)
             nodes.append(

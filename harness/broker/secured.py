@@ -51,15 +51,15 @@ class CheckedListeners:
 
     def plan(self, ports: Sequence[int], controller_port: int, **node: Any) -> ListenerPlan:
         """One node's plan: ``ports`` for the listeners in order, its controller port, and
-        ``node`` (`ListenerPlan`'s node id and voters, for a cluster's nodes)."""
+        ``node`` (`ListenerPlan`'s node id and voters for a cluster's nodes, and its own
+        advertised addresses when they are not the launch's)."""
         return ListenerPlan(
             names=self.names,
             ports=dict(zip(self.names, ports, strict=True)),
             controller_port=controller_port,
-            advertised=self.advertised,
             inter_broker_listener=self.inter_broker_listener,
             specs=self.specs,
-            **node,
+            **{"advertised": self.advertised, **node},
         )
 
 

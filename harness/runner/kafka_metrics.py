@@ -213,6 +213,24 @@ def start_scraper(
         say(f"Kafka metrics not recorded: {kind}")
         return None
     cluster = getattr(target, "cluster", None)
+    fronts = getattr(target, "front_metrics", {})
+    if cluster is not None and fronts and not given:
+        # a fronted cluster: every front's own metrics and every broker's behind it
+        scrapers = [
+            MetricsScraper(u, history.record, target=kind, broker=n) for n, u in fronts.items()
+        ]
+        scrapers += [
+            MetricsScraper(
+                b.metrics_url, history.record, target=UPSTREAM_METRICS, broker=b.plan.node_id
+            )
+            for b in cluster.brokers
+            if b.metrics_url
+        ]
+        say(
+            f"recording the metrics of {len(fronts)} acceptors and of the "
+            f"{len(scrapers) - len(fronts)} brokers behind them every second (event {EVENT})"
+        )
+        return Scrapers([sc.start() for sc in scrapers])
     if cluster is not None and not getattr(opts, "broker_metrics_url", None):
         # a cluster: every broker's own exporter, each row naming its broker
         nodes = [(b.plan.node_id, b.metrics_url) for b in cluster.brokers if b.metrics_url]

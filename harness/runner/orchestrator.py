@@ -480,9 +480,10 @@ class Orchestrator:
         of its own): the acceptor, the local brokers, the running load phases."""
         target = self.target
         out: dict[str, list[int]] = {"acceptor": [], "broker": [], "load": []}
-        acceptor = getattr(target, "acceptor", None)
-        if acceptor is not None and acceptor.poll() is None:
-            out["acceptor"].append(acceptor.pid)
+        for front in getattr(target, "fronts", []):  # one acceptor, or one per broker
+            proc = front.process
+            if proc is not None and proc.poll() is None:
+                out["acceptor"].append(proc.pid)
         cluster = getattr(target, "cluster", None)
         brokers = cluster.brokers if cluster is not None else [getattr(target, "broker", None)]
         out["broker"] = [b.pid for b in brokers if b is not None and getattr(b, "pid", None)]

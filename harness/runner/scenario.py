@@ -775,12 +775,6 @@ def _parse_scenario(data: object, source: str) -> Scenario:
     assert brokers is not None
     if brokers > MAX_BROKERS:
         raise ScenarioError("brokers", brokers, f"at most {MAX_BROKERS} on one machine")
-    if brokers > 1 and "acceptor" in targets:
-        raise ScenarioError(
-            "targets",
-            targets,
-            "a cluster runs on the broker target only for now (docs/clusters.md)",
-        )
     sc: dict[str, Any] = {
         "duration": duration, "listeners": listeners, "security": security, "brokers": brokers
     }  # fmt: skip

@@ -15,6 +15,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,10 @@ if TYPE_CHECKING:
 
 Progress = Callable[[str], None]
 
+
+#: the listener a fronted cluster's brokers replicate over (advertised at its own port: the
+#: replica fetchers are no client of the acceptors')
+REPLICATION_LISTENER = "REPLICATION"
 
 #: the size of a broker's log directory when a scenario fills it (fault broker_disk_full):
 #: room for the run's topics and metadata log, small enough to fill at once
@@ -342,7 +347,10 @@ class Target:
         timeout: float,
         request_log: bool = False,
         command_config: Path | None = None,
+        node_advertised: Mapping[int, Mapping[str, str]] | None = None,
     ) -> Any:
+        """Start the broker (or the scenario's cluster, ``node_advertised`` giving each
+        node's listeners advertised elsewhere) or find an existing one."""
         from harness.broker import start_broker
 
         if bootstrap_server:
@@ -359,7 +367,7 @@ class Target:
                 )
             return self._find_external(bootstrap_server, properties, timeout, command_config)
         if self.scenario.brokers > 1:
-            return self._start_cluster(launcher, properties, timeout, request_log)
+            return self._start_cluster(launcher, properties, timeout, request_log, node_advertised)
         if any(a.params.get("kind") == "broker_disk_full" for a in self.scenario.schedule):
             # a log directory the run can fill: its own small file system (local launcher)
             from harness.broker.local import LOG_DIR_MB_KEY
@@ -560,10 +568,17 @@ class Target:
         raise TargetError("no upstream to delay on this target")
 
     def _start_cluster(
-        self, launcher: str, properties: Mapping[str, str], timeout: float, request_log: bool
+        self,
+        launcher: str,
+        properties: Mapping[str, str],
+        timeout: float,
+        request_log: bool,
+        advertised: Mapping[int, Mapping[str, str]] | None,
     ) -> Any:
         """The scenario's cluster of KRaft nodes (docs/clusters.md): local processes, or
-        containers with ``--launcher container`` (``auto`` keeps a cluster local)."""
+        containers with ``--launcher container`` (``auto`` keeps a cluster local). Nodes
+        whose listeners are advertised elsewhere (an acceptor in front of each) replicate
+        over a listener of their own, `REPLICATION_LISTENER`, which no front stands in."""
         from harness.broker import KAFKA_VERSION
         from harness.broker.cluster import start_cluster
 
@@ -574,12 +589,16 @@ class Target:
             f"starting a Kafka cluster of {n} brokers ({kind} launcher, listeners "
             f"{','.join(self.scenario.listeners)}; logs under {self.run_dir / 'broker'})"
         )
+        listeners, inter = self.scenario.broker_listeners, self.scenario.inter_broker_listener
+        if advertised:
+            listeners, inter = (REPLICATION_LISTENER, *listeners), REPLICATION_LISTENER
         self.cluster = cluster = start_cluster(
             n,
             launcher=kind,
             properties=dict(properties),
-            listeners=self.scenario.broker_listeners,
-            inter_broker_listener=self.scenario.inter_broker_listener,
+            listeners=listeners,
+            inter_broker_listener=inter,
+            advertised=advertised,
             workdir=self.run_dir / "broker",
             ready_timeout_s=timeout,
             progress=self.progress,
@@ -751,19 +770,49 @@ def broker_enforced(sc: Scenario) -> dict[str, str]:
     return {k: v for k, v in _props(initial_limits(sc)).items() if k in BROKER_ENFORCED_KEYS}
 
 
+@dataclass
+class Front:
+    """One acceptor process of the target: in front of the one broker (``node`` None), or
+    of node ``node`` of a cluster, with its own configuration, ready file and log."""
+
+    node: int | None
+    config_path: Path
+    ready_path: Path
+    log: Path
+    argv: list[str] = field(default_factory=list)
+    #: its configuration as written
+    props: dict[str, str] = field(default_factory=dict)
+    process: ManagedProcess | None = None
+    #: where it listens, per listener, once ready
+    addresses: dict[str, tuple[str, int]] = field(default_factory=dict)
+    metrics_url: str | None = None
+
+    @property
+    def name(self) -> str:
+        return "acceptor" if self.node is None else f"acceptor of broker {self.node}"
+
+
 class AcceptorTarget(Target):
-    """The project's acceptor in front of a broker that enforces nothing itself."""
+    """The project's acceptor in front of a broker that enforces nothing itself; in front of
+    a cluster, one acceptor per broker (docs/clusters.md, "An acceptor per broker"): each
+    enforces its broker's limits, its broker advertises it, and the fronts share one
+    metadata log (`state.dir`), so a quota change sent to any front reaches every front."""
 
     name = "acceptor"
 
     def __init__(self, scenario: Scenario, run_dir: Path, progress: Progress) -> None:
         super().__init__(scenario, run_dir, progress)
-        self.acceptor: ManagedProcess | None = None
+        self.fronts: list[Front] = []
         self.proxies: dict[str, LatencyProxy] = {}
         self.config_path = run_dir / "acceptor.properties"
-        self.ready_path = run_dir / "acceptor.ready.json"
         self.run_id = ""
         self.overrides: dict[str, str] = {}
+        self._timeout = 60.0
+
+    @property
+    def acceptor(self) -> ManagedProcess | None:
+        """The (first) front's process."""
+        return self.fronts[0].process if self.fronts else None
 
     @property
     def writes_config_rows(self) -> bool:
@@ -817,6 +866,21 @@ class AcceptorTarget(Target):
         props.update(sc.acceptor)
         return props
 
+    def _refuse(self, set_acceptor: Mapping[str, str], latency_proxy: bool) -> None:
+        sc = self.scenario
+        given = {**sc.acceptor, **set_acceptor}
+        refused = passed_through_request_quotas(sc, given)
+        if refused:
+            raise TargetError(f"target acceptor: {refused}")
+        if sc.brokers > 1 and given.get("acceptor.process.model", "single") != "single":
+            raise TargetError(
+                f"target acceptor: a cluster of {sc.brokers} brokers is fronted by one "
+                "acceptor per broker in the single process model only (the split model's "
+                "processor processes write rows no check could attribute to their broker)"
+            )
+        if sc.brokers > 1 and latency_proxy:
+            raise TargetError("target acceptor: --latency-proxy fronts one broker, not a cluster")
+
     def start(
         self,
         *,
@@ -830,11 +894,11 @@ class AcceptorTarget(Target):
         command_config: Path | None = None,
     ) -> None:
         sc = self.scenario
-        refused = passed_through_request_quotas(sc, {**sc.acceptor, **(set_acceptor or {})})
-        if refused:
-            raise TargetError(f"target acceptor: {refused}")
+        self._refuse(set_acceptor or {}, latency_proxy)
         self.run_id = run_id
-        ports = {n: free_port() for n in sc.listeners}
+        nodes: list[int | None] = list(range(1, sc.brokers + 1)) if sc.brokers > 1 else [None]
+        ports = {node: {n: free_port() for n in sc.listeners} for node in nodes}
+        advertised = {node: {n: f"127.0.0.1:{p}" for n, p in ports[node].items()} for node in nodes}
         # request quotas are charged Kafka's own handler time, read from the broker's
         # request log (harness.acceptor.broker_charge): only when the scenario has request
         # quotas (a log line per request costs both sides), and not through the latency
@@ -851,11 +915,62 @@ class AcceptorTarget(Target):
             launcher=launcher,
             bootstrap_server=bootstrap_server,
             properties=broker_props,
-            advertised={n: f"127.0.0.1:{ports[n]}" for n in sc.listeners},
+            advertised=advertised[None] if None in advertised else None,
             timeout=timeout,
             request_log=wants_log,
+            node_advertised=None if None in advertised else advertised,  # type: ignore[arg-type]
         )
-        b = self.broker
+        self.overrides = dict(set_acceptor or {})
+        self._timeout = acceptor_timeout
+        for node in nodes:
+            self.fronts.append(self._front(node, ports[node], latency_proxy, wants_log))
+        for f in self.fronts:  # every front launched before any is awaited
+            self._spawn(f)
+        for f in self.fronts:
+            self._await_ready(f)
+        first = self.fronts[0]
+        self.client_addresses = dict(first.addresses)
+        self.metrics_url = first.metrics_url
+        if self.cluster is not None:  # the load follows the fronts, never the brokers
+            self.broker_addresses = {
+                n: [(int(f.node or 0), *f.addresses[n]) for f in self.fronts] for n in sc.listeners
+            }
+        self.admin_bootstrap = "{}:{}".format(*self.client_addresses[admin_listener(sc)])
+        self.limits = initial_limits(sc, self.client_addresses)
+        props = first.props
+        self.limits[VERSION_KEY] = self.overrides.get(VERSION_KEY, props[VERSION_KEY])
+        mode = self.overrides.get(METADATA_KEY, props[METADATA_KEY])
+        if mode:
+            self.limits[METADATA_KEY] = mode
+        for f in self.fronts:
+            self.progress(
+                f"{f.name} ready: "
+                + ", ".join(
+                    f"{n} {h}:{p} -> {f.props[f'listener.name.{n.lower()}.upstream']}"
+                    for n, (h, p) in f.addresses.items()
+                )
+                + (f"; metrics {f.metrics_url}" if f.metrics_url else "")
+            )
+        self.apply_initial_quotas()
+
+    @property
+    def front_metrics(self) -> dict[int, str]:
+        """A fronted cluster: each front's metrics endpoint by its broker's node id."""
+        return {f.node: f.metrics_url for f in self.fronts if f.node and f.metrics_url}
+
+    def _front(
+        self, node: int | None, ports: Mapping[str, int], latency_proxy: bool, wants_log: bool
+    ) -> Front:
+        """Write one front's configuration (its broker's ports upstream) and its command."""
+        sc = self.scenario
+        b = self.broker if node is None else self.cluster.broker(node)
+        suffix = "" if node is None else f"-{node}"
+        front = Front(
+            node,
+            self.config_path.with_name(f"acceptor{suffix}.properties"),
+            self.run_dir / f"acceptor{suffix}.ready.json",
+            self.run_dir / "logs" / f"acceptor{suffix}.log",
+        )
         upstreams: dict[str, str] = {}
         for n in sc.listeners:
             host, port = "127.0.0.1", int(b.listener_ports[n])
@@ -868,6 +983,8 @@ class AcceptorTarget(Target):
             else:
                 upstreams[n] = f"{host}:{port}"
         props = self.acceptor_properties(ports, upstreams)
+        if node is not None:
+            props["node.id"] = str(node)  # per-broker configs: this broker's own
         if props["metrics.port"] == "0":  # fixed: a restarted acceptor is scraped where it was
             props["metrics.port"] = str(free_port())
         # the acceptor enforces as the release it fronts, unless the scenario says otherwise
@@ -876,71 +993,66 @@ class AcceptorTarget(Target):
         request_log = b.request_log_path
         if wants_log and request_log is not None:
             props["upstream.request.log"] = str(request_log)
-        elif wants_log:
+        elif wants_log and node in (None, 1):
             self.progress(
                 f"no request log from the {b.launcher} launcher: request quotas are charged "
                 "the broker time the acceptor sees (docs/acceptor.md, What is charged)"
             )
-        self.overrides = dict(set_acceptor or {})
-        self.config_path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-        argv = [
+        front.props = props
+        front.config_path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        front.argv = [
             sys.executable,
             "-m",
             "harness",
             "acceptor",
             "--config",
-            str(self.config_path),
+            str(front.config_path),
             "--history",
             str(self.run_dir / "history"),
             "--run-id",
-            run_id,
+            self.run_id,
             "--ready-file",
-            str(self.ready_path),
+            str(front.ready_path),
         ]
         for k, v in self.overrides.items():
-            argv += ["--set", f"{k}={v}"]
-        self._argv, self._timeout = argv, acceptor_timeout
-        log = self.run_dir / "logs" / "acceptor.log"
-        self.progress(f"starting the acceptor (config {self.config_path}, log {log})")
-        ready = self._launch()
-        for n in sc.listeners:
-            entry = ready["listeners"][n]
-            self.client_addresses[n] = (str(entry["host"]), int(entry["port"]))
-        self.metrics_url = ready.get("metrics_url")
-        self.admin_bootstrap = "{}:{}".format(*self.client_addresses[admin_listener(sc)])
-        self.limits = initial_limits(sc, self.client_addresses)
-        self.limits[VERSION_KEY] = self.overrides.get(VERSION_KEY, props[VERSION_KEY])
-        mode = self.overrides.get(METADATA_KEY, props[METADATA_KEY])
-        if mode:
-            self.limits[METADATA_KEY] = mode
-        self.progress(
-            "acceptor ready: "
-            + ", ".join(
-                f"{n} {h}:{p} -> {upstreams[n]}" for n, (h, p) in self.client_addresses.items()
-            )
-            + (f"; metrics {self.metrics_url}" if self.metrics_url else "")
-        )
-        self.apply_initial_quotas()
+            front.argv += ["--set", f"{k}={v}"]
+        return front
 
-    def _launch(self) -> dict[str, Any]:
-        """Start the acceptor process (`_argv`) and wait for its ready file; its answer."""
-        self.ready_path.unlink(missing_ok=True)
-        log = self.run_dir / "logs" / "acceptor.log"
-        self.acceptor = ManagedProcess("acceptor", self._argv, log_path=log)
+    def _spawn(self, front: Front) -> None:
+        front.ready_path.unlink(missing_ok=True)
+        self.progress(f"starting the {front.name} (config {front.config_path}, log {front.log})")
+        front.process = ManagedProcess(front.name.replace(" ", "-"), front.argv, log_path=front.log)
+
+    def _await_ready(self, front: Front) -> None:
+        """Until the front's ready file appears (its addresses and metrics endpoint)."""
+        proc = front.process
+        assert proc is not None
         deadline = time.monotonic() + self._timeout
-        while not self.ready_path.exists():
-            code = self.acceptor.poll()
+        while not front.ready_path.exists():
+            code = proc.poll()
             if code is not None:
                 raise TargetError(
-                    f"the acceptor exited with code {code} before it was ready; its log "
-                    f"({log}) ends with:\n{self.acceptor.tail(25)}"
+                    f"the {front.name} exited with code {code} before it was ready; its log "
+                    f"({front.log}) ends with:\n{proc.tail(25)}"
                 )
             if time.monotonic() > deadline:
                 raise TargetError(
-                    f"the acceptor was not ready within {self._timeout:.0f}s; see {log}"
+                    f"the {front.name} was not ready within {self._timeout:.0f}s; see {front.log}"
                 )
             time.sleep(0.1)
-        return json.loads(self.ready_path.read_text())  # type: ignore[no-any-return]
+        ready = json.loads(front.ready_path.read_text())
+        addresses = {
+            n: (str(e["host"]), int(e["port"]))
+            for n, e in ready["listeners"].items()
+            if n in self.scenario.listeners
+        }
+        moved = {
+            n: a for n, a in addresses.items() if front.addresses and front.addresses.get(n) != a
+        }
+        if moved:
+            raise TargetError(f"the restarted {front.name} listens elsewhere: {moved}")
+        front.addresses = addresses
+        front.metrics_url = ready.get("metrics_url")
 
     def kill(self) -> int | None:
         """Fault `acceptor_kill`: SIGKILL every process of the acceptor (no flush, no
@@ -958,20 +1070,16 @@ class AcceptorTarget(Target):
         """The same acceptor again (same configuration, ports and state.dir: the dynamic
         quotas set before the crash are enforced after it, as Kafka keeps them in its
         metadata log); returns once it is ready."""
-        ready = self._launch()
-        moved = {
-            n: (str(e["host"]), int(e["port"]))
-            for n, e in ready["listeners"].items()
-            if n in self.client_addresses
-            and (str(e["host"]), int(e["port"])) != self.client_addresses[n]
-        }
-        if moved:
-            raise TargetError(f"the restarted acceptor listens elsewhere: {moved}")
+        front = self.fronts[0]
+        self._spawn(front)
+        self._await_ready(front)
 
     def supports_fault(self, kind: str) -> str | None:
         if kind == "upstream_latency" and not self.proxies:
             return "no latency proxy was started"
         if kind == "acceptor_kill":
+            if len(self.fronts) > 1:
+                return "a cluster's fronts are not killed yet (one acceptor only)"
             return None
         return super().supports_fault(kind)
 
@@ -980,19 +1088,22 @@ class AcceptorTarget(Target):
             proxy.set_latency(ms)
 
     def alive(self) -> str | None:
-        if self.acceptor is not None and self.acceptor.poll() is not None:
-            code = self.acceptor.poll()
-            return f"the acceptor exited with code {code} (log {self.acceptor.log_path})"
+        for f in self.fronts:
+            code = f.process.poll() if f.process is not None else None
+            if code is not None:
+                return f"the {f.name} exited with code {code} (log {f.log})"
         return None
 
     def stop(self) -> None:
         try:
-            if self.acceptor is not None:
-                self.progress("stopping the acceptor (SIGTERM: it flushes its history)")
-                code = self.acceptor.stop(timeout=30)
+            for f in self.fronts:
+                if f.process is None:
+                    continue
+                self.progress(f"stopping the {f.name} (SIGTERM: it flushes its history)")
+                code = f.process.stop(timeout=30)
                 if code not in (0, None):
-                    self.progress(f"acceptor exit code {code}; log {self.acceptor.log_path}")
-                self.acceptor = None
+                    self.progress(f"{f.name} exit code {code}; log {f.log}")
+                f.process = None
             for proxy in self.proxies.values():
                 proxy.stop()
             self.proxies.clear()

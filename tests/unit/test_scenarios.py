@@ -482,7 +482,6 @@ def test_a_cluster_scenario_spreads_engine_load_and_names_the_faulted_node() -> 
     ("change", "key", "reason"),
     [
         ({"brokers": 9}, "brokers", "at most 5"),
-        ({"brokers": 3}, "targets", "broker target only"),  # targets default to both
         ({"brokers": 2, "targets": ["broker"], "load": [{"name": "s", "profile": "storm",
           "arrival": "constant:rate=5", "hot_broker": {"id": 3, "share": 0.5}}]},
          "load[0].hot_broker.id", "node ids are 1-2"),
