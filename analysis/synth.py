@@ -103,7 +103,10 @@ class SynthSpec:
 class _Parts:
     """Buffers rows of one source and writes them as Parquet parts of the shared schema."""
 
-    def __init__(self, history: Path, source: str, run_id: str, part_rows: int):
+    def __init__(
+        self, history: Path, source: str, run_id: str, part_rows: int, name: str | None = None
+    ):
+        self.name = name or f"{source}-synth"
         self.dir = history / source
         self.dir.mkdir(parents=True, exist_ok=True)
         self.source = source
@@ -168,7 +171,7 @@ class _Parts:
             [pa.array(c, type=SCHEMA.field(i).type) for i, c in enumerate(cols)], schema=SCHEMA
         )
         self.part += 1
-        name = f"{self.source}-synth-{self.part:05d}.parquet"
+        name = f"{self.name}-{self.part:05d}.parquet"
         tmp = self.dir / f".{name}.tmp"
         pq.write_table(table, tmp, compression="snappy")
         tmp.rename(self.dir / name)
@@ -611,14 +614,20 @@ def generate(run_dir: str | Path, spec: SynthSpec | None = None, **kwargs: Any) 
 def write_rows(
     run_dir: str | Path, rows: Iterable[Mapping[str, Any]], run: Mapping[str, Any]
 ) -> Path:
-    """Write hand-built rows (tests at exact window edges) as one part per source."""
+    """Write hand-built rows (tests at exact window edges) as one part per source, or per
+    ``writer`` when a row names one (its file name: ``acceptor-<pid>``, ``acceptor-config-<pid>``
+    as one acceptor process writes them)."""
     run_dir = Path(run_dir)
     history = run_dir / "history"
-    parts: dict[str, _Parts] = {}
+    parts: dict[tuple[str, str | None], _Parts] = {}
     for r in rows:
-        src = str(r["source"])
-        p = parts.setdefault(src, _Parts(history, src, str(run.get("run_id", "t")), 10**9))
-        fields = {k: v for k, v in r.items() if k not in ("source", "event", "mono_ns")}
+        src, writer = str(r["source"]), r.get("writer")
+        p = parts.get((src, writer))
+        if p is None:
+            p = _Parts(history, src, str(run.get("run_id", "t")), 10**9, writer)
+            parts[(src, writer)] = p
+        skip = ("source", "event", "mono_ns", "writer")
+        fields = {k: v for k, v in r.items() if k not in skip}
         p.add(str(r["event"]), int(r["mono_ns"]), **fields)
     for p in parts.values():
         p.flush()

@@ -62,13 +62,20 @@ class DynamicConfig:
         if "state_not_restored" in self.cfg.faults:  # SEEDED FAULT: the log ignored
             self.metadata.read_new()
             return
-        self.poll()
+        self._catch_up()
 
     def poll(self) -> bool:
         """Apply what the log gained since the last read (another front's changes, in log
         order); whether anything was applied."""
         if self.metadata is None or not self.metadata.changed():
             return False
+        if "cluster_change_ignored" in self.cfg.faults:  # SEEDED FAULT: others' changes lost
+            self.metadata.read_new()
+            return False
+        return self._catch_up()
+
+    def _catch_up(self) -> bool:
+        assert self.metadata is not None
         batches = self.metadata.read_new()
         for batch in batches:
             self._apply(batch)
@@ -81,7 +88,11 @@ class DynamicConfig:
             self._apply(batch)
             return
         self.metadata.append(batch)
-        self.poll()
+        if "cluster_change_ignored" in self.cfg.faults:  # SEEDED FAULT: only its own change
+            self.metadata.read_new()
+            self._apply(batch)
+            return
+        self._catch_up()
 
     def _apply(self, batch: list[Record]) -> None:
         now_ms = time.monotonic_ns() // 1_000_000

@@ -202,6 +202,15 @@ FAULTS: tuple[Fault, ...] = (
         "harness/acceptor/dynamic.py DynamicConfig.restore",
     ),
     Fault(
+        "cluster_change_ignored",
+        "every front of a cluster applies the quota changes any front took, in the metadata "
+        "log's order (Kafka's brokers each apply the committed ClientQuotaRecord and "
+        "ConfigRecord)",
+        "a front applies only the changes sent to it; those another front took never reach "
+        "it (a broker that stopped following the metadata log)",
+        "harness/acceptor/dynamic.py DynamicConfig.poll",
+    ),
+    Fault(
         "user_quota_ignored",
         "a request is charged to the principal its connection logged in as (a SASL user, a "
         "certificate's name), with Kafka's (user, client-id) precedence",
