@@ -432,7 +432,10 @@ class Run:
         broker it is."""
         from dataclasses import replace
 
-        return replace(self, node=node, _own=dict(narrow))
+        timeline = self.timeline
+        if any(d.get("node.id") is not None for _ns, d in self.testimony.runner):
+            timeline = timeline_of(self.testimony, self.meta.get("limits"), node)
+        return replace(self, node=node, timeline=timeline, _own=dict(narrow))
 
     def fronts(self) -> dict[int, set[str]]:
         """A cluster fronted by one acceptor per broker: each front's process ids by the
@@ -454,9 +457,8 @@ class Run:
         testimony = testimony_of(_harness_rows(files)[0])
         timeline = self.timeline
         if testimony.runner:  # each change holds on this front from when it applied it
-            limits = meta.get("limits") if isinstance(meta.get("limits"), dict) else None
-            pinned = pinned_runner_rows(testimony, propagated=True)
-            timeline = config_timeline([(ns, d) for ns, d in pinned], limits)
+            timeline = timeline_of(testimony, meta.get("limits"), node, propagated=True)
+            testimony = for_node(testimony, node)
         return replace(
             self,
             meta=meta,
@@ -630,6 +632,39 @@ def testimony_of(cfg_rows: list[tuple[int, str | None]]) -> Testimony:
     )
 
 
+def for_node(testimony: Testimony, node: int | None) -> Testimony:
+    """The runner's rows for one broker of a cluster: once a broker has a per-broker change
+    of its own (Kafka's BROKER resource "<id>"), the runner writes, for every change, one
+    row of the cluster's limits and one per such broker (``node.id``) with that broker's;
+    broker ``node`` is judged by its own row of each change where there is one, else by the
+    cluster's. ``node`` None: the cluster's rows only."""
+    chosen: dict[tuple[Any, Any], tuple[int, dict[str, Any]]] = {}
+    for ns, d in testimony.runner:
+        tagged = d.get("node.id")
+        if tagged is not None and tagged != node:
+            continue
+        key = (d.get("cause"), d.get("applied_from_mono_ns", ns))
+        if tagged is not None or key not in chosen:
+            chosen[key] = (ns, d)
+    return Testimony(sorted(chosen.values(), key=lambda r: r[0]), testimony.enforcer)
+
+
+def timeline_of(
+    testimony: Testimony, limits: Any, node: int | None = None, propagated: bool = False
+) -> ConfigTimeline:
+    """The limits judged at every instant: the runner's rows for ``node`` (`for_node`),
+    each pinned where the enforcer recorded it (`pinned_runner_rows`), else every config
+    row (runs without runner rows)."""
+    mine = for_node(testimony, node)
+    if not mine.runner:
+        rows = [(ns, json.dumps(d)) for ns, d in [*testimony.runner, *testimony.enforcer]]
+        return config_timeline(sorted(rows), limits if isinstance(limits, dict) else None)
+    pinned = pinned_runner_rows(mine, propagated=propagated)
+    return config_timeline(
+        [(ns, d) for ns, d in pinned], limits if isinstance(limits, dict) else None
+    )
+
+
 def _harness_rows(files: list[Path]) -> tuple[list[tuple[int, str | None]], int | None]:
     """`config` rows and the wall-minus-monotonic clock offset (ns), read with Arrow from
     the small harness parts: a few rows, no Spark job."""
@@ -738,8 +773,9 @@ def load_run(spark: SparkSession, run_dir: str | Path) -> Run:
     cfg_rows, offset = _harness_rows(files)
     testimony = testimony_of(cfg_rows)
     if testimony.runner:  # judge by what the runner intended, never the enforcer's word
-        cfg_rows = [(ns, d) for ns, d in pinned_runner_rows(testimony)]
-    timeline = config_timeline(cfg_rows, limits)
+        timeline = timeline_of(testimony, limits)
+    else:
+        timeline = config_timeline(cfg_rows, limits)
     return Run(
         path,
         meta,

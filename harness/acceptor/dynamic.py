@@ -99,7 +99,15 @@ class DynamicConfig:
         layers: dict[bool, dict[str, str | None]] = {}
         for r in batch:
             if isinstance(r, ConfigRecord):
-                if r.node is not None and self.cfg.node_id not in (None, r.node):
+                mine = self.cfg.node_id in (None, r.node)
+                if (
+                    r.node is not None
+                    and not mine
+                    and "other_broker_config_applied"
+                    not in (
+                        self.cfg.faults  # SEEDED FAULT: every broker's own layer applied here
+                    )
+                ):
                     continue  # another broker's own layer
                 layers.setdefault(r.node is not None, {})[r.name] = r.value
             elif r.entity and r.entity[0][0] == "ip":

@@ -211,6 +211,14 @@ FAULTS: tuple[Fault, ...] = (
         "harness/acceptor/dynamic.py DynamicConfig.poll",
     ),
     Fault(
+        "other_broker_config_applied",
+        "a front enforces its own broker's limits: the cluster default and the per-broker "
+        'configs of its own node id only (Kafka\'s BROKER resource "<id>")',
+        "a front applies every broker's per-broker configs from the metadata log, so one "
+        "broker's own limit is enforced on all",
+        "harness/acceptor/dynamic.py DynamicConfig._apply",
+    ),
+    Fault(
         "user_quota_ignored",
         "a request is charged to the principal its connection logged in as (a SASL user, a "
         "certificate's name), with Kafka's (user, client-id) precedence",

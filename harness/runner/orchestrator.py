@@ -28,7 +28,7 @@ from harness.localnet import free_port
 from harness.runner.loadgen import LoadTarget, locust_argv, max_arrivals, ready_dir
 from harness.runner.procs import ManagedProcess
 from harness.runner.rundir import RunDir, base_run_json, new_run_id, utc_now_iso
-from harness.runner.scenario import CLOSED_PROFILES, Phase, Scenario
+from harness.runner.scenario import CLOSED_PROFILES, Action, Phase, Scenario
 from harness.runner.schedule import Cursor, TimelineEvent, apply_change, build_timeline
 from harness.runner.targets import AcceptorTarget, Target, TargetError, make_target, metadata_mode
 from loadprofiles.readiness import phase_state
@@ -147,6 +147,8 @@ class Orchestrator:
         self.target: Target | None = None
         self.phases: dict[str, _RunningPhase] = {}
         self.limits: dict[str, Any] = {}
+        #: per broker of a cluster, the dynamic keys set on its own layer (BROKER "<id>")
+        self.node_layers: dict[int, dict[str, Any]] = {}
         self.interrupted = False
         self.error: str | None = None
         self.run_json: dict[str, Any] = {}
@@ -176,6 +178,11 @@ class Orchestrator:
         if applied_from_ns is not None:
             detail["applied_from_mono_ns"] = applied_from_ns
         self.record("config", reason=why, detail=detail)
+        # a broker with a per-broker change of its own: its limits, in a row of its own
+        # (analysis.load.for_node), for this and every later change
+        for node, layer in sorted(self.node_layers.items()):
+            own = apply_change(self.limits, Action(0, "broker_config", layer))
+            self.record("config", reason=why, detail={**detail, **own, "node.id": node})
 
     # -- main ------------------------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -429,7 +436,11 @@ class Orchestrator:
             self.say(f"t={elapsed:.1f}s change: {ev.action.kind} {dict(ev.action.params)}")
             applied_from = time.monotonic_ns()
             self.target.apply(ev.action)
-            self.limits = apply_change(self.limits, ev.action)
+            if ev.action.node is None:
+                self.limits = apply_change(self.limits, ev.action)
+            else:  # one broker's own layer: per key, its value wins over the cluster's
+                layer = {**self.node_layers.get(ev.action.node, {}), **ev.action.params}
+                self.node_layers[ev.action.node] = {k: v for k, v in layer.items() if v is not None}
             self.record_config(f"schedule@{ev.action.at:g}", applied_from)
         elif ev.kind == "fault_start":
             assert ev.action is not None

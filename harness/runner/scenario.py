@@ -139,6 +139,9 @@ class Action:
     at: float
     kind: str
     params: Mapping[str, Any]
+    #: a broker_config change of one broker's own layer (Kafka's BROKER resource "<id>"),
+    #: sent to that broker (or its acceptor); None: the cluster default (resource "")
+    node: int | None = None
 
     @property
     def end(self) -> float | None:
@@ -646,6 +649,7 @@ def _parse_action(i: int, spec: object, sc: dict[str, Any]) -> Action:
         )
     kind = kinds[0]
     allowed = ["at", kind] + (["for", "latency_ms", "broker", "phase"] if kind == "fault" else [])
+    allowed += ["broker"] if kind == "broker_config" else []
     _only(where, m, allowed)
     if "at" not in m:
         raise ScenarioError(f"{where}.at", None, "missing: seconds after the load starts")
@@ -675,6 +679,15 @@ def _parse_action(i: int, spec: object, sc: dict[str, Any]) -> Action:
                     "not dynamically reconfigurable in Kafka (or unknown)",
                 )
             params[str(k)] = validate_limit(str(k), v, sc["listeners"])
+        if "broker" in m:  # one broker's own layer (a cluster)
+            node = _int(f"{where}.broker", m["broker"], 1)
+            if node is None or node > sc["brokers"] or sc["brokers"] < 2:
+                raise ScenarioError(
+                    f"{where}.broker",
+                    m["broker"],
+                    f"a node id of the scenario's cluster (1-{sc['brokers']}; brokers > 1)",
+                )
+            return Action(at=at, kind=kind, params=params, node=node)
     elif kind == "request_quota":
         params = _parse_request_quota(f"{where}.request_quota", m[kind])
     else:

@@ -111,10 +111,17 @@ def apply_broker_config(
     changes: Mapping[str, Any],
     held: HeldAdmin | None = None,
     client_config: Mapping[str, str] | None = None,
+    node: int | None = None,
 ) -> None:
+    """A dynamic broker config change: the cluster default, or broker ``node``'s own layer
+    (BROKER resource "<node>", which Kafka takes only from that broker)."""
     where, alter = _sender(bootstrap, held, "alter_broker_config", client_config)
     text = {k: (None if v is None else str(v)) for k, v in changes.items()}
-    _call(f"broker config {text} {where}", alter, text)
+    what = "broker config" if node is None else f"broker {node}'s own config"
+    if node is None:
+        _call(f"{what} {text} {where}", alter, text)
+    else:
+        _call(f"{what} {text} {where}", functools.partial(alter, broker=str(node)), text)
 
 
 def apply_request_quota(
@@ -229,10 +236,12 @@ class HeldAdmin:
 
         self._send(lambda wire: alter_client_quota(self.bootstrap, entity, ops, wire=wire))
 
-    def alter_broker_config(self, changes: Mapping[str, str | None]) -> None:
+    def alter_broker_config(self, changes: Mapping[str, str | None], broker: str = "") -> None:
         from harness.admin.client import alter_broker_config
 
-        self._send(lambda wire: alter_broker_config(self.bootstrap, changes, wire=wire))
+        self._send(
+            lambda wire: alter_broker_config(self.bootstrap, changes, broker=broker, wire=wire)
+        )
 
 
 def _source_ips_in_use(scenario: Scenario) -> set[str]:
@@ -331,6 +340,8 @@ class Target:
         #: an engine profile's arrivals spread over every broker (a cluster the harness
         #: started); False: on the bootstrap broker (an existing cluster)
         self.spread_all = True
+        #: per broker of a cluster, the connection held for its own config changes
+        self.node_admins: dict[int, HeldAdmin] = {}
 
     @property
     def writes_config_rows(self) -> bool:
@@ -530,12 +541,25 @@ class Target:
         p, held = action.params, self.held_admin
         if action.kind == "ip_quota":
             apply_ip_quota(self.admin_bootstrap, p["ip"], p["rate"], held, self.admin_config)
+        elif action.kind == "broker_config" and action.node is not None:
+            bootstrap, held = self.node_admin(action.node)
+            apply_broker_config(bootstrap, p, held, self.admin_config, action.node)
         elif action.kind == "broker_config":
             apply_broker_config(self.admin_bootstrap, p, held, self.admin_config)
         elif action.kind == "request_quota":
             apply_request_quota(self.admin_bootstrap, p, held, self.admin_config)
         else:
             raise TargetError(f"not a change: {action.kind}")
+
+    def node_admin(self, node: int) -> tuple[str, HeldAdmin | None]:
+        """Where broker ``node``'s own config changes go (Kafka takes a per-broker change
+        only from that broker): its address on the admin listener, and the connection held
+        to it for the run (`open_held_admin`), if any."""
+        listener = admin_listener(self.scenario)
+        for n, host, port in self.broker_addresses.get(listener, []):
+            if n == node:
+                return f"{host}:{port}", self.node_admins.get(node)
+        raise TargetError(f"no broker {node} in this run's cluster")
 
     def apply_initial_quotas(self) -> None:
         for ip, rate in self.scenario.ip_quotas.items():
@@ -705,12 +729,23 @@ class BrokerTarget(Target):
             f"admin connection held for the run's changes: {self.admin_bootstrap}"
             + (f" from {held.source_ip}" if held.source_ip else "")
         )
+        for node in sorted({a.node for a in self.scenario.schedule if a.node is not None}):
+            bootstrap, _ = self.node_admin(node)
+            mine = HeldAdmin(bootstrap, held.source_ip, self.admin_config)
+            try:
+                mine.open()
+            except Exception as exc:
+                raise TargetError(f"admin connection to broker {node} failed: {exc}") from exc
+            self.node_admins[node] = mine
 
     def stop(self) -> None:
         held = self.held_admin
         if held is not None:
             held.close()
             self.held_admin = None
+        for mine in self.node_admins.values():
+            mine.close()
+        self.node_admins.clear()
         if self.external_listener is not None and self.broker is not None:
             # its operators' cluster: the run does not guess what was there before
             sc = self.scenario

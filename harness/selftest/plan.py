@@ -55,6 +55,7 @@ FAULT_SCENARIOS: dict[str, tuple[str, ...]] = {
     "failed_login_delay_dropped": ("auth-failure-storm",),
     # issue 30: a cluster fronted by one acceptor per broker
     "cluster_change_ignored": ("cluster-quota-change",),
+    "other_broker_config_applied": ("cluster-quota-change",),
 }
 
 #: the fast subset for CI (all on the 20 s ci-gate scenario)

@@ -488,6 +488,14 @@ def test_a_cluster_scenario_spreads_engine_load_and_names_the_faulted_node() -> 
         ({"brokers": 2, "targets": ["broker"], "schedule": [
             {"at": 1, "fault": "broker_kill", "broker": 4, "for": 1}]},
          "schedule[0].broker", "node ids are 1-2"),
+        ({"brokers": 2, "schedule": [{"at": 1, "broker": 3,
+          "broker_config": {"max.connection.creation.rate": 5}}]},
+         "schedule[0].broker", "node id of the scenario's cluster (1-2"),
+        ({"schedule": [{"at": 1, "broker": 1,
+          "broker_config": {"max.connection.creation.rate": 5}}]},
+         "schedule[0].broker", "brokers > 1"),
+        ({"brokers": 2, "schedule": [{"at": 1, "broker": 1, "ip_quota": {"rate": 5}}]},
+         "schedule[0]", "unknown key; allowed: at, ip_quota"),
     ],
 )  # fmt: skip
 def test_bad_cluster_keys_name_key_and_reason(
@@ -495,6 +503,20 @@ def test_bad_cluster_keys_name_key_and_reason(
 ) -> None:
     err = error_of(variant(**change))
     assert (err.key, reason in err.reason) == (key, True), err
+
+
+def test_a_per_broker_config_change_names_its_node() -> None:
+    sc = parse_scenario(
+        variant(
+            brokers=3,
+            schedule=[
+                {"at": 1, "broker_config": {"max.connection.creation.rate": 9}},
+                {"at": 2, "broker": 2, "broker_config": {"max.connection.creation.rate": 4}},
+            ],
+        )
+    )
+    assert [a.node for a in sc.schedule] == [None, 2]
+    assert sc.schedule[1].params == {"max.connection.creation.rate": 4}
 
 
 def test_a_load_kill_names_its_phase_and_may_overlap_a_process_fault() -> None:
