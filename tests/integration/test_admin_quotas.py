@@ -606,3 +606,29 @@ def test_the_seeded_fault_forgets_the_kept_quotas_on_restart(start: Start, tmp_p
     kept.stop()
     forgot = start(**{"state.dir": state, FAULT_KEY: "state_not_restored"})
     assert describe_ip_quotas(bootstrap(forgot.address("CLIENT"))) == {}
+
+
+def test_two_fronts_of_a_cluster_share_quota_changes_as_kafka_brokers_do(
+    start: Start, tmp_path: Path
+) -> None:
+    """Two acceptors sharing `state.dir` are two fronts of one cluster (docs/clusters.md):
+    an IP quota and a cluster-default config sent to front 1 reach front 2 (its
+    DescribeClientQuotas answers the same, its own `config` row testifies), a per-broker
+    config only its own broker's front takes and applies."""
+    state = str(tmp_path / "shared-state")
+    one = start(**{"state.dir": state, "node.id": "1"})
+    two = start(**{"state.dir": state, "node.id": "2"})
+    b1, b2 = bootstrap(one.address("CLIENT")), bootstrap(two.address("CLIENT"))
+    alter_ip_quota(b1, "127.0.0.2", 1)
+    alter_broker_config(b1, {"max.connections.per.ip": "4"})
+    assert wait_until(lambda: describe_ip_quotas(b2) == {"127.0.0.2": 1.0}, 5)
+    assert wait_until(lambda: two.acceptor.quota_cfg.max_connections_per_ip == 4, 5)
+    rows = [r for r in history(two, "harness") if r["event"] == "config"]
+    assert any(json.loads(r["detail"])["cause"] == "metadata_log" for r in rows), rows
+    with pytest.raises(AdminError, match="Unexpected broker id"):
+        alter_broker_config(b1, {"max.connections.per.ip": "3"}, broker="2")
+    alter_broker_config(b2, {"max.connections.per.ip": "3"}, broker="2")
+    assert two.acceptor.quota_cfg.max_connections_per_ip == 3
+    alter_ip_quota(b2, "127.0.0.3", 2)  # a later change: front 1 has read broker 2's too
+    assert wait_until(lambda: describe_ip_quotas(b1) == {"127.0.0.2": 1.0, "127.0.0.3": 2.0}, 5)
+    assert one.acceptor.quota_cfg.max_connections_per_ip == 4  # broker 2's own stays there
