@@ -123,6 +123,11 @@ class GreedyUser(User):
         self.hold_s = float(o.greedy_hold_s)
         pool = self.s.source_ips or ("127.0.0.1",)
         self.source_ip = pool[next(_users) % len(pool)]
+        #: a cluster: the node id of the broker it holds its connection to (its --host),
+        #: named on every connect_invoke so the per-broker rules can judge it
+        self.node = next(
+            (n for n, h, p in self.s.brokers if (h, p) == (self.s.host, self.s.port)), None
+        )
         #: Kafka's client keys of a secured listener (None: PLAINTEXT), and who it logs in as
         self.security: dict[str, str] | None = None
         self.principal: str | None = None
@@ -137,6 +142,8 @@ class GreedyUser(User):
         detail: dict[str, Any] = fields.pop("detail", {})
         if "profile" in client_event(event).detail:  # only where the event declares it
             detail = {"profile": PROFILE, **detail}
+        if event == "connect_invoke" and self.node is not None:
+            detail["broker"] = self.node
         self.hist.record(
             event,
             conn_id=conn["id"],

@@ -430,6 +430,15 @@ class LocalBroker(Broker):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, sig)
 
+    def begin_stop(self) -> None:
+        """SIGTERM now (after SIGCONT), without waiting: a cluster's nodes shut down
+        together (`LocalCluster.stop`). One by one, the last node has lost its quorum and
+        waits out STOP_TIMEOUT_S before it is killed."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            self._signal_group(signal.SIGCONT)
+            self._signal_group(signal.SIGTERM)
+
     def _terminate(self) -> None:
         """SIGTERM (after SIGCONT, a paused JVM cannot shut down), then SIGKILL at the deadline."""
         proc = self._proc
