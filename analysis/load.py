@@ -414,15 +414,19 @@ class Run:
 
         others = {p for i in self.incarnations() if i.index != inc.index for p in i.pids}
         files = [f for f in self.files if _writer_pid(f) not in others]
-        history = _windowed(read_history(self.spark, files, self.in_memory), inc)
+        history = read_history(self.spark, files, self.in_memory)
+        testimony = testimony_of(_harness_rows(files)[0])
+        if self.front_node is not None:  # one front of a cluster, restarted
+            history = _on_front(history, self.front_node)
+            testimony = for_node(testimony, self.front_node)
         return replace(
             self,
-            history=history,
+            history=_windowed(history, inc),
             files=files,
             incarnation=inc,
-            testimony=testimony_of(_harness_rows(files)[0]),
+            testimony=testimony,
             _cache={},
-            _own={},
+            _own=dict(self._own),
         )
 
     def on_broker(self, node: int, narrow: dict[str, Callable[[Any], Any]]) -> Run:
@@ -555,10 +559,19 @@ def _on_front(df: DataFrame, node: int) -> DataFrame:
 
 
 def fault_instants(run: Run, event: str, kind: str) -> list[int]:
-    """When the runner wrote `event` (fault_start / fault_end) for faults of `kind`."""
+    """When the runner wrote `event` (fault_start / fault_end) for faults of `kind`; in one
+    front's view of a cluster (`Run.front`), only those that hit its broker or its front
+    (``detail.broker``, default node 1)."""
+    from pyspark.sql import functions as F
+
     rows = (
-        run.events(event, source="harness").where(f"reason = '{kind}'").select("mono_ns").collect()
+        run.events(event, source="harness")
+        .where(f"reason = '{kind}'")
+        .select("mono_ns", F.get_json_object("detail", "$.broker").alias("node"))
+        .collect()
     )
+    if run.front_node is not None:
+        rows = [r for r in rows if int(r["node"] or 1) == run.front_node]
     return sorted(int(r["mono_ns"]) for r in rows)
 
 

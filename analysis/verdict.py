@@ -197,15 +197,19 @@ def across_fronts(
     whole_run = WHOLE_RUN | {FRONT}
     per_view = [c for c in chosen if c.name not in whole_run]
     whole = [c for c in chosen if c.name in whole_run]
-    views: list[list[CheckResult]] = []
+    by_name: dict[str, list[tuple[int, CheckResult]]] = {}
     for node in nodes:
         if progress:
             progress(f"  the acceptor of broker {node}")
-        views.append(_judge(run.front(node), per_view, progress))
-    merged = [
-        merge_brokers(list(zip(nodes, [v[i] for v in views], strict=True)), 0, 0)
-        for i in range(len(views[0]) if views else 0)
-    ]
+        view = run.front(node)
+        lives = view.incarnations()
+        if len(lives) > 1:  # this front was killed and restarted: judged per process
+            results = across_restarts(view, lives, per_view, progress)
+        else:
+            results = _judge(view, per_view, progress)
+        for r in results:  # a front that was killed adds its `front_outage`
+            by_name.setdefault(r.name, []).append((node, r))
+    merged = [merge_brokers(views, 0, 0) for views in by_name.values()]
     return [*merged, *_judge(run, whole, progress)]
 
 

@@ -626,7 +626,7 @@ class Orchestrator:
             elif kind == "acceptor_kill":
                 # what it had not flushed is lost: its history ends at its last part file
                 assert isinstance(self.target, AcceptorTarget)
-                self._fault_facts[kind] = {"killed_pid": self.target.kill()}
+                self._fault_facts[kind] = {"killed_pid": self.target.kill(params.get("broker"))}
             elif kind == "broker_disk_full":
                 # Kafka fails its next write to the full log directory (and, every log
                 # directory failed, stops itself); in fault_end's detail
@@ -657,10 +657,11 @@ class Orchestrator:
             self.say(f"t={elapsed:.1f}s restarting the {what} (same ports, same state)")
             requested = time.monotonic()
             victim: Any = self.target if kind == "acceptor_kill" else broker
+            node = params.get("broker") if kind == "acceptor_kill" else None
 
             def restart() -> None:
                 try:
-                    victim.restart()
+                    victim.restart(node) if node is not None else victim.restart()
                 except BaseException as exc:
                     self._restart_error.append(exc)
                 detail["restart_s"] = round(time.monotonic() - requested, 3)

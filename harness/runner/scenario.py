@@ -702,9 +702,11 @@ def _parse_action(i: int, spec: object, sc: dict[str, Any]) -> Action:
                 f"{where}.for", dur, f"the fault must end before the run ends ({sc['duration']} s)"
             )
         params = {"kind": fkind, "for": dur}
-        if "broker" in m:  # a cluster: the node the fault hits (default: node 1)
-            if fkind in ("upstream_latency", "acceptor_kill"):
-                raise ScenarioError(f"{where}.broker", m["broker"], "only for broker faults")
+        if "broker" in m:  # a cluster: the node (or its acceptor) the fault hits (default 1)
+            if fkind in ("upstream_latency", "load_kill"):
+                raise ScenarioError(
+                    f"{where}.broker", m["broker"], "only for broker faults and acceptor_kill"
+                )
             node = _int(f"{where}.broker", m["broker"], 1)
             if node is None or node > sc["brokers"]:
                 raise ScenarioError(

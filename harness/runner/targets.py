@@ -1089,11 +1089,22 @@ class AcceptorTarget(Target):
         front.addresses = addresses
         front.metrics_url = ready.get("metrics_url")
 
-    def kill(self) -> int | None:
-        """Fault `acceptor_kill`: SIGKILL every process of the acceptor (no flush, no
-        goodbye: what it had not written is lost, and its listening sockets close, so the
-        kernel refuses new connections). Returns the killed process id."""
-        proc = self.acceptor
+    def _front_of(self, node: int | None) -> Front:
+        """The front a fault hits: broker ``node``'s in a fronted cluster (default: node
+        1's), else the one acceptor."""
+        if node is None:
+            return self.fronts[0]
+        for f in self.fronts:
+            if f.node == int(node):
+                return f
+        raise TargetError(f"no acceptor of broker {node} in this run")
+
+    def kill(self, node: int | None = None) -> int | None:
+        """Fault `acceptor_kill`: SIGKILL every process of the acceptor (in a fronted
+        cluster: broker ``node``'s) (no flush, no goodbye: what it had not written is lost,
+        and its listening sockets close, so the kernel refuses new connections). Returns
+        the killed process id."""
+        proc = self._front_of(node).process
         if proc is None:
             return None
         proc.signal_group(signal.SIGKILL)
@@ -1101,11 +1112,12 @@ class AcceptorTarget(Target):
         proc.stop(timeout=1)
         return proc.pid
 
-    def restart(self) -> None:
+    def restart(self, node: int | None = None) -> None:
         """The same acceptor again (same configuration, ports and state.dir: the dynamic
         quotas set before the crash are enforced after it, as Kafka keeps them in its
-        metadata log); returns once it is ready."""
-        front = self.fronts[0]
+        metadata log, and in a cluster those any front took meanwhile); returns once it is
+        ready."""
+        front = self._front_of(node)
         self._spawn(front)
         self._await_ready(front)
 
@@ -1113,8 +1125,6 @@ class AcceptorTarget(Target):
         if kind == "upstream_latency" and not self.proxies:
             return "no latency proxy was started"
         if kind == "acceptor_kill":
-            if len(self.fronts) > 1:
-                return "a cluster's fronts are not killed yet (one acceptor only)"
             return None
         return super().supports_fault(kind)
 

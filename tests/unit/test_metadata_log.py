@@ -124,3 +124,17 @@ def test_half_a_line_waits_and_a_corrupt_line_is_named(tmp_path: Path) -> None:
     (tmp_path / LOG_FILE).write_bytes(line + b"{not json\n")
     with pytest.raises(ValueError, match=r"metadata.log line 2"):
         log.read_new()
+
+
+def test_the_seeded_faults_break_what_they_name(tmp_path: Path) -> None:
+    fault = {FAULT_KEY: "cluster_change_ignored"}
+    one, deaf = front(tmp_path / "a", 1), front(tmp_path / "a", 2, **fault)
+    one.set_ip_quota("127.0.0.9", 3)
+    assert deaf.poll() is False and deaf.ip_quotas() == {}  # another front's change lost
+    deaf.set_ip_quota("127.0.0.8", 2)  # its own still applies
+    assert deaf.ip_quotas() == {"127.0.0.8": 2}
+    fault = {FAULT_KEY: "other_broker_config_applied"}
+    nosy, two = front(tmp_path / "b", 1, **fault), front(tmp_path / "b", 2)
+    two.alter_broker_config({"max.connections": "20"}, node=2)
+    nosy.poll()
+    assert nosy.quota_cfg.max_connections == 20  # broker 2's own limit enforced on broker 1

@@ -354,9 +354,14 @@ def test_schedule_is_sorted_and_validated() -> None:
             "only for load_kill",
         ),
         (
-            {"at": 3, "fault": "acceptor_kill", "for": 1, "broker": 1},
+            {"at": 3, "fault": "upstream_latency", "for": 1, "broker": 1},
             "schedule[0].broker",
-            "only for broker faults",
+            "only for broker faults and acceptor_kill",
+        ),
+        (
+            {"at": 3, "fault": "acceptor_kill", "for": 1, "broker": 2},
+            "schedule[0].broker",
+            "node ids are 1-1",
         ),
     ],
 )

@@ -382,6 +382,9 @@ ACCEPTOR_FAULTS = {
     "tls_before_quota",
     # the runner's hand-off to the broker behind the front: tests/unit/test_scenarios_targets.py
     "failed_login_delay_dropped",
+    # fronts of a cluster sharing the metadata log: tests/unit/test_metadata_log.py
+    "cluster_change_ignored",
+    "other_broker_config_applied",
 }
 
 
