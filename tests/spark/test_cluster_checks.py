@@ -186,3 +186,32 @@ def test_the_report_charts_each_brokers_accept_rate(spark: Any, tmp_path: Path) 
     pb = ctx["per_broker"]
     assert pb.groupby("broker")["n"].sum().to_dict() == {1: 3, 2: 5, 3: 2}
     assert "Accept rate per broker" in [c["title"] for c in charts(ctx)]
+
+
+def test_a_broker_with_its_own_lower_rate_is_judged_by_its_own(spark: Any, tmp_path: Path) -> None:
+    """A per-broker config (BROKER resource "2"): the runner writes broker 2's limits in a
+    row of their own (`node.id`), and broker 2 alone is judged by them
+    (analysis.load.for_node): 40 served in one span is far under the cluster's 10/s bound
+    and far over broker 2's own 1/s."""
+    rows: list[dict[str, Any]] = []
+    port = 5000
+    for broker in (1, 2):
+        for i in range(40):
+            rows += _served(port, i * 250.0 + broker * 7.0, broker)
+            rows[-4]["ip"] = rows[-3]["ip"] = rows[-2]["ip"] = rows[-1]["ip"] = f"127.0.0.{10 + i}"
+            port += 1
+    cfg = {"listeners": "CLIENT://127.0.0.1:9092", "max.connection.creation.rate": 10}
+    runner = {**cfg, "origin": "runner", "cause": "start", "applied_from_mono_ns": T0 - 3 * MS}
+    own = {**runner, "max.connection.creation.rate": 1, "node.id": 2}
+    head = [
+        {"source": "harness", "event": "config", "mono_ns": T0 - 2 * MS, "detail": runner},
+        {"source": "harness", "event": "config", "mono_ns": T0 - 2 * MS + 1, "detail": own},
+    ]
+    brokers = {str(n): {"CLIENT": f"127.0.0.1:{9091 + n}"} for n in (1, 2)}
+    meta = {"run_id": "own-rate", "target": "broker", "limits": cfg, "brokers": brokers,
+            "expect": {"slack_ms": 50}}  # fmt: skip
+    run = load_run(spark, write_rows(tmp_path / "own-rate", head + rows, meta))
+    (r,) = run_checks(run, [c for c in ALL_CHECKS if c.name == "client_broker_rate_span"])
+    assert r.verdict == "fail", r.observed
+    assert {w["broker"] for w in r.witnesses} == {2}, r.witnesses
+    assert r.data["per_broker"]["1"]["verdict"] == "pass", r.data
