@@ -35,10 +35,14 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = ROOT / "compose" / "docker-compose.yaml"
 PROFILE_DIR = Path("/opt/harness/loadprofiles")  # inside the harness image
 WORKERS = 2
+#: a cluster's brokers replicate over a listener of their own (harness.runner.targets)
+REPLICATION = "REPLICATION"
 
 
 def say(message: str) -> None:
@@ -91,12 +95,12 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     sc = catalog.load(args.scenario)
-    if len(sc.load) != 1 or sc.schedule or sc.faults or sc.brokers != 1:
+    if len(sc.load) != 1 or sc.schedule or sc.faults:
         print(
-            f"error: scenario {sc.name!r} has {len(sc.load)} phases, {len(sc.schedule)} "
-            f"scheduled actions and {sc.brokers} brokers; compose runs single-phase, "
-            "single-broker scenarios without faults (try ci-gate, fleet-restart, broker-rate "
-            "or mutual-tls-quota; `harness run` runs them all)",
+            f"error: scenario {sc.name!r} has {len(sc.load)} phases and {len(sc.schedule)} "
+            "scheduled actions; compose runs single-phase scenarios without faults or changes "
+            "(try ci-gate, fleet-restart, broker-rate or mutual-tls-quota, or a one-phase "
+            "scenario file with brokers: 3; `harness run` runs them all)",
             file=sys.stderr,
         )
         return 3
@@ -122,26 +126,55 @@ def main(argv: list[str] | None = None) -> int:
     run_id = new_run_id(sc.name, "compose")
     rd = RunDir((ROOT / "runs" / run_id).resolve()).create()
     names = sc.listeners
-    ports = free_ports(2 * len(names) + 2)
-    kafka_ports = dict(zip(names, ports[: len(names)], strict=True))
-    acceptor_ports = dict(zip(names, ports[len(names) : 2 * len(names)], strict=True))
-    controller_port, master_port = ports[-2:]
-    addresses = {n: ("127.0.0.1", acceptor_ports[n]) for n in names}
+    n_nodes = sc.brokers
+    # per node: the scenario's listeners (and, in a cluster, REPLICATION), the acceptor's
+    # listeners, its controller; then the Locust master
+    kafka_names = [*([REPLICATION] if n_nodes > 1 else []), *names]
+    per_node = len(kafka_names) + len(names) + 1
+    ports = free_ports(per_node * n_nodes + 1)
+    master_port = ports[-1]
+    kafka_ports: list[dict[str, int]] = []
+    acceptor_ports: list[dict[str, int]] = []
+    controller_ports: list[int] = []
+    for i in range(n_nodes):
+        mine = ports[i * per_node : (i + 1) * per_node]
+        kafka_ports.append(dict(zip(kafka_names, mine[: len(kafka_names)], strict=True)))
+        acceptor_ports.append(dict(zip(names, mine[len(kafka_names) : -1], strict=True)))
+        controller_ports.append(mine[-1])
+    addresses = {n: ("127.0.0.1", acceptor_ports[0][n]) for n in names}
     limits = initial_limits(sc, addresses)
     uuid = cluster_id()
-    kafka = _kafka_config(sc, rd.root / "broker", kafka_ports, acceptor_ports, controller_port)
-    kafka_env = kafka.env(uuid)
+    if n_nodes == 1:
+        kafkas = [
+            _kafka_config(
+                sc, rd.root / "broker", kafka_ports[0], acceptor_ports[0], controller_ports[0]
+            )
+        ]
+    else:
+        kafkas = _kafka_cluster(
+            sc, rd.root / "broker", kafka_ports, acceptor_ports, controller_ports
+        )
+    kafka = kafkas[0]
+    kafka_env = kafka.env(uuid) if n_nodes == 1 else {}
 
     target = AcceptorTarget(sc, rd.root, say)
     target.broker = SimpleNamespace(security_files=kafka.files)  # terminate mode's files
     target.client_configs = kafka.client_configs
-    props = target.acceptor_properties(
-        acceptor_ports, {n: f"127.0.0.1:{kafka_ports[n]}" for n in names}
-    )
-    # the acceptor enforces as the release of the broker it fronts, and is judged as it
-    props.setdefault("kafka.version", _kafka_version())
-    limits["kafka.version"] = props["kafka.version"]
-    (rd.root / "acceptor.properties").write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    fronts = []  # (node id or None, its config file, its ready file)
+    for i in range(n_nodes):
+        props = target.acceptor_properties(
+            acceptor_ports[i], {n: f"127.0.0.1:{kafka_ports[i][n]}" for n in names}
+        )
+        # the acceptor enforces as the release of the broker it fronts, and is judged as it
+        props.setdefault("kafka.version", _kafka_version())
+        node = None if n_nodes == 1 else i + 1
+        suffix = "" if node is None else f"-{node}"
+        if node is not None:
+            props["node.id"] = str(node)  # per-broker configs: this broker's own
+        config = rd.root / f"acceptor{suffix}.properties"
+        config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        fronts.append((node, config, rd.root / f"acceptor{suffix}.ready.json"))
+        limits["kafka.version"] = props["kafka.version"]
     run_json = base_run_json(
         run_id=run_id,
         scenario=sc,
@@ -152,7 +185,16 @@ def main(argv: list[str] | None = None) -> int:
         started_at=utc_now_iso(),
     )
     run_json["launcher"] = "compose"
-    run_json["listeners"] = {n: f"127.0.0.1:{acceptor_ports[n]}" for n in names}
+    run_json["listeners"] = {n: f"127.0.0.1:{acceptor_ports[0][n]}" for n in names}
+    brokers: tuple[tuple[int, str, int], ...] = ()
+    if n_nodes > 1:  # every front, which its broker advertises
+        run_json["brokers"] = {
+            str(i + 1): {n: f"127.0.0.1:{acceptor_ports[i][n]}" for n in names}
+            for i in range(n_nodes)
+        }
+        brokers = tuple(
+            (i + 1, "127.0.0.1", acceptor_ports[i][sc.load[0].listener]) for i in range(n_nodes)
+        )
     run_json["listener_security"] = listener_security(kafka.client_configs)
     rd.write_run_json(run_json)
 
@@ -162,9 +204,10 @@ def main(argv: list[str] | None = None) -> int:
         profile_dir=PROFILE_DIR,
         target=LoadTarget(
             "127.0.0.1",
-            acceptor_ports[phase.listener],
+            acceptor_ports[0][phase.listener],
             None,
             command_config=phase_client_config(target, phase),
+            brokers=brokers,
         ),
         run_dir=rd.root,
         run_id=run_id,
@@ -206,7 +249,13 @@ def main(argv: list[str] | None = None) -> int:
     }
     env_file = rd.root / "compose.env"
     env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
-    cli = [*compose_cli(), "-f", str(COMPOSE_FILE), "-p", run_id.lower().replace(".", "-")]
+    compose_file = COMPOSE_FILE
+    services = ["kafka", "acceptor"]
+    if n_nodes > 1:
+        compose_file = rd.root / "docker-compose.yaml"
+        compose_file.write_text(yaml.safe_dump(cluster_services(kafkas, fronts, uuid)))
+        services = [f"{kind}-{i + 1}" for kind in ("kafka", "acceptor") for i in range(n_nodes)]
+    cli = [*compose_cli(), "-f", str(compose_file), "-p", run_id.lower().replace(".", "-")]
     cli += ["--env-file", str(env_file)]
     logs = rd.logs / "compose.log"
 
@@ -229,18 +278,18 @@ def main(argv: list[str] | None = None) -> int:
     verdict_rc = 3
     say(f"run {run_id}: scenario {sc.name!r} in compose; output in {rd.root}")
     try:
-        say(f"up: kafka ({kafka_ports}) and the acceptor ({acceptor_ports})")
+        say(f"up: {', '.join(services)} (kafka {kafka_ports}, acceptors {acceptor_ports})")
         applied_from = time.monotonic_ns()
-        compose("up", "-d", "kafka", "acceptor")
-        ready = rd.root / "acceptor.ready.json"
+        compose("up", "-d", *services)
         deadline = time.monotonic() + 120
-        while not ready.exists():
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the acceptor was not ready within 120 s; see {logs}")
-            time.sleep(0.5)
-        _wait_kafka(kafka_ports[names[0]], deadline)
-        say("kafka and the acceptor are ready")
-        bootstrap = f"127.0.0.1:{acceptor_ports[admin_listener(sc)]}"
+        for _node, _config, ready in fronts:
+            while not ready.exists():
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{ready.name} not written within 120 s; see {logs}")
+                time.sleep(0.5)
+        _wait_kafka(kafka_ports[0][kafka_names[0]], deadline, n_nodes)
+        say(f"kafka ({n_nodes} node(s)) and the acceptor(s) are ready")
+        bootstrap = f"127.0.0.1:{acceptor_ports[0][admin_listener(sc)]}"
         for ip, rate in sc.ip_quotas.items():
             apply_ip_quota(bootstrap, ip, rate)
         for q in sc.request_quotas:
@@ -254,12 +303,23 @@ def main(argv: list[str] | None = None) -> int:
             detail={**limits, "origin": "runner", "cause": "start",
                     "applied_from_mono_ns": applied_from},
         )  # fmt: skip
-        from harness.runner.kafka_metrics import start_scraper
+        from harness.runner.kafka_metrics import MetricsScraper, Scrapers, start_scraper
 
-        metrics_url = json.loads(ready.read_text()).get("metrics_url")
-        scraper = start_scraper(
-            SimpleNamespace(name="acceptor", metrics_url=metrics_url), history, None, say
-        )
+        urls = {
+            node: json.loads(ready.read_text()).get("metrics_url") for node, _c, ready in fronts
+        }
+        if n_nodes == 1:
+            scraper = start_scraper(
+                SimpleNamespace(name="acceptor", metrics_url=urls[None]), history, None, say
+            )
+        else:  # each front's own, its rows naming its broker
+            scraper = Scrapers(
+                [
+                    MetricsScraper(u, history.record, target="acceptor", broker=n).start()
+                    for n, u in urls.items()
+                    if u
+                ]
+            )
         history.record(
             "run_start",
             detail={"scenario": sc.name, "target": "acceptor", "duration_s": duration},
@@ -306,7 +366,8 @@ def main(argv: list[str] | None = None) -> int:
             compose("stop", "-t", "30", check=False)
             compose("logs", "--no-color", check=False)
             compose("down", "-v", check=False)
-            kafka.remove()
+            for k in kafkas:
+                k.remove()
         history.record("run_end", reason="error" if error else "done", detail={"error": error})
         history.close()
         run_json["ended_at"] = utc_now_iso()
@@ -388,6 +449,64 @@ def _kafka_config(
     return KafkaConfig(folder, plan, props, checked.security)
 
 
+def _kafka_cluster(
+    sc: Any,
+    folder: Path,
+    kafka_ports: list[dict[str, int]],
+    acceptor_ports: list[dict[str, int]],
+    controller_ports: list[int],
+) -> list[KafkaConfig]:
+    """The scenario's cluster as `harness run` plans a fronted one: node k's client
+    listeners advertised at its acceptor, the brokers replicating over REPLICATION (their
+    own listener), one quorum of every node, one set of certificates and users for all."""
+    from harness.broker.secured import check_listeners
+    from harness.runner.targets import broker_enforced
+    from harness.security.sasl import DEFAULT_USERS
+
+    props = broker_enforced(sc)
+    checked = check_listeners(
+        (REPLICATION, *sc.broker_listeners), None, REPLICATION, props, sasl_users=DEFAULT_USERS
+    )
+    voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(controller_ports))
+    out = []
+    for i, ports in enumerate(kafka_ports):
+        plan = checked.plan(
+            [ports[n] for n in checked.names],
+            controller_ports[i],
+            node_id=i + 1,
+            voters=voters,
+            advertised={n: f"127.0.0.1:{p}" for n, p in acceptor_ports[i].items()},
+        )
+        out.append(KafkaConfig(folder / f"broker-{i + 1}", plan, dict(props), checked.security))
+    return out
+
+
+def cluster_services(
+    kafkas: list[KafkaConfig], fronts: list[tuple[Any, Path, Path]], uuid: str
+) -> dict[str, Any]:
+    """The compose file of a fronted cluster: the base file's `kafka` and `acceptor`
+    services once per node (``kafka-k``, ``acceptor-k``), each Kafka given its own config
+    paths (paths only, as compose.env holds for one broker), each acceptor its own."""
+    import copy
+
+    base = yaml.safe_load(COMPOSE_FILE.read_text())
+    services = base["services"]
+    kafka, acceptor = services.pop("kafka"), services.pop("acceptor")
+    for (node, config, ready), k in zip(fronts, kafkas, strict=True):
+        mine = copy.deepcopy(kafka)
+        mine["environment"] = {**mine["environment"], "HARNESS_FORMAT_ARGS": "",
+                               "HARNESS_FORMAT_LOG": "", **k.env(uuid)}  # fmt: skip
+        services[f"kafka-{node}"] = mine
+        front = copy.deepcopy(acceptor)
+        front["depends_on"] = [f"kafka-{node}"]
+        command = list(front["command"])
+        command[command.index("${RUN_DIR}/acceptor.properties")] = str(config)
+        command[command.index("${RUN_DIR}/acceptor.ready.json")] = str(ready)
+        front["command"] = command
+        services[f"acceptor-{node}"] = front
+    return {k: v for k, v in base.items() if not str(k).startswith("x-")}
+
+
 def _wall_us(mono_ns: int) -> int:
     return (time.time_ns() - time.monotonic_ns() + mono_ns) // 1000
 
@@ -428,13 +547,14 @@ def _phase(phase: Any) -> dict[str, Any]:
     }
 
 
-def _wait_kafka(port: int, deadline: float) -> None:
+def _wait_kafka(port: int, deadline: float, brokers: int = 1) -> None:
+    """Until the node at ``port`` answers and its Metadata lists ``brokers`` brokers."""
     from harness.broker.probe import probe
 
     last: Exception | None = None
     while time.monotonic() < deadline:
         try:
-            if probe("127.0.0.1", port, timeout_s=2.0).brokers:
+            if (probe("127.0.0.1", port, timeout_s=2.0).brokers or 0) >= brokers:
                 return
         except Exception as exc:
             last = exc

@@ -22,6 +22,27 @@ pytestmark = [pytest.mark.integration, pytest.mark.container, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 
 
+CLUSTER_SCENARIO = """\
+name: compose-cluster
+description: three brokers in compose, each behind its own acceptor
+brokers: 3
+duration: 10
+seed: 5
+limits:
+  max.connection.creation.rate: 15
+ip_quotas:
+  default: 3
+load:
+  - name: storm
+    profile: storm
+    arrival: constant:rate=60
+    source_ips: 127.0.0.2-127.0.0.9
+expect:
+  verdict: pass
+  checks: [broker_rate_span, offered_load]
+"""
+
+
 def _demo(scenario: str, seconds: int) -> tuple[int, Path]:
     """`python compose/demo.py SCENARIO --duration S`: its exit code and run directory, once
     it ended with a verdict, pass or (a short run may not reach every limit) unknown; never
@@ -104,3 +125,29 @@ def test_compose_runs_a_secured_scenario_with_no_secret_outside_its_private_fold
     ]
     charged = {r["principal"] for r in acceptor if r["event"] == "request"}
     assert "OU=harness,CN=client1" in charged, charged
+
+
+def test_compose_runs_a_cluster_with_an_acceptor_per_broker(tmp_path: Path) -> None:
+    """Three Kafka containers, each advertising its own acceptor container, the storm spread
+    over the fronts: every front testifies as its broker (`node.id` in its config rows),
+    accepts its share, and the verdict is judged per front (docs/clusters.md)."""
+    scenario = tmp_path / "compose-cluster.yaml"
+    scenario.write_text(CLUSTER_SCENARIO)
+    _, run_dir = _demo(str(scenario), 10)
+    run = json.loads((run_dir / "run.json").read_text())
+    assert sorted(run["brokers"]) == ["1", "2", "3"]
+    verdict = json.loads((run_dir / "report" / "verdict.json").read_text())
+    spans = next(c for c in verdict["checks"] if c["name"] == "broker_rate_span")
+    assert sorted(spans["per_broker"]) == ["1", "2", "3"], spans
+    assert spans["verdict"] in ("pass", "unknown"), spans
+    nodes = set()
+    for f in (run_dir / "history" / "harness").glob("acceptor-config-*.parquet"):
+        for d in pq.read_table(f, columns=["detail"])["detail"].to_pylist():
+            nodes.add(json.loads(d)["node.id"])
+    assert nodes == {1, 2, 3}
+    accepted: dict[str, int] = {}
+    for f in (run_dir / "history" / "acceptor").glob("*.parquet"):
+        pid = f.name.split("-")[1]
+        events = pq.read_table(f, columns=["event"])["event"].to_pylist()
+        accepted[pid] = accepted.get(pid, 0) + events.count("accept")
+    assert len(accepted) == 3 and all(n > 0 for n in accepted.values()), accepted

@@ -133,3 +133,37 @@ def test_demo_writes_the_launchers_server_properties_advertising_the_acceptor(
     finally:
         secured.remove()
     assert not (tmp_path / "b" / "private").exists()
+
+
+def test_a_cluster_gets_a_kafka_and_an_acceptor_service_per_broker(tmp_path: Path) -> None:
+    """compose/demo.py's compose file for a fronted cluster: the base file's `kafka` and
+    `acceptor` once per node, each Kafka with its own config path (paths only), each
+    acceptor with its own properties and ready file and waiting for its own Kafka."""
+    import sys
+    from types import SimpleNamespace
+
+    sys.path.insert(0, str(COMPOSE))
+    try:
+        import demo
+    finally:
+        sys.path.remove(str(COMPOSE))
+
+    kafkas = [
+        SimpleNamespace(env=lambda _u, k=k: {"HARNESS_SERVER_PROPERTIES": f"/r/broker-{k}/s"})
+        for k in (1, 2, 3)
+    ]
+    fronts = [(k, Path(f"/r/acceptor-{k}.properties"), Path(f"/r/a-{k}.json")) for k in (1, 2, 3)]
+    data = demo.cluster_services(kafkas, fronts, "cid")  # type: ignore[arg-type]
+    services = data["services"]
+    assert {f"kafka-{k}" for k in (1, 2, 3)} | {f"acceptor-{k}" for k in (1, 2, 3)} <= set(services)
+    assert "kafka" not in services and "acceptor" not in services
+    assert not any(str(k).startswith("x-") for k in data)
+    for k in (1, 2, 3):
+        env = services[f"kafka-{k}"]["environment"]
+        assert env["HARNESS_SERVER_PROPERTIES"] == f"/r/broker-{k}/s"
+        assert env["CLUSTER_ID"] == "${CLUSTER_ID}"  # shared: one quorum
+        front = services[f"acceptor-{k}"]
+        assert front["depends_on"] == [f"kafka-{k}"]
+        assert f"/r/acceptor-{k}.properties" in front["command"]
+        assert f"/r/a-{k}.json" in front["command"]
+        assert front["network_mode"] == "host"
