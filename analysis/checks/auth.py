@@ -145,16 +145,28 @@ def _sasl_listeners(run: Run) -> list[str]:
     ]
 
 
+def _secured_listeners(run: Run) -> list[str]:
+    """Listeners with TLS or SASL (`run.json`), lower case: Kafka authenticates every
+    connection there."""
+    secured = run.meta.get("listener_security") or {}
+    return [
+        str(name).lower()
+        for name, spec in secured.items()
+        if str((spec or {}).get("protocol", "PLAINTEXT")).upper() != "PLAINTEXT"
+    ]
+
+
 def _auth_intervals(run: Run) -> Any:
-    """One row per client connection that started TLS or a login: its listener (lower case),
+    """One row per client connection that started TLS or a login, or connected to a secured
+    listener: its listener (lower case),
     whether it authenticated (``ok``: the login on a SASL listener, the handshake on an SSL
     one) or was refused a login (``failed``), and the client intervals holding Kafka's
     record of each: success in [connect_invoke, first response], failure in [send, answer]."""
     from pyspark.sql import functions as F
 
     c = run.events(
-        "connect_invoke", "tls_start", "tls_done", "sasl_done", "sasl_fail", "ready", "closed",
-        source="client",
+        "connect_invoke", "connect_ok", "tls_start", "tls_done", "sasl_done", "sasl_fail",
+        "ready", "closed", source="client",
     ).select(
         "client_ip", "client_port", "conn_id", "listener", "event", "mono_ns",
         detail_col("client", "sasl_fail", "error_code").cast("int").alias("code"),
@@ -173,6 +185,7 @@ def _auth_intervals(run: Run) -> Any:
     g = c.groupBy("client_ip", "client_port", "conn_id").agg(
         F.lower(F.first("listener", ignorenulls=True)).alias("lst"),
         first("connect_invoke").alias("invoke"),
+        first("connect_ok").alias("connected"),
         first("tls_start").alias("tls_start"),
         first("tls_done").alias("tls_done"),
         first("sasl_done").alias("sasl_done"),
@@ -185,7 +198,11 @@ def _auth_intervals(run: Run) -> Any:
         F.first("broker", ignorenulls=True).alias("broker"),
     )
     started = F.col("tls_start").isNotNull() | F.col("sasl_done").isNotNull()
-    g = g.where(started | F.col("sasl_fail").isNotNull())
+    # a client that records no login of its own (kafka-python's sockets, which log in
+    # inside the library) may still have been authenticated once connected to a secured
+    # listener: in every upper bound, never in a sure count
+    connected = F.col("connected").isNotNull() & F.col("lst").isin(*_secured_listeners(run))
+    g = g.where(started | F.col("sasl_fail").isNotNull() | connected)
     sasl = F.col("lst").isin(*_sasl_listeners(run))
     ok = F.when(sasl, F.col("sasl_done").isNotNull()).otherwise(F.col("tls_done").isNotNull())
     far = F.lit(2**62)

@@ -188,6 +188,49 @@ def test_behind_the_acceptor_the_counters_are_those_of_the_kafka_behind_it(
         assert r.verdict == verdict, (r.observed, r.witnesses)
 
 
+def _library_conn(port: int, at: int) -> list[dict[str, Any]]:
+    """A kafka-python connection as the steady recorder writes it: the library logs in
+    inside itself, so no login row, only connect, first response, close."""
+    c = {"source": "client", "ip": "127.0.0.2", "port": port, "conn_id": f"k{port}",
+         "listener": "CLIENT"}  # fmt: skip
+    return [
+        {**c, "event": "connect_invoke", "mono_ns": at, "detail": {"profile": "steady"}},
+        {**c, "event": "connect_ok", "mono_ns": at + MS, "latency_ms": 1.0},
+        {**c, "event": "ready", "mono_ns": at + 10 * MS, "latency_ms": 10.0, "api_key": 18},
+        {**c, "event": "closed", "mono_ns": at + 12 * MS, "latency_ms": 12.0, "reason": "done",
+         "detail": {"outcome": "served"}},
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "ok_delta, verdict",
+    [
+        (1, "pass"),  # the one recorded login; the library's two may not have been counted
+        (3, "pass"),  # every connection logged in, the library's without a row of its own
+        (4, "fail"),  # more logins than the 3 connections on the listener
+        (0, "fail"),  # the recorded login is missing
+    ],
+)
+def test_connections_that_log_in_inside_a_library_bound_the_count_from_above(
+    spark: Any, tmp_path: Path, ok_delta: int, verdict: str
+) -> None:
+    rows: list[dict[str, Any]] = [
+        {"source": "harness", "event": "config", "mono_ns": T0, "detail": {}},
+        _scrape(T0 + S, 10, 5),
+        *_conn(41000, T0 + 2 * S, ok=True),
+        *_library_conn(42000, T0 + 3 * S),
+        *_library_conn(42001, T0 + 4 * S),
+        _scrape(T0 + 6 * S, 10 + ok_delta, 5),
+    ]
+    meta = {"run_id": f"lib-{ok_delta}", "target": "broker",
+            "listener_security": {"CLIENT": {"protocol": "SASL_PLAINTEXT"}}}  # fmt: skip
+    run = load_run(spark, write_rows(tmp_path / f"lib-{ok_delta}", rows, meta))
+    from analysis.checks.auth import check_auth_counts
+
+    r = check_auth_counts(run)
+    assert r.verdict == verdict, (r.observed, r.witnesses)
+
+
 # -- client_ip_concurrency: a refused login holds its slot through the delay ------------------
 @pytest.mark.parametrize(
     "gap_ms, verdict",
