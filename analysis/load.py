@@ -215,6 +215,16 @@ class Testimony:
     enforcer: list[tuple[int, dict[str, Any]]]
 
 
+def as_stated(want: dict[str, Any], got: dict[str, Any]) -> dict[str, Any]:
+    """The enforcer's values (`limit_values`) for what the runner stated: a runner that did
+    not state the release to enforce as or its metadata mode (older runs, a launcher that
+    does not set them, compose) is not contradicted by the enforcer naming its default."""
+    for key in ("kafka.version", "kafka.metadata"):
+        if want.get(key) is None and key in got:
+            got = {**got, key: None}
+    return got
+
+
 #: the cause on a front's `config` row when it applied a change another front of its
 #: cluster took (harness.acceptor.server: read from the shared metadata log)
 PROPAGATED = "metadata_log"
@@ -232,7 +242,8 @@ def applied_on_front(
             continue
         if until_ns is not None and e_ns >= until_ns:
             break
-        if d.get("cause") == PROPAGATED and limit_values(Limits.from_config(d)) == want:
+        vals = as_stated(want, limit_values(Limits.from_config(d)))
+        if d.get("cause") == PROPAGATED and vals == want:
             return e_ns
     return None
 
@@ -250,7 +261,11 @@ def pinned_runner_rows(testimony: Testimony, propagated: bool = False) -> list[t
         lo = detail.get("applied_from_mono_ns")
         if isinstance(lo, int):
             want = limit_values(Limits.from_config(detail))
-            inside = [e_ns for e_ns, vals in enforcer if lo <= e_ns <= ns and vals == want]
+            inside = [
+                e_ns
+                for e_ns, vals in enforcer
+                if lo <= e_ns <= ns and as_stated(want, vals) == want
+            ]
             if inside:
                 at = inside[-1]
             elif propagated:

@@ -18,23 +18,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from analysis.checks.base import FAIL, PASS, UNKNOWN, Check, CheckResult, witness
-from analysis.load import applied_on_front, limit_values
+from analysis.load import applied_on_front, as_stated, limit_values
 from analysis.model import Limits
 
 if TYPE_CHECKING:
     from analysis.load import Run
 
 NAME = "config_testimony"
-
-
-def _as_stated(want: dict[str, Any], got: dict[str, Any]) -> dict[str, Any]:
-    """The enforcer's values for what the runner stated: a runner that did not state the
-    release to enforce as or its metadata mode (older runs, a launcher that does not set
-    them) is not contradicted by the enforcer naming its default."""
-    for key in ("kafka.version", "kafka.metadata"):
-        if want.get(key) is None and key in got:
-            got = {**got, key: None}
-    return got
 
 
 def _diff(want: dict[str, Any], got: dict[str, Any]) -> str:
@@ -86,7 +76,7 @@ def check_config_testimony(run: Run) -> CheckResult:
         lo = int(lo) if isinstance(lo, int) else ns
         hi = ns
         if run.front_node is not None and not any(
-            vals == want for e_ns, vals in e_vals if lo <= e_ns <= ns
+            as_stated(want, vals) == want for e_ns, vals in e_vals if lo <= e_ns <= ns
         ):  # one front of a cluster: a change another front took, applied from the log
             nxt = r_vals[i + 1][1].get("applied_from_mono_ns") if i + 1 < len(r_vals) else None
             until = int(nxt) if isinstance(nxt, int) else None
@@ -99,7 +89,7 @@ def check_config_testimony(run: Run) -> CheckResult:
         before = [vals for e_ns, vals in e_vals if e_ns < lo]
         state = inside[-1] if inside else (before[-1] if before else None)
         if state is not None:
-            state = _as_stated(want, state)
+            state = as_stated(want, state)
         cause = detail.get("cause") or ("start" if i == 0 else "change")
         if state is None:
             wit.append(
@@ -121,7 +111,7 @@ def check_config_testimony(run: Run) -> CheckResult:
         if e_ns <= first_ack or any(lo <= e_ns <= hi for lo, hi in brackets):
             continue
         in_force = [want for ns, _d, want in r_vals if ns <= e_ns][-1]
-        vals = _as_stated(in_force, vals)
+        vals = as_stated(in_force, vals)
         if vals != in_force:
             wit.append(
                 witness(

@@ -60,3 +60,12 @@ def test_a_front_holds_a_change_from_when_it_applied_it_and_not_before() -> None
     admin = [_enforcer(500, 100, "start"), _enforcer(2_030, 15, "alter_client_quotas")]
     assert [ns for ns, _d in pinned_runner_rows(load.Testimony(runner, admin), True)][1] == 2_000
     assert json.loads(pinned_runner_rows(t, True)[1][1])[RATE] == 15
+
+
+def test_a_release_the_runner_did_not_state_does_not_hide_the_application() -> None:
+    """compose's runner states no metadata mode; the front's row names its default."""
+    runner = [_runner(1_000, 100, "start"), _runner(2_000, 15, "schedule@12")]
+    late = _enforcer(2_030, 15, "metadata_log")
+    late[1]["kafka.metadata"] = "kraft"
+    t = load.Testimony(runner, [_enforcer(500, 100, "start"), late])
+    assert [ns for ns, _d in pinned_runner_rows(t, propagated=True)] == [1_000, 2_030]
