@@ -10,22 +10,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from analysis.columns import detail_col, socket_rows
+
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
     from analysis.load import Run
 
 MS = 1_000_000
-
-
-def detail_col(source: str, event: str, key: str) -> Column:
-    """`detail.<key>` of that event's rows, the key checked against the event's one
-    definition (`harness.history.events`): a key renamed on one side fails here."""
-    from pyspark.sql import functions as F
-
-    from harness.history.events import event as definition
-
-    return F.get_json_object("detail", f"$.{definition(source, event).key(key)}")
 
 
 def acceptor_conns(run: Run) -> DataFrame:
@@ -105,7 +97,6 @@ def acceptor_conns(run: Run) -> DataFrame:
 def client_conns(run: Run) -> DataFrame:
     def build() -> DataFrame:
         from pyspark import StorageLevel
-        from pyspark.sql import Window
         from pyspark.sql import functions as F
 
         c = run.events(source="client").where(
@@ -136,15 +127,7 @@ def client_conns(run: Run) -> DataFrame:
             | ((F.col("event") == "connect_fail") & (F.col("reason") == "not_offered")),
             F.col("mono_ns"),
         )
-        # one socket's rows: its address and its conn_id (one source address and port can
-        # serve two sockets at once to two brokers of a cluster, as Linux's connect() and
-        # IP_BIND_ADDRESS_NO_PORT allow: the 4-tuples differ)
-        w = (
-            Window.partitionBy("client_ip", "client_port", "conn_id")
-            .orderBy("mono_ns", "seq")
-            .rowsBetween(Window.unboundedPreceding, Window.currentRow)
-        )
-        c = c.withColumn("attempt_ns", F.last(starts, ignorenulls=True).over(w))
+        c = c.withColumn("attempt_ns", F.last(starts, ignorenulls=True).over(socket_rows()))
         c = c.where(F.col("attempt_ns").isNotNull())
 
         def first(event: str, col: str = "mono_ns") -> Column:

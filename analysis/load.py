@@ -26,7 +26,7 @@ from analysis.model import INT_MAX, Limits
 from analysis.versions import Semantics, semantics_for
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from pyspark.sql import Column, DataFrame, SparkSession
 
@@ -144,7 +144,7 @@ class ConfigTimeline:
 
 
 def config_timeline(
-    rows: list[tuple[int, str | None]], run_limits: dict[str, Any] | None
+    rows: Sequence[tuple[int, str | None]], run_limits: dict[str, Any] | None
 ) -> ConfigTimeline:
     """Build the timeline from (mono_ns, detail) config rows sorted by time."""
     rows = sorted(rows, key=lambda r: r[0])
@@ -230,14 +230,17 @@ def as_stated(want: dict[str, Any], got: dict[str, Any]) -> dict[str, Any]:
 PROPAGATED = "metadata_log"
 
 
-def applied_on_front(
-    enforcer: list[tuple[int, dict[str, Any]]], ack_ns: int, until_ns: int | None, want: Any
-) -> int | None:
-    """A fronted cluster: when this front applied a change the runner sent to another front
-    (Kafka's brokers apply a committed quota record each in its own time): its first
-    `PROPAGATED` row after the runner's acknowledgement, before the next change, carrying
-    the runner's limits (`limit_values`); None if it wrote none."""
-    for e_ns, d in enforcer:
+def applied_on_front(testimony: Testimony, i: int, want: Any) -> int | None:
+    """A fronted cluster: when this front applied the runner's change ``i`` that another
+    front took (Kafka's brokers apply a committed quota record each in its own time): its
+    first `PROPAGATED` row after the runner's acknowledgement and before the runner started
+    its next change, carrying the runner's limits ``want`` (`limit_values`); None if it
+    wrote none."""
+    runner = testimony.runner
+    ack_ns = runner[i][0]
+    nxt = runner[i + 1][1].get("applied_from_mono_ns") if i + 1 < len(runner) else None
+    until_ns = int(nxt) if isinstance(nxt, int) else None
+    for e_ns, d in testimony.enforcer:
         if e_ns <= ack_ns:
             continue
         if until_ns is not None and e_ns >= until_ns:
@@ -255,8 +258,7 @@ def pinned_runner_rows(testimony: Testimony, propagated: bool = False) -> list[t
     acknowledgement holds from then (`applied_on_front`)."""
     out: list[tuple[int, str]] = []
     enforcer = [(ns, limit_values(Limits.from_config(d))) for ns, d in testimony.enforcer]
-    runner = testimony.runner
-    for i, (ns, detail) in enumerate(runner):
+    for i, (ns, detail) in enumerate(testimony.runner):
         at = ns
         lo = detail.get("applied_from_mono_ns")
         if isinstance(lo, int):
@@ -269,9 +271,7 @@ def pinned_runner_rows(testimony: Testimony, propagated: bool = False) -> list[t
             if inside:
                 at = inside[-1]
             elif propagated:
-                nxt = runner[i + 1][1].get("applied_from_mono_ns") if i + 1 < len(runner) else None
-                until = int(nxt) if isinstance(nxt, int) else None
-                at = applied_on_front(testimony.enforcer, ns, until, want) or ns
+                at = applied_on_front(testimony, i, want) or ns
         out.append((at, json.dumps(detail)))
     return out
 
@@ -549,24 +549,18 @@ def _on_front(df: DataFrame, node: int) -> DataFrame:
     ``detail.broker``; a socket's later rows follow its attempt); every other row whole.
     A client row of no attempt with a broker (one the load could not attribute) is in no
     front's view."""
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from analysis.frames import detail_col
+    from analysis.columns import detail_col, socket_rows
 
     client = F.col("source") == "client"
     broker = F.when(
         F.col("event") == "connect_invoke",
         detail_col("client", "connect_invoke", "broker").cast("int"),
     )
-    w = (
-        Window.partitionBy("client_ip", "client_port", "conn_id")
-        .orderBy("mono_ns", "seq")
-        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    )
     mine = (
         df.where(client)
-        .withColumn("_broker", F.last(broker, ignorenulls=True).over(w))
+        .withColumn("_broker", F.last(broker, ignorenulls=True).over(socket_rows()))
         .where(F.col("_broker") == F.lit(node))
         .drop("_broker")
     )
@@ -680,17 +674,11 @@ def for_node(testimony: Testimony, node: int | None) -> Testimony:
 def timeline_of(
     testimony: Testimony, limits: Any, node: int | None = None, propagated: bool = False
 ) -> ConfigTimeline:
-    """The limits judged at every instant: the runner's rows for ``node`` (`for_node`),
-    each pinned where the enforcer recorded it (`pinned_runner_rows`), else every config
-    row (runs without runner rows)."""
-    mine = for_node(testimony, node)
-    if not mine.runner:
-        rows = [(ns, json.dumps(d)) for ns, d in [*testimony.runner, *testimony.enforcer]]
-        return config_timeline(sorted(rows), limits if isinstance(limits, dict) else None)
-    pinned = pinned_runner_rows(mine, propagated=propagated)
-    return config_timeline(
-        [(ns, d) for ns, d in pinned], limits if isinstance(limits, dict) else None
-    )
+    """The limits judged at every instant of a run with runner rows: the runner's rows for
+    ``node`` (`for_node`), each pinned where the enforcer recorded it
+    (`pinned_runner_rows`)."""
+    pinned = pinned_runner_rows(for_node(testimony, node), propagated=propagated)
+    return config_timeline(pinned, limits if isinstance(limits, dict) else None)
 
 
 def _harness_rows(files: list[Path]) -> tuple[list[tuple[int, str | None]], int | None]:

@@ -50,8 +50,9 @@ def run_checks(
 ) -> list[CheckResult]:
     """Every applicable check on the run; a run whose acceptor was killed and restarted is
     judged through each of its processes (`across_restarts`)."""
-    incarnations = run.incarnations() if run.has_source("acceptor") else []
     fronts = sorted(run.fronts()) if run.has_source("acceptor") else []
+    # a front's own processes are found in its view (`across_fronts`)
+    incarnations = run.incarnations() if run.has_source("acceptor") and not fronts else []
     if len(fronts) > 1:
         results = across_fronts(run, fronts, checks, progress)
     elif len(incarnations) > 1:
@@ -154,6 +155,12 @@ def _killed_loads(run: Run) -> CheckResult | None:
     )
 
 
+def _split(checks: list[Check] | None, whole: frozenset[str]) -> tuple[list[Check], list[Check]]:
+    """The checks judged per view (a process, a front) and those judged on the whole run."""
+    chosen = checks if checks is not None else ALL_CHECKS
+    return [c for c in chosen if c.name not in whole], [c for c in chosen if c.name in whole]
+
+
 def across_restarts(
     run: Run,
     incarnations: list[Any],
@@ -166,9 +173,7 @@ def across_restarts(
     merged (fail > unknown > pass; a process with nothing to judge adds nothing). The window
     without a front (the killed one's last row to the restarted one's readiness) is judged
     by no check: a `front_outage` result says so, `unknown`, and the run's verdict with it."""
-    chosen = checks if checks is not None else ALL_CHECKS
-    per_view = [c for c in chosen if c.name not in WHOLE_RUN]
-    whole = [c for c in chosen if c.name in WHOLE_RUN]
+    per_view, whole = _split(checks, WHOLE_RUN)
     views: list[list[CheckResult]] = []
     for inc in incarnations:
         if progress:
@@ -192,11 +197,8 @@ def across_fronts(
     offered and how the steady clients fared are the whole run's."""
     from analysis.checks.broker_side import merge_brokers
 
-    chosen = checks if checks is not None else ALL_CHECKS
     # the front's own saturation is judged per process already (each names its pid)
-    whole_run = WHOLE_RUN | {FRONT}
-    per_view = [c for c in chosen if c.name not in whole_run]
-    whole = [c for c in chosen if c.name in whole_run]
+    per_view, whole = _split(checks, WHOLE_RUN | {FRONT})
     by_name: dict[str, list[tuple[int, CheckResult]]] = {}
     for node in nodes:
         if progress:

@@ -49,7 +49,7 @@ from analysis.checks.base import (
 from analysis.checks.broker_side import per_broker
 from analysis.checks.kafka_metrics import _no_scrapes, per_listener, scrape_interval, scrapes
 from analysis.checks.login_delay import DELAYED_ERRORS, KAFKA_CLOCK_MS, configured_delay_ms
-from analysis.frames import detail_col
+from analysis.columns import detail_col
 
 if TYPE_CHECKING:
     from analysis.load import Run

@@ -49,7 +49,7 @@ from analysis.checks.kafka_bounds import (
     slots,
     sure_counts,
 )
-from analysis.frames import detail_col
+from analysis.columns import detail_col
 from analysis.model import INT_MAX
 
 if TYPE_CHECKING:

@@ -33,7 +33,8 @@ from analysis.checks.base import (
     witness,
 )
 from analysis.checks.login_delay import DELAYED_ERRORS, KAFKA_CLOCK_MS, configured_delay_ms
-from analysis.frames import acceptor_conns, client_conns, detail_col, match_attempts
+from analysis.columns import detail_col
+from analysis.frames import acceptor_conns, client_conns, match_attempts
 from analysis.model import INT_MAX
 
 if TYPE_CHECKING:

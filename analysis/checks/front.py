@@ -39,7 +39,8 @@ import numpy as np
 
 from analysis.checks.accounting import Reading, kernel_readings
 from analysis.checks.base import NA, PASS, UNKNOWN, Check, CheckResult, witness
-from analysis.frames import acceptor_conns, client_conns, detail_col, match_attempts
+from analysis.columns import detail_col
+from analysis.frames import acceptor_conns, client_conns, match_attempts
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -51,7 +51,7 @@ from analysis.checks.base import (
     witness,
 )
 from analysis.checks.request_model import QuotaCallback, quota_versions
-from analysis.frames import detail_col
+from analysis.columns import detail_col
 
 if TYPE_CHECKING:
     from analysis.load import Run

@@ -42,7 +42,7 @@ from analysis.checks.base import (
     not_exercised,
     witness,
 )
-from analysis.frames import detail_col
+from analysis.columns import detail_col
 from analysis.model import RateMeter, java_round
 
 if TYPE_CHECKING:

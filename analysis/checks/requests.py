@@ -104,7 +104,7 @@ def _client_mutes(run: Run) -> tuple[int, DataFrame]:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from analysis.frames import detail_col
+    from analysis.columns import detail_col
 
     sent_ago = F.coalesce(
         F.col("latency_ms"),

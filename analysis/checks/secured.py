@@ -32,7 +32,8 @@ from analysis.checks.base import (
     nothing_judged,
     witness,
 )
-from analysis.frames import acceptor_conns, client_conns, detail_col, match_attempts
+from analysis.columns import detail_col
+from analysis.frames import acceptor_conns, client_conns, match_attempts
 
 if TYPE_CHECKING:
     from analysis.load import Run

@@ -68,7 +68,8 @@ from analysis.checks.base import (
     nothing_judged,
     witness,
 )
-from analysis.frames import MS, acceptor_conns, detail_col
+from analysis.columns import detail_col
+from analysis.frames import MS, acceptor_conns
 from analysis.model import INT_MAX
 
 if TYPE_CHECKING:

@@ -78,9 +78,7 @@ def check_config_testimony(run: Run) -> CheckResult:
         if run.front_node is not None and not any(
             as_stated(want, vals) == want for e_ns, vals in e_vals if lo <= e_ns <= ns
         ):  # one front of a cluster: a change another front took, applied from the log
-            nxt = r_vals[i + 1][1].get("applied_from_mono_ns") if i + 1 < len(r_vals) else None
-            until = int(nxt) if isinstance(nxt, int) else None
-            hi = applied_on_front(enforcer, ns, until, want) or ns
+            hi = applied_on_front(run.testimony, i, want) or ns
         brackets.append((lo, hi))
         if life is not None and (ns < life[0] or lo > life[1]):
             continue
