@@ -513,6 +513,11 @@ class Incarnation:
     #: its first and last history rows (a killed one's last: its last flush)
     first_ns: int
     last_ns: int
+    #: stopped with its broker (`broker_kill` on a fronted cluster): its history is whole,
+    #: and the clients it left in its listening socket's queue were reset by the stop
+    stopped: bool = False
+    #: the process before it was stopped with its broker (not killed)
+    after_stop: bool = False
 
 
 _ACCEPTOR_FILE = re.compile(r"^acceptor-(?P<pid>\d+)-\d+\.parquet$")
@@ -567,15 +572,15 @@ def _on_front(df: DataFrame, node: int) -> DataFrame:
     return df.where(~client).unionByName(mine)
 
 
-def fault_instants(run: Run, event: str, kind: str) -> list[int]:
-    """When the runner wrote `event` (fault_start / fault_end) for faults of `kind`; in one
-    front's view of a cluster (`Run.front`), only those that hit its broker or its front
-    (``detail.broker``, default node 1)."""
+def fault_instants(run: Run, event: str, kind: str, where: Any = None) -> list[int]:
+    """When the runner wrote `event` (fault_start / fault_end) for faults of `kind` (and
+    `where`, a column condition, if given); in one front's view of a cluster (`Run.front`),
+    only those that hit its broker or its front (``detail.broker``, default node 1)."""
     from pyspark.sql import functions as F
 
+    df = run.events(event, source="harness").where(f"reason = '{kind}'")
     rows = (
-        run.events(event, source="harness")
-        .where(f"reason = '{kind}'")
+        (df if where is None else df.where(where))
         .select("mono_ns", F.get_json_object("detail", "$.broker").alias("node"))
         .collect()
     )
@@ -584,8 +589,25 @@ def fault_instants(run: Run, event: str, kind: str) -> list[int]:
     return sorted(int(r["mono_ns"]) for r in rows)
 
 
+def front_ends(run: Run) -> list[tuple[int, bool]]:
+    """When the runner ended an acceptor process, in time order, and whether it crashed:
+    `acceptor_kill` (SIGKILL, True), or a fronted broker's `broker_kill`, which stops that
+    broker's front with it (SIGTERM: its history flushed, False)."""
+    from pyspark.sql import functions as F
+
+    kills = [(ns, True) for ns in fault_instants(run, "fault_start", "acceptor_kill")]
+    stops = fault_instants(
+        run,
+        "fault_start",
+        "broker_kill",
+        where=F.get_json_object("detail", "$.front_stopped") == "true",
+    )
+    return sorted([*kills, *((ns, False) for ns in stops)])
+
+
 def acceptor_incarnations(run: Run) -> list[Incarnation]:
-    """The run's acceptors, one per life between the runner's `acceptor_kill` faults: no
+    """The run's acceptors, one per life between the runner's `acceptor_kill` faults (and,
+    on a fronted cluster, its `broker_kill` faults, which stop the broker's front): no
     kill, no split (a `split` acceptor's processor processes write files of their own
     beside its accepting process's, and are one acceptor). Each process's files
     (``acceptor-<pid>-N``) belong to the life in which its first row falls."""
@@ -593,7 +615,8 @@ def acceptor_incarnations(run: Run) -> list[Incarnation]:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    kills = fault_instants(run, "fault_start", "acceptor_kill")
+    ends = front_ends(run)
+    kills = [ns for ns, _crash in ends]
     if not kills:
         return []
     by_pid: dict[str, list[Path]] = {}
@@ -624,9 +647,11 @@ def acceptor_incarnations(run: Run) -> list[Incarnation]:
                 files=tuple(sorted(f for _lo, _hi, p in procs for f in by_pid[p])),
                 lo_ns=kills[life - 1] if life else None,
                 hi_ns=kills[life] if i < len(order) - 1 and life < len(kills) else None,
-                crashed=i < len(order) - 1,
+                crashed=i < len(order) - 1 and ends[life][1],
                 first_ns=min(lo for lo, _hi, _p in procs),
                 last_ns=max(hi for _lo, hi, _p in procs),
+                stopped=i < len(order) - 1 and not ends[life][1],
+                after_stop=i > 0 and not ends[order[i - 1]][1],
             )
         )
     return out

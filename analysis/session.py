@@ -80,7 +80,10 @@ def build_session(
         .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
     )
     if small:
-        builder = builder.config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
+        builder = builder.config(
+            "spark.driver.extraJavaOptions",
+            "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m",
+        )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark

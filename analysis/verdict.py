@@ -172,7 +172,11 @@ def across_restarts(
     each process's own history and the client rows of its time (`Run.during`), the results
     merged (fail > unknown > pass; a process with nothing to judge adds nothing). The window
     without a front (the killed one's last row to the restarted one's readiness) is judged
-    by no check: a `front_outage` result says so, `unknown`, and the run's verdict with it."""
+    by no check: a `front_outage` result says so, `unknown`, and the run's verdict with it.
+    A front stopped with its broker (a fronted cluster's `broker_kill`) is judged the same
+    way per process, but its window adds no `front_outage`: its history is whole, and while
+    its node was down the kernel refused its clients, as a dead Kafka broker's listener
+    does (`accounting` counts each attempt of that window)."""
     per_view, whole = _split(checks, WHOLE_RUN)
     views: list[list[CheckResult]] = []
     for inc in incarnations:
@@ -180,7 +184,8 @@ def across_restarts(
             progress(f"  acceptor process {inc.index + 1} of {len(incarnations)} (pid {inc.pid})")
         views.append(_judge(run.during(inc), per_view, progress))
     merged = [_merge_views(incarnations, [v[i] for v in views]) for i in range(len(views[0]))]
-    return [*merged, *_judge(run, whole, progress), _outage(run, incarnations)]
+    outage = _outage(run, incarnations)
+    return [*merged, *_judge(run, whole, progress), *([outage] if outage else [])]
 
 
 def across_fronts(
@@ -238,8 +243,10 @@ def _merge_views(incarnations: list[Any], results: list[CheckResult]) -> CheckRe
             for inc, r in zip(incarnations, results, strict=True)
             for w in r.witnesses
         ][:10],
-        explanation="judged on each acceptor process's own history (the acceptor was killed "
-        "and restarted). " + first.explanation,
+        explanation="judged on each acceptor process's own history (the acceptor was "
+        + ("killed" if any(inc.crashed for inc in incarnations) else "stopped with its broker")
+        + " and restarted). "
+        + first.explanation,
         family=first.family,
         needs_load=first.needs_load,
         judged=sum(r.judged for r in results),
@@ -251,13 +258,22 @@ def _merge_views(incarnations: list[Any], results: list[CheckResult]) -> CheckRe
         raise_hint=first.raise_hint,
         judges_limit=first.judges_limit,
         parts=merge_parts(results),
-        data={"crashed": True} if any(r.data.get("crashed") for r in results) else {},
+        data={
+            **({"crashed": True} if any(r.data.get("crashed") for r in results) else {}),
+            # no process reached the limit: the merged view adds nothing to other fronts'
+            **(
+                {"not_exercised": True}
+                if not judged_here and any(r.data.get("not_exercised") for r in results)
+                else {}
+            ),
+        },
     )
 
 
-def _outage(run: Run, incarnations: list[Any]) -> CheckResult:
+def _outage(run: Run, incarnations: list[Any]) -> CheckResult | None:
     """The windows without a front: from a killed acceptor's last written row to the
-    restarted one's readiness (the runner's `fault_end`), with what the clients tried."""
+    restarted one's readiness (the runner's `fault_end`), with what the clients tried;
+    None when no process was killed (each stopped with its broker)."""
     from pyspark.sql import functions as F
 
     from analysis.load import fault_instants
@@ -266,6 +282,8 @@ def _outage(run: Run, incarnations: list[Any]) -> CheckResult:
     t0 = run.scenario_t0_ns()
     windows = []
     for inc, nxt in itertools.pairwise(incarnations):
+        if not inc.crashed:
+            continue
         back = next((e for e in ends if e >= inc.last_ns), nxt.first_ns)
         tried = (
             run.events("connect_invoke", source="client")
@@ -277,6 +295,8 @@ def _outage(run: Run, incarnations: list[Any]) -> CheckResult:
             f"killed; its history ends at its last flush; {tried} client attempts started "
             "in the window)"
         )
+    if not windows:
+        return None
     return CheckResult(
         OUTAGE,
         UNKNOWN,

@@ -30,6 +30,11 @@ drops earliest-ending first, which explains as many attempts as any assignment c
 other tolerance: a counter read is exact, and its instant is bounded by the read's own
 span.
 
+A front stopped with its broker (a fronted cluster's `broker_kill`) resets the attempts
+still in its listening socket's queue when it closes: an attempt that connected before the
+front's last row and was still open at the stop is counted as its outage's, as is one that
+connected to it after the stop began (judged in the restarted front's time).
+
 Broker target: Kafka's ``connection-creation-total`` (summed over the network processors
 of the load's listeners, per broker) grows by at least the connections its clients were
 served on: between two scrapes, at least the attempts that started after the first
@@ -237,10 +242,23 @@ def _on_acceptor(run: Run) -> CheckResult:
     inc = run.incarnation
     outage: list[Lost] = []
     if inc is not None and inc.index > 0:
-        # connected before this process wrote its first row: to the killed one's socket,
-        # whose backlog died with it; the outage (`front_outage`) names them, not this life
+        # connected before this process wrote its first row: to the killed (or stopped)
+        # one's socket, whose backlog died with it; the outage names them, not this life
         outage = [x for x in lost if x.key[3] is not None and x.key[3] < inc.first_ns]
         lost = [x for x in lost if x.key[3] is None or x.key[3] >= inc.first_ns]
+    if inc is not None and inc.stopped and inc.hi_ns is not None:
+        # stopped with its broker: an attempt still in its listening socket's queue when it
+        # closed (connected before its last row, alive at the stop) was reset by the stop
+        at_stop = [
+            x
+            for x in lost
+            if x.end >= inc.hi_ns
+            and x.key[3] is not None
+            and x.key[3] <= inc.last_ns + run.clock_error_ns
+        ]
+        outage += at_stop
+        reset = {id(x) for x in at_stop}
+        lost = [x for x in lost if id(x) not in reset]
     if inc is not None and inc.crashed:
         # this acceptor was killed: an attempt it never recorded may have sat in its backlog
         # (the kernel resets those with the socket) or been taken after its last flush
@@ -264,6 +282,8 @@ def _on_acceptor(run: Run) -> CheckResult:
     unjudged_by: dict[str, int] = defaultdict(int)
     for x in not_sampled:
         unjudged_by[str(x.key[2])] += 1
+    stop = inc is not None and (inc.stopped or inc.after_stop)
+    gone = "front stopped with its broker, in its queue at the stop" if stop else "killed acceptor"
     lines = []
     for listener in sorted(counts):
         c = counts[listener]
@@ -278,7 +298,7 @@ def _on_acceptor(run: Run) -> CheckResult:
             f"connect errors ({errors or 'none'}) + {c['cut_off']} cut off at the stop"
             + (f" + {unjudged_by[listener]} not judged" if unjudged_by[listener] else "")
             + (
-                f" + {outage_by[listener]} connected to the killed acceptor (its outage)"
+                f" + {outage_by[listener]} connected to the {gone} (its outage)"
                 if outage_by[listener]
                 else ""
             )

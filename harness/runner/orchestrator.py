@@ -162,6 +162,10 @@ class Orchestrator:
         self.lead = 0.0
         self._t0: float | None = None
         self._deferred_ends: list[tuple[float, Any]] = []
+        #: process faults due while another was in force or restarting (one at a time)
+        self._deferred_starts: list[Any] = []
+        #: the params of the fault of each kind in force (its end must be its own)
+        self._fault_params: dict[str, Any] = {}
 
     # -- recording ------------------------------------------------------------------------------
     def record(self, event: str, **fields: Any) -> None:
@@ -372,6 +376,7 @@ class Orchestrator:
             for item in [d for d in self._deferred_ends if d[0] <= elapsed]:
                 self._deferred_ends.remove(item)
                 self._fault(item[1], start=False, elapsed=elapsed)
+            self._start_deferred(elapsed)
             self._reap_phases(now)
             self._check_restart()
             dead = self.target.alive()
@@ -391,6 +396,12 @@ class Orchestrator:
                 self.say("load did not finish in time; stopping it")
                 break
             time.sleep(0.1)
+        for params in self._deferred_starts:
+            self.say(
+                f"fault {params['kind']} {dict(params)} never started: the load ended while an "
+                "earlier one was still in force or restarting"
+            )
+        self._deferred_starts.clear()
         self._wait_restart()
 
     def _await_flowing(self, launched: float) -> float:
@@ -592,7 +603,20 @@ class Orchestrator:
         """A process is down on purpose (a broker paused or killed, the acceptor killed)."""
         return any(k in self.active_faults for k in (*KILLS, "broker_pause"))
 
-    def _fault(self, params: Any, *, start: bool, elapsed: float) -> None:
+    def _start_deferred(self, elapsed: float) -> None:
+        """The first deferred process fault, once none is in force or restarting (a rolling
+        restart keeps one node down at a time, however long a restart takes); it lasts its
+        `for` from now."""
+        if not self._deferred_starts or self._broker_fault_active() or self._restart_thread:
+            return
+        params = self._deferred_starts.pop(0)
+        if elapsed >= self.duration:
+            self.say(f"fault {params['kind']} never started: the load has ended")
+            return
+        self._fault(params, start=True, elapsed=elapsed, delayed=True)
+        self._deferred_ends.append((elapsed + float(params["for"]), params))
+
+    def _fault(self, params: Any, *, start: bool, elapsed: float, delayed: bool = False) -> None:
         assert self.target is not None
         kind = str(params["kind"])
         why_not = self.target.supports_fault(kind)
@@ -602,18 +626,40 @@ class Orchestrator:
             return
         broker = self.target.node(params.get("broker"))
         detail = {k: v for k, v in params.items()}
-        if start and kind != "upstream_latency" and self._restart_thread is not None:
-            # a broker still restarting after a kill cannot be paused or killed again yet
-            self.say(f"t={elapsed:.1f}s {kind} waits for the broker restart to finish")
-            self._wait_restart()
+        process_fault = kind in (*KILLS, "broker_pause")
+        if (
+            start
+            and process_fault
+            and not delayed
+            and (self._broker_fault_active() or self._restart_thread is not None)
+        ):
+            # one process fault at a time: a broker still down or restarting cannot be
+            # paused or killed again yet, and a second node down would be no rolling restart
+            self.say(f"t={elapsed:.1f}s {kind} waits until the earlier fault has ended")
+            self._deferred_starts.append(params)
+            return
+        if delayed:
             detail["delayed_by_restart"] = True
+        # on a fronted cluster a broker's front is its listener: the node goes down whole
+        with_front = (
+            kind == "broker_kill"
+            and isinstance(self.target, AcceptorTarget)
+            and self.target.node_fronted(params.get("broker"))
+        )
         if start:
             self.say(f"t={elapsed:.1f}s fault {kind} starts ({params['for']:g}s)")
+            if with_front:
+                detail["front_stopped"] = True
             self.record("fault_start", reason=kind, detail=detail)
             self.active_faults[kind] = self._elapsed()
+            self._fault_params[kind] = params
             if kind == "broker_pause":
                 broker.pause()
             elif kind == "broker_kill":
+                if with_front:  # first, so no front accepts for a dead broker
+                    assert isinstance(self.target, AcceptorTarget)
+                    pid = self.target.stop_front(int(params["broker"]))
+                    self._fault_facts[kind] = {"front_stopped_pid": pid}
                 broker.kill()
             elif kind == "load_kill":
                 # the phase's Locust processes die; its unflushed rows die with them, and
@@ -634,8 +680,8 @@ class Orchestrator:
             else:
                 self.target.set_upstream_latency(float(params["latency_ms"]))
             return
-        if kind not in self.active_faults:
-            return
+        if kind not in self.active_faults or id(self._fault_params.get(kind)) != id(params):
+            return  # never started (deferred), or another fault of its kind is in force
         detail.update(self._fault_facts.get(kind, {}))  # what its start did, for fault_end
         due = self.active_faults[kind] + float(params["for"])
         if self._elapsed() < due - 0.05:
@@ -654,14 +700,20 @@ class Orchestrator:
             self._end_fault(kind, detail)  # Kafka kept running: nothing to restart
         else:
             what = "acceptor" if kind == "acceptor_kill" else "broker"
+            what += " and its acceptor" if with_front else ""
             self.say(f"t={elapsed:.1f}s restarting the {what} (same ports, same state)")
             requested = time.monotonic()
-            victim: Any = self.target if kind == "acceptor_kill" else broker
-            node = params.get("broker") if kind == "acceptor_kill" else None
+            target: Any = self.target
+            node = params.get("broker")
 
             def restart() -> None:
                 try:
-                    victim.restart(node) if node is not None else victim.restart()
+                    if kind == "acceptor_kill":
+                        target.restart(node) if node is not None else target.restart()
+                    else:
+                        broker.restart()
+                        if with_front:  # the broker first: its front's upstream
+                            target.restart(node)
                 except BaseException as exc:
                     self._restart_error.append(exc)
                 detail["restart_s"] = round(time.monotonic() - requested, 3)
@@ -686,6 +738,7 @@ class Orchestrator:
     def _end_fault(self, kind: str, detail: dict[str, Any]) -> None:
         self.record("fault_end", reason=kind, detail=detail)
         self.active_faults.pop(kind, None)
+        self._fault_params.pop(kind, None)
         self.say(f"fault {kind} ended")
 
     def _check_restart(self) -> None:

@@ -1112,6 +1112,25 @@ class AcceptorTarget(Target):
         proc.stop(timeout=1)
         return proc.pid
 
+    def node_fronted(self, node: int | None) -> bool:
+        """True if broker ``node`` has a front of its own (a fronted cluster): that front is
+        the broker's listener, so the node's failure takes both down (`stop_front`)."""
+        return node is not None and any(f.node == int(node) for f in self.fronts)
+
+    def stop_front(self, node: int) -> int | None:
+        """Broker ``node``'s front stops with its broker (fault `broker_kill` on a fronted
+        cluster): SIGTERM, so it flushes its history and closes its listeners, and the
+        kernel refuses its broker's clients as Kafka's own dead listener would (each passes
+        over the broker to the others: the failover). Returns the stopped process id."""
+        front = self._front_of(node)
+        proc = front.process
+        if proc is None:
+            return None
+        code = proc.stop(timeout=30)
+        if code not in (0, None):
+            self.progress(f"{front.name} exit code {code} at its stop; log {front.log}")
+        return proc.pid
+
     def restart(self, node: int | None = None) -> None:
         """The same acceptor again (same configuration, ports and state.dir: the dynamic
         quotas set before the crash are enforced after it, as Kafka keeps them in its

@@ -1,7 +1,9 @@
 """A run whose acceptor was killed and restarted (fault `acceptor_kill`), hand-built: each
 acceptor process is judged on its own history, the window without a front by no check
 (`front_outage`, unknown, and the run's verdict with it), and a broken rule after the
-restart still fails."""
+restart still fails. A front stopped with its broker (a fronted cluster's `broker_kill`)
+is judged per process too, with no outage: its history is whole, and only an attempt
+still queued at its stop is the stop's."""
 
 from __future__ import annotations
 
@@ -22,13 +24,19 @@ ADDR = {"client_ip": "127.0.0.7", "listener": "CLIENT"}
 CHECKS = [c for c in ALL_CHECKS if c.name in ("accounting", "client_acceptor_agreement")]
 
 
-def _attempt(cw: HistoryWriter, port: int, start: int, *, refused: bool = False) -> None:
+def _attempt(
+    cw: HistoryWriter, port: int, start: int, *, refused: bool = False, reset_at: int = 0
+) -> None:
     a = {**ADDR, "client_port": port}
     cw.record("connect_invoke", mono_ns=start, detail={"profile": "storm"}, **a)
     if refused:
         cw.record("connect_fail", mono_ns=start + MS, reason="refused", latency_ms=1.0, **a)
         return
     cw.record("connect_ok", mono_ns=start + MS, latency_ms=1.0, **a)
+    if reset_at:  # queued in the listening socket, reset when it closed
+        cw.record("closed", mono_ns=reset_at, reason="reset", latency_ms=(reset_at - start) / MS,
+                  detail={"outcome": "reset", "profile": "storm"}, **a)  # fmt: skip
+        return
     cw.record("ready", mono_ns=start + 3 * MS, latency_ms=3.0, api_key=18, **a)
     cw.record("closed", mono_ns=start + 5 * MS, reason="done", latency_ms=5.0,
               detail={"outcome": "served", "profile": "storm"}, **a)  # fmt: skip
@@ -41,7 +49,9 @@ def _conn(aw: HistoryWriter, pid: str, port: int, at: int) -> None:
     aw.record("close", mono_ns=at + 4 * MS, reason="client_eof", **c)
 
 
-def _run(tmp: Path, name: str, lost_after_restart: bool, kill: bool = True) -> Path:
+def _run(
+    tmp: Path, name: str, lost_after_restart: bool, kill: bool = True, stop: bool = False
+) -> Path:
     run = tmp / name
     (run / "history").mkdir(parents=True)
     (run / "run.json").write_text(json.dumps({"run_id": name, "target": "acceptor"}))
@@ -54,16 +64,25 @@ def _run(tmp: Path, name: str, lost_after_restart: bool, kill: bool = True) -> P
     for i in range(10):  # served by the first process
         _attempt(cw, 40000 + i, T0 + i * S)
         _conn(first, "111", 40000 + i, T0 + i * S + 2 * MS)
-    _attempt(cw, 40100, T0 + 10_200 * MS)  # connected, in its backlog when it died
-    if kill:
+    # connected, in its backlog when it died (or was stopped: reset by the stop)
+    _attempt(cw, 40100, T0 + 10_200 * MS, reset_at=KILL + 2 * MS if stop else 0)
+    if stop:  # its broker killed, the front stopped with it (SIGTERM: its rows flushed)
+        hw.record("fault_start", mono_ns=KILL, reason="broker_kill",
+                  detail={"kind": "broker_kill", "broker": 1, "front_stopped": True})  # fmt: skip
+        first.record("close", mono_ns=KILL + 3 * MS, reason="shutdown",
+                     conn_id="CLIENT-111-40001", **{**ADDR, "client_port": 40001})  # fmt: skip
+    elif kill:
         hw.record(
             "fault_start", mono_ns=KILL, reason="acceptor_kill", detail={"kind": "acceptor_kill"}
         )
     # connected to the dying process's socket just after the kill was sent, reset with its
     # backlog: the outage's, not the restarted process's
-    _attempt(cw, 40150, KILL + MS)
+    _attempt(cw, 40150, KILL + MS, reset_at=KILL + 2 * MS if stop else 0)
     _attempt(cw, 40200, T0 + 11 * S, refused=True)  # no front
-    if kill:
+    if stop:
+        hw.record("fault_end", mono_ns=BACK, reason="broker_kill",
+                  detail={"kind": "broker_kill", "broker": 1})  # fmt: skip
+    elif kill:
         hw.record(
             "fault_end", mono_ns=BACK, reason="acceptor_kill", detail={"kind": "acceptor_kill"}
         )
@@ -72,6 +91,8 @@ def _run(tmp: Path, name: str, lost_after_restart: bool, kill: bool = True) -> P
         _conn(second, "222", 40300 + i, BACK + (i + 1) * S + 2 * MS)
     if lost_after_restart:  # connected to the restarted front, never recorded by it
         _attempt(cw, 40400, BACK + 7 * S)
+    if lost_after_restart and stop:  # connected, closed before the stop, never recorded
+        _attempt(cw, 40050, T0 + 9_500 * MS)
     for t in range(0, 22):  # the kernel counted no drop all run
         hw.record("kernel_net", mono_ns=T0 + t * S, latency_ms=0.01,
                   detail={"listen_drops": 0, "listen_overflows": 0, "reqq_full_drop": 0,
@@ -121,3 +142,31 @@ def test_processes_of_one_acceptor_without_a_kill_are_one_acceptor(
     assert run.incarnations() == []
     names = [r.name for r in run_checks(run, CHECKS)]
     assert OUTAGE not in names and "client_acceptor_agreement" in names
+
+
+def test_a_front_stopped_with_its_broker_leaves_no_outage(spark: Any, tmp_path: Path) -> None:
+    run = load_run(spark, _run(tmp_path, "stop", lost_after_restart=False, stop=True))
+    incs = run.incarnations()
+    assert [(i.pid, i.crashed, i.stopped, i.after_stop) for i in incs] == [
+        ("111", False, True, False),
+        ("222", False, False, True),
+    ]
+    assert incs[0].hi_ns == KILL == incs[1].lo_ns
+    results = {r.name: r for r in run_checks(run, CHECKS)}
+    accounting = results["accounting"]
+    # the two attempts queued at the stop were reset by it; the refused one is a connect
+    # error; every other attempt was accepted: judged whole, nothing unknown
+    assert accounting.verdict == "pass", accounting.observed
+    assert accounting.observed.count("in its queue at the stop (its outage)") == 2
+    assert "stopped with its broker" in accounting.explanation
+    assert OUTAGE not in results
+    _verdict, reasons = overall(list(results.values()))  # no limit here to exercise
+    assert not any("judged by no check" in r for r in reasons), reasons
+
+
+def test_an_attempt_lost_before_the_stop_still_fails(spark: Any, tmp_path: Path) -> None:
+    # a front stopped cleanly kept its rows: one it never recorded is a loss, not the stop's
+    run = load_run(spark, _run(tmp_path, "stop-lost", lost_after_restart=True, stop=True))
+    accounting = {r.name: r for r in run_checks(run, CHECKS)}["accounting"]
+    assert accounting.verdict == "fail", accounting.observed
+    assert sorted(w["client_port"] for w in accounting.witnesses) == [40050, 40400]
