@@ -269,6 +269,10 @@ def merge_brokers(
             for n, r in results
         }
     }
+    # a window judged by no check (a front's outage) keeps the run's verdict from passing
+    outage = [f"broker {n}: {w}" for n, r in results for w in r.data.get("outage", [])]
+    if outage:
+        merged.data["outage"] = outage
     return merged
 
 

@@ -52,3 +52,20 @@ def test_parts_are_in_the_verdict_json() -> None:
     assert result.to_dict()["parts"] == [
         {"name": "closed", "judged": 5, "note": "engine clients", "hint": ""}
     ]
+
+
+def test_a_fronts_outage_keeps_a_cluster_run_from_passing() -> None:
+    # one front of three killed: its `front_outage`, merged per broker, still names the
+    # window judged by no check, so the run cannot pass on the other checks alone
+    from analysis.checks.broker_side import merge_brokers
+    from analysis.verdict import OUTAGE
+
+    window = "10.0–14.7 s (acceptor pid 2772 killed; ...)"
+    outage = CheckResult(OUTAGE, UNKNOWN, "no front in " + window, "a front", family="faults",
+                         data={"outage": [window]})  # fmt: skip
+    merged = merge_brokers([(2, outage)], 0, 0)
+    assert merged.verdict == UNKNOWN and merged.data["outage"] == [f"broker 2: {window}"]
+    rate = CheckResult("ip_rate_span", PASS, "o", "e", judged=5, exercised=True)
+    rate.judges_limit = True
+    verdict, reasons = overall([rate, merged], ["ip_rate_span"])
+    assert verdict == UNKNOWN and f"judged by no check: broker 2: {window}" in reasons
