@@ -128,6 +128,12 @@ class EngineDriver:
         self._print_summary()
 
     def on_quitting(self, environment: Environment, **_: Any) -> None:
+        # Locust fires `quitting` before it stops the test (a SIGTERM's shutdown): stop the
+        # engine first, or joining the thread pool below waits out the whole schedule
+        if self.engine is not None:
+            self.engine.stop()
+        if self.greenlet is not None:
+            self.greenlet.join(timeout=10)
         if self.history is not None:
             gevent.get_hub().threadpool.join()
             self.history.close()

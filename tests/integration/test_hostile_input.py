@@ -27,7 +27,7 @@ from kafka.protocol.admin import (
 )
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 
-from harness.acceptor import AcceptorHandle, intake, start_in_thread
+from harness.acceptor import AcceptorHandle, connection, intake, start_in_thread
 from harness.acceptor.testing import (
     api_versions_frame,
     connect,
@@ -425,7 +425,9 @@ def test_an_answer_held_by_the_broker_ends_with_the_grace_period(
     still owed."""
     from kafka.protocol.consumer import FetchRequest as F
 
-    monkeypatch.setattr(intake, "CLOSE_GRACE_S", 1.0)
+    # the name the connection core arms its timer with (patching intake's had no effect:
+    # the test then waited out the whole 30 s default)
+    monkeypatch.setattr(connection, "CLOSE_GRACE_S", 1.0)
     topic = "hostile-held-fetch"
     wire = connect(acceptor.address("CLIENT"), "127.0.0.2", timeout=30)
     try:  # auto-created on first Metadata; wait for its leader
@@ -462,7 +464,11 @@ def test_an_answer_held_by_the_broker_ends_with_the_grace_period(
     s = raw(acceptor.address("CLIENT"), "127.0.22.202")
     peer = s.getsockname()
     s.sendall(_frame(fetch, 4) + struct.pack(">i", -1))
+    sent = time.monotonic()
     assert read_outcome(s, 45) in ("eof", "reset")  # well before the broker's 60 s
+    waited = time.monotonic() - sent
+    # the held answer was waited for (the grace), and no longer than the grace's default
+    assert 1.0 <= waited < intake.CLOSE_GRACE_S, waited
     s.close()
     assert wait_closes(acceptor, {peer}, timeout=30)[peer] == "bad_frame"
     close = next(r for r in rows(acceptor, "close") if (r["sock_ip"], r["sock_port"]) == peer)

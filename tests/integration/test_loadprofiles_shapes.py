@@ -105,3 +105,39 @@ def test_steady_victims_measure_produce_and_fetch(kafka_broker: Any, tmp_path: P
     assert len(produce) >= 5 and len(fetch) >= 3  # 2 users x 5/s, minus client start-up
     assert produce.latency_ms.between(0, 10_000).all()
     assert (rows.event == "request_fail").sum() == 0
+
+
+def test_sigterm_stops_an_arrival_profile_with_its_rows_written(tmp_path: Path) -> None:
+    """Locust fires `quitting` before it stops the test: a SIGTERM'd storm profile stops its
+    engine there, writes what it recorded and exits, instead of running out its schedule
+    (it did: the browser test's Locust took its whole 20 s stop timeout)."""
+    import signal
+    import subprocess
+    import time
+
+    from harness.localnet import free_port
+
+    argv = locust_command(
+        "storm",
+        host=f"127.0.0.1:{free_port()}",  # nothing listens: every connect refused
+        run_time_s=120,
+        run_dir=tmp_path,
+        options={"arrival": "constant:rate=30", "source_ips": "127.0.0.7", "max_lag_ms": 2000},
+    )
+    log = (tmp_path / "locust.log").open("w")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not list((tmp_path / "history").rglob("*.parquet")):
+            time.sleep(0.2)  # the engine runs and has written a part
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=60)  # its schedule had two minutes left
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+    text = (tmp_path / "locust.log").read_text()
+    assert "Got SIGTERM signal" in text, text[-3000:]
+    assert code in (0, 1), text[-3000:]  # 1: Locust's exit code when requests failed
+    rows = client_rows(tmp_path)
+    assert (rows["event"] == "connect_fail").sum() >= 1, rows["event"].value_counts()

@@ -92,6 +92,7 @@ def test_a_server_closing_at_once_is_an_eof_before_any_response(rows: Rows) -> N
                 client_id="steady-eof",
                 max_block_ms=1500,
                 request_timeout_ms=1000,
+                bootstrap_timeout_ms=2000,  # kafka-python 3's default waits 30 s
             )
     finally:
         stop.set()
