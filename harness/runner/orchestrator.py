@@ -709,7 +709,7 @@ class Orchestrator:
             def restart() -> None:
                 try:
                     if kind == "acceptor_kill":
-                        target.restart(node) if node is not None else target.restart()
+                        target.restart(node)
                     else:
                         broker.restart()
                         if with_front:  # the broker first: its front's upstream

@@ -1122,13 +1122,18 @@ class AcceptorTarget(Target):
         cluster): SIGTERM, so it flushes its history and closes its listeners, and the
         kernel refuses its broker's clients as Kafka's own dead listener would (each passes
         over the broker to the others: the failover). Returns the stopped process id."""
-        front = self._front_of(node)
+        return self._stop(self._front_of(node))
+
+    def _stop(self, front: Front) -> int | None:
+        """SIGTERM to a front (it flushes its history), waited for; its process id."""
         proc = front.process
         if proc is None:
             return None
+        self.progress(f"stopping the {front.name} (SIGTERM: it flushes its history)")
         code = proc.stop(timeout=30)
         if code not in (0, None):
-            self.progress(f"{front.name} exit code {code} at its stop; log {front.log}")
+            self.progress(f"{front.name} exit code {code}; log {front.log}")
+        front.process = None
         return proc.pid
 
     def restart(self, node: int | None = None) -> None:
@@ -1161,13 +1166,7 @@ class AcceptorTarget(Target):
     def stop(self) -> None:
         try:
             for f in self.fronts:
-                if f.process is None:
-                    continue
-                self.progress(f"stopping the {f.name} (SIGTERM: it flushes its history)")
-                code = f.process.stop(timeout=30)
-                if code not in (0, None):
-                    self.progress(f"{f.name} exit code {code}; log {f.log}")
-                f.process = None
+                self._stop(f)
             for proxy in self.proxies.values():
                 proxy.stop()
             self.proxies.clear()
