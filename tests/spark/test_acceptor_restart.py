@@ -91,8 +91,8 @@ def _run(
         _conn(second, "222", 40300 + i, BACK + (i + 1) * S + 2 * MS)
     if lost_after_restart:  # connected to the restarted front, never recorded by it
         _attempt(cw, 40400, BACK + 7 * S)
-    if lost_after_restart and stop:  # connected, closed before the stop, never recorded
-        _attempt(cw, 40050, T0 + 9_500 * MS)
+    if lost_after_restart and stop:  # connected, reset 1 ms before the stop, never recorded
+        _attempt(cw, 40050, T0 + 10_400 * MS, reset_at=KILL - MS)
     for t in range(0, 22):  # the kernel counted no drop all run
         hw.record("kernel_net", mono_ns=T0 + t * S, latency_ms=0.01,
                   detail={"listen_drops": 0, "listen_overflows": 0, "reqq_full_drop": 0,
