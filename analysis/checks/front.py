@@ -52,6 +52,12 @@ MS = 1_000_000
 S = 1_000_000_000
 #: how many seconds of per-second figures the verdict carries (`series`)
 SERIES_MAX = 7_200
+#: What one acceptor holds on this machine kind (2 cores it shares with Kafka and the
+#: load), in connections accepted per second, by process model: (bare, forwarded). Bare:
+#: Trogdor's CONNECT; forwarded: its FETCH_METADATA, and the soak's bootstrap storm.
+#: docs/acceptor.md, "The ceiling", gives each figure's bench and run. Printed beside the
+#: run's peak, never judged: `front_saturation` reads the loops themselves.
+CEILING = {"single": (4_500, 900), "split": (4_300, 850)}
 
 
 def unexplained_waits(
@@ -157,6 +163,9 @@ def check_front_saturation(run: Run) -> CheckResult:
     t0 = run.scenario_t0_ns()
     spans = saturated_spans(readings)
     top = max(readings, key=lambda r: r.share)
+    model = "split" if max(int(d.get("processes") or 1) for _, _, d in rows) > 1 else "single"
+    peak = _peak_accepts(run, t0)
+    headroom = against_ceiling(peak, model)
     series = {
         "t_s": [round((r.at_ns - t0) / S, 1) for r in readings[:SERIES_MAX]],
         "loop_busy": [r.share for r in readings[:SERIES_MAX]],
@@ -170,14 +179,14 @@ def check_front_saturation(run: Run) -> CheckResult:
             NAME,
             PASS,
             observed=(
-                f"{len(readings)} readings: the busiest loop used at most {top.share:.1%} of an "
-                f"interval (pid {top.pid}, at {(top.at_ns - t0) / S:.1f} s)"
+                f"busiest loop {top.share:.1%} of an interval (pid {top.pid}, at "
+                f"{(top.at_ns - t0) / S:.1f} s, {len(readings)} readings); {headroom}"
             ),
             expected=expected,
             tolerance=tolerance,
             judged=len(readings),
             family="faults",
-            data={"series": series},
+            data={"series": series, "peak_accepts": peak, "model": model},
         )
     lines = []
     wit: list[dict[str, Any]] = []
@@ -203,7 +212,7 @@ def check_front_saturation(run: Run) -> CheckResult:
     return CheckResult(
         NAME,
         UNKNOWN,
-        observed="; ".join(lines),
+        observed="; ".join([*lines, headroom]),
         expected=expected,
         tolerance=tolerance,
         witnesses=wit[:10],
@@ -213,8 +222,38 @@ def check_front_saturation(run: Run) -> CheckResult:
         ),
         judged=len(readings),
         family="faults",
-        data={"series": series, "outage": lines, "windows_ns": [(lo, hi) for lo, hi, _ in spans]},
+        data={
+            "series": series,
+            "outage": lines,
+            "windows_ns": [(lo, hi) for lo, hi, _ in spans],
+            "peak_accepts": peak,
+            "model": model,
+        },
     )
+
+
+def against_ceiling(peak: tuple[int, float] | None, model: str) -> str:
+    """The run's peak accept rate beside what the front holds here (`CEILING`)."""
+    bare, forwarded = CEILING[model]
+    ceiling = f"its ceiling here ~{forwarded:,} forwarded or ~{bare:,} bare/s ({model})"
+    if peak is None:
+        return f"no connection accepted; {ceiling}"
+    count, at_s = peak
+    return f"peak {count:,} accepted/s at {at_s:.0f} s, {ceiling}"
+
+
+def _peak_accepts(run: Run, t0: int) -> tuple[int, float] | None:
+    """The most connections the front accepted in one second of the run, and when."""
+    from pyspark.sql import functions as F
+
+    top = (
+        run.events("accept", source="acceptor")
+        .groupBy(F.floor((F.col("mono_ns") - F.lit(t0)) / F.lit(S)).alias("second"))
+        .count()
+        .orderBy(F.col("count").desc(), "second")
+        .first()
+    )
+    return None if top is None else (int(top["count"]), float(top["second"]))
 
 
 def _proxied_listeners(run: Run) -> set[str]:

@@ -24,7 +24,7 @@ from harness.acceptor.config import AcceptorConfig
 from harness.acceptor.connection import Connection
 from harness.acceptor.forwarding import AsyncioWire
 from harness.acceptor.request_quotas import with_throttle_time
-from harness.acceptor.tls import listener_tls
+from harness.acceptor.tls import ListenerTls, listener_tls
 from harness.history import events
 from harness.quota.requests import RequestQuotas
 
@@ -124,6 +124,11 @@ class Connections:
         self._tls = {
             spec.name: t for spec in cfg.listeners if (t := listener_tls(cfg, spec)) is not None
         }
+        #: per listener, what its connections are made with: opaque, SASL, its TLS (read
+        #: once: a bare connection's whole cost is a few such lookups)
+        self._kinds: dict[str, tuple[bool, bool, ListenerTls | None]] = {
+            spec.name: (spec.opaque, spec.sasl, self._tls.get(spec.name)) for spec in cfg.listeners
+        }
         self.request_log: RequestLog | None = (
             RequestLog(log_path, hold_when=self._could_throttle) if log_path else None
         )
@@ -153,7 +158,7 @@ class Connections:
         return self._quotas.max_connections_exceeded(listener)
 
     def open_channel(self, processor: ChannelSlot, item: NewConnection) -> Channel:
-        spec = self.cfg.listener(item.info.listener)
+        opaque, sasl, tls = self._kinds[item.info.listener]
         conn = Connection(
             self,
             processor,
@@ -162,10 +167,10 @@ class Connections:
             item.protected,
             charges=self.request_log,
             clock=time.monotonic_ns,
-            opaque=spec.opaque,
-            sasl=spec.sasl,
+            opaque=opaque,
+            sasl=sasl,
         )
-        AsyncioWire(conn, item.sock, self._tls.get(spec.name))
+        AsyncioWire(conn, item.sock, tls)
         self.open.add(conn)
         return conn
 

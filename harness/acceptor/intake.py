@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from harness.acceptor.inflight import expects_response, purgatory_allowance_ns
 from harness.acceptor.ports import DEFERRED
 from harness.acceptor.tracker import ResponseOrder
-from harness.wire.framing import FrameError, parse_request_header
+from harness.wire.framing import parse_request_header
 
 if TYPE_CHECKING:
     from harness.acceptor.ports import Channel, LocalAnswers
@@ -30,57 +30,53 @@ CLOSE_GRACE_S = 30.0
 _EXTERNAL_REASONS = frozenset({"shutdown", "idle_timeout", "max_connections"})
 
 
-def take_requests(
+#: what became of a request taken (`take_request`)
+FORWARDED = "forwarded"  # to go upstream; the broker answers it
+FORWARDED_UNANSWERED = "forwarded_unanswered"  # to go upstream; no answer comes (acks=0)
+ANSWERED = "answered"  # answered here, the answer written in its turn
+AWAITED = "awaited"  # answered once built in another process (`DEFERRED`)
+
+
+def take_request(
     admin: LocalAnswers,
     conn: Channel,
     order: ResponseOrder,
-    frames: list[bytes],
+    frame: bytes,
     now_ns: int,
     to_client: Callable[[bytes], None],
-) -> tuple[list[bytes], int, bool, FrameError | None]:
-    """Run whole request frames through the per-request path, in order.
+) -> str:
+    """Run one whole request frame through the per-request path.
 
-    Returns the frames to forward upstream (unchanged), how many of them the broker will
-    answer, whether an answer is built in another process (`DEFERRED`: entered in `order`
-    as awaited; the frames after it are not taken), and the `FrameError` of the first frame
-    that could not be taken (unreadable header, refused admin request), if any: the frames
-    after it are dropped, as the broker never reads past a request it cannot parse.
-    Answers the acceptor builds itself (`admin`) go to `to_client` as soon as their turn
-    comes. A forwarded request is entered
-    in `order` only if the broker answers it (not a Produce with acks=0), so nothing waits
-    behind a response that never comes.
+    Returns what became of it: `FORWARDED` or `FORWARDED_UNANSWERED` (the frame goes
+    upstream unchanged; a Produce with acks=0 is not entered in `order`, so nothing waits
+    behind a response that never comes), `ANSWERED` (an answer the acceptor built itself,
+    sent to `to_client` as soon as its turn comes) or `AWAITED` (built in another process:
+    entered in `order` as awaited). Raises the `FrameError` of a frame that cannot be taken
+    (unreadable header, refused admin request): the broker never reads past it.
     """
-    out: list[bytes] = []
-    owed = 0
-    for frame in frames:
-        try:
-            info = parse_request_header(frame)
-            conn.requests += 1
-            local = admin.maybe_handle(conn, frame, info)
-        except FrameError as exc:
-            return out, owed, False, exc
-        if local is DEFERRED:
-            order.awaiting(info.correlation_id, info.api_key)
-            return out, owed, True, None
-        if local is not None:
-            to_send = order.local(info.correlation_id, info.api_key, local)
-            if to_send:
-                to_client(to_send)
-            continue
-        out.append(frame)
-        if not expects_response(frame):  # acks=0: the broker never answers it
-            continue
-        owed += 1
-        order.forwarded(
-            info.correlation_id,
-            info.api_key,
-            info.client_id,
-            now_ns,
-            len(frame),
-            info.api_version,
-            purgatory_allowance_ns(frame),
-        )
-    return out, owed, False, None
+    info = parse_request_header(frame)
+    conn.requests += 1
+    local = admin.maybe_handle(conn, frame, info)
+    if local is DEFERRED:
+        order.awaiting(info.correlation_id, info.api_key)
+        return AWAITED
+    if local is not None:
+        to_send = order.local(info.correlation_id, info.api_key, local)
+        if to_send:
+            to_client(to_send)
+        return ANSWERED
+    if not expects_response(frame):  # acks=0: the broker never answers it
+        return FORWARDED_UNANSWERED
+    order.forwarded(
+        info.correlation_id,
+        info.api_key,
+        info.client_id,
+        now_ns,
+        len(frame),
+        info.api_version,
+        purgatory_allowance_ns(frame),
+    )
+    return FORWARDED
 
 
 def close_reason(

@@ -63,7 +63,8 @@ def test_a_loop_busy_throughout_is_the_front_saturated(spark: Any, tmp_path: Pat
     assert r.observed == (
         "front saturated 1.0–2.0 s: its loop busy 100% of the time; 1 connections waited in "
         "its accept queue, with the acceptor not blocked on purpose, more than the 50 ms "
-        "slack (the worst 60.0 ms)"
+        "slack (the worst 60.0 ms); peak 3 accepted/s at 0 s, its ceiling here ~900 forwarded "
+        "or ~4,500 bare/s (single)"
     )
     assert r.witnesses[0]["client_port"] == 40100
     assert r.data["windows_ns"] == [(T0 + S, T0 + 2 * S)]
@@ -77,13 +78,14 @@ def test_the_window_names_the_drops_the_kernel_counted_around_it(
     # readings at 0, 1, 2, 3 s, each read in 10 µs: the window is (1 s, 2 s]; the reading
     # at 1 s ends 10 µs into it, so the drops are bounded by the ones at 0 s and 2 s
     r = check_front_saturation(load_run(spark, _run(tmp_path, "drops", 0.998, [0, 4, 11, 30])))
-    assert r.verdict == "unknown" and r.observed.endswith("; 11 listen drops"), r.observed
+    assert r.verdict == "unknown" and "; 11 listen drops; peak" in r.observed, r.observed
 
 
 def test_a_loop_that_idled_a_little_kept_up(spark: Any, tmp_path: Path) -> None:
     r = check_front_saturation(load_run(spark, _run(tmp_path, "idle", 0.9979)))
     assert r.verdict == "pass", r.observed
-    assert r.judged == 3 and "at most 99.8% of an interval (pid 4242" in r.observed
+    assert r.judged == 3 and "busiest loop 99.8% of an interval (pid 4242" in r.observed
+    assert r.data["peak_accepts"] == (3, 0.0) and r.data["model"] == "single"
 
 
 def test_without_loop_readings_nothing_is_judged(spark: Any, tmp_path: Path) -> None:

@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 
 from analysis.checks.base import CheckResult
-from analysis.checks.front import NAME, busy_readings, saturated_spans, unexplained_waits
+from analysis.checks.front import (
+    NAME,
+    against_ceiling,
+    busy_readings,
+    saturated_spans,
+    unexplained_waits,
+)
 from analysis.verdict import saturated
 
 pytestmark = pytest.mark.unit
@@ -102,3 +108,10 @@ def test_a_reading_shorter_than_its_reads_judges_nothing() -> None:
     readings = busy_readings(rows)
     assert [round(r.at_ns / S, 3) for r in readings] == [1.0]
     assert saturated_spans(readings) == []
+
+
+def test_the_peak_is_printed_beside_the_ceiling_of_its_process_model() -> None:
+    assert against_ceiling((1019, 12.0), "single") == (
+        "peak 1,019 accepted/s at 12 s, its ceiling here ~900 forwarded or ~4,500 bare/s (single)"
+    )
+    assert against_ceiling(None, "split").endswith("~850 forwarded or ~4,300 bare/s (split)")
