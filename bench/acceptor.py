@@ -539,16 +539,26 @@ def summarize_trogdor(rows: list[dict[str, Any]], paths: list[str]) -> dict[str,
                 a["ratio_per_round"] = [round(x, 3) for x in paired]
             if d["trogdor_ok_per_s"]:
                 a["ratio_trogdor_ok"] = a["trogdor_ok_per_s"] / d["trogdor_ok_per_s"]
-        for other in ("ref", "nohist", "split", "haproxy"):
-            if other in per and "acceptor" in per:
-                a, r = per["acceptor"], per[other]
-                per[f"acceptor_vs_{other}"] = {
+        for mine, other in _PAIRS:
+            if other in per and mine in per:
+                a, r = per[mine], per[other]
+                per[f"{mine}_vs_{other}"] = {
                     key: a[key] / r[key] if a[key] and r[key] else None
                     for key in ("conn_per_s", "cpu_ms_per_conn")
                 }
         if per:
             out[action] = per
     return out
+
+
+#: the paths compared in each Trogdor action's summary, (path, against)
+_PAIRS = (
+    ("acceptor", "ref"),
+    ("acceptor", "nohist"),
+    ("acceptor", "split"),
+    ("acceptor", "haproxy"),
+    ("split", "refsplit"),
+)
 
 
 # -- py-spy -----------------------------------------------------------------------------------
@@ -900,10 +910,10 @@ def report(res: dict[str, Any], paths: list[str]) -> list[str]:
                 f"{s['kernel_cpu_pct'] or 0:>9.1f}{s['machine_idle_pct'] or 0:>7.1f}"
                 f"  {s['load_avg']}"
             )
-        for other in ("ref", "nohist", "split", "haproxy"):
-            if c := per.get(f"acceptor_vs_{other}"):
+        for mine, other in _PAIRS:
+            if c := per.get(f"{mine}_vs_{other}"):
                 lines.append(
-                    f"  acceptor/{other}: conn/s {c['conn_per_s'] or float('nan'):.3f}, "
+                    f"  {mine}/{other}: conn/s {c['conn_per_s'] or float('nan'):.3f}, "
                     f"CPU per connection {c['cpu_ms_per_conn'] or float('nan'):.3f}"
                 )
     goals = res.get("goals", {})
@@ -1071,7 +1081,7 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         metavar="N",
         help="also run the current acceptor with acceptor.process.model=split and N processor "
-        "processes (path 'split')",
+        "processes (path 'split'; with --compare-ref, that commit's too: path 'refsplit')",
     )
     ap.add_argument(
         "--haproxy-path",
@@ -1136,6 +1146,8 @@ def main(argv: list[str] | None = None) -> int:
             f"acceptor.processor.processes={args.split_path}",
         )
         plan.append(("split", "FRONTEDSPLIT", None, True, split_sets))
+        if args.compare_ref:  # the other commit's acceptor in the split model too
+            plan.append(("refsplit", "FRONTEDREFSPLIT", work / "ref-src", True, split_sets))
     relays = [("haproxy", "FRONTEDHAPROXY")] if args.haproxy_path else []
     fronts = [(tag, listener) for tag, listener, *_ in plan] + relays
     ports = {tag: free_port() for tag, _ in fronts}
