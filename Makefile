@@ -8,10 +8,14 @@ KAFKA_STAMP := .cache/kafka/.resolved
 PYTEST_ARGS ?= --durations=15
 SCENARIO ?= demo-storm
 
-.PHONY: setup test test-fast lint unit demo broker clean chromium bench images compose-demo kafka-reference
+.PHONY: setup test test-fast lint unit demo broker clean chromium spark-cds bench images compose-demo kafka-reference
 
-setup: $(STAMP) $(KAFKA_STAMP) chromium
+setup: $(STAMP) $(KAFKA_STAMP) chromium spark-cds
 	@echo "setup: ready (venv in $(VENV), Kafka jars in .cache/kafka)"
+
+# the analysis JVM's class archive (analysis/cds.py): made once, in .cache/spark-cds
+spark-cds: $(STAMP)
+	@$(BIN)/python -m analysis.cds
 
 $(STAMP): pyproject.toml
 	@echo "setup: creating $(VENV) and installing the project (first time takes a few minutes)"

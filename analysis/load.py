@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -276,6 +277,10 @@ def pinned_runner_rows(testimony: Testimony, propagated: bool = False) -> list[t
     return out
 
 
+#: guards the creation of `Run._locks` entries (checks judged at once)
+_LOCKS_GUARD = threading.Lock()
+
+
 @dataclass
 class Run:
     """Everything a check needs: metadata, the history DataFrame, derived frames."""
@@ -301,6 +306,9 @@ class Run:
     #: a fronted cluster seen through one broker's acceptor (`front`): that broker's id
     front_node: int | None = None
     _cache: dict[str, Any] = field(default_factory=dict)
+    #: one lock per key of `_cache` (shared with it): checks judged at once build each
+    #: table once (`verdict.CHECK_THREADS`)
+    _locks: dict[str, threading.RLock] = field(default_factory=dict)
     #: the cached tables that stand for the narrowed broker's own (`on_broker`)
     _own: dict[str, Any] = field(default_factory=dict)
 
@@ -405,14 +413,17 @@ class Run:
         """A derived table built once per run and shared by every view of it; in a view
         narrowed to one broker (`on_broker`), the keys it narrows give that broker's part
         of the run's table (narrowed once, when first asked)."""
-        if key not in self._cache:
-            self._cache[key] = build()
-        if key in self._own:
-            narrow = self._own[key]
-            if callable(narrow):
-                self._own[key] = narrow(self._cache[key])
-            return self._own[key]
-        return self._cache[key]
+        with _LOCKS_GUARD:
+            lock = self._locks.setdefault(key, threading.RLock())
+        with lock:  # tables are built from others, never the reverse: no lock cycle
+            if key not in self._cache:
+                self._cache[key] = build()
+            if key in self._own:
+                narrow = self._own[key]
+                if callable(narrow):
+                    self._own[key] = narrow(self._cache[key])
+                return self._own[key]
+            return self._cache[key]
 
     def incarnations(self) -> list[Incarnation]:
         """The acceptor's processes in this run, in order: one, unless the acceptor was
@@ -441,6 +452,7 @@ class Run:
             incarnation=inc,
             testimony=testimony,
             _cache={},
+            _locks={},
             _own=dict(self._own),
         )
 
@@ -488,6 +500,7 @@ class Run:
             front_node=node,
             testimony=testimony,
             _cache={},
+            _locks={},
             _own={
                 "kafka_metric_scrapes": lambda every: [
                     (ns, d) for ns, d in every if d.get("broker") == node

@@ -54,8 +54,9 @@ def build_session(
     """The session; `small` (a history under SMALL_RUN_EVENTS rows) starts the driver JVM
     with C1-compiled code only (-XX:TieredStopAtLevel=1): a short analysis spends much of
     its CPU in the C2 compiler, whose code arrives too late to pay for itself (a cold 12 k
-    event analysis took 19-23 s instead of 31-33 s at load average ~5). Only a JVM this
-    call starts is affected; a large run keeps the default tiered compilation."""
+    event analysis took 19-23 s instead of 31-33 s at load average ~5), and with the class
+    archive `make setup` made (`analysis.cds`), if there is one. Only a JVM this call
+    starts is affected; a large run keeps the default tiered compilation."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -80,9 +81,11 @@ def build_session(
         .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
     )
     if small:
+        from analysis.cds import java_options
+
         builder = builder.config(
             "spark.driver.extraJavaOptions",
-            "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m",
+            f"-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m {java_options()}".strip(),
         )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

@@ -179,8 +179,8 @@ def check_front_saturation(run: Run) -> CheckResult:
             NAME,
             PASS,
             observed=(
-                f"busiest loop {top.share:.1%} of an interval (pid {top.pid}, at "
-                f"{(top.at_ns - t0) / S:.1f} s, {len(readings)} readings); {headroom}"
+                f"{headroom}; busiest loop {top.share:.1%} of an interval (pid {top.pid}, at "
+                f"{(top.at_ns - t0) / S:.1f} s, {len(readings)} readings)"
             ),
             expected=expected,
             tolerance=tolerance,
@@ -235,11 +235,11 @@ def check_front_saturation(run: Run) -> CheckResult:
 def against_ceiling(peak: tuple[int, float] | None, model: str) -> str:
     """The run's peak accept rate beside what the front holds here (`CEILING`)."""
     bare, forwarded = CEILING[model]
-    ceiling = f"its ceiling here ~{forwarded:,} forwarded or ~{bare:,} bare/s ({model})"
+    ceiling = f"of ~{forwarded:,} forwarded or ~{bare:,} bare/s held here ({model})"
     if peak is None:
-        return f"no connection accepted; {ceiling}"
+        return f"none accepted, {ceiling}"
     count, at_s = peak
-    return f"peak {count:,} accepted/s at {at_s:.0f} s, {ceiling}"
+    return f"peak {count:,} accepted/s (at {at_s:.0f} s) {ceiling}"
 
 
 def _peak_accepts(run: Run, t0: int) -> tuple[int, float] | None:

@@ -63,8 +63,8 @@ def test_a_loop_busy_throughout_is_the_front_saturated(spark: Any, tmp_path: Pat
     assert r.observed == (
         "front saturated 1.0–2.0 s: its loop busy 100% of the time; 1 connections waited in "
         "its accept queue, with the acceptor not blocked on purpose, more than the 50 ms "
-        "slack (the worst 60.0 ms); peak 3 accepted/s at 0 s, its ceiling here ~900 forwarded "
-        "or ~4,400 bare/s (single)"
+        "slack (the worst 60.0 ms); peak 3 accepted/s (at 0 s) of ~900 forwarded or ~4,400 "
+        "bare/s held here (single)"
     )
     assert r.witnesses[0]["client_port"] == 40100
     assert r.data["windows_ns"] == [(T0 + S, T0 + 2 * S)]

@@ -112,6 +112,8 @@ def test_a_reading_shorter_than_its_reads_judges_nothing() -> None:
 
 def test_the_peak_is_printed_beside_the_ceiling_of_its_process_model() -> None:
     assert against_ceiling((1019, 12.0), "single") == (
-        "peak 1,019 accepted/s at 12 s, its ceiling here ~900 forwarded or ~4,400 bare/s (single)"
+        "peak 1,019 accepted/s (at 12 s) of ~900 forwarded or ~4,400 bare/s held here (single)"
     )
-    assert against_ceiling(None, "split").endswith("~800 forwarded or ~3,400 bare/s (split)")
+    assert against_ceiling(None, "split").endswith(
+        "~800 forwarded or ~3,400 bare/s held here (split)"
+    )
