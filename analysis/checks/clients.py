@@ -365,6 +365,8 @@ def check_offered_load(run: Run) -> CheckResult:
             expected=f"offered ≥ {OFFERED_MIN:.0%} of intended arrivals",
             explanation="without client rows nobody can say the storm was really offered",
         )
+    from analysis.checks.front import busy_readings, loop_summary, role_rows
+
     s = offered_stats(run)
     intended = s["offered"] + s["not_offered"]
     ratio = s["offered"] / intended if intended else 0.0
@@ -376,6 +378,10 @@ def check_offered_load(run: Run) -> CheckResult:
             f"phase {p['phase']}: {p['offered_rate']:.1f}/s offered"
             f" vs {p['intended_rate']:.1f}/s intended"
         )
+    # how busy the generator's own loops were, read as the front's are (`front_saturation`)
+    readings = busy_readings(role_rows(run, "load"))
+    if readings:
+        parts.append(loop_summary(readings, run.scenario_t0_ns(), "the generator"))
     return CheckResult(
         "offered_load",
         PASS if ok else UNKNOWN,

@@ -138,15 +138,38 @@ def saturated_spans(readings: list[Busy]) -> list[tuple[int, int, float]]:
     return out
 
 
-def check_front_saturation(run: Run) -> CheckResult:
-    rows = [
+def role_rows(run: Run, role: str) -> list[tuple[int, float, dict[str, Any]]]:
+    """The `process_stats` rows of one role (`acceptor`, `load`), (mono_ns, read span ms,
+    detail), in time order."""
+    return [
         (int(r["mono_ns"]), float(r["latency_ms"] or 0.0), json.loads(r["detail"] or "{}"))
         for r in run.events("process_stats", source="harness")
-        .where(detail_col("harness", "process_stats", "role") == "acceptor")
+        .where(detail_col("harness", "process_stats", "role") == role)
         .select("mono_ns", "latency_ms", "detail")
         .orderBy("mono_ns")
         .collect()
     ]
+
+
+def loop_summary(readings: list[Busy], t0: int, who: str) -> str:
+    """How busy `who`'s busiest loop was, and every interval it was busy throughout: one
+    phrase, read alike for the front and the generator."""
+    top = max(readings, key=lambda r: r.share)
+    text = (
+        f"{who}'s busiest loop {top.share:.1%} of an interval (pid {top.pid}, at "
+        f"{(top.at_ns - t0) / S:.1f} s, {len(readings)} readings)"
+    )
+    spans = saturated_spans(readings)
+    if spans:
+        text += "; " + "; ".join(
+            f"{who} saturated {(lo - t0) / S:.1f}–{(hi - t0) / S:.1f} s (busy {share:.0%})"
+            for lo, hi, share in spans
+        )
+    return text
+
+
+def check_front_saturation(run: Run) -> CheckResult:
+    rows = role_rows(run, "acceptor")
     readings = busy_readings(rows)
     expected = (
         "the acceptor's event loops idle at least once in every reading's interval (a loop "
@@ -162,7 +185,6 @@ def check_front_saturation(run: Run) -> CheckResult:
         )
     t0 = run.scenario_t0_ns()
     spans = saturated_spans(readings)
-    top = max(readings, key=lambda r: r.share)
     model = "split" if max(int(d.get("processes") or 1) for _, _, d in rows) > 1 else "single"
     peak = _peak_accepts(run, t0)
     headroom = against_ceiling(peak, model)
@@ -178,10 +200,7 @@ def check_front_saturation(run: Run) -> CheckResult:
         return CheckResult(
             NAME,
             PASS,
-            observed=(
-                f"{headroom}; busiest loop {top.share:.1%} of an interval (pid {top.pid}, at "
-                f"{(top.at_ns - t0) / S:.1f} s, {len(readings)} readings)"
-            ),
+            observed=f"{headroom}; {loop_summary(readings, t0, 'the front')}",
             expected=expected,
             tolerance=tolerance,
             judged=len(readings),

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from analysis.checks.clients import check_offered_load
 from analysis.checks.front import check_front_saturation
 from analysis.load import load_run
 from analysis.verdict import overall
@@ -32,7 +33,9 @@ def _conn(cw: HistoryWriter, aw: HistoryWriter, port: int, ok: int, accept: int)
     aw.record("close", mono_ns=accept + 10 * MS, reason="client_eof", **c)
 
 
-def _run(tmp: Path, name: str, busy: float | None, drops: list[int] | None = None) -> Any:
+def _run(
+    tmp: Path, name: str, busy: float | None, drops: list[int] | None = None, role: str = "acceptor"
+) -> Any:
     def build(cw: HistoryWriter, aw: HistoryWriter, hw: HistoryWriter) -> None:
         for k, n in enumerate(drops or []):  # the kernel's counters, one reading a second
             hw.record("kernel_net", mono_ns=T0 + k * S, latency_ms=0.01,
@@ -48,7 +51,7 @@ def _run(tmp: Path, name: str, busy: float | None, drops: list[int] | None = Non
                   delay_ms=20.0, detail={"start_mono_ns": ok + 10 * MS})  # fmt: skip
         shares = [None, 0.5, busy, 0.2] if busy is not None else [None] * 4  # None: not read
         for k, share in enumerate(shares):
-            d: dict[str, Any] = {"role": "acceptor", "pgids": [1], "processes": 1}
+            d: dict[str, Any] = {"role": role, "pgids": [1], "processes": 1}
             if share is not None:
                 d |= {"loop_busy": share, "loop_busy_pid": 4242}
             hw.record("process_stats", mono_ns=T0 + k * S, latency_ms=1.0, detail=d)
@@ -91,3 +94,12 @@ def test_a_loop_that_idled_a_little_kept_up(spark: Any, tmp_path: Path) -> None:
 def test_without_loop_readings_nothing_is_judged(spark: Any, tmp_path: Path) -> None:
     r = check_front_saturation(load_run(spark, _run(tmp_path, "none", None)))
     assert r.verdict == "n/a", r.observed
+
+
+def test_the_generators_loop_reads_as_the_fronts(spark: Any, tmp_path: Path) -> None:
+    busy = check_offered_load(load_run(spark, _run(tmp_path, "gen-busy", 0.998, role="load")))
+    assert "the generator's busiest loop 99.8% of an interval (pid 4242" in busy.observed
+    assert busy.observed.endswith("; the generator saturated 1.0–2.0 s (busy 100%)"), busy.observed
+    idle = check_offered_load(load_run(spark, _run(tmp_path, "gen-idle", 0.9979, role="load")))
+    assert "the generator's busiest loop 99.8%" in idle.observed
+    assert "saturated" not in idle.observed, idle.observed
