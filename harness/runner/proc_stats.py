@@ -12,9 +12,11 @@ event ``process_stats``:
   processor processes and a Locust master's workers are counted with it), and
   ``loop_busy`` / ``loop_busy_pid``: the largest share of the time since the last reading
   that one of its processes' main threads (an event loop: the acceptor's, a processor
-  process's, the storm engine's) spent on a CPU or runnable and waiting for one
-  (``/proc/<pid>/task/<pid>/schedstat``). A loop busy for the whole interval never went
-  idle: it had more work than time, which is what `front_saturation` reads;
+  process's) spent on a CPU or runnable and waiting for one
+  (``/proc/<pid>/task/<pid>/schedstat``); for ``load``, any of its threads' (the storm
+  engine's loop runs on a thread of gevent's pool; ``loop_busy_pid`` is then that thread's
+  id). A loop busy for the whole interval never went idle: it had more work than time,
+  which is what `front_saturation` and `offered_load` read;
 - ``history``: {``role``, ``bytes``, ``files``} of the run's history folder.
 
 Read from ``/proc`` (Linux): a process that exits between the listing and the read is
@@ -33,6 +35,9 @@ from typing import Any
 from harness.runner.periodic import Periodic
 
 EVENT = "process_stats"
+#: roles whose busiest thread of any kind is their loop (the storm engine runs on a thread
+#: of gevent's pool, not the main one); the others' loop is their main thread
+EVERY_THREAD = frozenset({"load"})
 PROC = Path("/proc")
 _TICKS = os.sysconf("SC_CLK_TCK")
 _PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
@@ -50,17 +55,23 @@ def read_stat(text: str) -> tuple[int, float, int]:
     return pgrp, cpu, rss_kb
 
 
-def schedstat(pid: int, proc: Path = PROC) -> tuple[int, int]:
-    """(ns on a CPU, ns runnable but waiting for one) of a process's main thread."""
-    fields = (proc / str(pid) / "task" / str(pid) / "schedstat").read_text().split()
+def schedstat(pid: int, proc: Path = PROC, tid: int | None = None) -> tuple[int, int]:
+    """(ns on a CPU, ns runnable but waiting for one) of a process's main thread (or of its
+    thread `tid`)."""
+    task = pid if tid is None else tid
+    fields = (proc / str(pid) / "task" / str(task) / "schedstat").read_text().split()
     return int(fields[0]), int(fields[1])
 
 
 def group_totals(
-    pgids: Sequence[int], proc: Path = PROC, busy: dict[int, int] | None = None
+    pgids: Sequence[int],
+    proc: Path = PROC,
+    busy: dict[int, int] | None = None,
+    threads: bool = False,
 ) -> dict[str, Any]:
     """Processes, descriptors, RSS and CPU summed over every process in ``pgids``; with
-    ``busy``, each process's main-thread busy ns (on a CPU + runnable) put there by pid."""
+    ``busy``, each process's main-thread busy ns (on a CPU + runnable) put there by pid, or
+    with ``threads`` every thread's, by thread id."""
     wanted = set(pgids)
     out: dict[str, Any] = {"processes": 0, "fds": 0, "rss_kb": 0, "cpu_s": 0.0}
     for entry in os.scandir(proc):
@@ -74,8 +85,14 @@ def group_totals(
         except (OSError, ValueError, IndexError):
             continue  # exited meanwhile, or not ours to read
         if busy is not None:
-            with contextlib.suppress(OSError, ValueError, IndexError):  # no schedstat here
-                busy[int(entry.name)] = sum(schedstat(int(entry.name), proc))
+            pid = int(entry.name)
+            tids = [pid]
+            if threads:
+                with contextlib.suppress(OSError):
+                    tids = [int(t) for t in os.listdir(Path(entry.path) / "task") if t.isdigit()]
+            for tid in tids:
+                with contextlib.suppress(OSError, ValueError, IndexError):  # gone, or none
+                    busy[tid] = sum(schedstat(pid, proc, tid))
         out["processes"] += 1
         out["fds"] += fds
         out["rss_kb"] += rss_kb
@@ -132,7 +149,9 @@ class ProcStatsSampler:
         for role, pgids in sorted(self.roles().items()):
             if pgids:
                 busy: dict[int, int] = {}
-                row = {"role": role, "pgids": list(pgids), **group_totals(pgids, self.proc, busy)}
+                every = role in EVERY_THREAD
+                totals = group_totals(pgids, self.proc, busy, threads=every)
+                row = {"role": role, "pgids": list(pgids), **totals}
                 row.update(self._loop_busy(role, busy))
                 rows.append(row)
         if self.history is not None:

@@ -95,3 +95,34 @@ def test_loop_busy_is_the_busiest_main_threads_share_of_the_interval(tmp_path: P
     _schedstat(proc, 101, 800_000_000, 0)
     s.sample_once()
     assert rows[-1]["loop_busy"] == 0.5 and rows[-1]["loop_busy_pid"] == 101
+
+
+def test_the_load_roles_busiest_thread_of_any_kind_is_its_loop(tmp_path: Path) -> None:
+    """The storm engine's loop runs on a thread of gevent's pool: for `load`, every thread."""
+    proc = tmp_path / "proc"
+    _proc(proc, 200, 200, 1, 1)  # a Locust worker: main thread idle, the engine on 203
+    now = [0]
+    rows: list[dict[str, Any]] = []
+    s = ProcStatsSampler(
+        lambda e, **kw: rows.append(kw["detail"]),
+        lambda: {"load": [200], "acceptor": [200]},
+        None,
+        proc=proc,
+        clock_ns=lambda: now[0],
+    )
+
+    def task(tid: int, run_ns: int) -> None:
+        d = proc / "200" / "task" / str(tid)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "schedstat").write_text(f"{run_ns} 0 10\n")
+
+    task(200, 0)
+    task(203, 0)
+    s.sample_once()
+    now[0] = 1_000_000_000
+    task(200, 10_000_000)
+    task(203, 900_000_000)
+    s.sample_once()
+    by_role = {r["role"]: r for r in rows[-2:]}
+    assert by_role["load"]["loop_busy"] == 0.9 and by_role["load"]["loop_busy_pid"] == 203
+    assert by_role["acceptor"]["loop_busy"] == 0.01  # the main thread only
