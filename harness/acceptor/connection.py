@@ -49,7 +49,7 @@ from harness.acceptor.intake import (
     ANSWERED,
     AWAITED,
     CLOSE_GRACE_S,
-    FORWARDED,
+    FORWARDED_UNANSWERED,
     close_reason,
     take_request,
 )
@@ -611,17 +611,15 @@ class Connection:
         except FrameError as stopped:  # unreadable header, refused admin request: Kafka closes
             self._finish(stopped.reason, detail={"error": str(stopped)})
             return False
-        if taken is FORWARDED:
-            self.gate.forwarded_ns = now
-            self.wire.send(_UPSTREAM, item)
-        elif taken is AWAITED:  # answered once built elsewhere: the gate waits for it
+        if taken is AWAITED:  # answered once built elsewhere: the gate waits for it
             self.awaiting_answer = True
         elif taken is ANSWERED:  # the answer is written
             self.gate.response_sent()
-        else:  # acks=0: the broker's no-op response
+        else:
             self.gate.forwarded_ns = now
             self.wire.send(_UPSTREAM, item)
-            self.gate.response_sent()
+            if taken is FORWARDED_UNANSWERED:  # acks=0: the broker's no-op response
+                self.gate.response_sent()
         return True
 
     def _login_request(self, login: Login, frame: bytes) -> bool:
