@@ -7,7 +7,7 @@ archive, `harness analyze` of a 5,392-event `eviction-order` run took 13.8–14.
 against 16.2–17.4 s without (three runs each, same machine and run).
 
 The archive is valid for one JVM build and one Spark classpath only, so its name carries
-both (`archive_path`); the JVM checks it again when it maps it and, on any mismatch,
+both (`session.archive_path`); the JVM checks it again when it maps it and, on any mismatch,
 starts without it (`-Xshare:auto`: slower, never wrong). It is made once, by `make setup`
 (`python -m analysis.cds`), from the analysis of a small synthetic run in a JVM of its own
 that writes it on exit (`-XX:ArchiveClassesAtExit`); written under a temporary name, tried
@@ -18,55 +18,13 @@ by a JVM, then renamed, so a half-written archive is never read (a JVM may abort
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-#: where the archives live (beside Kafka's jars, `make clean` removes both)
-CACHE = Path(__file__).resolve().parent.parent / ".cache" / "spark-cds"
-#: set by `build` for the JVM that writes the archive
-_DUMP_ENV = "HARNESS_SPARK_CDS_DUMP"
-_OFF_ENV = "HARNESS_SPARK_CDS"
-
-
-def _java() -> Path | None:
-    """The `java` PySpark launches: $JAVA_HOME/bin/java, else the one on PATH."""
-    home = os.environ.get("JAVA_HOME")
-    found = str(Path(home) / "bin" / "java") if home else shutil.which("java")
-    if not found or not os.path.exists(found):
-        return None
-    return Path(found).resolve()
-
-
-def archive_path() -> Path | None:
-    """The archive's name for this JVM build and Spark classpath (None: no java found)."""
-    java = _java()
-    if java is None:
-        return None
-    import pyspark
-
-    jars = Path(pyspark.__file__).parent / "jars"
-    key = f"{java}:{java.stat().st_mtime_ns}:{pyspark.__version__}:{jars.stat().st_mtime_ns}"
-    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    return CACHE / f"spark-{pyspark.__version__}-{digest}.jsa"
-
-
-def java_options() -> str:
-    """The driver JVM's options for the archive: write it (`build`'s JVM), read it (when
-    made), or nothing."""
-    dump = os.environ.get(_DUMP_ENV)
-    if dump:
-        return f"-XX:ArchiveClassesAtExit={dump}"
-    if os.environ.get(_OFF_ENV) == "off":
-        return ""
-    path = archive_path()
-    if path is None or not path.is_file():
-        return ""
-    return f"-XX:SharedArchiveFile={path} -Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
+from analysis.session import CDS_DUMP_ENV, archive_path, java_path
 
 
 def build(progress: bool = True) -> Path | None:
@@ -84,7 +42,7 @@ def build(progress: bool = True) -> Path | None:
     if progress:
         print("spark-cds: making the analysis JVM's class archive (once, ~30 s)", flush=True)
     with tempfile.TemporaryDirectory(prefix="spark-cds-") as work:
-        env = {**os.environ, _DUMP_ENV: str(tmp)}
+        env = {**os.environ, CDS_DUMP_ENV: str(tmp)}
         res = subprocess.run(
             [sys.executable, "-m", "analysis.cds", "--dump-from", work],
             env=env,
@@ -110,7 +68,7 @@ def _unusable(archive: Path) -> str | None:
     tried before it gets its final name."""
     if not archive.is_file():
         return "the JVM wrote none"
-    java = _java()
+    java = java_path()
     assert java is not None
     with tempfile.TemporaryDirectory(prefix="spark-cds-try-") as cwd:  # its hs_err file
         res = subprocess.run(

@@ -7,10 +7,13 @@ this interpreter before the JVM starts, or pandas UDF workers miss pyarrow.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -22,6 +25,50 @@ SMALL_RUN_EVENTS = 200_000
 #: (its jars) before it answers (measured: it fails to start at `ulimit -n 300`, starts
 #: at 384), and the analysis then reads every history part; 1024 leaves room for both.
 MIN_OPEN_FILES = 1024
+
+
+#: where the driver JVM's class archives live (`analysis.cds` makes them; beside Kafka's
+#: jars, `make clean` removes both)
+CACHE = Path(__file__).resolve().parent.parent / ".cache" / "spark-cds"
+#: set by `build` for the JVM that writes the archive
+CDS_DUMP_ENV = "HARNESS_SPARK_CDS_DUMP"
+CDS_OFF_ENV = "HARNESS_SPARK_CDS"
+
+
+def java_path() -> Path | None:
+    """The `java` PySpark launches: $JAVA_HOME/bin/java, else the one on PATH."""
+    home = os.environ.get("JAVA_HOME")
+    found = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    if not found or not os.path.exists(found):
+        return None
+    return Path(found).resolve()
+
+
+def archive_path() -> Path | None:
+    """The archive's name for this JVM build and Spark classpath (None: no java found)."""
+    java = java_path()
+    if java is None:
+        return None
+    import pyspark
+
+    jars = Path(pyspark.__file__).parent / "jars"
+    key = f"{java}:{java.stat().st_mtime_ns}:{pyspark.__version__}:{jars.stat().st_mtime_ns}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return CACHE / f"spark-{pyspark.__version__}-{digest}.jsa"
+
+
+def cds_options() -> str:
+    """The driver JVM's options for its class archive (`analysis.cds`): write it (the
+    JVM `analysis.cds.build` starts), read it (when made), or nothing."""
+    dump = os.environ.get(CDS_DUMP_ENV)
+    if dump:
+        return f"-XX:ArchiveClassesAtExit={dump}"
+    if os.environ.get(CDS_OFF_ENV) == "off":
+        return ""
+    path = archive_path()
+    if path is None or not path.is_file():
+        return ""
+    return f"-XX:SharedArchiveFile={path} -Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
 
 
 class EnvironmentProblem(RuntimeError):
@@ -81,11 +128,9 @@ def build_session(
         .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
     )
     if small:
-        from analysis.cds import java_options
-
         builder = builder.config(
             "spark.driver.extraJavaOptions",
-            f"-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m {java_options()}".strip(),
+            f"-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m {cds_options()}".strip(),
         )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

@@ -33,6 +33,7 @@ from analysis.checks.base import (
     witness,
 )
 from analysis.checks.login_delay import DELAYED_ERRORS, KAFKA_CLOCK_MS, configured_delay_ms
+from analysis.checks.loops import busy_readings, loop_summary, role_rows
 from analysis.columns import detail_col
 from analysis.frames import acceptor_conns, client_conns, match_attempts
 from analysis.model import INT_MAX
@@ -365,8 +366,6 @@ def check_offered_load(run: Run) -> CheckResult:
             expected=f"offered ≥ {OFFERED_MIN:.0%} of intended arrivals",
             explanation="without client rows nobody can say the storm was really offered",
         )
-    from analysis.checks.front import busy_readings, loop_summary, role_rows
-
     s = offered_stats(run)
     intended = s["offered"] + s["not_offered"]
     ratio = s["offered"] / intended if intended else 0.0

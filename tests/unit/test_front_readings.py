@@ -8,13 +8,8 @@ import numpy as np
 import pytest
 
 from analysis.checks.base import CheckResult
-from analysis.checks.front import (
-    NAME,
-    against_ceiling,
-    busy_readings,
-    saturated_spans,
-    unexplained_waits,
-)
+from analysis.checks.front import NAME, against_ceiling, unexplained_waits
+from analysis.checks.loops import busy_readings, saturated_spans
 from analysis.verdict import saturated
 
 pytestmark = pytest.mark.unit

@@ -1,0 +1,97 @@
+"""A process role's loops as the runner read them every second (`process_stats.loop_busy`,
+harness/runner/proc_stats.py): the readings, the intervals a loop was busy throughout, and
+one phrase that says so. A leaf module: `front_saturation` reads the acceptor's loops with
+it, `offered_load` the generator's, in the same words.
+
+Bound: two schedstat reads are placed within their rows' read spans, so a loop busy
+throughout an interval reads at least 1 - (both spans) / interval.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from analysis.columns import detail_col
+
+if TYPE_CHECKING:
+    from analysis.load import Run
+
+MS = 1_000_000
+S = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class Busy:
+    """One reading of a role's busiest loop: (prev_ns, at_ns] and its share."""
+
+    prev_ns: int
+    at_ns: int
+    share: float
+    pid: int
+    bound: float  # the share a loop busy throughout reads at least
+
+
+def busy_readings(rows: list[tuple[int, float, dict[str, Any]]]) -> list[Busy]:
+    """`process_stats` rows of one role (`role_rows`), (mono_ns, read span ms, detail), in time
+    order -> its readings with a share, each with the bound its read spans allow. A reading
+    whose interval is no longer than its two reads (bound ≤ 0: the last one at the run's
+    stop, taken just after the periodic one) cannot tell an idle loop from a busy one and
+    is left out."""
+    out: list[Busy] = []
+    for (t0, span0, _), (t1, span1, d) in itertools.pairwise(rows):
+        share = d.get("loop_busy")
+        if share is None or t1 <= t0:
+            continue
+        bound = 1.0 - (span0 + span1) * MS / (t1 - t0)
+        if bound <= 0:
+            continue
+        out.append(Busy(t0, t1, float(share), int(d.get("loop_busy_pid") or 0), bound))
+    return out
+
+
+def saturated_spans(readings: list[Busy]) -> list[tuple[int, int, float]]:
+    """The intervals whose loop was busy throughout, consecutive ones merged: (lo, hi,
+    the highest share)."""
+    out: list[tuple[int, int, float]] = []
+    for r in readings:
+        if r.share < r.bound:
+            continue
+        if out and r.prev_ns <= out[-1][1]:
+            lo, _, top = out[-1]
+            out[-1] = (lo, r.at_ns, max(top, r.share))
+        else:
+            out.append((r.prev_ns, r.at_ns, r.share))
+    return out
+
+
+def role_rows(run: Run, role: str) -> list[tuple[int, float, dict[str, Any]]]:
+    """The `process_stats` rows of one role (`acceptor`, `load`), (mono_ns, read span ms,
+    detail), in time order."""
+    return [
+        (int(r["mono_ns"]), float(r["latency_ms"] or 0.0), json.loads(r["detail"] or "{}"))
+        for r in run.events("process_stats", source="harness")
+        .where(detail_col("harness", "process_stats", "role") == role)
+        .select("mono_ns", "latency_ms", "detail")
+        .orderBy("mono_ns")
+        .collect()
+    ]
+
+
+def loop_summary(readings: list[Busy], t0: int, who: str) -> str:
+    """How busy `who`'s busiest loop was, and every interval it was busy throughout: one
+    phrase, read alike for the front and the generator."""
+    top = max(readings, key=lambda r: r.share)
+    text = (
+        f"{who}'s busiest loop {top.share:.1%} of an interval (pid {top.pid}, at "
+        f"{(top.at_ns - t0) / S:.1f} s, {len(readings)} readings)"
+    )
+    spans = saturated_spans(readings)
+    if spans:
+        text += "; " + "; ".join(
+            f"{who} saturated {(lo - t0) / S:.1f}–{(hi - t0) / S:.1f} s (busy {share:.0%})"
+            for lo, hi, share in spans
+        )
+    return text
