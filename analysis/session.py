@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from harness.javapath import locate_java
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -36,12 +37,9 @@ CDS_OFF_ENV = "HARNESS_SPARK_CDS"
 
 
 def java_path() -> Path | None:
-    """The `java` PySpark launches: $JAVA_HOME/bin/java, else the one on PATH."""
-    home = os.environ.get("JAVA_HOME")
-    found = str(Path(home) / "bin" / "java") if home else shutil.which("java")
-    if not found or not os.path.exists(found):
-        return None
-    return Path(found).resolve()
+    """The `java` PySpark launches (`harness.javapath`), its links resolved."""
+    found = locate_java()
+    return None if found is None else Path(found).resolve()
 
 
 def archive_path() -> Path | None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.broker.errors import BrokerError, tail
+from harness.javapath import locate_java
 from harness.quota.versions import CURRENT
 
 #: the release started when none is asked for: the one the engine enforces as by default
@@ -406,12 +407,8 @@ def parse_java_major(version_output: str) -> int | None:
 def find_java(env: dict[str, str] | None = None) -> Path:
     """``$JAVA_HOME/bin/java`` or ``java`` on PATH, checked to be Java 17 or newer."""
     env = dict(os.environ) if env is None else env
-    java: str | None = None
     home = env.get("JAVA_HOME")
-    if home and (Path(home) / "bin" / "java").is_file():
-        java = str(Path(home) / "bin" / "java")
-    else:
-        java = shutil.which("java", path=env.get("PATH", ""))
+    java = locate_java(env)
     if not java:
         where = f"JAVA_HOME={home!r} has no bin/java and " if home else ""
         raise BrokerError(
