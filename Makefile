@@ -48,8 +48,12 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# The suite runs on workers (pytest-xdist; tests/conftest.py keeps a module on one worker):
+# its tests wait on brokers, loads and JVMs more than they compute, so one worker more than
+# the CPUs keeps them busy. TEST_WORKERS=0 runs it in this process.
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 test: setup lint
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -m unit $(PYTEST_ARGS)

@@ -7,6 +7,8 @@ own model (analysis.model), so an enforcer bug cannot certify itself.
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -96,4 +98,16 @@ def analyze_run(
         return verdict
     finally:
         if own:
-            spark.stop()
+            _stop(spark, interrupted=sys.exc_info()[0] is not None)
+
+
+def _stop(spark: SparkSession, *, interrupted: bool) -> None:
+    """Stop the session this analysis started. A signal that ended the analysis can land
+    inside a py4j call and leave its connection holding that call's answer, so stopping can
+    fail then: the failure is not reported over the interruption, and the JVM ends with this
+    process anyway (Spark's gateway exits when its stdin, a pipe from this process, closes)."""
+    if not interrupted:
+        spark.stop()
+        return
+    with contextlib.suppress(Exception):
+        spark.stop()

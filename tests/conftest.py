@@ -62,6 +62,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for kind in ("unit", "integration", "spark", "browser"):
             if kind in parts:
                 item.add_marker(getattr(pytest.mark, kind))
+    if getattr(config.option, "loadgroup", False):  # set in xdist workers by --dist loadgroup
+        _group_for_workers(items)
+
+
+def _group_for_workers(items: list[pytest.Item]) -> None:
+    """Under `pytest -n N --dist loadgroup` (`make test`): one module's tests stay on one
+    worker (its module-scoped brokers are started once), and every `container` test shares
+    one worker (a test there lists every container of ours, so no other may run beside it).
+    The longest groups go first (the containers', then those with a `slow` test), so that
+    none of them starts last and leaves the other workers idle at the end."""
+    rank: dict[str, int] = {}
+    for item in items:
+        if item.get_closest_marker("xdist_group"):
+            continue
+        module = os.path.relpath(str(item.path), _ROOT).replace(os.sep, "/")
+        group = "container" if item.get_closest_marker("container") else module
+        item.add_marker(pytest.mark.xdist_group(group))
+        first = 0 if group == "container" else 1 if item.get_closest_marker("slow") else 2
+        rank[group] = min(rank.get(group, first), first)
+    order = {id(item): i for i, item in enumerate(items)}
+
+    def key(item: pytest.Item) -> tuple[int, int]:
+        mark = item.get_closest_marker("xdist_group")
+        group = str(mark.args[0]) if mark and mark.args else ""
+        return (rank.get(group, 2), order[id(item)])
+
+    items.sort(key=key)
 
 
 # -- the guard: `unit` means no network sockets ---------------------------------------------
@@ -113,6 +140,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     built test histories (`analysis.synth`, files named ``*-synth-*``) are not the writers'
     and are skipped. A key a writer adds without declaring it fails the session here."""
     factory = getattr(session.config, "_tmp_path_factory", None)
+    if hasattr(session.config, "workerinput"):
+        return  # an xdist worker: the controller reads every worker's folders once
     if factory is None or exitstatus not in (0, 1):
         return
     try:

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 
 CATALOG = Path(__file__).resolve().parents[2] / "loadprofiles" / "scenarios"
 

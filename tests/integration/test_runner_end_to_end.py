@@ -141,6 +141,7 @@ def _fail_msg(log: str) -> str:
 
 
 @pytest.mark.timeout(1000)
+@pytest.mark.slow
 def test_tiny_scenario_end_to_end(tmp_path: Path) -> None:
     scenario = write_tiny(tmp_path)
     out = tmp_path / "runs"
@@ -192,6 +193,7 @@ def test_tiny_scenario_end_to_end(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(1000)
+@pytest.mark.slow
 def test_ci_gate_fails_on_a_broken_acceptor_with_witnesses(tmp_path: Path) -> None:
     out = tmp_path / "runs"
     res = harness_run(
@@ -227,6 +229,7 @@ def test_ci_gate_fails_on_a_broken_acceptor_with_witnesses(tmp_path: Path) -> No
 
 
 @pytest.mark.timeout(1000)
+@pytest.mark.slow
 def test_ctrl_c_stops_cleanly_and_leaves_an_analysable_run(tmp_path: Path) -> None:
     scenario = write_tiny(tmp_path, duration=40)
     out = tmp_path / "runs"
@@ -274,6 +277,7 @@ schedule:
 
 
 @pytest.mark.timeout(1000)
+@pytest.mark.slow
 def test_faults_are_recorded_and_the_acceptor_keeps_enforcing(tmp_path: Path) -> None:
     scenario = write_tiny(tmp_path, duration=40, schedule=FAULTS)
     out = tmp_path / "runs"

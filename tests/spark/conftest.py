@@ -11,9 +11,13 @@ import pytest
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    from analysis.session import build_session
+    from analysis.session import SMALL_RUN_EVENTS, build_session, sized_conf
 
-    session = build_session("local[2]", app_name="harness-tests")
+    # the tests' histories are small: the session a small run's analysis gets (C1-compiled
+    # code, the class archive, no adaptive re-planning, one shuffle partition)
+    session = build_session("local[2]", app_name="harness-tests", small=True)
+    for key, value in sized_conf(SMALL_RUN_EVENTS - 1).items():
+        session.conf.set(key, value)
     yield session
     session.stop()
 
