@@ -53,7 +53,7 @@ lint: $(STAMP)
 # the CPUs keeps them busy. TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 test: setup lint
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -m unit $(PYTEST_ARGS)

@@ -54,7 +54,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if any(item.get_closest_marker(kind) for kind in KINDS):
             continue
-        rel = os.path.relpath(str(item.path), _ROOT).replace(os.sep, "/")
+        rel = _module(item)
         if rel in LOCAL_MODULES:
             item.add_marker(pytest.mark.local)
             continue
@@ -62,33 +62,51 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for kind in ("unit", "integration", "spark", "browser"):
             if kind in parts:
                 item.add_marker(getattr(pytest.mark, kind))
-    if getattr(config.option, "loadgroup", False):  # set in xdist workers by --dist loadgroup
-        _group_for_workers(items)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        _longest_first(items)
 
 
-def _group_for_workers(items: list[pytest.Item]) -> None:
-    """Under `pytest -n N --dist loadgroup` (`make test`): one module's tests stay on one
-    worker (its module-scoped brokers are started once), and every `container` test shares
-    one worker (a test there lists every container of ours, so no other may run beside it).
-    The longest groups go first (the containers', then those with a `slow` test), so that
-    none of them starts last and leaves the other workers idle at the end."""
+# -- `make test`: pytest -n N --dist loadfile ---------------------------------------------------
+# A module's tests run on one worker (its module-scoped brokers start once). The modules whose
+# tests start containers share one worker: one lists every container of the harness that a
+# compose run left, another sweeps those of harness processes that are gone.
+CONTAINER_MODULES = frozenset(
+    {"tests/integration/test_compose.py", "tests/integration/test_container.py"}
+)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getvalue("dist") != "loadfile":
+        return None  # xdist's own
+    from xdist.scheduler import LoadFileScheduling
+
+    class ModuleScheduling(LoadFileScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "containers" if module in CONTAINER_MODULES else module
+
+    return ModuleScheduling(config, log)
+
+
+def _module(item: pytest.Item) -> str:
+    return os.path.relpath(str(item.path), _ROOT).replace(os.sep, "/")
+
+
+def _longest_first(items: list[pytest.Item]) -> None:
+    """On a worker: the longest modules first (the container modules, then those with a `slow`
+    test), so that none of them starts last and leaves the other workers idle at the end.
+    Every worker sorts alike (xdist requires one order)."""
     rank: dict[str, int] = {}
     for item in items:
-        if item.get_closest_marker("xdist_group"):
-            continue
-        module = os.path.relpath(str(item.path), _ROOT).replace(os.sep, "/")
-        group = "container" if item.get_closest_marker("container") else module
-        item.add_marker(pytest.mark.xdist_group(group))
-        first = 0 if group == "container" else 1 if item.get_closest_marker("slow") else 2
-        rank[group] = min(rank.get(group, first), first)
-    order = {id(item): i for i, item in enumerate(items)}
-
-    def key(item: pytest.Item) -> tuple[int, int]:
-        mark = item.get_closest_marker("xdist_group")
-        group = str(mark.args[0]) if mark and mark.args else ""
-        return (rank.get(group, 2), order[id(item)])
-
-    items.sort(key=key)
+        module = _module(item)
+        if item.get_closest_marker("container") and module not in CONTAINER_MODULES:
+            raise pytest.UsageError(
+                f"{module} starts containers: add it to CONTAINER_MODULES in tests/conftest.py"
+            )
+        first = 0 if module in CONTAINER_MODULES else 1 if item.get_closest_marker("slow") else 2
+        rank[module] = min(rank.get(module, first), first)
+    order = {id(item): (rank[_module(item)], i) for i, item in enumerate(items)}
+    items.sort(key=lambda item: order[id(item)])
 
 
 # -- the guard: `unit` means no network sockets ---------------------------------------------
