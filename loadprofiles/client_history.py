@@ -89,6 +89,9 @@ class ClientHistory:
         #: every part's metadata with the boot id (harness.history.clocks)
         self.clock_offset_ns = clock_offset_ns
         self.clock_rtt_ns: int | None = None
+        #: read with the offset: (this process's wall-minus-monotonic, the reference's boot
+        #: id and wall-minus-monotonic), loadprofiles.clock.OnOffset
+        self.clock_sample: tuple[int, str, int] | None = None
         #: a test's stand-in for another machine (loadprofiles.clock.simulated_skew_ns): both
         #: clocks read this much later, under a boot id of their own
         self.skew_ns = simulated_skew_ns
@@ -218,8 +221,13 @@ class ClientHistory:
         for name in BUFFERED:
             if name != "mono_ns":
                 arrays[name] = pa.array(batch[name], SCHEMA.field(name).type)
+        sample = self.clock_sample
         meta = file_metadata(
-            self._boot_id, self._wall0 - self._mono0, self.clock_offset_ns, self.clock_rtt_ns
+            self._boot_id,
+            self._wall0 - self._mono0 if sample is None else sample[0],
+            self.clock_offset_ns,
+            self.clock_rtt_ns,
+            None if sample is None else (sample[1], sample[2]),
         )
         table = pa.Table.from_arrays(
             [arrays[f.name] for f in SCHEMA], schema=SCHEMA.with_metadata(meta)

@@ -45,10 +45,15 @@ def master_side(environment: Any) -> None:
 
     environment.events.test_start.add_listener(on_test_start)
 
+    from harness.history.clocks import boot_id
+
+    boot = boot_id()
+
     def on_ping(environment: Any, msg: Any, **_: Any) -> None:
+        mono, wall = time.monotonic_ns(), time.time_ns()
         runner.send_message(
             "harness_clock_pong",
-            {"t0": msg.data["t0"], "m": time.time_ns()},
+            {"t0": msg.data["t0"], "m": wall, "boot": boot, "m_wm": wall - mono},
             client_id=msg.node_id,
         )
 
@@ -64,15 +69,21 @@ def simulated_skew_ns(worker_index: int) -> int:
     return values[max(0, worker_index) % len(values)]
 
 
+#: ``on_offset(offset_ns, rtt_ns, sample)``: a better estimate; ``sample`` is what was read in
+#: the same exchange, (this process's wall-minus-monotonic, the master's boot id, the master's
+#: wall-minus-monotonic), or None from a master that sends no clock of its own
+OnOffset = Callable[[int, int, "tuple[int, str, int] | None"], None]
+
+
 def worker_side(
     environment: Any,
-    on_offset: Callable[[int, int], None],
+    on_offset: OnOffset,
     on_start: Callable[[int], None],
     skew_ns: int = 0,
 ) -> None:
-    """Ping the master at start-up and at each test start; ``on_offset(offset_ns, rtt_ns)``
-    per better sample; ``on_start(start_wall_ns)`` (master's clock) when the master
-    announces a schedule start."""
+    """Ping the master at start-up and at each test start; ``on_offset`` per better sample;
+    ``on_start(start_wall_ns)`` (master's clock) when the master announces a schedule
+    start."""
     runner = environment.runner
 
     def on_start_msg(environment: Any, msg: Any, **_: Any) -> None:
@@ -82,11 +93,14 @@ def worker_side(
     best: dict[str, int | None] = {"rtt": None}
 
     def on_pong(environment: Any, msg: Any, **_: Any) -> None:
-        offset, rtt = estimate(int(msg.data["t0"]), int(msg.data["m"]), time.time_ns() + skew_ns)
+        mono, wall = time.monotonic_ns(), time.time_ns()
+        offset, rtt = estimate(int(msg.data["t0"]), int(msg.data["m"]), wall + skew_ns)
         prev = best["rtt"]
         if prev is None or rtt < prev:
             best["rtt"] = rtt
-            on_offset(offset, rtt)
+            data = msg.data
+            sample = (wall - mono, str(data["boot"]), int(data["m_wm"])) if "m_wm" in data else None
+            on_offset(offset, rtt, sample)
 
     def ping(environment: Any, **_: Any) -> None:
         for _i in range(PINGS):

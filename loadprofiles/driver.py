@@ -105,11 +105,14 @@ class EngineDriver:
     def _set_start(self, start_wall_ns: int) -> None:
         self._start_wall_ns = start_wall_ns
 
-    def _set_offset(self, offset_ns: int, rtt_ns: int) -> None:
+    def _set_offset(
+        self, offset_ns: int, rtt_ns: int, sample: tuple[int, str, int] | None = None
+    ) -> None:
         self.clock_offset_ns = offset_ns
         if self.history is not None:
             self.history.clock_offset_ns = offset_ns
             self.history.clock_rtt_ns = rtt_ns
+            self.history.clock_sample = sample
         if self.engine is not None:
             self.engine.set_clock_offset(offset_ns, rtt_ns)
         self._clock = (offset_ns, rtt_ns)

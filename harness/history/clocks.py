@@ -37,6 +37,11 @@ BOOT_ID = b"boot_id"
 WALL_MINUS_MONO = b"wall_minus_mono_ns"
 OFFSET = b"clock_offset_ns"
 RTT = b"clock_rtt_ns"
+#: the reference process's (the Locust master's) boot id and wall-minus-monotonic, read in
+#: the same exchange as the offset (WALL_MINUS_MONO then too): a wall clock that is being
+#: slewed or stepped moves wall-minus-monotonic, so all three are taken together
+REFERENCE_BOOT_ID = b"reference_boot_id"
+REFERENCE_WALL_MINUS_MONO = b"reference_wall_minus_mono_ns"
 
 
 def boot_id() -> str:
@@ -53,9 +58,14 @@ def host_clock() -> dict[str, Any]:
 
 
 def file_metadata(
-    boot: str, wall_minus_mono_ns: int, offset_ns: int, rtt_ns: int | None
+    boot: str,
+    wall_minus_mono_ns: int,
+    offset_ns: int,
+    rtt_ns: int | None,
+    reference: tuple[str, int] | None = None,
 ) -> dict[bytes, bytes]:
-    """The metadata a writer puts in each history file it writes."""
+    """The metadata a writer puts in each history file it writes; `reference`: the boot id
+    and wall-minus-monotonic of the clock the offset is to, read with it."""
     meta = {
         BOOT_ID: boot.encode(),
         WALL_MINUS_MONO: str(wall_minus_mono_ns).encode(),
@@ -63,6 +73,9 @@ def file_metadata(
     }
     if rtt_ns is not None:
         meta[RTT] = str(rtt_ns).encode()
+    if reference is not None:
+        meta[REFERENCE_BOOT_ID] = reference[0].encode()
+        meta[REFERENCE_WALL_MINUS_MONO] = str(reference[1]).encode()
     return meta
 
 
@@ -88,6 +101,11 @@ def alignment(meta: Mapping[bytes, bytes] | None, reference: Mapping[str, Any]) 
         return None
     wall_minus_mono = int(meta[WALL_MINUS_MONO])
     offset = int(meta.get(OFFSET, b"0"))
+    if meta.get(REFERENCE_BOOT_ID, b"").decode() == ref_boot and REFERENCE_WALL_MINUS_MONO in meta:
+        # the offset is to a process on the runner's kernel (its monotonic clock), and its
+        # wall-minus-monotonic was read in the same exchange: the run's start reading would
+        # be off by whatever the wall clock was slewed or stepped since
+        ref_wm = int(meta[REFERENCE_WALL_MINUS_MONO])
     rtt = meta.get(RTT)
     return Shift(
         mono_ns=wall_minus_mono + offset - ref_wm,

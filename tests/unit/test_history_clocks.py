@@ -42,6 +42,33 @@ def test_another_machines_file_moves_by_its_clocks_and_its_offset() -> None:
     assert alignment(_meta("worker-boot", wm, -200_000_000, None), REF).error_ns is None  # type: ignore[union-attr]
 
 
+def test_a_reference_clock_read_with_the_offset_is_used_over_the_runs_start_reading() -> None:
+    # the runner's wall clock was slewed 3.7 s ahead of its monotonic one between the run's
+    # start (run.json) and the worker's exchange with the master, a process on the runner's
+    # kernel: the master's own reading, taken with the offset, is the one that holds
+    slewed = REF["wall_minus_mono_ns"] + 3_700_000_000
+    wm = slewed + 3_200_000_000
+    meta = file_metadata("worker-boot", wm, -200_000_000, 400_000, ("runner-boot", slewed))
+    assert alignment(meta, REF) == Shift(3_000_000_000, -200_000_000, 200_000)
+    # a master on another kernel has another monotonic clock: the run's reading stands
+    other = file_metadata("worker-boot", wm, -200_000_000, 400_000, ("master-boot", slewed))
+    assert alignment(other, REF) == Shift(6_700_000_000, -200_000_000, 200_000)
+
+
+def test_the_client_writer_keeps_the_clocks_read_with_its_offset(tmp_path: Path) -> None:
+    h = ClientHistory(tmp_path / "history", "r", name="client-w", simulated_skew_ns=5)
+    h.clock_offset_ns, h.clock_rtt_ns = -5, 100_000
+    h.clock_sample = (42, "runner-boot", 40)
+    h.record("connect_ok", mono_ns=5_002_000_000, conn_id="c-1", latency_ms=2.0)
+    h.close()
+    (part,) = (tmp_path / "history" / "client").glob("*.parquet")
+    meta = pq.read_schema(part).metadata
+    assert meta[clocks.WALL_MINUS_MONO] == b"42"
+    assert meta[clocks.REFERENCE_BOOT_ID] == b"runner-boot"
+    assert meta[clocks.REFERENCE_WALL_MINUS_MONO] == b"40"
+    assert alignment(meta, REF) == Shift(mono_ns=42 - 5 - 40, wall_ns=-5, error_ns=50_000)
+
+
 def _written(tmp_path: Path, skew_ns: int, offset_ns: int) -> tuple[Path, list[dict]]:
     h = ClientHistory(tmp_path / "history", "r", name="client-w", simulated_skew_ns=skew_ns)
     h.clock_offset_ns, h.clock_rtt_ns = offset_ns, 100_000
