@@ -52,6 +52,18 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
             out.write("\n")
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Back to the root group, and this one removed (kept while a process started here
+    still lives in it)."""
+    group = ROOT / f"pytest-{os.getpid()}"
+    if group.is_dir():
+        try:
+            (ROOT / "cgroup.procs").write_text(str(os.getpid()))
+            group.rmdir()
+        except OSError:
+            pass
+
+
 def summary(path: Path, top: int = 30) -> str:
     """CPU and wall per module, most CPU first, and per folder."""
     per: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0])
