@@ -73,7 +73,8 @@ class EngineDriver:
         self.greenlet: gevent.Greenlet | None = None
         self.stats: EngineStats | None = None
         self.clock_offset_ns = 0
-        self._clock: tuple[int, int] | None = None
+        #: the best clock estimate so far: (offset, rtt, what was read with it), clock.OnOffset
+        self._clock: tuple[int, int, tuple[int, str, int] | None] | None = None
         self._start_wall_ns: int | None = None
         self._errors: dict[str, _Failure] = {}
         ev: Any = environment.events
@@ -109,13 +110,16 @@ class EngineDriver:
         self, offset_ns: int, rtt_ns: int, sample: tuple[int, str, int] | None = None
     ) -> None:
         self.clock_offset_ns = offset_ns
+        self._clock = (offset_ns, rtt_ns, sample)
         if self.history is not None:
-            self.history.clock_offset_ns = offset_ns
-            self.history.clock_rtt_ns = rtt_ns
-            self.history.clock_sample = sample
+            self._clock_to(self.history)
         if self.engine is not None:
             self.engine.set_clock_offset(offset_ns, rtt_ns)
-        self._clock = (offset_ns, rtt_ns)
+
+    def _clock_to(self, history: ClientHistory) -> None:
+        """The best estimate into `history`'s file metadata (made before or after it)."""
+        assert self._clock is not None
+        history.clock_offset_ns, history.clock_rtt_ns, history.clock_sample = self._clock
 
     # -- Locust events --------------------------------------------------------------------
     def on_test_start(self, environment: Environment, **_: Any) -> None:
@@ -165,7 +169,7 @@ class EngineDriver:
                 simulated_skew_ns=self.skew_ns,
             )
             if self._clock is not None:
-                self.history.clock_rtt_ns = self._clock[1]
+                self._clock_to(self.history)
             if run_dir:
                 log.info("client history -> %s/%s-*.parquet", self.history.dir, self.history.name)
         return self.history
@@ -229,7 +233,7 @@ class EngineDriver:
         self.engine = engine
         self.stats = engine.stats
         if self._clock is not None:
-            engine.set_clock_offset(*self._clock)
+            engine.set_clock_offset(*self._clock[:2])
         schedule = arrivals.split(
             arrivals.arrival_times(
                 s.arrival, seed=s.seed, duration_s=s.duration_s, max_arrivals=s.max_arrivals

@@ -101,6 +101,15 @@ def test_master_with_two_workers_matches_one_process(tmp_path: Path) -> None:
     files = sorted((dist_dir / "history" / "client").glob("*.parquet"))
     writers = {f.name.rsplit("-", 1)[0] for f in files}
     assert len(writers) == 2, (files, log2[-3000:])
+    # ... each file with the master's clock, read in the exchange that gave its offset (the
+    # master runs on the runner's kernel: its boot id is run.json's)
+    import pyarrow.parquet as pq
+
+    from harness.history.clocks import REFERENCE_BOOT_ID
+
+    runner_boot = json.loads((dist_dir / "run.json").read_text())["clock"]["boot_id"]
+    for f in files:
+        assert pq.read_schema(f).metadata[REFERENCE_BOOT_ID].decode() == runner_boot, f
 
     a, b = rows(single_dir), rows(dist_dir)
     # the same schedule, every arrival intended exactly once over the two workers ...
