@@ -98,15 +98,16 @@ def analyze_run(
         return verdict
     finally:
         if own:
-            _stop(spark, interrupted=sys.exc_info()[0] is not None)
+            _stop(spark, raising=sys.exc_info()[0] is not None)
 
 
-def _stop(spark: SparkSession, *, interrupted: bool) -> None:
-    """Stop the session this analysis started. A signal that ended the analysis can land
-    inside a py4j call and leave its connection holding that call's answer, so stopping can
-    fail then: the failure is not reported over the interruption, and the JVM ends with this
-    process anyway (Spark's gateway exits when its stdin, a pipe from this process, closes)."""
-    if not interrupted:
+def _stop(spark: SparkSession, *, raising: bool) -> None:
+    """Stop the session this analysis started. When the analysis is already ending on an
+    exception, a failure to stop is not reported over it: a signal can land inside a py4j
+    call and leave its connection holding that call's answer, so `stop` fails then, and the
+    JVM ends with this process anyway (Spark's gateway exits when its stdin, a pipe from
+    this process, closes)."""
+    if not raising:
         spark.stop()
         return
     with contextlib.suppress(Exception):
