@@ -69,7 +69,7 @@ def summary(path: Path, top: int = 30) -> str:
     per: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0])
     for line in path.read_text().splitlines():
         row = json.loads(line)
-        module = row["id"].split("::")[0].split("@")[0]
+        module = row["id"].split("::")[0]
         per[module][0] += row["cpu"]
         per[module][1] += row["wall"]
         per[module][2] += 1

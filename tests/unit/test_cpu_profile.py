@@ -1,4 +1,4 @@
-"""tests/cpu_profile.py's summary: CPU per module, most first, xdist group suffixes folded."""
+"""tests/cpu_profile.py's summary: CPU per module and per folder, most first."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from tests.cpu_profile import summary
 
 def test_summary_sums_per_module_and_folder_most_cpu_first(tmp_path: Path) -> None:
     rows = [
-        {"id": "tests/spark/test_a.py::test_x@tests/spark/test_a.py", "wall": 2.0, "cpu": 3.0},
-        {"id": "tests/spark/test_a.py::test_y@tests/spark/test_a.py", "wall": 1.0, "cpu": 1.5},
+        {"id": "tests/spark/test_a.py::test_x", "wall": 2.0, "cpu": 3.0},
+        {"id": "tests/spark/test_a.py::test_y", "wall": 1.0, "cpu": 1.5},
         {"id": "tests/integration/test_b.py::test_z", "wall": 9.0, "cpu": 6.0},
     ]
     path = tmp_path / "cpu.jsonl"
