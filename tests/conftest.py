@@ -12,6 +12,7 @@ import sys
 import traceback
 import warnings
 from collections.abc import Generator
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -115,10 +116,22 @@ _watching = False
 _INET = {2, 10}  # AF_INET, AF_INET6 (an AF_UNIX socketpair, e.g. asyncio's self-pipe, is fine)
 
 
+def _py4j_collecting(frame: FrameType | None) -> bool:
+    """Whether py4j is telling its JVM that Python dropped a Java object: a Spark session an
+    earlier module of this worker started does that whenever the collector runs, in whatever
+    test is running then (not the test's own doing). ``frame`` is the socket call's."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "_garbage_collect_object" and "py4j" in code.co_filename:
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _audit(event: str, args: tuple[Any, ...]) -> None:
     if _watching and event in ("socket.bind", "socket.connect"):
         sock = args[0]
-        if getattr(sock, "family", None) in _INET:
+        if getattr(sock, "family", None) in _INET and not _py4j_collecting(sys._getframe(1)):
             where = traceback.extract_stack(limit=8)[:-1]
             ours = [f for f in where if "site-packages" not in f.filename]
             frame = (ours or where)[-1]

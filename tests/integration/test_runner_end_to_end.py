@@ -91,7 +91,10 @@ def wait_for_line(log: Path, needle: str, proc: subprocess.Popen[bytes], timeout
         if needle in log.read_text(errors="replace"):
             return
         if proc.poll() is not None:
-            raise AssertionError(f"harness run exited ({proc.returncode}) before {needle!r}")
+            raise AssertionError(
+                f"harness run exited ({proc.returncode}) before {needle!r}:\n"
+                + log.read_text(errors="replace")[-3000:]
+            )
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)
     raise AssertionError(f"{needle!r} not seen in {timeout}s:\n{log.read_text()[-3000:]}")
