@@ -116,13 +116,18 @@ _watching = False
 _INET = {2, 10}  # AF_INET, AF_INET6 (an AF_UNIX socketpair, e.g. asyncio's self-pipe, is fine)
 
 
+#: py4j's functions that tell the JVM of a dropped object: the finalizer's, and the method its
+#: FinalizerWorker thread calls (a ClientServer gateway, as PySpark's, queues them to it)
+_PY4J_COLLECTORS = frozenset({"_garbage_collect_object", "garbage_collect_object"})
+
+
 def _py4j_collecting(frame: FrameType | None) -> bool:
     """Whether py4j is telling its JVM that Python dropped a Java object: a Spark session an
     earlier module of this worker started does that whenever the collector runs, in whatever
     test is running then (not the test's own doing). ``frame`` is the socket call's."""
     while frame is not None:
         code = frame.f_code
-        if code.co_name == "_garbage_collect_object" and "py4j" in code.co_filename:
+        if code.co_name in _PY4J_COLLECTORS and "py4j" in code.co_filename:
             return True
         frame = frame.f_back
     return False

@@ -229,7 +229,12 @@ def test_per_request_produces_on_fresh_connections(acceptor: Any, tmp_path: Path
     produced = client[(client.event == "request_ok") & (client.api_key == 0)]
     assert len(produced) == 40
     assert all("error_code" not in d for d in produced.d)
-    assert set(outcomes(client).outcome) == {"served"}
+    # every connection answered; none held back by the acceptor (no limit is set). A first
+    # answer later than the engine's delayed threshold (250 ms) on a busy machine is a slow
+    # answer, not enforcement: the acceptor's own rows say which.
+    assert set(outcomes(client).outcome) <= {"served", "delayed_served"}
+    held = {"delay", "blocked", "reject", "throttle_close", "evict", "request_throttle"}
+    assert not set(acc.event) & held
     # one produce per connection: as many distinct client ports as produces
     assert produced[["client_ip", "client_port"]].drop_duplicates().shape[0] == 40
     assert (acc[acc.event == "request"].api_key == 0).sum() == 40

@@ -22,6 +22,9 @@ def _frame_in(filename: str, function: str) -> FrameType:
 def test_py4j_collecting_an_object_is_not_the_tests_socket() -> None:
     frame = _frame_in("/venv/site-packages/py4j/java_gateway.py", "_garbage_collect_object")
     assert _py4j_collecting(frame)
+    # a ClientServer's FinalizerWorker thread (PySpark's gateway): in its own thread's stack
+    frame = _frame_in("/venv/site-packages/py4j/clientserver.py", "garbage_collect_object")
+    assert _py4j_collecting(frame)
 
 
 def test_a_socket_opened_elsewhere_is_the_tests() -> None:
