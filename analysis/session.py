@@ -11,7 +11,7 @@ import hashlib
 import os
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -150,16 +150,27 @@ def sized_conf(events: int) -> dict[str, str]:
 
 @contextmanager
 def sized_for(spark: SparkSession, events: int) -> Iterator[None]:
-    """`sized_conf(events)` set on the session for the block, then the caller's values back."""
+    """`sized_conf(events)` set on the session for the block, then the caller's values back.
+
+    A block ending on an exception keeps that exception: a signal that lands inside a py4j
+    call leaves its connection holding that call's answer, so the next call (this restore)
+    fails with a py4j error that would otherwise replace the interruption."""
     conf = sized_conf(events)
     before = {key: spark.conf.get(key, None) for key in conf}
     for key, value in conf.items():
         spark.conf.set(key, value)
     try:
         yield
-    finally:
-        for key, old in before.items():
-            if old is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, old)
+    except BaseException:
+        with suppress(Exception):
+            _restore(spark, before)
+        raise
+    _restore(spark, before)
+
+
+def _restore(spark: SparkSession, before: dict[str, str | None]) -> None:
+    for key, old in before.items():
+        if old is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, old)

@@ -76,6 +76,8 @@ DEFAULT_JVM_OPTS = (
     "-Djava.awt.headless=true",
 )
 STOP_TIMEOUT_S = 30.0
+#: how long every thread of a SIGSTOPped JVM may take to stop (milliseconds, normally)
+PAUSE_TIMEOUT_S = 5.0
 #: a harness key, never given to Kafka: the broker's log directory is a tmpfs of this many
 #: MB, so a run can fill it (fault `broker_disk_full`) without touching the machine's disk
 LOG_DIR_MB_KEY = "harness.log.dir.mb"
@@ -89,6 +91,24 @@ _PORT_IN_USE = ("Address already in use", "BindException")
 
 class PortInUse(BrokerError):
     """A listener port was taken by someone else."""
+
+
+def threads_stopped(pid: int) -> bool:
+    """Whether every thread of process ``pid`` is stopped (``T`` or ``t`` in its
+    ``/proc/<pid>/task/<tid>/stat``). A process gone, or no procfs, counts as stopped: there
+    is nothing left that could answer."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True
+    for tid in tids:
+        try:
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except OSError:
+            continue  # the thread ended
+        if stat.rpartition(")")[2].split()[0] not in ("T", "t"):
+            return False
+    return True
 
 
 def cluster_id() -> str:
@@ -534,8 +554,18 @@ class LocalBroker(Broker):
             self._stopped = True
 
     def pause(self) -> None:
+        """SIGSTOP the JVM's group, and return once every thread of it is stopped: the
+        signal is delivered to each thread as it next leaves the kernel, so a thread busy on
+        the other core may answer a request after `killpg` has returned."""
         self._require_running("pause")
         self._signal_group(signal.SIGSTOP)
+        deadline = time.monotonic() + PAUSE_TIMEOUT_S
+        while self.pid is not None and not threads_stopped(self.pid):
+            if time.monotonic() > deadline:
+                raise BrokerError(
+                    f"broker pid {self.pid} not stopped {PAUSE_TIMEOUT_S:g}s after SIGSTOP"
+                )
+            time.sleep(0.01)
 
     def resume(self) -> None:
         self._require_running("resume")
