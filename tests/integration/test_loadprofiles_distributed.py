@@ -149,10 +149,23 @@ def test_master_with_two_workers_matches_one_process(tmp_path: Path) -> None:
         back.add(skew_ms)
     assert back == {v / 1e6 for v in SKEWS}, moved
 
-    # the verdict, and every check's status, equal the single-process run's
-    assert distributed["verdict"] == single["verdict"], (log1[-2000:], log2[-2000:])
+    # the verdict, and every check's status, equal the single-process run's when both
+    # generators offered the load as intended. On a machine busy enough that one fell behind
+    # (`offered_load` short of 95 %), fewer arrivals reach the limits and the run says so:
+    # `unknown` naming the offered load, never a different pass or a fail.
     status = {c["name"]: c["verdict"] for c in single["checks"]}
-    assert {c["name"]: c["verdict"] for c in distributed["checks"]} == status
+    status2 = {c["name"]: c["verdict"] for c in distributed["checks"]}
+    if status["offered_load"] == status2["offered_load"] == "pass":
+        assert distributed["verdict"] == single["verdict"], (log1[-2000:], log2[-2000:])
+        assert status2 == status
+    else:
+        print(
+            "a generator fell behind its schedule:", status["offered_load"], status2["offered_load"]
+        )
+        assert "fail" not in status2.values() and "fail" not in status.values(), (status, status2)
+        behind = distributed if status2["offered_load"] != "pass" else single
+        assert behind["verdict"] == "unknown", behind["reasons"]
+        assert any("offered" in r for r in behind["reasons"]), behind["reasons"]
 
     # the same history judged on the workers' own clocks (no run.json clock: a run from
     # before files said which clock they are on) fails
