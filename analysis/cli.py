@@ -67,22 +67,32 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(msg, flush=True)
 
-    def terminated(signum: int, _frame: object) -> None:
-        signal.signal(signum, signal.SIG_DFL)  # a second one ends the process at once
-        raise Interrupted(signal.Signals(signum).name)
+    #: the signal that ends this analysis, once one came: whatever exception then reaches
+    #: here is the interruption's (a signal inside a py4j call breaks that connection, and
+    #: PySpark's own clean-up on the way out fails with a py4j error that replaces it)
+    received: list[str] = []
 
-    previous = signal.signal(signal.SIGTERM, terminated)
+    def interrupted(signum: int, _frame: object) -> None:
+        signal.signal(signum, signal.SIG_DFL)  # a second one ends the process at once
+        received.append(signal.Signals(signum).name)
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Interrupted(received[0])
+
+    previous = {sig: signal.signal(sig, interrupted) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         verdict = analyze_run(
             run_dir, spark_master=args.spark_master, progress=say, report=not args.no_html
         )
-    except (RunDirError, EnvironmentProblem) as exc:
-        print(f"harness analyze: {exc}", file=sys.stderr)
-        return 2
-    except (Interrupted, KeyboardInterrupt) as exc:
+    except BaseException as exc:
+        if not received and isinstance(exc, RunDirError | EnvironmentProblem):
+            print(f"harness analyze: {exc}", file=sys.stderr)
+            return 2
+        if not received and not isinstance(exc, Interrupted | KeyboardInterrupt):
+            raise
         # analyze_run stopped its Spark session on the way out; verdict.json is written
         # last, so none was left behind
-        why = exc.args[0] if isinstance(exc, Interrupted) else "SIGINT"
+        why = received[0] if received else "SIGINT"
         print(
             f"harness analyze: interrupted ({why}); no verdict written for {run_dir}; "
             f"run `harness analyze {run_dir}` again for the full verdict",
@@ -90,7 +100,8 @@ def run(args: argparse.Namespace) -> int:
         )
         return 130 if why == "SIGINT" else 143
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if not args.quiet:
         print()
         print(summary_table(verdict))
