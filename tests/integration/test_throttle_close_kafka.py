@@ -23,7 +23,7 @@ from harness.acceptor.testing import history_rows, until_throttled
 from harness.admin.client import alter_ip_quota
 
 #: well under the 500 ms select timeout, well over a few-ms throttle and a loaded machine's
-#: scheduling noise; a slower machine can only close later
+#: scheduling noise (a turn that outlasts the throttle closes it early: see the test)
 NOT_AT_ITS_END_S = 0.35
 
 
@@ -59,17 +59,29 @@ def test_an_idle_listener_closes_a_throttled_socket_at_its_select_timeout(
     target: tuple[tuple[str, int], str, Any],
 ) -> None:
     addr, boot, handle = target
-    ip = "127.0.3.10" if handle is None else "127.0.3.11"
-    alter_ip_quota(boot, ip, 10)
-    time.sleep(1.0)  # the broker applies it from its metadata log
-    try:
-        answered, held_s, how = until_throttled(addr, ip)
-    finally:
-        alter_ip_quota(boot, ip, None)
-    # 10/s over a window padded to (n-1)*w = 10 s: about 100 answered first
-    assert 90 <= answered <= 120, answered
-    assert how in ("eof", "reset"), how
-    assert held_s >= NOT_AT_ITS_END_S, f"closed after {held_s * 1000:.0f} ms"
+    # Kafka's loop runs `closeThrottledConnections` right after the accept that parked the
+    # socket: when that turn already outlasted the few-ms throttle (its thread preempted on a
+    # busy machine), the socket closes in the same turn, at its end. That is Kafka's
+    # behaviour too, so one early close is allowed; the next-turn close must show in one
+    # of three tries, each from an address of its own.
+    ips = ("127.0.3.10", "127.0.3.12", "127.0.3.14")
+    if handle is not None:
+        ips = ("127.0.3.11", "127.0.3.13", "127.0.3.15")
+    held: list[float] = []
+    for ip in ips:
+        alter_ip_quota(boot, ip, 10)
+        time.sleep(1.0)  # the broker applies it from its metadata log
+        try:
+            answered, held_s, how = until_throttled(addr, ip)
+        finally:
+            alter_ip_quota(boot, ip, None)
+        # 10/s over a window padded to (n-1)*w = 10 s: about 100 answered first
+        assert 90 <= answered <= 120, answered
+        assert how in ("eof", "reset"), how
+        held.append(held_s)
+        if held_s >= NOT_AT_ITS_END_S:
+            break
+    assert held[-1] >= NOT_AT_ITS_END_S, f"closed after {[round(h * 1000) for h in held]} ms"
     if handle is not None:
         closes = history_rows(handle, "throttle_close")
         assert closes and closes[-1]["reason"] == "ip_rate"
