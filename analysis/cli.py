@@ -79,20 +79,24 @@ def run(args: argparse.Namespace) -> int:
             raise KeyboardInterrupt
         raise Interrupted(received[0])
 
-    previous = {sig: signal.signal(sig, interrupted) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = {
+        sig: signal.signal(sig, interrupted)
+        for sig in (signal.SIGTERM, signal.SIGINT)
+        if signal.getsignal(sig) is not signal.SIG_IGN  # as started, e.g. a background job
+    }
     try:
         verdict = analyze_run(
             run_dir, spark_master=args.spark_master, progress=say, report=not args.no_html
         )
     except BaseException as exc:
-        if not received and isinstance(exc, RunDirError | EnvironmentProblem):
-            print(f"harness analyze: {exc}", file=sys.stderr)
-            return 2
-        if not received and not isinstance(exc, Interrupted | KeyboardInterrupt):
+        if not received:  # the handler above raised every Interrupted and KeyboardInterrupt
+            if isinstance(exc, RunDirError | EnvironmentProblem):
+                print(f"harness analyze: {exc}", file=sys.stderr)
+                return 2
             raise
         # analyze_run stopped its Spark session on the way out; verdict.json is written
         # last, so none was left behind
-        why = received[0] if received else "SIGINT"
+        why = received[0]
         print(
             f"harness analyze: interrupted ({why}); no verdict written for {run_dir}; "
             f"run `harness analyze {run_dir}` again for the full verdict",

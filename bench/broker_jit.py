@@ -17,17 +17,12 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from pathlib import Path
 
+from bench.generator import tree_cpu_s
 from harness.broker import start_broker
 from harness.broker.probe import probe
 
 FLAVOURS = {"default": "", "c1": "-XX:TieredStopAtLevel=1"}
-
-
-def jvm_cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def one(opts: str, probe_s: float, idle_s: float) -> tuple[float, float, int]:
@@ -35,14 +30,14 @@ def one(opts: str, probe_s: float, idle_s: float) -> tuple[float, float, int]:
     broker = start_broker(launcher="local", progress=lambda m: None)
     try:
         assert broker.pid is not None
-        started = jvm_cpu_s(broker.pid)
+        started = tree_cpu_s(broker.pid)
         host, port = broker.bootstrap.rsplit(":", 1)
         probes, end = 0, time.monotonic() + probe_s
         while time.monotonic() < end:
             probe(host, int(port))
             probes += 1
         time.sleep(idle_s)
-        return started, jvm_cpu_s(broker.pid), probes
+        return started, tree_cpu_s(broker.pid), probes
     finally:
         broker.stop()
 
