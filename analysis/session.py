@@ -32,6 +32,13 @@ MIN_OPEN_FILES = 1024
 #: jars, `make clean` removes both)
 CACHE = Path(__file__).resolve().parent.parent / ".cache" / "spark-cds"
 #: set by `build` for the JVM that writes the archive
+#: a small run's expressions interpreted, no whole-stage code generation (`sized_conf`);
+#: `spark.sql.codegen.factoryMode` is Spark's own switch between generated and interpreted
+#: expressions (FALLBACK, its default, generates and falls back on a compile error)
+SMALL_RUN_CODEGEN = {
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
 CDS_DUMP_ENV = "HARNESS_SPARK_CDS_DUMP"
 CDS_OFF_ENV = "HARNESS_SPARK_CDS"
 
@@ -141,10 +148,18 @@ def sized_conf(events: int) -> dict[str, str]:
     A small run's analysis is all per-job overhead: adaptive execution materialises every
     shuffle as a job of its own and re-plans after it (99 jobs instead of 48 for the 12 k
     event bench run, 9.1 s against 5.6 s warm), and four shuffle partitions of a few kB
-    are four tasks for nothing. Large runs keep adaptive execution and four partitions.
+    are four tasks for nothing. Nor does generated code pay for itself on a few thousand
+    rows: every new query's Java source is compiled (Janino) before a row is read, so a
+    small run's expressions are interpreted and no stage is fused into one generated class
+    (`SMALL_RUN_CODEGEN`; the Spark tests' module of five restart histories: 84 -> 63
+    CPU-s). Large runs keep adaptive execution, four partitions and generated code.
     """
     if events < SMALL_RUN_EVENTS:
-        return {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "1"}
+        return {
+            "spark.sql.adaptive.enabled": "false",
+            "spark.sql.shuffle.partitions": "1",
+            **SMALL_RUN_CODEGEN,
+        }
     return {}
 
 

@@ -29,6 +29,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from harness import procfs
+
 CHECK_LINE = re.compile(r"^\s+(?P<name>\w+)\s+(?P<verdict>pass|fail|unknown|n/a)\s+\(")
 
 
@@ -78,9 +80,8 @@ def _jvm_cpu_s() -> float:
     proc = getattr(gateway, "proc", None) if gateway is not None else None
     if proc is None:
         return 0.0
-    fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
-    return ticks / os.sysconf("SC_CLK_TCK")
+    stat = procfs.read_stat(proc.pid)
+    return (stat.utime + stat.stime + stat.cutime + stat.cstime) / procfs.CLK_TCK
 
 
 def _cpu_s() -> float:

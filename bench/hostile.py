@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.output import write_results
+from harness import procfs
 from harness.acceptor.testing import api_versions_frame, reset_close
 from harness.localnet import free_port
 
@@ -177,10 +178,9 @@ def proc_fds(pid: int) -> int:
 def proc_cpu_s(pid: int) -> float:
     """utime + stime of a process, in seconds."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return procfs.read_stat(pid).cpu_s
     except OSError:
         return float("nan")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def run_phase(

@@ -89,6 +89,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         return None  # xdist's own
     from xdist.scheduler import LoadFileScheduling
 
+    # xdist's default reorders the modules by their number of tests, most first: the
+    # one-test scenario runs (minutes each) started last and left the other workers idle at
+    # the end. The modules go in the order `_longest_first` gave them.
+    config.option.loadscopereorder = False
+
     class ModuleScheduling(LoadFileScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]

@@ -42,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
+    from harness import procfs
     from harness.acceptor.config import load_config
     from harness.acceptor.eventloop import new_event_loop
     from harness.acceptor.server import Acceptor
@@ -61,8 +62,8 @@ def run(args: argparse.Namespace) -> int:
 
     if cfg.nice:  # every thread so far (imports start some); later ones inherit it
         try:
-            for tid in os.listdir("/proc/self/task"):
-                os.setpriority(os.PRIO_PROCESS, int(tid), cfg.nice)
+            for tid in procfs.thread_ids("self"):
+                os.setpriority(os.PRIO_PROCESS, tid, cfg.nice)
         except OSError as exc:
             print(
                 f"harness acceptor: invalid configuration: acceptor.nice={cfg.nice}: cannot be "

@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness import procfs
 from harness.broker.artifacts import KAFKA_VERSION, Progress
 from harness.broker.base import Broker
 from harness.broker.config import ListenerPlan, server_properties
@@ -102,11 +103,9 @@ def pid_start(pid: int) -> str:
     With the pid it names one process for good: a recycled pid has another start time.
     """
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        return str(procfs.read_stat(pid).starttime)
+    except (OSError, ValueError, IndexError):  # gone, no procfs, or not a stat line
         return ""
-    fields = stat.rpartition(")")[2].split()
-    return fields[19] if len(fields) > 19 else ""
 
 
 def our_labels(role: str) -> dict[str, str]:

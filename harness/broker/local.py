@@ -38,6 +38,7 @@ from typing import Any, Protocol, TypeVar
 
 from kafka.errors import KafkaError
 
+from harness import procfs
 from harness.broker.artifacts import (
     KAFKA_VERSION,
     Artifacts,
@@ -98,15 +99,15 @@ def threads_stopped(pid: int) -> bool:
     ``/proc/<pid>/task/<tid>/stat``). A process gone, or no procfs, counts as stopped: there
     is nothing left that could answer."""
     try:
-        tids = os.listdir(f"/proc/{pid}/task")
+        tids = procfs.thread_ids(pid)
     except OSError:
         return True
     for tid in tids:
         try:
-            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+            state = procfs.read_stat(pid, tid).state
         except OSError:
             continue  # the thread ended
-        if stat.rpartition(")")[2].split()[0] not in ("T", "t"):
+        if state not in ("T", "t"):
             return False
     return True
 

@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness import procfs
 from harness.runner.periodic import Periodic
 
 EVENT = "process_stats"
@@ -39,7 +40,6 @@ EVENT = "process_stats"
 #: of gevent's pool, not the main one); the others' loop is their main thread
 EVERY_THREAD = frozenset({"load"})
 PROC = Path("/proc")
-_TICKS = os.sysconf("SC_CLK_TCK")
 _PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
 
@@ -47,12 +47,8 @@ def read_stat(text: str) -> tuple[int, float, int]:
     """``/proc/<pid>/stat`` -> (process group, CPU seconds user+system, RSS in kB). The
     command name (field 2) may hold spaces and parentheses: fields are read after its
     last ``)``."""
-    rest = text[text.rindex(")") + 2 :].split()
-    # rest[0] is field 3 (state): pgrp is field 5, utime 14, stime 15, rss 24
-    pgrp = int(rest[2])
-    cpu = (int(rest[11]) + int(rest[12])) / _TICKS
-    rss_kb = int(rest[21]) * _PAGE_KB
-    return pgrp, cpu, rss_kb
+    stat = procfs.parse_stat(text)
+    return stat.pgrp, stat.cpu_s, stat.rss_pages * _PAGE_KB
 
 
 def schedstat(pid: int, proc: Path = PROC, tid: int | None = None) -> tuple[int, int]:
@@ -89,7 +85,7 @@ def group_totals(
             tids = [pid]
             if threads:
                 with contextlib.suppress(OSError):
-                    tids = [int(t) for t in os.listdir(Path(entry.path) / "task") if t.isdigit()]
+                    tids = procfs.thread_ids(pid, proc)
             for tid in tids:
                 with contextlib.suppress(OSError, ValueError, IndexError):  # gone, or none
                     busy[tid] = sum(schedstat(pid, proc, tid))

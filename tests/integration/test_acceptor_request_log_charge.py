@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from harness.acceptor import AcceptorHandle, start_in_thread
+from harness.acceptor.broker_charge import DEAD_AFTER_TIMEOUTS, HOLD_MAX_S
 from harness.acceptor.testing import bootstrap, wait_until
 from harness.admin.client import KafkaWire, alter_client_quota, describe_client_quotas
 from harness.broker import Broker
@@ -120,13 +121,25 @@ def test_each_request_is_charged_the_handler_time_the_broker_logged(
         (d, line, r) for d, line, r in zip(details, lines, rows, strict=True)
         if d["charge_source"] in ("broker_log", "broker_log_late")
     ]  # fmt: skip
-    # a line later than HOLD_MAX_S (a stalled broker thread) is charged wall time: rare
-    assert len(from_log) >= 36, [d["charge_source"] for d in details]
+    # most lines come within HOLD_MAX_S; one later than that (a broker thread preempted on a
+    # busy machine) is charged wall time, and only then: in `split` its response was held
+    # the whole HOLD_MAX_S first (less the loop's 1 ms timer resolution), unless the
+    # DEAD_AFTER_TIMEOUTS holds before it all timed out (the log then seems unwritten and
+    # no response waits for it until a line comes)
+    assert len(from_log) > len(details) // 2, [d["charge_source"] for d in details]
     if acceptor.acceptor.split is None:
         # far from its quota no response waits for its line: charged when it comes
         assert all("held_ms" not in d for d in details)
     else:  # whether it could throttle is known in the accepting process: each one waits
         assert all(d["charge_source"] in ("broker_log", "wall") for d in details)
+        timeouts_in_row = 0
+        for d in details:
+            if d["charge_source"] == "wall":
+                held_out = d.get("held_ms", 0.0) >= HOLD_MAX_S * 1e3 - 1.0
+                assert held_out or timeouts_in_row >= DEAD_AFTER_TIMEOUTS, d
+                timeouts_in_row += held_out
+            else:
+                timeouts_in_row = 0
     for d, line, r in from_log:
         # Kafka's requestThreadTimeNanos (localTimeMs) is what is charged, exactly, and the
         # network-thread estimate is the line's sendTimeMs, capped

