@@ -41,7 +41,9 @@ def test_a_storm_past_the_fronts_ceiling_is_judged_by_no_check(tmp_path: Path) -
 def test_the_same_run_at_a_rate_the_front_holds_passes(tmp_path: Path) -> None:
     spec = yaml.safe_load((CATALOG / "front-saturation.yaml").read_text())
     spec["name"] = "front-held"
-    spec["load"][0]["arrival"] = "constant:rate=150"
+    # far below the ceiling (~900/s): its loop idles often enough even when the machine is
+    # crowded (at 150/s, under CI's three workers on a slow day, it read 89 % busy: saturated)
+    spec["load"][0]["arrival"] = "constant:rate=50"
     spec["expect"]["verdict"] = "pass"
     path = tmp_path / "front-held.yaml"
     path.write_text(yaml.safe_dump(spec))
