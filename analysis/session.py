@@ -28,10 +28,6 @@ SMALL_RUN_EVENTS = 200_000
 MIN_OPEN_FILES = 1024
 
 
-#: where the driver JVM's class archives live (`analysis.cds` makes them; beside Kafka's
-#: jars, `make clean` removes both)
-CACHE = Path(__file__).resolve().parent.parent / ".cache" / "spark-cds"
-#: set by `build` for the JVM that writes the archive
 #: a small run's expressions interpreted, no whole-stage code generation (`sized_conf`);
 #: `spark.sql.codegen.factoryMode` is Spark's own switch between generated and interpreted
 #: expressions (FALLBACK, its default, generates and falls back on a compile error)
@@ -39,6 +35,10 @@ SMALL_RUN_CODEGEN = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
 }
+#: where the driver JVM's class archives live (`analysis.cds` makes them; beside Kafka's
+#: jars, `make clean` removes both)
+CACHE = Path(__file__).resolve().parent.parent / ".cache" / "spark-cds"
+#: set by `build` for the JVM that writes the archive
 CDS_DUMP_ENV = "HARNESS_SPARK_CDS_DUMP"
 CDS_OFF_ENV = "HARNESS_SPARK_CDS"
 

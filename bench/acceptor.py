@@ -82,15 +82,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bench.generator import (
-    _children,
     accepted_total,
     exec_trogdor,
     run_trogdor,
     scrape,
-    tree_cpu_times,
     trogdor_classpath,
 )
 from bench.output import write_results
+from harness import procfs
 from harness.acceptor.config import DEFAULTS as ACCEPTOR_DEFAULTS
 from harness.acceptor.testing import round_trip
 from harness.localnet import free_port
@@ -155,7 +154,7 @@ def accept_rate(addr: tuple[str, int], threads: int, seconds: float) -> float:
 def cpu_times(pid: int) -> tuple[float, float]:
     """(utime, stime) of a process and its live descendants (an acceptor's processor
     processes), in seconds: user space, kernel."""
-    return tree_cpu_times(pid)
+    return procfs.tree_cpu_times(pid)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -277,7 +276,7 @@ def stop_process(proc: subprocess.Popen[Any]) -> None:
 
 def kill_descendants() -> None:
     """Kill what this bench started and left running (Trogdor JVMs after an interrupt)."""
-    kids = _children()
+    kids = procfs.children()
     todo, mine = [os.getpid()], []
     while todo:
         for child in kids.get(todo.pop(), []):

@@ -83,20 +83,10 @@ _TROGDOR_POM = """<?xml version="1.0" encoding="UTF-8"?>
 
 
 # -- process CPU --------------------------------------------------------------------------
-def _children() -> dict[int, list[int]]:
-    """Parent pid -> its live children's pids (`harness.procfs.children`)."""
-    return procfs.children()
-
-
-def tree_cpu_times(pid: int) -> tuple[float, float]:
-    """(user, system) CPU seconds of ``pid`` and its live descendants (an acceptor's
-    processor processes, a JVM's children)."""
-    return procfs.tree_cpu_times(pid)
-
-
 def tree_cpu_s(pid: int) -> float:
-    """User+system CPU seconds of ``pid`` and its live descendants."""
-    return sum(tree_cpu_times(pid))
+    """User+system CPU seconds of ``pid`` and its live descendants (an acceptor's processor
+    processes, a JVM's children)."""
+    return sum(procfs.tree_cpu_times(pid))
 
 
 # -- broker-side successes ------------------------------------------------------------------
