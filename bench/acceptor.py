@@ -170,25 +170,13 @@ def cpu_idle() -> tuple[float, float]:
 
 def net_counters() -> dict[str, int]:
     """The NET_COUNTERS of this network namespace (/proc/net/snmp and /proc/net/netstat)."""
-    return parse_net_counters(
-        Path("/proc/net/snmp").read_text() + Path("/proc/net/netstat").read_text()
-    )
+    return parse_net_counters(procfs.NET_SNMP.read_text() + procfs.NET_NETSTAT.read_text())
 
 
 def parse_net_counters(text: str) -> dict[str, int]:
-    """NET_COUNTERS from /proc/net/{snmp,netstat} text: a header line then a values line."""
-    wanted = set(NET_COUNTERS)
-    out: dict[str, int] = {}
-    lines = text.splitlines()
-    for head, values in zip(lines[::2], lines[1::2], strict=False):
-        section, names = head.split(":", 1)
-        vsection, nums = values.split(":", 1)
-        if vsection != section:
-            raise ValueError(f"/proc/net: {section!r} header followed by {vsection!r}")
-        for name, value in zip(names.split(), nums.split(), strict=True):
-            if (section, name) in wanted:
-                out[name] = int(value)
-    return out
+    """NET_COUNTERS from /proc/net/{snmp,netstat} text, under their names."""
+    groups = procfs.parse_net_counters(text)
+    return {name: groups[g][name] for g, name in NET_COUNTERS if name in groups.get(g, {})}
 
 
 def acceptor_accepted(metrics_url: str | None) -> float | None:

@@ -46,6 +46,15 @@ class Stat:
         return int(self.rest[2])
 
     @property
+    def session(self) -> int:
+        return int(self.rest[3])
+
+    @property
+    def nice(self) -> int:
+        """Field 19: -20 (most favoured) to 19."""
+        return int(self.rest[16])
+
+    @property
     def utime(self) -> int:
         """User CPU time, clock ticks."""
         return int(self.rest[11])
@@ -136,3 +145,63 @@ def tree_cpu_times(pid: int, proc: Path = PROC) -> tuple[float, float]:
         system += stat.stime
         todo.extend(kids.get(p, []))
     return user / CLK_TCK, system / CLK_TCK
+
+
+# -- the network namespace's tables ------------------------------------------------------------
+NET_SNMP = PROC / "net" / "snmp"
+NET_NETSTAT = PROC / "net" / "netstat"
+NET_TCP = PROC / "net" / "tcp"
+#: the state column of a listening socket in ``/proc/net/tcp``
+TCP_LISTEN = "0A"
+
+
+def parse_net_counters(text: str) -> dict[str, dict[str, int]]:
+    """``/proc/net/snmp`` or ``/proc/net/netstat`` text (or both, one after the other) ->
+    group -> counter -> value.
+
+    Both files are pairs of lines, a group's names then its values (``TcpExt: a b`` /
+    ``TcpExt: 1 2``). `ValueError` when a names line is not followed by its own group's
+    values, or the two lines differ in length."""
+    groups: dict[str, dict[str, int]] = {}
+    lines = text.splitlines()
+    if len(lines) % 2:
+        raise ValueError(f"/proc/net: {lines[-1].partition(':')[0]!r} names without values")
+    for names, values in zip(lines[::2], lines[1::2], strict=True):
+        group, _, keys = names.partition(":")
+        vgroup, _, nums = values.partition(":")
+        if vgroup != group:
+            raise ValueError(f"/proc/net: {group!r} names followed by {vgroup!r} values")
+        names_, nums_ = keys.split(), nums.split()
+        if len(names_) != len(nums_):
+            raise ValueError(f"/proc/net: {group!r} has {len(names_)} names, {len(nums_)} values")
+        groups.setdefault(group.strip(), {}).update(zip(names_, map(int, nums_), strict=True))
+    return groups
+
+
+@dataclass(frozen=True)
+class ListenSocket:
+    """A listening IPv4 TCP socket, from one LISTEN row of ``/proc/net/tcp``."""
+
+    ip: str
+    port: int
+    #: connections that completed their handshake and wait to be accepted (rx_queue)
+    accept_queue: int
+
+
+def parse_listen_sockets(text: str) -> list[ListenSocket]:
+    """``/proc/net/tcp`` text (a header line, then one socket a line) -> its LISTEN rows.
+    Addresses are written as the kernel stores them: ``0100007F:1F90`` is 127.0.0.1:8080."""
+    out = []
+    for line in text.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) < 5 or fields[3] != TCP_LISTEN:
+            continue
+        addr, _, port = fields[1].partition(":")
+        ip = ".".join(str(b) for b in reversed(bytes.fromhex(addr)))
+        out.append(ListenSocket(ip, int(port, 16), int(fields[4].partition(":")[2], 16)))
+    return out
+
+
+def listen_sockets(table: Path = NET_TCP) -> list[ListenSocket]:
+    """The listening IPv4 sockets of this process's network namespace."""
+    return parse_listen_sockets(table.read_text())

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness import procfs
 from harness.localnet import free_port
 from loadprofiles.addresses import parse_ip_pool, parse_target
 
@@ -140,24 +140,13 @@ def render_config(
     )
 
 
-def listening(ip: str, port: int, table: str = "/proc/net/tcp") -> bool:
+def listening(ip: str, port: int, table: Path = procfs.NET_TCP) -> bool:
     """Whether a socket listens on ``ip:port`` (IPv4), from the kernel's socket table.
 
     Read rather than probed: a test connection would pass through HAProxy to the
     acceptor as a connection no client made, and the checker rightly counts every
     connection the enforcer saw (``client_acceptor_agreement``)."""
-    want_port = f"{port:04X}"
-    want_ip = socket.inet_aton(ip)[::-1].hex().upper()  # little-endian, as the kernel writes
-    with open(table) as fh:
-        next(fh, None)
-        for line in fh:
-            fields = line.split()
-            if len(fields) < 4 or fields[3] != "0A":  # TCP_LISTEN
-                continue
-            addr, _, lport = fields[1].partition(":")
-            if lport == want_port and addr in (want_ip, "00000000"):
-                return True
-    return False
+    return any(s.port == port and s.ip in (ip, "0.0.0.0") for s in procfs.listen_sockets(table))
 
 
 def start_haproxy(

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.metadata import ApiVersionsRequest
 
+from harness import procfs
 from harness.admin.client import KafkaWire
 from harness.history import read_history
 
@@ -125,15 +126,9 @@ class StandInUpstream:
 
 def listen_backlog(port: int) -> int:
     """Connections waiting in the kernel's accept queue of the IPv4 listening socket on
-    `port` (the LISTEN row's rx_queue in /proc/net/tcp); -1 when there is no such socket."""
-    with open("/proc/net/tcp") as f:
-        next(f)
-        for line in f:
-            fields = line.split()
-            local, state, queues = fields[1], fields[3], fields[4]
-            if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
-                return int(queues.split(":")[1], 16)
-    return -1
+    `port`; -1 when there is no such socket."""
+    queues = [s.accept_queue for s in procfs.listen_sockets() if s.port == port]
+    return queues[0] if queues else -1
 
 
 def close_times(socks: list[socket.socket], seconds: float) -> dict[int, float]:

@@ -24,13 +24,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
+from harness import procfs
 from harness.runner.periodic import Periodic
 
 EVENT = "kernel_net"
-NETSTAT = Path("/proc/net/netstat")
+NETSTAT = procfs.NET_NETSTAT
 #: TcpExt counter -> the detail key it is recorded under
 FIELDS = {
     "ListenOverflows": "listen_overflows",
@@ -47,23 +47,20 @@ class NetstatError(ValueError):
 def parse_netstat(text: str) -> dict[str, int]:
     """``/proc/net/netstat`` text -> the `FIELDS` counters under their detail keys.
 
-    The file is pairs of lines, a group's names then its values (``TcpExt: a b`` /
-    ``TcpExt: 1 2``). Raises `NetstatError` when the TcpExt group or a counter is missing
-    (a kernel without them cannot explain a drop, and must not look as if it saw none)."""
-    lines = text.splitlines()
-    for names, values in zip(lines[::2], lines[1::2], strict=False):
-        head, _, rest = names.partition(":")
-        if head.strip() != "TcpExt":
-            continue
-        vhead, _, vrest = values.partition(":")
-        if vhead.strip() != "TcpExt":
-            raise NetstatError("TcpExt names and values are not paired")
-        counters = dict(zip(rest.split(), vrest.split(), strict=False))
-        missing = [k for k in FIELDS if k not in counters]
-        if missing:
-            raise NetstatError(f"TcpExt has no {', '.join(missing)}")
-        return {key: int(counters[name]) for name, key in FIELDS.items()}
-    raise NetstatError("no TcpExt group")
+    Raises `NetstatError` when the file is malformed or the TcpExt group or a counter is
+    missing (a kernel without them cannot explain a drop, and must not look as if it saw
+    none)."""
+    try:
+        groups = procfs.parse_net_counters(text)
+    except ValueError as exc:
+        raise NetstatError(str(exc)) from None
+    if "TcpExt" not in groups:
+        raise NetstatError("no TcpExt group")
+    counters = groups["TcpExt"]
+    missing = [k for k in FIELDS if k not in counters]
+    if missing:
+        raise NetstatError(f"TcpExt has no {', '.join(missing)}")
+    return {key: counters[name] for name, key in FIELDS.items()}
 
 
 def namespace() -> str:

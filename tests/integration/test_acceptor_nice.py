@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from harness import procfs
+
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
 
 
@@ -31,10 +33,9 @@ def start(tmp_path: Path, nice: int, prefix: tuple[str, ...] = ()) -> subprocess
 def thread_nices(pid: int) -> dict[str, int]:
     """nice (field 19 of stat) of each thread of `pid`, by thread name."""
     out = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        stat = (task / "stat").read_text()
-        name = (task / "comm").read_text().strip()
-        out[f"{name}-{task.name}"] = int(stat.rsplit(")", 1)[1].split()[16])
+    for tid in procfs.thread_ids(pid):
+        stat = procfs.read_stat(pid, tid)
+        out[f"{stat.comm}-{tid}"] = stat.nice
     return out
 
 

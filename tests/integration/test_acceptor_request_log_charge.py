@@ -101,6 +101,36 @@ def _logged(broker: Broker, client_id: str) -> list[dict[str, Any]]:
     return out
 
 
+def unjustified_wall_charges(details: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """In `split`, the `wall` charges (in the order written) whose response was neither held
+    the whole HOLD_MAX_S (less the loop's 1 ms timer resolution) nor came after
+    DEAD_AFTER_TIMEOUTS held-out responses in a row (the log then seems unwritten)."""
+    bad, timeouts_in_row = [], 0
+    for d in details:
+        if d["charge_source"] != "wall":
+            timeouts_in_row = 0
+            continue
+        held_out = d.get("held_ms", 0.0) >= HOLD_MAX_S * 1e3 - 1.0
+        if not held_out and timeouts_in_row < DEAD_AFTER_TIMEOUTS:
+            bad.append(d)
+        timeouts_in_row += held_out
+    return bad
+
+
+def test_a_wall_charge_is_justified_only_by_a_full_hold_or_the_holds_before_it() -> None:
+    full, short = HOLD_MAX_S * 1e3 - 1.0, HOLD_MAX_S * 1e3 - 1.1
+    log, wall = {"charge_source": "broker_log"}, {"charge_source": "wall", "held_ms": full}
+    cut = {"charge_source": "wall", "held_ms": short}
+    assert unjustified_wall_charges([log, wall, log]) == []
+    assert unjustified_wall_charges([log, cut]) == [cut]  # 0.1 ms short of the whole hold
+    assert unjustified_wall_charges([{"charge_source": "wall"}]) == [{"charge_source": "wall"}]
+    # after DEAD_AFTER_TIMEOUTS full holds in a row the log seems unwritten: no hold is due
+    assert unjustified_wall_charges([wall] * DEAD_AFTER_TIMEOUTS + [cut]) == []
+    # one fewer, or a log line between, and the short one is not excused
+    assert unjustified_wall_charges([wall] * (DEAD_AFTER_TIMEOUTS - 1) + [cut]) == [cut]
+    assert unjustified_wall_charges([wall] * DEAD_AFTER_TIMEOUTS + [log, cut]) == [cut]
+
+
 def test_each_request_is_charged_the_handler_time_the_broker_logged(
     acceptor: AcceptorHandle, logged_broker: Broker
 ) -> None:
@@ -132,14 +162,7 @@ def test_each_request_is_charged_the_handler_time_the_broker_logged(
         assert all("held_ms" not in d for d in details)
     else:  # whether it could throttle is known in the accepting process: each one waits
         assert all(d["charge_source"] in ("broker_log", "wall") for d in details)
-        timeouts_in_row = 0
-        for d in details:
-            if d["charge_source"] == "wall":
-                held_out = d.get("held_ms", 0.0) >= HOLD_MAX_S * 1e3 - 1.0
-                assert held_out or timeouts_in_row >= DEAD_AFTER_TIMEOUTS, d
-                timeouts_in_row += held_out
-            else:
-                timeouts_in_row = 0
+        assert unjustified_wall_charges(details) == []
     for d, line, r in from_log:
         # Kafka's requestThreadTimeNanos (localTimeMs) is what is charged, exactly, and the
         # network-thread estimate is the line's sendTimeMs, capped

@@ -13,22 +13,22 @@ from pathlib import Path
 from typing import Any
 
 from analysis.synth import SynthSpec, generate
+from harness import procfs
 from harness.cli import main
 
 
 def _session_processes(sid: int) -> list[str]:
     """Command names of the processes still in session `sid` (from /proc)."""
     out = []
-    for entry in Path("/proc").iterdir():
+    for entry in procfs.PROC.iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            comm = (entry / "comm").read_text().strip()
+            stat = procfs.read_stat(entry.name)
         except OSError:
             continue
-        if int(fields[3]) == sid:  # stat field 6 (session), after state, ppid, pgrp
-            out.append(comm)
+        if stat.session == sid:
+            out.append(stat.comm)
     return out
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 import socket
 import time
-from pathlib import Path
 
 import pytest
 
 from bench.accept_floor import FloorFront, parse_front, summarize
+from harness import procfs
 from harness.localnet import free_port
 
 
@@ -66,13 +66,13 @@ def test_close_front_accepts_in_several_processes_and_closes_each_at_once() -> N
 
 def group_pids(pgid: int) -> list[int]:
     pids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    for pid in (int(e.name) for e in procfs.PROC.iterdir() if e.name.isdigit()):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            stat = procfs.read_stat(pid)
         except OSError:
             continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            pids.append(int(stat.parent.name))
+        if stat.pgrp == pgid and stat.state != "Z":
+            pids.append(pid)
     return pids
 
 

@@ -36,7 +36,7 @@ def test_net_counters_are_read_by_section_and_name() -> None:
         "TCPAbortOnData": 1,
         "TCPSynRetrans": 4,
     }
-    with pytest.raises(ValueError, match="header followed by"):
+    with pytest.raises(ValueError, match="names followed by"):
         parse_net_counters("Tcp: OutRsts\nUdp: 3\n")
 
 

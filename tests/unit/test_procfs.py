@@ -102,15 +102,18 @@ def test_this_processs_threads_include_its_main_thread_and_a_started_one() -> No
 
 
 def test_cpu_seconds_grow_with_a_busy_loop() -> None:
-    before = procfs.read_stat(os.getpid()).cpu_s
-    tree_before = sum(procfs.tree_cpu_times(os.getpid()))
+    def tree_ticks() -> int:  # user/CLK_TCK + system/CLK_TCK: compare in ticks, not floats
+        return round(sum(procfs.tree_cpu_times(os.getpid())) * procfs.CLK_TCK)
+
+    before = procfs.read_stat(os.getpid()).cpu_ticks
+    tree_before = tree_ticks()
     assert before >= 0 and tree_before >= before
     start = time.process_time()
     while time.process_time() - start < 0.1:  # ten ticks at 100 Hz, on a CPU
         pass
-    after = procfs.read_stat(os.getpid()).cpu_s
+    after = procfs.read_stat(os.getpid()).cpu_ticks
     assert after > before
-    assert sum(procfs.tree_cpu_times(os.getpid())) > tree_before
+    assert tree_ticks() > tree_before
 
 
 def test_this_process_is_among_its_parents_children() -> None:
@@ -137,3 +140,56 @@ def test_a_fake_tree_sums_its_descendants_and_skips_what_it_cannot_read(tmp_path
     assert procfs.children(tmp_path) == {1: [10], 10: [11], 11: [12]}
     assert procfs.tree_cpu_times(10, proc=tmp_path) == (3.0, 2.0)
     assert procfs.tree_cpu_times(11, proc=tmp_path) == (2.0, 2.0)
+
+
+SNMP_AND_NETSTAT = """Tcp: ActiveOpens PassiveOpens OutRsts
+Tcp: 10 20 7
+TcpExt: SyncookiesSent ListenOverflows ListenDrops
+TcpExt: 0 5 6
+IpExt: InOctets
+IpExt: 99
+"""
+
+
+def test_net_counters_are_read_by_group_and_name() -> None:
+    assert procfs.parse_net_counters(SNMP_AND_NETSTAT) == {
+        "Tcp": {"ActiveOpens": 10, "PassiveOpens": 20, "OutRsts": 7},
+        "TcpExt": {"SyncookiesSent": 0, "ListenOverflows": 5, "ListenDrops": 6},
+        "IpExt": {"InOctets": 99},
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("Tcp: OutRsts\nUdp: 3\n", "'Tcp' names followed by 'Udp' values"),
+        ("Tcp: A B\nTcp: 1\n", "'Tcp' has 2 names, 1 values"),
+        ("Tcp: A\nTcp: 1\nUdp: B\n", "'Udp' names without values"),
+    ],
+)
+def test_malformed_net_counters_are_refused(text: str, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        procfs.parse_net_counters(text)
+
+
+TCP_TABLE = """  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt
+   0: 0100007F:1F90 00000000:0000 0A 00000000:00000003 00:00000000 00000000     0        0 1 1
+   1: 0100007F:1F90 0A00007F:D431 01 00000000:00000000 00:00000000 00000000     0        0 2 1
+   2: 00000000:2382 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 3 1
+   3: 0900007F:0050 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 4 1
+"""
+
+
+def test_listen_rows_are_read_with_their_accept_queue(tmp_path: Path) -> None:
+    want = [procfs.ListenSocket("127.0.0.1", 8080, 3), procfs.ListenSocket("0.0.0.0", 9090, 0)]
+    assert procfs.parse_listen_sockets(TCP_TABLE) == want
+    table = tmp_path / "tcp"
+    table.write_text(TCP_TABLE)
+    assert procfs.listen_sockets(table) == want
+
+
+def test_this_process_reads_its_own_session_and_nice() -> None:
+    stat = procfs.read_stat(os.getpid())
+    assert stat.session == os.getsid(0)
+    assert stat.nice == os.nice(0)
+    assert stat.pgrp == os.getpgrp() and stat.ppid == os.getppid()
