@@ -7,11 +7,12 @@ Usage:
 `analyse` copies the history and run.json of the newest `<scenario>-<target>-*` run of every
 scenario under --runs into OUT/<run-id>/ (the catalog runs' own report/ is never touched),
 analyses each with one SparkSession (no report.html) and writes OUT/<run-id>/report/
-verdict.json plus OUT/timings.json. `compare` lists every difference between two such
-folders: the run's verdict, and per check the verdict, `judged`, `exercised`, `peak`,
-`limit` and the witnesses' identities (conn_id, client_ip, client_port, mono_ns, why).
-Exit 0 when they are equal, 1 otherwise. It is how a change to the analysis shows that it
-keeps every check's result (issue 17).
+verdict.json plus OUT/timings.json (seconds per run) and OUT/check_seconds.json (each
+check's seconds summed over the runs, the most first). `compare` lists every difference
+between two such folders: the run's verdict, and per check the verdict, `judged`,
+`exercised`, `peak`, `limit` and the witnesses' identities (conn_id, client_ip,
+client_port, mono_ns, why). Exit 0 when they are equal, 1 otherwise. It is how a change
+to the analysis shows that it keeps every check's result (issue 17).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from typing import Any
 RUN_ID = re.compile(r"^(?P<scenario>.+)-(?P<target>acceptor|broker)-(?P<stamp>\d{8}T\d{6}Z)-\w+$")
 CHECK_FIELDS = ("verdict", "judged", "exercised", "peak", "limit")
 WITNESS_KEYS = ("conn_id", "client_ip", "client_port", "mono_ns", "why")
+#: a check's progress line from analysis.verdict (`  name   verdict  (1.2s)`)
+CHECK_LINE = re.compile(r"^\s+(?P<name>\w+)\s+\S+\s+\((?P<seconds>[0-9.]+)s\)$")
 
 
 def newest_runs(runs: Path, target: str) -> list[Path]:
@@ -49,6 +52,17 @@ def analyse(out: Path, runs: Path, target: str, spark_master: str | None) -> int
     out.mkdir(parents=True, exist_ok=True)
     spark = build_session(spark_master)
     timings: dict[str, float] = {}
+    #: check -> (seconds over every run, runs); two checks run at a time, so a check's
+    #: seconds are its own wall time, and they add up to about twice the runs' check time
+    per_check: dict[str, list[float]] = {}
+
+    def tally(line: str) -> None:
+        m = CHECK_LINE.match(line)
+        if m:
+            total = per_check.setdefault(m["name"], [0.0, 0])
+            total[0] += float(m["seconds"])
+            total[1] += 1
+
     try:
         for src in newest_runs(runs, target):
             dst = out / src.name
@@ -58,12 +72,18 @@ def analyse(out: Path, runs: Path, target: str, spark_master: str | None) -> int
             if (src / "run.json").exists():
                 shutil.copy2(src / "run.json", dst / "run.json")
             t = time.monotonic()
-            verdict = analyze_run(dst, spark=spark, report=False)
+            verdict = analyze_run(dst, spark=spark, report=False, progress=tally)
             timings[src.name] = round(time.monotonic() - t, 2)
             print(f"{src.name:<60} {verdict['verdict']:<8} {timings[src.name]:>6.1f} s", flush=True)
     finally:
         spark.stop()
     (out / "timings.json").write_text(json.dumps(timings, indent=2))
+    ranked = sorted(per_check.items(), key=lambda kv: -kv[1][0])
+    (out / "check_seconds.json").write_text(
+        json.dumps({k: {"seconds": round(v[0], 1), "runs": v[1]} for k, v in ranked}, indent=2)
+    )
+    for name, (seconds, runs) in ranked[:10]:
+        print(f"  {name:<34} {seconds:7.1f} s over {runs} runs")
     print(f"verdicts: {out}/*/report/verdict.json; timings: {out / 'timings.json'}")
     return 0
 
