@@ -82,8 +82,8 @@ def analyse(out: Path, runs: Path, target: str, spark_master: str | None) -> int
     (out / "check_seconds.json").write_text(
         json.dumps({k: {"seconds": round(v[0], 1), "runs": v[1]} for k, v in ranked}, indent=2)
     )
-    for name, (seconds, runs) in ranked[:10]:
-        print(f"  {name:<34} {seconds:7.1f} s over {runs} runs")
+    for name, (seconds, n_runs) in ranked[:10]:
+        print(f"  {name:<34} {seconds:7.1f} s over {n_runs:.0f} runs")
     print(f"verdicts: {out}/*/report/verdict.json; timings: {out / 'timings.json'}")
     return 0
 
