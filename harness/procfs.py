@@ -15,6 +15,8 @@ to them.
 from __future__ import annotations
 
 import os
+import socket
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -152,7 +154,7 @@ NET_SNMP = PROC / "net" / "snmp"
 NET_NETSTAT = PROC / "net" / "netstat"
 NET_TCP = PROC / "net" / "tcp"
 #: the state column of a listening socket in ``/proc/net/tcp``
-TCP_LISTEN = "0A"
+TCP_LISTEN = "0A"  # _TCP_STATE_LISTEN, in hex
 
 
 def parse_net_counters(text: str) -> dict[str, dict[str, int]]:
@@ -205,3 +207,27 @@ def parse_listen_sockets(text: str) -> list[ListenSocket]:
 def listen_sockets(table: Path = NET_TCP) -> list[ListenSocket]:
     """The listening IPv4 sockets of this process's network namespace."""
     return parse_listen_sockets(table.read_text())
+
+
+def accept_queue(sock: socket.socket) -> int | None:
+    """Connections waiting in a listening socket's accept queue now, read from the socket
+    itself (Linux ``TCP_INFO``: for a LISTEN socket ``tcpi_unacked`` is the queue's length,
+    ``tcpi_sacked`` its limit), so in any network namespace: the count `ListenSocket`
+    reads from ``/proc/net/tcp``. None where the kernel does not say (not Linux, not TCP)."""
+    tcp_info = getattr(socket, "TCP_INFO", None)
+    if tcp_info is None:
+        return None
+    try:
+        raw = sock.getsockopt(socket.IPPROTO_TCP, tcp_info, _TCP_INFO_LEN)
+    except OSError:
+        return None
+    if len(raw) < _TCP_INFO_LEN or raw[0] != _TCP_STATE_LISTEN:
+        return None
+    # eight one-byte fields, then u32 rto, ato, snd_mss, rcv_mss, unacked
+    return int(struct.unpack_from("=I", raw, 24)[0])
+
+
+#: bytes of ``struct tcp_info`` read: up to tcpi_sacked
+_TCP_INFO_LEN = 32
+#: ``TCP_LISTEN`` in ``include/net/tcp_states.h`` (``0A`` in /proc/net/tcp)
+_TCP_STATE_LISTEN = 10

@@ -6,6 +6,11 @@ Acceptor target, for each listener: every client attempt is exactly one of
 - **refused or never connected**: the client's own connect error, by kind (``refused``,
   ``timeout``, ``reset``): it never completed a TCP handshake with the machine's stack;
 - **cut off**: the load stopped while it was still connecting (no row after its start);
+- **reset in the accept queue at the stop**: it connected and was still open when the
+  acceptor closed its listening socket with connections nobody had accepted (behind a
+  blocked acceptor, a full backlog); the acceptor says how many (`listener_close`,
+  ``detail.queued``, read from the socket), and each explains one such attempt, the
+  latest-connected first (the queue is first in, first out);
 - **dropped by the kernel**: it completed its handshake (``connect_ok``) but the listening
   socket's accept queue was full, so the kernel dropped it; the kernel's own drop counters
   (`kernel_net` rows, `harness/runner/kernel_net.py`) must have counted a drop during the
@@ -57,6 +62,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from analysis.checks.base import FAIL, PASS, UNKNOWN, Check, CheckResult, Part, witness
+from analysis.columns import detail_col
 from analysis.frames import acceptor_conns, client_conns, match_attempts
 
 if TYPE_CHECKING:
@@ -136,6 +142,60 @@ def explain_by_drops(
     unexplained.extend(x for _, _, x in heap)
     unexplained.extend(pending[i:])
     return sorted(unexplained, key=lambda x: x.start), not_sampled, used
+
+
+@dataclass(frozen=True)
+class QueueClose:
+    """A listening socket closed at the acceptor's stop with `queued` connections in its
+    accept queue (`listener_close`): connections the kernel completed and nobody took."""
+
+    listener: str
+    t: int
+    queued: int
+
+
+def reset_in_queue(
+    lost: list[Lost], closes: list[QueueClose], margin_ns: int = 0
+) -> tuple[list[Lost], list[Lost]]:
+    """Match lost attempts to the connections a closing listening socket reset (pure).
+
+    An attempt of that listener that connected before the close and was still open at it
+    (its life, widened by `margin_ns`, spans the close) may have been one of them; each
+    queued connection explains one. The queue is first in, first out, so it held the
+    newest: the latest-connected are taken, which also leaves the earliest (those that
+    overlap the most drop intervals) to `explain_by_drops`. Returns (reset, the rest)."""
+    reset: set[int] = set()
+    for close in closes:
+        alive = [
+            x
+            for x in lost
+            if id(x) not in reset
+            and x.key[2] == close.listener
+            and x.key[3] is not None
+            and x.key[3] - margin_ns <= close.t
+            and x.end + margin_ns >= close.t
+        ]
+        alive.sort(key=lambda x: x.key[3], reverse=True)
+        reset.update(id(x) for x in alive[: close.queued])
+    return [x for x in lost if id(x) in reset], [x for x in lost if id(x) not in reset]
+
+
+def queue_closes(run: Run) -> list[QueueClose]:
+    """The acceptor's `listener_close` rows that say how many connections they reset."""
+    rows = (
+        run.events("listener_close", source="acceptor")
+        .select(
+            "listener",
+            "mono_ns",
+            detail_col("acceptor", "listener_close", "queued").cast("int").alias("queued"),
+        )
+        .collect()
+    )
+    return [
+        QueueClose(str(r["listener"]).lower(), int(r["mono_ns"]), int(r["queued"]))
+        for r in rows
+        if r["queued"] is not None and r["listener"] is not None
+    ]
 
 
 def kernel_readings(run: Run) -> tuple[list[Reading], list[str]]:
@@ -259,6 +319,8 @@ def _on_acceptor(run: Run) -> CheckResult:
         outage += at_stop
         reset = {id(x) for x in at_stop}
         lost = [x for x in lost if id(x) not in reset]
+    # stopped with connections in a listening socket's queue: the close reset them
+    in_queue, lost = reset_in_queue(lost, queue_closes(run), run.clock_error_ns)
     if inc is not None and inc.crashed:
         # this acceptor was killed: an attempt it never recorded may have sat in its backlog
         # (the kernel resets those with the socket) or been taken after its last flush
@@ -276,6 +338,9 @@ def _on_acceptor(run: Run) -> CheckResult:
         lost_by[str(x.key[2])] += 1
     for x in outage:
         outage_by[str(x.key[2])] += 1
+    queued_by: dict[str, int] = defaultdict(int)
+    for x in in_queue:
+        queued_by[str(x.key[2])] += 1
     bad_by: dict[str, int] = defaultdict(int)
     for x in unexplained:
         bad_by[str(x.key[2])] += 1
@@ -287,7 +352,7 @@ def _on_acceptor(run: Run) -> CheckResult:
     lines = []
     for listener in sorted(counts):
         c = counts[listener]
-        accepted = c["connected"] - lost_by[listener] - outage_by[listener]
+        accepted = c["connected"] - lost_by[listener] - outage_by[listener] - queued_by[listener]
         errors = ", ".join(
             f"{n} {k}" for k, n in sorted(c.items()) if k not in ("connected", "cut_off") and n
         )
@@ -297,6 +362,11 @@ def _on_acceptor(run: Run) -> CheckResult:
             f"kernel + {sum(n for k, n in c.items() if k not in ('connected', 'cut_off'))} "
             f"connect errors ({errors or 'none'}) + {c['cut_off']} cut off at the stop"
             + (f" + {unjudged_by[listener]} not judged" if unjudged_by[listener] else "")
+            + (
+                f" + {queued_by[listener]} in the accept queue when the acceptor closed it"
+                if queued_by[listener]
+                else ""
+            )
             + (
                 f" + {outage_by[listener]} connected to the {gone} (its outage)"
                 if outage_by[listener]
@@ -349,8 +419,9 @@ def _on_acceptor(run: Run) -> CheckResult:
         observed=observed,
         expected=(
             "per listener: attempts = accepted + dropped by the kernel + connect errors + cut "
-            "off at the stop; every connected attempt that no acceptor connection has is a "
-            "drop the kernel counted during its life"
+            "off at the stop + reset in the accept queue at the stop; every connected "
+            "attempt that no acceptor connection has is a drop the kernel counted during its "
+            "life, or one of the connections the acceptor's closing listener still queued"
         ),
         tolerance=(
             "none on the counts; a drop is placed within the two readings around it "

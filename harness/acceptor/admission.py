@@ -33,6 +33,7 @@ from collections.abc import Coroutine
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from harness import procfs
 from harness.acceptor.config import ListenerSettings
 from harness.acceptor.ports import NewConnection
 from harness.acceptor.recorder import ConnInfo, Recorder
@@ -202,6 +203,15 @@ class ListenerAcceptor:
             self._stall.cancel()
         self._unwatch()
         if self._lsock is not None:
+            # what the close resets: connections the kernel completed that were never
+            # accepted (behind a blocked acceptor, a full backlog), for `accounting`
+            queued = procfs.accept_queue(self._lsock)
+            self.rec.row(
+                "listener_close",
+                time.monotonic_ns(),
+                listener=self.name,
+                detail={} if queued is None else {"queued": queued},
+            )
             self._lsock.close()
             self._lsock = None
 

@@ -79,6 +79,9 @@ ALL: tuple[Event, ...] = (
        "the rate step asked for a delay"),
     _a("blocked", {"listener", "delay_ms", "reason"}, {"start_mono_ns"},
        "the listener's acceptor was blocked (rate, slot, rate+slot, queue_full)"),
+    _a("listener_close", {"listener"}, {"queued"},
+       "the listening socket closed at the stop; `queued`: the connections then in its "
+       "accept queue, never accepted (the kernel resets them with the socket)"),
     _a("admit", {*CONN, "delay_ms"}, set(), "counted (Kafka's t1 of the IP step)"),
     _a("register", {*CONN, "processor", "delay_ms"},
        {"queue_depth", "iteration", "in_iteration"}, "a processor started serving it"),

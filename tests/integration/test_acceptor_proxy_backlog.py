@@ -11,6 +11,7 @@ the one in admission is out of the kernel.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ import pytest
 from harness.acceptor import AcceptorHandle, start_in_thread
 from harness.acceptor.admission import PROXY_PENDING_MAX
 from harness.acceptor.testing import history_rows, listen_backlog, raw
+from harness.history import read_history
 from harness.wire.proxy import encode_v2
 
 N = 30
@@ -71,3 +73,36 @@ def test_a_stalled_admission_leaves_connections_in_the_kernel_backlog(
     finally:
         for s in socks:
             s.close()
+
+
+def test_the_stop_records_what_its_close_resets_in_the_backlog(
+    handle: tuple[AcceptorHandle, str],
+) -> None:
+    """Stopped with the backlog full, the acceptor says how many connections its listening
+    socket still held (`listener_close.detail.queued`): with the ones it took, all N."""
+    h, mode = handle
+    addr = h.address("CLIENT")
+    writer = h.acceptor.rec.writer
+    assert writer is not None
+    socks = []
+    try:
+        for i in range(N):
+            s = raw(addr, "127.0.0.2", 10)
+            if mode != "off":
+                s.sendall(encode_v2(f"10.9.0.{i + 1}", 4000 + i, addr[0], addr[1]))
+            socks.append(s)
+        time.sleep(0.5)
+        h.stop()  # with every client still connected
+    finally:
+        for s in socks:
+            s.close()
+    rows = read_history(writer.dir.parent, "acceptor").to_pylist()
+    closes = [r for r in rows if r["event"] == "listener_close"]
+    assert [r["listener"] for r in closes] == ["CLIENT"]
+    queued = json.loads(closes[0]["detail"])["queued"]
+    taken = len({r["conn_id"] for r in rows if r["event"] == "accept"})
+    assert queued > 0, (queued, taken)
+    # without PROXY headers a socket out of the kernel has its accept row at once; with
+    # them, up to the hand-off slot and the header reads wait in user space unrecorded
+    unrecorded = 0 if mode == "off" else 1 + PROXY_PENDING_MAX
+    assert N - unrecorded <= queued + taken <= N, (queued, taken)

@@ -1,6 +1,7 @@
 """`accounting` on hand-built histories, at the edges of its rule: an attempt that
 connected and is in no enforcer's history is explained only by a kernel drop counted
-during its life (1 ns either side of a reading decides it); a reused source port pairs
+during its life (1 ns either side of a reading decides it), or by the acceptor's closing
+listener having queued it (one more open attempt than it held fails); a reused source port pairs
 each acceptor connection with the latest attempt started before it; on Kafka, the
 creation counter must cover the attempts served between two scrapes."""
 
@@ -203,3 +204,38 @@ def test_no_scrape_pair_spans_a_broker_restart(spark: Any, tmp_path: Path) -> No
 
     r = check_accounting(load_run(spark, _run(tmp_path, "kafka-restart", build, target="broker")))
     assert r.verdict == "unknown" and r.judged == 0, r.observed
+
+
+def _queued_at_the_stop(queued: int) -> Any:
+    """One attempt accepted; three that connected late (40010-40012, in that order) and
+    were open when the acceptor closed its listening socket with `queued` connections in
+    its accept queue. The kernel counted no drop."""
+
+    def build(cw: HistoryWriter, aw: HistoryWriter, hw: HistoryWriter) -> None:
+        _attempt(cw, 40001, T0 + 100 * MS, T0 + 200 * MS)
+        _accepted(aw, 1, 40001, T0 + 150 * MS)
+        for i, port in enumerate((40010, 40011, 40012)):
+            _attempt(cw, port, T0 + 2_500 * MS + i * MS, 0)  # no row after connect_ok
+        aw.record("listener_close", mono_ns=T0 + 3 * S, listener="CLIENT",
+                  detail={"queued": queued})  # fmt: skip
+        _readings(hw, (T0, 0), (T0 + S, 0), (T0 + 2 * S, 0), (T0 + 4 * S, 0))
+
+    return build
+
+
+def test_attempts_in_the_accept_queue_at_the_stop_are_the_ones_it_reset(
+    spark: Any, tmp_path: Path
+) -> None:
+    r = check_accounting(load_run(spark, _run(tmp_path, "queued", _queued_at_the_stop(3))))
+    assert r.verdict == "pass", (r.observed, r.witnesses)
+    assert "4 attempts = 1 accepted + 0 dropped by the kernel" in r.observed
+    assert "+ 3 in the accept queue when the acceptor closed it; 0 unexplained" in r.observed
+
+
+def test_one_more_open_attempt_than_the_queue_held_fails_naming_the_earliest(
+    spark: Any, tmp_path: Path
+) -> None:
+    r = check_accounting(load_run(spark, _run(tmp_path, "short", _queued_at_the_stop(2))))
+    assert r.verdict == "fail", r.observed
+    assert [w["client_port"] for w in r.witnesses] == [40010]
+    assert "+ 2 in the accept queue when the acceptor closed it; 1 unexplained" in r.observed

@@ -7,7 +7,14 @@ from typing import Any
 
 import pytest
 
-from analysis.checks.accounting import Lost, Reading, explain_by_drops
+from analysis.checks.accounting import (
+    NEVER,
+    Lost,
+    QueueClose,
+    Reading,
+    explain_by_drops,
+    reset_in_queue,
+)
 from harness.runner.kernel_net import EVENT, KernelNetSampler, NetstatError, parse_netstat
 
 NETSTAT = """\
@@ -120,3 +127,44 @@ def test_attempts_outside_the_readings_are_not_judged() -> None:
 def test_fewer_than_two_readings_judge_nothing() -> None:
     bad, unjudged, used = explain_by_drops([_lost(1, 2)], _readings((0, 0)))
     assert bad == [] and len(unjudged) == 1 and used == 0
+
+
+def _alive(connected: int, end: int = NEVER, listener: str = "client", name: str = "x") -> Lost:
+    """A connected attempt: key (ip, port, listener, connect_ok_ns, outcome)."""
+    return Lost(connected - 5, end, (name, 1, listener, connected, None))
+
+
+def test_a_closing_queue_resets_the_latest_connected_attempts_alive_at_the_close() -> None:
+    early, mid, late = _alive(100, name="early"), _alive(200, name="mid"), _alive(300, name="late")
+    reset, rest = reset_in_queue([early, mid, late], [QueueClose("client", 1_000, 2)])
+    assert reset == [mid, late] and rest == [early]
+    # all three queued: all reset; none queued: none
+    assert reset_in_queue([early, mid, late], [QueueClose("client", 1_000, 3)])[1] == []
+    assert reset_in_queue([early], [QueueClose("client", 1_000, 0)]) == ([], [early])
+
+
+def test_only_an_attempt_of_that_listener_open_across_the_close_can_have_been_queued() -> None:
+    closes = [QueueClose("client", 1_000, 5)]
+    ended = _alive(100, end=999)  # its client closed 1 ns before the listener did
+    after = _alive(1_001)  # connected 1 ns after the close
+    other = _alive(100, listener="replication")
+    never_connected = Lost(100, NEVER, ("x", 1, "client", None, None))
+    lost = [ended, after, other, never_connected]
+    assert reset_in_queue(lost, closes) == ([], lost)
+    # at the close itself, either way, it can
+    on_time = [_alive(100, end=1_000), _alive(1_000)]
+    assert reset_in_queue(on_time, closes) == (on_time, [])
+
+
+def test_the_clock_alignment_bound_widens_the_close_for_moved_rows() -> None:
+    closes = [QueueClose("client", 1_000, 1)]
+    after = _alive(1_004)
+    assert reset_in_queue([after], closes, margin_ns=3) == ([], [after])
+    assert reset_in_queue([after], closes, margin_ns=4) == ([after], [])
+
+
+def test_each_close_resets_its_own_count_once() -> None:
+    a, b = _alive(100), _alive(200)
+    closes = [QueueClose("client", 1_000, 1), QueueClose("client", 2_000, 1)]
+    # two processes' closes (a restart): each explains one, never the same one twice
+    assert sorted(x.key[3] for x in reset_in_queue([a, b], closes)[0]) == [100, 200]

@@ -1,12 +1,14 @@
 """harness.localnet: the free ports it hands out differ, lie below the kernel's ephemeral
 range (no outgoing connection can hold one when a server restarts on it), and can be
-listened on at the address they were asked for (`local`: real sockets)."""
+listened on at the address they were asked for; a listening socket's accept queue is read
+from the socket as from /proc/net/tcp (`local`: real sockets)."""
 
 from __future__ import annotations
 
 import socket
 from pathlib import Path
 
+from harness import procfs
 from harness.localnet import LOWEST_PORT, free_port, free_ports
 
 
@@ -50,3 +52,22 @@ def test_free_port_on_another_loopback_address() -> None:
                 assert conn.getsockname() == ("127.0.0.2", port)
     ports = free_ports(4, "127.0.0.2")
     assert len(set(ports)) == 4 and all(LOWEST_PORT <= p < low for p in ports), ports
+
+
+def test_a_listening_sockets_accept_queue_is_read_from_the_socket() -> None:
+    with socket.socket() as lsock:
+        lsock.bind(("127.0.0.1", 0))
+        lsock.listen(8)
+        port = lsock.getsockname()[1]
+        assert procfs.accept_queue(lsock) == 0
+        clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+        try:
+            assert procfs.accept_queue(lsock) == 3
+            assert [s.accept_queue for s in procfs.listen_sockets() if s.port == port] == [3]
+            lsock.accept()[0].close()
+            assert procfs.accept_queue(lsock) == 2
+            # a connected socket is not a listening one: no queue to read
+            assert procfs.accept_queue(clients[0]) is None
+        finally:
+            for c in clients:
+                c.close()
