@@ -224,17 +224,24 @@ def check_auth_counts(run: Run) -> CheckResult:
     from pyspark.sql import functions as F
 
     name = "kafka_metric_auth_counts"
+    none = CheckResult(
+        name,
+        NA,
+        observed="no client connection on a secured listener",
+        expected="TLS or SASL connections",
+        explanation="n/a: Kafka records no authentication on PLAINTEXT listeners",
+    )
+    # a plaintext run (no secured listener, no client that began TLS or a login) has no
+    # row `_auth_intervals` keeps: one pass over the client's rows says so, not its grouping
+    if not _secured_listeners(run) and (
+        run.events("tls_start", "sasl_done", "sasl_fail", source="client").isEmpty()
+    ):
+        return none
     conns = _auth_intervals(run)
     if run.node is not None:  # a cluster: one broker's view (broker_side.per_broker)
         conns = conns.where(F.col("broker") == run.node)
     if conns.limit(1).count() == 0:
-        return CheckResult(
-            name,
-            NA,
-            observed="no client connection on a secured listener",
-            expected="TLS or SASL connections",
-            explanation="n/a: Kafka records no authentication on PLAINTEXT listeners",
-        )
+        return none
     # behind the acceptor, Kafka still authenticates: its own exporter's rows (`upstream`)
     data = scrapes(run, upstream=run.target == "acceptor")
     if len(data) < 2:

@@ -261,3 +261,31 @@ def test_a_refused_login_holds_its_per_ip_slot_through_the_delay(
     r = check_client_ip_concurrency(run)
     assert r.verdict == verdict, (r.observed, r.witnesses)
     assert r.judged == 2
+
+
+@pytest.mark.parametrize(
+    "security, tls_client, verdict",
+    [
+        (None, False, "n/a"),  # plaintext: Kafka records no authentication
+        (None, True, "pass"),  # a client began TLS: judged though run.json names no listener
+        ("SASL_PLAINTEXT", False, "pass"),  # a secured listener's library connections
+    ],
+)
+def test_only_a_run_without_any_secured_connection_is_not_applicable(
+    spark: Any, tmp_path: Path, security: str | None, tls_client: bool, verdict: str
+) -> None:
+    rows: list[dict[str, Any]] = [
+        {"source": "harness", "event": "config", "mono_ns": T0, "detail": {}},
+        _scrape(T0 + S, 10, 5),
+        *(_conn(41000, T0 + 2 * S, ok=True) if tls_client else []),
+        *_library_conn(42000, T0 + 3 * S),
+        _scrape(T0 + 6 * S, 11, 5),
+    ]
+    meta: dict[str, Any] = {"run_id": f"plain-{security}-{tls_client}", "target": "broker"}
+    if security is not None:
+        meta["listener_security"] = {"CLIENT": {"protocol": security}}
+    run = load_run(spark, write_rows(tmp_path / meta["run_id"], rows, meta))
+    from analysis.checks.auth import check_auth_counts
+
+    r = check_auth_counts(run)
+    assert r.verdict == verdict, (r.observed, r.witnesses)

@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from analysis.checks.secured import check_principal_agreement, check_quota_precedes_tls
 from analysis.load import load_run
 from harness.history import HistoryWriter
@@ -110,3 +112,14 @@ def test_one_request_charged_to_another_principal_fails(spark: Any, tmp_path: Pa
     assert r.verdict == "fail", r.observed
     assert [w["client_port"] for w in r.witnesses] == [40002]
     assert "charged to ['ANONYMOUS']" in r.witnesses[0]["why"]
+
+
+@pytest.mark.parametrize("expected, verdict", [([], "n/a"), (["principal_agreement"], "unknown")])
+def test_no_request_charged_to_a_principal_is_nothing_to_judge(
+    spark: Any, tmp_path: Path, expected: list[str], verdict: str
+) -> None:
+    meta = {**SECURED, "expect": {"checks": expected}}
+    run = hand_built_run(tmp_path, f"none-{verdict}", _tls(True), config_ns=T0 - S, meta=meta)
+    r = check_principal_agreement(load_run(spark, run))
+    assert r.verdict == verdict, r.observed
+    assert r.judged == 0 and not r.witnesses
