@@ -218,10 +218,11 @@ class ListenerAcceptor:
     def close_parked(self) -> None:
         while self._parked:
             self._close_parked_one(heapq.heappop(self._parked), "shutdown")
-        while not self._handoff.empty():
+        while not self._handoff.empty():  # header read, admission not begun: as a refusal
             item = self._handoff.get_nowait()
-            with contextlib.suppress(OSError):
-                item.sock.close()
+            self._refuse(
+                item.sock, item.info, item.tcp_accept_ns, "shutdown", "stopped before admission"
+            )
 
     # -- accepting without a PROXY header: Kafka's acceptor loop, on readiness -------------
     def _listen(self) -> None:
@@ -408,7 +409,11 @@ class ListenerAcceptor:
             and not self._f_proxy_ignored  # SEEDED FAULT: keyed by the proxy's address
         ):
             info.client_ip, info.client_port = header.src_ip, header.src_port
-        await self._handoff.put(NewConnection(info, sock, tcp_ns, rest, header is not None))
+        try:
+            await self._handoff.put(NewConnection(info, sock, tcp_ns, rest, header is not None))
+        except asyncio.CancelledError:  # shutdown while the hand-off slot was taken
+            self._refuse(sock, info, tcp_ns, "shutdown", "stopped before admission")
+            raise
 
     def _refuse(
         self, sock: socket.socket, info: ConnInfo, tcp_ns: int, reason: str, why: str
