@@ -114,12 +114,20 @@ def test_one_request_charged_to_another_principal_fails(spark: Any, tmp_path: Pa
     assert "charged to ['ANONYMOUS']" in r.witnesses[0]["why"]
 
 
+def _named_without_requests(cw: HistoryWriter, aw: HistoryWriter, _hw: HistoryWriter) -> None:
+    _client(cw, 40001, T0, tls_done=True, principal="alice")
+    _conn(aw, 1, 40001, T0 + MS // 2, throttled=False)
+
+
 @pytest.mark.parametrize("expected, verdict", [([], "n/a"), (["principal_agreement"], "unknown")])
-def test_no_request_charged_to_a_principal_is_nothing_to_judge(
-    spark: Any, tmp_path: Path, expected: list[str], verdict: str
+@pytest.mark.parametrize("named", [False, True])
+def test_no_request_charged_to_a_named_principal_is_nothing_to_judge(
+    spark: Any, tmp_path: Path, expected: list[str], verdict: str, named: bool
 ) -> None:
+    """No client named its principal, or one did and the acceptor charged no request."""
     meta = {**SECURED, "expect": {"checks": expected}}
-    run = hand_built_run(tmp_path, f"none-{verdict}", _tls(True), config_ns=T0 - S, meta=meta)
+    build = _named_without_requests if named else _tls(True)
+    run = hand_built_run(tmp_path, f"none-{verdict}", build, config_ns=T0 - S, meta=meta)
     r = check_principal_agreement(load_run(spark, run))
     assert r.verdict == verdict, r.observed
     assert r.judged == 0 and not r.witnesses
