@@ -46,6 +46,16 @@ def handle(request: pytest.FixtureRequest, kafka_broker: Any, tmp_path: Path) ->
     h.stop()
 
 
+def _connect(addr: tuple[str, int], mode: str, socks: list[Any]) -> None:
+    """N clients from 127.0.0.2, each with a PROXY header unless the listener takes none;
+    appended as they connect (the caller closes them)."""
+    for i in range(N):
+        s = raw(addr, "127.0.0.2", 10)
+        if mode != "off":
+            s.sendall(encode_v2(f"10.9.0.{i + 1}", 4000 + i, addr[0], addr[1]))
+        socks.append(s)
+
+
 def test_a_stalled_admission_leaves_connections_in_the_kernel_backlog(
     handle: tuple[AcceptorHandle, str],
 ) -> None:
@@ -53,11 +63,7 @@ def test_a_stalled_admission_leaves_connections_in_the_kernel_backlog(
     addr = h.address("CLIENT")
     socks = []
     try:
-        for i in range(N):
-            s = raw(addr, "127.0.0.2", 10)
-            if mode != "off":
-                s.sendall(encode_v2(f"10.9.0.{i + 1}", 4000 + i, addr[0], addr[1]))
-            socks.append(s)
+        _connect(addr, mode, socks)
         time.sleep(2.0)  # the first ~11 admitted, then the admission waits ~1 s per socket
         backlog = listen_backlog(addr[1])
         decided = len(
@@ -87,11 +93,7 @@ def test_the_stop_records_what_its_close_resets_in_the_backlog(
     assert writer is not None
     socks = []
     try:
-        for i in range(N):
-            s = raw(addr, "127.0.0.2", 10)
-            if mode != "off":
-                s.sendall(encode_v2(f"10.9.0.{i + 1}", 4000 + i, addr[0], addr[1]))
-            socks.append(s)
+        _connect(addr, mode, socks)
         time.sleep(0.5)
         h.stop()  # with every client still connected
     finally:
