@@ -67,7 +67,6 @@ from bench.acceptor import (
     acceptor_accepted,
     add_sessions_option,
     autogroup,
-    cpu_seconds,
     in_private_netns,
     kill_descendants,
     net_counters,
@@ -548,7 +547,7 @@ def main(argv: list[str] | None = None) -> int:
                     tag,
                     port,
                     partial(acceptor_accepted, url),
-                    partial(cpu_seconds, proc.pid),  # with its processor processes
+                    partial(tree_cpu_s, proc.pid),  # with its processor processes
                 )
             )
         ways += [Way(f.spec, f.port, f.accepted, f.cpu) for f in floors]

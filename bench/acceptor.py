@@ -86,6 +86,7 @@ from bench.generator import (
     exec_trogdor,
     run_trogdor,
     scrape,
+    tree_cpu_s,
     trogdor_classpath,
 )
 from bench.output import write_results
@@ -149,17 +150,6 @@ def accept_rate(addr: tuple[str, int], threads: int, seconds: float) -> float:
     if bad:
         _progress(f"  {len(bad)} failed round trips: {sorted(set(bad))}")
     return sum(counts) / elapsed
-
-
-def cpu_times(pid: int) -> tuple[float, float]:
-    """(utime, stime) of a process and its live descendants (an acceptor's processor
-    processes), in seconds: user space, kernel."""
-    return procfs.tree_cpu_times(pid)
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process and its descendants (Linux /proc), in seconds."""
-    return sum(cpu_times(pid))
 
 
 def cpu_idle() -> tuple[float, float]:
@@ -339,7 +329,7 @@ class BrokerProbe:
     pid: int | None
 
     def cpu(self) -> float:
-        return cpu_seconds(self.pid) if self.pid else 0.0
+        return tree_cpu_s(self.pid) if self.pid else 0.0
 
 
 def children_cpu() -> float:
@@ -362,7 +352,7 @@ class CpuMark:
 
     @classmethod
     def take(cls, t: Target, broker: BrokerProbe) -> CpuMark:
-        user, kernel = cpu_times(t.proc.pid) if t.proc else (0.0, 0.0)
+        user, kernel = procfs.tree_cpu_times(t.proc.pid) if t.proc else (0.0, 0.0)
         return cls(user, kernel, broker.cpu(), children_cpu(), cpu_idle())
 
     @property
@@ -723,14 +713,14 @@ def accept_phase(targets: list[Target], args: argparse.Namespace, res: dict[str,
     for rnd, order in rotations(targets, args.rounds):
         for t in order:
             load = _load()
-            cpu0 = cpu_seconds(t.proc.pid) if t.proc else 0.0
+            cpu0 = tree_cpu_s(t.proc.pid) if t.proc else 0.0
             t0 = time.monotonic()
             rate = accept_rate(t.addr, args.threads, args.seconds)
             msg = f"accept round {rnd + 1} {t.name:<8} {rate:6.0f} conn/s"
             res.setdefault(f"accept_rate_{t.name}", []).append(rate)
             if t.proc:
                 conns = max(rate * (time.monotonic() - t0), 1.0)
-                cpu_ms = (cpu_seconds(t.proc.pid) - cpu0) * 1000 / conns
+                cpu_ms = (tree_cpu_s(t.proc.pid) - cpu0) * 1000 / conns
                 res.setdefault(f"cpu_ms_per_conn_{t.name}", []).append(cpu_ms)
                 msg += f", {cpu_ms:.3f} ms acceptor CPU per connection"
             _progress(f"{msg} (load {load})")

@@ -56,8 +56,9 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from bench.acceptor import cpu_times, ref_checkout, start_acceptor, stop_process
+from bench.acceptor import ref_checkout, start_acceptor, stop_process
 from bench.output import write_results
+from harness import procfs
 from harness.acceptor.config import DEFAULTS as ACCEPTOR_DEFAULTS
 from harness.localnet import free_port
 from harness.wire.framing import FrameDecoder
@@ -196,9 +197,9 @@ def run_threads(target: Any, threads: int, *args: Any) -> float:
 
 def measure(pid: int, ops: int, load: Any, *args: Any) -> dict[str, float]:
     """The front's CPU per operation over one load run: user and kernel, in µs."""
-    u0, s0 = cpu_times(pid)
+    u0, s0 = procfs.tree_cpu_times(pid)
     seconds = run_threads(load, *args)
-    u1, s1 = cpu_times(pid)
+    u1, s1 = procfs.tree_cpu_times(pid)
     user, kernel = (u1 - u0) * 1e6 / ops, (s1 - s0) * 1e6 / ops
     return {"user_us": user, "kernel_us": kernel, "cpu_us": user + kernel, "seconds": seconds}
 

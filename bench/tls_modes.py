@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.acceptor import cpu_seconds, start_acceptor, stop_process
+from bench.acceptor import start_acceptor, stop_process
+from bench.generator import tree_cpu_s
 from bench.output import write_results
 
 PATHS = ("direct", "pass-through", "terminate")
@@ -115,14 +116,14 @@ def main(argv: list[str] | None = None) -> int:
         for rnd in range(1, args.rounds + 1):
             for path in PATHS:
                 front = procs.get(path)
-                a0 = cpu_seconds(front.pid) if front is not None else 0.0
-                b0 = cpu_seconds(broker_pid)
+                a0 = tree_cpu_s(front.pid) if front is not None else 0.0
+                b0 = tree_cpu_s(broker_pid)
                 r = _phase(ports[path], tls, args.rate, args.seconds, path)
                 served = max(r["served"], 1)
                 r["acceptor_cpu_ms_per_conn"] = (
-                    (cpu_seconds(front.pid) - a0) * 1000 / served if front is not None else None
+                    (tree_cpu_s(front.pid) - a0) * 1000 / served if front is not None else None
                 )
-                r["broker_cpu_ms_per_conn"] = (cpu_seconds(broker_pid) - b0) * 1000 / served
+                r["broker_cpu_ms_per_conn"] = (tree_cpu_s(broker_pid) - b0) * 1000 / served
                 results[path].append(r)
                 acc = r["acceptor_cpu_ms_per_conn"]
                 print(

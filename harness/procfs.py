@@ -153,8 +153,12 @@ def tree_cpu_times(pid: int, proc: Path = PROC) -> tuple[float, float]:
 NET_SNMP = PROC / "net" / "snmp"
 NET_NETSTAT = PROC / "net" / "netstat"
 NET_TCP = PROC / "net" / "tcp"
-#: the state column of a listening socket in ``/proc/net/tcp``
-TCP_LISTEN = "0A"  # _TCP_STATE_LISTEN, in hex
+#: ``TCP_LISTEN`` in ``include/net/tcp_states.h``: the state of a listening socket
+_TCP_STATE_LISTEN = 10
+#: the same in ``/proc/net/tcp``'s state column, in hex
+TCP_LISTEN = f"{_TCP_STATE_LISTEN:02X}"
+#: bytes of ``struct tcp_info`` read by `accept_queue`: up to tcpi_sacked
+_TCP_INFO_LEN = 32
 
 
 def parse_net_counters(text: str) -> dict[str, dict[str, int]]:
@@ -225,9 +229,3 @@ def accept_queue(sock: socket.socket) -> int | None:
         return None
     # eight one-byte fields, then u32 rto, ato, snd_mss, rcv_mss, unacked
     return int(struct.unpack_from("=I", raw, 24)[0])
-
-
-#: bytes of ``struct tcp_info`` read: up to tcpi_sacked
-_TCP_INFO_LEN = 32
-#: ``TCP_LISTEN`` in ``include/net/tcp_states.h`` (``0A`` in /proc/net/tcp)
-_TCP_STATE_LISTEN = 10
