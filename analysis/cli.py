@@ -9,6 +9,7 @@ session and leaves no verdict (exit 130 / 143). Exit 0; with --gate 0/1/2 for pa
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from pathlib import Path
@@ -56,6 +57,36 @@ def summary_table(verdict: dict) -> str:  # type: ignore[type-arg]
     return "\n".join(lines)
 
 
+def _argv(args: argparse.Namespace) -> list[str]:
+    """`args` as `harness analyze` arguments again (for the analysis server)."""
+    flags = [("--gate", args.gate), ("--quiet", args.quiet), ("--no-html", args.no_html)]
+    return [args.run_dir, *(flag for flag, on in flags if on)]
+
+
+def _server_for(args: argparse.Namespace) -> Path | None:
+    """The analysis server's socket when one should judge this run (`analysis.server`):
+    one is named, no Spark master is, this process has no session of its own, and the
+    history is a small run's."""
+    from analysis.server import socket_path
+
+    path = socket_path()
+    if path is None or args.spark_master or os.environ.get("SPARK_MASTER"):
+        return None
+    from pyspark.sql import SparkSession
+
+    if SparkSession.getActiveSession() is not None:
+        return None
+    from analysis.load import RunDirError, history_rows
+    from analysis.session import SMALL_RUN_EVENTS
+
+    history = Path(args.run_dir) / "history"
+    try:
+        rows = history_rows(Path(args.run_dir)) if history.is_dir() else 0
+    except RunDirError:
+        return None  # said here, by the analysis itself
+    return path if rows < SMALL_RUN_EVENTS else None
+
+
 def run(args: argparse.Namespace) -> int:
     from analysis import analyze_run
     from analysis.load import RunDirError
@@ -85,6 +116,13 @@ def run(args: argparse.Namespace) -> int:
         if signal.getsignal(sig) is not signal.SIG_IGN  # as started, e.g. a background job
     }
     try:
+        server = _server_for(args)
+        if server is not None:
+            from analysis.server import analyze_remotely
+
+            status = analyze_remotely(server, _argv(args))
+            if status is not None:
+                return status
         verdict = analyze_run(
             run_dir, spark_master=args.spark_master, progress=say, report=not args.no_html
         )

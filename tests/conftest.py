@@ -29,6 +29,33 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 # JVM's default. Set HARNESS_BROKER_JVM_OPTS (even empty) to choose otherwise.
 os.environ.setdefault("HARNESS_BROKER_JVM_OPTS", "-XX:TieredStopAtLevel=1")
 
+# The `harness analyze` runs the suite starts (each scenario run's, the CLI's) judge small
+# histories in one warm Spark session per test process, the analysis server of
+# analysis/server.py, instead of a JVM each: 18 against 47 CPU-s for a 10 k-event `ci-gate`
+# run (docs/status.md). Set HARNESS_ANALYSIS_SERVER (even empty) to choose otherwise; tests
+# of the analysis's own start and interruption unset it.
+_ANALYSIS_SERVER: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    controller = bool(config.getoption("numprocesses", 0)) and not worker
+    if "HARNESS_ANALYSIS_SERVER" in os.environ or controller:
+        return  # chosen outside, or an xdist controller (each worker has its own server)
+    path = f"/tmp/harness-analysis-{worker or 'main'}-{os.getpid()}.sock"
+    os.environ["HARNESS_ANALYSIS_SERVER"] = path
+    _ANALYSIS_SERVER.append(path)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    from pathlib import Path
+
+    from analysis.server import remove_server
+
+    for path in _ANALYSIS_SERVER:
+        remove_server(Path(path))
+
+
 # kafka-python 3.0.12 defines its protocol classes from JSON schemas read with
 # importlib.resources.read_text/open_text (deprecated since Python 3.11): 218
 # DeprecationWarnings, all at `import kafka`, none from our code. Importing it once here with

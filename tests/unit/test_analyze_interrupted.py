@@ -17,7 +17,15 @@ from analysis import cli
 
 
 def _args(run_dir: Path) -> argparse.Namespace:
-    return argparse.Namespace(run_dir=str(run_dir), spark_master=None, quiet=True, no_html=True)
+    return argparse.Namespace(
+        run_dir=str(run_dir), spark_master=None, gate=False, quiet=True, no_html=True
+    )
+
+
+@pytest.fixture(autouse=True)
+def _here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The analysis in this process (no analysis server: analysis/server.py)."""
+    monkeypatch.delenv("HARNESS_ANALYSIS_SERVER", raising=False)
 
 
 def _signalled_then_broken(signum: int) -> Any:

@@ -1,0 +1,112 @@
+"""Which analyses `harness analyze` sends to an analysis server, and what it does when none
+can take one (analysis/server.py; the server itself: tests/spark/test_analysis_server.py)."""
+
+from __future__ import annotations
+
+import argparse
+import io
+from pathlib import Path
+
+import pytest
+
+from analysis import cli, load, server, session
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    cli.configure(parser)
+    return parser.parse_args(list(argv))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["runs/x"], ["runs/x", "--gate"], ["/r", "--gate", "--quiet", "--no-html"], ["r", "--quiet"]],
+)
+def test_the_arguments_reach_the_server_unchanged(argv: list[str]) -> None:
+    args = _args(*argv)
+    assert _args(*cli._argv(args)) == args
+
+
+@pytest.fixture
+def small_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "history").mkdir()
+    monkeypatch.setattr(load, "history_rows", lambda _run_dir: session.SMALL_RUN_EVENTS - 1)
+    monkeypatch.setenv(server.SERVER_ENV, "/tmp/some.sock")
+    monkeypatch.delenv("SPARK_MASTER", raising=False)
+    # a Spark test module on the same worker may have left a session in this process
+    from pyspark.sql import SparkSession
+
+    monkeypatch.setattr(SparkSession, "getActiveSession", classmethod(lambda _cls: None))
+    return tmp_path
+
+
+def test_a_small_run_goes_to_the_named_server(small_run: Path) -> None:
+    assert cli._server_for(_args(str(small_run))) == Path("/tmp/some.sock")
+
+
+def test_a_run_of_small_run_events_rows_is_judged_here(
+    small_run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(load, "history_rows", lambda _run_dir: session.SMALL_RUN_EVENTS)
+    assert cli._server_for(_args(str(small_run))) is None
+
+
+def test_a_named_spark_master_or_no_server_is_judged_here(
+    small_run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert cli._server_for(_args(str(small_run), "--spark-master", "spark://h:7077")) is None
+    monkeypatch.setenv("SPARK_MASTER", "spark://h:7077")
+    assert cli._server_for(_args(str(small_run))) is None
+    monkeypatch.delenv("SPARK_MASTER")
+    monkeypatch.setenv(server.SERVER_ENV, "")
+    assert cli._server_for(_args(str(small_run))) is None
+
+
+def test_a_damaged_history_is_left_to_the_analysis_to_name(
+    small_run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def damaged(_run_dir: Path) -> int:
+        raise load.RunDirError("1 history file(s) not readable as Parquet")
+
+    monkeypatch.setattr(load, "history_rows", damaged)
+    assert cli._server_for(_args(str(small_run))) is None
+
+
+def test_no_server_where_none_can_start_says_so_and_leaves_the_analysis_here(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "file").write_text("")
+    err = io.StringIO()
+    status = server.analyze_remotely(tmp_path / "file" / "s.sock", ["run"], err=err)
+    assert status is None
+    assert f"no analysis server at {tmp_path / 'file' / 's.sock'}" in err.getvalue()
+    assert "analysing here" in err.getvalue()
+
+
+def test_the_fingerprint_follows_the_analysis_code(tmp_path: Path) -> None:
+    for part in ("analysis/checks", "analysis/templates", "harness/history"):
+        (tmp_path / part).mkdir(parents=True)
+    (tmp_path / "analysis" / "checks" / "a.py").write_text("x = 1\n")
+    (tmp_path / "analysis" / "templates" / "r.html.j2").write_text("<p>\n")
+    (tmp_path / "harness" / "history" / "events.py").write_text("E = 1\n")
+    (tmp_path / "analysis" / "notes.txt").write_text("not code\n")
+    before = server.fingerprint(tmp_path)
+    (tmp_path / "analysis" / "notes.txt").write_text("still not code\n")
+    assert server.fingerprint(tmp_path) == before
+    for path in (
+        "analysis/checks/a.py",
+        "analysis/templates/r.html.j2",
+        "harness/history/events.py",
+    ):
+        (tmp_path / path).write_text("changed\n")
+        assert server.fingerprint(tmp_path) != before
+        before = server.fingerprint(tmp_path)
+
+
+def test_a_process_with_its_own_session_judges_there(
+    small_run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pyspark.sql import SparkSession
+
+    monkeypatch.setattr(SparkSession, "getActiveSession", classmethod(lambda _cls: object()))
+    assert cli._server_for(_args(str(small_run))) is None
