@@ -110,3 +110,31 @@ def test_a_process_with_its_own_session_judges_there(
 
     monkeypatch.setattr(SparkSession, "getActiveSession", classmethod(lambda _cls: object()))
     assert cli._server_for(_args(str(small_run))) is None
+
+
+def _request(code: str) -> tuple[bool, list[dict[str, object]]]:
+    """One request to `server._serve_one` over a socket pair (AF_UNIX): whether the server
+    keeps serving, and what it answered."""
+    import json
+    import socket
+
+    client, end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with client, end:
+        client.sendall(server.frame({"argv": ["run"], "cwd": "/", "code": code}))
+        keep = server._serve_one(end, code="this code")
+        end.shutdown(socket.SHUT_WR)
+        answers = [json.loads(line) for line in client.makefile("r")]
+    return keep, answers
+
+
+def test_a_client_running_other_code_is_refused_and_the_server_leaves() -> None:
+    assert _request("other code") == (False, [{"stale": True}])
+
+
+def test_a_client_gone_before_it_asked_leaves_the_server_serving() -> None:
+    import socket
+
+    client, end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with end:
+        client.close()
+        assert server._serve_one(end, code="this code") is True
