@@ -303,7 +303,10 @@ def _serve_one(sock: socket.socket, code: str) -> bool:
             sock.sendall(frame({"stale": True}))
         return False
     answered = threading.Event()
-    sock.sendall(frame({"pid": os.getpid()}))
+    try:
+        sock.sendall(frame({"pid": os.getpid()}))
+    except OSError:
+        return True  # a client gone while it waited for its turn
     threading.Thread(target=_watch, args=(sock, answered), daemon=True).start()
     parser = argparse.ArgumentParser(prog="harness analyze")
     cli.configure(parser)

@@ -138,3 +138,13 @@ def test_a_client_gone_before_it_asked_leaves_the_server_serving() -> None:
     with end:
         client.close()
         assert server._serve_one(end, code="this code") is True
+
+
+def test_a_client_gone_while_it_waited_for_its_turn_leaves_the_server_serving() -> None:
+    import socket
+
+    client, end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with end:
+        client.sendall(server.frame({"argv": ["run"], "cwd": "/", "code": "this code"}))
+        client.close()  # its request was sent; the answer has nobody to go to
+        assert server._serve_one(end, code="this code") is True
