@@ -58,9 +58,10 @@ test: setup lint
 unit: $(STAMP)
 	$(BIN)/python -m pytest -m unit $(PYTEST_ARGS)
 
-# the edit loop: no JVM, no Spark (pure logic, loopback sockets, fuzz)
+# the edit loop: no JVM, no Spark (pure logic, loopback sockets, fuzz), on the same workers
+# (63 s against 88-97 s in one process here)
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "unit or local or fuzz" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "unit or local or fuzz" -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # With a Docker engine the broker runs in a container (the image is built on first use, or by
 # `make images`); without one, from the cached jars. The run's first lines say which.
