@@ -67,7 +67,7 @@ def _server_for(args: argparse.Namespace) -> Path | None:
     """The analysis server's socket when one should judge this run (`analysis.server`):
     one is named, no Spark master is, this process has no session of its own, and the
     history is a small run's."""
-    from analysis.server import socket_path
+    from analysis.remote import socket_path
 
     path = socket_path()
     if path is None or args.spark_master or os.environ.get("SPARK_MASTER"):
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         server = _server_for(args)
         if server is not None:
-            from analysis.server import analyze_remotely
+            from analysis.remote import analyze_remotely
 
             status = analyze_remotely(server, _argv(args))
             if status is not None:

@@ -50,7 +50,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     from pathlib import Path
 
-    from analysis.server import remove_server
+    from analysis.remote import remove_server
 
     for path in _ANALYSIS_SERVER:
         remove_server(Path(path))

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from analysis import analyze_run
-from analysis.server import SERVER_ENV, remove_server, server_pid, socket_path
+from analysis.remote import SERVER_ENV, remove_server, server_pid, socket_path
 from analysis.synth import SynthSpec, generate
 from analysis.verdict import EXIT_CODES
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from analysis.server import SERVER_ENV, remove_server, server_pid
+from analysis.remote import SERVER_ENV, remove_server, server_pid
 from analysis.synth import SynthSpec, generate
 from harness import procfs
 from harness.cli import main

@@ -1,5 +1,6 @@
 """Which analyses `harness analyze` sends to an analysis server, and what it does when none
-can take one (analysis/server.py; the server itself: tests/spark/test_analysis_server.py)."""
+can take one (analysis/remote.py); what the server does with a client running other code
+or gone (analysis/server.py). Judging on a server: tests/spark/test_analysis_server.py."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis import cli, load, server, session
+from analysis import cli, load, remote, server, session
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -31,7 +32,7 @@ def test_the_arguments_reach_the_server_unchanged(argv: list[str]) -> None:
 def small_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "history").mkdir()
     monkeypatch.setattr(load, "history_rows", lambda _run_dir: session.SMALL_RUN_EVENTS - 1)
-    monkeypatch.setenv(server.SERVER_ENV, "/tmp/some.sock")
+    monkeypatch.setenv(remote.SERVER_ENV, "/tmp/some.sock")
     monkeypatch.delenv("SPARK_MASTER", raising=False)
     # a Spark test module on the same worker may have left a session in this process
     from pyspark.sql import SparkSession
@@ -58,7 +59,7 @@ def test_a_named_spark_master_or_no_server_is_judged_here(
     monkeypatch.setenv("SPARK_MASTER", "spark://h:7077")
     assert cli._server_for(_args(str(small_run))) is None
     monkeypatch.delenv("SPARK_MASTER")
-    monkeypatch.setenv(server.SERVER_ENV, "")
+    monkeypatch.setenv(remote.SERVER_ENV, "")
     assert cli._server_for(_args(str(small_run))) is None
 
 
@@ -77,7 +78,7 @@ def test_no_server_where_none_can_start_says_so_and_leaves_the_analysis_here(
 ) -> None:
     (tmp_path / "file").write_text("")
     err = io.StringIO()
-    status = server.analyze_remotely(tmp_path / "file" / "s.sock", ["run"], err=err)
+    status = remote.analyze_remotely(tmp_path / "file" / "s.sock", ["run"], err=err)
     assert status is None
     assert f"no analysis server at {tmp_path / 'file' / 's.sock'}" in err.getvalue()
     assert "analysing here" in err.getvalue()
@@ -90,17 +91,17 @@ def test_the_fingerprint_follows_the_analysis_code(tmp_path: Path) -> None:
     (tmp_path / "analysis" / "templates" / "r.html.j2").write_text("<p>\n")
     (tmp_path / "harness" / "history" / "events.py").write_text("E = 1\n")
     (tmp_path / "analysis" / "notes.txt").write_text("not code\n")
-    before = server.fingerprint(tmp_path)
+    before = remote.fingerprint(tmp_path)
     (tmp_path / "analysis" / "notes.txt").write_text("still not code\n")
-    assert server.fingerprint(tmp_path) == before
+    assert remote.fingerprint(tmp_path) == before
     for path in (
         "analysis/checks/a.py",
         "analysis/templates/r.html.j2",
         "harness/history/events.py",
     ):
         (tmp_path / path).write_text("changed\n")
-        assert server.fingerprint(tmp_path) != before
-        before = server.fingerprint(tmp_path)
+        assert remote.fingerprint(tmp_path) != before
+        before = remote.fingerprint(tmp_path)
 
 
 def test_a_process_with_its_own_session_judges_there(
@@ -120,7 +121,7 @@ def _request(code: str) -> tuple[bool, list[dict[str, object]]]:
 
     client, end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     with client, end:
-        client.sendall(server.frame({"argv": ["run"], "cwd": "/", "code": code}))
+        client.sendall(remote.frame({"argv": ["run"], "cwd": "/", "code": code}))
         keep = server._serve_one(end, code="this code")
         end.shutdown(socket.SHUT_WR)
         answers = [json.loads(line) for line in client.makefile("r")]
@@ -145,6 +146,6 @@ def test_a_client_gone_while_it_waited_for_its_turn_leaves_the_server_serving() 
 
     client, end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     with end:
-        client.sendall(server.frame({"argv": ["run"], "cwd": "/", "code": "this code"}))
+        client.sendall(remote.frame({"argv": ["run"], "cwd": "/", "code": "this code"}))
         client.close()  # its request was sent; the answer has nobody to go to
         assert server._serve_one(end, code="this code") is True
