@@ -68,6 +68,7 @@ from analysis.checks.base import (
     nothing_judged,
     witness,
 )
+from analysis.checks.stalls import TIMER_RESOLUTION_MS, heartbeat_stalls, overlap
 from analysis.columns import detail_col
 from analysis.frames import MS, acceptor_conns
 from analysis.model import INT_MAX
@@ -139,7 +140,7 @@ def _taken_within(
     x = freed
     while True:
         nxt = counts.next_change(x)
-        if nxt is None or nxt >= until or nxt - freed - _overlap(stalls, freed, nxt) > slack * MS:
+        if nxt is None or nxt >= until or nxt - freed - overlap(stalls, freed, nxt) > slack * MS:
             return None
         if not _slot_free(run, counts, listener, nxt):
             return nxt
@@ -189,7 +190,7 @@ def check_admission_wait(run: Run) -> CheckResult:
     n_slot_ok = 0
     n_long_bad = 0
     n_stalled = 0
-    measured, hb = _heartbeat_stalls(run)
+    measured, hb = heartbeat_stalls(run)
     if stats["long"]:
         candidates = conns.where(long_).select(*cols).orderBy("accept_ns").limit(5000).collect()
         counts = None
@@ -207,7 +208,7 @@ def check_admission_wait(run: Run) -> CheckResult:
             waited = (r["t1_ns"] - r["accept_ns"]) / MS
             lst = r["listener"]
             why = None
-            stalled = _overlap(stalls, ready, int(r["t1_ns"]))
+            stalled = overlap(stalls, ready, int(r["t1_ns"]))
             if (r["t1_ns"] - ready - stalled) / MS <= slack:
                 n_stalled += 1  # the acceptor's own loop stood still: not a decision
                 continue
@@ -245,7 +246,7 @@ def check_admission_wait(run: Run) -> CheckResult:
                 # the delay: it is credited here too
                 if (
                     free_at is not None
-                    and r["t1_ns"] - free_at - _overlap(slot_stalls, free_at, int(r["t1_ns"]))
+                    and r["t1_ns"] - free_at - overlap(slot_stalls, free_at, int(r["t1_ns"]))
                     > slack * MS
                 ):
                     why = (
@@ -380,71 +381,6 @@ def _slot_blocks_while_free(run: Run, slack: float) -> tuple[int, list[dict[str,
     return len(blocks), out
 
 
-#: uvloop's timers and loop clock have millisecond resolution: a tick may fire up to 1 ms
-#: after its due time without any stall
-TIMER_RESOLUTION_MS = 1.0
-
-
-def _heartbeat_stalls(run: Run) -> tuple[list[tuple[int, int]] | None, dict[str, float]]:
-    """Loop stalls the acceptor measured itself (`loop_lag` rows), or None without a heartbeat.
-
-    A heartbeat tick due every `period` ms that fired `late` ms after its due time proves the
-    loop could not run callbacks from (at the latest) its due time to when it fired; the tick
-    before it fired on time at most one period (plus the timer resolution) earlier, so a stall
-    that delayed this tick lies in [due − period − resolution, fired]. That interval is what
-    a wait may be credited with. Ticks late by ≤ threshold write no row: an unmeasured stall
-    is shorter than threshold + period + resolution (the `blind_ms`), which the slack must
-    cover. Older acceptors wrote no heartbeat (no `start` row): None, and the caller falls
-    back to stalls inferred from gaps in the rows.
-    """
-
-    rows = (
-        run.events("loop_lag", source="acceptor")
-        .select(
-            "mono_ns",
-            "reason",
-            "delay_ms",
-            detail_col("acceptor", "loop_lag", "period_ms").cast("double").alias("period_ms"),
-            detail_col("acceptor", "loop_lag", "threshold_ms").cast("double").alias("threshold_ms"),
-        )
-        .collect()
-    )
-    starts = [r for r in rows if r["reason"] == "start"]
-    if not starts:
-        return None, {}
-    period = max(float(r["period_ms"] or 0.0) for r in starts)
-    threshold = max(float(r["threshold_ms"] or 0.0) for r in starts)
-    out: list[tuple[int, int]] = []
-    longest = 0.0
-    for r in rows:
-        if r["reason"] != "stall":
-            continue
-        fired = int(r["mono_ns"])
-        late = float(r["delay_ms"] or 0.0)
-        longest = max(longest, late)
-        out.append((fired - int((late + period + TIMER_RESOLUTION_MS) * MS), fired))
-    out.sort()
-    info = {
-        "stalls": float(len(out)),
-        "max_ms": longest,
-        "period_ms": period,
-        "threshold_ms": threshold,
-        "blind_ms": threshold + period + TIMER_RESOLUTION_MS,
-    }
-    return _merge(out), info
-
-
-def _merge(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Union of sorted intervals (overlapping credits are counted once)."""
-    out: list[tuple[int, int]] = []
-    for a, b in intervals:
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out
-
-
 STALL_MIN_MS = 10.0
 STALL_BURST = 3
 STALL_BURST_MS = 1.0
@@ -481,10 +417,6 @@ def _loop_stalls(run: Run, candidates: list[Any]) -> list[tuple[int, int]]:
         if j - bisect_right(ns, b - 1) >= STALL_BURST:
             out.append((a, b))
     return out
-
-
-def _overlap(intervals: list[tuple[int, int]], lo: int, hi: int) -> int:
-    return sum(max(0, min(b, hi) - max(a, lo)) for a, b in intervals)
 
 
 def _evictions(run: Run) -> list[dict[str, Any]]:

@@ -623,6 +623,8 @@ class ListenerAcceptor:
 
     # -- IP-rate throttled sockets ---------------------------------------------------------
     def _park(self, item: NewConnection, t1_ms: int) -> None:
+        if not self._parked:  # its close is timed by the loop: measure the loop's stalls
+            self.heartbeat.arm()
         heapq.heappush(self._parked, (t1_ms + item.throttle_ms, next(self._park_seq), item))
         if self._f_tls is not None:  # SEEDED FAULT: the handshake before the quota's close
             task = asyncio.ensure_future(self._handshake_anyway(item))
@@ -646,6 +648,8 @@ class ListenerAcceptor:
 
     def _close_parked_one(self, entry: tuple[int, int, NewConnection], reason: str) -> None:
         end_ms, _, item = entry
+        if not self._parked:  # the last one: nothing left whose close the loop times
+            self.heartbeat.disarm()
         transport = self._f_tls_transports.pop(id(item), None)  # the seeded fault's
         if transport is not None:
             transport.abort()

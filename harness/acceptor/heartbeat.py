@@ -18,10 +18,13 @@ tick was late by ≤ THRESHOLD_MS leave no row, so an unmeasured stall is shorte
 THRESHOLD_MS + PERIOD_MS (+ the loop's 1 ms timer resolution under uvloop).
 
 When: the checker credits a stall only where it overlaps an admission's wait (a rate
-delay or a slot wait), so the timer runs only while some admission waits (`arm` when the
-wait begins, `disarm` when it ends): its first tick is due one period after the wait began,
-so the credit interval of any stall row starts no later than the wait. Cost: nothing on a
-path without waits (no timer at all); while waiting, one callback per period (100/s) and a
+delay or a slot wait) or the stretch in which a parked, IP-throttled socket's close was due
+and had not happened yet (`ip_throttle_within_window`: the loop's turn closes it), so the
+timer runs only while some admission waits or some throttled socket is parked (`arm` when
+the wait begins or the first socket is parked, `disarm` when it ends or the last parked
+socket is closed): its first tick is due one period after the wait began, so the credit
+interval of any stall row starts no later than the wait. Cost: nothing on a path without
+waits or throttles (no timer at all); while armed, one callback per period (100/s) and a
 row only when late. A `loop_lag` row of reason `start` records the period and threshold, so
 the checker knows the heartbeat ran (absence of stall rows then means no stall).
 """
@@ -54,7 +57,7 @@ class Heartbeat:
         self._detail_start = {
             "period_ms": period_ms,
             "threshold_ms": threshold_ms,
-            "armed": "while an admission waits",
+            "armed": "while an admission waits or a throttled socket is parked",
         }
         self._due_ns = 0
         self._armed = 0

@@ -275,6 +275,24 @@ def test_ip_over_its_rate_quota_is_closed_within_the_window_others_unaffected(st
     assert h.call(lambda: h.acceptor.quotas.total) == 0
 
 
+def test_the_loop_is_measured_while_a_throttled_socket_is_parked(start: Start) -> None:
+    """A parked socket's close is timed by the acceptor loop's turn: while one is parked
+    the heartbeat runs, so a stall of the loop then is measured (a `loop_lag` row the
+    checker credits to a late close). Here the loop is held 200 ms by hand."""
+    h = start(**{"quota.window.num": "2", "quota.window.size.seconds": "1"})
+    addr = h.address("CLIENT")
+    alter_ip_quota(f"{addr[0]}:{addr[1]}", "127.0.0.2", 1)
+    socks = [raw(addr, "127.0.0.2") for _ in range(4)]
+    listener = h.acceptor.listeners["CLIENT"]
+    wait_until(lambda: h.call(lambda: len(listener._parked)) > 0, what="a socket parked")
+    h.call(lambda: time.sleep(0.2))  # the loop stands still while it is parked
+    wait_until(lambda: rows(h, "throttle_close"), 15, what="the parked socket closed")
+    stalls = [r for r in rows(h, "loop_lag") if r["reason"] == "stall"]
+    assert stalls and max(r["delay_ms"] for r in stalls) >= 150, stalls
+    for s in socks:
+        s.close()
+
+
 def test_queue_of_20_and_registrations_per_iteration_with_a_paused_processor(start: Start) -> None:
     h = start(**{"num.network.threads": "1"})
     addr = h.address("CLIENT")

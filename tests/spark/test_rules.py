@@ -692,6 +692,51 @@ def test_a_throttled_socket_closes_at_the_acceptor_loops_first_turn_past_its_end
         assert "first turn past its end" in r.witnesses[0]["why"]
 
 
+def _loop_lag(ns: int, reason: str, late_ms: float = 0.0) -> dict[str, Any]:
+    """A heartbeat row (harness.acceptor.heartbeat: period 10 ms, threshold 5 ms)."""
+    detail = {"period_ms": 10, "threshold_ms": 5} if reason == "start" else {
+        "due_mono_ns": ns - int(late_ms * MS), "period_ms": 10}  # fmt: skip
+    return {"source": "acceptor", "event": "loop_lag", "mono_ns": ns, "reason": reason,
+            "delay_ms": late_ms, "detail": detail}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "fired_ms, late_ms, heartbeat, verdict",
+    [
+        # credited [fired - late - 10 - 1, fired] = [549, 570]: 21 ms of the 70 ms late
+        (570.0, 10.0, True, "pass"),
+        # [551, 570]: 19 ms, 51 ms left over the 50 ms slack
+        (570.0, 8.0, True, "fail"),
+        # a stall before the turn (the select timeout at 500 ms) did not hold the close
+        (300.0, 60.0, True, "fail"),
+        # no heartbeat `start` row: nothing measured, nothing credited
+        (570.0, 10.0, False, "fail"),
+    ],
+    ids=["stall-covers", "stall-short", "stall-before-the-turn", "no-heartbeat"],
+)
+def test_a_measured_loop_stall_excuses_a_late_throttle_close(
+    spark: Any, tmp_path: Path, fired_ms: float, late_ms: float, heartbeat: bool, verdict: str
+) -> None:
+    """Idle listener: the close is due at the 500 ms select timeout and comes at 570 ms,
+    20 ms past the slack. The acceptor loop's own stall, measured by its heartbeat between
+    that turn and the close, is credited (a loop that cannot run cannot close); 1 ms
+    either side of the slack."""
+    end = T0 + 20 * MS  # _throttled_rows: the throttle ends 20 ms after T0
+    rows = _throttled_rows(570.0, None)
+    rows.append(_loop_lag(end + int(fired_ms * MS), "stall", late_ms))
+    if heartbeat:
+        rows.append(_loop_lag(T0 - MS, "start"))
+    run_dir = write_rows(tmp_path / "stall", rows, {"run_id": "stall", "target": "acceptor"})
+    r = results(spark, run_dir, "ip_throttle_within_window")["ip_throttle_within_window"]
+    assert r.verdict == verdict, (r.observed, r.witnesses)
+    if verdict == "fail":
+        assert "first turn past its end" in r.witnesses[0]["why"]
+    if heartbeat and fired_ms == 570.0:
+        assert "1 close(s) credited with measured loop stalls" in r.observed, r.observed
+    if not heartbeat:
+        assert "no heartbeat recorded" in r.tolerance, r.tolerance
+
+
 @pytest.mark.parametrize(
     "second_after_ms, verdict",
     [(349.0, "pass"), (351.0, "fail")],
