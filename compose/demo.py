@@ -255,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
         compose_file = rd.root / "docker-compose.yaml"
         compose_file.write_text(yaml.safe_dump(cluster_services(kafkas, fronts, uuid)))
         services = [f"{kind}-{i + 1}" for kind in ("kafka", "acceptor") for i in range(n_nodes)]
-    cli = [*compose_cli(), "-f", str(compose_file), "-p", run_id.lower().replace(".", "-")]
+    project = run_id.lower().replace(".", "-")
+    cli = [*compose_cli(), "-f", str(compose_file), "-p", project]
     cli += ["--env-file", str(env_file)]
     logs = rd.logs / "compose.log"
 
@@ -273,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     from harness.history.writer import HistoryWriter
 
     history = HistoryWriter(rd.history, "harness", run_id, name="compose")
+    samplers: list[Any] = []
     scraper = None
     error = None
     verdict_rc = 3
@@ -320,6 +322,14 @@ def main(argv: list[str] | None = None) -> int:
                     if u
                 ]
             )
+        # as `harness run` samples its own: the kernel's listen drops (host networking: the
+        # runner's namespace is the stack's) and the containers' processes by role
+        from harness.runner.kernel_net import start_sampler as start_kernel_net
+        from harness.runner.proc_stats import ProcStatsSampler
+
+        samplers.append(start_kernel_net(history, say))
+        samplers.append(ProcStatsSampler(history.record, ContainerGroups(client, project), None))
+        samplers[-1].start()
         history.record(
             "run_start",
             detail={"scenario": sc.name, "target": "acceptor", "duration_s": duration},
@@ -338,6 +348,11 @@ def main(argv: list[str] | None = None) -> int:
             timeout=duration + 180,
         )
         ended_ns = time.monotonic_ns()
+        for sampler in samplers:
+            if sampler is not None:
+                sampler.stop()
+                say(f"{type(sampler).__name__}: {sampler.summary()}")
+        samplers.clear()
         if scraper is not None:
             scraper.stop()
             say(f"Kafka metrics: {scraper.summary()}")
@@ -360,6 +375,9 @@ def main(argv: list[str] | None = None) -> int:
         error = f"{type(exc).__name__}: {exc}"
         say(f"run broke: {error}")
     finally:
+        for sampler in samplers:  # the run broke while they ran
+            if sampler is not None:
+                sampler.stop()
         if args.keep:
             say(f"--keep: the stack stays up; `{' '.join(cli)} down -v` removes it")
         else:
@@ -424,6 +442,49 @@ class KafkaConfig:
     def remove(self) -> None:
         if self.secured is not None:
             self.secured.remove()
+
+
+#: a compose service's name prefix -> its role in the run's `process_stats` rows
+ROLES = {"acceptor": "acceptor", "kafka": "broker", "locust": "load"}
+
+
+class ContainerGroups:
+    """The stack's processes by role, as process groups, for `ProcStatsSampler`: runc
+    starts a container's first process in a session of its own, and with `pid: host` (the
+    compose file's) its pid is the host's, so the group is that pid. Asked every reading
+    (Locust's containers come and go); each container's pid is inspected once."""
+
+    def __init__(self, client: Any, project: str) -> None:
+        self.client = client
+        self.label = f"com.docker.compose.project={project}"
+        self._pids: dict[str, int] = {}
+
+    def __call__(self) -> dict[str, list[int]]:
+        from docker.errors import DockerException
+
+        out: dict[str, list[int]] = {role: [] for role in ROLES.values()}
+        try:
+            running = self.client.containers.list(
+                sparse=True, filters={"label": self.label, "status": "running"}
+            )
+        except (DockerException, OSError):  # the engine busy or gone: none this second
+            return out
+        for c in running:
+            service = (c.attrs.get("Labels") or {}).get("com.docker.compose.service", "")
+            role = next((r for prefix, r in ROLES.items() if service.startswith(prefix)), None)
+            if role is None:
+                continue
+            pid = self._pids.get(c.id)
+            if pid is None:
+                try:
+                    pid = int(self.client.api.inspect_container(c.id)["State"]["Pid"] or 0)
+                except (DockerException, OSError, KeyError, ValueError):  # gone meanwhile
+                    continue
+                if pid:
+                    self._pids[c.id] = pid
+            if pid:
+                out[role].append(pid)
+        return out
 
 
 def _kafka_config(

@@ -3,8 +3,9 @@ harness/runner/proc_stats.py): the readings, the intervals a loop was busy throu
 one phrase that says so. A leaf module: `front_saturation` reads the acceptor's loops with
 it, `offered_load` the generator's, in the same words.
 
-Bound: two schedstat reads are placed within their rows' read spans, so a loop busy
-throughout an interval reads at least 1 - (both spans) / interval.
+Bound: two schedstat reads are placed within their read spans (the loops' own read,
+`loop_read_mono_ns` / `loop_read_ms`, where recorded), so a loop busy throughout an
+interval reads at least 1 - (both spans) / interval.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ def busy_readings(rows: list[tuple[int, float, dict[str, Any]]]) -> list[Busy]:
     stop, taken just after the periodic one) cannot tell an idle loop from a busy one and
     is left out."""
     out: list[Busy] = []
-    for (t0, span0, _), (t1, span1, d) in itertools.pairwise(rows):
+    for prev, row in itertools.pairwise(rows):
+        (t0, span0), (t1, span1), d = _read_span(prev), _read_span(row), row[2]
         share = d.get("loop_busy")
         if share is None or t1 <= t0:
             continue
@@ -50,6 +52,17 @@ def busy_readings(rows: list[tuple[int, float, dict[str, Any]]]) -> list[Busy]:
             continue
         out.append(Busy(t0, t1, float(share), int(d.get("loop_busy_pid") or 0), bound))
     return out
+
+
+def _read_span(row: tuple[int, float, dict[str, Any]]) -> tuple[int, float]:
+    """When a reading read the loops, and its span in ms: the loops' own read
+    (`loop_read_mono_ns`, `loop_read_ms`: its end and length) where recorded, else the
+    whole reading's (its start and `latency_ms`: histories before the loops were read
+    apart). The interval between two readings is then end to end, as the share's."""
+    t, span, d = row
+    if "loop_read_mono_ns" in d:
+        return int(d["loop_read_mono_ns"]), float(d.get("loop_read_ms") or 0.0)
+    return t, span
 
 
 def saturated_spans(readings: list[Busy]) -> list[tuple[int, int, float]]:

@@ -16,7 +16,10 @@ event ``process_stats``:
   (``/proc/<pid>/task/<pid>/schedstat``); for ``load``, any of its threads' (the storm
   engine's loop runs on a thread of gevent's pool; ``loop_busy_pid`` is then that thread's
   id). A loop busy for the whole interval never went idle: it had more work than time,
-  which is what `front_saturation` and `offered_load` read;
+  which is what `front_saturation` and `offered_load` read. ``loop_read_mono_ns`` /
+  ``loop_read_ms``: when that read of the loops ended and how long it took (the loops are
+  read together after the scan, so the span that places them is short even when the scan
+  is slow);
 - ``history``: {``role``, ``bytes``, ``files``} of the run's history folder.
 
 Read from ``/proc`` (Linux): a process that exits between the listing and the read is
@@ -59,36 +62,30 @@ def schedstat(pid: int, proc: Path = PROC, tid: int | None = None) -> tuple[int,
     return int(fields[0]), int(fields[1])
 
 
-def group_totals(
-    pgids: Sequence[int],
-    proc: Path = PROC,
-    busy: dict[int, int] | None = None,
-    threads: bool = False,
-) -> dict[str, Any]:
-    """Processes, descriptors, RSS and CPU summed over every process in ``pgids``; with
-    ``busy``, each process's main-thread busy ns (on a CPU + runnable) put there by pid, or
-    with ``threads`` every thread's, by thread id."""
-    wanted = set(pgids)
-    out: dict[str, Any] = {"processes": 0, "fds": 0, "rss_kb": 0, "cpu_s": 0.0}
+def scan(proc: Path = PROC) -> dict[int, list[tuple[int, float, int]]]:
+    """Every readable process by its process group: (pid, CPU seconds, RSS kB). One pass
+    over ``proc`` per reading, whatever the number of roles."""
+    groups: dict[int, list[tuple[int, float, int]]] = {}
     for entry in os.scandir(proc):
         if not entry.name.isdigit():
             continue
         try:
             pgrp, cpu, rss_kb = read_stat((Path(entry.path) / "stat").read_text())
-            if pgrp not in wanted:
-                continue
-            fds = len(os.listdir(Path(entry.path) / "fd"))
         except (OSError, ValueError, IndexError):
             continue  # exited meanwhile, or not ours to read
-        if busy is not None:
-            pid = int(entry.name)
-            tids = [pid]
-            if threads:
-                with contextlib.suppress(OSError):
-                    tids = procfs.thread_ids(pid, proc)
-            for tid in tids:
-                with contextlib.suppress(OSError, ValueError, IndexError):  # gone, or none
-                    busy[tid] = sum(schedstat(pid, proc, tid))
+        groups.setdefault(pgrp, []).append((int(entry.name), cpu, rss_kb))
+    return groups
+
+
+def group_totals(members: Sequence[tuple[int, float, int]], proc: Path = PROC) -> dict[str, Any]:
+    """Processes, descriptors, RSS and CPU summed over ``members`` (`scan`'s entries of a
+    role's groups); one gone before its descriptors were counted is left out."""
+    out: dict[str, Any] = {"processes": 0, "fds": 0, "rss_kb": 0, "cpu_s": 0.0}
+    for pid, cpu, rss_kb in members:
+        try:
+            fds = len(os.listdir(proc / str(pid) / "fd"))
+        except OSError:
+            continue
         out["processes"] += 1
         out["fds"] += fds
         out["rss_kb"] += rss_kb
@@ -142,14 +139,13 @@ class ProcStatsSampler:
     def sample_once(self) -> None:
         t0 = self.clock_ns()
         rows: list[dict[str, Any]] = []
-        for role, pgids in sorted(self.roles().items()):
-            if pgids:
-                busy: dict[int, int] = {}
-                every = role in EVERY_THREAD
-                totals = group_totals(pgids, self.proc, busy, threads=every)
-                row = {"role": role, "pgids": list(pgids), **totals}
-                row.update(self._loop_busy(role, busy))
-                rows.append(row)
+        roles = {role: pgids for role, pgids in sorted(self.roles().items()) if pgids}
+        groups = scan(self.proc) if roles else {}
+        for role, pgids in roles.items():
+            members = [m for g in pgids for m in groups.get(g, [])]
+            row = {"role": role, "pgids": list(pgids), **group_totals(members, self.proc)}
+            row.update(self._loop_busy(role, [pid for pid, _, _ in members]))
+            rows.append(row)
         if self.history is not None:
             size, files = folder_bytes(self.history)
             rows.append({"role": "history", "bytes": size, "files": files})
@@ -162,21 +158,43 @@ class ProcStatsSampler:
                     peak[key] = max(peak.get(key, 0), float(detail[key]))
         self.readings += 1
 
-    def _loop_busy(self, role: str, busy: dict[int, int]) -> dict[str, Any]:
-        """The busiest main thread of the role since its last reading: its share of the
-        interval (on a CPU or waiting for one), and its pid."""
+    def _loop_busy(self, role: str, pids: Sequence[int]) -> dict[str, Any]:
+        """The busiest loop of the role since its last reading: its share of the interval
+        (on a CPU or waiting for one) and its pid (thread id), and when the loops were read
+        (``loop_read_mono_ns``: the end of the read, ``loop_read_ms``: how long it took).
+
+        The loops are read together, after the scan, between two clock readings: that span,
+        not the whole reading's, is what places the reads in time (on a busy machine a
+        scan of ``/proc`` takes hundreds of ms, which would leave a reading unable to tell
+        a busy loop from one at a third of its time). The share's interval runs from the
+        end of one read to the end of the next."""
+        tasks: list[tuple[int, int]] = []
+        for pid in pids:
+            tids = [pid]
+            if role in EVERY_THREAD:
+                with contextlib.suppress(OSError):
+                    tids = procfs.thread_ids(pid, self.proc)
+            tasks += [(pid, tid) for tid in tids]
+        began = self.clock_ns()
+        busy: dict[int, int] = {}
+        for pid, tid in tasks:
+            with contextlib.suppress(OSError, ValueError, IndexError):  # gone, or none
+                busy[tid] = sum(schedstat(pid, self.proc, tid))
         now = self.clock_ns()
+        if not busy:
+            return {}
         last = self._busy.get(role)
         self._busy[role] = (now, busy)
+        read = {"loop_read_mono_ns": now, "loop_read_ms": round((now - began) / 1e6, 3)}
         if last is None or now <= last[0]:
-            return {}
+            return read
         shares = {
             pid: (ns - last[1][pid]) / (now - last[0]) for pid, ns in busy.items() if pid in last[1]
         }
         if not shares:
-            return {}
+            return read
         pid = max(shares, key=lambda p: shares[p])
-        return {"loop_busy": round(shares[pid], 4), "loop_busy_pid": pid}
+        return {"loop_busy": round(shares[pid], 4), "loop_busy_pid": pid, **read}
 
     def start(self) -> ProcStatsSampler:
         self._every.start()

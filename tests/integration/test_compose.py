@@ -87,6 +87,13 @@ def test_compose_runs_a_catalog_scenario_and_leaves_nothing_behind() -> None:
     events = [r["event"] for r in harness]
     for event in ("config", "run_start", "phase_start", "phase_end", "run_end"):
         assert event in events
+    # the containers' processes were read by role, and the acceptor's loop judged by them
+    stats = [json.loads(str(r["detail"])) for r in harness if r["event"] == "process_stats"]
+    assert {d["role"] for d in stats} >= {"acceptor", "broker", "load"}, stats[:3]
+    assert any("loop_busy" in d for d in stats if d["role"] == "acceptor")
+    assert "kernel_net" in events
+    front = next(c for c in verdict["checks"] if c["name"] == "front_saturation")
+    assert front["verdict"] != "n/a", front
     import docker
 
     client_api = docker.from_env()

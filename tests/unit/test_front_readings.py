@@ -64,6 +64,23 @@ def test_a_loop_busy_throughout_within_its_read_spans_is_saturated() -> None:
     assert saturated_spans(readings) == [(0, 1 * S, 0.995), (2 * S, 4 * S, 1.002)]
 
 
+def test_the_loops_own_read_span_places_a_reading_not_the_whole_readings() -> None:
+    """Readings whose /proc scans took 650 and 330 ms (a busy machine) but whose loop reads
+    took 0.2 ms: a loop at a third of its time is not saturated (by the whole readings'
+    spans it could not be told from one busy throughout); one busy throughout still is."""
+
+    def row(at_s: float, busy: float | None) -> tuple[int, float, dict]:
+        t, _, d = _reading(at_s, 650.0, busy)
+        return t, 650.0, {**d, "loop_read_mono_ns": t + 300 * MS, "loop_read_ms": 0.2}
+
+    readings = busy_readings([row(0, None), row(1, 0.33), row(2, 0.9997)])
+    assert [round(r.bound, 4) for r in readings] == [0.9996, 0.9996]
+    assert (readings[0].prev_ns, readings[0].at_ns) == (300 * MS, S + 300 * MS)
+    assert saturated_spans(readings) == [(S + 300 * MS, 2 * S + 300 * MS, 0.9997)]
+    old = busy_readings([_reading(0, 650.0, None), _reading(1, 330.0, 0.33)])
+    assert saturated_spans(old) == [(0, S, 0.33)]  # recorded before: only the whole span
+
+
 def test_the_first_reading_of_a_process_has_no_share() -> None:
     assert busy_readings([_reading(0, 1.0, None), _reading(1, 1.0, None)]) == []
 

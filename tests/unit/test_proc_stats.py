@@ -126,3 +126,29 @@ def test_the_load_roles_busiest_thread_of_any_kind_is_its_loop(tmp_path: Path) -
     by_role = {r["role"]: r for r in rows[-2:]}
     assert by_role["load"]["loop_busy"] == 0.9 and by_role["load"]["loop_busy_pid"] == 203
     assert by_role["acceptor"]["loop_busy"] == 0.01  # the main thread only
+
+
+def test_the_loops_are_placed_by_their_own_read_not_the_whole_readings(tmp_path: Path) -> None:
+    """A slow scan of /proc (here 300 ms between the sampler's clock readings around it)
+    does not widen the span that places the loop reads: that is the read of the loops
+    alone, and the share's interval runs from the end of one such read to the next."""
+    proc = tmp_path / "proc"
+    _proc(proc, 100, 100, 1, 1)
+    _schedstat(proc, 100, 0, 0)
+    ticks = iter(range(0, 100 * 300_000_000, 300_000_000))  # each clock reading 300 ms on
+    rows: list[tuple[int, float, dict[str, Any]]] = []
+    s = ProcStatsSampler(
+        lambda e, **kw: rows.append((kw["mono_ns"], kw["latency_ms"], kw["detail"])),
+        lambda: {"acceptor": [100]},
+        None,
+        proc=proc,
+        clock_ns=lambda: next(ticks),
+    )
+    s.sample_once()  # clock: start 0, loops read 0.3-0.6 s, end 0.9 s
+    _schedstat(proc, 100, 900_000_000, 0)
+    s.sample_once()  # start 1.2 s, loops read 1.5-1.8 s, end 2.1 s
+    (t0, whole0, first), (t1, whole1, second) = rows
+    assert (t0, whole0, t1, whole1) == (0, 900.0, 1_200_000_000, 900.0)
+    assert (first["loop_read_mono_ns"], first["loop_read_ms"]) == (600_000_000, 300.0)
+    assert (second["loop_read_mono_ns"], second["loop_read_ms"]) == (1_800_000_000, 300.0)
+    assert second["loop_busy"] == 0.75  # 0.9 s busy over the 1.2 s from read end to read end
