@@ -13,7 +13,8 @@ had more work than time: saturated. Deliberate waits (sleeping out a rate delay,
 for a slot) idle the loop, so a quota's own throttling never reads as saturation, while a
 loop starved of CPU by its neighbours on a shared machine does (it was runnable and could
 not run). The bound is the readings' own: two schedstat reads are placed within their
-rows' read spans, so a loop busy throughout reads at least 1 - (both spans) / interval.
+read spans and the kernel's count lags by at most the lag (analysis.checks.loops), so a
+loop busy throughout reads at least 1 - (both spans + lag) / interval.
 
 Saturated intervals are judged by no check (`unknown`, naming them with the figures: how
 busy, the connections that waited in the accept queue beyond the slack the timing checks
@@ -117,8 +118,9 @@ def check_front_saturation(run: Run) -> CheckResult:
         "loop_busy": [r.share for r in readings[:SERIES_MAX]],
     }
     tolerance = (
-        "a reading counts as busy throughout at 1 - (its and the previous reading's read "
-        f"spans) / interval: {min(r.bound for r in readings):.4f} at the lowest"
+        "a reading counts as busy throughout at 1 - (its and the previous reading's loop "
+        "read spans + the schedstat lag: the larger of a 10 ms tick and the largest excess "
+        f"over 1 measured) / interval: {min(r.bound for r in readings):.4f} at the lowest"
     )
     if not spans:
         return CheckResult(

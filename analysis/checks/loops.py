@@ -4,8 +4,16 @@ one phrase that says so. A leaf module: `front_saturation` reads the acceptor's 
 it, `offered_load` the generator's, in the same words.
 
 Bound: two schedstat reads are placed within their read spans (the loops' own read,
-`loop_read_mono_ns` / `loop_read_ms`, where recorded), so a loop busy throughout an
-interval reads at least 1 - (both spans) / interval.
+`loop_read_mono_ns` / `loop_read_ms`, where recorded), and the kernel's count lags the
+thread by its lag (below), so a loop busy throughout an interval reads at least
+1 - (both spans + lag) / interval.
+
+The lag: `/proc/<pid>/task/<tid>/schedstat` is the thread's CPU time as of its last
+accounting update (at most one scheduler tick ago while it runs: 10 ms at the lowest common
+CONFIG_HZ, 100) plus its waits for a CPU that have ended (a wait in progress is counted
+when it ends). A reading that lagged makes the next one read over 1 by as much: the
+largest such excess in the role's readings is a measured lag, and the allowance is the
+larger of it and the tick.
 """
 
 from __future__ import annotations
@@ -22,6 +30,8 @@ if TYPE_CHECKING:
 
 MS = 1_000_000
 S = 1_000_000_000
+#: the longest a running thread's schedstat goes without an update: one tick at HZ=100
+TICK_MS = 10.0
 
 
 @dataclass(frozen=True)
@@ -37,20 +47,23 @@ class Busy:
 
 def busy_readings(rows: list[tuple[int, float, dict[str, Any]]]) -> list[Busy]:
     """`process_stats` rows of one role (`role_rows`), (mono_ns, read span ms, detail), in time
-    order -> its readings with a share, each with the bound its read spans allow. A reading
-    whose interval is no longer than its two reads (bound ≤ 0: the last one at the run's
-    stop, taken just after the periodic one) cannot tell an idle loop from a busy one and
-    is left out."""
-    out: list[Busy] = []
+    order -> its readings with a share, each with the bound its read spans and the lag allow
+    (module docstring). A reading whose interval is no longer than its two reads and the
+    lag (bound ≤ 0: the last one at the run's stop, taken just after the periodic one)
+    cannot tell an idle loop from a busy one and is left out."""
+    pairs = []
     for prev, row in itertools.pairwise(rows):
         (t0, span0), (t1, span1), d = _read_span(prev), _read_span(row), row[2]
         share = d.get("loop_busy")
         if share is None or t1 <= t0:
             continue
-        bound = 1.0 - (span0 + span1) * MS / (t1 - t0)
-        if bound <= 0:
-            continue
-        out.append(Busy(t0, t1, float(share), int(d.get("loop_busy_pid") or 0), bound))
+        pairs.append((t0, t1, (span0 + span1) * MS, float(share), int(d.get("loop_busy_pid") or 0)))
+    lag = max([TICK_MS * MS] + [(share - 1.0) * (t1 - t0) for t0, t1, _, share, _ in pairs])
+    out: list[Busy] = []
+    for t0, t1, spans, share, pid in pairs:
+        bound = 1.0 - (spans + lag) / (t1 - t0)
+        if bound > 0:
+            out.append(Busy(t0, t1, share, pid, bound))
     return out
 
 

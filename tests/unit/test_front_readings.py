@@ -50,18 +50,30 @@ def _reading(at_s: float, span_ms: float, busy: float | None) -> tuple[int, floa
 
 
 def test_a_loop_busy_throughout_within_its_read_spans_is_saturated() -> None:
-    # spans of 2 ms and 3 ms over a 1 s interval: busy throughout reads at least 0.995
+    # spans of 2 ms and 3 ms and the 10 ms tick over a 1 s interval: busy throughout reads
+    # at least 0.985
     rows = [
         _reading(0, 2.0, None),
-        _reading(1, 3.0, 0.995),  # busy throughout, within the reads' spans
-        _reading(2, 2.0, 0.9949),  # idled a little: caught up once
-        _reading(3, 2.0, 1.002),
+        _reading(1, 3.0, 0.985),  # busy throughout, within the reads' spans and the lag
+        _reading(2, 2.0, 0.9849),  # idled a little: caught up once
+        _reading(3, 2.0, 1.002),  # 2 ms over: a lag shorter than the tick
         _reading(4, 2.0, 1.0),
         _reading(6, 2.0, 0.3),
     ]
     readings = busy_readings(rows)
-    assert [round(r.bound, 4) for r in readings] == [0.995, 0.995, 0.996, 0.996, 0.998]
-    assert saturated_spans(readings) == [(0, 1 * S, 0.995), (2 * S, 4 * S, 1.002)]
+    assert [round(r.bound, 4) for r in readings] == [0.985, 0.985, 0.986, 0.986, 0.993]
+    assert saturated_spans(readings) == [(0, 1 * S, 0.985), (2 * S, 4 * S, 1.002)]
+
+
+def test_a_lag_longer_than_the_tick_measured_in_the_run_widens_the_bound() -> None:
+    """A reading 30 ms over its interval shows the kernel's count lagged 30 ms at the
+    reading before: every reading of the role then allows 30 ms, not the 10 ms tick."""
+    alone = busy_readings([_reading(0, 2.0, None), _reading(1, 3.0, 0.97)])
+    assert [round(r.bound, 4) for r in alone] == [0.985] and saturated_spans(alone) == []
+    rows = [_reading(0, 2.0, None), _reading(1, 3.0, 0.97), _reading(2, 2.0, 1.03)]
+    readings = busy_readings(rows)
+    assert [round(r.bound, 4) for r in readings] == [0.965, 0.965]
+    assert saturated_spans(readings) == [(0, 2 * S, 1.03)]
 
 
 def test_the_loops_own_read_span_places_a_reading_not_the_whole_readings() -> None:
@@ -74,7 +86,7 @@ def test_the_loops_own_read_span_places_a_reading_not_the_whole_readings() -> No
         return t, 650.0, {**d, "loop_read_mono_ns": t + 300 * MS, "loop_read_ms": 0.2}
 
     readings = busy_readings([row(0, None), row(1, 0.33), row(2, 0.9997)])
-    assert [round(r.bound, 4) for r in readings] == [0.9996, 0.9996]
+    assert [round(r.bound, 4) for r in readings] == [0.9896, 0.9896]
     assert (readings[0].prev_ns, readings[0].at_ns) == (300 * MS, S + 300 * MS)
     assert saturated_spans(readings) == [(S + 300 * MS, 2 * S + 300 * MS, 0.9997)]
     old = busy_readings([_reading(0, 650.0, None), _reading(1, 330.0, 0.33)])
