@@ -58,6 +58,10 @@ PID_LABEL = "org.kafka-connection-harness.pid"
 HOST_LABEL = "org.kafka-connection-harness.host"
 ROLE_LABEL = "org.kafka-connection-harness.role"
 STOP_TIMEOUT_S = 30
+#: runc's cgroup-v1 freezer can fail to freeze a busy cgroup ("unable to freeze": it retries,
+#: then thaws and gives up; opencontainers/runc#2791 calls freezing "a game of chances"), so
+#: a pause is tried this many times, 0.1 s more apart each time, before the fault fails
+PAUSE_ATTEMPTS = 5
 _VERSION_RE = re.compile(r"Kafka version: (\S+)")
 
 
@@ -272,7 +276,7 @@ class ContainerBroker(Broker):
 
     def pause(self) -> None:
         self._require("pause")
-        self._wrapped().pause()
+        pause_retrying(self._wrapped().pause)
 
     def resume(self) -> None:
         self._require("resume")
@@ -556,3 +560,18 @@ def start_container_cluster(
         f"{cluster.bootstrap}"
     )
     return cluster
+
+
+def pause_retrying(pause: Any, sleep: Any = time.sleep) -> int:
+    """`pause()` (a container's), tried again while the engine answers that runc could not
+    freeze its cgroup (`PAUSE_ATTEMPTS` in all); any other error, or the last, is raised.
+    Returns the attempts it took."""
+    for attempt in range(1, PAUSE_ATTEMPTS + 1):
+        try:
+            pause()
+            return attempt
+        except Exception as exc:  # docker.errors.APIError, by its message
+            if "unable to freeze" not in str(exc) or attempt == PAUSE_ATTEMPTS:
+                raise
+            sleep(0.1 * attempt)
+    raise AssertionError("unreachable")

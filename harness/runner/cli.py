@@ -178,9 +178,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {str(c.get('verdict', '?')).upper():8} {c.get('name', '?')}{mark}: {_brief(c)}")
     if na:
         print(f"  n/a (not configured, not counted): {', '.join(na)}")
-    never_started = bool(result.error) and not result.checks and not result.interrupted
-    if never_started:
+    nothing_judged = bool(result.error) and not result.checks and not result.interrupted
+    if nothing_judged and not result.started:
         print("VERDICT: none (the target never started, so nothing ran and nothing was judged)")
+    elif nothing_judged:
+        print("VERDICT: none (the run broke and nothing was judged; see the run error above)")
     elif args.analyze:
         for reason in _reasons(result.run_dir):
             print(f"  why: {reason}")
@@ -189,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"report: {result.report}")
         else:
             print(f"report: none; run `harness analyze {result.run_dir}` to retry")
-    if never_started:
+    if nothing_judged:
         return 3  # nothing was judged, so no gate verdict either
     if args.gate:
         return EXIT_CODES.get(result.verdict, 2)

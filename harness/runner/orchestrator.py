@@ -107,6 +107,7 @@ class RunResult:
     error: str | None
     report: Path | None
     wall_s: float
+    started: bool = True  # the target came up (a run that broke later did run)
 
 
 class _Progress:
@@ -269,6 +270,7 @@ class Orchestrator:
             self.error,
             report,
             time.monotonic() - t_start,
+            started,
         )
 
     def _start_target(self) -> None:

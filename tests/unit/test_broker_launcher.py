@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from harness.broker import BrokerError, choose_launcher
@@ -55,3 +57,34 @@ def test_cluster_ids_are_22_char_and_never_look_like_options() -> None:
     ids = {cluster_id() for _ in range(500)}
     assert len(ids) == 500
     assert all(len(i) == 22 and not i.startswith("-") for i in ids)
+
+
+def test_a_pause_runc_could_not_freeze_is_tried_again_and_other_errors_are_not() -> None:
+    """runc's cgroup-v1 freezer gives up on a busy cgroup now and then: the pause is
+    tried again (at most PAUSE_ATTEMPTS times); any other engine error is raised at once."""
+    from harness.broker.container import PAUSE_ATTEMPTS, pause_retrying
+
+    class APIError(Exception):  # docker.errors.APIError's message (docker is not imported)
+        pass
+
+    freeze = APIError("Cannot pause container f6: OCI runtime pause failed: unable to freeze")
+    calls: list[int] = []
+    slept: list[float] = []
+
+    def flaky(failures: int, error: Exception = freeze) -> Callable[[], None]:
+        def pause() -> None:
+            calls.append(1)
+            if len(calls) <= failures:
+                raise error
+
+        return pause
+
+    assert pause_retrying(flaky(2), slept.append) == 3 and slept == [0.1, 0.2]
+    calls.clear()
+    with pytest.raises(APIError, match="unable to freeze"):
+        pause_retrying(flaky(PAUSE_ATTEMPTS), slept.append)
+    assert len(calls) == PAUSE_ATTEMPTS
+    calls.clear()
+    with pytest.raises(APIError, match="No such container"):
+        pause_retrying(flaky(1, APIError("No such container: f6")), slept.append)
+    assert len(calls) == 1
