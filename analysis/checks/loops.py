@@ -14,6 +14,12 @@ CONFIG_HZ, 100) plus its waits for a CPU that have ended (a wait in progress is 
 when it ends). A reading that lagged makes the next one read over 1 by as much: the
 largest such excess in the role's readings is a measured lag, and the allowance is the
 larger of it and the tick.
+
+A Python loop that has work but waits for the GIL, held by another thread of its process
+(the history writer, gevent's pool), is off a CPU and reads as idle: such a wait is at
+most the time the process's other threads ran (`loop_others`), so a loop counts as busy
+throughout when its share plus that reaches the bound (lenient: judged by no check, never
+a pass on a front that might have been saturated).
 """
 
 from __future__ import annotations
@@ -43,6 +49,15 @@ class Busy:
     share: float
     pid: int
     bound: float  # the share a loop busy throughout reads at least
+    #: the share its process's other threads ran: a Python loop waiting for the GIL one of
+    #: them held was off-CPU, not idle (0 where not recorded)
+    others: float = 0.0
+
+    @property
+    def busy_throughout(self) -> bool:
+        """Its loop may have had work the whole interval: its own share, with the time the
+        GIL may have been held from it, reaches the bound."""
+        return self.share + self.others >= self.bound
 
 
 def busy_readings(rows: list[tuple[int, float, dict[str, Any]]]) -> list[Busy]:
@@ -57,13 +72,14 @@ def busy_readings(rows: list[tuple[int, float, dict[str, Any]]]) -> list[Busy]:
         share = d.get("loop_busy")
         if share is None or t1 <= t0:
             continue
-        pairs.append((t0, t1, (span0 + span1) * MS, float(share), int(d.get("loop_busy_pid") or 0)))
-    lag = max([TICK_MS * MS] + [(share - 1.0) * (t1 - t0) for t0, t1, _, share, _ in pairs])
+        pid, others = int(d.get("loop_busy_pid") or 0), float(d.get("loop_others") or 0.0)
+        pairs.append((t0, t1, (span0 + span1) * MS, float(share), pid, others))
+    lag = max([TICK_MS * MS] + [(share - 1.0) * (t1 - t0) for t0, t1, _, share, _, _ in pairs])
     out: list[Busy] = []
-    for t0, t1, spans, share, pid in pairs:
+    for t0, t1, spans, share, pid, others in pairs:
         bound = 1.0 - (spans + lag) / (t1 - t0)
         if bound > 0:
-            out.append(Busy(t0, t1, share, pid, bound))
+            out.append(Busy(t0, t1, share, pid, bound, others))
     return out
 
 
@@ -83,7 +99,7 @@ def saturated_spans(readings: list[Busy]) -> list[tuple[int, int, float]]:
     the highest share)."""
     out: list[tuple[int, int, float]] = []
     for r in readings:
-        if r.share < r.bound:
+        if not r.busy_throughout:
             continue
         if out and r.prev_ns <= out[-1][1]:
             lo, _, top = out[-1]

@@ -42,6 +42,9 @@ EVENT = "process_stats"
 #: roles whose busiest thread of any kind is their loop (the storm engine runs on a thread
 #: of gevent's pool, not the main one); the others' loop is their main thread
 EVERY_THREAD = frozenset({"load"})
+#: roles whose loops run Python: every thread of their processes is read, so the time the
+#: loop's process's other threads ran (`loop_others`) bounds the loop's waits for the GIL
+THREADED = frozenset({"acceptor", "load"})
 PROC = Path("/proc")
 _PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
@@ -129,8 +132,8 @@ class ProcStatsSampler:
         self.clock_ns = clock_ns
         self.readings = 0
         self.peak: dict[str, dict[str, float]] = {}
-        #: per role: when it was last read and each process's main-thread busy ns then
-        self._busy: dict[str, tuple[int, dict[int, int]]] = {}
+        #: per role: when its loops were last read, and per thread (pid, busy ns, on-CPU ns)
+        self._busy: dict[str, tuple[int, dict[int, tuple[int, int, int]]]] = {}
         self._every = Periodic(
             self.sample_once, name="proc-stats", interval_s=interval_s,
             max_duration_s=max_duration_s,
@@ -160,8 +163,11 @@ class ProcStatsSampler:
 
     def _loop_busy(self, role: str, pids: Sequence[int]) -> dict[str, Any]:
         """The busiest loop of the role since its last reading: its share of the interval
-        (on a CPU or waiting for one) and its pid (thread id), and when the loops were read
-        (``loop_read_mono_ns``: the end of the read, ``loop_read_ms``: how long it took).
+        (on a CPU or waiting for one) and its pid (thread id); ``loop_others``: the share
+        its process's other threads spent on a CPU (a Python loop waiting for the GIL that
+        one of them holds is off-CPU, yet not idle: `front_saturation` counts that time as
+        possibly busy); and when the loops were read (``loop_read_mono_ns``: the end of the
+        read, ``loop_read_ms``: how long it took).
 
         The loops are read together, after the scan, between two clock readings: that span,
         not the whole reading's, is what places the reads in time (on a busy machine a
@@ -171,30 +177,44 @@ class ProcStatsSampler:
         tasks: list[tuple[int, int]] = []
         for pid in pids:
             tids = [pid]
-            if role in EVERY_THREAD:
+            if role in THREADED:
                 with contextlib.suppress(OSError):
                     tids = procfs.thread_ids(pid, self.proc)
             tasks += [(pid, tid) for tid in tids]
         began = self.clock_ns()
-        busy: dict[int, int] = {}
+        now_read: dict[int, tuple[int, int, int]] = {}  # tid -> (pid, busy ns, on-CPU ns)
         for pid, tid in tasks:
             with contextlib.suppress(OSError, ValueError, IndexError):  # gone, or none
-                busy[tid] = sum(schedstat(pid, self.proc, tid))
+                run_ns, wait_ns = schedstat(pid, self.proc, tid)
+                now_read[tid] = (pid, run_ns + wait_ns, run_ns)
         now = self.clock_ns()
-        if not busy:
+        if not now_read:
             return {}
         last = self._busy.get(role)
-        self._busy[role] = (now, busy)
+        self._busy[role] = (now, now_read)
         read = {"loop_read_mono_ns": now, "loop_read_ms": round((now - began) / 1e6, 3)}
         if last is None or now <= last[0]:
             return read
-        shares = {
-            pid: (ns - last[1][pid]) / (now - last[0]) for pid, ns in busy.items() if pid in last[1]
+        interval = now - last[0]
+        seen = {tid: v for tid, v in now_read.items() if tid in last[1]}
+        loops = {
+            tid: (busy - last[1][tid][1]) / interval
+            for tid, (pid, busy, _) in seen.items()
+            if role in EVERY_THREAD or tid == pid
         }
-        if not shares:
+        if not loops:
             return read
-        pid = max(shares, key=lambda p: shares[p])
-        return {"loop_busy": round(shares[pid], 4), "loop_busy_pid": pid, **read}
+        tid = max(loops, key=lambda t: loops[t])
+        owner = seen[tid][0]
+        others = sum(
+            run - last[1][t][2] for t, (pid, _, run) in seen.items() if pid == owner and t != tid
+        )
+        return {
+            "loop_busy": round(loops[tid], 4),
+            "loop_busy_pid": tid,
+            "loop_others": round(others / interval, 4),
+            **read,
+        }
 
     def start(self) -> ProcStatsSampler:
         self._every.start()

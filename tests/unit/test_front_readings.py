@@ -93,6 +93,22 @@ def test_the_loops_own_read_span_places_a_reading_not_the_whole_readings() -> No
     assert saturated_spans(old) == [(0, S, 0.33)]  # recorded before: only the whole span
 
 
+def test_the_gil_held_by_the_loops_own_process_may_have_kept_it_busy() -> None:
+    """A Python loop waiting for the GIL is off a CPU: 97.5 % on its own with another
+    thread of its process running 3 % of the interval may have had work throughout (bound
+    0.985); 33 % with 5 % did not."""
+
+    def row(at_s: float, busy: float | None, others: float) -> tuple[int, float, dict]:
+        t, span, d = _reading(at_s, 2.0, busy)
+        return t, span, {**d, "loop_others": others}
+
+    readings = busy_readings([row(0, None, 0.0), row(1, 0.975, 0.03), row(2, 0.33, 0.05)])
+    assert [r.busy_throughout for r in readings] == [True, False]
+    assert saturated_spans(readings) == [(0, S, 0.975)]
+    alone = busy_readings([row(0, None, 0.0), row(1, 0.975, 0.0)])
+    assert saturated_spans(alone) == []
+
+
 def test_the_first_reading_of_a_process_has_no_share() -> None:
     assert busy_readings([_reading(0, 1.0, None), _reading(1, 1.0, None)]) == []
 

@@ -126,6 +126,8 @@ def test_the_load_roles_busiest_thread_of_any_kind_is_its_loop(tmp_path: Path) -
     by_role = {r["role"]: r for r in rows[-2:]}
     assert by_role["load"]["loop_busy"] == 0.9 and by_role["load"]["loop_busy_pid"] == 203
     assert by_role["acceptor"]["loop_busy"] == 0.01  # the main thread only
+    # the process's other threads' time on a CPU: what a loop waiting for the GIL lost
+    assert by_role["acceptor"]["loop_others"] == 0.9 and by_role["load"]["loop_others"] == 0.01
 
 
 def test_the_loops_are_placed_by_their_own_read_not_the_whole_readings(tmp_path: Path) -> None:
