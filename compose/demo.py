@@ -328,8 +328,8 @@ def main(argv: list[str] | None = None) -> int:
         from harness.runner.proc_stats import ProcStatsSampler
 
         samplers.append(start_kernel_net(history, say))
-        samplers.append(ProcStatsSampler(history.record, ContainerGroups(client, project), None))
-        samplers[-1].start()
+        groups = ContainerGroups(client, project)
+        samplers.append(ProcStatsSampler(history.record, groups, None).start())
         history.record(
             "run_start",
             detail={"scenario": sc.name, "target": "acceptor", "duration_s": duration},

@@ -14,7 +14,8 @@ for a slot) idle the loop, so a quota's own throttling never reads as saturation
 loop starved of CPU by its neighbours on a shared machine does (it was runnable and could
 not run). The bound is the readings' own: two schedstat reads are placed within their
 read spans and the kernel's count lags by at most the lag (analysis.checks.loops), so a
-loop busy throughout reads at least 1 - (both spans + lag) / interval.
+loop busy throughout reads at least 1 - (both spans + lag) / interval, its share counted
+with its process's other threads' CPU (a Python loop waiting for the GIL is not idle).
 
 Saturated intervals are judged by no check (`unknown`, naming them with the figures: how
 busy, the connections that waited in the accept queue beyond the slack the timing checks
@@ -120,7 +121,8 @@ def check_front_saturation(run: Run) -> CheckResult:
     tolerance = (
         "a reading counts as busy throughout at 1 - (its and the previous reading's loop "
         "read spans + the schedstat lag: the larger of a 10 ms tick and the largest excess "
-        f"over 1 measured) / interval: {min(r.bound for r in readings):.4f} at the lowest"
+        f"over 1 measured) / interval: {min(r.bound for r in readings):.4f} at the lowest; "
+        "the loop's share counted with its process's other threads' CPU (its GIL waits)"
     )
     if not spans:
         return CheckResult(

@@ -16,7 +16,9 @@ event ``process_stats``:
   (``/proc/<pid>/task/<pid>/schedstat``); for ``load``, any of its threads' (the storm
   engine's loop runs on a thread of gevent's pool; ``loop_busy_pid`` is then that thread's
   id). A loop busy for the whole interval never went idle: it had more work than time,
-  which is what `front_saturation` and `offered_load` read. ``loop_read_mono_ns`` /
+  which is what `front_saturation` and `offered_load` read. ``loop_others`` (``acceptor``,
+  ``load``): the share its process's other threads spent on a CPU, the most the loop can
+  have waited for the GIL. ``loop_read_mono_ns`` /
   ``loop_read_ms``: when that read of the loops ended and how long it took (the loops are
   read together after the scan, so the span that places them is short even when the scan
   is slow);
