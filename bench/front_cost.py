@@ -25,7 +25,11 @@ metrics off), ``ref`` with ``--compare-ref GIT_REF`` (that commit's ``harness/``
 ``acceptor.process.model=split`` and N processor processes; CPU counted over the whole
 process tree),
 ``haproxy`` with ``--haproxy-path`` (Debian's HAProxy as a plain relay: one thread, no
-PROXY header, splice, Kafka's accept queue of 50), rounds alternating the paths. With
+PROXY header, splice, Kafka's accept queue of 50), ``floor`` with ``--floor-path`` (the least
+a Python front on uvloop does per connection: a relay of two Protocols and nothing else, no
+quota, no history, no frame read; the upstream opened at the client's first bytes, as the
+acceptor opens it; a lower bound on the acceptor's cost in this stack), rounds alternating the
+paths. With
 ``--cpus split`` (the default on a machine of 2 or more CPUs) the fronts run alone on the
 last CPU, the stand-in and the load on the others, so a front's CPU time is its own work and
 not time spent waiting behind its peers. The numbers are CPU per operation, not rates: they
@@ -34,6 +38,7 @@ hold on a busy machine better than rates do, but compare paths within one run.
     .venv/bin/python -m bench.front_cost --haproxy-path
     .venv/bin/python -m bench.front_cost --compare-ref HEAD~1 --rounds 5
     .venv/bin/python -m bench.front_cost --split-path 3
+    .venv/bin/python -m bench.front_cost --floor-path
 
 Prints each round and the medians; JSON in bench/results/front-cost-<time>.json (or --json).
 """
@@ -112,6 +117,105 @@ def start_stand_in(port: int) -> subprocess.Popen[str]:
     if proc.stdout.readline().strip() != "ready":
         stop_process(proc)
         raise SystemExit(f"the stand-in broker did not start on 127.0.0.1:{port}")
+    return proc
+
+
+# -- the floor: a relay of two Protocols on uvloop ---------------------------------------------
+class _FloorClient(asyncio.Protocol):
+    """The client side: bytes to the upstream once it is up (held until then); the upstream
+    opened at the first bytes; either side's end closes both."""
+
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        self.upstream_addr = upstream
+        self.up: asyncio.Transport | None = None
+        self.held: list[bytes] = []
+        self.closed = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport: asyncio.Transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        if self.up is not None:
+            self.up.write(data)
+            return
+        self.held.append(data)
+        if len(self.held) == 1:
+            asyncio.get_running_loop().create_task(self._open())
+
+    async def _open(self) -> None:
+        try:
+            await asyncio.get_running_loop().create_connection(
+                lambda: _FloorUpstream(self), *self.upstream_addr
+            )
+        except OSError:
+            self.transport.close()
+
+    def eof_received(self) -> bool:
+        self.close()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.transport.close()
+            if self.up is not None:
+                self.up.close()
+
+
+class _FloorUpstream(asyncio.Protocol):
+    def __init__(self, client: _FloorClient) -> None:
+        self.client = client
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        t: asyncio.Transport = transport  # type: ignore[assignment]
+        if self.client.closed:
+            t.close()
+            return
+        self.client.up = t
+        t.write(b"".join(self.client.held))
+        self.client.held.clear()
+
+    def data_received(self, data: bytes) -> None:
+        self.client.transport.write(data)
+
+    def eof_received(self) -> bool:
+        self.client.close()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.client.close()
+
+
+def serve_floor(port: int, upstream_port: int) -> None:
+    import uvloop
+
+    backlog = int(ACCEPTOR_DEFAULTS["socket.listen.backlog.size"])
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        upstream = ("127.0.0.1", upstream_port)
+        server = await loop.create_server(
+            lambda: _FloorClient(upstream), "127.0.0.1", port, backlog=backlog
+        )
+        print("ready", flush=True)
+        await server.serve_forever()
+
+    uvloop.run(main())
+
+
+def start_floor(port: int, upstream_port: int) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.front_cost", "--floor-relay", str(port), str(upstream_port)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != "ready":
+        stop_process(proc)
+        raise SystemExit(f"the floor relay did not start on 127.0.0.1:{port}")
     return proc
 
 
@@ -212,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("--stand-in", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    ap.add_argument("--floor-relay", type=int, nargs=2, metavar="PORT", help=argparse.SUPPRESS)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--conns", type=int, default=1000, help="connections per conn thread")
     ap.add_argument("--conn-threads", type=int, default=4)
@@ -224,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compare-ref", metavar="GIT_REF", help="also this commit's acceptor")
     ap.add_argument("--haproxy-path", action="store_true", help="also HAProxy as a plain relay")
     ap.add_argument(
+        "--floor-path", action="store_true", help="also a bare relay of two uvloop Protocols"
+    )
+    ap.add_argument(
         "--split-path",
         type=int,
         metavar="N",
@@ -235,6 +343,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.stand_in:
         serve_stand_in(args.stand_in)
+        return 0
+    if args.floor_relay:
+        serve_floor(*args.floor_relay)
         return 0
     numbers = ("rounds", "conns", "conn_threads", "requests", "req_threads", "request_bytes")
     for name in (*numbers, "in_flight"):
@@ -287,6 +398,12 @@ def main(argv: list[str] | None = None) -> int:
             relays.append(relay)
             targets["haproxy"] = (relay.address[1], relay.process.pid)
             _progress(f"haproxy pid {relay.process.pid} on 127.0.0.1:{relay.address[1]}")
+        if args.floor_path:
+            port = free_port()
+            floor = start_floor(port, stand_in_port)
+            procs.append(floor)
+            targets["floor"] = (port, floor.pid)
+            _progress(f"floor pid {floor.pid} on 127.0.0.1:{port} (two uvloop Protocols)")
         if rest_cpus:
             os.sched_setaffinity(0, rest_cpus)
         _progress(
@@ -351,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{m['req_kernel_us']:7.1f}"
         )
     ratios = {}
-    for other in ("ref", "split", "haproxy"):
+    for other in ("ref", "split", "haproxy", "floor"):
         if other in summary:
             a, o = summary["acceptor"], summary[other]
             ratio = {

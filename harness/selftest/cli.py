@@ -22,6 +22,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ci", action="store_true", help="the fast CI subset (three faults on ci-gate)"
     )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="runs whose load goes at once, each with its own broker and acceptor (default 1; "
+        "more share the machine's CPUs, so keep N small on a small machine)",
+    )
     parser.add_argument("--list", action="store_true", help="print the plan and exit")
     parser.add_argument(
         "--reanalyze",
@@ -47,6 +55,9 @@ def run(args: argparse.Namespace) -> int:
             return 3
         st = Selftest.reanalyze(args.reanalyze)
         return _report(st.root, st.analyze())
+    if not 1 <= args.jobs <= 16:
+        print(f"harness selftest: --jobs={args.jobs}: expected 1..16")
+        return 3
     faults = ",".join(CI_FAULTS) if args.ci and not args.faults else args.faults
     try:
         jobs = build_plan(faults, args.scenarios)
@@ -60,7 +71,13 @@ def run(args: argparse.Namespace) -> int:
             print(f"{j.fault or 'clean':30} {j.scenario:28} {rule}")
         return 0
     acceptor = dict(args.set_acceptor)
-    st = Selftest(jobs, args.out, run_one=partial(run_job, acceptor=acceptor), acceptor=acceptor)
+    st = Selftest(
+        jobs,
+        args.out,
+        run_one=partial(run_job, acceptor=acceptor),
+        acceptor=acceptor,
+        at_once=args.jobs,
+    )
     return _report(st.root, st.run())
 
 

@@ -1,29 +1,32 @@
-"""Carry out a selftest plan: each job is a real `harness run SCENARIO --gate` (programmatic).
+"""Carry out a selftest plan: each job is a real `harness run SCENARIO` in a process of its own.
 
 A fault is *caught* when its run's verdict is FAIL and the clean run of the same scenario
 is not FAIL, or fails fewer checks (a check that fails without any fault proves nothing
 about the fault). The kill rate is caught / faults. A clean run that fails is a *false fail*. The
 selftest passes (exit 0) only when every fault is caught and no clean run fails.
 
-Two phases: first every run's load (``harness run`` without its analysis), then every
-run's analysis (``harness analyze --gate``'s checks) in one Spark session, which saves a
-JVM start per run; ``harness selftest --reanalyze DIR`` repeats the second phase on the
-recorded runs (after the checks changed).
+Two phases: first every run's load (``harness run`` without its analysis; ``--jobs N`` runs
+N of them at once, each with its own broker, acceptor and ports), then every run's analysis
+(``harness analyze --gate``'s checks) in one Spark session, which saves a JVM start per run
+(with ``--jobs`` above 1 the session starts while the loads run); ``harness selftest
+--reanalyze DIR`` repeats the second phase on the recorded runs (after the checks changed).
 
 Output: ``<out>/selftest-<UTC stamp>/`` with ``summary.json``, ``index.html`` (a table
-linking every run's report), ``runs/<run>/`` (the run folders) and ``logs/<job>.log``
+linking every run's report), ``runs/<job>/<run>/`` (the run folders) and ``logs/<job>.log``
 (each run's console output, then its analysis).
 """
 
 from __future__ import annotations
 
-import contextlib
 import html
 import json
 import os
+import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -72,26 +75,38 @@ def run_job(
     job: Job, runs_dir: Path, log_path: Path, acceptor: Mapping[str, str] | None = None
 ) -> JobResult:
     """One scenario's load against the acceptor with the job's fault (if any), and the
-    extra acceptor properties every run of this selftest gets (`acceptor`)."""
-    from harness.runner.catalog import load
-    from harness.runner.orchestrator import Orchestrator, RunOptions
-
-    scenario = load(job.scenario)
+    extra acceptor properties every run of this selftest gets (`acceptor`): ``harness run
+    SCENARIO --target acceptor --no-analyze`` in a process of its own (so that several can
+    run at once), its console output in `log_path`, its run folder under
+    ``runs_dir/<job slug>/``."""
     overrides = dict(acceptor or {})
     if job.fault:
         overrides[FAULT_KEY] = job.fault
-    opts = RunOptions(target="acceptor", out=runs_dir, set_acceptor=overrides, analyze=False)
+    out = runs_dir / job.slug
+    argv = [sys.executable, "-m", "harness", "run", job.scenario, "--target", "acceptor"]
+    argv += ["--no-analyze", "--out", str(out)]
+    for key, value in overrides.items():
+        argv += ["--set-acceptor", f"{key}={value}"]
     t0 = time.monotonic()
-    with open(log_path, "w", encoding="utf-8") as log, contextlib.redirect_stdout(log):
-        result = Orchestrator(scenario, opts).run()
-    history = result.run_dir / "history" / "acceptor"
-    ran = history.is_dir() and any(history.glob("*.parquet"))
+    with open(log_path, "w", encoding="utf-8") as log:
+        code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+    runs = sorted(p for p in out.iterdir() if p.is_dir()) if out.is_dir() else []
+    run_dir = runs[-1] if runs else None
+    history = run_dir / "history" / "acceptor" if run_dir else None
+    ran = history is not None and history.is_dir() and any(history.glob("*.parquet"))
+    error = None
+    if code != 0:
+        lines = log_path.read_text(encoding="utf-8").splitlines()
+        said = [line.split("run error:", 1)[1].strip() for line in lines if "run error:" in line]
+        error = said[-1] if said else f"harness run exited {code}"
+    elif not ran:
+        error = "no acceptor history: nothing ran"
     return JobResult(
         scenario=job.scenario,
         fault=job.fault,
         verdict="recorded" if ran else "error",
-        run_dir=str(result.run_dir),
-        error=result.error or (None if ran else "no acceptor history: nothing ran"),
+        run_dir=str(run_dir) if run_dir else None,
+        error=error,
         wall_s=round(time.monotonic() - t0, 1),
     )
 
@@ -182,8 +197,11 @@ class Selftest:
         stamp: str | None = None,
         root: Path | None = None,
         acceptor: Mapping[str, str] | None = None,
+        at_once: int = 1,
     ) -> None:
         self.jobs = jobs
+        #: how many runs' loads go at once (`--jobs`)
+        self.at_once = max(1, at_once)
         #: extra acceptor properties of every run (recorded in the summary)
         self.acceptor = dict(acceptor or {})
         stamp = stamp or datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -194,9 +212,13 @@ class Selftest:
         self.say_to = say or sys.stdout
         self.results: list[JobResult] = []
         self.t0 = time.monotonic()
+        self._saying = threading.Lock()
 
     def say(self, msg: str) -> None:
-        print(f"[selftest +{time.monotonic() - self.t0:6.0f}s] {msg}", file=self.say_to, flush=True)
+        line = f"[selftest +{time.monotonic() - self.t0:6.0f}s] {msg}\n"
+        with self._saying:  # one whole line at a time (the runs report from their threads)
+            self.say_to.write(line)
+            self.say_to.flush()
 
     def run(self) -> dict[str, Any]:
         (self.root / "logs").mkdir(parents=True, exist_ok=True)
@@ -208,22 +230,44 @@ class Selftest:
         if self.acceptor:
             extra = ", ".join(f"{k}={v}" for k, v in self.acceptor.items())
             self.say(f"every run's acceptor also gets: {extra}")
-        for i, job in enumerate(self.jobs, 1):
-            log = self.root / "logs" / f"{job.slug}.log"
-            self.say(f"[{i}/{n}] {job.label}: running (log {log})")
+        session: Future[Any] | None = None
+        if self.at_once > 1:  # the analysis's Spark session starts while the loads run
+            self.say(f"{min(self.at_once, n)} runs at a time; the Spark session starts meanwhile")
+            starter = ThreadPoolExecutor(1)
+            session = starter.submit(self.spark)
+            starter.shutdown(wait=False)
+        done: dict[int, JobResult] = {}
+        with ThreadPoolExecutor(self.at_once) as pool:
+            futures: list[Future[JobResult]] = []
+            for i, job in enumerate(self.jobs, 1):
+                futures.append(pool.submit(self._run_one, i, job))
             try:
-                res = self.run_one(job, self.root / "runs", log)
-            except KeyboardInterrupt:
+                for i, fut in enumerate(futures, 1):
+                    done[i] = fut.result()
+                    self.results = [done[k] for k in sorted(done)]
+                    self.write()
+            except KeyboardInterrupt:  # the runs got the same Ctrl-C: each stops cleanly
                 self.say("interrupted: writing what ran so far")
-                break
-            except Exception as exc:  # one broken run must not lose the others
-                res = JobResult(
-                    job.scenario, job.fault, "error", error=f"{type(exc).__name__}: {exc}"
-                )
-            self.results.append(res)
-            self.say(f"[{i}/{n}] {job.label}: {res.verdict} in {res.wall_s:.0f}s")
-            self.write()
-        return self.analyze()
+                for fut in futures:
+                    fut.cancel()
+                pool.shutdown(wait=True)
+                for i, fut in enumerate(futures, 1):
+                    if i not in done and fut.done() and not fut.cancelled():
+                        done[i] = fut.result()
+                self.results = [done[k] for k in sorted(done)]
+                self.write()
+        return self.analyze(session)
+
+    def _run_one(self, i: int, job: Job) -> JobResult:
+        n = len(self.jobs)
+        log = self.root / "logs" / f"{job.slug}.log"
+        self.say(f"[{i}/{n}] {job.label}: running (log {log})")
+        try:
+            res = self.run_one(job, self.root / "runs", log)
+        except Exception as exc:  # one broken run must not lose the others
+            res = JobResult(job.scenario, job.fault, "error", error=f"{type(exc).__name__}: {exc}")
+        self.say(f"[{i}/{n}] {job.label}: {res.verdict} in {res.wall_s:.0f}s")
+        return res
 
     @classmethod
     def reanalyze(cls, root: Path, **kw: Any) -> Selftest:
@@ -238,13 +282,19 @@ class Selftest:
         st.results.sort(key=lambda r: order.get((r.scenario, r.fault), len(order)))
         return st
 
-    def analyze(self) -> dict[str, Any]:
-        """Phase 2: every recorded run's checks, in one Spark session."""
+    def analyze(self, session: Future[Any] | None = None) -> dict[str, Any]:
+        """Phase 2: every recorded run's checks, in one Spark session (`session`, when it
+        was started during the loads)."""
         todo = [r for r in self.results if r.run_dir and r.verdict != "error"]
-        if not todo:
+        if not todo and session is None:
             return self.write()
-        self.say(f"analysing {len(todo)} runs in one Spark session (starting it)")
-        spark = self.spark()
+        if todo:
+            starting = session is None or not session.done()
+            self.say(
+                f"analysing {len(todo)} runs in one Spark session"
+                + (" (starting it)" if starting else "")
+            )
+        spark = self.spark() if session is None else session.result()
         try:
             for i, res in enumerate(todo, 1):
                 label = f"{res.fault or 'clean'} @ {res.scenario}"

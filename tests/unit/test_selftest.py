@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import time
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -134,22 +136,23 @@ def test_selftest_writes_summary_and_html_linking_runs(tmp_path: Path) -> None:
 def test_extra_acceptor_properties_reach_every_run_and_the_summary(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`harness selftest --set-acceptor K=V`: every run's acceptor gets it beside its fault."""
-    from harness.runner import orchestrator
+    """`harness selftest --set-acceptor K=V`: every run's acceptor gets it beside its fault,
+    each run a `harness run SCENARIO --no-analyze` of its own."""
+    import subprocess
+
+    from harness.selftest import run as selftest_run
     from harness.selftest.run import run_job
 
-    seen: list[dict[str, str]] = []
+    seen: list[list[str]] = []
 
-    class Recorded:
-        def __init__(self, scenario: object, opts: orchestrator.RunOptions) -> None:
-            seen.append(dict(opts.set_acceptor))
-            self.run_dir = tmp_path / f"run{len(seen)}"
+    def recorded(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+        seen.append(argv)
+        out = Path(argv[argv.index("--out") + 1])
+        (out / f"run{len(seen)}" / "history" / "acceptor").mkdir(parents=True)
+        (out / f"run{len(seen)}" / "history" / "acceptor" / "a.parquet").touch()
+        return subprocess.CompletedProcess(argv, 0)
 
-        def run(self) -> object:
-            (self.run_dir / "history" / "acceptor").mkdir(parents=True)
-            return type("R", (), {"run_dir": self.run_dir, "error": None})()
-
-    monkeypatch.setattr(orchestrator, "Orchestrator", Recorded)
+    monkeypatch.setattr(selftest_run.subprocess, "run", recorded)
     extra = {"acceptor.process.model": "split"}
     st = Selftest(
         build_plan("skip_ip_rate_check"),
@@ -160,10 +163,70 @@ def test_extra_acceptor_properties_reach_every_run_and_the_summary(
         stamp="T",
         acceptor=extra,
     )
-    st.run()
-    assert seen == [
-        {"acceptor.process.model": "split", "harness.test.fault": "skip_ip_rate_check"},
-        {"acceptor.process.model": "split"},  # the clean run
+    summary = st.run()
+    props = [[a for a in argv if "=" in a] for argv in seen]
+    assert props == [
+        ["acceptor.process.model=split", "harness.test.fault=skip_ip_rate_check"],
+        ["acceptor.process.model=split"],  # the clean run
     ]
+    assert all(argv[3:7] == ["run", "ci-gate", "--target", "acceptor"] for argv in seen)
+    assert all("--no-analyze" in argv for argv in seen)
+    assert [r["verdict"] for r in summary["clean"]] == ["recorded"]
     saved = json.loads((tmp_path / "selftest-T" / "summary.json").read_text())
     assert saved["acceptor_properties"] == extra
+
+
+def test_jobs_run_at_once_and_keep_the_plans_order(tmp_path: Path) -> None:
+    """`--jobs N`: N loads at a time (each waits here for the other: run one after the
+    other, the barrier breaks), their results in the plan's order whichever ends first, and
+    the Spark session started while they run."""
+    import threading
+
+    jobs = [Job("ci-gate", "skip_ip_rate_check"), Job("ci-gate", None)]
+    both = threading.Barrier(2, timeout=10)
+    started: list[str] = []
+
+    def together(job: Job, runs: Path, log: Path) -> JobResult:
+        both.wait()
+        if job.fault:  # the first job ends last
+            time.sleep(0.2)
+        return r(job.fault, "fail" if job.fault else "pass", job.scenario)
+
+    def spark() -> object:
+        started.append("spark")
+        return None
+
+    st = Selftest(
+        jobs,
+        tmp_path,
+        run_one=together,
+        analyze_one=lambda res, spark, log: res,
+        spark=spark,
+        stamp="T",
+        at_once=2,
+    )
+    summary = st.run()
+    assert [(res.fault, res.verdict) for res in st.results] == [
+        ("skip_ip_rate_check", "fail"),
+        (None, "pass"),
+    ]
+    assert summary["ok"] and started == ["spark"]
+
+
+def test_a_run_that_broke_is_an_error_naming_its_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+
+    from harness.selftest import run as selftest_run
+    from harness.selftest.run import run_job
+
+    def broke(argv: list[str], stdout: Any, **kw: object) -> subprocess.CompletedProcess[str]:
+        stdout.write("  run error: broker did not start: port in use\n")
+        return subprocess.CompletedProcess(argv, 3)
+
+    monkeypatch.setattr(selftest_run.subprocess, "run", broke)
+    log = tmp_path / "job.log"
+    res = run_job(Job("ci-gate", None), tmp_path / "runs", log)
+    assert res.verdict == "error" and res.run_dir is None
+    assert res.error == "broker did not start: port in use"
