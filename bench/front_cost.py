@@ -107,17 +107,21 @@ def serve_stand_in(port: int) -> None:
     uvloop.run(main())
 
 
-def start_stand_in(port: int) -> subprocess.Popen[str]:
+def _start_server(what: str, port: int, *args: str) -> subprocess.Popen[str]:
+    """This module run as one of its servers (`args`: its hidden option); returns once it
+    said it is ready."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.front_cost", "--stand-in", str(port)],
-        stdout=subprocess.PIPE,
-        text=True,
+        [sys.executable, "-m", "bench.front_cost", *args], stdout=subprocess.PIPE, text=True
     )
     assert proc.stdout is not None
     if proc.stdout.readline().strip() != "ready":
         stop_process(proc)
-        raise SystemExit(f"the stand-in broker did not start on 127.0.0.1:{port}")
+        raise SystemExit(f"the {what} did not start on 127.0.0.1:{port}")
     return proc
+
+
+def start_stand_in(port: int) -> subprocess.Popen[str]:
+    return _start_server("stand-in broker", port, "--stand-in", str(port))
 
 
 # -- the floor: a relay of two Protocols on uvloop ---------------------------------------------
@@ -207,16 +211,7 @@ def serve_floor(port: int, upstream_port: int) -> None:
 
 
 def start_floor(port: int, upstream_port: int) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.front_cost", "--floor-relay", str(port), str(upstream_port)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    if proc.stdout.readline().strip() != "ready":
-        stop_process(proc)
-        raise SystemExit(f"the floor relay did not start on 127.0.0.1:{port}")
-    return proc
+    return _start_server("floor relay", port, "--floor-relay", str(port), str(upstream_port))
 
 
 # -- load --------------------------------------------------------------------------------------
@@ -467,19 +462,19 @@ def main(argv: list[str] | None = None) -> int:
             f"{m['conn_kernel_us']:7.1f} {m['req_cpu_us']:13.1f} {m['req_user_us']:6.1f} "
             f"{m['req_kernel_us']:7.1f}"
         )
-    ratios = {}
+    ratios: dict[str, dict[str, float | None]] = {}
     for other in ("ref", "split", "haproxy", "floor"):
         if other in summary:
             a, o = summary["acceptor"], summary[other]
-            ratio = {
-                "bare": a["bare_cpu_us"] / o["bare_cpu_us"],
-                "conn": a["conn_cpu_us"] / o["conn_cpu_us"],
-                "req": a["req_cpu_us"] / o["req_cpu_us"],
+            ratio = {  # None: the other path spent less than a clock tick in the phase
+                phase: a[f"{phase}_cpu_us"] / o[f"{phase}_cpu_us"] if o[f"{phase}_cpu_us"] else None
+                for phase in ("bare", "conn", "req")
             }
             ratios[f"acceptor/{other}"] = ratio
+            shown = {k: "below a tick" if v is None else f"{v:.3f}" for k, v in ratio.items()}
             print(
-                f"  acceptor/{other}: CPU per bare connection {ratio['bare']:.3f}, per "
-                f"connection {ratio['conn']:.3f}, per request {ratio['req']:.3f}"
+                f"  acceptor/{other}: CPU per bare connection {shown['bare']}, per "
+                f"connection {shown['conn']}, per request {shown['req']}"
             )
     print(
         f"  resolution (one clock tick over a phase): {resolution['conn_us']:.2f} µs per "
