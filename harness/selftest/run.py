@@ -95,10 +95,8 @@ def run_job(
     history = run_dir / "history" / "acceptor" if run_dir else None
     ran = history is not None and history.is_dir() and any(history.glob("*.parquet"))
     error = None
-    if code != 0:
-        lines = log_path.read_text(encoding="utf-8").splitlines()
-        said = [line.split("run error:", 1)[1].strip() for line in lines if "run error:" in line]
-        error = said[-1] if said else f"harness run exited {code}"
+    if code != 0:  # the run's own account of what broke (run.json), else its exit code
+        error = _run_error(run_dir) or f"harness run exited {code} (its output: {log_path})"
     elif not ran:
         error = "no acceptor history: nothing ran"
     return JobResult(
@@ -109,6 +107,18 @@ def run_job(
         error=error,
         wall_s=round(time.monotonic() - t0, 1),
     )
+
+
+def _run_error(run_dir: Path | None) -> str | None:
+    from analysis.load import RunDirError, read_run_json
+
+    if run_dir is None:
+        return None
+    try:
+        said = read_run_json(run_dir).get("error")
+    except RunDirError:
+        return None
+    return str(said) if said else None
 
 
 def analyze_job(res: JobResult, spark: Any, log_path: Path) -> JobResult:

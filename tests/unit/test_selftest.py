@@ -6,7 +6,6 @@ import json
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -221,12 +220,23 @@ def test_a_run_that_broke_is_an_error_naming_its_reason(
     from harness.selftest import run as selftest_run
     from harness.selftest.run import run_job
 
-    def broke(argv: list[str], stdout: Any, **kw: object) -> subprocess.CompletedProcess[str]:
-        stdout.write("  run error: broker did not start: port in use\n")
+    folder = True
+
+    def broke(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+        if folder:  # the run's folder, with what broke in its run.json
+            run_dir = Path(argv[argv.index("--out") + 1]) / "run1"
+            run_dir.mkdir(parents=True)
+            (run_dir / "run.json").write_text(json.dumps({"error": "broker did not start"}))
         return subprocess.CompletedProcess(argv, 3)
 
     monkeypatch.setattr(selftest_run.subprocess, "run", broke)
     log = tmp_path / "job.log"
     res = run_job(Job("ci-gate", None), tmp_path / "runs", log)
+    assert res.verdict == "error" and res.run_dir == str(
+        tmp_path / "runs" / "clean--ci-gate" / "run1"
+    )
+    assert res.error == "broker did not start"
+    folder = False  # no folder made (a bad command line): the exit code says it
+    res = run_job(Job("ci-gate", None), tmp_path / "runs2", log)
     assert res.verdict == "error" and res.run_dir is None
-    assert res.error == "broker did not start: port in use"
+    assert res.error == f"harness run exited 3 (its output: {log})"
