@@ -653,14 +653,29 @@ class Connection:
 
     def _pass_client_eof(self) -> None:
         """The client's half-close goes upstream once every request it sent before it was
-        forwarded (the broker reads them all, then the EOF)."""
+        forwarded (the broker reads them all, then the EOF). With nothing owed to the
+        client it closes both sides at once instead, as Kafka closes a channel whose EOF
+        it read (the broker reads the same EOF; no round trip through it)."""
         if self.client_eof is not _EOF_PENDING or self.state not in _FORWARDING:
             return
         if len(self.gate) or self.pending:
             return
         self.client_eof = _EOF_PASSED
-        if not self.wire.send_eof(_UPSTREAM):
+        if self._owes_nothing() or not self.wire.send_eof(_UPSTREAM):
             self._finish("client_eof")
+
+    def _owes_nothing(self) -> bool:
+        """Nothing more can come from the broker for the client: every request forwarded
+        was answered and delivered, and no request log line is awaited for a charge. An
+        opaque connection's bytes are not read, so whatever the broker still sends is
+        owed."""
+        return (
+            not self.opaque
+            and self.charges is None
+            and self.held is None
+            and not self.awaiting_answer
+            and not len(self._order)
+        )
 
     def _client_eof(self) -> bool:
         if self.state is _CLOSED:
@@ -673,7 +688,7 @@ class Connection:
             self._finish("upstream_eof")
             return False
         self._pass_client_eof()
-        return True
+        return self.state is not _CLOSED
 
     # -- the upstream side ----------------------------------------------------------------
     def _upstream_eof(self) -> bool:

@@ -112,6 +112,7 @@ class Processor:
         self.task = asyncio.ensure_future(self._run())
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()  # once: on CPython 3.11 each call is a getpid()
         while True:
             await self._running.wait()
             self.iteration += 1
@@ -128,15 +129,14 @@ class Processor:
             self._close_excess()
             self._expire_idle()
             if self.queue.empty():
-                await self._wait_for_io()
+                await self._wait_for_io(loop)
             else:
                 await asyncio.sleep(0)
 
-    async def _wait_for_io(self) -> None:
+    async def _wait_for_io(self, loop: asyncio.AbstractEventLoop) -> None:
         """Kafka's `poll(300)`: until `wake` (a queued connection, I/O that matters) or the
         timeout. One future and one timer handle per poll (`asyncio.wait_for` would add a
         task per iteration: the profile's hot spot under a connection storm)."""
-        loop = asyncio.get_running_loop()
         poll: asyncio.Future[None] = loop.create_future()
         self._poll = poll
         timer = loop.call_later(POLL_TIMEOUT_S, _resolve, poll)

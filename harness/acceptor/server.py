@@ -159,6 +159,9 @@ class Acceptor:
         self.on_failure: Callable[[], None] | None = None
         self._stopping: asyncio.Future[None] | None = None
         self._conn_seq = 0
+        #: this process's id, in every connection id (read once: each `os.getpid()` is a
+        #: system call)
+        self._pid = os.getpid()
         self.stopped = False
         if cfg.skip_ip_rate_check:
             self.log(SKIP_IP_RATE_WARNING)
@@ -192,7 +195,7 @@ class Acceptor:
 
     def next_conn_id(self, listener: str) -> str:
         self._conn_seq += 1
-        return f"{listener}-{os.getpid()}-{self._conn_seq}"
+        return f"{listener}-{self._pid}-{self._conn_seq}"
 
     def _processor(self, listener: str, index: int) -> Processor:
         return self.listeners[listener].processors[index]  # type: ignore[return-value]

@@ -41,45 +41,77 @@ class FrameDecoder:
     ``feed(data)`` returns every frame completed by ``data``; a size that is negative
     (`bad_frame`) or above ``max_bytes`` (`frame_too_large`) raises `FrameError` as soon as
     the 4 size bytes are in, before any payload is buffered.
+
+    Each byte is copied at most once on its way into a frame: the reads of an incomplete
+    frame are held as they came and joined once it is complete, and a read that is
+    exactly one frame is that frame (the usual 16 KB produce request or small response,
+    and the last read of a megabyte fetch response, were copied three times through a
+    growing buffer: `tests/unit/test_wire_framing.py` holds the two equal).
     """
 
-    __slots__ = ("_buf", "_need", "max_bytes")
+    __slots__ = ("_held", "_held_len", "max_bytes")
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._buf = bytearray()
-        self._need = -1  # payload size of the frame being read; -1 = size not read yet
+        #: the reads of an incomplete frame, as they came (the first starts at its size)
+        self._held: list[bytes] = []
+        self._held_len = 0
 
     @property
     def buffered(self) -> int:
         """Bytes of an incomplete frame held (0 = at a frame boundary)."""
-        return len(self._buf)
+        return self._held_len
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
-        buf = self._buf
-        buf += data
+        chunk = data if type(data) is bytes else bytes(data)
+        held = self._held
+        if not held:
+            return self._cut(chunk)
+        if chunk:
+            held.append(chunk)
+            self._held_len += len(chunk)
+        if self._held_len < 4:
+            return []
+        head = held[0] if len(held[0]) >= 4 else b"".join(held)
+        (size,) = _INT32.unpack_from(head)
+        self._check(size, [])
+        if self._held_len < 4 + size:
+            return []
+        joined = b"".join(held)
+        held.clear()
+        self._held_len = 0
+        return self._cut(joined)
+
+    def _check(self, size: int, frames: list[bytes]) -> None:
+        """Refuse a bad size field (the whole frames before it travel with the error)."""
+        if size < 0:
+            raise FrameError("bad_frame", f"negative frame size {size}", frames)
+        if size > self.max_bytes:
+            raise FrameError(
+                "frame_too_large",
+                f"frame size {size} is larger than socket.request.max.bytes={self.max_bytes}",
+                frames,
+            )
+
+    def _cut(self, data: bytes) -> list[bytes]:
+        """The whole frames at the start of `data` (read at a frame boundary); what is left
+        of an incomplete one is held, from its size field on (also after a bad size)."""
         frames: list[bytes] = []
         pos = 0
-        end = len(buf)
-        while True:
-            if end - pos < 4:
-                break
-            (size,) = _INT32.unpack_from(buf, pos)
-            if size < 0 or size > self.max_bytes:
-                del buf[:pos]  # keep only the bad size field (nothing of its payload)
-                if size < 0:
-                    raise FrameError("bad_frame", f"negative frame size {size}", frames)
-                raise FrameError(
-                    "frame_too_large",
-                    f"frame size {size} is larger than socket.request.max.bytes={self.max_bytes}",
-                    frames,
-                )
-            if end - pos - 4 < size:
-                break
-            frames.append(bytes(buf[pos : pos + 4 + size]))
-            pos += 4 + size
-        if pos:
-            del buf[:pos]
+        end = len(data)
+        try:
+            while end - pos >= 4:
+                (size,) = _INT32.unpack_from(data, pos)
+                self._check(size, frames)
+                stop = pos + 4 + size
+                if stop > end:
+                    break
+                frames.append(data if pos == 0 and stop == end else data[pos:stop])
+                pos = stop
+        finally:
+            if pos < end:
+                self._held.append(data[pos:] if pos else data)
+                self._held_len += end - pos
         return frames
 
 

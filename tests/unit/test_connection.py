@@ -249,8 +249,8 @@ def served_then_both_close() -> Connection:
     clock.ns += 2 * MS
     conn.upstream_data(resp(1))
     assert wire.sent(C) == [resp(1)] and host.done == [(1, clock.ns)]
-    assert conn.eof(C) is True and ("eof", U) in wire.calls  # passed: nothing left to send
-    assert conn.eof(U) is False
+    # nothing owed: both sides closed at once (a FIN each), as Kafka closes on the EOF
+    assert conn.eof(C) is False and ("eof", U) not in wire.calls
     assert reason(host) == "client_eof" and wire.calls[-1] == ("close", False)
     assert host.closed[0][1]["bytes_in"] == len(req(1))
     assert host.closed[0][1]["requests"] == 1
@@ -559,6 +559,19 @@ def held_for_the_brokers_log() -> Connection:
     return conn
 
 
+def half_close_while_the_brokers_log_is_read() -> Connection:
+    """Every response delivered, but a charge may still wait for the broker's log line:
+    the client's EOF goes upstream and the connection stays until the broker closes."""
+    log = Log()
+    conn, wire, host, _ = open_conn(log=log, quotas=True)
+    conn.upstream_data(resp(1))
+    log.came(1, local_ms=0.5)
+    assert wire.sent(C) == [resp(1)]
+    assert conn.eof(C) is True and wire.calls[-1] == ("eof", U) and host.closed == []
+    assert conn.eof(U) is False and reason(host) == "client_eof" and log.registered == []
+    return conn
+
+
 def an_unreadable_request_behind_a_held_response() -> list[Connection]:
     """The request after a held response cannot be read: the close comes once the held
     response went out (its charge decided elsewhere, or its log line read)."""
@@ -618,11 +631,13 @@ def client_gone_without_eof() -> Connection:
 
 
 def no_half_close_upstream() -> Connection:
+    """The client's EOF while its request's response is owed, and an upstream that takes
+    no half-close (TLS): the end follows at once."""
     conn, wire, host, _ = open_conn()
-    conn.upstream_data(resp(1))
     wire.eof_ok = False
-    assert conn.eof(C) is True  # asked to keep reading; the end follows at once
+    assert conn.eof(C) is False
     assert reason(host) == "client_eof"
+    assert wire.calls[-2:] == [("eof", U), ("close", False)]  # asked, refused, closed
     return conn
 
 
@@ -829,6 +844,7 @@ def sasl_handshake_v0_closes() -> Connection:
 
 SCENARIOS: list[Callable[[], Any]] = [
     served_then_both_close,
+    half_close_while_the_brokers_log_is_read,
     closed_before_a_byte,
     reset_before_a_byte,
     evicted_while_registered,

@@ -167,6 +167,57 @@ def test_any_payloads_survive_any_chunking(payloads: list[bytes], chunk: int) ->
     assert got == frames
 
 
+def _reference_cut(
+    chunks: list[bytes], max_bytes: int
+) -> tuple[list[bytes], str | None, list[bytes], int]:
+    """The stream read so far, cut from its start after every read: (frames of earlier
+    reads, the error, the frames of the read that met it, bytes left)."""
+    stream, pos, out = b"", 0, []
+    for chunk in chunks:
+        stream += chunk
+        new = []
+        while len(stream) - pos >= 4:
+            (size,) = struct.unpack_from(">i", stream, pos)
+            if size < 0 or size > max_bytes:
+                return out, "bad_frame" if size < 0 else "frame_too_large", new, len(stream) - pos
+            if len(stream) - pos - 4 < size:
+                break
+            new.append(stream[pos : pos + 4 + size])
+            pos += 4 + size
+        out += new
+    return out, None, [], len(stream) - pos
+
+
+@given(
+    st.lists(st.binary(max_size=64), max_size=20),
+    st.lists(st.integers(min_value=0, max_value=2_000), max_size=8),
+    st.binary(max_size=6),
+)
+def test_frames_errors_and_leftovers_are_those_of_the_stream_cut_whole(
+    payloads: list[bytes], cuts: list[int], tail: bytes
+) -> None:
+    """However the reads fall (held pieces joined once, a read at a frame boundary cut in
+    place), the decoder answers what cutting the whole stream read so far answers."""
+    stream = b"".join(struct.pack(">i", len(p)) + p for p in payloads) + tail
+    points = sorted({c % (len(stream) + 1) for c in cuts})
+    chunks = [stream[a:b] for a, b in zip([0, *points], [*points, len(stream)], strict=True)]
+    dec, got = FrameDecoder(48), []
+    result: tuple[list[bytes], str | None, list[bytes], int] | None = None
+    for chunk in chunks:
+        try:
+            got.extend(dec.feed(chunk))
+        except FrameError as exc:
+            result = got, exc.reason, exc.frames, dec.buffered
+            break
+    assert (result or (got, None, [], dec.buffered)) == _reference_cut(chunks, 48)
+
+
+def test_a_read_that_is_one_whole_frame_is_not_copied() -> None:
+    frame = _request(ApiVersionsRequest[0](), 1)
+    (got,) = FrameDecoder(1024).feed(frame)
+    assert got is frame
+
+
 def test_whole_frames_before_a_bad_size_travel_with_the_error() -> None:
     good = [_request(ApiVersionsRequest[0](), i) for i in range(2)]
     dec = FrameDecoder(1024)
