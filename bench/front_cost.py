@@ -3,8 +3,9 @@ in the way: the quick A/B loop for the acceptor's own cost (a minute, where
 `bench.acceptor`'s Trogdor rounds take ten).
 
 Behind every front is one stand-in broker (its own process, uvloop) that answers each
-request frame at once with ``[size][correlation id][64 zero bytes]``; the load comes from
-this process's threads:
+request frame at once with ``[size][correlation id][64 zero bytes]`` (``--response-bytes N``:
+N zero bytes, e.g. 1048576 for a fetch's answer, which reaches the front in several reads);
+the load comes from this process's threads:
 
   bare  connect -> close, nothing sent (Trogdor's CONNECT: the acceptor accepts, admits,
         registers and closes; no upstream), from ``--conn-threads`` threads, ``--conns``
@@ -39,6 +40,8 @@ hold on a busy machine better than rates do, but compare paths within one run.
     .venv/bin/python -m bench.front_cost --compare-ref HEAD~1 --rounds 5
     .venv/bin/python -m bench.front_cost --split-path 3
     .venv/bin/python -m bench.front_cost --floor-path
+    .venv/bin/python -m bench.front_cost --compare-ref HEAD~1 --response-bytes 1048576 \
+        --request-bytes 100 --requests 500
 
 Prints each round and the medians; JSON in bench/results/front-cost-<time>.json (or --json).
 """
@@ -82,25 +85,31 @@ def _progress(msg: str) -> None:
 
 # -- the stand-in broker -----------------------------------------------------------------------
 class _Answerer(asyncio.Protocol):
-    """Answers every whole request frame with its correlation id and `_BODY`."""
+    """Answers every whole request frame with its correlation id and `body`."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.head = struct.pack(">i", 4 + len(body))
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport: asyncio.Transport = transport  # type: ignore[assignment]
         self.decoder = FrameDecoder(_MAX_FRAME)
 
     def data_received(self, data: bytes) -> None:
-        head = struct.pack(">i", 4 + len(_BODY))
-        out = [head + f[8:12] + _BODY for f in self.decoder.feed(data)]  # f[8:12]: correlation id
+        head, body = self.head, self.body
+        out = [head + f[8:12] + body for f in self.decoder.feed(data)]  # f[8:12]: correlation id
         if out:
             self.transport.write(b"".join(out))
 
 
-def serve_stand_in(port: int) -> None:
+def serve_stand_in(port: int, response_bytes: int = len(_BODY)) -> None:
     import uvloop
+
+    body = bytes(response_bytes)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(_Answerer, "127.0.0.1", port, backlog=1024)
+        server = await loop.create_server(lambda: _Answerer(body), "127.0.0.1", port, backlog=1024)
         print("ready", flush=True)
         await server.serve_forever()
 
@@ -120,8 +129,15 @@ def _start_server(what: str, port: int, *args: str) -> subprocess.Popen[str]:
     return proc
 
 
-def start_stand_in(port: int) -> subprocess.Popen[str]:
-    return _start_server("stand-in broker", port, "--stand-in", str(port))
+def start_stand_in(port: int, response_bytes: int = len(_BODY)) -> subprocess.Popen[str]:
+    return _start_server(
+        "stand-in broker",
+        port,
+        "--stand-in",
+        str(port),
+        "--response-bytes",
+        str(response_bytes),
+    )
 
 
 # -- the floor: a relay of two Protocols on uvloop ---------------------------------------------
@@ -319,6 +335,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--req-threads", type=int, default=2)
     ap.add_argument("--request-bytes", type=int, default=16_384)
     ap.add_argument(
+        "--response-bytes",
+        type=int,
+        default=len(_BODY),
+        help="what the stand-in answers after the correlation id (a fetch's answer: 1048576)",
+    )
+    ap.add_argument(
         "--in-flight", type=int, default=1, help="requests sent before their answers are read"
     )
     ap.add_argument("--compare-ref", metavar="GIT_REF", help="also this commit's acceptor")
@@ -337,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     if args.stand_in:
-        serve_stand_in(args.stand_in)
+        serve_stand_in(args.stand_in, args.response_bytes)
         return 0
     if args.floor_relay:
         serve_floor(*args.floor_relay)
@@ -346,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in (*numbers, "in_flight"):
         if not 1 <= getattr(args, name) <= 1_000_000:
             ap.error(f"--{name.replace('_', '-')}={getattr(args, name)}: expected 1..1000000")
+    if not 0 <= args.response_bytes <= 64 * 1_048_576:
+        ap.error(f"--response-bytes={args.response_bytes}: expected 0..{64 * 1_048_576}")
     cpus = sorted(os.sched_getaffinity(0))
     layout = args.cpus or ("split" if len(cpus) >= 2 else "shared")
     if layout == "split" and len(cpus) < 2:
@@ -360,8 +384,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if rest_cpus:
             os.sched_setaffinity(0, rest_cpus)
-        procs.append(start_stand_in(stand_in_port))
-        _progress(f"stand-in broker on 127.0.0.1:{stand_in_port}")
+        procs.append(start_stand_in(stand_in_port, args.response_bytes))
+        _progress(
+            f"stand-in broker on 127.0.0.1:{stand_in_port} (answers {args.response_bytes} bytes "
+            "after the correlation id)"
+        )
         if fronts_cpu:
             os.sched_setaffinity(0, fronts_cpu)  # the fronts inherit it
         plan: list[tuple[str, Path | None, tuple[str, ...]]] = [("acceptor", None, ())]

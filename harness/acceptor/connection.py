@@ -28,11 +28,12 @@ what standing between a client and a broker needs, and the states say so:
 - `CLOSED`: `finish` ran once: both sides closed, counts released, `close` written.
 
 Half-closes are per side (`Eof`), beside the state: the client's goes upstream once every
-request before it was forwarded; the broker's goes to the client, which has
-`UPSTREAM_EOF_GRACE_S` to read and close. `TRANSITIONS` lists every (state, input, next
-state) the connection may take, with the history event the step writes; an input that
-would take any other step is a bug: `TransitionError`, which the adapter turns into the
-connection's end (`internal_error`), visible in its `close` row.
+request before it was forwarded, or, with nothing left to come back for the client, closes
+both sides then (as Kafka closes a channel whose EOF it read); the broker's goes to the
+client, which has `UPSTREAM_EOF_GRACE_S` to read and close. `TRANSITIONS` lists every
+(state, input, next state) the connection may take, with the history event the step
+writes; an input that would take any other step is a bug: `TransitionError`, which the
+adapter turns into the connection's end (`internal_error`), visible in its `close` row.
 """
 
 from __future__ import annotations

@@ -17,9 +17,9 @@ class _Transport:
         self.written.append(data)
 
 
-def answers_to(chunks: list[bytes]) -> list[int]:
+def answers_to(chunks: list[bytes], body: bytes = _BODY) -> list[int]:
     """The correlation ids of the stand-in's answers to `chunks`, in order."""
-    proto, transport = _Answerer(), _Transport()
+    proto, transport = _Answerer(body), _Transport()
     proto.connection_made(transport)  # type: ignore[arg-type]
     for chunk in chunks:
         proto.data_received(chunk)
@@ -27,7 +27,7 @@ def answers_to(chunks: list[bytes]) -> list[int]:
     ids = []
     while data:
         (size,) = struct.unpack_from(">i", data)
-        assert size == 4 + len(_BODY)
+        assert size == 4 + len(body)
         ids.append(struct.unpack_from(">i", data, 4)[0])
         data = data[4 + size :]
     return ids
@@ -39,6 +39,7 @@ def test_each_whole_frame_is_answered_with_its_correlation_id() -> None:
     assert answers_to([stream]) == [7, 8, 9]
     assert answers_to([stream[i : i + 5] for i in range(0, len(stream), 5)]) == [7, 8, 9]
     assert answers_to([stream[:-1]]) == [7, 8]  # the last frame is not whole yet
+    assert answers_to([stream], bytes(70_000)) == [7, 8, 9]  # --response-bytes: a fetch's size
 
 
 def test_frame_reader_returns_whole_frames_one_at_a_time() -> None:
