@@ -29,8 +29,11 @@ process tree),
 PROXY header, splice, Kafka's accept queue of 50), ``floor`` with ``--floor-path`` (the least
 a Python front on uvloop does per connection: a relay of two Protocols and nothing else, no
 quota, no history, no frame read; the upstream opened at the client's first bytes, as the
-acceptor opens it; a lower bound on the acceptor's cost in this stack), rounds alternating the
-paths. With
+acceptor opens it; a lower bound on the acceptor's cost in this stack). In each round every
+phase runs on the paths one after the other (their order rotating from round to round), so
+each round gives a ratio per phase taken on the same stretch of the machine's speed, which
+on a shared machine drifts more between rounds than within one: the median of those paired
+ratios and their lowest and highest are printed beside the ratio of the medians. With
 ``--cpus split`` (the default on a machine of 2 or more CPUs) the fronts run alone on the
 last CPU, the stand-in and the load on the others, so a front's CPU time is its own work and
 not time spent waiting behind its peers. The numbers are CPU per operation, not rates: they
@@ -310,6 +313,32 @@ def run_threads(target: Any, threads: int, *args: Any) -> float:
     return time.monotonic() - t0
 
 
+PHASES = ("bare", "conn", "req")
+
+
+def paired_ratios(
+    rows: list[dict[str, Any]], path: str, other: str, phase: str
+) -> dict[str, float] | None:
+    """`path`'s CPU over `other`'s in `phase`, round by round: each round measures the
+    paths one after the other in each phase, so a ratio within a round is taken on the
+    same stretch of a shared machine's speed, which drifts more between rounds than
+    within one. The median of those ratios, and the lowest and highest (None: no round
+    where `other` spent a clock tick)."""
+    by_round: dict[int, dict[str, float]] = {}
+    for row in rows:
+        by_round.setdefault(row["round"], {})[row["path"]] = row[phase]["cpu_us"]
+    each = [r[path] / r[other] for r in by_round.values() if path in r and other in r and r[other]]
+    if not each:
+        return None
+    return {"median": statistics.median(each), "low": min(each), "high": max(each)}
+
+
+def _span(ratio: dict[str, float] | None) -> str:
+    if ratio is None:
+        return "below a tick"
+    return f"{ratio['median']:.3f} ({ratio['low']:.3f}-{ratio['high']:.3f})"
+
+
 def measure(pid: int, ops: int, load: Any, *args: Any) -> dict[str, float]:
     """The front's CPU per operation over one load run: user and kernel, in µs."""
     u0, s0 = procfs.tree_cpu_times(pid)
@@ -436,23 +465,28 @@ def main(argv: list[str] | None = None) -> int:
         names = list(targets)
         conns = args.conns * args.conn_threads
         reqs = args.requests * args.req_threads
+        loads: dict[str, tuple[int, Any, tuple[Any, ...]]] = {
+            "bare": (conns, bare_load, (args.conn_threads, args.conns)),
+            "conn": (conns, conn_load, (args.conn_threads, args.conns)),
+            "req": (
+                reqs,
+                req_load,
+                (args.req_threads, args.requests, args.request_bytes, args.in_flight),
+            ),
+        }
         for r in range(args.rounds):
             order = names[r % len(names) :] + names[: r % len(names)]
+            got: dict[str, dict[str, Any]] = {
+                name: {"round": r + 1, "path": name} for name in order
+            }
+            for phase, (ops, load, load_args) in loads.items():
+                for name in order:  # the paths one after the other in each phase: pairs
+                    port, pid = targets[name]
+                    threads, *rest = load_args
+                    got[name][phase] = measure(pid, ops, load, threads, port, *rest)
             for name in order:
-                port, pid = targets[name]
-                b = measure(pid, conns, bare_load, args.conn_threads, port, args.conns)
-                c = measure(pid, conns, conn_load, args.conn_threads, port, args.conns)
-                q = measure(
-                    pid,
-                    reqs,
-                    req_load,
-                    args.req_threads,
-                    port,
-                    args.requests,
-                    args.request_bytes,
-                    args.in_flight,
-                )
-                rows.append({"round": r + 1, "path": name, "bare": b, "conn": c, "req": q})
+                rows.append(got[name])
+                b, c, q = got[name]["bare"], got[name]["conn"], got[name]["req"]
                 _progress(
                     f"round {r + 1} {name:9} per bare connection {b['cpu_us']:6.1f} µs; "
                     f"per connection {c['cpu_us']:6.1f} µs (user "
@@ -472,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
         mine = [row for row in rows if row["path"] == name]
         summary[name] = {
             f"{phase}_{key}": statistics.median(row[phase][key] for row in mine)
-            for phase in ("bare", "conn", "req")
+            for phase in PHASES
             for key in ("cpu_us", "user_us", "kernel_us")
         }
     tick_us = 1e6 / os.sysconf("SC_CLK_TCK")  # /proc counts CPU time in clock ticks
@@ -490,6 +524,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{m['req_kernel_us']:7.1f}"
         )
     ratios: dict[str, dict[str, float | None]] = {}
+    paired: dict[str, dict[str, dict[str, float] | None]] = {}
     for other in ("ref", "split", "haproxy", "floor"):
         if other in summary:
             a, o = summary["acceptor"], summary[other]
@@ -503,6 +538,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"  acceptor/{other}: CPU per bare connection {shown['bare']}, per "
                 f"connection {shown['conn']}, per request {shown['req']}"
             )
+            pairs = {phase: paired_ratios(rows, "acceptor", other, phase) for phase in PHASES}
+            paired[f"acceptor/{other}"] = pairs
+            print(
+                "    paired, each round's ratio (median, lowest-highest): "
+                + "; ".join(f"{phase} {_span(pairs[phase])}" for phase in PHASES)
+            )
     print(
         f"  resolution (one clock tick over a phase): {resolution['conn_us']:.2f} µs per "
         f"connection, {resolution['req_us']:.2f} µs per request"
@@ -513,6 +554,7 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": rows,
         "medians": summary,
         "ratios": ratios,
+        "paired_ratios": paired,
         "resolution": resolution,
     }
     write_results(result, "front-cost", args.json)

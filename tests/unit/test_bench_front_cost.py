@@ -5,8 +5,17 @@ from __future__ import annotations
 
 import socket
 import struct
+from typing import Any
 
-from bench.front_cost import _BODY, METADATA, FrameReader, _Answerer, bare_load, frame
+from bench.front_cost import (
+    _BODY,
+    METADATA,
+    FrameReader,
+    _Answerer,
+    bare_load,
+    frame,
+    paired_ratios,
+)
 
 
 class _Transport:
@@ -70,3 +79,19 @@ def test_a_bare_connection_is_a_connect_and_a_close_with_nothing_sent() -> None:
             with conn:
                 conn.settimeout(5)
                 assert conn.recv(1) == b""  # the client's FIN, no byte before it
+
+
+def test_paired_ratios_are_taken_within_each_round() -> None:
+    def row(r: int, path: str, us: float) -> dict[str, Any]:
+        return {"round": r, "path": path, "conn": {"cpu_us": us}}
+
+    # the machine ran twice as slow in round 2: per round the acceptor is 0.9x, 0.8x, 1.0x
+    rows = [row(1, "acceptor", 90), row(1, "ref", 100), row(2, "ref", 200)]
+    rows += [row(2, "acceptor", 160), row(3, "acceptor", 100), row(3, "ref", 100)]
+    got = paired_ratios(rows, "acceptor", "ref", "conn")
+    assert got == {"median": 0.9, "low": 0.8, "high": 1.0}
+    rows.append(row(4, "acceptor", 50))  # a round without the other path: not a pair
+    assert paired_ratios(rows, "acceptor", "ref", "conn") == got
+    assert (
+        paired_ratios([row(1, "acceptor", 5), row(1, "ref", 0)], "acceptor", "ref", "conn") is None
+    )
