@@ -194,19 +194,21 @@ def start_acceptor(
     history: bool = True,
     sets: tuple[str, ...] = (),
     own_session: bool = False,
+    wrapper: tuple[str, ...] = (),
 ) -> subprocess.Popen[bytes]:
     """`harness acceptor` as its own process (from `cwd`'s harness/ if given).
 
     History on unless ``history`` is False; with ``metrics`` its /metrics listens on a free
     port (``ready_info(work, tag)``); with ``own_session`` in a session of its own, as the
-    broker and as the runner starts it (its own autogroup for the scheduler).
+    broker and as the runner starts it (its own autogroup for the scheduler); ``wrapper``:
+    the command it runs under (valgrind: `bench.front_instructions`).
     """
     ready = work / f"ready-{tag}.json"
     env = dict(os.environ)
     if cwd is not None:
         env["PYTHONPATH"] = str(cwd)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harness", "acceptor", "--loop", loop,
+        [*wrapper, sys.executable, "-m", "harness", "acceptor", "--loop", loop,
          "--set", f"listeners=CLIENT://127.0.0.1:{port}",
          "--set", f"listener.name.client.upstream=127.0.0.1:{upstream_port}",
          "--set", f"metrics.port={0 if metrics else -1}",
