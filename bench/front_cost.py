@@ -68,7 +68,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.acceptor import ref_checkout, start_acceptor, stop_process
-from bench.output import write_results
+from bench.output import args_record, write_results
 from harness import procfs
 from harness.acceptor.config import DEFAULTS as ACCEPTOR_DEFAULTS
 from harness.localnet import free_port
@@ -550,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     result = {
         "layout": layout,
-        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "args": args_record(args),
         "rounds": rows,
         "medians": summary,
         "ratios": ratios,

@@ -51,7 +51,7 @@ from bench.front_cost import (
     run_threads,
     start_stand_in,
 )
-from bench.output import write_results
+from bench.output import args_record, write_results
 from harness.localnet import free_port
 
 #: how long a dump may take to appear once asked for
@@ -173,12 +173,8 @@ def main(argv: list[str] | None = None) -> int:
             f"  acceptor/ref: bare {ratios['bare']:.3f}, conn {ratios['conn']:.3f}, "
             f"req {ratios['req']:.3f}"
         )
-    result = {
-        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "instructions_per_op": counts,
-        "ratios": ratios,
-    }
-    write_results(result, "front-instructions", args.json)
+    record = {"args": args_record(args), "instructions_per_op": counts, "ratios": ratios}
+    write_results(record, "front-instructions", args.json)
     return 0
 
 

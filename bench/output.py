@@ -3,6 +3,7 @@ caller names a file, and one line saying where it went."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from pathlib import Path
@@ -19,3 +20,8 @@ def write_results(data: Any, stem: str, path: Path | None = None) -> Path:
     out.write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
     print(f"numbers written to {out}")
     return out
+
+
+def args_record(args: argparse.Namespace) -> dict[str, Any]:
+    """A run's command-line options as its JSON records them (paths as strings)."""
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
