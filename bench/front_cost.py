@@ -80,6 +80,8 @@ _BODY = bytes(64)
 _CLIENT_ID = b"front-cost"
 #: the largest frame either side accepts (Kafka's socket.request.max.bytes default)
 _MAX_FRAME = 104_857_600
+#: the largest `--response-bytes` a bench takes (the stand-in's answer to each request)
+MAX_RESPONSE_BYTES = 64 * 1_048_576
 
 
 def _progress(msg: str) -> None:
@@ -397,8 +399,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in (*numbers, "in_flight"):
         if not 1 <= getattr(args, name) <= 1_000_000:
             ap.error(f"--{name.replace('_', '-')}={getattr(args, name)}: expected 1..1000000")
-    if not 0 <= args.response_bytes <= 64 * 1_048_576:
-        ap.error(f"--response-bytes={args.response_bytes}: expected 0..{64 * 1_048_576}")
+    if not 0 <= args.response_bytes <= MAX_RESPONSE_BYTES:
+        ap.error(f"--response-bytes={args.response_bytes}: expected 0..{MAX_RESPONSE_BYTES}")
     cpus = sorted(os.sched_getaffinity(0))
     layout = args.cpus or ("split" if len(cpus) >= 2 else "shared")
     if layout == "split" and len(cpus) < 2:

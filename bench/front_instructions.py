@@ -4,25 +4,26 @@ callgrind, for A/B comparisons that a shared machine's drifting speed cannot blu
 `bench.front_cost` measures CPU time, which is what the speed goals are stated in, but on a
 machine shared with other tenants one path's rounds swing by ±15 % within a run, so a cut
 of a few per cent cannot be shown. An instruction count does not depend on the machine's
-speed: the same code under the same load counts the same within about 1 % from run to run.
-What it does not see is the kernel's work (the system calls: count those with `strace -c`)
-and the price of each instruction (cache misses, a system call's entry): it ranks changes to
-the acceptor's own code, CPU time still judges them.
+speed: the same code counted twice in one run agrees within about 5 %, and from run to run
+the counts move by up to 4 %, so compare paths within one run. What it does not see is the
+kernel's work (the system calls: count those with `strace -c`) and the price of each
+instruction (cache misses, a system call's entry): it ranks changes to the acceptor's own
+code, CPU time still judges them.
 
 The acceptor (`harness acceptor`, history on, metrics off, from this checkout, and with
 ``--compare-ref GIT_REF`` that commit's `harness/` too) runs under `valgrind
 --tool=callgrind`, with instrumentation off until the load starts; the stand-in broker and
 the load are `bench.front_cost`'s, one load thread (so that a front running ~50x slower
 under valgrind overflows no accept queue). Per phase, the counters are zeroed, the load
-runs, and the counts since are dumped:
+runs, the acceptor catches up with it (`settle`), and the counts since are dumped:
 
   bare  ``--ops`` connections: connect -> close, nothing sent;
   conn  ``--ops`` connections: connect -> ApiVersions -> Metadata -> close (forwarded);
   req   5 x ``--ops`` Produce requests of ``--request-bytes`` on one connection.
 
 Work that goes with time rather than with connections (timers, the history's flushes) is
-counted too; at the default sizes each phase runs a few seconds under valgrind, and it is a
-small share.
+counted too: each phase runs a few seconds under valgrind, and how long it ran is most of
+what moves the counts from one run to the next.
 
     .venv/bin/python -m bench.front_instructions --compare-ref HEAD~1
     .venv/bin/python -m bench.front_instructions --ops 1000 --response-bytes 1048576
@@ -44,6 +45,8 @@ from typing import Any
 
 from bench.acceptor import ref_checkout, start_acceptor, stop_process
 from bench.front_cost import (
+    _BODY,
+    MAX_RESPONSE_BYTES,
     PHASES,
     bare_load,
     conn_load,
@@ -52,10 +55,18 @@ from bench.front_cost import (
     start_stand_in,
 )
 from bench.output import args_record, write_results
+from harness import procfs
 from harness.localnet import free_port
 
 #: how long a dump may take to appear once asked for
 DUMP_TIMEOUT_S = 60.0
+#: the acceptor has caught up with a phase's load once its CPU time grows by no more than a
+#: clock tick over this long: longer than the history writer's flush interval (1 s), so the
+#: phase's rows are written inside the phase (idle, the acceptor costs ~0.3 M instructions
+#: a second under callgrind: about 1 k per operation of a phase at the default --ops)
+QUIET_S = 1.5
+#: how long it may take to catch up
+SETTLE_TIMEOUT_S = 120.0
 
 
 def _progress(msg: str) -> None:
@@ -79,12 +90,29 @@ def _control(pid: int, *args: str) -> None:
     subprocess.run(["callgrind_control", *args, str(pid)], check=True, capture_output=True)
 
 
+def settle(pid: int) -> None:
+    """Wait until `pid` has done the work the load gave it: under valgrind the acceptor
+    runs ~50x slower than the load, so when the load's last connect-and-close returns
+    the acceptor may still have most of them to accept, admit and close."""
+    tick_s = 1 / os.sysconf("SC_CLK_TCK")
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    before = sum(procfs.tree_cpu_times(pid))
+    while time.monotonic() < deadline:
+        time.sleep(QUIET_S)
+        now = sum(procfs.tree_cpu_times(pid))
+        if now - before <= tick_s:
+            return
+        before = now
+    raise SystemExit(f"pid {pid} still busy {SETTLE_TIMEOUT_S:.0f} s after the load ended")
+
+
 def counted(pid: int, prefix: Path, load: Any, *args: Any) -> int:
     """The instructions `pid` executes while `load(*args)` runs in one thread."""
     before = set(prefix.parent.glob(f"{prefix.name}.{pid}*"))
     _control(pid, "--instr=on")
     _control(pid, "--zero")
     run_threads(load, 1, *args)
+    settle(pid)  # the load's last connections served, not left to the next phase
     _control(pid, "--dump")
     _control(pid, "--instr=off")
     deadline = time.monotonic() + DUMP_TIMEOUT_S
@@ -107,15 +135,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--ops", type=int, default=400, help="connections per connection phase")
     ap.add_argument("--request-bytes", type=int, default=16_384)
-    ap.add_argument("--response-bytes", type=int, default=64, help="the stand-in's answer")
+    ap.add_argument("--response-bytes", type=int, default=len(_BODY), help="the stand-in's answer")
     ap.add_argument("--compare-ref", metavar="GIT_REF", help="also this commit's acceptor")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     for name in ("ops", "request_bytes"):
         if not 1 <= getattr(args, name) <= 1_000_000:
             ap.error(f"--{name.replace('_', '-')}={getattr(args, name)}: expected 1..1000000")
-    if not 0 <= args.response_bytes <= 64 * 1_048_576:
-        ap.error(f"--response-bytes={args.response_bytes}: expected 0..{64 * 1_048_576}")
+    if not 0 <= args.response_bytes <= MAX_RESPONSE_BYTES:
+        ap.error(f"--response-bytes={args.response_bytes}: expected 0..{MAX_RESPONSE_BYTES}")
     for tool in ("valgrind", "callgrind_control"):
         if shutil.which(tool) is None:
             ap.error(f"{tool} is not installed (Debian: apt-get install valgrind)")
@@ -145,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
             _progress(f"{tag} under callgrind, pid {proc.pid} on 127.0.0.1:{port}")
             try:
                 run_threads(conn_load, 1, port, 20)  # warm: first-use imports and caches
+                settle(proc.pid)
                 loads = {
                     "bare": (bare_load, (port, ops["bare"])),
                     "conn": (conn_load, (port, ops["conn"])),
