@@ -18,6 +18,10 @@ from harness.broker.errors import BrokerError, UnsupportedOperation
 from harness.broker.probe import ProbeResult, probe
 
 
+class NotReady(BrokerError):
+    """The broker still runs but did not serve within the time it was given."""
+
+
 class Broker:
     """A Kafka broker started (or found) by a launcher. Use as a context manager."""
 
@@ -79,6 +83,9 @@ class Broker:
         deadline = time.monotonic() + timeout_s
         last: Exception | None = None
         while True:
+            gone = self._exited()
+            if gone is not None:
+                raise gone
             try:
                 result = self.probe(timeout_s=min(5.0, max(0.5, deadline - time.monotonic())))
                 if result.brokers:
@@ -87,11 +94,16 @@ class Broker:
             except (OSError, TimeoutError, ConnectionError, KafkaError) as exc:
                 last = exc
             if time.monotonic() >= deadline:
-                raise BrokerError(
+                raise NotReady(
                     f"{self.bootstrap} not serving within {timeout_s:.0f} s (last probe: {last})"
                     + (f"; see {self.log_path}" if self.log_path else "")
                 )
             time.sleep(0.25)
+
+    def _exited(self) -> BrokerError | None:
+        """Why waiting for this broker is pointless (its process or container has exited),
+        or None while it may still come up."""
+        return None
 
     def stop(self) -> None:
         """Stop the broker; safe to call twice."""

@@ -29,16 +29,16 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from harness import procfs
 from harness.broker.artifacts import KAFKA_VERSION, Progress
-from harness.broker.base import Broker
+from harness.broker.base import Broker, NotReady
 from harness.broker.config import ListenerPlan, server_properties
-from harness.broker.errors import BrokerError, tail
-from harness.broker.local import cluster_id
+from harness.broker.errors import BrokerError, PortInUse, lost_a_port, tail
+from harness.broker.local import cluster_id, on_fresh_ports
 from harness.broker.probe import ProbeResult
 from harness.broker.secured import PRIVATE_DIR, CheckedListeners, NodeSecurity, check_listeners
 from harness.security.sasl import DEFAULT_USERS
@@ -204,6 +204,12 @@ class ContainerBroker(Broker):
         self.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics" if metrics_port else None
         self._timeout_s = timeout_s
         self._stopped = False
+        #: `on_fresh_ports`'s protocol: a container's workdir is the caller's, never removed
+        self._temp_workdir = False
+        #: while its cluster starts, the other nodes: a node cannot serve before a quorum
+        #: has, so waiting for it ends when any of them has exited (`_exited`). Empty once
+        #: the cluster serves (a node restarted later may serve without a killed one).
+        self.fellows: Sequence[ContainerBroker] = ()
         self._lock = threading.RLock()
         self._secured = secured
         if secured is not None:
@@ -249,13 +255,40 @@ class ContainerBroker(Broker):
                 self.log_path.parent.mkdir(parents=True, exist_ok=True)
                 self.log_path.write_text(text)
 
+    def _exited(self) -> BrokerError | None:
+        """The container's end, as soon as it has exited: `PortInUse` when the broker or its
+        metrics agent could not bind a port it was given (another process took it after it
+        was picked), else the broker's failure with the container's last lines."""
+        for node in (self, *self.fellows):
+            gone = node._exit_code()
+            if gone is not None:
+                text = node.logs()
+                kind: type[BrokerError] = PortInUse if lost_a_port(text) else BrokerError
+                return kind(
+                    f"{node.image} (container {node.container_id[:12]}) exited (code {gone}) "
+                    f"before serving on {node.bootstrap}; last container log lines:\n"
+                    f"{tail(text)}"
+                )
+        return None
+
+    def _exit_code(self) -> int | None:
+        """The container's exit code once it has exited; None while it runs (or when the
+        engine did not answer this time)."""
+        try:
+            c = self._wrapped()
+            c.reload()
+            if c.status not in ("exited", "dead"):
+                return None
+            return int(c.attrs.get("State", {}).get("ExitCode", -1))
+        except Exception:
+            return None
+
     def wait_ready(self, timeout_s: float | None = None) -> ProbeResult:
         try:
             return super().wait_ready(self._timeout_s if timeout_s is None else timeout_s)
-        except BrokerError as exc:
-            state = "exited" if not self.running else "running"
-            raise BrokerError(
-                f"{self.image} (container {self.container_id[:12]}, {state}): {exc}; last "
+        except NotReady as exc:
+            raise NotReady(
+                f"{self.image} (container {self.container_id[:12]}, running): {exc}; last "
                 f"container log lines:\n{tail(self.logs(60))}"
             ) from exc
 
@@ -453,10 +486,12 @@ def start_container(
     progress: Progress = print,
     image: str | None = None,
     sasl_users: Sequence[str] = DEFAULT_USERS,
+    port_picker: Callable[[int], list[int]] = free_ports,
 ) -> ContainerBroker:
     """Start the local Kafka image with testcontainers (host network, 127.0.0.1 listeners).
     ``listeners`` take `parse_listener`'s syntax; secured ones need a ``workdir`` (their
-    private folder is made in it and removed on stop)."""
+    private folder is made in it and removed on stop). A port taken between its choice
+    and the broker's bind (the container exits) is retried on fresh ones (`on_fresh_ports`)."""
     _require_engine()
     props = dict(properties or {})
     checked = check_listeners(
@@ -470,21 +505,26 @@ def start_container(
     names = checked.names
     tag = image or ensure_image(progress)
     exporter = _exporter(progress)
-    ports = free_ports(len(names) + 2)
-    plan = checked.plan(ports[: len(names)], ports[len(names)])
-    broker = _launch(
-        plan,
-        props,
-        tag=tag,
-        exporter=exporter,
-        metrics_port=ports[-1],
-        uuid=cluster_id(),
-        workdir=workdir,
-        ready_timeout_s=ready_timeout_s,
-        progress=progress,
-        checked=checked,
+    started = time.monotonic()
+
+    def build() -> ContainerBroker:
+        ports = port_picker(len(names) + 2)
+        return _launch(
+            checked.plan(ports[: len(names)], ports[len(names)]),
+            props,
+            tag=tag,
+            exporter=exporter,
+            metrics_port=ports[-1],
+            uuid=cluster_id(),
+            workdir=workdir,
+            ready_timeout_s=ready_timeout_s,
+            progress=progress,
+            checked=checked,
+        )
+
+    return on_fresh_ports(
+        build, lambda broker: _serving(broker, started, progress), progress=progress
     )
-    return _serving(broker, time.monotonic(), progress)
 
 
 def start_container_cluster(
@@ -499,6 +539,7 @@ def start_container_cluster(
     image: str | None = None,
     sasl_users: Sequence[str] = DEFAULT_USERS,
     advertised: Mapping[int, Mapping[str, str]] | None = None,
+    port_picker: Callable[[int], list[int]] = free_ports,
 ) -> LocalCluster:
     """``brokers`` combined KRaft nodes, each in its own container of the local image on the
     host network (node i: node id i, its own ports, its log in ``<workdir>/broker-<i>``), as
@@ -514,47 +555,57 @@ def start_container_cluster(
     tag = image or ensure_image(progress)
     exporter = _exporter(progress)
     per_node = len(names) + 2  # the listeners, the controller, the metrics agent
-    ports = free_ports(per_node * brokers)
-    controller = [ports[i * per_node + len(names)] for i in range(brokers)]
-    voters = ",".join(f"{i + 1}@127.0.0.1:{port}" for i, port in enumerate(controller))
-    uuid = cluster_id()
-    nodes: list[ContainerBroker] = []
     started = time.monotonic()
-    try:
-        for i in range(brokers):
-            mine = ports[i * per_node : (i + 1) * per_node]
-            plan = checked.plan(
-                mine[: len(names)],
-                controller[i],
-                node_id=i + 1,
-                voters=voters,
-                advertised=dict((advertised or {}).get(i + 1, checked.advertised)),
-            )
-            node_dir = Path(workdir) / f"broker-{i + 1}"
-            node_dir.mkdir(parents=True, exist_ok=True)
-            nodes.append(
-                _launch(
-                    plan,
-                    props,
-                    tag=tag,
-                    exporter=exporter,
-                    metrics_port=mine[-1],
-                    uuid=uuid,
-                    workdir=node_dir,
-                    ready_timeout_s=ready_timeout_s,
-                    progress=progress,
-                    checked=checked,
+
+    def build() -> LocalCluster:
+        ports = port_picker(per_node * brokers)
+        controller = [ports[i * per_node + len(names)] for i in range(brokers)]
+        voters = ",".join(f"{i + 1}@127.0.0.1:{port}" for i, port in enumerate(controller))
+        uuid = cluster_id()
+        nodes: list[ContainerBroker] = []
+        try:
+            for i in range(brokers):
+                mine = ports[i * per_node : (i + 1) * per_node]
+                plan = checked.plan(
+                    mine[: len(names)],
+                    controller[i],
+                    node_id=i + 1,
+                    voters=voters,
+                    advertised=dict((advertised or {}).get(i + 1, checked.advertised)),
                 )
-            )
+                node_dir = Path(workdir) / f"broker-{i + 1}"
+                node_dir.mkdir(parents=True, exist_ok=True)
+                nodes.append(
+                    _launch(
+                        plan,
+                        props,
+                        tag=tag,
+                        exporter=exporter,
+                        metrics_port=mine[-1],
+                        uuid=uuid,
+                        workdir=node_dir,
+                        ready_timeout_s=ready_timeout_s,
+                        progress=progress,
+                        checked=checked,
+                    )
+                )
+        except BaseException:
+            for node in reversed(nodes):
+                with contextlib.suppress(Exception):
+                    node.stop()
+            raise
         for node in nodes:
-            _serving(node, started, progress)
-        cluster = LocalCluster(nodes, Path(workdir), False)
+            node.fellows = [other for other in nodes if other is not node]
+        return LocalCluster(nodes, Path(workdir), False)
+
+    def start(cluster: LocalCluster) -> None:
+        for node in cluster.brokers:
+            _serving(cast("ContainerBroker", node), started, progress)
         cluster.wait_members(max(10.0, ready_timeout_s - (time.monotonic() - started)))
-    except BaseException:
-        for node in reversed(nodes):
-            with contextlib.suppress(Exception):
-                node.stop()
-        raise
+        for node in cluster.brokers:
+            cast("ContainerBroker", node).fellows = ()
+
+    cluster = on_fresh_ports(build, start, progress=progress, what="the cluster ")
     progress(
         f"cluster of {brokers} containers ready in {time.monotonic() - started:.1f} s: "
         f"{cluster.bootstrap}"

@@ -16,6 +16,22 @@ class UnsupportedOperation(BrokerError):
     """The launcher cannot do this (e.g. SIGSTOP an external cluster)."""
 
 
+class PortInUse(BrokerError):
+    """A port the broker was given (a listener's, the controller's, the metrics agent's) was
+    taken by someone else between its choice and the broker's bind: start again on fresh
+    ones (`harness.broker.local.on_fresh_ports`)."""
+
+
+#: what a JVM that lost a port to someone else prints (Kafka's SocketServer and the JMX
+#: exporter's HTTP server both end in java.net.BindException)
+_PORT_IN_USE = ("Address already in use", "BindException")
+
+
+def lost_a_port(log: str) -> bool:
+    """Whether a broker's log says it could not bind a port it was given."""
+    return any(sign in log for sign in _PORT_IN_USE)
+
+
 _ERRORISH = ("ERROR", "FATAL", "Exception", "Caused by", "error:")
 
 

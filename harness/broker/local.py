@@ -59,7 +59,7 @@ from harness.broker.config import (
     render_properties,
     server_properties,
 )
-from harness.broker.errors import BrokerError, tail
+from harness.broker.errors import BrokerError, PortInUse, lost_a_port, tail
 from harness.broker.probe import probe
 from harness.broker.secured import PRIVATE_DIR, NodeSecurity, check_listeners
 from harness.broker.zookeeper import SESSION_TIMEOUT_MS, TICK_MS, ZooKeeperProcess
@@ -87,11 +87,6 @@ PORT_ATTEMPTS = 3
 
 
 _VERSION_RE = re.compile(r"Kafka version: (\S+)")
-_PORT_IN_USE = ("Address already in use", "BindException")
-
-
-class PortInUse(BrokerError):
-    """A listener port was taken by someone else."""
 
 
 def threads_stopped(pid: int) -> bool:
@@ -361,9 +356,7 @@ class LocalBroker(Broker):
             rc = self._proc.poll()
             if rc is not None:
                 text = self.log_text()[log_offset:]
-                kind: type[BrokerError] = (
-                    PortInUse if any(p in text for p in _PORT_IN_USE) else BrokerError
-                )
+                kind: type[BrokerError] = PortInUse if lost_a_port(text) else BrokerError
                 raise kind(
                     f"the broker exited early (exit code {rc}); last lines of "
                     f"{self.log_path}:\n{tail(text)}"
@@ -861,9 +854,9 @@ def on_fresh_ports(
     build: Callable[[], S],
     start: Callable[[S], object],
     *,
-    workdir: Path,
-    temp_workdir: bool,
     progress: Progress,
+    workdir: Path | None = None,
+    temp_workdir: bool = False,
     what: str = "",
 ) -> S:
     """Build a broker or cluster on freshly picked ports and start it; when a port was taken
@@ -879,7 +872,7 @@ def on_fresh_ports(
             started._temp_workdir = False  # keep the dir for the next attempt
             started.stop()
             if attempt == PORT_ATTEMPTS:
-                if temp_workdir:
+                if temp_workdir and workdir is not None:
                     shutil.rmtree(workdir, ignore_errors=True)
                 raise
             progress(f"a port was taken while starting; retrying {what}on fresh ports…")

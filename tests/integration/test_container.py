@@ -32,6 +32,7 @@ from harness.broker.container import (
     docker_available,
     sweep,
 )
+from harness.localnet import free_ports
 
 pytestmark = [pytest.mark.integration, pytest.mark.container]
 
@@ -167,14 +168,65 @@ def test_another_kraft_release_runs_in_its_own_image(client: Any, image: str) ->
         assert attrs["Config"]["Labels"]["org.opencontainers.image.version"] == "3.9.1"
 
 
+class _Squatted:
+    """A port picker whose first pick hands out, as its ``index``-th port, one that another
+    process listens on: a port taken between its choice and the broker's bind, as another
+    test's server took a container's metrics port in CI. Later picks are fresh."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.picks: list[list[int]] = []
+        self.squatter = socket.socket()
+        self.squatter.bind(("127.0.0.1", 0))
+        self.squatter.listen()
+        self.taken = int(self.squatter.getsockname()[1])
+
+    def __call__(self, count: int) -> list[int]:
+        ports = free_ports(count)
+        if not self.picks:
+            ports[self.index] = self.taken
+        self.picks.append(ports)
+        return ports
+
+
+def test_a_port_taken_before_the_broker_binds_it_is_retried_on_fresh_ones(
+    image: str, tmp_path: Path
+) -> None:
+    """The JMX exporter's port is taken when the container's JVM binds it: the container
+    exits, the launcher reads why from its log (not by waiting out the ready timeout, which
+    would end in `NotReady`) and starts again on fresh ports."""
+    from harness.broker.container import start_container
+
+    picker = _Squatted(-1)  # the metrics agent's port
+    said: list[str] = []
+    try:
+        with start_container(workdir=tmp_path, progress=said.append, port_picker=picker) as broker:
+            assert len(picker.picks) == 2
+            assert broker.metrics_port == picker.picks[1][-1] != picker.taken
+            assert broker.probe().brokers == 1
+    finally:
+        picker.squatter.close()
+    assert "a port was taken while starting; retrying on fresh ports…" in said
+
+
 def test_a_cluster_of_three_containers(client: Any, image: str, tmp_path: Path) -> None:
     """`harness broker --brokers 3 --launcher container`: three combined KRaft nodes, one
     container each on the host network, one quorum; Metadata lists all three, a node killed
-    and restarted rejoins, and stopping the cluster leaves no container of it."""
+    and restarted rejoins, and stopping the cluster leaves no container of it. The first
+    ports picked give the last node's metrics port to another process: that node exits, and
+    the whole cluster starts again on fresh ports (its quorum was formatted with the old)."""
     from harness.broker.container import start_container_cluster
     from harness.broker.probe import probe
 
-    with start_container_cluster(3, workdir=tmp_path, progress=_progress) as cluster:
+    picker = _Squatted(-1)
+    try:
+        cluster = start_container_cluster(
+            3, workdir=tmp_path, progress=_progress, port_picker=picker
+        )
+    finally:
+        picker.squatter.close()
+    assert len(picker.picks) == 2
+    with cluster:
         assert cluster.launcher == "container" and cluster.version == KAFKA_VERSION
         assert [b.plan.node_id for b in cluster.brokers] == [1, 2, 3]
         ids = {b.container_id for b in cluster.brokers}
