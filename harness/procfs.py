@@ -111,6 +111,28 @@ def read_stat(pid: int | str, tid: int | None = None, proc: Path = PROC) -> Stat
     return parse_stat((path / "stat").read_text())
 
 
+def start_time(pid: int) -> str:
+    """The process's start time (clock ticks since boot, stat field 22), or "" when it is
+    gone or unreadable. With the pid it names one process for good: a reused pid has
+    another start time."""
+    try:
+        return str(read_stat(pid).starttime)
+    except (OSError, ValueError, IndexError):
+        return ""
+
+
+def alive(pid: int, started: str = "") -> bool:
+    """Whether process ``pid`` runs and, given its ``started`` (`start_time`), is the one
+    that started then."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # someone else's: it exists
+    return not started or start_time(pid) in ("", started)
+
+
 def thread_ids(pid: int | str, proc: Path = PROC) -> list[int]:
     """The ids of a process's threads (its ``task`` folder; the main thread's is the pid).
     `pid` may be ``"self"``."""

@@ -101,35 +101,14 @@ def env_for(props: Mapping[str, str]) -> dict[str, str]:
 PID_START_LABEL = "org.kafka-connection-harness.pid-start"
 
 
-def pid_start(pid: int) -> str:
-    """The process's start time (clock ticks since boot, /proc/PID/stat field 22), or "".
-
-    With the pid it names one process for good: a recycled pid has another start time.
-    """
-    try:
-        return str(procfs.read_stat(pid).starttime)
-    except (OSError, ValueError, IndexError):  # gone, no procfs, or not a stat line
-        return ""
-
-
 def our_labels(role: str) -> dict[str, str]:
     return {
         OWNER_LABEL: OWNER,
         PID_LABEL: str(os.getpid()),
-        PID_START_LABEL: pid_start(os.getpid()),
+        PID_START_LABEL: procfs.start_time(os.getpid()),
         HOST_LABEL: socket.gethostname(),
         ROLE_LABEL: role,
     }
-
-
-def _pid_alive(pid: int, started: str = "") -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return not started or pid_start(pid) in ("", started)
 
 
 def sweep(client: Any, *, everything: bool = False, progress: Progress | None = None) -> int:
@@ -144,7 +123,7 @@ def sweep(client: Any, *, everything: bool = False, progress: Progress | None = 
         pid = labels.get(PID_LABEL, "")
         ours = labels.get(HOST_LABEL) == socket.gethostname()
         started = labels.get(PID_START_LABEL, "")
-        orphan = ours and (not pid.isdigit() or not _pid_alive(int(pid), started))
+        orphan = ours and (not pid.isdigit() or not procfs.alive(int(pid), started))
         if everything or orphan:
             with contextlib.suppress(Exception):
                 c.remove(force=True, v=True)
@@ -422,7 +401,7 @@ def _launch(
             container.with_env(key, value)
     container.with_env("CLUSTER_ID", uuid)
     container.with_env("HARNESS_WATCH_PID", str(os.getpid()))
-    container.with_env("HARNESS_WATCH_PID_START", pid_start(os.getpid()))
+    container.with_env("HARNESS_WATCH_PID_START", procfs.start_time(os.getpid()))
     if exporter is not None:
         container.with_env(
             "KAFKA_OPTS",

@@ -1,15 +1,22 @@
 """harness.localnet: the free ports it hands out differ, lie below the kernel's ephemeral
 range (no outgoing connection can hold one when a server restarts on it), and can be
-listened on at the address they were asked for; a listening socket's accept queue is read
-from the socket as from /proc/net/tcp (`local`: real sockets)."""
+listened on at the address they were asked for, and are not handed out again while their
+picker lives; a listening socket's accept queue is read from the socket as from
+/proc/net/tcp (`local`: real sockets)."""
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
-from harness import procfs
-from harness.localnet import LOWEST_PORT, free_port, free_ports
+import pytest
+
+from harness import localnet, procfs
+from harness.localnet import LOWEST_PORT, RESERVE_S, free_port, free_ports
 
 
 def ephemeral_range() -> tuple[int, int]:
@@ -52,6 +59,52 @@ def test_free_port_on_another_loopback_address() -> None:
                 assert conn.getsockname() == ("127.0.0.2", port)
     ports = free_ports(4, "127.0.0.2")
     assert len(set(ports)) == 4 and all(LOWEST_PORT <= p < low for p in ports), ports
+
+
+@pytest.fixture
+def in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Candidates in ascending order, not shuffled: every pick tries the same ports first."""
+    monkeypatch.setattr(localnet.random, "sample", lambda population, k: list(population)[:k])
+
+
+def test_a_port_handed_out_is_not_handed_out_again_while_its_picker_lives(
+    tmp_path: Path, in_order: None
+) -> None:
+    """A port picked but not yet bound (a broker's JVM binds it seconds later) still binds,
+    so without the reservations a second pick trying the same candidates gets it again."""
+    book = tmp_path / "reservations"
+    first = free_ports(3, reservations=book)
+    second = free_ports(3, reservations=book)
+    assert not set(first) & set(second), (first, second)
+    third = free_port(reservations=book)
+    assert third not in {*first, *second}
+    # the same candidates with no reservations made: the very ports of the first pick
+    assert free_ports(3, reservations=tmp_path / "another") == first
+    assert {int(p.name) for p in book.iterdir() if p.name.isdigit()} == {*first, *second, third}
+
+
+def test_a_reservation_holds_only_while_its_picker_lives_and_not_past_its_time(
+    tmp_path: Path, in_order: None
+) -> None:
+    book = tmp_path / "reservations"
+    (port,) = free_ports(1, reservations=tmp_path / "probe")  # the first candidate that binds
+    book.mkdir()
+    reservation = book / str(port)
+
+    reservation.write_text(f"{os.getpid()} {procfs.start_time(os.getpid())}")
+    assert free_ports(1, reservations=book) != [port]  # held: this process lives
+
+    old = time.time() - RESERVE_S - 1
+    os.utime(reservation, (old, old))
+    assert free_ports(1, reservations=book) == [port]  # past its time
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    reservation.write_text(f"{gone.stdout.strip()} 1")
+    assert free_ports(1, reservations=book) == [port]  # its picker has exited
+
+    reservation.write_text(f"{os.getpid()} 1")  # this pid, but another process's start
+    assert free_ports(1, reservations=book) == [port]
 
 
 def test_a_listening_sockets_accept_queue_is_read_from_the_socket() -> None:
