@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-analyze", action="store_true")
     args = parser.parse_args(argv)
 
-    from harness.broker.container import docker_available, pid_start, sweep
+    from harness import procfs
+    from harness.broker.container import docker_available, sweep
     from harness.broker.images import docker_client, ensure_images
     from harness.broker.local import cluster_id
     from harness.localnet import free_ports
@@ -242,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         **kafka_env,
         "CLUSTER_ID": uuid,
         "HARNESS_PID": os.getpid(),
-        "HARNESS_PID_START": pid_start(os.getpid()),
+        "HARNESS_PID_START": procfs.start_time(os.getpid()),
         "HARNESS_HOST": socket.gethostname(),
         "LOCUST_MASTER_ARGS": " ".join(master),
         "LOCUST_WORKER_ARGS": " ".join(worker),
