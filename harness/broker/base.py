@@ -83,9 +83,6 @@ class Broker:
         deadline = time.monotonic() + timeout_s
         last: Exception | None = None
         while True:
-            gone = self._exited()
-            if gone is not None:
-                raise gone
             try:
                 result = self.probe(timeout_s=min(5.0, max(0.5, deadline - time.monotonic())))
                 if result.brokers:
@@ -93,6 +90,9 @@ class Broker:
                 last = ConnectionError("Metadata lists no unfenced broker")
             except (OSError, TimeoutError, ConnectionError, KafkaError) as exc:
                 last = exc
+            gone = self._exited()  # after the probe: an exit during it is not a timeout
+            if gone is not None:
+                raise gone
             if time.monotonic() >= deadline:
                 raise NotReady(
                     f"{self.bootstrap} not serving within {timeout_s:.0f} s (last probe: {last})"

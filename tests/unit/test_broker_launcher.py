@@ -7,9 +7,12 @@ from collections.abc import Callable
 import pytest
 
 from harness.broker import BrokerError, choose_launcher
+from harness.broker.base import Broker
 from harness.broker.cli import parse_settings
 from harness.broker.container import env_for
+from harness.broker.errors import PortInUse
 from harness.broker.local import cluster_id
+from harness.broker.probe import ProbeResult
 
 
 def test_explicit_launchers_are_kept() -> None:
@@ -88,3 +91,30 @@ def test_a_pause_runc_could_not_freeze_is_tried_again_and_other_errors_are_not()
     with pytest.raises(APIError, match="No such container"):
         pause_retrying(flaky(1, APIError("No such container: f6")), slept.append)
     assert len(calls) == 1
+
+
+class _Dying(Broker):
+    """A broker whose process exits while a probe of it waits (no socket: the probe is
+    a stand-in that fails as a refused connection does)."""
+
+    def __init__(self) -> None:
+        super().__init__(bootstrap="127.0.0.1:9", listener_ports={}, version="4.4.0")
+        self.gone = False
+        self.asked = 0
+
+    def probe(self, timeout_s: float = 5.0, listener: str | None = None) -> ProbeResult:
+        self.gone = True  # it dies while this probe runs
+        raise ConnectionRefusedError("refused")
+
+    def _exited(self) -> BrokerError | None:
+        self.asked += 1
+        return PortInUse("CLIENT 127.0.0.1:9 in use") if self.gone else None
+
+
+def test_a_broker_that_exits_during_the_last_probe_is_reported_as_exited_not_late() -> None:
+    """`wait_ready` asks whether the broker has exited after each failed probe, before the
+    deadline: a timeout (`NotReady`) is only for a broker that still runs."""
+    broker = _Dying()
+    with pytest.raises(PortInUse, match="in use"):
+        broker.wait_ready(timeout_s=0)
+    assert broker.asked == 1
