@@ -33,7 +33,13 @@ acceptor opens it; a lower bound on the acceptor's cost in this stack). In each 
 phase runs on the paths one after the other (their order rotating from round to round), so
 each round gives a ratio per phase taken on the same stretch of the machine's speed, which
 on a shared machine drifts more between rounds than within one: the median of those paired
-ratios and their lowest and highest are printed beside the ratio of the medians. With
+ratios and their lowest and highest are printed beside the ratio of the medians.
+``--stages`` then runs the ``conn`` phase once more on the acceptor (and the floor, with
+``--floor-path``) under ``py-spy record --native`` (not counted in the rounds) and splits
+each path's median CPU per forwarded connection over the stages of a connection (accept and
+admission, hand-off and registration, the connection's task, bytes and requests, the
+transports' callbacks, the loop's own work) by the share of the event loop's samples in
+each: where the acceptor spends more than a bare relay. With
 ``--cpus split`` (the default on a machine of 2 or more CPUs) the fronts run alone on the
 last CPU, the stand-in and the load on the others, so a front's CPU time is its own work and
 not time spent waiting behind its peers. The numbers are CPU per operation, not rates: they
@@ -43,6 +49,7 @@ hold on a busy machine better than rates do, but compare paths within one run.
     .venv/bin/python -m bench.front_cost --compare-ref HEAD~1 --rounds 5
     .venv/bin/python -m bench.front_cost --split-path 3
     .venv/bin/python -m bench.front_cost --floor-path
+    .venv/bin/python -m bench.front_cost --floor-path --stages
     .venv/bin/python -m bench.front_cost --compare-ref HEAD~1 --response-bytes 1048576 \
         --request-bytes 100 --requests 500
 
@@ -67,7 +74,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from bench.acceptor import ref_checkout, start_acceptor, stop_process
+from bench.acceptor import ref_checkout, sampling, start_acceptor, stop_process
 from bench.output import args_record, write_results
 from harness import procfs
 from harness.acceptor.config import DEFAULTS as ACCEPTOR_DEFAULTS
@@ -235,6 +242,80 @@ def start_floor(port: int, upstream_port: int) -> subprocess.Popen[str]:
     return _start_server("floor relay", port, "--floor-relay", str(port), str(upstream_port))
 
 
+# -- where a forwarded connection's CPU goes (--stages) -----------------------------------------
+#: a connection's stages, each named by the frames that run it (the acceptor's and the floor's,
+#: and uvloop's own for what it does in C); a sample goes to the first stage with a frame in its
+#: stack, else to the loop's own work (polling, callbacks' dispatch). The frames' names are kept
+#: by tests/unit/test_bench_front_cost.py.
+STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "accept and admission",
+        ("ListenerAcceptor._turn", "ListenerAcceptor._stalled", "uv__server_io"),
+    ),
+    ("hand-off and registration", ("Processor._run",)),
+    ("the connection's task", ("AsyncioWire.run", "_FloorClient._open")),
+    ("bytes and requests", ("data_received",)),
+    ("transports made", ("connection_made",)),
+    ("end of stream", ("eof_received",)),
+    ("transports lost", ("connection_lost", "UVStream__close", "uv_close")),
+)
+LOOP_OWN = "the loop's own work"
+#: a frame of the event loop's thread (py-spy --native): samples of other threads (history's
+#: writer, the metrics server) are left out
+_LOOP_FRAME = "Loop__run"
+
+
+def stage_shares(raw: str) -> dict[str, float]:
+    """py-spy's raw (collapsed) stacks -> the share of the event loop's samples per stage
+    (`STAGES`, then `LOOP_OWN`); empty when no sample is the loop's."""
+    counts = dict.fromkeys([name for name, _ in STAGES] + [LOOP_OWN], 0)
+    total = 0
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = stack.split(";")
+        if not any(_LOOP_FRAME in f for f in frames):
+            continue
+        n = int(count)
+        total += n
+        counts[_stage(frames)] += n
+    return {name: c / total for name, c in counts.items()} if total else {}
+
+
+def _stage(frames: list[str]) -> str:
+    for name, keys in STAGES:
+        if any(key in frame for frame in frames for key in keys):
+            return name
+    return LOOP_OWN
+
+
+def profile_stages(
+    work: Path, targets: dict[str, tuple[int, int]], paths: list[str], load_args: tuple[int, int]
+) -> dict[str, dict[str, float]]:
+    """The conn phase once more per path under py-spy (--native: uvloop's C frames too): each
+    path's stage shares. Paths whose profile could not be taken are left out, with a line."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(spy).exists():
+        _progress("--stages: py-spy not found (pip install -e '.[dev]'); skipped")
+        return {}
+    shares: dict[str, dict[str, float]] = {}
+    for name in paths:
+        port, pid = targets[name]
+        raw = work / f"stages-{name}.txt"
+        cmd = [spy, "record", "--native", "-r", "1000", "-f", "raw", "-o", str(raw), "-p", str(pid)]
+        with sampling(cmd):
+            time.sleep(1.0)  # py-spy attached before the load starts
+            threads, conns = load_args
+            run_threads(conn_load, threads, port, conns)
+        got = stage_shares(raw.read_text()) if raw.exists() else {}
+        if not got:
+            _progress(f"--stages: no samples of {name}'s event loop; left out")
+            continue
+        shares[name] = got
+    return shares
+
+
 # -- load --------------------------------------------------------------------------------------
 def frame(api_key: int, version: int, correlation_id: int, body: bytes) -> bytes:
     header = struct.pack(">hhih", api_key, version, correlation_id, len(_CLIENT_ID)) + _CLIENT_ID
@@ -386,6 +467,12 @@ def main(argv: list[str] | None = None) -> int:
         help="also this checkout's acceptor with acceptor.process.model=split and N processor "
         "processes (path 'split')",
     )
+    ap.add_argument(
+        "--stages",
+        action="store_true",
+        help="then split the acceptor's (and the floor's) CPU per forwarded connection over "
+        "its stages (py-spy --native)",
+    )
     ap.add_argument("--cpus", choices=("split", "shared"), default=None)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
@@ -412,6 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     stand_in_port = free_port()
     targets: dict[str, tuple[int, int]] = {}  # path -> (listen port, pid)
     relays = []
+    shares: dict[str, dict[str, float]] = {}  # --stages: path -> stage -> share of its loop
     try:
         if rest_cpus:
             os.sched_setaffinity(0, rest_cpus)
@@ -496,6 +584,10 @@ def main(argv: list[str] | None = None) -> int:
                     f"{q['cpu_us']:5.1f} µs (user {q['user_us']:4.1f}, kernel "
                     f"{q['kernel_us']:4.1f}); load {os.getloadavg()[0]:.2f}"
                 )
+        if args.stages:
+            stage_paths: list[str] = [p for p in ("acceptor", "floor") if p in targets]
+            _progress(f"--stages: the conn phase once more under py-spy: {', '.join(stage_paths)}")
+            shares = profile_stages(work, targets, stage_paths, (args.conn_threads, args.conns))
     finally:
         for relay in relays:
             relay.stop()
@@ -550,6 +642,22 @@ def main(argv: list[str] | None = None) -> int:
         f"  resolution (one clock tick over a phase): {resolution['conn_us']:.2f} µs per "
         f"connection, {resolution['req_us']:.2f} µs per request"
     )
+    stages = {  # µs of each path's median CPU per forwarded connection, by stage
+        name: {stage: share * summary[name]["conn_cpu_us"] for stage, share in got.items()}
+        for name, got in shares.items()
+    }
+    if stages:
+        print(
+            "\n  CPU per forwarded connection by stage (µs: the median above, split by the "
+            "share of the event loop's py-spy samples):"
+        )
+        print("  stage                        " + "".join(f"{name:>10}" for name in stages))
+        for stage in [name for name, _ in STAGES] + [LOOP_OWN]:
+            print(f"  {stage:28} " + "".join(f"{got[stage]:10.0f}" for got in stages.values()))
+        print(
+            "  total                        "
+            + "".join(f"{summary[name]['conn_cpu_us']:10.0f}" for name in stages)
+        )
     result = {
         "layout": layout,
         "args": args_record(args),
@@ -558,6 +666,7 @@ def main(argv: list[str] | None = None) -> int:
         "ratios": ratios,
         "paired_ratios": paired,
         "resolution": resolution,
+        "stages_us": stages,
     }
     write_results(result, "front-cost", args.json)
     return 0

@@ -9,12 +9,16 @@ from typing import Any
 
 from bench.front_cost import (
     _BODY,
+    LOOP_OWN,
     METADATA,
+    STAGES,
     FrameReader,
     _Answerer,
+    _FloorClient,
     bare_load,
     frame,
     paired_ratios,
+    stage_shares,
 )
 
 
@@ -95,3 +99,45 @@ def test_paired_ratios_are_taken_within_each_round() -> None:
     assert (
         paired_ratios([row(1, "acceptor", 5), row(1, "ref", 0)], "acceptor", "ref", "conn") is None
     )
+
+
+def test_stage_shares_split_the_event_loops_samples_by_the_first_stage_in_each_stack() -> None:
+    loop = "main (harness/cli.py:55);run_forever (loop.c:1);Loop__run (loop.c:2)"
+    raw = "\n".join(
+        [
+            f"{loop};ListenerAcceptor._turn (harness/acceptor/admission.py:270);accept4 (libc) 3",
+            # a callback nested in another stage's frame counts for the outer stage
+            f"{loop};Processor._run (harness/acceptor/processor.py:1);data_received (x.py:1) 2",
+            f"{loop};_Side.data_received (harness/acceptor/forwarding.py:80);write (libc) 4",
+            f"{loop};uv__io_poll (linux.c:1);epoll_pwait (libc) 1",
+            # another thread's samples (history's writer) are not the loop's
+            "thread (0x1);HistoryWriter._run (harness/history/writer.py:1) 50",
+            "not a stack line",
+        ]
+    )
+    shares = stage_shares(raw)
+    assert shares["accept and admission"] == 0.3
+    assert shares["hand-off and registration"] == 0.2
+    assert shares["bytes and requests"] == 0.4
+    assert shares[LOOP_OWN] == 0.1
+    assert sum(shares.values()) == 1.0
+    assert stage_shares("thread (0x1);x (y.py:1) 5") == {}
+
+
+def test_the_stages_name_frames_that_exist() -> None:
+    """A renamed method would silently move its samples to the loop's own work."""
+    from harness.acceptor import admission, forwarding, processor
+
+    owners = {
+        "ListenerAcceptor": admission.ListenerAcceptor,
+        "Processor": processor.Processor,
+        "AsyncioWire": forwarding.AsyncioWire,
+        "_FloorClient": _FloorClient,
+    }
+    for _, keys in STAGES:
+        for key in keys:
+            owner, _, method = key.partition(".")
+            if owner in owners:
+                assert hasattr(owners[owner], method), key
+    for method in ("data_received", "connection_made", "eof_received", "connection_lost"):
+        assert hasattr(forwarding._Side, method) and hasattr(_FloorClient, method)
