@@ -29,11 +29,14 @@ process tree),
 PROXY header, splice, Kafka's accept queue of 50), ``floor`` with ``--floor-path`` (the least
 a Python front on uvloop does per connection: a relay of two Protocols and nothing else, no
 quota, no history, no frame read; the upstream opened at the client's first bytes, as the
-acceptor opens it; a lower bound on the acceptor's cost in this stack). In each round every
-phase runs on the paths one after the other (their order rotating from round to round), so
-each round gives a ratio per phase taken on the same stretch of the machine's speed, which
-on a shared machine drifts more between rounds than within one: the median of those paired
-ratios and their lowest and highest are printed beside the ratio of the medians.
+acceptor opens it; a lower bound on the acceptor's cost in this stack), ``no-history`` with
+``--no-history-path`` (this checkout's acceptor with history off: what the history costs,
+and with ``--compare-ref`` how near the other commit the acceptor comes without it). In
+each round every phase runs on the paths one after the other (their order rotating from
+round to round), so each round gives a ratio per phase taken on the same stretch of the
+machine's speed, which on a shared machine drifts more between rounds than within one: the
+median of those paired ratios and their lowest and highest are printed beside the ratio of
+the medians.
 ``--stages`` then runs the ``conn`` phase once more on the acceptor (and the floor, with
 ``--floor-path``) under ``py-spy record --native`` (not counted in the rounds) and splits
 each path's median CPU per forwarded connection over the stages of a connection (accept and
@@ -50,6 +53,7 @@ hold on a busy machine better than rates do, but compare paths within one run.
     .venv/bin/python -m bench.front_cost --split-path 3
     .venv/bin/python -m bench.front_cost --floor-path
     .venv/bin/python -m bench.front_cost --floor-path --stages
+    .venv/bin/python -m bench.front_cost --no-history-path --compare-ref HEAD~1
     .venv/bin/python -m bench.front_cost --compare-ref HEAD~1 --response-bytes 1048576 \
         --request-bytes 100 --requests 500
 
@@ -461,6 +465,11 @@ def main(argv: list[str] | None = None) -> int:
         "--floor-path", action="store_true", help="also a bare relay of two uvloop Protocols"
     )
     ap.add_argument(
+        "--no-history-path",
+        action="store_true",
+        help="also this checkout's acceptor with history off (path 'no-history')",
+    )
+    ap.add_argument(
         "--split-path",
         type=int,
         metavar="N",
@@ -519,12 +528,19 @@ def main(argv: list[str] | None = None) -> int:
                 f"acceptor.processor.processes={args.split_path}",
             )
             plan.append(("split", None, split_sets))
+        if args.no_history_path:
+            plan.append(("no-history", None, ()))
         for tag, cwd, sets in plan:
             port = free_port()
-            proc = start_acceptor(work, tag, port, stand_in_port, "auto", cwd, sets=sets)
+            history = tag != "no-history"
+            proc = start_acceptor(
+                work, tag, port, stand_in_port, "auto", cwd, sets=sets, history=history
+            )
             procs.append(proc)
             targets[tag] = (port, proc.pid)
-            _progress(f"{tag} pid {proc.pid} on 127.0.0.1:{port} (history on)")
+            _progress(
+                f"{tag} pid {proc.pid} on 127.0.0.1:{port} (history {'on' if history else 'off'})"
+            )
         if args.haproxy_path:
             relay = start_haproxy(
                 upstream=("127.0.0.1", stand_in_port),
@@ -619,21 +635,22 @@ def main(argv: list[str] | None = None) -> int:
         )
     ratios: dict[str, dict[str, float | None]] = {}
     paired: dict[str, dict[str, dict[str, float] | None]] = {}
-    for other in ("ref", "split", "haproxy", "floor"):
-        if other in summary:
-            a, o = summary["acceptor"], summary[other]
+    compared = [("acceptor", o) for o in ("ref", "split", "haproxy", "floor", "no-history")]
+    for path, other in [*compared, ("no-history", "ref")]:
+        if path in summary and other in summary:
+            a, o = summary[path], summary[other]
             ratio = {  # None: the other path spent less than a clock tick in the phase
                 phase: a[f"{phase}_cpu_us"] / o[f"{phase}_cpu_us"] if o[f"{phase}_cpu_us"] else None
                 for phase in ("bare", "conn", "req")
             }
-            ratios[f"acceptor/{other}"] = ratio
+            ratios[f"{path}/{other}"] = ratio
             shown = {k: "below a tick" if v is None else f"{v:.3f}" for k, v in ratio.items()}
             print(
-                f"  acceptor/{other}: CPU per bare connection {shown['bare']}, per "
+                f"  {path}/{other}: CPU per bare connection {shown['bare']}, per "
                 f"connection {shown['conn']}, per request {shown['req']}"
             )
-            pairs = {phase: paired_ratios(rows, "acceptor", other, phase) for phase in PHASES}
-            paired[f"acceptor/{other}"] = pairs
+            pairs = {phase: paired_ratios(rows, path, other, phase) for phase in PHASES}
+            paired[f"{path}/{other}"] = pairs
             print(
                 "    paired, each round's ratio (median, lowest-highest): "
                 + "; ".join(f"{phase} {_span(pairs[phase])}" for phase in PHASES)
