@@ -24,7 +24,7 @@ it carried. Paths: ``acceptor`` (``harness acceptor`` from this checkout, histor
 metrics off), ``ref`` with ``--compare-ref GIT_REF`` (that commit's ``harness/``),
 ``split`` with ``--split-path N`` (this checkout's acceptor with
 ``acceptor.process.model=split`` and N processor processes; CPU counted over the whole
-process tree),
+process tree; with ``--compare-ref`` also ``refsplit``, the other commit's in that model),
 ``haproxy`` with ``--haproxy-path`` (Debian's HAProxy as a plain relay: one thread, no
 PROXY header, splice, Kafka's accept queue of 50), ``floor`` with ``--floor-path`` (the least
 a Python front on uvloop does per connection: a relay of two Protocols and nothing else, no
@@ -520,14 +520,17 @@ def main(argv: list[str] | None = None) -> int:
         if fronts_cpu:
             os.sched_setaffinity(0, fronts_cpu)  # the fronts inherit it
         plan: list[tuple[str, Path | None, tuple[str, ...]]] = [("acceptor", None, ())]
-        if args.compare_ref:
-            plan.append(("ref", ref_checkout(args.compare_ref, work / "ref-src"), ()))
+        ref_src = ref_checkout(args.compare_ref, work / "ref-src") if args.compare_ref else None
+        if ref_src:
+            plan.append(("ref", ref_src, ()))
         if args.split_path:
             split_sets = (
                 "acceptor.process.model=split",
                 f"acceptor.processor.processes={args.split_path}",
             )
             plan.append(("split", None, split_sets))
+            if ref_src:
+                plan.append(("refsplit", ref_src, split_sets))
         if args.no_history_path:
             plan.append(("no-history", None, ()))
         for tag, cwd, sets in plan:
@@ -636,7 +639,7 @@ def main(argv: list[str] | None = None) -> int:
     ratios: dict[str, dict[str, float | None]] = {}
     paired: dict[str, dict[str, dict[str, float] | None]] = {}
     compared = [("acceptor", o) for o in ("ref", "split", "haproxy", "floor", "no-history")]
-    for path, other in [*compared, ("no-history", "ref")]:
+    for path, other in [*compared, ("no-history", "ref"), ("split", "refsplit")]:
         if path in summary and other in summary:
             a, o = summary[path], summary[other]
             ratio = {  # None: the other path spent less than a clock tick in the phase
