@@ -557,17 +557,28 @@ def _frame_name(frame: str) -> str:
     return f"{m['func']} ({short})"
 
 
+def py_spy() -> str | None:
+    """The py-spy command (on PATH or beside this interpreter), None when not installed."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    return spy if Path(spy).exists() else None
+
+
+def collapsed_stacks(raw: str) -> Iterator[tuple[list[str], int]]:
+    """py-spy's raw (collapsed) output -> each stack's frames, outermost first, and its
+    sample count; lines that are not a stack are skipped."""
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if stack and count.isdigit():
+            yield stack.split(";"), int(count)
+
+
 def hot_spots(raw: str, top: int = 15) -> dict[str, Any]:
     """py-spy's collapsed stacks -> self and inclusive shares of all samples, by function."""
     self_c: Counter[str] = Counter()
     incl: Counter[str] = Counter()
     total = 0
-    for line in raw.splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        n = int(count)
-        frames = [_frame_name(f) for f in stack.split(";")]
+    for stack, n in collapsed_stacks(raw):
+        frames = [_frame_name(f) for f in stack]
         frames = [f for f in frames if not f.startswith(("process ", "thread "))]
         if not frames:
             continue
@@ -608,8 +619,8 @@ def profile_phase(
     ratios)."""
     if args.profile == "perf":
         return perf_phase(cp, t, args, work, broker)
-    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    if not Path(spy).exists() or t.proc is None:
+    spy = py_spy()
+    if spy is None or t.proc is None:
         _progress("--profile: py-spy not found (pip install -e '.[dev]'); skipped")
         return {}
     out: dict[str, Any] = {}

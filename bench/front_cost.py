@@ -78,7 +78,14 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from bench.acceptor import ref_checkout, sampling, start_acceptor, stop_process
+from bench.acceptor import (
+    collapsed_stacks,
+    py_spy,
+    ref_checkout,
+    sampling,
+    start_acceptor,
+    stop_process,
+)
 from bench.output import args_record, write_results
 from harness import procfs
 from harness.acceptor.config import DEFAULTS as ACCEPTOR_DEFAULTS
@@ -274,14 +281,9 @@ def stage_shares(raw: str) -> dict[str, float]:
     (`STAGES`, then `LOOP_OWN`); empty when no sample is the loop's."""
     counts = dict.fromkeys([name for name, _ in STAGES] + [LOOP_OWN], 0)
     total = 0
-    for line in raw.splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        frames = stack.split(";")
+    for frames, n in collapsed_stacks(raw):
         if not any(_LOOP_FRAME in f for f in frames):
             continue
-        n = int(count)
         total += n
         counts[_stage(frames)] += n
     return {name: c / total for name, c in counts.items()} if total else {}
@@ -299,8 +301,8 @@ def profile_stages(
 ) -> dict[str, dict[str, float]]:
     """The conn phase once more per path under py-spy (--native: uvloop's C frames too): each
     path's stage shares. Paths whose profile could not be taken are left out, with a line."""
-    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    if not Path(spy).exists():
+    spy = py_spy()
+    if spy is None:
         _progress("--stages: py-spy not found (pip install -e '.[dev]'); skipped")
         return {}
     shares: dict[str, dict[str, float]] = {}
