@@ -31,7 +31,7 @@ from enum import StrEnum
 
 from harness.quota.config import INT_MAX, ConfigError, QuotaConfig
 from harness.quota.faults import NO_FAULTS, Faults
-from harness.quota.meter import JAVA_LONG_MAX, AtBoundRateMeter, RateMeter, SampledAvg
+from harness.quota.meter import RateMeter, SampledAvg
 
 __all__ = [
     "IP_SENSOR_EXPIRY_MS",
@@ -175,25 +175,21 @@ class ConnectionQuotas:
     ) -> None:
         self.config = config
         self.faults = faults
-        # Seeded faults (harness.quota.faults) become plain attributes here, once: the
-        # decisions below read them as they read the limits; all are Kafka's in production.
-        if "window_n_samples" in faults:  # the other release's ring
-            legacy_meter = not legacy_meter
-        self._legacy = legacy_meter
-        self._meter: type[RateMeter] = (
-            AtBoundRateMeter if "violation_at_bound" in faults else RateMeter
-        )
-        self._f_no_unrecord = "no_unrecord_ip_throttle" in faults
-        self._f_override_ignored = "ip_rate_override_ignored" in faults
-        self._f_default_kept = "ip_default_not_reapplied" in faults
+        # The seeded-fault hooks (harness.quota.faults) are asked here, once, and become
+        # plain attributes: the decisions below read them as they read the limits; all are
+        # Kafka's in production.
+        self._policy = policy = faults.policy()
+        self._legacy = legacy_meter = policy.legacy_ring(legacy_meter)
+        self._meter: type[RateMeter] = policy.meter_class(RateMeter)
+        #: IP-throttled connections leave the meters they were recorded in (Kafka)
+        self._unrecord_throttled = policy.unrecords_ip_throttle()
         self._n = config.quota_window_num
         self._w = config.window_ms
         #: the bound on a connection-rate throttle: one window (Kafka's boundedThrottleTime)
-        self._cap = JAVA_LONG_MAX if "throttle_uncapped" in faults else self._w
+        self._cap = policy.throttle_cap(self._w)
         self._broker = self._meter(
             self._n, self._w, config.max_connection_creation_rate, legacy=legacy_meter
         )
-        self._f_not_inherited = "listener_defaults_not_inherited" in faults
         self._listener_meters = {
             name: self._meter(
                 self._n, self._w, self._listener_rate_of(config, name), legacy=legacy_meter
@@ -216,43 +212,32 @@ class ConnectionQuotas:
         self._steps: dict[tuple[int, int], RateStep] = {}
         self._admitted: dict[tuple[int, int], Admission] = {}
         self._decided: dict[tuple[int, int], Decision] = {}
-        faults = self.faults
+        policy = self._policy
         names = config.listener_names
         self._protected = {name: config.protected(name) for name in names}
         # exempt from the broker-wide rate / from eviction: the protected listener
-        self._broker_rate_exempt = (
-            dict.fromkeys(names, False)
-            if "protected_counts_broker_rate" in faults
-            else dict(self._protected)
-        )
-        self._evict_exempt = (
-            dict.fromkeys(names, False) if "protected_evicted" in faults else dict(self._protected)
-        )
-        self._broker_max = config.max_connections
-        if "max_connections_off_by_one" in faults and self._broker_max < INT_MAX:
-            self._broker_max += 1  # (SEEDED FAULT: also in the listeners that inherit it)
+        self._broker_rate_exempt = {
+            name: policy.broker_rate_exempt(p) for name, p in self._protected.items()
+        }
+        self._evict_exempt = {name: policy.evict_exempt(p) for name, p in self._protected.items()}
+        broker_max = policy.max_connections(config.max_connections)
         own_max = config.listener_max_connections
-        inherited = INT_MAX if self._f_not_inherited else self._broker_max
-        if "max_connections_total_off_by_one" in faults and self._broker_max < INT_MAX:
-            self._broker_max += 1  # (SEEDED FAULT: the total only; inherited caps stay right)
-        self._listener_max = (
-            dict.fromkeys(names, INT_MAX)
-            if "listener_max_ignored" in faults
-            else {name: own_max.get(name, inherited) for name in names}
-        )
-        self._per_ip_default = config.max_connections_per_ip
-        self._per_ip_overrides = dict(config.max_connections_per_ip_overrides)
-        if "ip_count_off_by_one" in faults:
-            if self._per_ip_default < INT_MAX:
-                self._per_ip_default += 1
-            self._per_ip_overrides = {
-                ip: n + 1 if n < INT_MAX else n for ip, n in self._per_ip_overrides.items()
-            }
+        inherited = policy.inherited(broker_max)  # a listener without its own key
+        self._broker_max = policy.max_connections_total(broker_max)
+        self._listener_max = {
+            name: policy.listener_max(own_max.get(name, inherited)) for name in names
+        }
+        self._per_ip_default = policy.ip_count_limit(config.max_connections_per_ip)
+        self._per_ip_overrides = {
+            ip: policy.ip_count_limit(n)
+            for ip, n in config.max_connections_per_ip_overrides.items()
+        }
 
     def _listener_rate_of(self, config: QuotaConfig, name: str) -> int:
-        if self._f_not_inherited:  # (SEEDED FAULT: no own key = unlimited)
-            return config.listener_max_connection_creation_rate.get(name, INT_MAX)
-        return config.listener_rate(name)
+        """The listener's own rate, else the broker-wide one (Kafka's prefix override)."""
+        return config.listener_max_connection_creation_rate.get(
+            name, self._policy.inherited(config.max_connection_creation_rate)
+        )
 
     # -- limits -----------------------------------------------------------------------------
 
@@ -295,16 +280,14 @@ class ConnectionQuotas:
                 ) from None
         if ip is None:
             self._ip_rate_default = INT_MAX if rate is None else rate
-            if self._f_default_kept:  # SEEDED FAULT: existing meters keep their bound
-                return
-            for addr, meter in self._ip_meters.items():
+            for addr, meter in self._policy.ip_meters_rebound(self._ip_meters).items():
                 bound = float(self.ip_quota_for(addr))
                 if meter.bound != bound:
                     meter.bound = bound
             return
         if rate is None:
             self._ip_rate_overrides.pop(ip, None)
-        elif self._f_override_ignored:  # SEEDED FAULT: the default keeps applying
+        elif not self._policy.applies_ip_rate_override():
             return
         else:
             self._ip_rate_overrides[ip] = rate
@@ -373,7 +356,7 @@ class ConnectionQuotas:
                 self._ip_meters[ip] = meter
             throttle = meter.record_bounded(1.0, now_ms, self._cap)
             if throttle > 0:
-                if not self._f_no_unrecord:  # (SEEDED FAULT: the +1s stay)
+                if self._unrecord_throttled:
                     meter.record(-1.0, now_ms, False)
                     if not self._broker_rate_exempt[listener]:
                         self._broker.record(-1.0, now_ms, False)

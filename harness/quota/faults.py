@@ -5,24 +5,57 @@ starts the acceptor with ``harness.test.fault=<name>[,<name>]``, runs the catalo
 scenario that covers the fault's rule with ``--gate`` and expects a FAIL. Off by default;
 an acceptor with any fault on says so loudly at start and in every ``config`` row.
 
-Why this shape: the production path must not pay for the hooks. A ``Faults`` value is
-frozen and handed to the engine objects at construction; they turn it into plain
-attributes (a meter class, a cap, a limit, a flag) once, so a decision reads the same
-attributes it always did and only the few decision points that *branch* on a fault test a
-boolean that is ``False`` in production. Nothing looks a fault up by name per event.
+Why this shape: every faulty behaviour lives here, as one injected policy. Product code
+asks its policy (``Faults.policy()``) at each decision point through a hook named for the
+decision; ``NoFaults``, production's, answers as Kafka does (a value hook returns its
+argument, a predicate Kafka's answer), and ``Seeded`` answers with the enabled faults'
+deviations. No product module names a fault.
 
-Every fault lives in an enforcement code path: the quota engine (``harness.quota``) or the
-acceptor's admission, processor and request-quota code (``harness.acceptor``).
+The production path must not pay for the hooks, so they come in three kinds:
+
+* construction hooks (a meter class, a cap, a limit, a queue size, a flag): asked once,
+  when the engine objects are built, and kept as plain attributes, so a decision reads
+  the same attributes it always did;
+* decision hooks on paths that are rare already (a rate delay, a reject, a slot wait, an
+  eviction, an admin change): called where the decision is made;
+* per-connection and per-request hooks (``accept_drop``, ``request_entity``): asked once
+  for a callable that is ``None`` in production, so the hot path tests one attribute, as
+  it tested a boolean before.
+
+Nothing looks a fault up by name per event.
+
+Every fault lives in an enforcement code path: the quota engine (``harness.quota``), the
+acceptor's admission, processor, TLS, dynamic-config and request-quota code
+(``harness.acceptor``), or the runner's assembly of the broker behind the acceptor.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import itertools
+from collections.abc import Callable, Iterable, Reversible
 from dataclasses import dataclass
+from typing import TypeVar
 
-from harness.quota.config import ConfigError
+from harness.quota.config import INT_MAX, ConfigError
+from harness.quota.meter import JAVA_LONG_MAX, QuotaCheck, RateMeter, throttle_time_ms
 
-__all__ = ["FAULTS", "FAULT_KEY", "LEGACY_SKIP_KEY", "NO_FAULTS", "Fault", "Faults"]
+__all__ = [
+    "FAULTS",
+    "FAULT_KEY",
+    "KAFKA",
+    "LEGACY_SKIP_KEY",
+    "NO_FAULTS",
+    "REJECT_LATE_S",
+    "AtBoundRateMeter",
+    "Fault",
+    "Faults",
+    "NoFaults",
+    "Seeded",
+]
+
+_T = TypeVar("_T")
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 
 #: the acceptor configuration key (comma-separated fault names)
 FAULT_KEY = "harness.test.fault"
@@ -302,5 +335,317 @@ class Faults:
     def to_property(self) -> str:
         return ",".join(self.names())
 
+    def policy(self) -> NoFaults:
+        """The hooks product code asks: Kafka's answers (``KAFKA``) when no fault is on."""
+        return Seeded(self) if self.enabled else KAFKA
+
 
 NO_FAULTS = Faults()
+
+#: the seeded fault ``ip_count_reject_close_late``: how late a rejected socket is closed
+REJECT_LATE_S = 0.4
+#: the seeded fault ``accept_unrecorded``: one socket in this many is dropped unrecorded
+UNRECORDED_EVERY = 100
+
+
+class NoFaults:
+    """Production's policy: every hook answers as Kafka does. A value hook returns its
+    argument; a predicate returns Kafka's answer; a per-event hook is ``None``."""
+
+    __slots__ = ()
+
+    # -- the quota engine, at construction -------------------------------------------------
+    def meter_class(self, cls: type[RateMeter]) -> type[RateMeter]:
+        """The rate meter every quota uses (``violation_at_bound``)."""
+        return cls
+
+    def legacy_ring(self, legacy: bool) -> bool:
+        """Whether connection meters keep the pre-3.8 ring (``window_n_samples``)."""
+        return legacy
+
+    def throttle_cap(self, cap_ms: int) -> int:
+        """The bound on a connection-rate throttle: one window (``throttle_uncapped``)."""
+        return cap_ms
+
+    def broker_rate_exempt(self, protected: bool) -> bool:
+        """A listener is exempt from the broker-wide rate when protected
+        (``protected_counts_broker_rate``)."""
+        return protected
+
+    def evict_exempt(self, protected: bool) -> bool:
+        """A listener's connections are never evicted when protected
+        (``protected_evicted``)."""
+        return protected
+
+    def max_connections(self, limit: int) -> int:
+        """``max.connections`` as enforced, also where a listener inherits it
+        (``max_connections_off_by_one``)."""
+        return limit
+
+    def max_connections_total(self, limit: int) -> int:
+        """The broker-wide total's cap alone (``max_connections_total_off_by_one``)."""
+        return limit
+
+    def inherited(self, broker_value: int) -> int:
+        """What a listener without its own key takes: the broker-wide value
+        (``listener_defaults_not_inherited``)."""
+        return broker_value
+
+    def listener_max(self, limit: int) -> int:
+        """A listener's ``max.connections`` as enforced (``listener_max_ignored``)."""
+        return limit
+
+    def ip_count_limit(self, limit: int) -> int:
+        """A per-IP connection count limit as enforced (``ip_count_off_by_one``)."""
+        return limit
+
+    def unrecords_ip_throttle(self) -> bool:
+        """An IP-throttled connection is taken back out of the IP, listener and broker
+        meters (``no_unrecord_ip_throttle``)."""
+        return True
+
+    # -- the quota engine, on a quota change ---------------------------------------------
+    def applies_ip_rate_override(self) -> bool:
+        """A per-IP connection_creation_rate is enforced (``ip_rate_override_ignored``)."""
+        return True
+
+    def ip_meters_rebound(self, meters: dict[_K, _V]) -> dict[_K, _V]:
+        """The IP meters a new default IP quota re-bounds: all of them
+        (``ip_default_not_reapplied``)."""
+        return meters
+
+    # -- request quotas --------------------------------------------------------------------
+    def request_throttle_bounded(self, bounded: bool) -> bool:
+        """Whether a request-quota throttle is bounded by one window
+        (``request_throttle_uncapped``)."""
+        return bounded
+
+    def request_entity(self) -> Callable[[str, str], tuple[str, str]] | None:
+        """Per request: (user, client id) -> the pair the bucket is picked by; None in
+        production (``request_wrong_entity``, ``user_quota_ignored``)."""
+        return None
+
+    # -- the acceptor's admission ----------------------------------------------------------
+    def accept_drop(self) -> Callable[[], bool] | None:
+        """Per accepted socket (one listener's count): True to close it unrecorded; None in
+        production (``accept_unrecorded``)."""
+        return None
+
+    def proxy_source(self, header: tuple[str, int], peer: tuple[str, int]) -> tuple[str, int]:
+        """Behind a PROXY header the client is the header's source (``proxy_source_ignored``)."""
+        return header
+
+    def rate_delay(self, delay_ms: int) -> int:
+        """How long the acceptor waits for a connection-rate delay: the delay
+        (``rate_delay_not_waited``, ``delay_doubled``)."""
+        return delay_ms
+
+    def slot_free(self, free: bool, first_look: bool) -> bool:
+        """Whether the slot wait after a delay sees a free slot: what the engine says
+        (``slot_wait_while_free``)."""
+        return free
+
+    def reject_close_s(self, after_s: float) -> float:
+        """How long after a per-IP count reject its socket is closed: at once
+        (``ip_count_reject_close_late``)."""
+        return after_s
+
+    def parked_tls(self, tls: Callable[[], _T]) -> _T | None:
+        """The TLS an IP-throttled socket is handshaken with before its close: none, a
+        quota's close reads no TLS byte (``tls_before_quota``)."""
+        return None
+
+    # -- processors, TLS, dynamic configuration --------------------------------------------
+    def queue_size(self, size: int) -> int:
+        """A processor's new-connection queue (``queue_larger_than_20``)."""
+        return size
+
+    def eviction_order(self, lru: Reversible[_T]) -> Iterable[_T]:
+        """The order a processor evicts in: least recently used first (``evict_most_recent``)."""
+        return lru
+
+    def principal_written_order(self) -> bool:
+        """A certificate's principal lists the subject's RDNs in their written order:
+        never, Kafka's is RFC 2253's, last first (``principal_not_reversed``)."""
+        return False
+
+    def restores_state(self) -> bool:
+        """A restarted acceptor replays the metadata log it kept (``state_not_restored``)."""
+        return True
+
+    def applies_others_changes(self) -> bool:
+        """A front applies the changes other fronts logged (``cluster_change_ignored``)."""
+        return True
+
+    def applies_other_brokers_configs(self) -> bool:
+        """A front applies another broker's per-broker configs: never
+        (``other_broker_config_applied``)."""
+        return False
+
+    # -- the runner's assembly -------------------------------------------------------------
+    def broker_gets_failed_auth_delay(self) -> bool:
+        """The broker behind the front is given connection.failed.authentication.delay.ms
+        (``failed_login_delay_dropped``)."""
+        return True
+
+
+#: the production policy
+KAFKA = NoFaults()
+
+
+class Seeded(NoFaults):
+    """The enabled faults' deviations; every other hook answers as Kafka does."""
+
+    __slots__ = ("_on", "faults")
+
+    def __init__(self, faults: Faults) -> None:
+        self.faults = faults
+        self._on = faults.enabled
+
+    def meter_class(self, cls: type[RateMeter]) -> type[RateMeter]:
+        return AtBoundRateMeter if "violation_at_bound" in self._on else cls
+
+    def legacy_ring(self, legacy: bool) -> bool:
+        return not legacy if "window_n_samples" in self._on else legacy
+
+    def throttle_cap(self, cap_ms: int) -> int:
+        return JAVA_LONG_MAX if "throttle_uncapped" in self._on else cap_ms
+
+    def broker_rate_exempt(self, protected: bool) -> bool:
+        return protected and "protected_counts_broker_rate" not in self._on
+
+    def evict_exempt(self, protected: bool) -> bool:
+        return protected and "protected_evicted" not in self._on
+
+    def max_connections(self, limit: int) -> int:
+        if "max_connections_off_by_one" in self._on and limit < INT_MAX:
+            return limit + 1
+        return limit
+
+    def max_connections_total(self, limit: int) -> int:
+        if "max_connections_total_off_by_one" in self._on and limit < INT_MAX:
+            return limit + 1
+        return limit
+
+    def inherited(self, broker_value: int) -> int:
+        return INT_MAX if "listener_defaults_not_inherited" in self._on else broker_value
+
+    def listener_max(self, limit: int) -> int:
+        return INT_MAX if "listener_max_ignored" in self._on else limit
+
+    def ip_count_limit(self, limit: int) -> int:
+        if "ip_count_off_by_one" in self._on and limit < INT_MAX:
+            return limit + 1
+        return limit
+
+    def unrecords_ip_throttle(self) -> bool:
+        return "no_unrecord_ip_throttle" not in self._on
+
+    def applies_ip_rate_override(self) -> bool:
+        return "ip_rate_override_ignored" not in self._on
+
+    def ip_meters_rebound(self, meters: dict[_K, _V]) -> dict[_K, _V]:
+        return {} if "ip_default_not_reapplied" in self._on else meters
+
+    def request_throttle_bounded(self, bounded: bool) -> bool:
+        return bounded and "request_throttle_uncapped" not in self._on
+
+    def request_entity(self) -> Callable[[str, str], tuple[str, str]] | None:
+        swap = "request_wrong_entity" in self._on
+        anonymous = "user_quota_ignored" in self._on
+        if not (swap or anonymous):
+            return None
+
+        def entity(user: str, client_id: str) -> tuple[str, str]:
+            if swap:  # principal and client id swapped
+                user, client_id = client_id, user
+            if anonymous:  # every request charged as ANONYMOUS
+                user = "ANONYMOUS"
+            return user, client_id
+
+        return entity
+
+    def accept_drop(self) -> Callable[[], bool] | None:
+        if "accept_unrecorded" not in self._on:
+            return None
+        taken = itertools.count(1)
+        return lambda: next(taken) % UNRECORDED_EVERY == 0
+
+    def proxy_source(self, header: tuple[str, int], peer: tuple[str, int]) -> tuple[str, int]:
+        return peer if "proxy_source_ignored" in self._on else header
+
+    def rate_delay(self, delay_ms: int) -> int:
+        if "rate_delay_not_waited" in self._on:
+            return 0
+        if "delay_doubled" in self._on:
+            return 2 * delay_ms
+        return delay_ms
+
+    def slot_free(self, free: bool, first_look: bool) -> bool:
+        # the first look after the delay waits for a release even when a slot is free
+        return free and not (first_look and "slot_wait_while_free" in self._on)
+
+    def reject_close_s(self, after_s: float) -> float:
+        return REJECT_LATE_S if "ip_count_reject_close_late" in self._on else after_s
+
+    def parked_tls(self, tls: Callable[[], _T]) -> _T | None:
+        return tls() if "tls_before_quota" in self._on else None
+
+    def queue_size(self, size: int) -> int:
+        return 2 * size if "queue_larger_than_20" in self._on else size
+
+    def eviction_order(self, lru: Reversible[_T]) -> Iterable[_T]:
+        return reversed(lru) if "evict_most_recent" in self._on else lru
+
+    def principal_written_order(self) -> bool:
+        return "principal_not_reversed" in self._on
+
+    def restores_state(self) -> bool:
+        return "state_not_restored" not in self._on
+
+    def applies_others_changes(self) -> bool:
+        return "cluster_change_ignored" not in self._on
+
+    def applies_other_brokers_configs(self) -> bool:
+        return "other_broker_config_applied" in self._on
+
+    def broker_gets_failed_auth_delay(self) -> bool:
+        return "failed_login_delay_dropped" not in self._on
+
+
+class AtBoundRateMeter(RateMeter):
+    """The seeded fault ``violation_at_bound``: a violation at ``rate >= bound``, not ``>``.
+
+    A meter exactly at its bound throttles for at least 1 ms (Kafka's throttle would be
+    ``round(0) = 0``, and Kafka records no violation at all). Built only when the fault is
+    on (``Seeded.meter_class``), so ``RateMeter``'s hot path carries no check for it.
+    """
+
+    __slots__ = ()
+
+    def record(self, value: float, now_ms: int, check: bool = True) -> QuotaCheck | None:
+        self._add(float(value), now_ms)
+        if not check:
+            return None
+        self._purge(now_ms)
+        window = self._window_size_purged(now_ms)
+        rate = self._sum() / (window / 1000.0)
+        if rate >= self.bound:
+            return QuotaCheck(rate, self.bound, window)
+        return None
+
+    def record_bounded(self, value: float, now_ms: int, max_ms: int) -> int:
+        self._add(float(value), now_ms)
+        self._purge(now_ms)
+        window = self._window_size_purged(now_ms)
+        rate = self._sum() / (window / 1000.0)
+        if rate >= self.bound:
+            return max(1, throttle_time_ms(rate, self.bound, window, max_ms))
+        return 0
+
+    def throttle_ms(self, now_ms: int, bounded: bool, max_ms: int) -> int:
+        rate = self.measure(now_ms)
+        if rate < self.bound:
+            return 0
+        window = self._window_size_purged(now_ms)
+        return max(1, throttle_time_ms(rate, self.bound, window, max_ms if bounded else None))

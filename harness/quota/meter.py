@@ -29,7 +29,6 @@ from operator import add
 
 __all__ = [
     "JAVA_LONG_MAX",
-    "AtBoundRateMeter",
     "QuotaCheck",
     "RateMeter",
     "SampledAvg",
@@ -400,44 +399,6 @@ class RateMeter(_Ring):
         return throttle_time_ms(
             rate, self.bound, self._window_size_purged(now_ms), max_ms if bounded else None
         )
-
-
-class AtBoundRateMeter(RateMeter):
-    """SEEDED FAULT ``violation_at_bound``: a violation at ``rate >= bound``, not ``>``.
-
-    A meter exactly at its bound throttles for at least 1 ms (Kafka's throttle would be
-    ``round(0) = 0``, and Kafka records no violation at all). Built only when the fault is
-    on (``harness.quota.faults``), so ``RateMeter``'s hot path carries no check for it.
-    """
-
-    __slots__ = ()
-
-    def record(self, value: float, now_ms: int, check: bool = True) -> QuotaCheck | None:
-        self._add(float(value), now_ms)
-        if not check:
-            return None
-        self._purge(now_ms)
-        window = self._window_size_purged(now_ms)
-        rate = self._sum() / (window / 1000.0)
-        if rate >= self.bound:
-            return QuotaCheck(rate, self.bound, window)
-        return None
-
-    def record_bounded(self, value: float, now_ms: int, max_ms: int) -> int:
-        self._add(float(value), now_ms)
-        self._purge(now_ms)
-        window = self._window_size_purged(now_ms)
-        rate = self._sum() / (window / 1000.0)
-        if rate >= self.bound:
-            return max(1, throttle_time_ms(rate, self.bound, window, max_ms))
-        return 0
-
-    def throttle_ms(self, now_ms: int, bounded: bool, max_ms: int) -> int:
-        rate = self.measure(now_ms)
-        if rate < self.bound:
-            return 0
-        window = self._window_size_purged(now_ms)
-        return max(1, throttle_time_ms(rate, self.bound, window, max_ms if bounded else None))
 
 
 class SampledAvg(_Ring):

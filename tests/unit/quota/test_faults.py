@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 
 from harness.acceptor.config import parse_acceptor_config
 from harness.quota import ConfigError, ConnectionQuotas, Outcome, parse_config
-from harness.quota.faults import FAULT_KEY, FAULTS, NO_FAULTS, Faults
-from harness.quota.meter import AtBoundRateMeter, RateMeter
+from harness.quota.faults import FAULT_KEY, FAULTS, KAFKA, NO_FAULTS, AtBoundRateMeter, Faults
+from harness.quota.meter import RateMeter
 from harness.quota.requests import RequestQuotas
 
 from .kafka_port import KafkaConnectionQuotas
@@ -93,10 +93,10 @@ def test_empty_faults_leave_every_hooked_attribute_at_kafkas_value() -> None:
     # REPLICATION sets no maximum of its own: the broker-wide one (Kafka's prefix override)
     assert q._listener_max == {"EXTERNAL": 4, "REPLICATION": 7}
     assert q._broker_rate_exempt == q._evict_exempt == {"EXTERNAL": False, "REPLICATION": True}
-    assert not (q._legacy or q._f_no_unrecord or q._f_override_ignored or q._f_default_kept)
+    assert not q._legacy and q._unrecord_throttled and q._policy is KAFKA
     r = RequestQuotas(faults=NO_FAULTS)
     assert r._request.bounded and r._request.meter_cls is RateMeter
-    assert not r._f_swap_entity
+    assert r._entity is None
 
 
 # With the hooks present and no fault set the engine is Kafka, decision for decision: the
