@@ -46,6 +46,8 @@ class DynamicConfig:
         log: Callable[[str], None] = lambda _m: None,
     ) -> None:
         self.cfg = cfg
+        #: the seeded-fault hooks (harness.quota.faults): Kafka's answers in production
+        self._faults = cfg.faults.policy()
         #: the connection limits in force: the static ones with the dynamic layers applied
         self.quota_cfg: QuotaConfig = cfg.quota
         self.quotas = quotas
@@ -59,7 +61,7 @@ class DynamicConfig:
         """Replay the metadata log `state.dir` kept (at start)."""
         if self.metadata is None:
             return
-        if "state_not_restored" in self.cfg.faults:  # SEEDED FAULT: the log ignored
+        if not self._faults.restores_state():  # the log read past, not applied
             self.metadata.read_new()
             return
         self._catch_up()
@@ -69,7 +71,7 @@ class DynamicConfig:
         order); whether anything was applied."""
         if self.metadata is None or not self.metadata.changed():
             return False
-        if "cluster_change_ignored" in self.cfg.faults:  # SEEDED FAULT: others' changes lost
+        if not self._faults.applies_others_changes():  # read past, not applied
             self.metadata.read_new()
             return False
         return self._catch_up()
@@ -88,7 +90,7 @@ class DynamicConfig:
             self._apply(batch)
             return
         self.metadata.append(batch)
-        if "cluster_change_ignored" in self.cfg.faults:  # SEEDED FAULT: only its own change
+        if not self._faults.applies_others_changes():  # its own change only
             self.metadata.read_new()
             self._apply(batch)
             return
@@ -103,10 +105,7 @@ class DynamicConfig:
                 if (
                     r.node is not None
                     and not mine
-                    and "other_broker_config_applied"
-                    not in (
-                        self.cfg.faults  # SEEDED FAULT: every broker's own layer applied here
-                    )
+                    and not self._faults.applies_other_brokers_configs()
                 ):
                     continue  # another broker's own layer
                 layers.setdefault(r.node is not None, {})[r.name] = r.value

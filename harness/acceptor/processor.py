@@ -58,16 +58,11 @@ class Processor:
         self.listener = listener
         self.index = index
         self.protected = protected
-        faults = host.cfg.faults
-        # Seeded faults (harness.quota.faults): read once; Kafka's behaviour in production.
-        self.queue_size = (
-            2 * CONNECTION_QUEUE_SIZE
-            if "queue_larger_than_20" in faults
-            else (CONNECTION_QUEUE_SIZE)
-        )
-        #: never evicts (the protected listener), unless the fault protected_evicted is on
-        self.evict_exempt = protected and "protected_evicted" not in faults
-        self._evict_mru = "evict_most_recent" in faults
+        # the seeded-fault hooks (harness.quota.faults): asked once; Kafka's in production
+        self._faults = faults = host.cfg.faults.policy()
+        self.queue_size = faults.queue_size(CONNECTION_QUEUE_SIZE)
+        #: never evicts (the protected listener)
+        self.evict_exempt = faults.evict_exempt(protected)
         self.queue: asyncio.Queue[NewConnection] = asyncio.Queue(self.queue_size)
         self.channels: OrderedDict[str, Channel] = OrderedDict()  # LRU order
         self.iteration = 0
@@ -190,11 +185,8 @@ class Processor:
         """
         if self.evict_exempt or not self.host.max_connections_exceeded(self.listener):
             return False
-        if self._evict_mru:  # SEEDED FAULT: the most recently used one
-            for conn in reversed(self.channels.values()):
-                conn.finish("max_connections", evicted=True)
-                return True
-        for conn in self.channels.values():  # the LRU head (closed ones are already gone)
+        # the LRU head (closed ones are already gone)
+        for conn in self._faults.eviction_order(self.channels.values()):
             conn.finish("max_connections", evicted=True)
             return True
         return False

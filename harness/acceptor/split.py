@@ -542,11 +542,7 @@ class SplitProcessors:
         self.shared = SharedCounts(self.processes)
         self.children = [ProcessorProcess(self, i) for i in range(self.processes)]
         self.stopping = False
-        self._queue_size = (
-            2 * CONNECTION_QUEUE_SIZE
-            if "queue_larger_than_20" in cfg.faults
-            else CONNECTION_QUEUE_SIZE
-        )
+        self._queue_size = cfg.faults.policy().queue_size(CONNECTION_QUEUE_SIZE)
         self.publish()
 
     def processor(self, listener: str, index: int, protected: bool) -> RemoteProcessor:

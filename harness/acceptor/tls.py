@@ -37,7 +37,8 @@ class ListenerTls:
     handshake_timeout_s: float
     #: the client's certificate names the principal (ssl.client.auth requested or required)
     reads_certificate: bool
-    #: SEEDED FAULT `principal_not_reversed`: the subject's RDNs in their written order
+    #: the principal lists the subject's RDNs in their written order: never in production
+    #: (the fault hook `principal_written_order`, harness.quota.faults)
     written_order: bool = False
 
 
@@ -85,7 +86,7 @@ def listener_tls(cfg: AcceptorConfig, spec: ListenerSettings) -> ListenerTls | N
         upstream,
         idle_s,
         spec.client_auth != "none",
-        written_order="principal_not_reversed" in cfg.faults,
+        written_order=cfg.faults.policy().principal_written_order(),
     )
 
 
@@ -99,7 +100,6 @@ def kafka_principal(der: bytes | None, *, written_order: bool = False) -> str | 
     from cryptography import x509
 
     subject = x509.load_der_x509_certificate(der).subject
-    if written_order:  # SEEDED FAULT principal_not_reversed
-        return ",".join(rdn.rfc4514_string() for rdn in subject.rdns)
     # rfc4514_string lists the RDNs last first, as RFC 2253 does
-    return subject.rfc4514_string()
+    rdns = subject.rdns if written_order else reversed(subject.rdns)
+    return ",".join(rdn.rfc4514_string() for rdn in rdns)
