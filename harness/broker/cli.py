@@ -14,6 +14,9 @@ Secured listeners (docs/security.md): --secure starts PLAINTEXT (inter-broker), 
       --listener SASL=SASL_SSL:SCRAM-SHA-512,PLAIN --listener SASLP=SASL_PLAINTEXT:PLAIN
 The CA, certificates and SASL passwords are made fresh at each start in <workdir>/private
 (0700, removed on stop); a `client-config:` line names each listener's client.properties.
+A `metrics:` line gives the URL of each node's Prometheus JMX exporter (Kafka's own
+metrics), which `harness run --broker-metrics-url` takes when the broker is used as an
+existing cluster; a `gate it:` line shows that whole command for the catalog's gate.
 """
 
 from __future__ import annotations
@@ -186,6 +189,36 @@ def _kafka_version(text: str | None) -> str | None:
         raise BrokerError(str(exc)) from None
 
 
+def metrics_absent(broker: Any) -> str:
+    """The `metrics:` line of a broker without a known JMX exporter URL: why, and what to do."""
+    if getattr(broker, "launcher", "") == "external":
+        return (
+            "none known for an existing cluster: give `harness run` its JMX exporter's URL "
+            "with --broker-metrics-url (N=URL per broker)"
+        )
+    return (
+        "none (the JMX exporter is off: HARNESS_BROKER_METRICS=0, or its agent could not be "
+        "resolved); the metric checks of a run against it are unknown"
+    )
+
+
+def gate_command(listener_ports: Any, broker: Any, metrics: str | None) -> str:
+    """`harness run ci-gate` against this broker as an existing cluster: its first secured
+    listener with that listener's client config (else its first listener), and its
+    metrics URL (one, or ``N=URL,...`` for a cluster), as an operator would type it."""
+    configs = dict(getattr(broker, "client_configs", None) or {})
+    names = list(listener_ports)
+    secured = [n for n in names if n in configs]
+    name = (secured or names or ["PLAINTEXT"])[0]
+    port = listener_ports.get(name, getattr(broker, "port", ""))
+    return (
+        f"harness run ci-gate --target broker --bootstrap-server {broker.host}:{port}"
+        + (f" --command-config {configs[name]}" if name in configs else "")
+        + (f" --broker-metrics-url {metrics}" if metrics else "")
+        + " --gate"
+    )
+
+
 def _raise_stop(signum: int, frame: Any) -> None:
     raise _Stop(signal.Signals(signum).name)
 
@@ -265,6 +298,10 @@ def run(args: argparse.Namespace) -> int:
                 print(f"client-config: {key}={path}")
         if broker.private_dir is not None:
             print(f"private: {broker.private_dir} (certificates, passwords; 0700, removed on stop)")
+        url = getattr(broker, "metrics_url", None)
+        print(f"metrics: {url or metrics_absent(broker)}")
+        if broker.launcher != "external":
+            print(f"gate it: {gate_command(broker.listener_ports, broker, url)}")
         if broker.log_path:
             print(f"log: {broker.log_path}")
         if broker.request_log_path:
@@ -324,6 +361,11 @@ def _run_cluster(
                 print(f"listener: broker {node} {name}={b.host}:{port}")
             for key, path in b.client_configs.items():
                 print(f"client-config: broker {node} {key}={path}")
+            print(f"metrics: broker {node} {b.metrics_url or metrics_absent(b)}")
+        urls = {b.plan.node_id: b.metrics_url for b in cluster.brokers if b.metrics_url}
+        per_node = ",".join(f"{n}={u}" for n, u in sorted(urls.items()))
+        first = cluster.brokers[0]
+        print(f"gate it: {gate_command(first.listener_ports, first, per_node or None)}")
         return _serve([(f"broker {b.plan.node_id}", b) for b in cluster.brokers])
     except _Stop as stop:
         print(f"{stop}: stopping the cluster…", flush=True)
