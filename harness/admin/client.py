@@ -18,6 +18,7 @@ from typing import Any
 from kafka.protocol.admin import (
     AlterClientQuotasRequest,
     DescribeClientQuotasRequest,
+    DescribeConfigsRequest,
     IncrementalAlterConfigsRequest,
 )
 from kafka.protocol.metadata import ApiVersionsRequest
@@ -280,3 +281,36 @@ def alter_broker_config(
     for r in resp.responses:
         if r.error_code:
             raise AdminError(r.error_code, r.error_message, "IncrementalAlterConfigs: ")
+
+
+def describe_broker_configs(
+    bootstrap: str,
+    broker: str,
+    keys: list[str] | None = None,
+    *,
+    wire: KafkaWire | None = None,
+    **kw: Any,
+) -> dict[str, str | None]:
+    """DescribeConfigs of the BROKER resource ``broker`` (a node id; "" = the cluster-wide
+    dynamic defaults): ``{name: value}`` for ``keys`` (None: every key). A sensitive key's
+    value is None, as Kafka sends it. Raises AdminError (e.g. CLUSTER_AUTHORIZATION_FAILED
+    when the principal may not describe the cluster's configs)."""
+    D = DescribeConfigsRequest
+    resource = D.DescribeConfigsResource(
+        resource_type=BROKER_RESOURCE, resource_name=broker, configuration_keys=keys
+    )
+    with _connection(bootstrap, wire, kw) as w:
+        v = w.version_for(D)
+        fields: dict[str, Any] = {"resources": [resource]}
+        if v >= 1:
+            fields["include_synonyms"] = False
+        if v >= 3:
+            fields["include_documentation"] = False
+        resp = w.request(D[v](**fields))
+    out: dict[str, str | None] = {}
+    for r in resp.results:
+        if r.error_code:
+            raise AdminError(r.error_code, r.error_message, "DescribeConfigs: ")
+        for c in r.configs:
+            out[c.name] = None if c.is_sensitive else c.value
+    return out

@@ -195,6 +195,61 @@ def metrics_url_for(target: Any, override: str | None = None) -> tuple[str | Non
     )
 
 
+def cluster_listeners(target: Any, say: Callable[[str], None]) -> dict[str, Any] | None:
+    """run.json's ``cluster_listeners`` for a run against an existing cluster (None for a
+    broker or an acceptor the harness started, whose listeners are the scenario's).
+
+    Kafka's metrics label each listener with the cluster's own name, which need not be the
+    scenario's: the bootstrap broker's listener keys are read with DescribeConfigs
+    (`harness.admin.listeners`, over the run's admin login) and ``load`` maps the
+    scenario's loaded listener to the cluster's listener at the bootstrap address. A
+    principal that may not describe the configs leaves ``error`` instead; the checker then
+    maps the names from the scraped labels (`analysis.checks.kafka_metrics`)."""
+    name = getattr(target, "external_listener", None)
+    broker = getattr(target, "broker", None)
+    if name is None or broker is None:
+        return None
+    from harness.admin.listeners import read_listeners
+    from harness.runner.targets import admin_source_ip
+    from harness.security.secrets import mask
+
+    bootstrap = str(broker.bootstrap)
+    try:
+        found = read_listeners(
+            bootstrap,
+            client_config=getattr(target, "admin_config", None),
+            source_ip=admin_source_ip(target.scenario, broker.host),
+        )
+    except Exception as exc:  # e.g. CLUSTER_AUTHORIZATION_FAILED: said, never fatal
+        why = mask(f"{type(exc).__name__}: {exc}")
+        say(
+            f"note: the cluster's listeners could not be read with DescribeConfigs ({why}); "
+            "the metric checks take its listener names from the scraped metrics' labels"
+        )
+        return {"read_with": None, "error": why, "load": {}}
+    load = found.pop("load_listener", None)
+    out = {"read_with": "DescribeConfigs", **found, "load": {name: load} if load else {}}
+    listed = ", ".join(parse_names(found.get("listeners")))
+    if load:
+        say(
+            f"the cluster's listener at {bootstrap} is {load} (broker {found['node']}: "
+            f"{listed}): Kafka's metrics for the scenario's {name} are read under that name"
+        )
+    else:
+        say(
+            f"note: no listener of broker {found['node']} ({listed}) is at {bootstrap}; the "
+            "metric checks take its listener names from the scraped metrics' labels"
+        )
+    return out
+
+
+def parse_names(listeners: str | None) -> list[str]:
+    """The listener names of a ``listeners`` value, in order."""
+    from harness.admin.listeners import parse_listeners
+
+    return list(parse_listeners(listeners))
+
+
 def start_scraper(
     target: Any, history: Any, opts: Any, say: Callable[[str], None]
 ) -> MetricsScraper | Scrapers | None:
