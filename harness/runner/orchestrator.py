@@ -319,6 +319,11 @@ class Orchestrator:
                     brokers.setdefault(str(node), {})[listener] = f"{host}:{port}"
             self.run_json["brokers"] = brokers
         self.run_json["listener_security"] = listener_security(self.target.client_configs)
+        from harness.runner.kafka_metrics import cluster_listeners  # an existing cluster's
+
+        found = cluster_listeners(self.target, self.say)
+        if found is not None:
+            self.run_json["cluster_listeners"] = found
         if self.opts.set_acceptor:
             self.run_json["acceptor_overrides"] = dict(self.opts.set_acceptor)
         self.rd.write_run_json(self.run_json)
