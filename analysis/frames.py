@@ -138,6 +138,8 @@ def client_conns(run: Run) -> DataFrame:
         eof = F.col("event").isin("request_fail", "closed") & F.col("reason").isin("eof", "reset")
         df = c.groupBy("client_ip", "client_port", "attempt_ns").agg(
             F.first("listener", ignorenulls=True).alias("c_listener"),
+            # the client's own id of the attempt (a storm engine's `c<pid>-<k>`: its observer)
+            F.first("conn_id", ignorenulls=True).alias("c_conn_id"),
             first("connect_invoke").alias("invoke_ns"),
             F.first("profile", ignorenulls=True).alias("profile"),
             # a cluster: the node id of the broker the attempt connected to

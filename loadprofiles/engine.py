@@ -17,6 +17,14 @@ decoding, request encoding, gevent's socket wrappers and per-row dicts. Here:
   ``arrivals.arrival_times``): a late wake-up never shifts later arrivals, so the
   schedule cannot drift; an arrival started more than ``max_lag_ms`` late is
   recorded ``not_offered`` (cause ``cpu``), never silently moved;
+* a heartbeat: the loop never sleeps in ``epoll`` longer than ``PERIOD_NS`` (5 ms), so
+  an iteration that ends more than ``THRESHOLD_NS`` (10 ms) after its poll promised to
+  return is a stall the engine measured itself (descheduled on a busy machine, a GC, a
+  burst of work): a ``loop_lag`` row (``start`` once, with period and threshold; then one
+  per stall) names the stretch in which anything it observed may have been observed late.
+  Outside such rows an observation is at most 2 × (period + threshold) = 30 ms late (an
+  event arriving just after a poll returned waits for that iteration and the next poll);
+  the checks' "not timed" rule (``analysis/checks/stalls.py``) rests on these rows;
 * timeouts sit in three FIFO queues (connect, request, hold): each has one fixed
   duration, so deadlines are appended in order and expire from the head, O(1).
 
@@ -103,6 +111,11 @@ _FDS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _PORTS = frozenset({errno.EADDRNOTAVAIL, errno.EADDRINUSE})
 _RESET = frozenset({errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED})
 _IN, _OUT = select.EPOLLIN, select.EPOLLOUT
+
+#: the heartbeat: the loop never sleeps in epoll longer than PERIOD_NS, and an iteration
+#: that ends more than THRESHOLD_NS after the poll's promised return is a measured stall
+PERIOD_NS = 5_000_000
+THRESHOLD_NS = 10_000_000
 
 # connection states
 CONNECTING, SENDING, AWAITING, HOLDING, DONE, HANDSHAKING, SETTLING = range(7)
@@ -297,6 +310,8 @@ class EngineStats:
     first_ns: int = 0
     last_ns: int = 0
     aborted: int = 0
+    #: iterations its heartbeat measured as stalls (`loop_lag` rows)
+    stalls: int = 0
 
     def summary(self) -> str:
         span = (self.last_ns - self.first_ns) / 1e9
@@ -307,6 +322,7 @@ class EngineStats:
             f"max lag {self.max_lag_ms:.1f} ms{rate}; "
             f"outcomes {dict(sorted(self.outcomes.items()))}"
             + (f", {self.aborted} in flight at stop (no outcome)" if self.aborted else "")
+            + (f", {self.stalls} loop stalls measured" if self.stalls else "")
         )
 
 
@@ -467,8 +483,8 @@ class StormEngine:
                 reason,
                 None,
                 self.cfg.client_id,
-                None,
-                None,
+                latency_ms,
+                nbytes,
                 detail,
             )
         else:
@@ -502,6 +518,35 @@ class StormEngine:
             )
             self._row("connect_fail", self._clock(), None, "not_offered", detail=detail)
 
+    # -- the heartbeat ----------------------------------------------------------------------
+    def _heartbeat_start(self) -> None:
+        if self.hist is not None:
+            detail = events.detail(
+                "client",
+                "loop_lag",
+                engine=self._prefix,
+                period_ms=PERIOD_NS / 1e6,
+                threshold_ms=THRESHOLD_NS / 1e6,
+            )
+            self._row("loop_lag", self._clock(), None, "start", latency_ms=0.0, detail=detail)
+
+    def _stalled(self, since: int, now: int, late: int) -> None:
+        """The loop is back at its poll at ``now``, ``late`` ns after its last poll promised
+        to return: whatever it observed since the poll before that returned (``since``: an
+        event arriving after it was first seen by the last poll), and in the next
+        iteration (which ends by ``now + PERIOD + THRESHOLD`` or is a stall of its own), may
+        have been seen late."""
+        self.stats.stalls += 1
+        if self.hist is not None:
+            detail = events.detail(
+                "client",
+                "loop_lag",
+                engine=self._prefix,
+                from_mono_ns=since,
+                until_mono_ns=now + PERIOD_NS + THRESHOLD_NS,
+            )
+            self._row("loop_lag", now, None, "stall", latency_ms=late / 1e6, detail=detail)
+
     # -- the loop ---------------------------------------------------------------------------
     def run(
         self,
@@ -522,6 +567,10 @@ class StormEngine:
         self.stats.first_ns = start_ns
         if on_start is not None:
             on_start()
+        self._heartbeat_start()
+        # the heartbeat (module docstring, "Heartbeat"): the latest the loop promised to be
+        # back from its last poll, when that poll returned and when the one before it did
+        promised = returned = prior = clock()
         try:
             while not self._stop:
                 now = clock()
@@ -533,12 +582,16 @@ class StormEngine:
                     now = clock()
                 if nxt is None and not conns:
                     break
-                wait_ns = 5_000_000 if nxt is None else min(due - now, 5_000_000)
+                wait_ns = PERIOD_NS if nxt is None else min(due - now, PERIOD_NS)
+                if now - promised > THRESHOLD_NS:
+                    self._stalled(prior, now, now - promised)
+                promised = now + max(0, wait_ns)
                 for fd, ev in poll(max(0.0, wait_ns / 1e9)):
                     c = conns.get(fd)
                     if c is not None:
                         self._io(c, ev)
                 now = clock()
+                prior, returned = returned, now
                 if self._q_connect or self._q_request or self._q_hold or self._q_tls:
                     self._expire(now)
                 if hist is not None and now >= next_seal:

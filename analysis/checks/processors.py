@@ -22,6 +22,7 @@ from analysis.checks.base import (
     nothing_judged,
     witness,
 )
+from analysis.checks.stalls import client_stalls
 from analysis.columns import detail_col
 from analysis.frames import MS, acceptor_conns, client_conns, match_attempts
 
@@ -165,14 +166,15 @@ def check_reject_closes_at_once(run: Run) -> CheckResult:
             | F.col("c.eof_ns").isNull()
             | (watching & (F.col("c.eof_ns") - F.col("a.reject_ns") > F.lit(slack_ns)))
         )
-        stalls = _client_stalls(run)
-        for r in late.select("a.*", "c.eof_ns", "c.ready_ns", "c.profile").collect():
+        stalls = client_stalls(run)
+        cols = ["a.*", "c.eof_ns", "c.ready_ns", "c.profile", "c.c_conn_id"]
+        for r in late.select(*cols).collect():
             if r["ready_ns"] is not None:
                 why = "client was served after a per-IP count reject"
             elif r["eof_ns"] is None:
                 why = "client saw no EOF after the reject"
-            elif _seen_while_stalled(stalls, r["profile"], r["eof_ns"]):
-                unwatched += 1  # the observer was behind its own schedule: not timed
+            elif stalls.covers(r["c_conn_id"], r["profile"], r["eof_ns"]):
+                unwatched += 1  # its observer measurably could not look: not timed
                 continue
             else:
                 why = (
@@ -196,7 +198,8 @@ def check_reject_closes_at_once(run: Run) -> CheckResult:
             n_timed - unwatched,
             ("engine clients" if n_timed else "steady clients only (their EOF time bounds nothing)")
             + (
-                f"; {unwatched} not timed: seen while their engine was behind its own schedule"
+                f"; {unwatched} not timed: seen while their engine measurably could not look "
+                f"({stalls.describe()})"
                 if unwatched
                 else ""
             ),
@@ -213,40 +216,14 @@ def check_reject_closes_at_once(run: Run) -> CheckResult:
         expected="reject → closed at once: never registered; client EOF within slack of the reject",
         tolerance=f"slack {fmt(run.slack_ms)} ms; EOF time of engine clients only (a steady "
         "kafka-python client sees the close at its next poll), and not of an EOF the engine saw "
-        "while it was measurably behind its own schedule (an arrival of it due by then started "
-        "after): its observation then bounds nothing",
+        "inside a stall it measured itself (its heartbeat's loop_lag rows, or an arrival of it "
+        "due by then that started after): its observation then bounds nothing (not timed)",
         witnesses=wit,
         explanation="max.connections.per.ip is enforced by accept-then-close, the client reads EOF",
         judged=n,
         exercised=True,
         parts=parts,
     )
-
-
-def _client_stalls(run: Run) -> list[tuple[str, int, int]]:
-    """(profile, from, to) where an engine client's loop measurably did not run: an arrival
-    due at ``intended_mono_ns`` that started at its ``connect_invoke`` later (the engine's
-    own lateness, the jitter of the observer, measured in the same run)."""
-    from pyspark.sql import functions as F
-
-    intended = detail_col("client", "connect_invoke", "intended_mono_ns").cast("long")
-    rows = (
-        run.events("connect_invoke", source="client")
-        .select(
-            detail_col("client", "connect_invoke", "profile").alias("profile"),
-            intended.alias("due"),
-            "mono_ns",
-        )
-        .where(F.col("due").isNotNull() & (F.col("mono_ns") - F.col("due") > MS))
-        .collect()
-    )
-    return [(str(r["profile"] or ""), int(r["due"]), int(r["mono_ns"])) for r in rows]
-
-
-def _seen_while_stalled(stalls: list[tuple[str, int, int]], profile: str | None, at: int) -> bool:
-    """Whether that profile's engine saw something at ``at`` while it was measurably late:
-    an arrival due at or before ``at`` had not started yet."""
-    return any(p == (profile or "") and a <= at < b for p, a, b in stalls)
 
 
 CHECKS = [

@@ -139,6 +139,11 @@ ALL: tuple[Event, ...] = (
        {"error", "error_code", "round", "mechanism", "principal", "sasl_ms", "answer_ms"},
        "SASL login failed: Kafka's error code and the round (0 handshake, 1-2 authenticate); "
        "answer_ms: from sending the failing request to its answer"),
+    _ev("client", "loop_lag", {"listener", "client_id", "latency_ms", "reason"},
+        {"engine", "from_mono_ns", "until_mono_ns", "period_ms", "threshold_ms"},
+        "the storm engine's heartbeat: its loop could not look at its sockets (`start`: the "
+        "period and threshold; `stall`: latency_ms how late, [from, until] the stretch in "
+        "which an observation of it may have been late)"),
     # -- the harness (the runner) ----------------------------------------------------------
     _h("config", {"reason"}, OPEN, "every limit in force (runner: intended; acceptor: applied)"),
     _h("phase_start", set(), OPEN, "a load phase starts"),
