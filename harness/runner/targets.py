@@ -291,13 +291,27 @@ def metadata_mode(broker: Any) -> str | None:
     return "zookeeper" if broker.zookeeper else "kraft"
 
 
-def semantics_version(version: object, progress: Progress) -> str:
-    """The Kafka release whose semantics a run is judged by: the broker's own when it is
-    one the model knows (2.7.0 or newer), else the harness's current one, said aloud."""
+def semantics_version(version: object, progress: Progress, pinned: str | None = None) -> str:
+    """The Kafka release whose semantics a run is judged by: ``pinned`` (an existing
+    cluster's `--kafka-version`), else the broker's own when it is one the model knows
+    (2.7.0 or newer), else the harness's current one, said aloud with how to pin it."""
+    if pinned:
+        progress(f"Kafka {version} detected; judged as Kafka {pinned} (--kafka-version)")
+        return pinned
     try:
         return release(str(version))
     except ConfigError as exc:
-        progress(f"Kafka version {version!r}: {exc.reason}; judged as Kafka {CURRENT}")
+        detected = str(version).endswith("+") or version is None
+        why = (
+            "from the API versions it answers: an existing cluster does not report its exact "
+            "release"
+            if detected
+            else exc.reason
+        )
+        progress(
+            f"Kafka {version} detected ({why}); judged as Kafka {CURRENT}; pin the release "
+            "it runs with --kafka-version X.Y.Z"
+        )
         return CURRENT
 
 
@@ -371,11 +385,8 @@ class Target:
                     f"{self.scenario.brokers} brokers, which the harness starts itself; judging "
                     "an existing cluster per broker is not there yet (docs/clusters.md)"
                 )
-            if self.kafka_version:
-                raise TargetError(
-                    f"--kafka-version {self.kafka_version} with --bootstrap-server: an existing "
-                    "cluster runs its own release (the run records the one it reports)"
-                )
+            # an existing cluster runs its own release: --kafka-version pins the one it is
+            # judged as (`semantics_version`)
             return self._find_external(bootstrap_server, properties, timeout, command_config)
         if self.scenario.brokers > 1:
             return self._start_cluster(launcher, properties, timeout, request_log, node_advertised)
@@ -657,7 +668,10 @@ class Target:
             finally:
                 self.cluster = self.broker = None
         if self.broker is not None:
-            self.progress("stopping the broker")
+            external = getattr(self.broker, "launcher", "") == "external"
+            self.progress(
+                "leaving the existing cluster running" if external else "stopping the broker"
+            )
             try:
                 self.broker.stop()
             finally:
@@ -706,7 +720,11 @@ class BrokerTarget(Target):
                 apply_broker_config(self.admin_bootstrap, dynamic, None, self.admin_config)
         self.limits = initial_limits(self.scenario, self.client_addresses)
         # the broker is judged by its own release's semantics (docs/kafka-versions.md)
-        self.limits[VERSION_KEY] = semantics_version(getattr(b, "version", None), self.progress)
+        self.limits[VERSION_KEY] = semantics_version(
+            getattr(b, "version", None),
+            self.progress,
+            self.kafka_version if self.external_listener else None,
+        )
         mode = metadata_mode(b)
         if mode is not None:
             self.limits[METADATA_KEY] = mode
@@ -1023,7 +1041,14 @@ class AcceptorTarget(Target):
         if props["metrics.port"] == "0":  # fixed: a restarted acceptor is scraped where it was
             props["metrics.port"] = str(free_port())
         # the acceptor enforces as the release it fronts, unless the scenario says otherwise
-        props.setdefault(VERSION_KEY, semantics_version(getattr(b, "version", None), self.progress))
+        props.setdefault(
+            VERSION_KEY,
+            semantics_version(
+                getattr(b, "version", None),
+                self.progress,
+                self.kafka_version if self.external_listener else None,
+            ),
+        )
         props.setdefault(METADATA_KEY, metadata_mode(b) or "")
         request_log = b.request_log_path
         if wants_log and request_log is not None:
