@@ -56,7 +56,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="the Kafka release of the broker the run starts (default: the harness's own; "
         "another runs on the local launcher); the run is judged by that release's semantics "
-        "(docs/kafka-versions.md)",
+        "(docs/kafka-versions.md); with --bootstrap-server, the release the existing cluster "
+        "runs (it reports only the API versions it answers), judged as that",
     )
     parser.add_argument(
         "--zookeeper",
@@ -78,7 +79,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="URL|N=URL",
         action="append",
         help="Kafka's Prometheus JMX exporter endpoint to scrape every second (default: the "
-        "started broker's own; give it with --bootstrap-server); for a cluster, N=URL for "
+        "started broker's own; give it with --bootstrap-server: without it the metric checks "
+        "are unknown; `harness broker` prints its own as metrics:); for a cluster, N=URL for "
         "each broker N (repeat it, or separate with commas), so each broker is judged by "
         "its own metrics",
     )
