@@ -484,6 +484,9 @@ def build_verdict(
         "counts": counts,
         "checks": [r.to_dict() for r in results],
         "config_changes": len(run.timeline.changes),
+        # neighbours made on purpose (`--noise`): the conditions the verdict holds under
+        "noise": meta.get("noise"),
+        "placement": meta.get("placement"),
         **(extra or {}),
     }
 

@@ -32,6 +32,30 @@ def add_set_acceptor(parser: argparse.ArgumentParser, what: str) -> None:
     )
 
 
+def noise_spec(text: str) -> object:
+    """`--noise cpu=N,fork=R,io=M` (harness.runner.noise), refused with key, value, reason."""
+    from harness.runner.noise import NoiseError, NoiseSpec
+
+    try:
+        return NoiseSpec.parse(text)
+    except NoiseError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_noise(parser: argparse.ArgumentParser) -> None:
+    """`--noise`: one definition for `harness run`, `harness selftest` and `bench.noise`."""
+    parser.add_argument(
+        "--noise",
+        type=noise_spec,
+        default=None,
+        metavar="cpu=N,fork=R,io=M",
+        help="neighbours on purpose, in a process group of their own from before the run's "
+        "clock to its end: N busy processes, R short process starts per second, M fsync-heavy "
+        "writers (the mix a test suite beside the gate makes); recorded in run.json, the "
+        "report and verdict.json",
+    )
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "scenario", help="a catalog name (see `harness scenarios`) or a path to a YAML file"
@@ -93,6 +117,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
     parser.add_argument("--duration", type=float, default=None, help="shorten the load (seconds)")
     add_set_acceptor(parser, "e.g. harness.test.skip.ip.rate.check=true")
+    add_noise(parser)
     parser.add_argument(
         "--no-analyze", dest="analyze", action="store_false", help="stop after the load"
     )
@@ -158,6 +183,7 @@ def run(args: argparse.Namespace) -> int:
         web=args.web,
         analyze=args.analyze,
         spark_master=args.spark_master,
+        noise=args.noise,
     )
     from harness.runner.rundir import RunFolderError
 

@@ -96,6 +96,8 @@ class RunOptions:
     kafka_version: str | None = None
     #: the started broker in ZooKeeper mode (`--zookeeper`; None: the release's default)
     zookeeper: bool | None = None
+    #: neighbours made on purpose (`--noise`, harness.runner.noise.NoiseSpec)
+    noise: Any = None
 
 
 @dataclass
@@ -160,6 +162,8 @@ class Orchestrator:
         #: what a fault's start did (the pid it killed, the bytes it wrote), for its fault_end
         self._fault_facts: dict[str, dict[str, Any]] = {}
         self._web_ports: list[int] = []
+        #: `--noise`: the neighbours made on purpose (harness.runner.noise.Noise), or None
+        self.noise: Any = None
         self.lead = 0.0
         self._t0: float | None = None
         self._deferred_ends: list[tuple[float, Any]] = []
@@ -218,6 +222,7 @@ class Orchestrator:
             limits={},
             started_at=utc_now_iso(),
         )
+        self.noise = self._start_noise()
         self.rd.write_run_json(self.run_json)
         started = False  # a run whose broker or acceptor never started is not analysed
         try:
@@ -272,6 +277,22 @@ class Orchestrator:
             time.monotonic() - t_start,
             started,
         )
+
+    def _start_noise(self) -> Any:
+        """`--noise`: the neighbours start before the target and the clock (recorded in
+        run.json); they stop with the run, before the analysis."""
+        spec = self.opts.noise
+        if not spec:
+            return None
+        from harness.runner.noise import Noise
+
+        t = self.sc.timeouts
+        planned = t.broker_start + t.acceptor_start + t.locust_start + self.duration + t.drain
+        noise = Noise(spec, self.rd.root / ".noise", planned + 120.0, self.rd.logs / "noise.log")
+        noise.start()
+        self.run_json["noise"] = noise.record()
+        self.say(f"noise: {spec} in a process group of its own (log {noise.log_path})")
+        return noise
 
     def _start_target(self) -> None:
         assert self.target is not None
@@ -517,6 +538,9 @@ class Orchestrator:
         brokers = cluster.brokers if cluster is not None else [getattr(target, "broker", None)]
         out["broker"] = [b.pid for b in brokers if b is not None and getattr(b, "pid", None)]
         out["load"] = [rp.proc.pid for rp in list(self.phases.values()) if not rp.ended]
+        noise = getattr(self, "noise", None)
+        if noise is not None and noise.pgid is not None:
+            out["noise"] = [noise.pgid]
         return out
 
     def _phase_detail(self, rp: _RunningPhase, **extra: Any) -> dict[str, Any]:
@@ -809,6 +833,10 @@ class Orchestrator:
                     f"the runner's history stopped: {self.history.failure}; "
                     f"{self.history.rows_lost} rows lost (the analysis will say incomplete)"
                 )
+        noise = getattr(self, "noise", None)
+        if noise is not None:
+            noise.stop()
+            self.say("noise stopped")
         self.run_json["ended_at"] = utc_now_iso()
         self.run_json["interrupted"] = self.interrupted
         if self.error:
