@@ -40,8 +40,9 @@ KEYS = {
 }
 BLOCK = 256 * 1024
 FILE_MAX = 32 * 1024 * 1024
-#: how long past the run's planned end a noise group may live at most
-GRACE_S = 600.0
+#: set by `harness selftest --noise` for its runs: the spec of the one noise group it keeps
+#: beside all of them, which each run records as its own (`run.json`) without starting one
+NOISE_BESIDE_ENV = "HARNESS_NOISE_BESIDE"
 
 
 class NoiseError(ValueError):

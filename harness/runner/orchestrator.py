@@ -281,10 +281,16 @@ class Orchestrator:
     def _start_noise(self) -> Any:
         """`--noise`: the neighbours start before the target and the clock (recorded in
         run.json); they stop with the run, before the analysis."""
+        from harness.runner.noise import NOISE_BESIDE_ENV, Noise
+
         spec = self.opts.noise
+        beside = os.environ.get(NOISE_BESIDE_ENV)
+        if beside and not spec:  # a selftest's one group, beside this run too
+            self.run_json["noise"] = {"spec": beside, "by": "harness selftest"}
+            self.say(f"noise: {beside} beside this run (the selftest's)")
+            return None
         if not spec:
             return None
-        from harness.runner.noise import Noise
 
         t = self.sc.timeouts
         planned = t.broker_start + t.acceptor_start + t.locust_start + self.duration + t.drain

@@ -11,7 +11,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from harness.runner.cli import add_set_acceptor
+from harness.runner.cli import add_noise, add_set_acceptor
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -42,6 +42,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--out", type=Path, default=Path("runs"), help="parent of the selftest folder (runs/)"
     )
     add_set_acceptor(parser, "for every run, e.g. acceptor.process.model=split")
+    add_noise(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,9 +75,10 @@ def run(args: argparse.Namespace) -> int:
     st = Selftest(
         jobs,
         args.out,
-        run_one=partial(run_job, acceptor=acceptor),
+        run_one=partial(run_job, acceptor=acceptor, noise=args.noise),
         acceptor=acceptor,
         at_once=args.jobs,
+        noise=args.noise,
     )
     return _report(st.root, st.run())
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from harness.quota.faults import FAULT_KEY
+from harness.runner.noise import NOISE_BESIDE_ENV
 from harness.selftest.plan import Job
 
 __all__ = ["JobResult", "Selftest", "summarize"]
@@ -72,7 +73,11 @@ def first_witness(check: dict[str, Any]) -> str:
 
 
 def run_job(
-    job: Job, runs_dir: Path, log_path: Path, acceptor: Mapping[str, str] | None = None
+    job: Job,
+    runs_dir: Path,
+    log_path: Path,
+    acceptor: Mapping[str, str] | None = None,
+    noise: Any = None,
 ) -> JobResult:
     """One scenario's load against the acceptor with the job's fault (if any), and the
     extra acceptor properties every run of this selftest gets (`acceptor`): ``harness run
@@ -87,9 +92,14 @@ def run_job(
     argv += ["--no-analyze", "--out", str(out)]
     for key, value in overrides.items():
         argv += ["--set-acceptor", f"{key}={value}"]
+    env = None
+    if noise:  # the selftest's one noise group runs beside every run: each records it
+        env = {**os.environ, NOISE_BESIDE_ENV: str(noise)}
     t0 = time.monotonic()
     with open(log_path, "w", encoding="utf-8") as log:
-        code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+        code = subprocess.run(
+            argv, stdout=log, stderr=subprocess.STDOUT, check=False, env=env
+        ).returncode
     runs = sorted(p for p in out.iterdir() if p.is_dir()) if out.is_dir() else []
     run_dir = runs[-1] if runs else None
     history = run_dir / "history" / "acceptor" if run_dir else None
@@ -208,8 +218,11 @@ class Selftest:
         root: Path | None = None,
         acceptor: Mapping[str, str] | None = None,
         at_once: int = 1,
+        noise: Any = None,
     ) -> None:
         self.jobs = jobs
+        #: `--noise` (harness.runner.noise.NoiseSpec): one group beside all the runs' loads
+        self.noise = noise
         #: how many runs' loads go at once (`--jobs`)
         self.at_once = max(1, at_once)
         #: extra acceptor properties of every run (recorded in the summary)
@@ -246,6 +259,28 @@ class Selftest:
             starter = ThreadPoolExecutor(1)
             session = starter.submit(self.spark)
             starter.shutdown(wait=False)
+        noise = self._start_noise()
+        try:
+            self._run_all(n)
+        finally:
+            if noise is not None:
+                noise.stop()
+                self.say("noise stopped (the analysis runs without it)")
+        return self.analyze(session)
+
+    def _start_noise(self) -> Any:
+        """One noise group for the whole selftest's loads (not one per run: with `--jobs 2`
+        that would double the neighbours asked for); each run records it (run.json)."""
+        if not self.noise:
+            return None
+        from harness.runner.noise import Noise
+
+        noise = Noise(self.noise, self.root / ".noise", 6 * 3600.0, self.root / "logs/noise.log")
+        noise.start()
+        self.say(f"noise: {self.noise} beside every run's load (log {noise.log_path})")
+        return noise
+
+    def _run_all(self, n: int) -> None:
         done: dict[int, JobResult] = {}
         with ThreadPoolExecutor(self.at_once) as pool:
             futures: list[Future[JobResult]] = []
@@ -266,7 +301,6 @@ class Selftest:
                         done[i] = fut.result()
                 self.results = [done[k] for k in sorted(done)]
                 self.write()
-        return self.analyze(session)
 
     def _run_one(self, i: int, job: Job) -> JobResult:
         n = len(self.jobs)
@@ -341,6 +375,7 @@ class Selftest:
         summary = summarize(self.results)
         summary["planned"] = [asdict(j) for j in self.jobs]
         summary["acceptor_properties"] = self.acceptor
+        summary["noise"] = str(self.noise) if self.noise else None
         summary["wall_s"] = round(time.monotonic() - self.t0, 1)
         summary["root"] = str(self.root)
         tmp = self.root / ".summary.json"
