@@ -38,7 +38,16 @@ import numpy as np
 
 from analysis.checks.accounting import Reading, kernel_readings
 from analysis.checks.base import NA, PASS, UNKNOWN, Check, CheckResult, witness
-from analysis.checks.loops import busy_readings, loop_summary, role_rows, saturated_spans
+from analysis.checks.loops import (
+    busy_readings,
+    cause,
+    cores_by_role,
+    loop_summary,
+    machine_during,
+    role_rows,
+    saturated_spans,
+    saturated_with_wait,
+)
 from analysis.columns import detail_col
 from analysis.frames import acceptor_conns, client_conns, match_attempts
 
@@ -139,10 +148,14 @@ def check_front_saturation(run: Run) -> CheckResult:
     wit: list[dict[str, Any]] = []
     proxied, blocked = _proxied_listeners(run), _blocked(run)
     kernel, kernel_problems = kernel_readings(run)
-    for lo, hi, share in spans:
+    machine = cores_by_role(run)
+    for lo, hi, share, wait in saturated_with_wait(readings):
         late, worst, worst_row = _late_in(run, lo, hi, proxied, blocked)
         drops = None if kernel_problems else _drops(kernel, lo, hi)
-        parts = [f"its loop busy {share:.0%} of the time"]
+        parts = [f"its loop {cause(share, wait)}"]
+        beside = machine_during(machine, lo, hi)
+        if beside:
+            parts.append(f"the machine meanwhile: {beside}")
         if late:
             parts.append(
                 f"{late} connections waited in its accept queue, with the acceptor not "

@@ -52,6 +52,9 @@ class Busy:
     #: the share its process's other threads ran: a Python loop waiting for the GIL one of
     #: them held was off-CPU, not idle (0 where not recorded)
     others: float = 0.0
+    #: of `share`, the part the loop was runnable and waiting for a CPU (schedstat's
+    #: run-queue wait): starved by other processes (None where not recorded)
+    wait: float | None = None
 
     @property
     def busy_throughout(self) -> bool:
@@ -73,13 +76,15 @@ def busy_readings(rows: list[tuple[int, float, dict[str, Any]]]) -> list[Busy]:
         if share is None or t1 <= t0:
             continue
         pid, others = int(d.get("loop_busy_pid") or 0), float(d.get("loop_others") or 0.0)
-        pairs.append((t0, t1, (span0 + span1) * MS, float(share), pid, others))
-    lag = max([TICK_MS * MS] + [(share - 1.0) * (t1 - t0) for t0, t1, _, share, _, _ in pairs])
+        wait = d.get("loop_wait")
+        wait = None if wait is None else float(wait)
+        pairs.append((t0, t1, (span0 + span1) * MS, float(share), pid, others, wait))
+    lag = max([TICK_MS * MS] + [(p[3] - 1.0) * (p[1] - p[0]) for p in pairs])
     out: list[Busy] = []
-    for t0, t1, spans, share, pid, others in pairs:
+    for t0, t1, spans, share, pid, others, wait in pairs:
         bound = 1.0 - (spans + lag) / (t1 - t0)
         if bound > 0:
-            out.append(Busy(t0, t1, share, pid, bound, others))
+            out.append(Busy(t0, t1, share, pid, bound, others, wait))
     return out
 
 
@@ -97,16 +102,40 @@ def _read_span(row: tuple[int, float, dict[str, Any]]) -> tuple[int, float]:
 def saturated_spans(readings: list[Busy]) -> list[tuple[int, int, float]]:
     """The intervals whose loop was busy throughout, consecutive ones merged: (lo, hi,
     the highest share)."""
-    out: list[tuple[int, int, float]] = []
+    return [(lo, hi, share) for lo, hi, share, _ in saturated_with_wait(readings)]
+
+
+def saturated_with_wait(readings: list[Busy]) -> list[tuple[int, int, float, float | None]]:
+    """`saturated_spans` with the span's mean run-queue wait share (None where not
+    recorded): how much of being busy throughout was waiting for a CPU."""
+    out: list[tuple[int, int, float, float | None]] = []
+    waits: list[list[float]] = []
     for r in readings:
         if not r.busy_throughout:
             continue
         if out and r.prev_ns <= out[-1][1]:
-            lo, _, top = out[-1]
-            out[-1] = (lo, r.at_ns, max(top, r.share))
+            lo, _, top, _ = out[-1]
+            out[-1] = (lo, r.at_ns, max(top, r.share), None)
         else:
-            out.append((r.prev_ns, r.at_ns, r.share))
-    return out
+            out.append((r.prev_ns, r.at_ns, r.share, None))
+            waits.append([])
+        if r.wait is not None:
+            waits[-1].append(r.wait)
+    return [
+        (lo, hi, top, sum(w) / len(w) if w else None)
+        for (lo, hi, top, _), w in zip(out, waits, strict=True)
+    ]
+
+
+def cause(share: float, wait: float | None) -> str:
+    """What a loop busy throughout was doing, as the kernel measured it: starved (most of
+    its busy time runnable but waiting for a CPU the machine's other processes held) or its
+    own work (on a CPU)."""
+    if wait is None:
+        return f"busy {share:.0%}"
+    on_cpu = max(0.0, share - wait)
+    why = "starved: waiting for a CPU" if wait >= on_cpu else "its own work: on a CPU"
+    return f"busy {share:.0%}: on a CPU {on_cpu:.0%}, waiting for one {wait:.0%}; {why}"
 
 
 def role_rows(run: Run, role: str) -> list[tuple[int, float, dict[str, Any]]]:
@@ -130,10 +159,43 @@ def loop_summary(readings: list[Busy], t0: int, who: str) -> str:
         f"{who}'s busiest loop {top.share:.1%} of an interval (pid {top.pid}, at "
         f"{(top.at_ns - t0) / S:.1f} s, {len(readings)} readings)"
     )
-    spans = saturated_spans(readings)
+    spans = saturated_with_wait(readings)
     if spans:
         text += "; " + "; ".join(
-            f"{who} saturated {(lo - t0) / S:.1f}–{(hi - t0) / S:.1f} s (busy {share:.0%})"
-            for lo, hi, share in spans
+            f"{who} saturated {(lo - t0) / S:.1f}–{(hi - t0) / S:.1f} s ({cause(share, wait)})"
+            for lo, hi, share, wait in spans
         )
     return text
+
+
+def cores_by_role(run: Run) -> dict[str, list[tuple[int, float]]]:
+    """Every process role's cumulative CPU seconds as the runner read them (`process_stats`
+    ``cpu_s``: the acceptor, brokers, load, and the noise asked for), (mono_ns, cpu_s) in
+    time order: what shared the machine with the front."""
+    from pyspark.sql import functions as F
+
+    role = detail_col("harness", "process_stats", "role")
+    cpu = detail_col("harness", "process_stats", "cpu_s").cast("double")
+    out: dict[str, list[tuple[int, float]]] = {}
+    for r in (
+        run.events("process_stats", source="harness")
+        .select(role.alias("role"), cpu.alias("cpu"), "mono_ns")
+        .where(F.col("cpu").isNotNull())
+        .orderBy("mono_ns")
+        .collect()
+    ):
+        out.setdefault(str(r["role"]), []).append((int(r["mono_ns"]), float(r["cpu"])))
+    return out
+
+
+def machine_during(cores: dict[str, list[tuple[int, float]]], lo: int, hi: int) -> str:
+    """Each role's mean CPU use (cores) over the readings that cover [lo, hi], busiest first:
+    the neighbours of a starved loop, named with their measured share."""
+    used: list[tuple[float, str]] = []
+    for role, series in cores.items():
+        inside = [(t, c) for t, c in series if lo - S <= t <= hi + S]
+        if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+            continue
+        (t0, c0), (t1, c1) = inside[0], inside[-1]
+        used.append((max(0.0, c1 - c0) / ((t1 - t0) / S), role))
+    return ", ".join(f"{role} {n:.2f} cores" for n, role in sorted(used, reverse=True))

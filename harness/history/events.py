@@ -161,7 +161,7 @@ ALL: tuple[Event, ...] = (
        "one reading of the kernel's listen-queue drop counters (per network namespace)"),
     _h("process_stats", {"latency_ms"},
        {"role", "pgids", "processes", "fds", "rss_kb", "cpu_s", "bytes", "files", "loop_busy",
-        "loop_busy_pid", "loop_others", "loop_read_mono_ns", "loop_read_ms"},
+        "loop_busy_pid", "loop_others", "loop_wait", "loop_read_mono_ns", "loop_read_ms"},
        "one reading of a role's processes (descriptors, RSS, CPU, its busiest main thread's "
        "share of the time since the last reading) or the history's size"),
 )  # fmt: skip

@@ -18,7 +18,9 @@ event ``process_stats``:
   id). A loop busy for the whole interval never went idle: it had more work than time,
   which is what `front_saturation` and `offered_load` read. ``loop_others`` (``acceptor``,
   ``load``): the share its process's other threads spent on a CPU, the most the loop can
-  have waited for the GIL. ``loop_read_mono_ns`` /
+  have waited for the GIL. ``loop_wait``: of the busy share, the part its loop was runnable
+  and waiting for a CPU (schedstat's run-queue wait): starved by the machine's other
+  processes rather than busy with its own work. ``loop_read_mono_ns`` /
   ``loop_read_ms``: when that read of the loops ended and how long it took (the loops are
   read together after the scan, so the span that places them is short even when the scan
   is slow);
@@ -211,10 +213,15 @@ class ProcStatsSampler:
         others = sum(
             run - last[1][t][2] for t, (pid, _, run) in seen.items() if pid == owner and t != tid
         )
+        _, busy, run = seen[tid]
+        waited = (busy - run) - (last[1][tid][1] - last[1][tid][2])
         return {
             "loop_busy": round(loops[tid], 4),
             "loop_busy_pid": tid,
             "loop_others": round(others / interval, 4),
+            # of its busy share, the part it was runnable but waiting for a CPU (starved by
+            # the machine's other processes, not busy with its own work)
+            "loop_wait": round(max(0, waited) / interval, 4),
             **read,
         }
 

@@ -34,7 +34,13 @@ def _conn(cw: HistoryWriter, aw: HistoryWriter, port: int, ok: int, accept: int)
 
 
 def _run(
-    tmp: Path, name: str, busy: float | None, drops: list[int] | None = None, role: str = "acceptor"
+    tmp: Path,
+    name: str,
+    busy: float | None,
+    drops: list[int] | None = None,
+    role: str = "acceptor",
+    wait: float | None = None,
+    noise_cpu_s: list[float] | None = None,
 ) -> Any:
     def build(cw: HistoryWriter, aw: HistoryWriter, hw: HistoryWriter) -> None:
         for k, n in enumerate(drops or []):  # the kernel's counters, one reading a second
@@ -54,7 +60,12 @@ def _run(
             d: dict[str, Any] = {"role": role, "pgids": [1], "processes": 1}
             if share is not None:
                 d |= {"loop_busy": share, "loop_busy_pid": 4242}
+                if wait is not None:
+                    d |= {"loop_wait": wait if share == busy else 0.0, "cpu_s": 0.4 * k}
             hw.record("process_stats", mono_ns=T0 + k * S, latency_ms=1.0, detail=d)
+        for k, cpu in enumerate(noise_cpu_s or []):  # neighbours made on purpose
+            noise = {"role": "noise", "pgids": [2], "processes": 3, "cpu_s": cpu}
+            hw.record("process_stats", mono_ns=T0 + k * S, latency_ms=1.0, detail=noise)
 
     return hand_built_run(tmp, name, build, config_ns=T0 - S)
 
@@ -65,7 +76,7 @@ def test_a_loop_busy_throughout_is_the_front_saturated(spark: Any, tmp_path: Pat
     r = check_front_saturation(load_run(spark, _run(tmp_path, "busy", 0.998)))
     assert r.verdict == "unknown", r.observed
     assert r.observed == (
-        "front saturated 1.0–2.0 s: its loop busy 100% of the time; 1 connections waited in "
+        "front saturated 1.0–2.0 s: its loop busy 100%; 1 connections waited in "
         "its accept queue, with the acceptor not blocked on purpose, more than the 50 ms "
         "slack (the worst 60.0 ms); peak 3 accepted/s (at 0 s) of ~900 forwarded or ~4,400 "
         "bare/s held here (single)"
@@ -74,6 +85,23 @@ def test_a_loop_busy_throughout_is_the_front_saturated(spark: Any, tmp_path: Pat
     assert r.data["windows_ns"] == [(T0 + S, T0 + 2 * S)]
     verdict, reasons = overall([r])
     assert verdict == "unknown" and reasons[0].startswith("judged by no check: front saturated")
+
+
+def test_a_starved_front_names_its_measured_cause_and_its_neighbours(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The kernel's run-queue wait splits busy throughout into starved (waiting for a CPU
+    others held) and its own work, and the roles' CPU over the window names who held it."""
+    starved = _run(tmp_path, "starved", 0.998, wait=0.7, noise_cpu_s=[0.0, 1.9, 3.8, 5.7])
+    r = check_front_saturation(load_run(spark, starved))
+    assert r.verdict == "unknown", r.observed
+    assert r.observed.startswith(
+        "front saturated 1.0–2.0 s: its loop busy 100%: on a CPU 30%, waiting for one 70%; "
+        "starved: waiting for a CPU; the machine meanwhile: noise 1.90 cores, acceptor 0.40 "
+        "cores; "
+    ), r.observed
+    own = check_front_saturation(load_run(spark, _run(tmp_path, "own", 0.998, wait=0.1)))
+    assert "waiting for one 10%; its own work: on a CPU" in own.observed, own.observed
 
 
 def test_the_window_names_the_drops_the_kernel_counted_around_it(
