@@ -40,11 +40,19 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
-from harness.acceptor.broker_charge import network_estimate
+from harness.acceptor.charge import (
+    Asked,
+    Charge,
+    Held,
+    Ledger,
+    Logged,
+    charged_ns,
+    decide,
+    late,
+)
 from harness.acceptor.inflight import RequestGate
 from harness.acceptor.intake import (
     ANSWERED,
@@ -56,6 +64,7 @@ from harness.acceptor.intake import (
 )
 from harness.acceptor.login import ANONYMOUS, SASL_AUTHENTICATE, Login
 from harness.acceptor.ports import ChargeAsked
+from harness.acceptor.request_quotas import with_throttle_time
 from harness.acceptor.tracker import ResponseOrder
 from harness.wire.framing import (
     FrameDecoder,
@@ -65,9 +74,10 @@ from harness.wire.framing import (
 )
 
 if TYPE_CHECKING:
-    from harness.acceptor.broker_charge import LoggedRequest, RequestLog
+    from harness.acceptor.broker_charge import RequestLog
     from harness.acceptor.ports import ChannelSlot, ConnectionHost, RemoteCharge
     from harness.acceptor.recorder import ConnInfo
+    from harness.acceptor.tracker import Completed
     from harness.quota.requests import RequestCharge
 
 __all__ = [
@@ -230,23 +240,6 @@ class Wire(Protocol):
         """Close both sides (a reset: SO_LINGER 0, else a FIN) and cancel the timers."""
 
 
-@dataclass(slots=True)
-class Held:
-    """Responses read from the broker and not yet sent: waiting for the broker's log line
-    of the first (`broker_charge.RequestLog.wait`) or for charges decided elsewhere."""
-
-    frames: list[bytes]
-    since_ns: int  # when they were read
-    #: correlation ids whose charges are being decided in another process
-    owed: set[int]
-
-
-def _charge_late(
-    charge: Callable[[LoggedRequest | None], None], log: RequestLog, addr: str, cid: int
-) -> None:
-    charge(log.take(addr, cid))
-
-
 class Connection:
     """One registered connection; satisfies `ports.Channel`. Receives what it calls back
     (`host`: admin answers, the request charge, the end), its processor (`processor`: LRU
@@ -300,11 +293,8 @@ class Connection:
         #: the upstream socket's own address as the broker's connection id names it
         self.upstream_addr: str | None = None
         self.held: Held | None = None
-        #: charges asked of another process (the split model), by correlation id: the
-        #: instant the meters there recorded it (its `request` row carries it, so the
-        #: checker replays the meters as they ran) and what the broker's log said (handler
-        #: ns or None, network ns, held ns: `RequestGate.logged`), if it is read
-        self.asked: dict[int, tuple[int, tuple[int | None, int, int] | None]] = {}
+        #: the request-quota charges in the making (`charge`)
+        self.ledger = Ledger()
         #: an admin answer is being built in another process: nothing more is taken
         self.awaiting_answer = False
         #: (reason, detail) of the bad frame the connection is closing after
@@ -513,7 +503,7 @@ class Connection:
         before = self.state
         held = self.held
         if self.state is not _CLOSED and held is not None and correlation_id in held.owed:
-            self.gate.decided[correlation_id] = charge
+            self.ledger.decided[correlation_id] = charge
             held.owed.discard(correlation_id)
             if not held.owed:
                 self._release_held()
@@ -617,7 +607,7 @@ class Connection:
         elif taken is ANSWERED:  # the answer is written
             self.gate.response_sent()
         else:
-            self.gate.forwarded_ns = now
+            self.ledger.forwarded_ns = now
             self.wire.send(_UPSTREAM, item)
             if taken is FORWARDED_UNANSWERED:  # acks=0: the broker's no-op response
                 self.gate.response_sent()
@@ -724,13 +714,13 @@ class Connection:
             if charges.pending(addr, cid):
                 gate = self.gate
                 now = self.clock()
-                if charges.should_hold(
-                    self.principal, gate.client_id, gate.api_key, now - gate.forwarded_ns
-                ):
+                wall_ns = now - self.ledger.forwarded_ns  # the bound of its charge
+                if charges.should_hold(self.principal, gate.client_id, gate.api_key, wall_ns):
                     self.held = Held(frames, now, set())
                     charges.wait(addr, cid, partial(self._line_came, None))
                     return
-                gate.charge_later()  # it cannot throttle: charged when the line comes
+                self._deliver(frames, later=True)  # it cannot throttle: charged at its line
+                return
         self._deliver(frames)
 
     def _ask_charges(
@@ -764,24 +754,19 @@ class Connection:
             if login is not None and cid in login.uncharged:  # never charged (`uncharged`)
                 continue
             broker_ns = arrived_ns - pending.sent_ns
-            handler_ns, network_ns, read = None, 0, None
+            logged = None
             if charges is not None and addr is not None:
-                read = _log_line(charges, addr, cid, broker_ns, now - arrived_ns)
-                handler_ns, network_ns, _held = read
-            charged_ns = (
-                handler_ns
-                if handler_ns is not None
-                else self.gate.charged_ns(broker_ns, pending.allowance_ns)
-            )
+                logged = Logged.read(charges.take(addr, cid), broker_ns, now - arrived_ns)
+            network_ns = 0 if logged is None else logged.network_ns
             owed.add(cid)
-            self.asked[cid] = (now, read)
+            self.ledger.asked[cid] = Asked(now, logged)
             remote(
                 self,
                 ChargeAsked(
                     cid,
                     pending.client_id or "",
                     pending.api_key,
-                    charged_ns,
+                    charged_ns(logged, broker_ns, pending.allowance_ns),
                     network_ns,
                     now,
                     self.principal,
@@ -804,26 +789,29 @@ class Connection:
         if self.upstream_eof is _EOF_PENDING and self.state is not _CLOSED:
             self._upstream_eof()
 
-    def _deliver(self, frames: list[bytes], arrived_ns: int | None = None) -> None:
-        payload, answered = self._answers(frames, arrived_ns)
+    def _deliver(
+        self, frames: list[bytes], arrived_ns: int | None = None, *, later: bool = False
+    ) -> None:
+        payload, answered = self._answers(frames, arrived_ns, later)
         self.wire.send(_CLIENT, payload)
         if answered:
             for _ in range(answered):
                 self.gate.response_sent()
             self._pump()
 
-    def _answers(self, frames: list[bytes], arrived_ns: int | None) -> tuple[bytes, int]:
-        """The broker's responses as sent to the client (`request` rows, request-quota
-        charge, throttle_time_ms raised), and how many answered a request (one in flight;
-        several, pipelined).
+    def _answers(
+        self, frames: list[bytes], arrived_ns: int | None, later: bool
+    ) -> tuple[bytes, int]:
+        """The broker's responses as sent to the client (each charged, `charge`), and how
+        many answered a request (one in flight; several, pipelined).
 
         `arrived_ns`: when they were read, if they were held for the broker's log line
-        (latency is measured to then; the charge and the throttle are made now)."""
+        (latency is measured to then; the charge and the throttle are made now). `later`:
+        the charge waits for the line still to come (it cannot throttle)."""
         now = self.clock()
         read_ns = now if arrived_ns is None else arrived_ns
         out: list[bytes] = []
         answered = 0
-        charges, addr = self.charges, self.upstream_addr
         for frame in frames:
             cid = correlation_id_of_response(frame)
             before, done, after = self._order.response(cid, len(frame), read_ns)
@@ -831,20 +819,7 @@ class Connection:
                 login = self.login
                 if login is not None and done.api_key == SASL_AUTHENTICATE:
                     login.response(frame, done.api_version)
-                gate = self.gate
-                asked = self.asked.pop(cid, None)
-                if asked is not None and asked[1] is not None:  # the log was read for it
-                    gate.logged(*asked[1])
-                elif charges is not None and addr is not None and gate.charge_source != "late":
-                    gate.logged(*_log_line(charges, addr, cid, done.latency_ns, now - read_ns))
-                at = now if asked is None else asked[0]
-                frame = self.host.request_done(self, done, at, frame)
-                late = gate.on_logged  # the charge waits for the line (request_done set it)
-                if late is not None and charges is not None and addr is not None:
-                    gate.on_logged = None
-                    charges.wait(
-                        addr, cid, partial(_charge_late, late, charges, addr, cid), late=True
-                    )
+                frame = self._charge(done, frame, now, now - read_ns, later)
                 answered += 1
             out.extend(before)
             out.append(frame)
@@ -852,6 +827,57 @@ class Connection:
         payload = out[0] if len(out) == 1 else b"".join(out)
         self.bytes_out += len(payload)
         return payload, answered
+
+    # -- the request-quota charge (KIP-124) -----------------------------------------------
+    def _charge(self, done: Completed, frame: bytes, now: int, held_ns: int, later: bool) -> bytes:
+        """The charge of a response, decided here (`charge.decide`): its `request` row, the
+        meters' check, and on a throttle the channel muted (KIP-219), the `request_throttle`
+        row and the frame with throttle_time_ms raised. A charge whose log line is still to
+        come is made when it comes (`_charge_late`), its row then too."""
+        host, ledger = self.host, self.ledger
+        sampled = host.answered(done)
+        cid = done.correlation_id
+        asked = ledger.asked.pop(cid, None)
+        if self.uncharged(cid):
+            charge = decide(done, self.principal, now, None, login=True)
+        elif later:
+            charges, addr = self.charges, self.upstream_addr
+            if charges is not None and addr is not None:
+                pending = decide(done, self.principal, now, None, later=True)
+                resume = partial(self._charge_late, pending, sampled, charges, addr)
+                charges.wait(addr, cid, resume, late=True)
+            return frame
+        elif asked is not None:  # decided in another process, at the instant it was asked
+            charge = decide(done, self.principal, asked.at_ns, asked.logged)
+        else:
+            charges, addr = self.charges, self.upstream_addr
+            logged = None
+            if charges is not None and addr is not None:
+                logged = Logged.read(charges.take(addr, cid), done.latency_ns, held_ns)
+            charge = decide(done, self.principal, now, logged)
+        if sampled:
+            host.request_row(self, charge)
+        if not charge.checked:  # a login's: never charged
+            return frame
+        outcome = ledger.decided.pop(cid, None)
+        if outcome is None:
+            outcome = host.charge(charge)
+        throttle = outcome.throttle_ms
+        if throttle <= 0:
+            return frame
+        if not host.mute_skipped:  # SEEDED FAULT when skipped: the throttle is only told
+            self.mute(charge.at_ns + throttle * 1_000_000)
+        host.throttle_row(self, charge, outcome)
+        return with_throttle_time(frame, done.api_key, done.api_version, throttle)
+
+    def _charge_late(self, pending: Charge, sampled: bool, charges: RequestLog, addr: str) -> None:
+        """The log line of a response sent before it came (or the wait is over): its whole
+        charge recorded without a check, its `request` row written now with the response's
+        instant; after the close too (the charge was owed, not the connection)."""
+        charge = late(pending, charges.take(addr, pending.done.correlation_id), self.clock())
+        self.host.charge_unchecked(charge)
+        if sampled:
+            self.host.request_row(self, charge)
 
     # -- flow control ---------------------------------------------------------------------
     def _pause(self, side: Side, why: str) -> None:
@@ -897,15 +923,3 @@ class Connection:
         if detail:
             d.update(detail)
         self.host.connection_closed(self, reason, now, d, evicted=evicted)
-
-
-def _log_line(
-    charges: RequestLog, addr: str, cid: int, broker_ns: int, held_ns: int
-) -> tuple[int | None, int, int]:
-    """What the broker's log said of request `cid` (taken once), as `RequestGate.logged`
-    takes it: its handler time (None: no line) and network-thread estimate, and how long
-    its response was held."""
-    logged = charges.take(addr, cid)
-    if logged is None:
-        return None, 0, held_ns
-    return logged.local_ns, network_estimate(logged, broker_ns), held_ns

@@ -3,8 +3,9 @@
 Why one object: every end of a registered connection (either side hangs up, eviction, idle
 expiry, shutdown) must release its counts in the engine exactly once, wake the admissions
 waiting for a slot, and write the `evict`/`close` rows and the metrics; every broker
-response must be charged to the request quotas (KIP-124) and, when throttled, mute its
-channel (KIP-219). Processors and connections reach this through `ports.ProcessorHost` and
+response's request-quota charge (KIP-124), decided by its connection (`charge.decide`),
+must be recorded on the one set of meters and its `request` / `request_throttle` rows
+written. Processors and connections reach this through `ports.ProcessorHost` and
 `ports.ConnectionHost`; it receives the engines, the history rows, the metrics counters, the
 admin answers and the slot signal, never the server.
 """
@@ -16,19 +17,18 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Coroutine
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from harness.acceptor.broker_charge import LoggedRequest, RequestLog, network_estimate
+from harness.acceptor.broker_charge import RequestLog
+from harness.acceptor.charge import request_detail, throttle_detail
 from harness.acceptor.config import AcceptorConfig
 from harness.acceptor.connection import Connection
 from harness.acceptor.forwarding import AsyncioWire
-from harness.acceptor.request_quotas import with_throttle_time
 from harness.acceptor.tls import ListenerTls, listener_tls
-from harness.history import events
 from harness.quota.requests import RequestQuotas
 
 if TYPE_CHECKING:
+    from harness.acceptor.charge import Charge
     from harness.acceptor.ports import (
         Channel,
         ChannelSlot,
@@ -38,8 +38,9 @@ if TYPE_CHECKING:
         NewConnection,
         RemoteCharge,
     )
-    from harness.acceptor.recorder import ConnInfo, Recorder
+    from harness.acceptor.recorder import Recorder
     from harness.acceptor.tracker import Completed
+    from harness.quota.requests import RequestCharge
 
 
 #: the acceptor property naming the broker's request log file (harness.broker's
@@ -99,7 +100,7 @@ class Connections:
         self._counts = counts
         self._log = log
         #: the seeded fault `request_mute_skipped` (harness.quota.faults); False in production
-        self._f_mute_skipped = "request_mute_skipped" in cfg.faults
+        self.mute_skipped = "request_mute_skipped" in cfg.faults
         #: every registered connection not yet finished (shutdown closes them)
         self.open: set[Channel] = set()
         #: the connections' own tasks (`run()`), awaited at shutdown
@@ -112,11 +113,6 @@ class Connections:
         #: out (`connection.Connection`)
         self.remote_charge = remote_charge
         self._requests_seen = 0
-        self._sample_detail = events.detail("acceptor", "request", sample=cfg.request_sample)
-        #: a request of a SASL login (answered by Kafka's authenticator): charged nothing
-        self._login_detail = events.detail(
-            "acceptor", "request", charged_ms=0.0, charge_source="login"
-        )
         #: the broker's request log, whose handler times are charged instead of the time the
         #: acceptor sees (`upstream.request.log`; harness.acceptor.broker_charge)
         log_path = cfg.properties.get(REQUEST_LOG_KEY, "").strip()
@@ -217,151 +213,66 @@ class Connections:
         )
         self._counts.count(info.listener, info.client_ip, "closed")
 
-    def request_done(self, conn: Channel, done: Completed, now_ns: int, frame: bytes) -> bytes:
-        """A broker response: the `request` row, the request-quota charge (KIP-124/219).
-
-        Returns the frame to send (with throttle_time_ms raised when throttled).
-        """
-        latency_ms = done.latency_ns / 1e6
-        client_id = done.client_id or ""
-        self._counts.request(client_id, latency_ms)
+    def answered(self, done: Completed) -> bool:
+        """A broker response answered a request: counted; whether its `request` row is
+        written (one in `history.request.sample`)."""
+        self._counts.request(done.client_id or "", done.latency_ns / 1e6)
         sample = self.cfg.request_sample
         self._requests_seen += 1
-        gate = conn.gate
-        # handler time, or the broker time without a purgatory wait
-        charged_ns = gate.charged_ns(done.latency_ns, done.allowance_ns)
-        source = gate.charge_source
-        sampled = sample == 1 or (sample > 1 and self._requests_seen % sample == 0)
-        principal = conn.principal
-        login = conn.uncharged(done.correlation_id)  # a SASL login's request: never charged
-        if login:
-            gate.decided.pop(done.correlation_id, None)
-        elif source == "late":  # no throttle whatever the charge: made when the line comes
-            gate.on_logged = partial(
-                self._late_charge,
-                conn.info,
-                principal,
-                conn.processor.index,
-                done,
-                now_ns,
-                charged_ns,
-                sampled,
-            )
-            return frame
-        if sampled:
-            detail: str | dict[str, Any] | None = None if sample == 1 else self._sample_detail
-            if login:
-                detail = self._login_detail
-            elif charged_ns != done.latency_ns or source is not None:
-                detail = {"charged_ms": charged_ns / 1e6}
-                if source is not None:  # a request log is read: which charge this is
-                    detail["charge_source"] = source
-                    if gate.network_ns:
-                        detail["network_ms"] = gate.network_ns / 1e6
-                    if gate.held_ns:
-                        detail["held_ms"] = gate.held_ns / 1e6
-                if sample > 1:
-                    detail["sample"] = sample
-            self.rec.conn(
-                "request",
-                conn.info,
-                now_ns,
-                api_key=done.api_key,
-                client_id=done.client_id,
-                principal=principal,
-                latency_ms=latency_ms,
-                bytes=done.request_bytes + done.response_bytes,
-                processor=conn.processor.index,
-                detail=detail,
-            )
-        if login:
-            return frame
-        now_ms = now_ns // 1_000_000
-        charge = gate.decided.pop(done.correlation_id, None)  # decided in another process
-        if charge is None:
-            charge = self._request_quotas.record_request(
-                principal, client_id, done.api_key, charged_ns, now_ms
-            )
-        if gate.network_ns:  # as Kafka records its network thread's time: after, unthrottled
-            self._request_quotas.record_no_throttle(
-                principal, client_id, gate.network_ns, now_ms, exempt=charge.exempt
-            )
-        if charge.throttle_ms <= 0:
-            return frame
-        throttle = charge.throttle_ms
-        if not self._f_mute_skipped:  # SEEDED FAULT when skipped: the throttle is only told
-            conn.mute(now_ns + throttle * 1_000_000)
-        self._counts.throttled(charge.bucket, throttle)
+        return sample == 1 or (sample > 1 and self._requests_seen % sample == 0)
+
+    def charge(self, charge: Charge) -> RequestCharge:
+        """Record a charge the connection decided, with the quota check; its network time
+        after, unchecked (as Kafka records its network thread's time)."""
+        meters = self._request_quotas
+        now_ms = charge.at_ns // 1_000_000
+        outcome = meters.record_request(
+            charge.principal, charge.client_id, charge.done.api_key, charge.handler_ns, now_ms
+        )
+        if charge.network_ns:
+            meters.record_no_throttle(
+                charge.principal, charge.client_id, charge.network_ns, now_ms,
+                exempt=outcome.exempt,
+            )  # fmt: skip
+        return outcome
+
+    def charge_unchecked(self, charge: Charge) -> None:
+        """Record a late charge (it could not throttle): all of it, without a check."""
+        meters = self._request_quotas
+        meters.record_no_throttle(
+            charge.principal,
+            charge.client_id,
+            charge.handler_ns + charge.network_ns,
+            charge.recorded_ns // 1_000_000,
+            exempt=charge.done.api_key in meters.exempt_api_keys,
+        )
+
+    def request_row(self, conn: Channel, charge: Charge) -> None:
+        done = charge.done
+        self.rec.conn(
+            "request",
+            conn.info,
+            charge.at_ns,
+            api_key=done.api_key,
+            client_id=done.client_id,
+            principal=charge.principal,
+            latency_ms=done.latency_ns / 1e6,
+            bytes=done.request_bytes + done.response_bytes,
+            processor=conn.processor.index,
+            detail=request_detail(charge, self.cfg.request_sample),
+        )
+
+    def throttle_row(self, conn: Channel, charge: Charge, outcome: RequestCharge) -> None:
+        self._counts.throttled(outcome.bucket, outcome.throttle_ms)
+        done = charge.done
         self.rec.conn(
             "request_throttle",
             conn.info,
-            now_ns,
-            delay_ms=float(throttle),
+            charge.at_ns,
+            delay_ms=float(outcome.throttle_ms),
             api_key=done.api_key,
             client_id=done.client_id,
-            principal=principal,
+            principal=charge.principal,
             processor=conn.processor.index,
-            detail={
-                "bucket": {"user": charge.bucket[0], "client-id": charge.bucket[1]},
-                "quota": charge.quota,
-                "rate": charge.rate,
-                "broker_time_ms": latency_ms,
-                "charged_ms": charged_ns / 1e6,
-                **({"charge_source": source} if source is not None else {}),
-                **({"network_ms": gate.network_ns / 1e6} if gate.network_ns else {}),
-            },
-        )
-        return with_throttle_time(frame, done.api_key, done.api_version, throttle)
-
-    def _late_charge(
-        self,
-        info: ConnInfo,
-        principal: str,
-        processor: int,
-        done: Completed,
-        sent_ns: int,
-        wall_ns: int,
-        sampled: bool,
-        logged: LoggedRequest | None,
-    ) -> None:
-        """The charge of a response that could not be throttled, once its log line is read
-        (or not, in time: the wall charge): recorded without a check, as its throttle was 0
-        whatever the charge; its `request` row is written now, with the response's time."""
-        now_ns = time.monotonic_ns()
-        if logged is not None:
-            handler_ns = logged.local_ns
-            network_ns = network_estimate(logged, done.latency_ns)
-            source = "broker_log_late"
-        else:
-            handler_ns, network_ns, source = wall_ns, 0, "wall_late"
-        client_id = done.client_id or ""
-        self._request_quotas.record_no_throttle(
-            principal,
-            client_id,
-            handler_ns + network_ns,
-            now_ns // 1_000_000,
-            exempt=done.api_key in self._request_quotas.exempt_api_keys,
-        )
-        if not sampled:
-            return
-        detail: dict[str, Any] = {
-            "charged_ms": handler_ns / 1e6,
-            "charge_source": source,
-            "late_ms": (now_ns - sent_ns) / 1e6,
-        }
-        if network_ns:
-            detail["network_ms"] = network_ns / 1e6
-        if self.cfg.request_sample > 1:
-            detail["sample"] = self.cfg.request_sample
-        self.rec.conn(
-            "request",
-            info,
-            sent_ns,
-            api_key=done.api_key,
-            client_id=done.client_id,
-            principal=principal,
-            latency_ms=done.latency_ns / 1e6,
-            bytes=done.request_bytes + done.response_bytes,
-            processor=processor,
-            detail=detail,
+            detail=throttle_detail(charge, outcome),
         )

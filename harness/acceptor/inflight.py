@@ -22,29 +22,21 @@ a quota exists, the gate goes back to one request in flight after the pipelined 
 answered; a throttle on one of those (a quota set while they were at the broker) holds every
 later request until it ends, as the mute would.
 
-The gate also knows what the request in flight may spend waiting in the broker's purgatory,
-which Kafka does not charge to request quotas (it charges handler-thread time,
+The frames' readers live here too: what a request may spend waiting in the broker's
+purgatory, which Kafka does not charge to request quotas (it charges handler-thread time,
 `apiLocalCompleteTimeNanos - requestDequeueTimeNanos`, set when `KafkaApis.handle` returns,
-before a delayed fetch waits): `charged_ns` takes a Fetch's `max_wait_ms` (its
-`purgatory_allowance_ns`, carried with the request in `tracker.Pending`) off the broker
-time the acceptor saw when the fetch took at least that long (it expired in purgatory).
-When the broker's request log gave the request's handler time (`broker_charge.RequestLog`),
-`charged_ns` is that instead (`charge_source` says which).
+before a delayed fetch waits): a Fetch's `max_wait_ms` (`purgatory_allowance_ns`, carried
+with the request in `tracker.Pending`, taken off by `charge.charged_ns`), and a Produce's
+`acks`. What a response is charged is decided in `charge`.
 """
 
 from __future__ import annotations
 
 import struct
 from collections import deque
-from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from harness.quota.mute import ChannelMute, MuteEvent
 from harness.wire.framing import FrameError
-
-if TYPE_CHECKING:
-    from harness.acceptor.broker_charge import LoggedRequest
-    from harness.quota.requests import RequestCharge
 
 __all__ = ["RequestGate", "expects_response"]
 
@@ -137,21 +129,7 @@ class RequestGate:
     """Complete request frames (and a bad frame's error) in arrival order, released one at
     a time while the channel is readable, or as they come while `pipelined`."""
 
-    __slots__ = (
-        "_frame",
-        "_logged_ns",
-        "_mute",
-        "_outstanding",
-        "_queue",
-        "_throttled",
-        "charge_source",
-        "decided",
-        "forwarded_ns",
-        "held_ns",
-        "network_ns",
-        "on_logged",
-        "pipelined",
-    )
+    __slots__ = ("_frame", "_mute", "_outstanding", "_queue", "_throttled", "pipelined")
 
     def __init__(self) -> None:
         self._mute = ChannelMute()
@@ -163,24 +141,7 @@ class RequestGate:
         #: no request can be throttled now: requests pass as they come (the adapter sets it
         #: before each take; Kafka's `quotasEnabled` never turns back off)
         self.pipelined = False
-        self._logged_ns: int | None = None  # the broker's handler time for it, if logged
-        #: where the charge of the request in flight comes from: "broker_log" (Kafka's own
-        #: handler time), "wall" (forward -> response, no line from a request log that is
-        #: read), None (no request log read: wall time, as before)
-        self.charge_source: str | None = None
-        #: how long its response was held waiting for the broker's log line
-        self.held_ns = 0
-        #: the broker's network-thread time estimate for it (recorded without a throttle)
-        self.network_ns = 0
-        #: when it was forwarded (the adapter sets it)
-        self.forwarded_ns = 0
-        #: a charge left for the broker's log line (`charge_source` "late"): called with
-        #: what the log said (None: no line in time) once it is read
-        self.on_logged: Callable[[LoggedRequest | None], None] | None = None
-        #: request-quota outcomes decided in another process (the split model's accepting
-        #: process, which owns the meters), by correlation id, until their responses go out
-        self.decided: dict[int, RequestCharge] = {}
-        self._frame = b""
+        self._frame = b""  # the request in flight
 
     def __len__(self) -> int:
         """Frames (and a bad-frame error) read but not yet taken."""
@@ -224,11 +185,6 @@ class RequestGate:
             else:
                 self._mute.mute()
                 self._mute.handle(MuteEvent.REQUEST_RECEIVED)
-            self._logged_ns = None
-            self.charge_source = None
-            self.held_ns = 0
-            self.network_ns = 0
-            self.on_logged = None
             self._frame = item
         return item
 
@@ -249,32 +205,6 @@ class RequestGate:
             return ""
         raw = self._frame[14 : 14 + max(length, 0)]
         return raw.decode("utf-8", "replace")
-
-    def charge_later(self) -> None:
-        """Its response goes out before the broker's log line is read: the charge cannot
-        throttle it (`RequestQuotas.could_throttle`) and is recorded when the line comes."""
-        self._logged_ns = None
-        self.charge_source = "late"
-
-    def logged(self, handler_ns: int | None, network_ns: int = 0, held_ns: int = 0) -> None:
-        """What the broker's request log said of the request in flight: its handler time
-        (None: no line) and network-thread time estimate; how long its response waited."""
-        self._logged_ns = handler_ns
-        self.charge_source = "wall" if handler_ns is None else "broker_log"
-        self.network_ns = network_ns if handler_ns is not None else 0
-        self.held_ns = held_ns
-
-    def charged_ns(self, broker_ns: int, allowance_ns: int = 0) -> int:
-        """The request-quota charge for the request answered: the broker's handler time
-        when its request log gave it, else from the broker time the acceptor saw (forward ->
-        response): a Fetch that took at least its `max_wait_ms` (`allowance_ns`, its
-        `purgatory_allowance_ns`) waited that long in purgatory, which Kafka does not charge;
-        everything else is charged whole (an upper bound of Kafka's handler time)."""
-        if self._logged_ns is not None:
-            return self._logged_ns
-        if allowance_ns and broker_ns >= allowance_ns:
-            return broker_ns - allowance_ns
-        return broker_ns
 
     def throttle_started(self) -> None:
         """A throttle for the request answered (before its response is sent, as Kafka)."""

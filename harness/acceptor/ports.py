@@ -15,8 +15,8 @@ accept to its processor, the record admission fills in):
 - `ChannelSlot`: the processor a connection belongs to (`processor.Processor`);
 - `LocalAnswers`: answers the admin requests the acceptor answers itself
   (`admin.AdminHandler`);
-- `ConnectionHost`: what a registered connection calls back: its request charged, its end
-  (`connections.Connections`);
+- `ConnectionHost`: what a registered connection calls back: the charges it decided
+  recorded on the meters and their rows written, its end (`connections.Connections`);
 - `ProcessorHost`: what a processor needs: a channel opened for a queued socket, whether the
   broker is over `max.connections` (`connections.Connections`);
 - `Stallable`: a processor a test-scheduled stall pauses (`processor.Processor`);
@@ -39,10 +39,12 @@ if TYPE_CHECKING:
     import asyncio
     import socket
 
+    from harness.acceptor.charge import Charge
     from harness.acceptor.config import AcceptorConfig
     from harness.acceptor.inflight import RequestGate
     from harness.acceptor.recorder import ConnInfo, Recorder
     from harness.acceptor.tracker import Completed
+    from harness.quota.requests import RequestCharge
     from harness.wire.framing import RequestInfo
 
 
@@ -181,7 +183,24 @@ class ConnectionHost(Protocol):
 
     def log(self, message: str) -> None: ...
 
-    def request_done(self, conn: Channel, done: Completed, now_ns: int, frame: bytes) -> bytes: ...
+    @property
+    def mute_skipped(self) -> bool:
+        """The seeded fault `request_mute_skipped` (False in production)."""
+
+    def answered(self, done: Completed) -> bool:
+        """A broker response answered a request: counted; whether its `request` row is
+        written (sampling)."""
+
+    def charge(self, charge: Charge) -> RequestCharge:
+        """Record a charge the connection decided on the meters, with the quota check."""
+
+    def charge_unchecked(self, charge: Charge) -> None:
+        """Record a late charge, without a check (it could not throttle)."""
+
+    def request_row(self, conn: Channel, charge: Charge) -> None: ...
+
+    def throttle_row(self, conn: Channel, charge: Charge, outcome: RequestCharge) -> None:
+        """A charge the meters throttled: counted, its `request_throttle` row written."""
 
     def request_quotas_enabled(self) -> bool:
         """Whether any request quota was ever set (until then no request is throttled)."""

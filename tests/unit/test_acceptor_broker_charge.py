@@ -17,7 +17,8 @@ from harness.acceptor.broker_charge import (
     network_estimate,
     parse_line,
 )
-from harness.acceptor.inflight import RequestGate
+from harness.acceptor.charge import Logged, decide
+from harness.acceptor.tracker import Completed
 
 #: a real Kafka 4.3.1 line (kafka.request.logger at DEBUG, pattern %m%n)
 REAL = (
@@ -120,25 +121,15 @@ def test_addresses_are_written_as_kafka_writes_a_remote() -> None:
     assert kafka_address(("fe80::a:1%lo", 7, 0, 1)) == "fe80:0:0:0:0:0:a:1:7"
 
 
-def _source(gate: RequestGate) -> str | None:
-    return gate.charge_source
-
-
-def test_the_gate_charges_the_logged_handler_time_not_the_wall_time() -> None:
-    gate = RequestGate()
-    fetch_like = b"\x00\x00\x00\x0a\x00\x12\x00\x03\x00\x00\x00\x01\xff\xff"
-    gate.received([fetch_like])
-    assert gate.take() == fetch_like
-    assert _source(gate) is None and gate.charged_ns(900_000) == 900_000
-    gate.logged(4000, 10_000, 250_000)
-    assert (gate.charged_ns(900_000), _source(gate)) == (4000, "broker_log")
-    assert (gate.network_ns, gate.held_ns) == (10_000, 250_000)
-    gate.logged(None, 10_000)  # no line: wall time, no network estimate
-    assert (gate.charged_ns(900_000), _source(gate), gate.network_ns) == (900_000, "wall", 0)
-    gate.response_sent()
-    gate.received([fetch_like])
-    gate.take()  # the next request starts with nothing logged
-    assert (_source(gate), gate.charged_ns(5), gate.network_ns) == (None, 5, 0)
+def test_a_response_is_charged_the_logged_handler_time_not_the_wall_time() -> None:
+    done = Completed(3, 13, "c", 900_000, 10, 10, 0, 7)
+    charge = decide(done, "ANONYMOUS", 0, None)  # no request log read: the wall time
+    assert (charge.handler_ns, charge.source, charge.network_ns) == (900_000, None, 0)
+    charge = decide(done, "ANONYMOUS", 0, Logged(4000, 10_000, 250_000))
+    assert (charge.handler_ns, charge.source) == (4000, "broker_log")
+    assert (charge.network_ns, charge.held_ns) == (10_000, 250_000)
+    charge = decide(done, "ANONYMOUS", 0, Logged(None, 10_000))  # no line: no estimate
+    assert (charge.handler_ns, charge.source, charge.network_ns) == (900_000, "wall", 0)
 
 
 class _Clock:

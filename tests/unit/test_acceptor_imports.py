@@ -123,6 +123,6 @@ def test_no_component_imports_the_server():
 
 def test_ports_is_a_leaf():
     """The interfaces module imports no acceptor component (value modules at most)."""
-    values = {f"{PACKAGE}.{m}" for m in ("config", "recorder", "tracker", "inflight")}
+    values = {f"{PACKAGE}.{m}" for m in ("config", "recorder", "tracker", "inflight", "charge")}
     graph = import_graph(FOLDER, PACKAGE)
     assert graph[f"{PACKAGE}.ports"] <= values

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from harness.acceptor.broker_charge import LoggedRequest
+from harness.acceptor.charge import Charge
 from harness.acceptor.connection import (
     TRANSITIONS,
     Connection,
@@ -118,16 +119,23 @@ class Processor:
 
 class Host:
     """Answers admin requests as `local` says, throttles as `throttle_ms` says (by
-    correlation id), and records the request rows and the end."""
+    correlation id), and records the charges, their rows and the end."""
 
     request_max_bytes = 1024
+    mute_skipped = False
 
     def __init__(self) -> None:
         self.local: dict[int, Any] = {}
         self.throttle_ms: dict[int, int] = {}
         self.quotas = False
         self.remote_charge: Callable[[Any, ChargeAsked], None] | None = None
+        #: (correlation id, instant) of each `request` row
         self.done: list[tuple[int, int]] = []
+        self.rows: list[Charge] = []
+        #: charges recorded with a check, and without (late)
+        self.charged: list[Charge] = []
+        self.unchecked: list[Charge] = []
+        self.throttled: list[tuple[Charge, RequestCharge]] = []
         self.closed: list[tuple[str, dict[str, Any], bool]] = []
 
     @property
@@ -143,12 +151,23 @@ class Host:
     def log(self, message: str) -> None:
         pass
 
-    def request_done(self, conn: Any, done: Any, now_ns: int, frame: bytes) -> bytes:
-        self.done.append((done.correlation_id, now_ns))
-        throttle = self.throttle_ms.get(done.correlation_id, 0)
-        if throttle:
-            conn.mute(now_ns + throttle * MS)
-        return frame
+    def answered(self, done: Any) -> bool:
+        return True
+
+    def charge(self, charge: Charge) -> RequestCharge:
+        self.charged.append(charge)
+        throttle = self.throttle_ms.get(charge.done.correlation_id, 0)
+        return RequestCharge(throttle, False, ("", charge.client_id), 1.0, 0.0)
+
+    def charge_unchecked(self, charge: Charge) -> None:
+        self.unchecked.append(charge)
+
+    def request_row(self, conn: Any, charge: Charge) -> None:
+        self.done.append((charge.done.correlation_id, charge.at_ns))
+        self.rows.append(charge)
+
+    def throttle_row(self, conn: Any, charge: Charge, outcome: RequestCharge) -> None:
+        self.throttled.append((charge, outcome))
 
     def request_quotas_enabled(self) -> bool:
         return self.quotas
@@ -547,7 +566,8 @@ def held_for_the_brokers_log() -> Connection:
     assert wire.sent(C) == [] and conn.held is not None
     clock.ns += 3 * MS
     log.came(1, local_ms=0.5)
-    assert wire.sent(C) == [resp(1)] and conn.gate.charge_source == "broker_log"
+    assert wire.sent(C) == [resp(1)] and host.charged[-1].source == "broker_log"
+    assert host.charged[-1].handler_ns == 500_000 and host.charged[-1].held_ns == 3 * MS
     conn.client_data(req(2) + req(3) + BAD_SIZE)
     assert conn.state is State.CLOSING
     conn.upstream_data(resp(2))
@@ -790,10 +810,11 @@ def sasl_plain_login_names_the_principal() -> Connection:
         [resp(2), sasl_answer(3)],
     )
     assert conn.principal == "alice" and conn.login is not None and conn.login.done
-    assert all(conn.uncharged(cid) for cid in (1, 2, 3))
+    assert [c.source for c in host.rows] == ["login"] * 3 and host.charged == []
     conn.client_data(req(4))
     conn.upstream_data(resp(4))
-    assert not conn.uncharged(4) and [cid for cid, _ in host.done] == [1, 2, 3, 4]
+    assert [cid for cid, _ in host.done] == [1, 2, 3, 4]
+    assert [(c.principal, c.source) for c in host.charged] == [("alice", None)]
     kept = [getattr(conn.login, name) for name in conn.login.__slots__]
     assert "s3cret" not in repr(kept)  # only the name is read out of the token
     conn.finish("shutdown")
