@@ -451,7 +451,14 @@ def _on_acceptor(run: Run) -> CheckResult:
 def _on_kafka(run: Run) -> CheckResult:
     from pyspark.sql import functions as F
 
-    from analysis.checks.kafka_metrics import scrape_interval, scrapes
+    from analysis.checks.kafka_metrics import (
+        CAUSE_NO_METRICS,
+        CAUSE_NO_SCRAPE_PAIR,
+        METRICS_HINT,
+        listener_aliases,
+        scrape_interval,
+        scrapes,
+    )
 
     taken = scrapes(run)
     if not taken:
@@ -460,8 +467,12 @@ def _on_kafka(run: Run) -> CheckResult:
             UNKNOWN,
             observed="no scrape of Kafka's metrics",
             expected="Kafka's connection-creation-total grows by at least the served attempts",
-            explanation="the target exposes no metrics (pass --broker-metrics-url)",
+            explanation=f"the target exposes no metrics ({METRICS_HINT})",
+            raise_hint=METRICS_HINT,
+            data={"cause": CAUSE_NO_METRICS},
         )
+    # a cluster the harness did not start: its own names of the load's listeners
+    aliases = listener_aliases(run)
     served = (
         client_conns(run)
         .where(F.col("invoke_ns").isNotNull() & F.col("ready_ns").isNotNull())
@@ -469,8 +480,13 @@ def _on_kafka(run: Run) -> CheckResult:
         .collect()
     )
     listeners = {r["listener"] for r in served if r["listener"]}
+
+    def named(labels: dict[str, Any]) -> str:
+        lst = str(labels.get("listener", "")).lower()
+        return (aliases[lst] or "") if lst in aliases else lst
+
     labelled = {
-        str(labels.get("listener", "")).lower()
+        named(labels)
         for _mono, detail in taken
         for name, labels, _v in detail.get("samples") or []
         if name in CREATED_NAMES
@@ -488,8 +504,8 @@ def _on_kafka(run: Run) -> CheckResult:
         for name, labels, value in detail.get("samples") or []:
             if name not in CREATED_NAMES or value is None:
                 continue
-            lst = str(labels.get("listener", "")).lower()
-            if lst in INTERNAL_LISTENERS or (listeners and lst not in listeners):
+            lst = named(labels)
+            if not lst or lst in INTERNAL_LISTENERS or (listeners and lst not in listeners):
                 continue
             total += float(value)
             seen = True
@@ -508,8 +524,15 @@ def _on_kafka(run: Run) -> CheckResult:
     _all, kills, _nodes, kill_nodes = _faults(run)
     err = run.clock_error_ns
     by_broker: dict[Any, list[tuple[int, int]]] = defaultdict(list)
+    # one broker's scrapes (`--broker-metrics-url 1=URL`) and attempts that name no other
+    # broker (a single broker's run names none): that broker's
+    (only, *more) = list(series)
+    one = None if more or not {r["broker"] for r in served} <= {None, only} else only
     for r in served:
-        node = r["broker"] if r["broker"] is not None and None not in series else None
+        if one is not None:
+            node = one
+        else:
+            node = r["broker"] if r["broker"] is not None and None not in series else None
         by_broker[node].append((int(r["invoke_ns"]), int(r["ready_ns"])))
     judged = 0
     worst: tuple[int, Any, tuple[int, int, float], tuple[int, int, float], int] | None = None
@@ -576,10 +599,13 @@ def _on_kafka(run: Run) -> CheckResult:
             "Kafka counted every connection its clients were served on",
             judged,
             "" if judged else "no served attempt lay between two scrapes",
-            "a load that gets responses while Kafka's metrics are scraped",
+            "scrapes of Kafka's metrics before and after served connections (every second "
+            "while the load runs: a longer run, or an exporter that answers throughout)",
         )
     ]
     verdict = FAIL if worst is not None else (PASS if judged else UNKNOWN)
+    # served connections but no two scrapes around any: the scrapes, not the load, to fix
+    cause = {} if judged or not served else {"cause": CAUSE_NO_SCRAPE_PAIR}
     return CheckResult(
         NAME,
         verdict,
@@ -601,6 +627,7 @@ def _on_kafka(run: Run) -> CheckResult:
         ),
         judged=judged,
         parts=parts,
+        data=cause,
     )
 
 

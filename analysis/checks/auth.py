@@ -47,7 +47,13 @@ from analysis.checks.base import (
     witness,
 )
 from analysis.checks.broker_side import per_broker
-from analysis.checks.kafka_metrics import _no_scrapes, per_listener, scrape_interval, scrapes
+from analysis.checks.kafka_metrics import (
+    _no_scrapes,
+    listener_aliases,
+    per_listener,
+    scrape_interval,
+    scrapes,
+)
 from analysis.checks.login_delay import DELAYED_ERRORS, KAFKA_CLOCK_MS, configured_delay_ms
 from analysis.columns import detail_col
 
@@ -245,7 +251,9 @@ def check_auth_counts(run: Run) -> CheckResult:
     # behind the acceptor, Kafka still authenticates: its own exporter's rows (`upstream`)
     data = scrapes(run, upstream=run.target == "acceptor")
     if len(data) < 2:
-        return _no_scrapes(name, run)
+        return _no_scrapes(name, run, taken=len(data))
+    # a cluster the harness did not start: its own names of the load's listeners
+    aliases = listener_aliases(run)
     (a0, a1), (b0, b1) = scrape_interval(*data[0]), scrape_interval(*data[-1])
 
     def inside(lo: str, hi: str) -> Any:  # surely between the two scrapes
@@ -275,8 +283,8 @@ def check_auth_counts(run: Run) -> CheckResult:
             ("failed", "failed_authentication", int(r["fail_sure"])),
         ):
             before, after = (
-                per_listener(first, metric).get(lst),
-                per_listener(last, metric).get(lst),
+                per_listener(first, metric, aliases).get(lst),
+                per_listener(last, metric, aliases).get(lst),
             )
             if before is None or after is None or after < before:
                 continue  # not exported, or the broker restarted and its counters with it

@@ -21,7 +21,15 @@ broker's JMX exporter or the acceptor's /metrics. Three rules:
   scrapes that follow it within the Avg's n·w life: the broker says it throttled when and
   where the client saw it.
 
-No scrapes at all is `unknown` ("the target exposes no metrics"), never a silent pass.
+No scrapes at all is `unknown` ("the target exposes no metrics"), never a silent pass;
+its hint names the fix (``--broker-metrics-url``), not the load (`verdict.hint_for`).
+
+A cluster the harness did not start names its listeners its own way, and its metrics'
+``listener`` labels carry those names: `listener_aliases` maps the cluster's name of each
+listener the run loaded to the scenario's (run.json ``cluster_listeners``: what
+DescribeConfigs said, and the listener at the bootstrap address; else the one label whose
+protocol, or whose name, is the load's protocol; else the only listener that is not the
+controller's), so every reader of these scrapes (`per_listener`) sees the scenario's names.
 """
 
 from __future__ import annotations
@@ -53,6 +61,12 @@ SSM = "kafka_server_socket_server_metrics_"
 PROCESSOR_POLL_MS = 300.0
 #: listeners that are the broker's own (KRaft controller), not the run's
 INTERNAL_LISTENERS = {"controller"}
+#: why a metrics check judged nothing (`CheckResult.data["cause"]`; `verdict.hint_for`):
+#: no endpoint scraped (or none answered), and no two scrapes around what it judges
+CAUSE_NO_METRICS = "no_metrics"
+CAUSE_NO_SCRAPE_PAIR = "no_scrape_pair"
+#: the hint for a run without Kafka's metrics
+METRICS_HINT = "pass --broker-metrics-url N=URL (the broker's JMX exporter)"
 
 
 def scrapes(run: Run, *, upstream: bool = False) -> list[tuple[int, dict[str, Any]]]:
@@ -86,8 +100,22 @@ def scrape_interval(ns: int, detail: dict[str, Any]) -> tuple[int, int]:
     return ns - half, ns + half
 
 
-def _no_scrapes(name: str, run: Run) -> CheckResult:
-    failed = run.events("kafka_metrics", source="harness").count()
+def _no_scrapes(name: str, run: Run, *, taken: int = 0) -> CheckResult:
+    """Unknown for want of Kafka's metrics: none scraped (``taken`` = 0), or fewer than the
+    two scrapes the rule compares; the hint names the fix, not the load."""
+    failed = run.events("kafka_metrics", source="harness").count() - taken
+    if taken:
+        return CheckResult(
+            name,
+            UNKNOWN,
+            observed=f"{taken} successful scrape of Kafka's metrics ({failed} failed): the "
+            "rule compares two",
+            expected="two or more scrapes of the broker's JMX exporter around the load",
+            explanation="Kafka's counters were read once: nothing to compare them with",
+            raise_hint="scrapes of Kafka's metrics before and after the load (every second "
+            "while it runs: a longer run, or an exporter that answers throughout)",
+            data={"cause": CAUSE_NO_SCRAPE_PAIR},
+        )
     return CheckResult(
         name,
         UNKNOWN,
@@ -98,19 +126,112 @@ def _no_scrapes(name: str, run: Run) -> CheckResult:
         ),
         expected="scrapes of the broker's JMX exporter or the acceptor's /metrics",
         explanation=(
-            "the target does not expose what this check needs; for an external cluster "
-            "pass --broker-metrics-url"
+            "the target does not expose what this check needs; for a cluster the harness did "
+            "not start, "
+            + METRICS_HINT
+            + (" that answers (see the kafka_metrics rows' errors)" if failed else "")
         ),
+        raise_hint=METRICS_HINT,
+        data={"cause": CAUSE_NO_METRICS},
     )
 
 
-def per_listener(detail: dict[str, Any], metric: str) -> dict[str, float | None]:
-    """Sum of a family per listener (over processors); None when every sample is NaN."""
+def external(run: Run) -> bool:
+    """A run against a cluster the harness did not start: run.json's ``cluster_listeners``
+    (the runner records them for every such run), or a broker target whose metadata mode
+    the runner could not state (it states a started broker's)."""
+    meta = run.meta
+    if "cluster_listeners" in meta:
+        return True
+    return run.target == "broker" and not (meta.get("versions") or {}).get("metadata")
+
+
+def _names(text: Any) -> list[str]:
+    return [n.strip().lower() for n in str(text or "").split(",") if n.strip()]
+
+
+def _protocol_map(text: Any) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in _names(text):
+        name, sep, protocol = item.partition(":")
+        if sep:
+            out[name.strip()] = protocol.strip()
+    return out
+
+
+def cluster_name(
+    listener: str,
+    labels: set[str],
+    cluster: dict[str, Any],
+    protocol: str,
+) -> str | None:
+    """The cluster's name (lower case) of the run's ``listener`` among the metrics'
+    ``labels``: as recorded (``cluster["load"]``, the listener at the bootstrap address),
+    else the one label whose protocol (``listener.security.protocol.map``) or whose name is
+    the load's ``protocol``, else the only label. None when none of these is one label."""
+    lst = listener.lower()
+    if lst in labels:
+        return lst
+    recorded = {str(k).lower(): str(v).lower() for k, v in (cluster.get("load") or {}).items()}
+    if recorded.get(lst):
+        return recorded[lst]
+    protocol = protocol.lower()
+    protocols = _protocol_map(cluster.get("listener.security.protocol.map"))
+    same = sorted(n for n, p in protocols.items() if p == protocol and n in labels)
+    if len(same) == 1:
+        return same[0]
+    if protocol in labels and protocol not in protocols:
+        return protocol  # Kafka's default map: a listener named after its protocol
+    if len(labels) == 1:
+        return next(iter(labels))
+    return None
+
+
+def listener_aliases(run: Run) -> dict[str, str | None]:
+    """{the cluster's listener label (lower case): the run's listener it is, or None for a
+    listener that is the cluster's own (its controller's)} on a cluster the harness did not
+    start; {} otherwise (the labels are the scenario's names). Cached."""
+    return dict(run.cached("kafka_metric_listener_aliases", lambda: _aliases(run)))
+
+
+def _aliases(run: Run) -> dict[str, str | None]:
+    if not external(run):
+        return {}
+    cluster = run.meta.get("cluster_listeners") or {}
+    own = set(_names(cluster.get("controller.listener.names"))) - INTERNAL_LISTENERS
+    out: dict[str, str | None] = dict.fromkeys(own)
+    labels = (
+        {
+            str(labels.get("listener") or "").lower()
+            for _ns, d in run.cached("kafka_metric_scrapes", lambda: _all_scrapes(run))
+            for name, labels, _v in d.get("samples", [])
+            if name.startswith(SSM)
+        }
+        - INTERNAL_LISTENERS
+        - own
+        - {""}
+    )
+    security = run.meta.get("listener_security") or {}
+    for listener in run.meta.get("listeners") or {}:
+        protocol = str((security.get(listener) or {}).get("protocol") or "PLAINTEXT")
+        found = cluster_name(str(listener), labels, cluster, protocol)
+        if found and found != str(listener).lower():
+            out[found] = str(listener).lower()
+    return out
+
+
+def per_listener(
+    detail: dict[str, Any], metric: str, aliases: dict[str, str | None] | None = None
+) -> dict[str, float | None]:
+    """Sum of a family per listener (over processors); None when every sample is NaN.
+    ``aliases`` (`listener_aliases`): a cluster's own listener names as the run's."""
     out: dict[str, float | None] = {}
     for name, labels, value in detail.get("samples", []):
         if name != SSM + metric:
             continue
         lst = str(labels.get("listener") or "").lower()
+        if aliases and lst in aliases:
+            lst = aliases[lst] or ""
         if not lst or lst in INTERNAL_LISTENERS:
             continue
         if value is None:
@@ -164,8 +285,9 @@ def check_connection_count(run: Run) -> CheckResult:
     reached = False
     peak_all = 0.0
     registering = _registrations_during(run)
+    aliases = listener_aliases(run)
     for ns, detail in data:
-        counts = per_listener(detail, "connection_count")
+        counts = per_listener(detail, "connection_count", aliases)
         if not counts:
             continue
         judged_here = False
@@ -331,8 +453,9 @@ def check_ip_throttle_seen(run: Run) -> CheckResult:
     times = [ns for ns, _ in data]
     from bisect import bisect_left
 
+    aliases = listener_aliases(run)
     per: list[dict[str, float | None]] = [
-        per_listener(d, "ip_connection_accept_throttle_time") for _, d in data
+        per_listener(d, "ip_connection_accept_throttle_time", aliases) for _, d in data
     ]
     judged = 0
     bad: list[dict[str, Any]] = []
@@ -393,8 +516,9 @@ def check_ip_throttle_seen(run: Run) -> CheckResult:
 def summary(run: Run) -> dict[str, Any]:
     """Per listener: the peak accept rate and blocked time Kafka reported (for the report)."""
     out: dict[str, Any] = defaultdict(dict)
+    aliases = listener_aliases(run)
     for _, d in scrapes(run):
-        for lst, v in per_listener(d, "connection_accept_rate").items():
+        for lst, v in per_listener(d, "connection_accept_rate", aliases).items():
             if v is not None:
                 out[lst]["peak_accept_rate"] = max(out[lst].get("peak_accept_rate", 0.0), v)
     return dict(out)
