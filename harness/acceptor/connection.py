@@ -865,7 +865,7 @@ class Connection:
         throttle = outcome.throttle_ms
         if throttle <= 0:
             return frame
-        if not host.mute_skipped:  # SEEDED FAULT when skipped: the throttle is only told
+        if host.mutes_throttled:  # KIP-219
             self.mute(charge.at_ns + throttle * 1_000_000)
         host.throttle_row(self, charge, outcome)
         return with_throttle_time(frame, done.api_key, done.api_version, throttle)

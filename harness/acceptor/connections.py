@@ -99,8 +99,12 @@ class Connections:
         self._slot_freed = slot_freed
         self._counts = counts
         self._log = log
-        #: the seeded fault `request_mute_skipped` (harness.quota.faults); False in production
-        self.mute_skipped = "request_mute_skipped" in cfg.faults
+        # the seeded-fault hooks (harness.quota.faults), asked once: Kafka's in production
+        faults = cfg.faults.policy()
+        #: a throttled connection is muted until its throttle ends (KIP-219)
+        self.mutes_throttled = faults.mutes_throttled()
+        #: whether a charge of at most some ns could throttle (a response is held if so)
+        self._could_throttle_at = faults.late_claim(request_quotas.could_throttle, request_quotas)
         #: every registered connection not yet finished (shutdown closes them)
         self.open: set[Channel] = set()
         #: the connections' own tasks (`run()`), awaited at shutdown
@@ -145,9 +149,7 @@ class Connections:
     ) -> bool:
         """Whether a charge of at most `at_most_ns` could throttle this client now."""
         now_ms = time.monotonic_ns() // 1_000_000
-        return self._request_quotas.could_throttle(
-            principal, client_id, api_key, at_most_ns, now_ms
-        )
+        return self._could_throttle_at(principal, client_id, api_key, at_most_ns, now_ms)
 
     # -- ports.ProcessorHost ---------------------------------------------------------------
     def max_connections_exceeded(self, listener: str) -> bool:

@@ -184,8 +184,9 @@ class ConnectionHost(Protocol):
     def log(self, message: str) -> None: ...
 
     @property
-    def mute_skipped(self) -> bool:
-        """The seeded fault `request_mute_skipped` (False in production)."""
+    def mutes_throttled(self) -> bool:
+        """Whether a throttled connection is muted until its throttle ends (KIP-219; not
+        under the seeded fault `request_mute_skipped`)."""
 
     def answered(self, done: Completed) -> bool:
         """A broker response answered a request: counted; whether its `request` row is

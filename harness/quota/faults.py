@@ -34,10 +34,13 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterable, Reversible
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from harness.quota.config import INT_MAX, ConfigError
 from harness.quota.meter import JAVA_LONG_MAX, QuotaCheck, RateMeter, throttle_time_ms
+
+if TYPE_CHECKING:
+    from harness.quota.requests import RequestQuotas
 
 __all__ = [
     "FAULTS",
@@ -56,6 +59,8 @@ __all__ = [
 _T = TypeVar("_T")
 _K = TypeVar("_K")
 _V = TypeVar("_V")
+#: (user, client id, api key, at most ns, now ms) -> whether the charge could throttle
+Claim = Callable[[str, str, int, int, int], bool]
 
 #: the acceptor configuration key (comma-separated fault names)
 FAULT_KEY = "harness.test.fault"
@@ -219,7 +224,17 @@ FAULTS: tuple[Fault, ...] = (
         "a throttled connection is muted until its throttle ends (KIP-219): nothing more "
         "is read from it",
         "the throttle is written into the response but the connection is not muted",
-        "harness/acceptor/connections.py Connections (request charge)",
+        "harness/acceptor/connection.py Connection._charge",
+    ),
+    Fault(
+        "late_charge_n_windows",
+        "a response goes out before its broker log line (its charge made later, without a "
+        "check) only if that charge could not throttle it: the bucket's sum plus the bound "
+        "of the charge, over the shortest window Kafka's Rate measures (n - 1 windows), is "
+        "within the quota",
+        "the claim is judged over n windows, so a response whose charge would throttle it "
+        "goes out unthrottled and is charged late",
+        "harness/acceptor/connections.py Connections (the response held for its log line)",
     ),
     Fault(
         "accept_unrecorded",
@@ -425,6 +440,18 @@ class NoFaults:
         production (``request_wrong_entity``, ``user_quota_ignored``)."""
         return None
 
+    def mutes_throttled(self) -> bool:
+        """Whether a throttled connection is muted until its throttle ends (KIP-219)
+        (``request_mute_skipped``)."""
+        return True
+
+    def late_claim(self, could_throttle: Claim, quotas: RequestQuotas) -> Claim:
+        """Whether a charge whose broker log line is still to come could throttle its
+        response (else it goes at once, charged when the line comes): the engine's
+        ``could_throttle``, over the n - 1 windows Rate measures at the shortest
+        (``late_charge_n_windows``)."""
+        return could_throttle
+
     # -- the acceptor's admission ----------------------------------------------------------
     def accept_drop(self) -> Callable[[], bool] | None:
         """Per accepted socket (one listener's count): True to close it unrecorded; None in
@@ -549,6 +576,32 @@ class Seeded(NoFaults):
 
     def request_throttle_bounded(self, bounded: bool) -> bool:
         return bounded and "request_throttle_uncapped" not in self._on
+
+    def mutes_throttled(self) -> bool:
+        return "request_mute_skipped" not in self._on
+
+    def late_claim(self, could_throttle: Claim, quotas: RequestQuotas) -> Claim:
+        if "late_charge_n_windows" not in self._on:
+            return could_throttle
+        from harness.quota.requests import NANOS_TO_PERCENTAGE, UNLIMITED
+
+        manager = quotas._request
+        longest_s = manager.samples * manager.window_ms / 1000.0
+
+        def over_n_windows(
+            user: str, client_id: str, api_key: int, handler_ns: int, now_ms: int
+        ) -> bool:
+            if api_key in quotas.exempt_api_keys or not manager.enabled:
+                return False
+            tags = manager.bucket(user, client_id)
+            bound = manager.limit(tags)
+            if bound >= UNLIMITED:
+                return False
+            meter = manager.meters.get(tags)
+            total = meter.peek_sum(now_ms) if meter is not None else 0.0
+            return (total + handler_ns * NANOS_TO_PERCENTAGE) / longest_s > bound
+
+        return over_n_windows
 
     def request_entity(self) -> Callable[[str, str], tuple[str, str]] | None:
         swap = "request_wrong_entity" in self._on

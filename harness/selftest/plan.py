@@ -45,6 +45,7 @@ FAULT_SCENARIOS: dict[str, tuple[str, ...]] = {
     "ip_count_reject_close_late": ("ip-count",),
     "proxy_source_ignored": ("haproxy-flood",),
     "request_mute_skipped": ("request-quota-greedy",),
+    "late_charge_n_windows": ("request-quota",),
     # issue 34: a connection taken and never recorded (only `accounting` sees it)
     "accept_unrecorded": ("ci-gate",),
     "state_not_restored": ("acceptor-crash",),

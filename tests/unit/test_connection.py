@@ -122,7 +122,7 @@ class Host:
     correlation id), and records the charges, their rows and the end."""
 
     request_max_bytes = 1024
-    mute_skipped = False
+    mutes_throttled = True
 
     def __init__(self) -> None:
         self.local: dict[int, Any] = {}

@@ -17,6 +17,7 @@ import pytest
 from harness.acceptor.charge import Charge, Logged, decide, late, request_detail
 from harness.acceptor.connection import Connection, Side
 from harness.acceptor.tracker import Completed
+from harness.quota.faults import NO_FAULTS, Faults
 from harness.quota.requests import RequestCharge, RequestQuotas
 from tests.unit.test_connection import MS, UPSTREAM_ADDR, Host, Log, open_conn, req, resp
 
@@ -29,12 +30,13 @@ QUOTA_PCT = 1.0
 class Meters(Host):
     """The recording host, its charges recorded on real meters (`RequestQuotas`)."""
 
-    def __init__(self, clock: Any) -> None:
+    def __init__(self, clock: Any, faults: Faults = NO_FAULTS) -> None:
         super().__init__()
         self.meters = RequestQuotas(11, 1)
         self.meters.set_quota(None, "test", "request_percentage", QUOTA_PCT)
         self.quotas = True
         self.clock = clock
+        self.claim = faults.policy().late_claim(self.meters.could_throttle, self.meters)
 
     def charge(self, charge: Charge) -> RequestCharge:
         self.charged.append(charge)
@@ -56,7 +58,7 @@ class Meters(Host):
         )
 
     def could_throttle(self, principal: str, client_id: str, api_key: int, ns: int) -> bool:
-        return self.meters.could_throttle(principal, client_id, api_key, ns, self.clock() // MS)
+        return self.claim(principal, client_id, api_key, ns, self.clock() // MS)
 
 
 class QuotaLog(Log):
@@ -77,10 +79,12 @@ class QuotaLog(Log):
             resume()
 
 
-def metered(first: bytes = b"") -> tuple[Connection, Any, Meters, Any, QuotaLog]:
+def metered(
+    first: bytes = b"", faults: Faults = NO_FAULTS
+) -> tuple[Connection, Any, Meters, Any, QuotaLog]:
     log = QuotaLog()
     conn, wire, _host, clock = open_conn(first, log=log, quotas=True)
-    host = Meters(clock)
+    host = Meters(clock, faults)
     conn.host = host  # type: ignore[assignment]
     log.host = host
     return conn, wire, host, clock, log
@@ -182,6 +186,25 @@ def test_late_charges_fill_the_bucket_for_the_next_check() -> None:
     assert conn.held is not None
     log.came(12, local_ms=9.0)
     assert host.throttled and host.throttled[0][1].throttle_ms > 0
+
+
+@pytest.mark.parametrize("fault", [False, True], ids=["kafka", "late_charge_n_windows"])
+def test_the_claim_is_judged_over_n_minus_one_windows(fault: bool) -> None:
+    """95 ms in the bucket, then a response 10 ms after its request: 105 ms over 10 s is
+    over the quota, so it is held and its 10 ms charged with the check: throttled. The
+    seeded fault `late_charge_n_windows` asks over 11 s (105 / 11 s is under it): the
+    response goes at once, unthrottled, and its charge is made late."""
+    conn, wire, host, clock, log = metered(faults=Faults.of(["late_charge_n_windows"] * fault))
+    host.meters.record_request("ANONYMOUS", "test", 3, 95 * MS, clock.ns // MS)
+    answered_after(conn, clock, 1, 10.0)
+    if not fault:
+        assert conn.held is not None and wire.sent(C) == []
+        log.came(1, local_ms=10.0)
+        assert host.throttled and host.unchecked == []
+    else:
+        assert conn.held is None and wire.sent(C) == [resp(1)]
+        log.came(1, local_ms=10.0)
+        assert host.throttled == [] and [c.source for c in host.unchecked] == ["broker_log_late"]
 
 
 # -- the pure decision -------------------------------------------------------------------------

@@ -376,6 +376,8 @@ ACCEPTOR_FAULTS = {
     "proxy_source_ignored",
     "request_mute_skipped",
     "accept_unrecorded",
+    # a held response's claim, over real meters: tests/unit/test_connection_charge.py
+    "late_charge_n_windows",
     # shown by tests/integration/test_acceptor_faults.py (a restart with and without it)
     "state_not_restored",
     # shown against a real broker in tests/integration/test_acceptor_secured.py
