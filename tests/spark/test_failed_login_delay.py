@@ -22,7 +22,14 @@ SLOWEST_OK = 12.5
 
 
 def _run(
-    tmp: Path, name: str, answers: list[float], *, ok: bool = True, expect: list[str] = ()
+    tmp: Path,
+    name: str,
+    answers: list[float],
+    *,
+    ok: bool = True,
+    expect: list[str] = (),
+    conn_id: str | None = None,
+    extra: list[dict[str, Any]] = (),
 ) -> Path:
     rows: list[dict[str, Any]] = [
         {"source": "harness", "event": "config", "mono_ns": T0,
@@ -39,8 +46,10 @@ def _run(
             {"source": "client", "event": "sasl_fail", "mono_ns": T0 + 2 * S + i * S,
              "ip": "127.0.0.3", "port": 41000 + i, "latency_ms": ms + 5, "reason": "auth",
              "api_key": 36, "detail": {"error_code": 58, "round": 1, "mechanism": "PLAIN",
-                                       "answer_ms": ms, "sasl_ms": ms}}
+                                       "answer_ms": ms, "sasl_ms": ms},
+             **({"conn_id": f"{conn_id}{i}"} if conn_id else {})}
         )  # fmt: skip
+    rows += extra
     meta = {"run_id": name, "target": "broker", "expect": {"checks": list(expect)}}
     return write_rows(tmp / name, rows, meta)
 
@@ -289,3 +298,40 @@ def test_only_a_run_without_any_secured_connection_is_not_applicable(
 
     r = check_auth_counts(run)
     assert r.verdict == verdict, (r.observed, r.witnesses)
+
+
+@pytest.mark.parametrize(
+    "span_ms, answer, verdict, timed",
+    [
+        ((-20.0, 1.0), DELAY + 400.0, "pass", 0),  # answer seen 1 ms inside the stall
+        ((-20.0, -1.0), DELAY + 400.0, "fail", 1),  # 1 ms after it ended: late is late
+        ((-20.0, 1.0), DELAY - 2.0, "fail", 1),  # a stall never excuses an early answer
+    ],
+    ids=["late-inside", "late-outside", "early-inside"],
+)
+def test_a_late_answer_seen_inside_its_engines_stall_is_not_timed(
+    spark: Any,
+    tmp_path: Path,
+    span_ms: tuple[float, float],
+    answer: float,
+    verdict: str,
+    timed: int,
+) -> None:
+    """The "not timed" rule on the upper bound: a refusal whose answer the client saw inside
+    a stall its own engine measured (its heartbeat) is not timed against d + poll + path;
+    1 ms outside the stall it fails; the lower bound is judged whatever the stall."""
+    seen = T0 + 2 * S
+    lo, hi = (seen + int(x * MS) for x in span_ms)
+    beats = [
+        {"source": "client", "event": "loop_lag", "mono_ns": T0, "reason": "start",
+         "listener": "CLIENT", "detail": {"engine": "c9-", "period_ms": 5.0,
+                                          "threshold_ms": 10.0}},
+        {"source": "client", "event": "loop_lag", "mono_ns": hi - 15 * MS, "reason": "stall",
+         "listener": "CLIENT", "latency_ms": 30.0,
+         "detail": {"engine": "c9-", "from_mono_ns": lo, "until_mono_ns": hi}},
+    ]  # fmt: skip
+    rows_path = _run(tmp_path, f"hb-{span_ms}-{answer}", [answer], conn_id="c9-", extra=beats)
+    r = check_failed_login_delay(load_run(spark, rows_path))
+    assert r.verdict == verdict, (r.observed, r.witnesses)
+    upper = next(p for p in r.parts if p.name == "within one processor poll after it")
+    assert upper.judged == timed, upper
