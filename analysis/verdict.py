@@ -28,6 +28,7 @@ from analysis.checks import ALL_CHECKS, FAIL, NA, PASS, UNKNOWN, Check, CheckRes
 from analysis.checks.base import MAX_WITNESSES
 from analysis.checks.broker_side import broker_expectations
 from analysis.checks.front import NAME as FRONT
+from analysis.checks.kafka_metrics import CAUSE_NO_METRICS, CAUSE_NO_SCRAPE_PAIR, METRICS_HINT
 
 if TYPE_CHECKING:
     from analysis.load import Run
@@ -356,13 +357,63 @@ def _judge(
     return results
 
 
+#: why an expected check was not exercised and passed (`CheckResult.data["cause"]`, set by
+#: the check or here), each with its own fix (`hint_for`); none of these: not enough load
+CAUSE_GENERATOR_SHORT = "generator_short"
+CAUSE_FRONT_SATURATED = "front_saturated"
+#: how a metrics check without scrapes says so (`kafka_metrics._no_scrapes`, accounting)
+NO_METRICS_WORDS = (
+    "no kafka_metrics rows",
+    "no successful scrape of Kafka's metrics",
+    "no scrape of Kafka's metrics",
+)
+
+
+def _generator_short(results: list[CheckResult]) -> CheckResult | None:
+    return next((r for r in results if r.name == "offered_load" and r.data.get("short")), None)
+
+
+def hint_for(r: CheckResult, results: list[CheckResult], load_hint: str = "") -> str:
+    """What to do about an expected check that judged nothing, chosen by the cause: no
+    metrics endpoint, no scrape pair around what it judges, a saturated observer (the
+    generator fell short, the front was saturated), or else not enough load (``raise``
+    ``load_hint``, else the check's own `raise_hint`)."""
+    cause = r.data.get("cause")
+    if cause is None and any(words in r.observed for words in NO_METRICS_WORDS):
+        cause = CAUSE_NO_METRICS  # a cluster's per-broker merge keeps the words, not the data
+    short = _generator_short(results)
+    if cause is None and short is not None and (r.needs_load or r is short):
+        cause = CAUSE_GENERATOR_SHORT
+    if cause == CAUSE_NO_METRICS:
+        return METRICS_HINT
+    if cause == CAUSE_NO_SCRAPE_PAIR:
+        return (
+            "get scrapes of Kafka's metrics before and after the connections it judges (every "
+            "second while the load runs: a longer run, or an exporter that answers throughout)"
+        )
+    if cause == CAUSE_GENERATOR_SHORT:
+        why = f" ({short.observed})" if short is not None else ""
+        return (
+            f"give the load generator room: it fell short of the intended load{why}; run it "
+            "with fewer other processes on the machine, or lower the scenario's rate"
+        )
+    if cause == CAUSE_FRONT_SATURATED:
+        return (
+            f"give the acceptor room: {r.data.get('saturated') or 'it was saturated'}; run it "
+            "with fewer other processes on the machine, or acceptor.process.model=split"
+        )
+    return f"raise {load_hint or r.raise_hint or 'the load against its limit'}"
+
+
 def _unpushed(results: list[CheckResult]) -> list[CheckResult]:
     """A check that needs the load and would pass is `unknown` when the generator fell
     short of its intended load: a limit that was not pushed proves nothing."""
-    short = next((r for r in results if r.name == "offered_load" and r.data.get("short")), None)
+    short = _generator_short(results)
     if short is not None:
+        short.data.setdefault("cause", CAUSE_GENERATOR_SHORT)
         for r in results:
             if r.needs_load and r.verdict == PASS:
+                r.data.setdefault("cause", CAUSE_GENERATOR_SHORT)
                 r.verdict = UNKNOWN
                 r.explanation = (
                     f"would pass, but the offered load fell short ({short.observed}); "
@@ -389,6 +440,8 @@ def saturated(results: list[CheckResult]) -> list[CheckResult]:
         if r.verdict != FAIL or r is front:
             continue
         if r.witnesses and len(r.witnesses) < MAX_WITNESSES and all(map(inside, r.witnesses)):
+            r.data.setdefault("cause", CAUSE_FRONT_SATURATED)
+            r.data.setdefault("saturated", f"the front was saturated ({front.observed})")
             r.verdict = UNKNOWN
             r.explanation = (
                 f"every witness falls where the front was saturated ({front.observed}): "
@@ -419,15 +472,14 @@ def overall(
         elif r.verdict != FAIL and r.unjudged_parts():
             for part in r.unjudged_parts():
                 why = f" ({part.note})" if part.note else ""
-                hint = part.hint or "the load this part needs"
+                hint = hint_for(r, results, part.hint or "the load this part needs")
                 reasons.append(
-                    f"expected check {name}: part '{part.name}' judged nothing{why}; raise {hint}"
+                    f"expected check {name}: part '{part.name}' judged nothing{why}; {hint}"
                 )
         elif r.verdict != PASS or r.exercised is False:
-            hint = r.raise_hint or "the load against its limit"
             reasons.append(
                 f"expected check {name} was not exercised and passed ({r.verdict}: "
-                f"{r.observed}); raise {hint}"
+                f"{r.observed}); {hint_for(r, results)}"
             )
     proven = [r.name for r in results if r.judges_limit and r.verdict == PASS and r.exercised]
     if not proven:
