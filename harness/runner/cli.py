@@ -56,6 +56,17 @@ def add_noise(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_placement(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--placement",
+        choices=("auto", "off"),
+        default="auto",
+        help="CPU placement (default auto: with two or more CPUs, the acceptor's accepting "
+        "loop on a CPU of its own and the brokers, load and runner on the others; recorded "
+        "in run.json); off: every process on every CPU",
+    )
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "scenario", help="a catalog name (see `harness scenarios`) or a path to a YAML file"
@@ -118,6 +129,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, default=None, help="shorten the load (seconds)")
     add_set_acceptor(parser, "e.g. harness.test.skip.ip.rate.check=true")
     add_noise(parser)
+    add_placement(parser)
     parser.add_argument(
         "--no-analyze", dest="analyze", action="store_false", help="stop after the load"
     )
@@ -184,6 +196,7 @@ def run(args: argparse.Namespace) -> int:
         analyze=args.analyze,
         spark_master=args.spark_master,
         noise=args.noise,
+        placement=args.placement,
     )
     from harness.runner.rundir import RunFolderError
 

@@ -98,6 +98,8 @@ class RunOptions:
     zookeeper: bool | None = None
     #: neighbours made on purpose (`--noise`, harness.runner.noise.NoiseSpec)
     noise: Any = None
+    #: CPU placement (`--placement auto|off`, harness.runner.placement)
+    placement: str = "auto"
 
 
 @dataclass
@@ -164,6 +166,8 @@ class Orchestrator:
         self._web_ports: list[int] = []
         #: `--noise`: the neighbours made on purpose (harness.runner.noise.Noise), or None
         self.noise: Any = None
+        #: `--placement`: the acceptor loop's CPU and the others' (runner.placement)
+        self.placement: Any = None
         self.lead = 0.0
         self._t0: float | None = None
         self._deferred_ends: list[tuple[float, Any]] = []
@@ -223,6 +227,11 @@ class Orchestrator:
             started_at=utc_now_iso(),
         )
         self.noise = self._start_noise()
+        from harness.runner.placement import Placement  # the front's loop on a CPU of its own
+
+        self.placement = Placement.plan(self.opts.placement)
+        self.placement.confine_runner()
+        self.run_json["placement"] = self.placement.record()
         self.rd.write_run_json(self.run_json)
         started = False  # a run whose broker or acceptor never started is not analysed
         try:
@@ -240,6 +249,7 @@ class Orchestrator:
                 self.say(f"traceback in {self.rd.logs / 'runner-error.txt'}")
         finally:
             self._shutdown()
+        self.placement.release_runner()  # the analysis may use every CPU
         verdict, report = "unknown", None
         checks: list[dict[str, Any]] = []
         run_s = time.monotonic() - t_start
@@ -326,6 +336,7 @@ class Orchestrator:
                 timeout=t.broker_start,
                 command_config=self.opts.command_config,
             )
+        self._place_loops()
         self.limits = dict(self.target.limits)
         broker = self.target.broker
         self.run_json["versions"]["kafka"] = getattr(broker, "version", None)
@@ -412,6 +423,7 @@ class Orchestrator:
                 self._fault(item[1], start=False, elapsed=elapsed)
             self._start_deferred(elapsed)
             self._reap_phases(now)
+            self._place_loops()  # a restarted acceptor's loop too
             self._check_restart()
             dead = self.target.alive()
             if dead and not self._broker_fault_active():
@@ -530,6 +542,15 @@ class Orchestrator:
             f"phase {phase.name} launched: {phase.profile} {phase.shape} from {phase.source_ips} "
             f"-> {host}:{port} ({where})"
         )
+
+    def _place_loops(self) -> None:
+        placement = self.placement
+        if placement is None or not placement.on:
+            return
+        fronts = self._process_groups()["acceptor"]
+        for pid in placement.place_loops(fronts):
+            self.say(f"placement: acceptor loop (pid {pid}) on CPU {sorted(placement.loop_cpus)}")
+            self.run_json["placement"] = placement.record()
 
     def _process_groups(self) -> dict[str, list[int]]:
         """The run's processes by role, as process groups (each was started in a session
