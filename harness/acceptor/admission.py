@@ -1,670 +1,661 @@
-"""One listener's acceptor: the accept loop and Kafka's admission steps (reference §0.3).
+"""Admission, sans-IO: Kafka's acceptor-thread steps for one listener's accepted sockets
+(reference §0.3), as a table that drives. `listener.ListenerAcceptor` is the thin asyncio
+adapter: it accepts, reads PROXY headers, sleeps, waits for slots and queues, and carries
+out the actions this core returns.
 
-Why we own the accept loop on a raw listening socket instead of `asyncio.start_server`:
-`start_server` accepts eagerly, so a rate delay would never stall accepting and the kernel
-backlog (`socket.listen.backlog.size`) would never fill, unlike Kafka's single acceptor
-thread that sleeps through the delay. Here the admission of one socket runs to completion
-(rate step -> delay -> slot wait -> IP rate step -> count check -> hand-off) before the
-next socket is taken. Without PROXY headers, a reader callback on the listening socket
-accepts and admits socket after socket synchronously (`_turn`); only an admission that must
-wait becomes a task, and the listening socket is not watched until it is done. With PROXY
-headers, an accept task reads headers (at most `PROXY_PENDING_MAX` at once) and hands each
-socket to an admission task (one socket between the two).
+Why sans-IO: admission is where Kafka's connection quotas meet the accept loop (a rate
+delay the whole listener sleeps through, a slot wait, a throttled socket parked until a
+turn of the loop after its end, a reject closed at once, a hand-off that blocks on full
+processor queues). Kept apart from sockets and the loop, every step is driven in a unit
+test by inputs, an injected clock and the quota engine, and its actions recorded
+(`tests/unit/test_admission.py`).
 
-States of one accepted socket (the table of §0.3):
+States of one accepted socket (`Stage`) and what moves it (`Input`). A step is a lookup:
+`TRANSITIONS[(stage, input)]` gives the next stage and the actions the step takes, in
+order; an input no row has is a bug (`TransitionError`). The table, as Kafka runs it:
 
-    accepted --proxy header?--> read header (timeout) --bad--> closed (bad_proxy_header)
-    accepted --rate step------> delay (acceptor sleeps, listener stalls)
-             --slot wait------> blocked until a release frees a slot
-             --IP rate--------> parked (never counted) --turn of the loop, now > end--> closed
-             --IP count-------> closed at once (reject; client sees EOF)
-             --else-----------> counted -> processor queue (blocking on the last one) -> register
+    HEADER   --header_read----> TAKEN       the client is the header's source (PROXY)
+    HEADER   --header_failed--> CLOSED      refused: bad header, timeout, EOF, reset
+    TAKEN    --accepted-------> ACCEPTED    `accept` row
+    TAKEN    --dropped--------> CLOSED      (a seeded fault: no row, no count)
+    ACCEPTED --no_delay/delayed-> RATED     the rate step (`delay` row when delayed)
+    RATED    --slot_free------> SLOTTED     decided at once: the loop held throughout
+    RATED    --wait-----------> WAITING     the listener stops taking sockets
+    WAITING  --late-----------> WAITING     the rate delay is slept out
+    WAITING  --no_slot--------> WAITING     until a release frees a slot (or the poll)
+    WAITING  --slot_free------> SLOTTED     `blocked` row
+    SLOTTED  --ip_throttled---> PARKED      never counted; closed at a turn after its end
+    SLOTTED  --ip_rejected----> CLOSED      `reject` row: closed at once (client sees EOF)
+    SLOTTED  --admitted-------> HANDED      `admit` row: counted, to a processor's queue
+    HANDED   --queue_full-----> QUEUE_WAIT  every queue full: blocking on the last one
+    QUEUE_WAIT --queued-------> HANDED      `blocked` row (queue_full)
+    HANDED   --unusable-------> CLOSED      its socket refused TCP_NODELAY: released
+    PARKED   --due / shutdown-> CLOSED      `throttle_close` row
+
+and `shutdown` from every stage a socket waits in. One socket is admitted at a time
+(Kafka's single acceptor thread): `admit` runs the steps that need no wait and returns
+their actions; a wait (`Sleep`, `AwaitSlot`) ends the list, and the adapter comes back
+with `woken`; a full hand-off with `queue_full` then `queued`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+import enum
 import heapq
 import itertools
-import socket
-import time
-from collections.abc import Coroutine
-from functools import partial
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from harness import procfs
-from harness.acceptor.config import ListenerSettings
-from harness.acceptor.ports import NewConnection
-from harness.acceptor.recorder import ConnInfo, Recorder
-from harness.acceptor.tls import listener_tls
 from harness.history import events
 from harness.quota.connections import Outcome
-from harness.wire.proxy import ProxyError, ProxyHeaderReader
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from harness.acceptor.ports import NewConnection
+    from harness.acceptor.recorder import ConnInfo
+    from harness.quota.connections import Admission as IpStep
+    from harness.quota.connections import ConnectionQuotas, RateStep
+    from harness.quota.faults import NoFaults
+    from harness.wire.proxy import ProxyHeader
 
-    from harness.acceptor.config import AcceptorConfig
-    from harness.acceptor.connections import SlotSignal
-    from harness.acceptor.heartbeat import Heartbeat
-    from harness.acceptor.ports import Counts, HandOff
-    from harness.quota.connections import ConnectionQuotas
+__all__ = [
+    "SLOT_WAIT_POLL_S",
+    "TRANSITIONS",
+    "Admission",
+    "AwaitSlot",
+    "Blocked",
+    "Close",
+    "CloseRow",
+    "ConnRow",
+    "Count",
+    "HandOff",
+    "Held",
+    "Input",
+    "Parked",
+    "Sleep",
+    "SlotFreed",
+    "Stage",
+    "Stall",
+    "TransitionError",
+    "Unwatch",
+    "Watch",
+]
 
+#: Kafka's `waitForConnectionSlot` polls the slot every 500 ms when no release wakes it
 SLOT_WAIT_POLL_S = 0.5
-#: Kafka's acceptor loop: `select(500)`, then the ready connection, then
-#: `closeThrottledConnections` (SocketServer.scala Acceptor.run / acceptNewConnections)
-SELECT_TIMEOUT_S = 0.5
-#: PROXY listeners: sockets accepted whose header is being read or waits for the hand-off.
-#: Accepting stops at this many, so a stalled admission leaves new connections in the
-#: kernel backlog as on Kafka's blocking acceptor (without a header: the one hand-off slot
-#: plus the one socket waiting for it). Two, so that one silent peer alone cannot stop the
-#: listener for `proxy.header.timeout.ms`.
-PROXY_PENDING_MAX = 2
-#: the seeded fault `ip_count_reject_close_late`: how late a rejected socket is closed
-REJECT_LATE_S = 0.4
+MS = 1_000_000
 
 
-def _close_quietly(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        sock.close()
+class _Member(enum.Enum):
+    """Members hash by identity: the table is looked up on every step."""
+
+    __hash__ = object.__hash__
 
 
-def _peer(addr: tuple[str, int] | tuple[str, int, int, int]) -> tuple[str, int]:
-    return str(addr[0]), int(addr[1])
+class Stage(_Member):
+    HEADER = "header"  # its PROXY header is being read
+    TAKEN = "taken"  # accepted; its admission has not begun
+    ACCEPTED = "accepted"  # in admission: the `accept` row written
+    RATED = "rated"  # the connection-rate step taken
+    WAITING = "waiting"  # a rate delay or a slot wait: the listener stalls
+    SLOTTED = "slotted"  # a slot is free: the IP steps next
+    PARKED = "parked"  # IP-rate throttled: closed at a turn of the loop after its end
+    HANDED = "handed"  # counted and given to the processors
+    QUEUE_WAIT = "queue_wait"  # every processor queue full: blocked on the last one
+    CLOSED = "closed"  # closed here (refused, dropped, rejected, throttled, unusable)
 
 
-def _settle(
-    rest: Coroutine[Any, Any, None], item: NewConnection | None, task: asyncio.Future[None]
-) -> None:
-    """A stalled admission's task is done. Cancelled at shutdown before it ever ran, its
-    admission never started: close that coroutine (never awaited, it would warn when
-    collected) and the socket it was admitting. Otherwise both are finished already."""
-    rest.close()
-    if task.cancelled() and item is not None:
-        with contextlib.suppress(OSError):
-            item.sock.close()
+class Input(_Member):
+    HEADER_READ = "header_read"
+    HEADER_FAILED = "header_failed"
+    ACCEPTED = "accepted"
+    DROPPED = "dropped"  # the seeded fault accept_unrecorded
+    NO_DELAY = "no_delay"
+    DELAYED = "delayed"
+    SLOT_FREE = "slot_free"
+    WAIT = "wait"
+    LATE = "late"  # woken before the delay's end
+    NO_SLOT = "no_slot"
+    IP_THROTTLED = "ip_throttled"
+    IP_REJECTED = "ip_rejected"
+    ADMITTED = "admitted"
+    QUEUE_FULL = "queue_full"
+    QUEUED = "queued"
+    UNUSABLE = "unusable"
+    DUE = "due"
+    SHUTDOWN = "shutdown"
 
 
-class ListenerAcceptor:
-    """Receives its listener's settings and, for every listener alike: the configuration
-    (backlog, PROXY timeout, faults), the connection engine, where rows and counts go, the
-    slot signal, the loop's heartbeat, a log, the connection ids, and how to make its
-    processors (`new_processor(listener, index, protected)`: a `ports.HandOff`)."""
+class TransitionError(RuntimeError):
+    """A step no row of `TRANSITIONS` allows: a bug in admission."""
+
+
+# -- actions: what the adapter does, in order ---------------------------------------------
+class ConnRow(NamedTuple):
+    """A history row of one connection (`Recorder.conn`); `detail` as events declare it."""
+
+    event: str
+    info: ConnInfo
+    mono_ns: int
+    reason: str | None = None
+    delay_ms: float | None = None
+    detail: str | None = None
+
+
+class CloseRow(NamedTuple):
+    """The `close` row of a socket that never reached a processor (`Recorder.closed`)."""
+
+    info: ConnInfo
+    mono_ns: int
+    reason: str
+    fields: Mapping[str, Any]
+
+
+class Count(NamedTuple):
+    """The metrics' outcome counter of one client IP."""
+
+    ip: str
+    outcome: str
+
+
+class Blocked(NamedTuple):
+    """The listener took no socket from `start_ns` to `end_ns` (`blocked` row)."""
+
+    start_ns: int
+    end_ns: int
+    reason: str
+
+
+class Close(NamedTuple):
+    """Close the socket, `after_s` from now (0: at once)."""
+
+    item: NewConnection
+    after_s: float = 0.0
+
+
+class Sleep(NamedTuple):
+    """Sleep out (the rest of) a rate delay, then `woken`."""
+
+    seconds: float
+
+
+class AwaitSlot(NamedTuple):
+    """Wait for a release (at most `timeout_s`), then `woken`."""
+
+    timeout_s: float
+
+
+class Stall(NamedTuple):
+    """Stop (True) or resume (False) taking sockets: the acceptor thread is busy."""
+
+    stalled: bool
+
+
+class Watch(NamedTuple):
+    """Measure the loop's stalls from `since_ns` (None: from now) (`Heartbeat.arm`)."""
+
+    since_ns: int | None
+
+
+class Unwatch(NamedTuple):
+    """Stop measuring them (`Heartbeat.disarm`)."""
+
+
+class Held(NamedTuple):
+    """The loop ran one callback from `start_ns` to `end_ns` (`Heartbeat.held`)."""
+
+    start_ns: int
+    end_ns: int
+
+
+class HandOff(NamedTuple):
+    """Give the admitted socket to a processor (round robin; `queue_full` when none has
+    room, `unusable` when its socket cannot be set up)."""
+
+    item: NewConnection
+
+
+class Parked(NamedTuple):
+    """The socket is parked until its throttle ends (`Admission.parked` holds it)."""
+
+    item: NewConnection
+
+
+class SlotFreed(NamedTuple):
+    """A counted socket was released: wake the admissions waiting for a slot."""
+
+
+Action = (
+    ConnRow
+    | CloseRow
+    | Count
+    | Blocked
+    | Close
+    | Sleep
+    | AwaitSlot
+    | Stall
+    | Watch
+    | Unwatch
+    | Held
+    | HandOff
+    | Parked
+    | SlotFreed
+)
+#: one action, from the admission, the socket and the step's fact (None: not this time)
+Build = Callable[["Admission", "NewConnection", Any], "Action | None"]
+
+_UNWATCH, _SLOT_FREED = Unwatch(), SlotFreed()
+_STALL, _UNSTALL = Stall(True), Stall(False)
+
+
+# -- the builders the table names ------------------------------------------------------------
+def accept_row(a: Admission, item: NewConnection, _: Any) -> Action:
+    info = item.info
+    if a.proxy:  # the detail's template by whether a header came, the TCP accept filled in
+        detail = a.accept_detail_proxied[item.proxied] % item.tcp_accept_ns
+    else:
+        detail = a.accept_detail
+    return ConnRow("accept", info, a.t0_ns, detail=detail)
+
+
+def count_accepted(a: Admission, item: NewConnection, _: Any) -> Action:
+    return Count(item.info.client_ip, "accepted")
+
+
+def delay_row(a: Admission, item: NewConnection, step: RateStep) -> Action:
+    detail = _DELAY_DETAIL % (step.broker_delay_ms, step.listener_delay_ms)
+    return ConnRow("delay", item.info, a.t0_ns, step.reason, float(step.delay_ms), detail=detail)
+
+
+def count_delayed(a: Admission, item: NewConnection, _: Any) -> Action:
+    return Count(item.info.client_ip, "delayed")
+
+
+def held(a: Admission, item: NewConnection, _: Any) -> Action:
+    return Held(a.t0_ns, a.t1_ns)
+
+
+def stall(a: Admission, item: NewConnection, _: Any) -> Action:
+    return _STALL
+
+
+def unstall(a: Admission, item: NewConnection, _: Any) -> Action:
+    return _UNSTALL
+
+
+def watch_since_accept(a: Admission, item: NewConnection, _: Any) -> Action:
+    return Watch(a.t0_ns)
+
+
+def unwatch(a: Admission, item: NewConnection, _: Any) -> Action:
+    return _UNWATCH
+
+
+def sleep(a: Admission, item: NewConnection, remaining_ms: int) -> Action:
+    return Sleep(remaining_ms / 1000)
+
+
+def await_slot(a: Admission, item: NewConnection, _: Any) -> Action:
+    return AwaitSlot(SLOT_WAIT_POLL_S)
+
+
+def blocked(a: Admission, item: NewConnection, reason: str) -> Action:
+    return Blocked(a.wait_start_ns, a.t1_ns, reason)
+
+
+def watch_first_parked(a: Admission, item: NewConnection, _: Any) -> Action | None:
+    # the first parked socket's close is timed by the loop: measure the loop's stalls
+    return Watch(None) if len(a.parked) == 1 else None
+
+
+def parked(a: Admission, item: NewConnection, _: Any) -> Action:
+    return Parked(item)
+
+
+def close(a: Admission, item: NewConnection, _: Any) -> Action:
+    return Close(item)
+
+
+def close_rejected(a: Admission, item: NewConnection, _: Any) -> Action:
+    return Close(item, a.faults.reject_close_s(0.0))
+
+
+def reject_row(a: Admission, item: NewConnection, adm: IpStep) -> Action:
+    detail = _REJECT_DETAIL % (adm.ip_count, adm.ip_limit)
+    return ConnRow("reject", item.info, a.t1_ns, "ip_count", detail=detail)
+
+
+def count_rejected(a: Admission, item: NewConnection, _: Any) -> Action:
+    return Count(item.info.client_ip, "rejected")
+
+
+def admit_row(a: Admission, item: NewConnection, _: Any) -> Action:
+    return ConnRow("admit", item.info, a.t1_ns, delay_ms=(a.t1_ns - a.t0_ns) / 1e6)
+
+
+def hand_off(a: Admission, item: NewConnection, _: Any) -> Action:
+    return HandOff(item)
+
+
+def slot_freed(a: Admission, item: NewConnection, _: Any) -> Action:
+    return _SLOT_FREED
+
+
+def unusable_row(a: Admission, item: NewConnection, _: Any) -> Action:
+    return CloseRow(item.info, a.clock(), "reset", {"registered": False})
+
+
+def refused_row(a: Admission, item: NewConnection, why: tuple[str, str]) -> Action:
+    reason, error = why
+    fields = {"error": error, "counted": False, "tcp_accept_mono_ns": item.tcp_accept_ns}
+    return CloseRow(item.info, a.clock(), reason, fields)
+
+
+def count_closed(a: Admission, item: NewConnection, _: Any) -> Action:
+    return Count(item.info.client_ip, "closed")
+
+
+def unwatch_last_parked(a: Admission, item: NewConnection, _: Any) -> Action | None:
+    return None if a.parked else _UNWATCH  # nothing left whose close the loop times
+
+
+def throttle_close_row(a: Admission, item: NewConnection, due: tuple[int, str]) -> Action:
+    end_ms, closed_by = due
+    detail = _THROTTLE_CLOSE_DETAIL[closed_by] % (end_ms, item.throttled_ns)  # key order
+    return ConnRow(
+        "throttle_close",
+        item.info,
+        a.clock(),
+        "ip_rate",
+        float(item.throttle_ms),
+        detail=detail,
+    )
+
+
+def count_throttle_closed(a: Admission, item: NewConnection, _: Any) -> Action:
+    return Count(item.info.client_ip, "throttle_closed")
+
+
+#: the details' templates: each slot filled in its key's sorted order
+_DELAY_DETAIL = events.detail_template(
+    "acceptor", "delay", ("broker_delay_ms", "listener_delay_ms")
+)
+_REJECT_DETAIL = events.detail_template("acceptor", "reject", ("count", "max"))
+_THROTTLE_CLOSE_DETAIL = {
+    by: events.detail_template(
+        "acceptor", "throttle_close", ("throttle_start_mono_ns", "end_ms"), closed_by=by
+    )
+    for by in ("ip_rate", "shutdown")
+}
+
+
+class Step(NamedTuple):
+    """One row of the table: the next stage and the actions the step takes, in order."""
+
+    next: Stage
+    does: tuple[Build, ...]
+
+
+def _rows() -> dict[tuple[Stage, Input], Step]:
+    S, I = Stage, Input  # noqa: E741 (the table reads as the docstring's)
+    refused = (close, refused_row, count_closed)
+    throttle_closed = (unwatch_last_parked, close, throttle_close_row, count_throttle_closed)
+    return {
+        (S.HEADER, I.HEADER_READ): Step(S.TAKEN, ()),
+        (S.HEADER, I.HEADER_FAILED): Step(S.CLOSED, refused),
+        (S.TAKEN, I.ACCEPTED): Step(S.ACCEPTED, (accept_row, count_accepted)),
+        (S.TAKEN, I.DROPPED): Step(S.CLOSED, (close,)),
+        (S.TAKEN, I.SHUTDOWN): Step(S.CLOSED, refused),  # header read, admission not begun
+        (S.ACCEPTED, I.NO_DELAY): Step(S.RATED, ()),
+        (S.ACCEPTED, I.DELAYED): Step(S.RATED, (delay_row, count_delayed)),
+        (S.RATED, I.SLOT_FREE): Step(S.SLOTTED, (held,)),
+        (S.RATED, I.WAIT): Step(S.WAITING, (stall, watch_since_accept)),
+        (S.WAITING, I.LATE): Step(S.WAITING, (sleep,)),
+        (S.WAITING, I.NO_SLOT): Step(S.WAITING, (await_slot,)),
+        (S.WAITING, I.SLOT_FREE): Step(S.SLOTTED, (unwatch, unstall, blocked)),
+        (S.WAITING, I.SHUTDOWN): Step(S.CLOSED, (unwatch, unstall, close)),
+        (S.SLOTTED, I.IP_THROTTLED): Step(S.PARKED, (watch_first_parked, parked)),
+        (S.SLOTTED, I.IP_REJECTED): Step(S.CLOSED, (close_rejected, reject_row, count_rejected)),
+        (S.SLOTTED, I.ADMITTED): Step(S.HANDED, (admit_row, hand_off)),
+        (S.HANDED, I.QUEUE_FULL): Step(S.QUEUE_WAIT, (stall,)),
+        (S.HANDED, I.UNUSABLE): Step(S.CLOSED, (slot_freed, close, unusable_row)),
+        (S.QUEUE_WAIT, I.QUEUED): Step(S.HANDED, (unstall, blocked)),
+        (S.QUEUE_WAIT, I.SHUTDOWN): Step(S.CLOSED, (unstall, close)),
+        (S.PARKED, I.DUE): Step(S.CLOSED, throttle_closed),
+        (S.PARKED, I.SHUTDOWN): Step(S.CLOSED, throttle_closed),
+    }
+
+
+#: every step a socket may take: (stage, input) -> (next stage, the actions it takes)
+TRANSITIONS = _rows()
+
+
+class Admission:
+    """One listener's admission. Receives the listener's name, whether it is protected
+    and reads PROXY headers (`proxy`: its mode), the connection engine, the fault policy
+    (`harness.quota.faults`), and `clock` (monotonic ns). Holds the socket in admission
+    (one at a time, as Kafka's acceptor thread) and the parked ones."""
 
     def __init__(
         self,
-        settings: ListenerSettings,
+        listener: str,
         *,
-        cfg: AcceptorConfig,
+        protected: bool,
+        proxy: str,
         quotas: ConnectionQuotas,
-        rec: Recorder,
-        counts: Counts,
-        slots: SlotSignal,
-        heartbeat: Heartbeat,
-        log: Callable[[str], None],
-        next_conn_id: Callable[[str], str],
-        new_processor: Callable[[str, int, bool], HandOff],
+        faults: NoFaults,
+        clock: Callable[[], int],
     ) -> None:
-        self.settings = settings
-        self.name = settings.name
-        self.host = settings.host or "0.0.0.0"
-        self.port = settings.port
-        self.protected = quotas.is_protected(settings.name)
-        self._accept_detail = events.detail("acceptor", "accept", protected=self.protected)
-        self._backlog = cfg.backlog
-        self._proxy_timeout_s = cfg.proxy_timeout_ms / 1000
-        # admission: the engine, the slot waiters, the loop's heartbeat, every processor
+        self.listener = listener
+        self.protected = protected
+        self.proxy = proxy != "off"
+        self._optional_header = proxy == "optional"
         self.quotas = quotas
-        self.slots = slots
-        self.heartbeat = heartbeat
-        faults = cfg.faults
-        # Seeded faults (harness.quota.faults): read once; False in production.
-        self._f_no_wait = "rate_delay_not_waited" in faults
-        self._f_double = "delay_doubled" in faults
-        self._f_slot_wait = "slot_wait_while_free" in faults
-        self._f_reject_late = "ip_count_reject_close_late" in faults
-        self._f_proxy_ignored = "proxy_source_ignored" in faults
-        self._f_unrecorded = "accept_unrecorded" in faults
-        #: SEEDED FAULT `tls_before_quota`: the TLS a throttled socket is handshaken with
-        #: first (None in production: a quota's close never reads a TLS byte)
-        self._f_tls = listener_tls(cfg, settings) if "tls_before_quota" in faults else None
-        self._f_tls_transports: dict[int, asyncio.Transport] = {}
-        self._admissions = 0  # sockets taken, for the seeded fault above
-        # accepting, and what it records
-        self.next_conn_id = next_conn_id
-        self.log = log
-        self.rec = rec
-        self.counts = counts
-        self.processors = [
-            new_processor(settings.name, i, self.protected)
-            for i in range(cfg.quota.num_network_threads)
-        ]
-        self.current_processor = 0
-        self.blocked_ns = 0
-        self._lsock: socket.socket | None = None
-        self._handoff: asyncio.Queue[NewConnection] = asyncio.Queue(1)
-        self._not_blocked = asyncio.Event()
-        self._not_blocked.set()
+        self.faults = faults
+        self.clock = clock
+        self.accept_detail = events.detail("acceptor", "accept", protected=protected)
+        self.accept_detail_proxied = {
+            proxied: events.detail_template(
+                "acceptor",
+                "accept",
+                ("tcp_accept_mono_ns",),
+                protected=protected,
+                proxy_header=proxied,
+            )
+            for proxied in (False, True)
+        }
+        #: the seeded fault accept_unrecorded's count (None in production)
+        self._drop = faults.accept_drop()
+        #: the socket in admission and its stage
+        self.current: NewConnection | None = None
+        self.stage = Stage.CLOSED
+        #: its accept (Kafka's t0) and IP step (t1), the start of its wait, the delay's end
+        self.t0_ns = self.t1_ns = self.wait_start_ns = 0
+        self._end_ms = 0
+        self._reason = "slot"
+        self._first_look = True
         #: IP-throttled sockets by (end ms, arrival order)
-        self._parked: list[tuple[int, int, NewConnection]] = []
-        self._park_seq = itertools.count()
-        self._tasks: list[asyncio.Task[None]] = []
-        self._header_tasks: set[asyncio.Task[None]] = set()
-        # the turn driver (listeners without PROXY headers): the loop, whether it watches
-        # the listening socket, the admission waiting out a delay/slot/full queue, the
-        # select timeout while sockets are parked
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._reading = False
-        self._stall: asyncio.Task[None] | None = None
-        self._select_timer: asyncio.TimerHandle | None = None
-        self._stopped = False
-        self._proxy_pending = asyncio.Semaphore(PROXY_PENDING_MAX)
+        self.parked: list[tuple[int, int, NewConnection]] = []
+        self._seq = itertools.count()
+        #: every step taken, when a test asks for it (`trace = []`)
+        self.trace: list[tuple[Stage, Input, Stage]] | None = None
 
-    # -- start / stop --------------------------------------------------------------------
-    def bind(self) -> None:
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, self.port))
-        sock.listen(self._backlog)
-        sock.setblocking(False)
-        self._lsock = sock
-        self.port = sock.getsockname()[1]
+    # -- the table ---------------------------------------------------------------------------
+    def _step(
+        self, stage: Stage, inp: Input, item: NewConnection, out: list[Action], fact: Any = None
+    ) -> Stage:
+        try:
+            nxt, does = TRANSITIONS[(stage, inp)]
+        except KeyError:
+            raise TransitionError(f"{item.info.conn_id}: no step from {stage} on {inp}") from None
+        if self.trace is not None:
+            self.trace.append((stage, inp, nxt))
+        for build in does:
+            action = build(self, item, fact)
+            if action is not None:
+                out.append(action)
+        return nxt
 
-    def start(self) -> None:
-        for p in self.processors:
-            p.start()
-        if self.settings.proxy == "off":
-            self._loop = asyncio.get_running_loop()
-            self._listen()
-        else:
-            self._tasks = [
-                asyncio.ensure_future(self._accept_loop()),
-                asyncio.ensure_future(self._admission_loop()),
-            ]
+    def _admitting(self, item: NewConnection) -> None:
+        if self.current is not item:
+            raise TransitionError(f"{item.info.conn_id}: not the socket in admission")
 
-    def tasks(self) -> list[asyncio.Task[None]]:
-        """Every task this listener runs (accept, admission, a stalled admission, header
-        reads, processors)."""
-        out = [*self._tasks, *self._header_tasks]
-        if self._stall is not None:
-            out.append(self._stall)
-        out += [p.task for p in self.processors if p.task is not None]
+    # -- PROXY headers -------------------------------------------------------------------------
+    def header_read(self, item: NewConnection, header: ProxyHeader | None) -> list[Action]:
+        """Its header read (None: an optional header that did not come): the client is the
+        header's source from now on."""
+        if header is not None and header.src_ip is not None and header.src_port is not None:
+            info = item.info
+            info.client_ip, info.client_port = self.faults.proxy_source(
+                (header.src_ip, header.src_port), (info.client_ip, info.client_port)
+            )
+        out: list[Action] = []
+        self._step(Stage.HEADER, Input.HEADER_READ, item, out)
         return out
 
-    def stop_accepting(self) -> None:
-        self._stopped = True
-        for t in self._tasks:
-            t.cancel()
-        for t in list(self._header_tasks):
-            t.cancel()
-        if self._stall is not None:
-            self._stall.cancel()
-        self._unwatch()
-        if self._lsock is not None:
-            # what the close resets: connections the kernel completed that were never
-            # accepted (behind a blocked acceptor, a full backlog), for `accounting`
-            queued = procfs.accept_queue(self._lsock)
-            self.rec.row(
-                "listener_close",
-                time.monotonic_ns(),
-                listener=self.name,
-                detail={} if queued is None else {"queued": queued},
-            )
-            self._lsock.close()
-            self._lsock = None
+    def header_timed_out(self, item: NewConnection, decided: bool) -> tuple[bool, list[Action]]:
+        """No whole header in time. Where the header is optional and the reader had not
+        decided whether one comes (a silent client): admitted as is (True); otherwise
+        refused."""
+        if self._optional_header and not decided:
+            return True, self.header_read(item, None)
+        return False, self.header_failed(item, "proxy_timeout", "no PROXY header in time")
 
-    def close_parked(self) -> None:
-        while self._parked:
-            self._close_parked_one(heapq.heappop(self._parked), "shutdown")
-        while not self._handoff.empty():  # header read, admission not begun: as a refusal
-            item = self._handoff.get_nowait()
-            self._refuse(
-                item.sock, item.info, item.tcp_accept_ns, "shutdown", "stopped before admission"
-            )
+    def header_failed(self, item: NewConnection, reason: str, why: str) -> list[Action]:
+        out: list[Action] = []
+        self._step(Stage.HEADER, Input.HEADER_FAILED, item, out, (reason, why))
+        return out
 
-    # -- accepting without a PROXY header: Kafka's acceptor loop, on readiness -------------
-    def _listen(self) -> None:
-        """Kafka's `select(500)`: watch the listening socket, and while throttled sockets are
-        parked, time the select out after `SELECT_TIMEOUT_S`."""
-        if self._stopped or self._lsock is None or self._loop is None:
-            return
-        if not self._reading:
-            self._loop.add_reader(self._lsock.fileno(), self._turn)
-            self._reading = True
-        if self._select_timer is not None:
-            self._select_timer.cancel()
-            self._select_timer = None
-        if self._parked:
-            self._select_timer = self._loop.call_later(SELECT_TIMEOUT_S, self._select_timed_out)
-
-    def _unwatch(self) -> None:
-        """No reader on the listening socket, no select timeout."""
-        if self._reading and self._loop is not None and self._lsock is not None:
-            self._loop.remove_reader(self._lsock.fileno())
-            self._reading = False
-        if self._select_timer is not None:
-            self._select_timer.cancel()
-            self._select_timer = None
-
-    def _select_timed_out(self) -> None:
-        self._select_timer = None
-        self._close_due_parked()
-        self._listen()
-
-    def _turn(self) -> None:
-        """The listening socket is readable: accept what the kernel has queued, one socket
-        at a time, each admitted before the next is taken and followed by
-        `closeThrottledConnections` (Kafka's acceptor loop). At most one backlog's worth per
-        turn, so the loop's other work interleaves. An admission that must wait (rate
-        delay, slot, full processor queues) stops the watching until it is done: new
-        connections stay in the kernel backlog, as behind Kafka's blocked acceptor thread.
-        No future, task or hand-off per socket: a storm is drained in one callback."""
-        lsock = self._lsock
-        if lsock is None:
-            return
-        name = self.name
-        for _ in range(self._backlog):
-            try:
-                sock, addr = lsock.accept()
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError as exc:  # EMFILE and friends: back off, as Kafka's acceptor does
-                self._stop_listening(self._accept_failed(exc), None)
-                return
-            sock.setblocking(False)
-            ip, port = _peer(addr)
-            info = ConnInfo(self.next_conn_id(name), name, ip, port, ip, port)
-            item = NewConnection(info, sock, time.monotonic_ns())
-            rest = self._admit_guarded(item)
-            if rest is not None:
-                self._stop_listening(rest, item)
-                return
-            if self._parked:
-                self._close_due_parked()
-        self._listen()
-
-    def _stop_listening(self, rest: Coroutine[Any, Any, None], item: NewConnection | None) -> None:
-        """Stop watching the listening socket while `rest` (an admission's wait, or the
-        back-off after a failed accept) runs; then close what is due and turn again."""
-        self._unwatch()
-        self._stall = task = asyncio.ensure_future(self._stalled(rest, item))
-        task.add_done_callback(partial(_settle, rest, item))
-
-    async def _stalled(self, rest: Coroutine[Any, Any, None], item: NewConnection | None) -> None:
-        try:
-            await self._finish_admission(rest, item)
-        finally:
-            self._stall = None
-        if self._parked:
-            self._close_due_parked()
-        if not self._stopped:
-            self._turn()
-
-    async def _accept_failed(self, exc: OSError) -> None:
-        self.log(f"accept on {self.name} failed: {exc!r}; retrying")
-        await asyncio.sleep(0.1)
-
-    async def _finish_admission(
-        self, rest: Coroutine[Any, Any, None], item: NewConnection | None
-    ) -> None:
-        """Await the rest of an admission; a shutdown or a bug closes its socket."""
-        try:
-            await rest
-        except asyncio.CancelledError:  # shutdown mid-admission: do not leak it
-            if item is not None:
-                with contextlib.suppress(OSError):
-                    item.sock.close()
-            raise
-        except Exception as exc:  # the acceptor must outlive one bad socket
-            if item is None:
-                raise
-            self._admission_failed(item, exc)
-
-    def _admit_guarded(self, item: NewConnection) -> Coroutine[Any, Any, None] | None:
-        """`_admit`, except that a bug closes this one socket (the acceptor outlives it)."""
-        try:
-            return self._admit(item)
-        except Exception as exc:
-            self._admission_failed(item, exc)
-            return None
-
-    def _admission_failed(self, item: NewConnection, exc: Exception) -> None:
-        self.log(f"admission of {item.info.conn_id} failed: {exc!r}")
-        with contextlib.suppress(OSError):
-            item.sock.close()
-
-    # -- accepting with a PROXY header ------------------------------------------------------
-    async def _accept_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        assert self._lsock is not None
-        lsock = self._lsock
-        mode = self.settings.proxy
-        pending = self._proxy_pending
-        while True:
-            await self._not_blocked.wait()
-            if mode != "off":
-                await pending.acquire()  # released once the header's socket is handed off
-            try:
-                sock, addr = await loop.sock_accept(lsock)
-            except OSError as exc:  # EMFILE and friends: back off, as Kafka's acceptor does
-                if mode != "off":
-                    pending.release()
-                self.log(f"accept on {self.name} failed: {exc!r}; retrying")
-                await asyncio.sleep(0.1)
-                continue
-            now = time.monotonic_ns()
-            ip, port = _peer(addr)
-            info = ConnInfo(self.next_conn_id(self.name), self.name, ip, port, ip, port)
-            if mode == "off":
-                await self._handoff.put(NewConnection(info, sock, now))
-            else:
-                task = asyncio.ensure_future(self._read_proxy_header(sock, info, now))
-                self._header_tasks.add(task)
-                task.add_done_callback(self._header_tasks.discard)
-
-    async def _read_proxy_header(self, sock: socket.socket, info: ConnInfo, tcp_ns: int) -> None:
-        try:
-            await self._proxy_then_hand_off(sock, info, tcp_ns)
-        finally:
-            self._proxy_pending.release()
-
-    async def _proxy_then_hand_off(self, sock: socket.socket, info: ConnInfo, tcp_ns: int) -> None:
-        loop = asyncio.get_running_loop()
-        reader = ProxyHeaderReader(optional=self.settings.proxy == "optional")
-        deadline = loop.time() + self._proxy_timeout_s
-        try:
-            while True:
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    raise TimeoutError
-                data = await asyncio.wait_for(loop.sock_recv(sock, 512), remaining)
-                if not data:
-                    self._refuse(sock, info, tcp_ns, "client_eof", "EOF before a PROXY header")
-                    return
-                result = reader.feed(data)
-                if result is not None:
-                    break
-        except TimeoutError:
-            if self.settings.proxy == "optional" and not reader.done:
-                result = (None, b"")  # a silent client without a header: admit as is
-            else:
-                self._refuse(sock, info, tcp_ns, "proxy_timeout", "no PROXY header in time")
-                return
-        except ProxyError as exc:
-            self._refuse(sock, info, tcp_ns, "bad_proxy_header", str(exc))
-            return
-        except OSError as exc:
-            self._refuse(sock, info, tcp_ns, "reset", repr(exc))
-            return
-        except asyncio.CancelledError:  # shutdown while waiting for the header
-            self._refuse(sock, info, tcp_ns, "shutdown", "stopped before a PROXY header")
-            raise
-        header, rest = result
-        if (
-            header is not None
-            and header.src_ip is not None
-            and header.src_port is not None
-            and not self._f_proxy_ignored  # SEEDED FAULT: keyed by the proxy's address
-        ):
-            info.client_ip, info.client_port = header.src_ip, header.src_port
-        try:
-            await self._handoff.put(NewConnection(info, sock, tcp_ns, rest, header is not None))
-        except asyncio.CancelledError:  # shutdown while the hand-off slot was taken
-            self._refuse(sock, info, tcp_ns, "shutdown", "stopped before admission")
-            raise
-
-    def _refuse(
-        self, sock: socket.socket, info: ConnInfo, tcp_ns: int, reason: str, why: str
-    ) -> None:
-        """A socket that never reached admission: closed, never counted."""
-        with contextlib.suppress(OSError):
-            sock.close()
-        self.rec.closed(
-            info, time.monotonic_ns(), reason, error=why, counted=False, tcp_accept_mono_ns=tcp_ns
-        )
-        self.counts.count(self.name, info.client_ip, "closed")
-
-    # -- admission (Kafka's acceptor thread) -----------------------------------------------
-    async def _admission_loop(self) -> None:
-        """One turn per accepted socket, as Kafka's acceptor thread: wait for a socket (at
-        most `SELECT_TIMEOUT_S` while throttled sockets are parked: its `select(500)`),
-        admit it (delays and slot waits included), then close the parked sockets whose
-        throttle has ended. So a throttled socket closes at the first turn strictly after
-        its end: on an idle listener at the 500 ms timeout, never during a delay or slot
-        wait (measured on Kafka 4.3.1: bench.throttle_close)."""
-        handoff = self._handoff
-        while True:
-            if self._parked:
-                try:
-                    item: NewConnection | None = await asyncio.wait_for(
-                        handoff.get(), SELECT_TIMEOUT_S
-                    )
-                except TimeoutError:
-                    item = None
-            else:
-                item = await handoff.get()
-            if item is not None:
-                rest = self._admit_guarded(item)
-                if rest is not None:
-                    await self._finish_admission(rest, item)
-            if self._parked:
-                self._close_due_parked()
-
-    def _admit(self, item: NewConnection) -> Coroutine[Any, Any, None] | None:
-        """Kafka's admission steps for one socket, as far as they need no wait; the rest is
-        returned as a coroutine when they do (a rate delay, a slot, full processor queues),
-        None when the socket is decided."""
-        quotas = self.quotas
-        rec = self.rec
-        info = item.info
-        name = self.name
-        if self._f_unrecorded:  # SEEDED FAULT: one socket in 100 closed with no row
-            self._admissions += 1
-            if self._admissions % 100 == 0:
-                with contextlib.suppress(OSError):
-                    item.sock.close()
-                return None
-        t0_ns = time.monotonic_ns()
-        t0 = t0_ns // 1_000_000
-        if self.settings.proxy != "off":
-            detail: dict[str, object] | str = {
-                "protected": self.protected,
-                "tcp_accept_mono_ns": item.tcp_accept_ns,
-                "proxy_header": item.proxied,
-            }
-        else:
-            detail = self._accept_detail  # the hot path: built once
-        rec.conn("accept", info, t0_ns, detail=detail)
-        self.counts.count(name, info.client_ip, "accepted")
-
-        step = quotas.record_connection_rate(name, t0)
+    # -- admission: one socket at a time --------------------------------------------------
+    def admit(self, item: NewConnection) -> list[Action]:
+        """Kafka's steps for one socket, as far as they need no wait: the rate step, the
+        slot, the IP steps, the hand-off. A wait ends the actions (`woken` follows)."""
+        out: list[Action] = []
+        drop = self._drop
+        if drop is not None and drop():
+            self._step(Stage.TAKEN, Input.DROPPED, item, out)
+            return out
+        self.current = item
+        self.t0_ns = t0_ns = self.clock()
+        stage = self._step(Stage.TAKEN, Input.ACCEPTED, item, out)
+        quotas, name = self.quotas, self.listener
+        step = quotas.record_connection_rate(name, t0_ns // MS)
         if step.delay_ms > 0:
-            rec.conn(
-                "delay",
-                info,
-                t0_ns,
-                delay_ms=float(step.delay_ms),
-                reason=step.reason,
-                detail={
-                    "broker_delay_ms": step.broker_delay_ms,
-                    "listener_delay_ms": step.listener_delay_ms,
-                },
-            )
-            self.counts.count(name, info.client_ip, "delayed")
-            wait_ms = step.delay_ms
-            if self._f_no_wait:  # SEEDED FAULT: recorded, not waited
-                wait_ms = 0
-            elif self._f_double:  # SEEDED FAULT: twice the delay
-                wait_ms = 2 * wait_ms
+            stage = self._step(stage, Input.DELAYED, item, out, step)
+            wait_ms = self.faults.rate_delay(step.delay_ms)
             if wait_ms > 0 or not quotas.slot_available(name):
-                return self._admit_after_wait(item, t0_ns, wait_ms)
-        elif not quotas.slot_available(name):
-            return self._admit_after_wait(item, t0_ns, 0)
-        return self._decide(item, t0_ns, at_once=True)
+                return self._wait(item, wait_ms, out)
+        else:
+            stage = self._step(stage, Input.NO_DELAY, item, out)
+            if not quotas.slot_available(name):
+                return self._wait(item, 0, out)
+        self.t1_ns = self.clock()
+        self.stage = self._step(stage, Input.SLOT_FREE, item, out)
+        self._ip_steps(item, out)
+        return out
 
-    async def _admit_after_wait(self, item: NewConnection, t0_ns: int, wait_ms: int) -> None:
-        await self._wait_for_slot(t0_ns, wait_ms)
-        rest = self._decide(item, t0_ns)
-        if rest is not None:
-            await rest
-
-    def _decide(
-        self, item: NewConnection, t0_ns: int, *, at_once: bool = False
-    ) -> Coroutine[Any, Any, None] | None:
-        """After the delay and the slot: the IP rate and count steps, then counted and
-        handed to a processor (the returned coroutine blocks on a full queue). `at_once`:
-        no wait since the accept, so any time since is the process's own stall."""
-        quotas = self.quotas
-        rec = self.rec
-        info = item.info
-        name = self.name
-        t1_ns = time.monotonic_ns()
-        if at_once:
-            self.heartbeat.held(t0_ns, t1_ns)
-        t1 = t1_ns // 1_000_000
-        adm = quotas.admit(name, info.client_ip, t1)
-        if adm.outcome is Outcome.THROTTLED_IP:
-            item.throttle_ms, item.throttled_ns = adm.throttle_ms, t1_ns
-            self._park(item, t1)
-            return None
-        if adm.outcome is Outcome.REJECTED_IP_COUNT:
-            if self._f_reject_late:  # SEEDED FAULT: the close comes 400 ms late
-                asyncio.get_running_loop().call_later(REJECT_LATE_S, _close_quietly, item.sock)
-            else:
-                with contextlib.suppress(OSError):
-                    item.sock.close()  # the client reads EOF
-            rec.conn(
-                "reject",
-                info,
-                t1_ns,
-                reason="ip_count",
-                detail={"count": adm.ip_count, "max": adm.ip_limit},
-            )
-            self.counts.count(name, info.client_ip, "rejected")
-            return None
-        rec.conn("admit", info, t1_ns, delay_ms=(t1_ns - t0_ns) / 1e6)
-        try:
-            item.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except OSError:
-            quotas.release(name, info.client_ip)
-            self.slots.freed()
-            with contextlib.suppress(OSError):
-                item.sock.close()
-            rec.closed(info, time.monotonic_ns(), "reset", registered=False)
-            return None
-        item.protected, item.admitted_ns = self.protected, t1_ns
-        return self._hand_off(item)
-
-    async def _wait_for_slot(self, t0_ns: int, delay_ms: int) -> None:
+    def _wait(self, item: NewConnection, wait_ms: int, out: list[Action]) -> list[Action]:
         """`waitForConnectionSlot`: sleep out the delay, then wait for a free slot."""
-        quotas = self.quotas
-        t0_ms = t0_ns // 1_000_000
-        start = time.monotonic_ns()
-        reason = "rate" if delay_ms > 0 else "slot"
-        end_ms = t0_ms + delay_ms
-        self._not_blocked.clear()
-        missed_free_slot = self._f_slot_wait
-        heartbeat = self.heartbeat
-        heartbeat.arm(t0_ns)  # measure the loop's stalls while this admission waits
-        try:
-            while True:
-                remaining = end_ms - time.monotonic_ns() // 1_000_000
-                if remaining > 0:
-                    await asyncio.sleep(remaining / 1000)
-                    continue
-                if missed_free_slot:  # SEEDED FAULT: wait for a release before looking
-                    missed_free_slot = False
-                    reason = "rate+slot" if reason == "rate" else reason
-                    await self.slots.wait(SLOT_WAIT_POLL_S)
-                    continue
-                if quotas.slot_available(self.name):
-                    break
-                if reason == "rate":
-                    reason = "rate+slot"
-                await self.slots.wait(SLOT_WAIT_POLL_S)
-        finally:
-            heartbeat.disarm()
-            self._not_blocked.set()
-        self._blocked(start, reason)
+        self.wait_start_ns = self.clock()
+        self._reason = "rate" if wait_ms > 0 else "slot"
+        self._end_ms = self.t0_ns // MS + wait_ms
+        self._first_look = True
+        self.stage = self._step(Stage.RATED, Input.WAIT, item, out)
+        self._look(item, out)
+        return out
 
-    def _blocked(self, start_ns: int, reason: str) -> None:
-        end = time.monotonic_ns()
-        self.blocked_ns += end - start_ns
-        self.rec.row(
-            "blocked",
-            end,
-            listener=self.name,
-            reason=reason,
-            delay_ms=(end - start_ns) / 1e6,
-            detail={"start_mono_ns": start_ns},
-        )
+    def woken(self, item: NewConnection) -> list[Action]:
+        """A `Sleep` or an `AwaitSlot` is over: look again."""
+        self._admitting(item)
+        out: list[Action] = []
+        self._look(item, out)
+        return out
 
-    def _hand_off(self, item: NewConnection) -> Coroutine[Any, Any, None] | None:
-        """Round-robin from `current_processor`, skipping full queues; when every queue is
-        full, the returned coroutine blocks on the last one tried."""
-        procs = self.processors
-        for _ in procs:
-            proc = procs[self.current_processor % len(procs)]
-            self.current_processor = (self.current_processor + 1) % len(procs)
-            if proc.offer(item):
-                return None
-        return self._block_on(proc, item)
+    def _look(self, item: NewConnection, out: list[Action]) -> None:
+        remaining = self._end_ms - self.clock() // MS
+        if remaining > 0:
+            self.stage = self._step(self.stage, Input.LATE, item, out, remaining)
+            return
+        first, self._first_look = self._first_look, False
+        if self.faults.slot_free(self.quotas.slot_available(self.listener), first):
+            self.t1_ns = self.clock()
+            self.stage = self._step(self.stage, Input.SLOT_FREE, item, out, self._reason)
+            self._ip_steps(item, out)
+            return
+        if self._reason == "rate":
+            self._reason = "rate+slot"
+        self.stage = self._step(self.stage, Input.NO_SLOT, item, out)
 
-    async def _block_on(self, proc: HandOff, item: NewConnection) -> None:
-        start = time.monotonic_ns()
-        self._not_blocked.clear()
-        try:
-            await proc.put(item)
-        finally:
-            self._not_blocked.set()
-        self._blocked(start, "queue_full")
+    def _ip_steps(self, item: NewConnection, out: list[Action]) -> None:
+        """After the delay and the slot: the IP rate and count steps, then counted and
+        handed to a processor."""
+        t1_ms = self.t1_ns // MS
+        adm = self.quotas.admit(self.listener, item.info.client_ip, t1_ms)
+        outcome = adm.outcome
+        if outcome is Outcome.THROTTLED_IP:
+            item.throttle_ms, item.throttled_ns = adm.throttle_ms, self.t1_ns
+            heapq.heappush(self.parked, (t1_ms + adm.throttle_ms, next(self._seq), item))
+            self._done(self._step(self.stage, Input.IP_THROTTLED, item, out))
+        elif outcome is Outcome.REJECTED_IP_COUNT:
+            self._done(self._step(self.stage, Input.IP_REJECTED, item, out, adm))
+        else:
+            item.protected, item.admitted_ns = self.protected, self.t1_ns
+            self.stage = self._step(self.stage, Input.ADMITTED, item, out)
 
-    # -- IP-rate throttled sockets ---------------------------------------------------------
-    def _park(self, item: NewConnection, t1_ms: int) -> None:
-        if not self._parked:  # its close is timed by the loop: measure the loop's stalls
-            self.heartbeat.arm()
-        heapq.heappush(self._parked, (t1_ms + item.throttle_ms, next(self._park_seq), item))
-        if self._f_tls is not None:  # SEEDED FAULT: the handshake before the quota's close
-            task = asyncio.ensure_future(self._handshake_anyway(item))
-            self._header_tasks.add(task)
-            task.add_done_callback(self._header_tasks.discard)
+    def _done(self, stage: Stage) -> None:
+        self.stage = stage
+        self.current = None
 
-    async def _handshake_anyway(self, item: NewConnection) -> None:
-        assert self._f_tls is not None
-        loop = asyncio.get_running_loop()
-        with contextlib.suppress(OSError):
-            transport, _ = await loop.connect_accepted_socket(
-                asyncio.Protocol, item.sock, ssl=self._f_tls.server
-            )
-            self._f_tls_transports[id(item)] = transport
+    def queue_full(self, item: NewConnection) -> list[Action]:
+        """Every processor's queue is full: the acceptor blocks on the last one tried."""
+        self._admitting(item)
+        out: list[Action] = []
+        self.wait_start_ns = self.clock()
+        self.stage = self._step(self.stage, Input.QUEUE_FULL, item, out)
+        return out
 
-    def _close_due_parked(self) -> None:
-        """Kafka's `closeThrottledConnections`: every parked socket with end < now."""
-        now_ms = time.monotonic_ns() // 1_000_000
-        while self._parked and self._parked[0][0] < now_ms:
-            self._close_parked_one(heapq.heappop(self._parked), "ip_rate")
+    def queued(self, item: NewConnection) -> list[Action]:
+        """The blocked hand-off went through."""
+        self._admitting(item)
+        out: list[Action] = []
+        self.t1_ns = self.clock()
+        self._done(self._step(self.stage, Input.QUEUED, item, out, "queue_full"))
+        return out
 
-    def _close_parked_one(self, entry: tuple[int, int, NewConnection], reason: str) -> None:
-        end_ms, _, item = entry
-        if not self._parked:  # the last one: nothing left whose close the loop times
-            self.heartbeat.disarm()
-        transport = self._f_tls_transports.pop(id(item), None)  # the seeded fault's
-        if transport is not None:
-            transport.abort()
-        with contextlib.suppress(OSError):
-            item.sock.close()
-        self.rec.conn(
-            "throttle_close",
-            item.info,
-            time.monotonic_ns(),
-            reason="ip_rate",
-            delay_ms=float(item.throttle_ms),
-            detail={
-                "throttle_start_mono_ns": item.throttled_ns,
-                "end_ms": end_ms,
-                "closed_by": reason,
-            },
-        )
-        self.counts.count(self.name, item.info.client_ip, "throttle_closed")
+    def unusable(self, item: NewConnection) -> list[Action]:
+        """The admitted socket cannot be set up (TCP_NODELAY refused): it is released."""
+        self._admitting(item)
+        self.quotas.release(self.listener, item.info.client_ip)
+        out: list[Action] = []
+        self._done(self._step(self.stage, Input.UNUSABLE, item, out))
+        return out
+
+    def stopped(self, item: NewConnection) -> list[Action]:
+        """Shutdown: the socket in admission (waiting), or one whose header was read and
+        whose admission had not begun (refused)."""
+        out: list[Action] = []
+        if self.current is item:
+            self._done(self._step(self.stage, Input.SHUTDOWN, item, out))
+        else:
+            why = ("shutdown", "stopped before admission")
+            self._step(Stage.TAKEN, Input.SHUTDOWN, item, out, why)
+        return out
+
+    # -- parked sockets: Kafka's `closeThrottledConnections` -----------------------------
+    def due(self) -> list[Action]:
+        """Close every parked socket whose throttle ended before now (end < now)."""
+        out: list[Action] = []
+        now_ms = self.clock() // MS
+        parked = self.parked
+        while parked and parked[0][0] < now_ms:
+            end_ms, _, item = heapq.heappop(parked)
+            self._step(Stage.PARKED, Input.DUE, item, out, (end_ms, "ip_rate"))
+        return out
+
+    def close_parked(self) -> list[Action]:
+        """Shutdown: every parked socket closes now."""
+        out: list[Action] = []
+        parked = self.parked
+        while parked:
+            end_ms, _, item = heapq.heappop(parked)
+            self._step(Stage.PARKED, Input.SHUTDOWN, item, out, (end_ms, "shutdown"))
+        return out

@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from harness.acceptor.admin import AdminHandler
-from harness.acceptor.admission import ListenerAcceptor
 from harness.acceptor.config import AcceptorConfig, parse_acceptor_config, quota_engines
 from harness.acceptor.connections import Connections, SlotSignal
 from harness.acceptor.dynamic import DynamicConfig
 from harness.acceptor.eventloop import new_event_loop
 from harness.acceptor.heartbeat import Heartbeat
+from harness.acceptor.listener import ListenerAcceptor
 from harness.acceptor.metrics import AcceptorMetrics
 from harness.acceptor.ports import Channel, HandOff
 from harness.acceptor.processor import Processor

@@ -84,13 +84,13 @@ FAULTS: tuple[Fault, ...] = (
         "violation_at_bound",
         "quota violation is rate > bound (every meter)",
         "the meter reports a violation at rate >= bound (a 1 ms throttle when exactly at it)",
-        "harness/quota/meter.py AtBoundRateMeter",
+        "harness/quota/faults.py AtBoundRateMeter (hook meter_class)",
     ),
     Fault(
         "throttle_uncapped",
         "connection-rate throttles are bounded by one window (min(X, w))",
         "broker/listener delays and IP throttles use the unbounded X",
-        "harness/quota/connections.py ConnectionQuotas (throttle cap)",
+        "harness/quota/connections.py ConnectionQuotas (hook throttle_cap)",
     ),
     Fault(
         "window_n_samples",
@@ -99,125 +99,127 @@ FAULTS: tuple[Fault, ...] = (
         "connection meters keep the other release's ring: n samples purged by sample start "
         "in an acceptor enforcing as 3.8 or newer (the pre-3.8 ring), n+1 purged by last "
         "event in one enforcing as an older release",
-        "harness/quota/connections.py ConnectionQuotas (meter ring)",
+        "harness/quota/connections.py ConnectionQuotas (hook legacy_ring)",
     ),
     Fault(
         "no_unrecord_ip_throttle",
         "an IP-throttled connection is un-recorded from the IP, listener and broker meters",
         "the +1 of a throttled connection stays in all three meters",
-        "harness/quota/connections.py ConnectionQuotas.admit",
+        "harness/quota/connections.py ConnectionQuotas.admit (hook unrecords_ip_throttle)",
     ),
     Fault(
         "ip_rate_override_ignored",
         "a per-IP connection_creation_rate overrides the default IP quota",
         "per-IP rate quotas are accepted and reported but the default applies",
-        "harness/quota/connections.py ConnectionQuotas.set_ip_quota",
+        "harness/quota/connections.py ConnectionQuotas.set_ip_quota "
+        "(hook applies_ip_rate_override)",
     ),
     Fault(
         "ip_default_not_reapplied",
         "a new default IP quota re-bounds every existing IP meter without an override",
         "existing IP meters keep the bound they were created with",
-        "harness/quota/connections.py ConnectionQuotas.set_ip_quota",
+        "harness/quota/connections.py ConnectionQuotas.set_ip_quota (hook ip_meters_rebound)",
     ),
     Fault(
         "ip_count_off_by_one",
         "max.connections.per.ip (and overrides): count >= limit is rejected",
         "one connection more than the cap is admitted per IP",
-        "harness/quota/connections.py ConnectionQuotas (per-IP limits)",
+        "harness/quota/connections.py ConnectionQuotas (hook ip_count_limit)",
     ),
     Fault(
         "max_connections_off_by_one",
         "max.connections: no slot when total >= max; evict while total > max",
         "the broker-wide maximum is enforced one too high (also where a listener inherits it)",
-        "harness/quota/connections.py ConnectionQuotas (broker max)",
+        "harness/quota/connections.py ConnectionQuotas (hook max_connections)",
     ),
     Fault(
         "listener_max_ignored",
         "listener.name.<l>.max.connections caps the listener",
         "listener maxima are accepted and reported but never enforced",
-        "harness/quota/connections.py ConnectionQuotas (listener max)",
+        "harness/quota/connections.py ConnectionQuotas (hook listener_max)",
     ),
     Fault(
         "listener_defaults_not_inherited",
         "a listener without its own max.connections / max.connection.creation.rate takes "
         "the broker-wide value (Kafka's valuesWithPrefixOverride)",
         "such a listener is unlimited (this acceptor before issue 14's fix)",
-        "harness/quota/connections.py ConnectionQuotas (listener max and rate)",
+        "harness/quota/connections.py ConnectionQuotas (hook inherited)",
     ),
     Fault(
         "protected_counts_broker_rate",
         "the protected (inter-broker) listener is exempt from max.connection.creation.rate",
         "its connections are recorded in (and delayed by) the broker-wide rate",
-        "harness/quota/connections.py ConnectionQuotas.record_connection_rate",
+        "harness/quota/connections.py ConnectionQuotas (hook broker_rate_exempt)",
     ),
     Fault(
         "protected_evicted",
         "connections of the protected listener are never evicted",
         "its processors evict least recently used connections like any other",
-        "harness/quota/connections.py max_connections_exceeded, harness/acceptor/processor.py",
+        "harness/quota/connections.py ConnectionQuotas, harness/acceptor/processor.py "
+        "(hook evict_exempt)",
     ),
     Fault(
         "evict_most_recent",
         "over max.connections a processor evicts its least recently used connection",
         "it evicts the most recently used one",
-        "harness/acceptor/processor.py Processor._close_excess",
+        "harness/acceptor/processor.py Processor._close_excess (hook eviction_order)",
     ),
     Fault(
         "rate_delay_not_waited",
         "the acceptor sleeps out a connection-rate delay before admitting",
         "the delay is computed and recorded but not waited",
-        "harness/acceptor/admission.py ListenerAcceptor._admit",
+        "harness/acceptor/admission.py Admission.admit (hook rate_delay)",
     ),
     Fault(
         "delay_doubled",
         "the acceptor waits exactly the delay the meter asks for",
         "it waits twice as long",
-        "harness/acceptor/admission.py ListenerAcceptor._admit",
+        "harness/acceptor/admission.py Admission.admit (hook rate_delay)",
     ),
     Fault(
         "slot_wait_while_free",
         "after a rate delay the acceptor proceeds at once when a slot is free",
         "it waits for a slot to be released (up to the 500 ms poll) before checking",
-        "harness/acceptor/admission.py ListenerAcceptor._wait_for_slot",
+        "harness/acceptor/admission.py Admission._look (hook slot_free)",
     ),
     Fault(
         "queue_larger_than_20",
         "each processor's new-connection queue holds 20 (Processor.ConnectionQueueSize)",
         "the queue holds 40 and a processor registers up to 40 per iteration",
-        "harness/acceptor/processor.py Processor",
+        "harness/acceptor/processor.py Processor, harness/acceptor/split.py (hook queue_size)",
     ),
     Fault(
         "request_wrong_entity",
         "a request is charged to the bucket of its own client id (quota precedence)",
         "principal and client id are swapped when the bucket is picked: with client-id "
         "quotas every client is charged to the bucket of client id 'ANONYMOUS'",
-        "harness/quota/requests.py _QuotaManager.bucket",
+        "harness/quota/requests.py RequestQuotas (hook request_entity)",
     ),
     Fault(
         "request_throttle_uncapped",
         "a request-quota throttle is bounded by one window",
         "request throttles use the unbounded X",
-        "harness/quota/requests.py RequestQuotas (request manager)",
+        "harness/quota/requests.py RequestQuotas (hook request_throttle_bounded)",
     ),
     Fault(
         "max_connections_total_off_by_one",
         "max.connections caps the connections of every non-protected listener together",
         "the broker-wide total is allowed one more connection, while every listener's "
         "own cap (its own key, or the inherited max.connections) stays right",
-        "harness/quota/connections.py ConnectionQuotas (broker max)",
+        "harness/quota/connections.py ConnectionQuotas (hook max_connections_total)",
     ),
     Fault(
         "ip_count_reject_close_late",
         "a per-IP count rejection is closed at once (the client reads EOF)",
         "the rejected socket is closed 400 ms after the reject",
-        "harness/acceptor/admission.py ListenerAcceptor._decide",
+        "harness/acceptor/admission.py Admission (hook reject_close_s)",
     ),
     Fault(
         "proxy_source_ignored",
         "behind a PROXY header the client is the header's source address",
         "the header is read and dropped: every client is keyed (limits, rows) by the "
         "proxy's own address",
-        "harness/acceptor/admission.py ListenerAcceptor._proxy_then_hand_off",
+        "harness/acceptor/admission.py Admission.header_read (hook proxy_source)",
     ),
     Fault(
         "request_mute_skipped",
@@ -240,14 +242,14 @@ FAULTS: tuple[Fault, ...] = (
         "accept_unrecorded",
         "every socket the acceptor takes is in its history (accept, then its outcome)",
         "one socket in 100 is closed as soon as it is taken, with no row and no count",
-        "harness/acceptor/admission.py ListenerAcceptor._admit",
+        "harness/acceptor/admission.py Admission.admit (hook accept_drop)",
     ),
     Fault(
         "state_not_restored",
         "a restarted acceptor enforces the run-time quota changes it kept (state.dir), as "
         "Kafka replays its metadata log",
         "it starts from its configured limits, the kept changes ignored",
-        "harness/acceptor/dynamic.py DynamicConfig.restore",
+        "harness/acceptor/dynamic.py DynamicConfig.restore (hook restores_state)",
     ),
     Fault(
         "cluster_change_ignored",
@@ -256,7 +258,7 @@ FAULTS: tuple[Fault, ...] = (
         "ConfigRecord)",
         "a front applies only the changes sent to it; those another front took never reach "
         "it (a broker that stopped following the metadata log)",
-        "harness/acceptor/dynamic.py DynamicConfig.poll",
+        "harness/acceptor/dynamic.py DynamicConfig.poll and _commit (hook applies_others_changes)",
     ),
     Fault(
         "other_broker_config_applied",
@@ -264,7 +266,7 @@ FAULTS: tuple[Fault, ...] = (
         'configs of its own node id only (Kafka\'s BROKER resource "<id>")',
         "a front applies every broker's per-broker configs from the metadata log, so one "
         "broker's own limit is enforced on all",
-        "harness/acceptor/dynamic.py DynamicConfig._apply",
+        "harness/acceptor/dynamic.py DynamicConfig._apply (hook applies_other_brokers_configs)",
     ),
     Fault(
         "user_quota_ignored",
@@ -272,21 +274,21 @@ FAULTS: tuple[Fault, ...] = (
         "certificate's name), with Kafka's (user, client-id) precedence",
         "every request is charged as ANONYMOUS, so a user's quota never applies (the rows "
         "still name the user)",
-        "harness/quota/requests.py RequestQuotas",
+        "harness/quota/requests.py RequestQuotas (hook request_entity)",
     ),
     Fault(
         "principal_not_reversed",
         "a client certificate's principal is Kafka's X500Principal.getName() (RFC 2253: "
         "the subject's RDNs last first)",
         "the subject in its written order (CN=client1,OU=harness)",
-        "harness/acceptor/tls.py kafka_principal",
+        "harness/acceptor/tls.py listener_tls, kafka_principal (hook principal_written_order)",
     ),
     Fault(
         "tls_before_quota",
         "connection quotas are applied before any TLS byte is read (Kafka's acceptor thread)",
         "on a listener the acceptor ends TLS, a connection its per-IP quota closes first "
         "completes the TLS handshake",
-        "harness/acceptor/admission.py ListenerAcceptor._close_parked_one",
+        "harness/acceptor/listener.py ListenerAcceptor._parked (hook parked_tls)",
     ),
     Fault(
         "failed_login_delay_dropped",
@@ -295,7 +297,7 @@ FAULTS: tuple[Fault, ...] = (
         "the key stays with the acceptor and the broker behind it is not given it, so failed "
         "logins are refused after Kafka's default 100 ms (the assembly bug a deployment can "
         "have)",
-        "harness/runner/targets.py AcceptorTarget.start (the broker's keys)",
+        "harness/runner/targets.py AcceptorTarget.start (hook broker_gets_failed_auth_delay)",
     ),
     Fault(
         "skip_ip_rate_check",
@@ -523,11 +525,11 @@ KAFKA = NoFaults()
 class Seeded(NoFaults):
     """The enabled faults' deviations; every other hook answers as Kafka does."""
 
-    __slots__ = ("_on", "faults")
+    __slots__ = ("_on",)
 
     def __init__(self, faults: Faults) -> None:
-        self.faults = faults
-        self._on = faults.enabled
+        #: `in` on a `Faults`: a misspelt name here raises, it cannot silently test nothing
+        self._on = faults
 
     def meter_class(self, cls: type[RateMeter]) -> type[RateMeter]:
         return AtBoundRateMeter if "violation_at_bound" in self._on else cls

@@ -197,8 +197,8 @@ def test_a_per_ip_count_reject_is_closed_at_once_and_the_fault_closes_it_late(
 ) -> None:
     import time
 
-    from harness.acceptor.admission import REJECT_LATE_S
     from harness.acceptor.testing import close_times
+    from harness.quota.faults import REJECT_LATE_S
 
     seen: dict[str, float] = {}
     for fault in ("", "ip_count_reject_close_late"):

@@ -284,7 +284,7 @@ def test_the_loop_is_measured_while_a_throttled_socket_is_parked(start: Start) -
     alter_ip_quota(f"{addr[0]}:{addr[1]}", "127.0.0.2", 1)
     socks = [raw(addr, "127.0.0.2") for _ in range(4)]
     listener = h.acceptor.listeners["CLIENT"]
-    wait_until(lambda: h.call(lambda: len(listener._parked)) > 0, what="a socket parked")
+    wait_until(lambda: h.call(lambda: len(listener.admission.parked)) > 0, what="a socket parked")
     h.call(lambda: time.sleep(0.2))  # the loop stands still while it is parked
     wait_until(lambda: rows(h, "throttle_close"), 15, what="the parked socket closed")
     stalls = [r for r in rows(h, "loop_lag") if r["reason"] == "stall"]

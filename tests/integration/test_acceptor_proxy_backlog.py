@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from harness.acceptor import AcceptorHandle, start_in_thread
-from harness.acceptor.admission import PROXY_PENDING_MAX
+from harness.acceptor.listener import PROXY_PENDING_MAX
 from harness.acceptor.testing import history_rows, listen_backlog, raw
 from harness.history import read_history
 from harness.wire.proxy import encode_v2

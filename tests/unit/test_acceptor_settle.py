@@ -9,7 +9,7 @@ import gc
 import inspect
 import socket
 
-from harness.acceptor.admission import _settle
+from harness.acceptor.listener import _settle
 from harness.acceptor.ports import NewConnection
 from harness.acceptor.recorder import ConnInfo
 

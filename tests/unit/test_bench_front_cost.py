@@ -126,10 +126,10 @@ def test_stage_shares_split_the_event_loops_samples_by_the_first_stage_in_each_s
 
 def test_the_stages_name_frames_that_exist() -> None:
     """A renamed method would silently move its samples to the loop's own work."""
-    from harness.acceptor import admission, forwarding, processor
+    from harness.acceptor import forwarding, listener, processor
 
     owners = {
-        "ListenerAcceptor": admission.ListenerAcceptor,
+        "ListenerAcceptor": listener.ListenerAcceptor,
         "Processor": processor.Processor,
         "AsyncioWire": forwarding.AsyncioWire,
         "_FloorClient": _FloorClient,
