@@ -133,7 +133,7 @@ class DynamicConfig:
 
     def _apply_ip(self, ip: str | None, rate: int | None, now_ms: int) -> None:
         key = "default" if ip is None else ip  # the entity name as given (Kafka's image)
-        if not self.cfg.skip_ip_rate_check:
+        if self._faults.applies_ip_quotas():
             self.quotas.set_ip_quota(ip_entity_address(ip), rate, now_ms)
         if rate is None:
             self.state.ip_quotas.pop(key, None)

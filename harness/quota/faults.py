@@ -304,7 +304,7 @@ FAULTS: tuple[Fault, ...] = (
         "connection_creation_rate on ip entities throttles connections",
         "the per-IP rate step is skipped (ip quotas are still accepted and reported); "
         f"also enabled by the older key {LEGACY_SKIP_KEY}=true",
-        "harness/acceptor/server.py Acceptor.set_ip_quota",
+        "harness/acceptor/dynamic.py DynamicConfig._apply_ip (hook applies_ip_quotas)",
     ),
 )
 
@@ -424,6 +424,11 @@ class NoFaults:
     # -- the quota engine, on a quota change ---------------------------------------------
     def applies_ip_rate_override(self) -> bool:
         """A per-IP connection_creation_rate is enforced (``ip_rate_override_ignored``)."""
+        return True
+
+    def applies_ip_quotas(self) -> bool:
+        """An ip entity's connection_creation_rate reaches the engine
+        (``skip_ip_rate_check``)."""
         return True
 
     def ip_meters_rebound(self, meters: dict[_K, _V]) -> dict[_K, _V]:
@@ -572,6 +577,9 @@ class Seeded(NoFaults):
 
     def applies_ip_rate_override(self) -> bool:
         return "ip_rate_override_ignored" not in self._on
+
+    def applies_ip_quotas(self) -> bool:
+        return "skip_ip_rate_check" not in self._on
 
     def ip_meters_rebound(self, meters: dict[_K, _V]) -> dict[_K, _V]:
         return {} if "ip_default_not_reapplied" in self._on else meters

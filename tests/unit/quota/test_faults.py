@@ -392,3 +392,50 @@ ACCEPTOR_FAULTS = {
 
 def test_every_fault_has_a_test_that_shows_it_changing_behaviour() -> None:
     assert ENGINE_FAULTS | ACCEPTOR_FAULTS == {f.name for f in FAULTS}
+
+
+def test_every_hook_answers_as_kafka_without_faults_and_names_only_known_faults() -> None:
+    """Each hook of the policy: production's (`KAFKA`) returns its argument or Kafka's
+    answer; the seeded policy with every fault on asks only names that exist (a misspelt
+    one would raise KeyError here, not silently test nothing)."""
+    from harness.quota.faults import NoFaults, Seeded
+
+    quotas = RequestQuotas()
+    claim = quotas.could_throttle
+    args: dict[str, tuple[object, ...]] = {
+        "meter_class": (RateMeter,),
+        "legacy_ring": (False,),
+        "throttle_cap": (1000,),
+        "broker_rate_exempt": (True,),
+        "evict_exempt": (True,),
+        "max_connections": (7,),
+        "max_connections_total": (7,),
+        "inherited": (7,),
+        "listener_max": (7,),
+        "ip_count_limit": (7,),
+        "ip_meters_rebound": ({"127.0.0.1": 1},),
+        "request_throttle_bounded": (True,),
+        "proxy_source": (("10.0.0.1", 1), ("127.0.0.1", 2)),
+        "rate_delay": (50,),
+        "slot_free": (True, True),
+        "reject_close_s": (0.0,),
+        "queue_size": (20,),
+        "eviction_order": ([1, 2],),
+        "late_claim": (claim, quotas),
+        "parked_tls": (lambda: None,),
+    }
+    identity = set(args) - {"slot_free", "proxy_source", "late_claim", "parked_tls"}
+    hooks = [n for n in vars(NoFaults) if not n.startswith("_")]
+    every = Seeded(Faults.of(f.name for f in FAULTS))
+    for name in hooks:
+        kafka = getattr(KAFKA, name)(*args.get(name, ()))
+        getattr(every, name)(*args.get(name, ()))  # a misspelt fault name raises here
+        if name in identity:
+            assert kafka == args[name][0] or kafka is args[name][0], name
+    assert KAFKA.slot_free(True, True) and KAFKA.proxy_source(("a", 1), ("b", 2)) == ("a", 1)
+    assert KAFKA.late_claim(claim, quotas) is claim
+    assert KAFKA.accept_drop() is None and KAFKA.request_entity() is None
+    assert KAFKA.parked_tls(lambda: 1) is None
+    assert KAFKA.applies_ip_quotas() and KAFKA.restores_state() and KAFKA.mutes_throttled()
+    assert not KAFKA.applies_other_brokers_configs() and not KAFKA.principal_written_order()
+    assert not Faults.of(["skip_ip_rate_check"]).policy().applies_ip_quotas()
