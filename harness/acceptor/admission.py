@@ -108,7 +108,7 @@ class Input(_Member):
     HEADER_READ = "header_read"
     HEADER_FAILED = "header_failed"
     ACCEPTED = "accepted"
-    DROPPED = "dropped"  # the seeded fault accept_unrecorded
+    DROPPED = "dropped"  # taken and closed unrecorded: never in production (`accept_drop`)
     NO_DELAY = "no_delay"
     DELAYED = "delayed"
     SLOT_FREE = "slot_free"
@@ -463,7 +463,8 @@ class Admission:
             )
             for proxied in (False, True)
         }
-        #: the seeded fault accept_unrecorded's count (None in production)
+        #: whether to drop the socket just taken, unrecorded (a fault hook; None in
+        #: production)
         self._drop = faults.accept_drop()
         #: the socket in admission and its stage
         self.current: NewConnection | None = None
