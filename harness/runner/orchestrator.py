@@ -365,6 +365,7 @@ class Orchestrator:
         if self.opts.set_acceptor:
             self.run_json["acceptor_overrides"] = dict(self.opts.set_acceptor)
         self.rd.write_run_json(self.run_json)
+        self._warm_up()
         self.record_config("start", started_ns)
         from harness.runner.kafka_metrics import start_scraper  # Kafka's metrics, every second
 
@@ -542,6 +543,20 @@ class Orchestrator:
             f"phase {phase.name} launched: {phase.profile} {phase.shape} from {phase.source_ips} "
             f"-> {host}:{port} ({where})"
         )
+
+    def _warm_up(self) -> None:
+        """Kafka's start-up work before t=0 and before the scrapes (runner.warmup): the
+        acceptor target's upstream Kafka only, never through the acceptor."""
+        fronts = getattr(self.target, "fronts", None)
+        if not fronts or self.opts.bootstrap_server:
+            return
+        from harness.runner.warmup import upstreams, warm_up
+
+        security = self.run_json.get("listener_security") or {}
+        addresses = [a for f in fronts for a in upstreams(f.props, security)]
+        if addresses:
+            self.run_json["warmup"] = warm_up(addresses, self.say)
+            self.rd.write_run_json(self.run_json)
 
     def _place_loops(self) -> None:
         placement = self.placement
