@@ -583,6 +583,8 @@ class Orchestrator:
         noise = getattr(self, "noise", None)
         if noise is not None and noise.pgid is not None:
             out["noise"] = [noise.pgid]
+        if os.getpgrp() == os.getpid():  # the runner itself (its readers, scrapes, waits)
+            out["runner"] = [os.getpid()]
         return out
 
     def _phase_detail(self, rp: _RunningPhase, **extra: Any) -> dict[str, Any]:
