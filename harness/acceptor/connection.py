@@ -30,10 +30,17 @@ what standing between a client and a broker needs, and the states say so:
 Half-closes are per side (`Eof`), beside the state: the client's goes upstream once every
 request before it was forwarded, or, with nothing left to come back for the client, closes
 both sides then (as Kafka closes a channel whose EOF it read); the broker's goes to the
-client, which has `UPSTREAM_EOF_GRACE_S` to read and close. `TRANSITIONS` lists every
-(state, input, next state) the connection may take, with the history event the step
-writes; an input that would take any other step is a bug: `TransitionError`, which the
-adapter turns into the connection's end (`internal_error`), visible in its `close` row.
+client, which has `UPSTREAM_EOF_GRACE_S` to read and close.
+
+The table drives: every input is looked up in `TRANSITIONS` by the state it finds,
+`(state, input) -> Row`, and the row's `step` takes it; a state is left only for one of the
+row's `next` states, and the row lists what the step may do (`Act`: the wire's actions, a
+response's charge, the mute; `Write`: the history rows it writes, by their typed events:
+`close`, and the `request` / `request_throttle` rows of the charges it decides,
+`charge.py`). A state with no row for an input, or a step to a state its row does not
+list, is a bug: `TransitionError`, which the adapter turns into the connection's end
+(`internal_error`), visible in its `close` row. The tests check every action against the
+row of the step that took it.
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Coroutine
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from harness.acceptor.charge import (
     Asked,
@@ -66,6 +73,7 @@ from harness.acceptor.login import ANONYMOUS, SASL_AUTHENTICATE, Login
 from harness.acceptor.ports import ChargeAsked
 from harness.acceptor.request_quotas import with_throttle_time
 from harness.acceptor.tracker import ResponseOrder
+from harness.history import events
 from harness.wire.framing import (
     FrameDecoder,
     FrameError,
@@ -82,14 +90,17 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TRANSITIONS",
+    "Act",
     "Connection",
     "Eof",
     "Input",
+    "Row",
     "Side",
     "State",
     "Timer",
     "TransitionError",
     "Wire",
+    "Write",
 ]
 
 #: after the broker's EOF, how long the client has to read what it was sent and close
@@ -128,6 +139,7 @@ class Input(_Member):
     ANSWER = "answer"  # an admin answer built in another process (split model)
     CHARGED = "charged"  # a response's charge decided in another process (split model)
     LOGGED = "logged"  # the broker's request log line of a held response came (or not)
+    LATE_LINE = "late_line"  # the log line of a response already sent came (or not)
     END = "end"  # ended from outside: eviction, idle expiry, shutdown, an internal error
 
 
@@ -167,50 +179,41 @@ _LIVE = (_S.REGISTERED, _S.IDLE, _S.CONNECTING, _S.OPEN, _S.CLOSING)
 _ENDS = (_I.CLIENT_LOST, _I.END)
 #: both sides up: requests are taken, responses delivered
 _FORWARDING = frozenset({_S.OPEN, _S.CLOSING})
-#: client bytes are read (CLOSING reads nothing more)
-_READING = frozenset({_S.IDLE, _S.CONNECTING, _S.OPEN})
 
 
-def _rows() -> dict[tuple[State, Input, State], str | None]:
-    """(state, input, next state) -> the history event the step writes (None: none)."""
-    rows: dict[tuple[State, Input, State], str | None] = {}
+class Act(_Member):
+    """What a step may do, as its row of `TRANSITIONS` lists it (besides the rows it
+    writes, `Write`): the `Wire`'s actions, a response's charge, the KIP-219 mute."""
 
-    def allow(state: State, inp: Input, *nxt: State) -> None:
-        for n in nxt:
-            rows[(state, inp, n)] = "close" if n is _S.CLOSED else None
-
-    allow(_S.REGISTERED, _I.OPENED, _S.IDLE, _S.CONNECTING)  # CONNECTING: PROXY-read bytes
-    allow(_S.REGISTERED, _I.CLIENT_EOF, _S.CLOSED)  # closed before it sent a byte
-    allow(_S.IDLE, _I.CLIENT_DATA, _S.CONNECTING)
-    allow(_S.IDLE, _I.CLIENT_EOF, _S.CLOSED)  # nothing sent: nothing to answer
-    allow(_S.CONNECTING, _I.CLIENT_DATA, _S.CONNECTING)  # kept, in order
-    allow(_S.CONNECTING, _I.CLIENT_EOF, _S.CONNECTING)  # passed once its bytes are forwarded
-    # the bytes kept are fed at once: they may hold a bad frame, or a refused request
-    allow(_S.CONNECTING, _I.UPSTREAM_UP, _S.OPEN, _S.CLOSING, _S.CLOSED)
-    allow(_S.CONNECTING, _I.UPSTREAM_FAILED, _S.CLOSED)
-    for state in (_S.OPEN, _S.CLOSING):
-        nxt = (state, _S.CLOSED)
-        allow(state, _I.UPSTREAM_DATA, *nxt)  # responses; a bad one closes
-        allow(state, _I.CLIENT_EOF, *nxt)
-        allow(state, _I.UPSTREAM_EOF, *nxt)
-        allow(state, _I.UPSTREAM_LOST, _S.CLOSED)
-        allow(state, _I.BACKPRESSURE, state)  # only once the upstream is up is anything written
-        allow(state, _I.ANSWER, *nxt)
-        allow(state, _I.CHARGED, *nxt)
-        allow(state, _I.LOGGED, *nxt)
-        allow(state, _I.TIMER, *nxt)  # unmute; either grace over
-    allow(_S.OPEN, _I.CLIENT_DATA, _S.OPEN, _S.CLOSING, _S.CLOSED)
-    allow(_S.CLOSING, _I.CLIENT_DATA, _S.CLOSING)  # nothing more is read
-    for state in _LIVE:
-        for inp in _ENDS:
-            allow(state, inp, _S.CLOSED)
-    for inp in Input:  # late callbacks after the end change nothing
-        rows[(_S.CLOSED, inp, _S.CLOSED)] = None
-    return rows
+    SEND = "send"
+    HALF_CLOSE = "half_close"
+    PAUSE = "pause"
+    RESUME = "resume"
+    OPEN_UPSTREAM = "open_upstream"
+    ARM = "arm"
+    CLOSE = "close"
+    CHARGE = "charge"  # recorded on the meters, asked of another process, or made late
+    MUTE = "mute"
 
 
-#: every step a connection may take: (state, input, next state) -> the event it writes
-TRANSITIONS = _rows()
+class Write(NamedTuple):
+    """A history row a step writes, by its typed event (`harness.history.events`)."""
+
+    event: events.Event
+
+
+WRITE_CLOSE = Write(events.event("acceptor", "close"))
+WRITE_REQUEST = Write(events.event("acceptor", "request"))
+WRITE_THROTTLE = Write(events.event("acceptor", "request_throttle"))
+
+
+class Row(NamedTuple):
+    """One (state, input) of the table: the method that takes the step, the states it may
+    leave the connection in, and what it may do on the way."""
+
+    step: Callable[..., Any]
+    next: frozenset[State]
+    actions: frozenset[Act | Write]
 
 
 class Wire(Protocol):
@@ -303,16 +306,34 @@ class Connection:
         self._requests = FrameDecoder(host.request_max_bytes)
         self._responses = FrameDecoder(2**31 - 1)
         self._paused: dict[Side, set[str]] = {_CLIENT: set(), _UPSTREAM: set()}
+        #: the row of the step being taken (None between inputs)
+        self.row: Row | None = None
         #: every step taken, when a test asks for it (`trace = []`)
         self.trace: list[tuple[State, Input, State]] | None = None
 
     # -- the table ------------------------------------------------------------------------
-    def _stepped(self, before: State, inp: Input) -> None:
-        step = (before, inp, self.state)
-        if step not in TRANSITIONS:
-            raise TransitionError(f"{self.info.conn_id}: no step {step}")
+    def _input(self, inp: Input, *args: Any) -> Any:
+        """One input: its row of `TRANSITIONS`, looked up by the state now, takes the step
+        (an input the state has no row for is a `TransitionError`)."""
+        before = self.state
+        row = TRANSITIONS.get((before, inp))
+        if row is None:
+            raise TransitionError(f"{self.info.conn_id}: no step for {inp.name} in {before.name}")
+        outer, self.row = self.row, row
+        try:
+            out = row.step(self, *args)
+        finally:
+            self.row = outer
         if self.trace is not None:
-            self.trace.append(step)
+            self.trace.append((before, inp, self.state))
+        return out
+
+    def _enter(self, state: State) -> None:
+        """The state the step being taken leaves the connection in: one its row lists."""
+        row = self.row
+        if row is None or state not in row.next:
+            raise TransitionError(f"{self.info.conn_id}: no step to {state.name} from here")
+        self.state = state
 
     @property
     def closed(self) -> bool:
@@ -342,13 +363,11 @@ class Connection:
 
     def finish(self, reason: str, *, evicted: bool = False) -> None:
         """Ended from outside (eviction, idle expiry, shutdown): `END`."""
-        before = self.state
-        self._finish(reason, evicted=evicted)
-        self._stepped(before, Input.END)
+        self._input(_I.END, reason, False, evicted)
 
     def mute(self, until_ns: int) -> None:
-        """KIP-219: the request in flight is throttled until `until_ns` (called by the host
-        before its response is written): nothing more is taken from the client until then."""
+        """KIP-219: the request in flight is throttled until `until_ns` (before its response
+        is written): nothing more is taken from the client until then."""
         self.muted_until_ns = max(self.muted_until_ns, until_ns)
         self.gate.throttle_started()
         self.wire.arm(Timer.UNMUTE, self.muted_until_ns)
@@ -357,125 +376,53 @@ class Connection:
     def opened(self) -> None:
         """The client transport was made: wait for its first bytes, or (bytes read with a
         PROXY header) open the upstream now."""
-        before = self.state
-        if before is _REGISTERED:
-            self.state = _IDLE
-            if self.pending:
-                self._open_upstream()
-        self._stepped(before, Input.OPENED)
+        self._input(_I.OPENED)
 
     def client_data(self, data: bytes) -> None:
-        before = self.state
-        if before in _READING:
-            self.bytes_in += len(data)
-            self._touch()
-            if before is _OPEN:
-                self._take(data)
-            else:  # kept, in order, until the upstream is up
-                if before is _IDLE:
-                    self._open_upstream()
-                self.pending += data
-        self._stepped(before, Input.CLIENT_DATA)
+        self._input(_I.CLIENT_DATA, data)
 
     def upstream_up(self, addr: str | None) -> None:
         """The upstream is connected; `addr` is its socket's address as the broker's
         connection ids name it (for the request log), if known."""
-        before = self.state
-        if before is _CONNECTING:
-            self.state = _OPEN
-            if self.charges is not None and addr is not None:  # before any request
-                self.upstream_addr = addr
-                self.charges.register(addr)
-            data, self.pending = self.pending, b""
-            if data:
-                self._take(data)
-            self._resume(_CLIENT, "upstream")
-            self._pump()
-        else:  # ended while it was being made: it is closed too
-            self.wire.close(reset=False)
-        self._stepped(before, Input.UPSTREAM_UP)
+        self._input(_I.UPSTREAM_UP, addr)
 
     def upstream_failed(self, error: str) -> None:
-        before = self.state
-        self._finish("upstream_unreachable", detail={"error": error})
-        self._stepped(before, Input.UPSTREAM_FAILED)
+        self._input(_I.UPSTREAM_FAILED, "upstream_unreachable", False, False, {"error": error})
 
     def upstream_data(self, data: bytes) -> None:
-        before = self.state
-        if self.state is not _CLOSED:
-            self._touch()
-            if self.opaque:  # TLS pass-through: relayed as it came
-                self.bytes_out += len(data)
-                self.wire.send(_CLIENT, data)
-            else:
-                try:
-                    frames = self._responses.feed(data)
-                    if frames:
-                        self._responses_read(frames)
-                except FrameError as exc:
-                    self._finish("upstream_" + exc.reason, detail={"error": str(exc)})
-        self._stepped(before, Input.UPSTREAM_DATA)
+        self._input(_I.UPSTREAM_DATA, data)
 
     def eof(self, side: Side) -> bool:
         """A half-close from `side`; True to keep the other direction open."""
-        before = self.state
-        keep = self._client_eof() if side is _CLIENT else self._upstream_eof()
-        self._stepped(before, Input.CLIENT_EOF if side is _CLIENT else Input.UPSTREAM_EOF)
-        return keep
+        return self._input(_I.CLIENT_EOF if side is _CLIENT else _I.UPSTREAM_EOF) is True
 
     def tls_failed(self, error: str) -> None:
         """The client's TLS handshake with the acceptor failed (a terminating listener):
         the client side is lost, with its own reason."""
-        before = self.state
-        self._finish("tls_handshake_failed", detail={"error": error})
-        self._stepped(before, Input.CLIENT_LOST)
+        self._input(_I.CLIENT_LOST, "tls_handshake_failed", False, False, {"error": error})
 
     def lost(self, side: Side, error: str | None) -> None:
         """A side went away: with an error, a reset (answered with one); else a close."""
-        before = self.state
-        if side is _CLIENT:
-            if error is None:
-                self._finish("client_eof")
-            else:
-                self._finish("reset", reset=True, detail={"error": error})
-            inp = Input.CLIENT_LOST
+        client = side is _CLIENT
+        inp = _I.CLIENT_LOST if client else _I.UPSTREAM_LOST
+        if error is None:
+            self._input(inp, "client_eof" if client else "upstream_eof")
         else:
-            if error is None:
-                self._finish("upstream_eof")
-            else:
-                self._finish("upstream_reset", reset=True, detail={"error": error})
-            inp = Input.UPSTREAM_LOST
-        self._stepped(before, inp)
+            reason = "reset" if client else "upstream_reset"
+            self._input(inp, reason, True, False, {"error": error})
 
     def backpressure(self, full: Side, on: bool) -> None:
         """Our write buffer towards `full` filled (`on`) or drained: read the other side
         no faster than this one takes it."""
-        before = self.state
-        other = _UPSTREAM if full is _CLIENT else _CLIENT
-        if self.state is not _CLOSED:
-            if on:
-                self._pause(other, "backpressure")
-            else:
-                self._resume(other, "backpressure")
-        self._stepped(before, Input.BACKPRESSURE)
+        self._input(_I.BACKPRESSURE, full, on)
 
     def timer(self, timer: Timer) -> None:
-        before = self.state
-        if self.state is not _CLOSED:
-            if timer is Timer.UNMUTE:
-                self._unmute()
-            elif timer is Timer.CLOSE_GRACE:
-                self._finish("close_grace_expired", detail={"unanswered": len(self._order)})
-            else:
-                self._finish("upstream_eof")
-        self._stepped(before, Input.TIMER)
+        self._input(_I.TIMER, timer)
 
     def internal_error(self, exc: Exception) -> None:
         """A bug must end this connection visibly, not leak it."""
         self.host.log(f"{self.info.conn_id}: internal error {exc!r}")
-        before = self.state
-        self._finish("internal_error", reset=True, detail={"error": repr(exc)})
-        self._stepped(before, Input.END)
+        self._input(_I.END, "internal_error", True, False, {"error": repr(exc)})
 
     # -- inputs from another process (the split model) ------------------------------------
     def deferred_answer(
@@ -484,46 +431,169 @@ class Connection:
         """The answer built in another process for the request awaiting it: sent in its
         turn, then requests are taken again; or the close it asked for (`error`: reason and
         message, as a refused admin request closes a connection)."""
-        before = self.state
-        if self.state is not _CLOSED and self.awaiting_answer:
-            self.awaiting_answer = False
-            if response is None:
-                reason, message = error or ("admin_error", "no answer")
-                self._finish(reason, detail={"error": message})
-            else:
-                out = self._order.ready(correlation_id, response)
-                if out:
-                    self.wire.send(_CLIENT, out[0] if len(out) == 1 else b"".join(out))
-                self.gate.response_sent()
-                self._pump()
-        self._stepped(before, Input.ANSWER)
+        self._input(_I.ANSWER, correlation_id, response, error)
 
     def charged(self, correlation_id: int, charge: RequestCharge) -> None:
         """The decided charge of a held response (`_ask_charges`)."""
-        before = self.state
+        self._input(_I.CHARGED, correlation_id, charge)
+
+    # -- inputs from the broker's request log ---------------------------------------------
+    def _line_came(self, remote: RemoteCharge | None) -> None:
+        """The held responses' log line was read (or the hold is over)."""
+        self._input(_I.LOGGED, remote)
+
+    def _late_line_came(
+        self, pending: Charge, sampled: bool, charges: RequestLog, addr: str
+    ) -> None:
+        """The log line of a response sent before it was read (or the wait is over)."""
+        self._input(_I.LATE_LINE, pending, sampled, charges, addr)
+
+    # -- the steps (`TRANSITIONS` names the one each state takes for each input) -----------
+    def _on_nothing(self, *_: object) -> bool:
+        """Nothing to do: callbacks after the end, bytes after a bad frame."""
+        return False
+
+    def _on_opened(self) -> None:
+        self._enter(_IDLE)
+        if self.pending:
+            self._open_upstream()
+
+    def _on_first_bytes(self, data: bytes) -> None:
+        self.bytes_in += len(data)
+        self._touch()
+        self._open_upstream()
+        self.pending += data
+
+    def _on_kept(self, data: bytes) -> None:
+        """Kept, in order, until the upstream is up."""
+        self.bytes_in += len(data)
+        self._touch()
+        self.pending += data
+
+    def _on_requests(self, data: bytes) -> None:
+        self.bytes_in += len(data)
+        self._touch()
+        self._take(data)
+
+    def _on_upstream_up(self, addr: str | None) -> None:
+        self._enter(_OPEN)
+        if self.charges is not None and addr is not None:  # before any request
+            self.upstream_addr = addr
+            self.charges.register(addr)
+        data, self.pending = self.pending, b""
+        if data:
+            self._take(data)
+        self._resume(_CLIENT, "upstream")
+        self._pump()
+
+    def _on_late_upstream(self, addr: str | None) -> None:
+        """Ended while it was being made: it is closed too."""
+        self.wire.close(reset=False)
+
+    def _on_end(
+        self,
+        reason: str,
+        reset: bool = False,
+        evicted: bool = False,
+        detail: dict[str, Any] | None = None,
+    ) -> bool:
+        self._finish(reason, reset=reset, evicted=evicted, detail=detail)
+        return False
+
+    def _on_silent_eof(self) -> bool:
+        """The client left before sending anything: nothing to answer."""
+        self._finish("client_eof")
+        return False
+
+    def _on_eof_kept(self) -> bool:
+        """The client's EOF while its bytes wait for the upstream: passed after them."""
+        self.client_eof = _EOF_PENDING
+        return True
+
+    def _on_client_eof(self) -> bool:
+        self.client_eof = _EOF_PENDING
+        if self.upstream_eof is _EOF_PASSED:
+            self._finish("upstream_eof")
+            return False
+        self._pass_client_eof()
+        return self.state is not _CLOSED
+
+    def _on_upstream_eof(self) -> bool:
+        return self._upstream_eof()
+
+    def _on_responses(self, data: bytes) -> None:
+        self._touch()
+        if self.opaque:  # TLS pass-through: relayed as it came
+            self.bytes_out += len(data)
+            self.wire.send(_CLIENT, data)
+            return
+        try:
+            frames = self._responses.feed(data)
+            if frames:
+                self._responses_read(frames)
+        except FrameError as exc:
+            self._finish("upstream_" + exc.reason, detail={"error": str(exc)})
+
+    def _on_backpressure(self, full: Side, on: bool) -> None:
+        other = _UPSTREAM if full is _CLIENT else _CLIENT
+        if on:
+            self._pause(other, "backpressure")
+        else:
+            self._resume(other, "backpressure")
+
+    def _on_timer(self, timer: Timer) -> None:
+        if timer is Timer.UNMUTE:
+            self._unmute()
+        elif timer is Timer.CLOSE_GRACE:
+            self._finish("close_grace_expired", detail={"unanswered": len(self._order)})
+        else:
+            self._finish("upstream_eof")
+
+    def _on_answer(
+        self, correlation_id: int, response: bytes | None, error: tuple[str, str] | None
+    ) -> None:
+        if not self.awaiting_answer:
+            return
+        self.awaiting_answer = False
+        if response is None:
+            reason, message = error or ("admin_error", "no answer")
+            self._finish(reason, detail={"error": message})
+            return
+        out = self._order.ready(correlation_id, response)
+        if out:
+            self.wire.send(_CLIENT, out[0] if len(out) == 1 else b"".join(out))
+        self.gate.response_sent()
+        self._pump()
+
+    def _on_charged(self, correlation_id: int, charge: RequestCharge) -> None:
         held = self.held
-        if self.state is not _CLOSED and held is not None and correlation_id in held.owed:
+        if held is not None and correlation_id in held.owed:
             self.ledger.decided[correlation_id] = charge
             held.owed.discard(correlation_id)
             if not held.owed:
                 self._release_held()
-        self._stepped(before, Input.CHARGED)
 
-    # -- the broker's request log ---------------------------------------------------------
-    def _line_came(self, remote: RemoteCharge | None) -> None:
-        """The held responses' log line was read (or the hold is over)."""
-        before = self.state
+    def _on_logged(self, remote: RemoteCharge | None) -> None:
         held = self.held
-        if self.state is not _CLOSED and held is not None and not held.owed:
-            try:
-                if remote is None:
-                    self._release_held()
-                else:
-                    self.held = None
-                    self._ask_charges(held.frames, remote, read_ns=held.since_ns)
-            except Exception as exc:  # called by the log's reader: end visibly, not leak
-                self.internal_error(exc)
-        self._stepped(before, Input.LOGGED)
+        if held is None or held.owed:
+            return
+        try:
+            if remote is None:
+                self._release_held()
+            else:
+                self.held = None
+                self._ask_charges(held.frames, remote, read_ns=held.since_ns)
+        except Exception as exc:  # called by the log's reader: end visibly, not leak
+            self.internal_error(exc)
+
+    def _on_late_line(self, pending: Charge, sampled: bool, charges: RequestLog, addr: str) -> None:
+        """A response sent before its log line: its whole charge recorded without a check,
+        its `request` row written now with the response's instant; after the close too
+        (the charge was owed to the bucket, not to the connection)."""
+        charge = late(pending, charges.take(addr, pending.done.correlation_id), self.clock())
+        self.host.charge_unchecked(charge)
+        if sampled:
+            self.host.request_row(self, charge)
 
     # -- the client side ------------------------------------------------------------------
     def _touch(self) -> None:
@@ -531,7 +601,7 @@ class Connection:
         self.processor.touch(self)
 
     def _open_upstream(self) -> None:
-        self.state = _CONNECTING
+        self._enter(_CONNECTING)
         self._pause(_CLIENT, "upstream")  # one read's worth until it is up
         self.wire.open_upstream(*self.host.upstream(self.info.listener))
 
@@ -548,7 +618,7 @@ class Connection:
         except FrameError as exc:
             self.gate.received(exc.frames, exc)
             self._closing = (exc.reason, {"error": str(exc)})
-            self.state = _CLOSING
+            self._enter(_CLOSING)
             self._pause(_CLIENT, "closing")
             self.wire.arm(Timer.CLOSE_GRACE, self.clock() + int(CLOSE_GRACE_S * NS))
         else:
@@ -667,19 +737,6 @@ class Connection:
             and not self.awaiting_answer
             and not len(self._order)
         )
-
-    def _client_eof(self) -> bool:
-        if self.state is _CLOSED:
-            return False
-        if self.state is _REGISTERED or self.state is _IDLE:
-            self._finish("client_eof")  # nothing was sent: nothing to answer
-            return False
-        self.client_eof = _EOF_PENDING
-        if self.upstream_eof is _EOF_PASSED:
-            self._finish("upstream_eof")
-            return False
-        self._pass_client_eof()
-        return self.state is not _CLOSED
 
     # -- the upstream side ----------------------------------------------------------------
     def _upstream_eof(self) -> bool:
@@ -833,7 +890,7 @@ class Connection:
         """The charge of a response, decided here (`charge.decide`): its `request` row, the
         meters' check, and on a throttle the channel muted (KIP-219), the `request_throttle`
         row and the frame with throttle_time_ms raised. A charge whose log line is still to
-        come is made when it comes (`_charge_late`), its row then too."""
+        come is made when it comes (`LATE_LINE`), its row then too."""
         host, ledger = self.host, self.ledger
         sampled = host.answered(done)
         cid = done.correlation_id
@@ -844,7 +901,7 @@ class Connection:
             charges, addr = self.charges, self.upstream_addr
             if charges is not None and addr is not None:
                 pending = decide(done, self.principal, now, None, later=True)
-                resume = partial(self._charge_late, pending, sampled, charges, addr)
+                resume = partial(self._late_line_came, pending, sampled, charges, addr)
                 charges.wait(addr, cid, resume, late=True)
             return frame
         elif asked is not None:  # decided in another process, at the instant it was asked
@@ -869,15 +926,6 @@ class Connection:
             self.mute(charge.at_ns + throttle * 1_000_000)
         host.throttle_row(self, charge, outcome)
         return with_throttle_time(frame, done.api_key, done.api_version, throttle)
-
-    def _charge_late(self, pending: Charge, sampled: bool, charges: RequestLog, addr: str) -> None:
-        """The log line of a response sent before it came (or the wait is over): its whole
-        charge recorded without a check, its `request` row written now with the response's
-        instant; after the close too (the charge was owed, not the connection)."""
-        charge = late(pending, charges.take(addr, pending.done.correlation_id), self.clock())
-        self.host.charge_unchecked(charge)
-        if sampled:
-            self.host.request_row(self, charge)
 
     # -- flow control ---------------------------------------------------------------------
     def _pause(self, side: Side, why: str) -> None:
@@ -908,7 +956,7 @@ class Connection:
             return
         if self._closing is not None:  # after a bad frame: its reason stays (`close_reason`)
             reason, detail = close_reason(self._closing, reason, detail, evicted)
-        self.state = _CLOSED
+        self._enter(_CLOSED)
         self.close_reason = reason
         if self.charges is not None and self.upstream_addr is not None:
             self.charges.unregister(self.upstream_addr)
@@ -923,3 +971,60 @@ class Connection:
         if detail:
             d.update(detail)
         self.host.connection_closed(self, reason, now, d, evicted=evicted)
+
+
+def _table() -> dict[tuple[State, Input], Row]:
+    """(state, input) -> the row: the step it takes, where it may leave the connection,
+    what it may do. Every row of Kafka's channel and of the relay around it; a state with
+    no row for an input is a bug (`TransitionError`)."""
+    c = Connection
+    a = Act
+    finish = frozenset({a.CLOSE, WRITE_CLOSE})
+    #: what taking requests may do: forward them, answer here, pause, the close grace,
+    #: the client's half-close passed, the close after a refused request
+    take = finish | {a.SEND, a.PAUSE, a.RESUME, a.ARM, a.HALF_CLOSE}
+    #: what responses may do besides: be charged, mute, write their rows
+    relay = take | {a.CHARGE, a.MUTE, WRITE_REQUEST, WRITE_THROTTLE}
+    charge_late = frozenset({a.CHARGE, WRITE_REQUEST})
+    rows: dict[tuple[State, Input], Row] = {}
+
+    def row(state: State, inp: Input, step: Callable[..., Any], nxt: Any, acts: Any) -> None:
+        rows[(state, inp)] = Row(step, frozenset(nxt), frozenset(acts))
+
+    # PROXY-read bytes: the upstream opens at once
+    row(_REGISTERED, _I.OPENED, c._on_opened, {_IDLE, _CONNECTING}, {a.PAUSE, a.OPEN_UPSTREAM})
+    row(_REGISTERED, _I.CLIENT_EOF, c._on_silent_eof, {_CLOSED}, finish)
+    row(_IDLE, _I.CLIENT_DATA, c._on_first_bytes, {_CONNECTING}, {a.PAUSE, a.OPEN_UPSTREAM})
+    row(_IDLE, _I.CLIENT_EOF, c._on_silent_eof, {_CLOSED}, finish)
+    row(_CONNECTING, _I.CLIENT_DATA, c._on_kept, {_CONNECTING}, ())
+    row(_CONNECTING, _I.CLIENT_EOF, c._on_eof_kept, {_CONNECTING}, ())
+    # the bytes kept are fed at once: they may hold a bad frame, or a refused request
+    row(_CONNECTING, _I.UPSTREAM_UP, c._on_upstream_up, {_OPEN, _CLOSING, _CLOSED}, take)
+    row(_CONNECTING, _I.UPSTREAM_FAILED, c._on_end, {_CLOSED}, finish)
+    for state in (_OPEN, _CLOSING):
+        both = (state, _CLOSED)
+        row(state, _I.UPSTREAM_DATA, c._on_responses, both, relay)  # a bad one closes
+        row(state, _I.CLIENT_EOF, c._on_client_eof, both, finish | {a.HALF_CLOSE})
+        row(state, _I.UPSTREAM_EOF, c._on_upstream_eof, both, finish | {a.HALF_CLOSE, a.ARM})
+        row(state, _I.UPSTREAM_LOST, c._on_end, {_CLOSED}, finish)
+        row(state, _I.BACKPRESSURE, c._on_backpressure, {state}, {a.PAUSE, a.RESUME})
+        row(state, _I.ANSWER, c._on_answer, both, take)
+        row(state, _I.CHARGED, c._on_charged, both, relay)
+        row(state, _I.LOGGED, c._on_logged, both, relay)
+        row(state, _I.TIMER, c._on_timer, both, take | {a.MUTE})  # unmute; either grace over
+        row(state, _I.LATE_LINE, c._on_late_line, {state}, charge_late)
+    row(_OPEN, _I.CLIENT_DATA, c._on_requests, {_OPEN, _CLOSING, _CLOSED}, take)
+    row(_CLOSING, _I.CLIENT_DATA, c._on_nothing, {_CLOSING}, ())  # nothing more is read
+    for state in _LIVE:
+        for inp in _ENDS:
+            row(state, inp, c._on_end, {_CLOSED}, finish)
+    for inp in Input:  # late callbacks after the end change nothing, but for two
+        row(_CLOSED, inp, c._on_nothing, {_CLOSED}, ())
+    row(_CLOSED, _I.UPSTREAM_UP, c._on_late_upstream, {_CLOSED}, {a.CLOSE})
+    # a charge owed to the bucket is made after the close too
+    row(_CLOSED, _I.LATE_LINE, c._on_late_line, {_CLOSED}, charge_late)
+    return rows
+
+
+#: every step a connection may take: (state, input) -> its `Row`
+TRANSITIONS = _table()

@@ -5,7 +5,7 @@ acceptor's modules imported each other in one cycle and any component could reac
 Now each component names here the few things it needs, and `server` (the only module that
 knows every component) wires real objects into them. This module imports no acceptor
 component: only the value modules (`recorder` for `ConnInfo` and the `Recorder` that history
-rows go to, `tracker.Completed`, `inflight.RequestGate`, `config.AcceptorConfig`).
+rows go to, `tracker.Completed`, `charge.Charge`, `config.AcceptorConfig`).
 
 Who provides what (and one shared value, `NewConnection`: one accepted socket from its
 accept to its processor, the record admission fills in):
@@ -41,7 +41,6 @@ if TYPE_CHECKING:
 
     from harness.acceptor.charge import Charge
     from harness.acceptor.config import AcceptorConfig
-    from harness.acceptor.inflight import RequestGate
     from harness.acceptor.recorder import ConnInfo, Recorder
     from harness.acceptor.tracker import Completed
     from harness.quota.requests import RequestCharge
@@ -107,19 +106,11 @@ class Channel(Protocol):
     def processor(self) -> ChannelSlot: ...
 
     @property
-    def gate(self) -> RequestGate: ...
-
-    @property
     def principal(self) -> str:
         """Who its requests are charged to (a SASL user once logged in; ANONYMOUS)."""
 
-    def uncharged(self, correlation_id: int) -> bool:
-        """Whether a response answers a request Kafka never charges (a SASL login's)."""
-
     def start(self) -> Coroutine[Any, Any, None] | None:
         """What its processor runs once it is registered (None: it ended at once)."""
-
-    def mute(self, until_ns: int) -> None: ...
 
     def finish(self, reason: str, *, evicted: bool = False) -> None:
         """End it once (an eviction, idle expiry or shutdown, from outside)."""

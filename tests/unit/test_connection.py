@@ -4,7 +4,8 @@ No socket, no loop.
 
 Each scenario is a plain function returning its connection (with its trace of steps);
 the tests assert what each one sent, armed and wrote, and `test_every_row_is_exercised`
-runs them all and fails on any row of `TRANSITIONS` none of them took.
+runs them all and fails on any step of `TRANSITIONS` none of them took. The fakes check
+every action as it is taken: inside a step whose row lists it (`acted`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ from harness.acceptor.broker_charge import LoggedRequest
 from harness.acceptor.charge import Charge
 from harness.acceptor.connection import (
     TRANSITIONS,
+    WRITE_CLOSE,
+    WRITE_REQUEST,
+    WRITE_THROTTLE,
+    Act,
     Connection,
     Eof,
     Input,
@@ -26,6 +31,7 @@ from harness.acceptor.connection import (
     State,
     Timer,
     TransitionError,
+    Write,
 )
 from harness.acceptor.ports import DEFERRED, ChargeAsked
 from harness.acceptor.recorder import ConnInfo
@@ -59,6 +65,15 @@ NO_HEADER = struct.pack(">i", 2) + b"\0\0"  # a whole frame whose header cannot 
 
 
 # -- the fakes -----------------------------------------------------------------------------------
+def acted(conn: Connection | None, act: Act | Write) -> None:
+    """An action of `conn`: taken inside a step (an input), one its row lists."""
+    if conn is None:
+        return
+    row = conn.row
+    assert row is not None, f"{act} outside any step"
+    assert act in row.actions, f"{act} is not an action of the step taken ({row.step.__name__})"
+
+
 class Clock:
     def __init__(self) -> None:
         self.ns = 1_000 * MS
@@ -73,30 +88,38 @@ class Wire:
     def __init__(self) -> None:
         self.calls: list[tuple[Any, ...]] = []
         self.eof_ok = True
+        self.conn: Connection | None = None
 
     def start(self) -> None:
         return None
 
     def send(self, side: Side, data: bytes) -> None:
+        acted(self.conn, Act.SEND)
         self.calls.append(("send", side, bytes(data)))
 
     def send_eof(self, side: Side) -> bool:
+        acted(self.conn, Act.HALF_CLOSE)
         self.calls.append(("eof", side))
         return self.eof_ok
 
     def pause(self, side: Side) -> None:
+        acted(self.conn, Act.PAUSE)
         self.calls.append(("pause", side))
 
     def resume(self, side: Side) -> None:
+        acted(self.conn, Act.RESUME)
         self.calls.append(("resume", side))
 
     def open_upstream(self, host: str, port: int) -> None:
+        acted(self.conn, Act.OPEN_UPSTREAM)
         self.calls.append(("open_upstream", host, port))
 
     def arm(self, timer: Timer, at_ns: int) -> None:
+        acted(self.conn, Act.MUTE if timer is Timer.UNMUTE else Act.ARM)
         self.calls.append(("arm", timer, at_ns))
 
     def close(self, reset: bool) -> None:
+        acted(self.conn, Act.CLOSE)
         self.calls.append(("close", reset))
 
     def sent(self, side: Side) -> list[bytes]:
@@ -137,6 +160,7 @@ class Host:
         self.unchecked: list[Charge] = []
         self.throttled: list[tuple[Charge, RequestCharge]] = []
         self.closed: list[tuple[str, dict[str, Any], bool]] = []
+        self.conn: Connection | None = None
 
     @property
     def admin(self) -> Host:
@@ -155,18 +179,22 @@ class Host:
         return True
 
     def charge(self, charge: Charge) -> RequestCharge:
+        acted(self.conn, Act.CHARGE)
         self.charged.append(charge)
         throttle = self.throttle_ms.get(charge.done.correlation_id, 0)
         return RequestCharge(throttle, False, ("", charge.client_id), 1.0, 0.0)
 
     def charge_unchecked(self, charge: Charge) -> None:
+        acted(self.conn, Act.CHARGE)
         self.unchecked.append(charge)
 
     def request_row(self, conn: Any, charge: Charge) -> None:
+        acted(self.conn, WRITE_REQUEST)
         self.done.append((charge.done.correlation_id, charge.at_ns))
         self.rows.append(charge)
 
     def throttle_row(self, conn: Any, charge: Charge, outcome: RequestCharge) -> None:
+        acted(self.conn, WRITE_THROTTLE)
         self.throttled.append((charge, outcome))
 
     def request_quotas_enabled(self) -> bool:
@@ -175,6 +203,7 @@ class Host:
     def connection_closed(
         self, conn: Any, reason: str, now_ns: int, detail: dict[str, Any], *, evicted: bool
     ) -> None:
+        acted(self.conn, WRITE_CLOSE)
         self.closed.append((reason, detail, evicted))
 
 
@@ -232,6 +261,7 @@ def new(
     )
     conn.wire = wire
     conn.trace = []
+    wire.conn = host.conn = conn
     return conn, wire, host, clock
 
 
@@ -613,6 +643,31 @@ def an_unreadable_request_behind_a_held_response() -> list[Connection]:
     return out
 
 
+def late_lines_open_closing_and_closed() -> list[Connection]:
+    """A response whose charge cannot throttle goes at once; its charge is made when its
+    log line comes: while the connection is open, closing, or after it closed."""
+    out = []
+    for when in ("open", "closing", "closed"):
+        log = Log(hold=False)
+        conn, wire, host, _ = open_conn(log=log, quotas=True)
+        conn.upstream_data(resp(1))
+        assert wire.sent(C) == [resp(1)] and host.rows == [] and host.unchecked == []
+        if when == "closing":
+            conn.client_data(req(2) + BAD_SIZE)
+            assert conn.state is State.CLOSING
+        elif when == "closed":
+            conn.lost(C, None)
+        log.came(1, local_ms=0.5)
+        assert (
+            [c.source for c in host.unchecked]
+            == ["broker_log_late"]
+            == [c.source for c in host.rows]
+        )
+        conn.finish("shutdown")
+        out.append(conn)
+    return out
+
+
 def a_bad_response_closes() -> Connection:
     conn, _, host, _ = open_conn()
     conn.upstream_data(BAD_SIZE)
@@ -892,6 +947,7 @@ SCENARIOS: list[Callable[[], Any]] = [
     a_charge_throttles_while_closing,
     held_for_the_brokers_log,
     an_unreadable_request_behind_a_held_response,
+    late_lines_open_closing_and_closed,
     a_bad_response_closes,
     upstream_resets,
     upstream_closes_then_the_client,
@@ -923,7 +979,8 @@ def test_every_row_is_exercised() -> None:
         result = scenario()
         for conn in result if isinstance(result, list) else [result]:
             taken.update(conn.trace)
-    untested = sorted((f"{a.name} --{i.name}--> {b.name}" for a, i, b in set(TRANSITIONS) - taken))
+    steps = {(state, inp, nxt) for (state, inp), row in TRANSITIONS.items() for nxt in row.next}
+    untested = sorted(f"{a.name} --{i.name}--> {b.name}" for a, i, b in steps - taken)
     assert not untested, "rows no scenario takes:\n" + "\n".join(untested)
 
 

@@ -15,11 +15,20 @@ from typing import Any
 import pytest
 
 from harness.acceptor.charge import Charge, Logged, decide, late, request_detail
-from harness.acceptor.connection import Connection, Side
+from harness.acceptor.connection import Act, Connection, Side
 from harness.acceptor.tracker import Completed
 from harness.quota.faults import NO_FAULTS, Faults
 from harness.quota.requests import RequestCharge, RequestQuotas
-from tests.unit.test_connection import MS, UPSTREAM_ADDR, Host, Log, open_conn, req, resp
+from tests.unit.test_connection import (
+    MS,
+    UPSTREAM_ADDR,
+    Host,
+    Log,
+    acted,
+    open_conn,
+    req,
+    resp,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -39,6 +48,7 @@ class Meters(Host):
         self.claim = faults.policy().late_claim(self.meters.could_throttle, self.meters)
 
     def charge(self, charge: Charge) -> RequestCharge:
+        acted(self.conn, Act.CHARGE)
         self.charged.append(charge)
         return self.meters.record_request(
             charge.principal,
@@ -49,6 +59,7 @@ class Meters(Host):
         )
 
     def charge_unchecked(self, charge: Charge) -> None:
+        acted(self.conn, Act.CHARGE)
         self.unchecked.append(charge)
         self.meters.record_no_throttle(
             charge.principal,
@@ -86,6 +97,7 @@ def metered(
     conn, wire, _host, clock = open_conn(first, log=log, quotas=True)
     host = Meters(clock, faults)
     conn.host = host  # type: ignore[assignment]
+    host.conn = conn
     log.host = host
     return conn, wire, host, clock, log
 
