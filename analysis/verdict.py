@@ -511,6 +511,18 @@ def _incomplete(run: Run, verdict: str, reasons: list[str]) -> tuple[str, list[s
     return UNKNOWN, lost + reasons
 
 
+def _static_differs(meta: dict[str, Any]) -> list[str]:
+    """An existing cluster keeps its own static settings and the checks judge by the
+    scenario's: each that differs (run.json ``cluster_listeners.static``), said."""
+    static = (meta.get("cluster_listeners") or {}).get("static") or {}
+    differ = {k: d for k, d in static.items() if isinstance(d, dict) and not d.get("same")}
+    return [
+        f"the cluster's static {k} is {d.get('cluster')}, the scenario's {d.get('scenario')}: "
+        "judged by the scenario's (set one to the other)"
+        for k, d in sorted(differ.items())
+    ]
+
+
 def build_verdict(
     run: Run, results: list[CheckResult], extra: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -521,6 +533,7 @@ def build_verdict(
         expect_checks = broker_expectations(expect_checks)
     verdict, reasons = overall(results, expect_checks) if results else (UNKNOWN, ["no checks ran"])
     verdict, reasons = _incomplete(run, verdict, reasons)
+    reasons += _static_differs(meta)
     counts = {v: sum(1 for r in results if r.verdict == v) for v in (PASS, FAIL, UNKNOWN, NA)}
     return {
         "run_id": meta.get("run_id") or run.run_dir.name,

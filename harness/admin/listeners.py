@@ -95,10 +95,12 @@ def read_listeners(
     client_config: Mapping[str, str] | None = None,
     source_ip: str | None = None,
     timeout: float = 10.0,
+    also: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """What the bootstrap broker says of its listeners: ``{"node": id, <KEYS>...,
-    "load_listener": NAME or None}``; raises (AdminError, OSError, LookupError) when it
-    cannot be read."""
+    "load_listener": NAME or None, "also": {key: value}}`` (``also``: other keys read in
+    the same request, e.g. the scenario's static settings); raises (AdminError, OSError,
+    LookupError) when it cannot be read."""
     from harness.admin.client import KafkaWire, describe_broker_configs, split_bootstrap
 
     host, port = split_bootstrap(bootstrap)
@@ -110,8 +112,10 @@ def read_listeners(
         client_config=client_config,
     ) as wire:
         node = _bootstrap_node(wire, host, port)
-        configs = describe_broker_configs(bootstrap, str(node), list(KEYS), wire=wire)
+        keys = [*KEYS, *(k for k in also if k not in KEYS)]
+        configs = describe_broker_configs(bootstrap, str(node), keys, wire=wire)
     out: dict[str, Any] = {"node": node}
     out.update({k: configs[k] for k in KEYS if configs.get(k) is not None})
     out["load_listener"] = listener_at(configs, host, port)
+    out["also"] = {k: configs.get(k) for k in also}
     return out

@@ -214,11 +214,13 @@ def cluster_listeners(target: Any, say: Callable[[str], None]) -> dict[str, Any]
     from harness.security.secrets import mask
 
     bootstrap = str(broker.bootstrap)
+    static = static_settings(target.scenario)
     try:
         found = read_listeners(
             bootstrap,
             client_config=getattr(target, "admin_config", None),
             source_ip=admin_source_ip(target.scenario, broker.host),
+            also=tuple(static),
         )
     except Exception as exc:  # e.g. CLUSTER_AUTHORIZATION_FAILED: said, never fatal
         why = mask(f"{type(exc).__name__}: {exc}")
@@ -228,7 +230,10 @@ def cluster_listeners(target: Any, say: Callable[[str], None]) -> dict[str, Any]
         )
         return {"read_with": None, "error": why, "load": {}}
     load = found.pop("load_listener", None)
+    theirs = found.pop("also", {})
     out = {"read_with": "DescribeConfigs", **found, "load": {name: load} if load else {}}
+    if static:
+        out["static"] = compare_static(static, theirs, say)
     listed = ", ".join(parse_names(found.get("listeners")))
     if load:
         say(
@@ -240,6 +245,46 @@ def cluster_listeners(target: Any, say: Callable[[str], None]) -> dict[str, Any]
             f"note: no listener of broker {found['node']} ({listed}) is at {bootstrap}; the "
             "metric checks take its listener names from the scraped metrics' labels"
         )
+    return out
+
+
+def static_settings(scenario: Any) -> dict[str, str]:
+    """The scenario's static broker settings (those a running cluster cannot take through
+    the admin API): the existing cluster keeps its own, and the checker judges by these."""
+    from harness.runner.schedule import initial_limits
+    from harness.runner.targets import _dynamic, _props
+
+    return {k: v for k, v in _props(initial_limits(scenario)).items() if not _dynamic(k)}
+
+
+def _same(a: str | None, b: str) -> bool:
+    if a is None:
+        return False
+    try:
+        return float(a) == float(b)
+    except ValueError:
+        return a.strip() == b.strip()
+
+
+def compare_static(
+    scenario: dict[str, str], cluster: dict[str, str | None], say: Callable[[str], None]
+) -> dict[str, dict[str, Any]]:
+    """``{key: {"scenario": v, "cluster": v, "same": bool}}`` for each static setting; every
+    key that differs is said, with what it means for the verdict."""
+    out = {
+        k: {"scenario": v, "cluster": cluster.get(k), "same": _same(cluster.get(k), v)}
+        for k, v in sorted(scenario.items())
+    }
+    differ = {k: d for k, d in out.items() if not d["same"]}
+    for key, d in differ.items():
+        say(
+            f"note: the cluster's static {key} is {d['cluster']}, the scenario's "
+            f"{d['scenario']}: the checker judges by the scenario's, so a check of it may "
+            "fail or pass for that difference alone (set the cluster's, or the scenario's, "
+            "to match)"
+        )
+    if not differ:
+        say(f"the cluster's static settings equal the scenario's ({', '.join(sorted(out))})")
     return out
 
 
