@@ -11,6 +11,11 @@ families below (the JVM's own metrics are left out) and NaN written as ``null``.
 scrape that fails is a row with ``reason = "scrape_failed"`` and ``detail.error``: a gap
 in the testimony is recorded, never papered over.
 
+Against a cluster the harness did not start, `cluster_listeners` reads the bootstrap
+broker's listener keys and the scenario's static settings with DescribeConfigs for
+run.json (``cluster_listeners``): the checks find the load's listener under the cluster's
+own name in these scrapes (docs/metrics.md).
+
 The scraper runs on `periodic.Periodic` (a daemon thread that stops by itself); one
 GET at a time with a timeout shorter than the interval, so a hung exporter cannot pile
 requests up.
