@@ -70,3 +70,34 @@ def test_a_static_key_the_cluster_keeps_apart_is_named_in_the_run_and_the_verdic
     said.clear()
     compare_static({"quota.window.num": "11"}, {"quota.window.num": "11"}, said.append)
     assert said == ["the cluster's static settings equal the scenario's (quota.window.num)"]
+
+
+def test_harness_broker_prints_the_whole_gate_command_with_its_metrics_url() -> None:
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from harness.broker.cli import gate_command, metrics_absent
+
+    ports = {"PLAINTEXT": 9092, "SASL_SSL": 9093, "SSL": 9094}
+    broker = SimpleNamespace(
+        host="127.0.0.1",
+        port=9092,
+        launcher="local",
+        client_configs={
+            "SASL_SSL": Path("/p/client-sasl_ssl.properties"),
+            "SASL_SSL@bob": Path("/p/client-sasl_ssl-bob.properties"),
+            "SSL": Path("/p/client-ssl.properties"),
+        },
+    )
+    assert gate_command(ports, broker, "http://127.0.0.1:7071/metrics") == (
+        "harness run ci-gate --target broker --bootstrap-server 127.0.0.1:9093 "
+        "--command-config /p/client-sasl_ssl.properties "
+        "--broker-metrics-url http://127.0.0.1:7071/metrics --gate"
+    )
+    plain = SimpleNamespace(host="127.0.0.1", port=9092, launcher="local", client_configs={})
+    assert gate_command({"PLAINTEXT": 9092}, plain, "1=http://a/metrics,2=http://b/metrics") == (
+        "harness run ci-gate --target broker --bootstrap-server 127.0.0.1:9092 "
+        "--broker-metrics-url 1=http://a/metrics,2=http://b/metrics --gate"
+    )
+    assert "--broker-metrics-url" in metrics_absent(SimpleNamespace(launcher="external"))
+    assert "HARNESS_BROKER_METRICS=0" in metrics_absent(plain)
