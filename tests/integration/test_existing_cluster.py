@@ -237,7 +237,9 @@ def _undo_quotas(own: OwnKafka) -> None:
     boot = own.address("REPL")
     for ip in describe_ip_quotas(boot):
         alter_ip_quota(boot, None if ip == "default" else ip, None)
-    alter_broker_config(boot, {"max.connection.creation.rate": None})
+    alter_broker_config(
+        boot, {"max.connection.creation.rate": None, "max.connections.per.ip.overrides": None}
+    )
 
 
 def _run(own: OwnKafka, tmp: Path, args: list[str]) -> tuple[Any, dict[str, Any], Path]:
@@ -326,3 +328,35 @@ def test_ssl_storm_passes_on_the_clusters_ssl_listener(own_kafka: OwnKafka, tmp_
         assert checks[name]["verdict"] == "pass" and checks[name]["judged"] > 0, checks[name]
     meta = json.loads((run_dir / "run.json").read_text())
     assert meta["cluster_listeners"]["load"] == {"CLIENT": "OPS_TLS"}
+
+
+@pytest.mark.timeout(900)
+def test_auth_failure_storm_passes_where_the_static_keys_are_the_scenarios(
+    own_kafka: OwnKafka, tmp_path: Path
+) -> None:
+    """The cluster's operators set connection.failed.authentication.delay.ms = 500, as the
+    scenario does (a static key the run cannot set): the run says they agree, and the
+    failed-login delay and Kafka's failed-authentication counter are judged."""
+    try:
+        res, verdict, run_dir = _run(
+            own_kafka,
+            tmp_path,
+            ["auth-failure-storm", "--target", "broker", "--bootstrap-server",
+             own_kafka.address("OPS_SASL"), "--command-config",
+             str(own_kafka.client_configs["OPS_SASL"]), "--broker-metrics-url",
+             own_kafka.metrics_url, "--gate"],
+        )  # fmt: skip
+    finally:
+        _undo_quotas(own_kafka)
+    checks = {c["name"]: c for c in verdict["checks"]}
+    assert verdict["verdict"] == "pass", (verdict["reasons"], res.stdout[-4000:])
+    assert "the cluster's static settings equal the scenario's" in res.stdout
+    assert checks["client_failed_login_delay"]["verdict"] == "pass"
+    auth = checks["kafka_metric_auth_counts"]
+    assert auth["verdict"] == "pass" and "failed (clients" in auth["observed"], auth
+    static = json.loads((run_dir / "run.json").read_text())["cluster_listeners"]["static"]
+    assert static["connection.failed.authentication.delay.ms"] == {
+        "scenario": "500",
+        "cluster": "500",
+        "same": True,
+    }
