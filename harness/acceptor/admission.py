@@ -16,9 +16,9 @@ order; an input no row has is a bug (`TransitionError`). The table, as Kafka run
 
     HEADER   --header_read----> TAKEN       the client is the header's source (PROXY)
     HEADER   --header_failed--> CLOSED      refused: bad header, timeout, EOF, reset
-    TAKEN    --accepted-------> ACCEPTED    `accept` row
+    TAKEN    --no_delay-------> RATED       `accept` row; the rate step: no delay
+    TAKEN    --delayed--------> RATED       `accept` and `delay` rows
     TAKEN    --dropped--------> CLOSED      (a seeded fault: no row, no count)
-    ACCEPTED --no_delay/delayed-> RATED     the rate step (`delay` row when delayed)
     RATED    --slot_free------> SLOTTED     decided at once: the loop held throughout
     RATED    --wait-----------> WAITING     the listener stops taking sockets
     WAITING  --late-----------> WAITING     the rate delay is slept out
@@ -94,8 +94,7 @@ class _Member(enum.Enum):
 class Stage(_Member):
     HEADER = "header"  # its PROXY header is being read
     TAKEN = "taken"  # accepted; its admission has not begun
-    ACCEPTED = "accepted"  # in admission: the `accept` row written
-    RATED = "rated"  # the connection-rate step taken
+    RATED = "rated"  # accepted, the connection-rate step taken
     WAITING = "waiting"  # a rate delay or a slot wait: the listener stalls
     SLOTTED = "slotted"  # a slot is free: the IP steps next
     PARKED = "parked"  # IP-rate throttled: closed at a turn of the loop after its end
@@ -107,9 +106,8 @@ class Stage(_Member):
 class Input(_Member):
     HEADER_READ = "header_read"
     HEADER_FAILED = "header_failed"
-    ACCEPTED = "accepted"
     DROPPED = "dropped"  # taken and closed unrecorded: never in production (`accept_drop`)
-    NO_DELAY = "no_delay"
+    NO_DELAY = "no_delay"  # the rate step asks for no delay
     DELAYED = "delayed"
     SLOT_FREE = "slot_free"
     WAIT = "wait"
@@ -402,11 +400,10 @@ def _rows() -> dict[tuple[Stage, Input], Step]:
     return {
         (S.HEADER, I.HEADER_READ): Step(S.TAKEN, ()),
         (S.HEADER, I.HEADER_FAILED): Step(S.CLOSED, refused),
-        (S.TAKEN, I.ACCEPTED): Step(S.ACCEPTED, (accept_row, count_accepted)),
         (S.TAKEN, I.DROPPED): Step(S.CLOSED, (close,)),
         (S.TAKEN, I.SHUTDOWN): Step(S.CLOSED, refused),  # header read, admission not begun
-        (S.ACCEPTED, I.NO_DELAY): Step(S.RATED, ()),
-        (S.ACCEPTED, I.DELAYED): Step(S.RATED, (delay_row, count_delayed)),
+        (S.TAKEN, I.NO_DELAY): Step(S.RATED, (accept_row, count_accepted)),
+        (S.TAKEN, I.DELAYED): Step(S.RATED, (accept_row, count_accepted, delay_row, count_delayed)),
         (S.RATED, I.SLOT_FREE): Step(S.SLOTTED, (held,)),
         (S.RATED, I.WAIT): Step(S.WAITING, (stall, watch_since_accept)),
         (S.WAITING, I.LATE): Step(S.WAITING, (sleep,)),
@@ -536,17 +533,16 @@ class Admission:
             self._step(Stage.TAKEN, Input.DROPPED, item, out)
             return out
         self.current = item
-        self.t0_ns = t0_ns = self.clock()
-        stage = self._step(Stage.TAKEN, Input.ACCEPTED, item, out)
+        self.t0_ns = t0_ns = self.clock()  # Kafka's t0: the accept and its rate step
         quotas, name = self.quotas, self.listener
         step = quotas.record_connection_rate(name, t0_ns // MS)
         if step.delay_ms > 0:
-            stage = self._step(stage, Input.DELAYED, item, out, step)
+            stage = self._step(Stage.TAKEN, Input.DELAYED, item, out, step)
             wait_ms = self.faults.rate_delay(step.delay_ms)
             if wait_ms > 0 or not quotas.slot_available(name):
                 return self._wait(item, wait_ms, out)
         else:
-            stage = self._step(stage, Input.NO_DELAY, item, out)
+            stage = self._step(Stage.TAKEN, Input.NO_DELAY, item, out)
             if not quotas.slot_available(name):
                 return self._wait(item, 0, out)
         self.t1_ns = self.clock()

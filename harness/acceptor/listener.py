@@ -179,11 +179,9 @@ class ListenerAcceptor:
         self._select_timer: asyncio.TimerHandle | None = None
         self._stopped = False
         self._proxy_pending = asyncio.Semaphore(PROXY_PENDING_MAX)
-        #: what each action does here (`_run`)
+        #: what each action does here, but rows and counts (`_run`)
         self._do: dict[type, Callable[[Any], _Pending | None]] = {
-            ConnRow: self._conn_row,
             CloseRow: self._close_row,
-            Count: self._count,
             Blocked: self._blocked,
             Close: self._close,
             Sleep: _pending,
@@ -259,23 +257,28 @@ class ListenerAcceptor:
 
     # -- the actions -------------------------------------------------------------------------
     def _run(self, actions: list[Action]) -> _Pending | None:
-        """Carry out `actions` in order; a wait, if any, is the last: returned."""
-        do = self._do
+        """Carry out `actions` in order; a wait, if any, is the last: returned. The
+        actions of every admission (rows, counts) are carried out here, the others by
+        their methods."""
         pending = None
         for action in actions:
-            pending = do[action.__class__](action)
+            if isinstance(action, ConnRow):
+                self.rec.conn(
+                    action.event,
+                    action.info,
+                    action.mono_ns,
+                    reason=action.reason,
+                    delay_ms=action.delay_ms,
+                    detail=action.detail,
+                )
+            elif isinstance(action, Count):
+                self.counts.count(self.name, action.ip, action.outcome)
+            else:
+                pending = self._do[action.__class__](action)
         return pending
-
-    def _conn_row(self, a: ConnRow) -> None:
-        self.rec.conn(
-            a.event, a.info, a.mono_ns, reason=a.reason, delay_ms=a.delay_ms, detail=a.detail
-        )
 
     def _close_row(self, a: CloseRow) -> None:
         self.rec.closed(a.info, a.mono_ns, a.reason, **a.fields)
-
-    def _count(self, a: Count) -> None:
-        self.counts.count(self.name, a.ip, a.outcome)
 
     def _blocked(self, a: Blocked) -> None:
         self.blocked_ns += a.end_ns - a.start_ns
