@@ -618,32 +618,48 @@ def front_ends(run: Run) -> list[tuple[int, bool]]:
     return sorted([*kills, *((ns, False) for ns in stops)])
 
 
+def acceptor_files(run: Run) -> dict[str, list[Path]]:
+    """Each acceptor process's history files (``acceptor-<pid>-N``), by its pid."""
+    by_pid: dict[str, list[Path]] = {}
+    for f in run.files:
+        m = _ACCEPTOR_FILE.match(f.name)
+        if f.parent.name == "acceptor" and m:
+            by_pid.setdefault(m["pid"], []).append(f)
+    return by_pid
+
+
+def acceptor_spans(run: Run) -> dict[str, tuple[int, int]]:
+    """Each acceptor process's first and last history row (mono_ns), by its pid: it writes
+    none before its listeners are bound (its config, then its heartbeat's `start`): its
+    first marks the end of its start-up."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    out: dict[str, tuple[int, int]] = {}
+    for pid, files in acceptor_files(run).items():
+        ns = pa.concat_arrays(
+            [pq.read_table(f, columns=["mono_ns"])["mono_ns"].combine_chunks() for f in files]
+        )
+        bounds = pc.min_max(ns)
+        if bounds["min"].as_py() is not None:
+            out[pid] = (int(bounds["min"].as_py()), int(bounds["max"].as_py()))
+    return out
+
+
 def acceptor_incarnations(run: Run) -> list[Incarnation]:
     """The run's acceptors, one per life between the runner's `acceptor_kill` faults (and,
     on a fronted cluster, its `broker_kill` faults, which stop the broker's front): no
     kill, no split (a `split` acceptor's processor processes write files of their own
     beside its accepting process's, and are one acceptor). Each process's files
     (``acceptor-<pid>-N``) belong to the life in which its first row falls."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
     ends = front_ends(run)
     kills = [ns for ns, _crash in ends]
     if not kills:
         return []
-    by_pid: dict[str, list[Path]] = {}
-    for f in run.files:
-        m = _ACCEPTOR_FILE.match(f.name)
-        if f.parent.name == "acceptor" and m:
-            by_pid.setdefault(m["pid"], []).append(f)
+    by_pid = acceptor_files(run)
     lives: dict[int, list[tuple[int, int, str]]] = {}
-    for pid, files in by_pid.items():
-        ns = pa.concat_arrays(
-            [pq.read_table(f, columns=["mono_ns"])["mono_ns"].combine_chunks() for f in files]
-        )
-        bounds = pc.min_max(ns)
-        lo, hi = int(bounds["min"].as_py()), int(bounds["max"].as_py())
+    for pid, (lo, hi) in acceptor_spans(run).items():
         life = sum(1 for k in kills if k <= lo)
         lives.setdefault(life, []).append((lo, hi, pid))
     if len(lives) < 2:

@@ -144,7 +144,10 @@ def merge_parts(results: Iterable[CheckResult]) -> list[Part]:
         for p in r.parts:
             seen = parts.get(p.name)
             total = p.judged + (seen.judged if seen is not None else 0)
-            parts[p.name] = Part(p.name, total, p.note, p.hint)
+            # the note of a view that judged the part (a view that saw nothing says why
+            # only while no view judged it)
+            note = p.note if seen is None or (p.judged > 0 and seen.judged <= 0) else seen.note
+            parts[p.name] = Part(p.name, total, note, p.hint)
     return list(parts.values())
 
 
@@ -178,6 +181,9 @@ def run_check(check: Check, run: Run) -> CheckResult:
     if result.verdict == PASS and unjudged:
         # exercised only in the parts it judged: a part that saw nothing proves nothing
         result.verdict = UNKNOWN
+        # unknown only for want of events in a part: merged with other views (fronts,
+        # processes) it adds nothing, and the merged parts say whether any view judged it
+        result.data["parts_unjudged_only"] = True
         names = ", ".join(f"{p.name} ({p.note})" if p.note else p.name for p in unjudged)
         result.explanation = f"part(s) judged on 0 events: {names}. {result.explanation}".strip()
         hints = [p.hint for p in unjudged if p.hint]
@@ -270,11 +276,18 @@ def not_exercised(
 
 def adds_nothing(r: CheckResult) -> bool:
     """A view's result (one broker's, one acceptor process's) that proves nothing either
-    way: nothing to judge, or a limit the load never reached there. Merged with the other
+    way: nothing to judge, a limit the load never reached there, or a pass that is unknown
+    only because one of its parts saw no event there (a restarted front whose clients were
+    all refused while its broker was down connected none: the merged parts count what the
+    other views judged). Merged with the other
     views it adds nothing; it stays visible in `observed` and the per-broker table."""
     if r.verdict == NA:
         return True
-    return r.verdict == UNKNOWN and (r.judged == 0 or bool(r.data.get("not_exercised")))
+    return r.verdict == UNKNOWN and (
+        r.judged == 0
+        or bool(r.data.get("not_exercised"))
+        or bool(r.data.get("parts_unjudged_only"))
+    )
 
 
 def cluster_nodes(run: Run) -> list[int]:

@@ -132,3 +132,32 @@ def test_the_generators_loop_reads_as_the_fronts(spark: Any, tmp_path: Path) -> 
     idle = check_offered_load(load_run(spark, _run(tmp_path, "gen-idle", 0.9879, role="load")))
     assert "the generator's busiest loop 98.8%" in idle.observed
     assert "saturated" not in idle.observed, idle.observed
+
+
+def test_a_reading_of_the_acceptors_own_start_up_is_not_its_pace(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A loop busy throughout an interval that ended before its process wrote its first row
+    (its heartbeat's start, written once its listeners are bound: a restarted front coming
+    back)
+    was starting, not serving: left out, and said so. The same reading 1 ms after that row
+    is the front's own pace again."""
+    import os
+
+    def run(first_row_ns: int) -> Any:
+        def build(cw: HistoryWriter, aw: HistoryWriter, hw: HistoryWriter) -> None:
+            aw.record("loop_lag", mono_ns=first_row_ns, reason="start", delay_ms=0.0,
+                      detail={"period_ms": 10, "threshold_ms": 5})  # fmt: skip
+            for k, share in enumerate([None, 0.5, 0.998, 0.2]):
+                d: dict[str, Any] = {"role": "acceptor", "pgids": [1], "processes": 1}
+                if share is not None:  # this test's own pid: the acceptor files' writer
+                    d |= {"loop_busy": share, "loop_busy_pid": os.getpid()}
+                hw.record("process_stats", mono_ns=T0 + k * S, latency_ms=1.0, detail=d)
+
+        return hand_built_run(tmp_path, f"start-{first_row_ns}", build, config_ns=T0 - S)
+
+    starting = check_front_saturation(load_run(spark, run(T0 + 2 * S)))
+    assert starting.verdict == "pass", starting.observed
+    assert "2 reading(s) of an acceptor process's own start-up" in starting.observed
+    serving = check_front_saturation(load_run(spark, run(T0 + 2 * S - MS)))
+    assert serving.verdict == "unknown", serving.observed
