@@ -242,6 +242,18 @@ def _undo_quotas(own: OwnKafka) -> None:
     )
 
 
+def _passed_or_generator_short(verdict: dict[str, Any], tail: str) -> None:
+    """PASS; or, on a machine too busy for the TLS logins' pace, UNKNOWN because the
+    generator fell short of the intended load (said so, never fail), as
+    test_runner_external_cluster's secured run allows."""
+    checks = {c["name"]: c for c in verdict["checks"]}
+    if verdict["verdict"] == "unknown" and checks["offered_load"]["verdict"] != "pass":
+        print("the generator fell behind its schedule:", verdict["reasons"])
+        assert any("give the load generator room" in r for r in verdict["reasons"]), verdict
+        return
+    assert verdict["verdict"] == "pass", (verdict["reasons"], tail)
+
+
 def _run(own: OwnKafka, tmp: Path, args: list[str]) -> tuple[Any, dict[str, Any], Path]:
     out = tmp / "runs"
     res = harness_run([*args, "--out", str(out)], tmp / "run.log", timeout=800)
@@ -323,7 +335,7 @@ def test_ssl_storm_passes_on_the_clusters_ssl_listener(own_kafka: OwnKafka, tmp_
     finally:
         _undo_quotas(own_kafka)
     checks = {c["name"]: c for c in verdict["checks"]}
-    assert verdict["verdict"] == "pass", (verdict["reasons"], res.stdout[-4000:])
+    _passed_or_generator_short(verdict, res.stdout[-4000:])
     for name in ("accounting", "kafka_metric_auth_counts"):
         assert checks[name]["verdict"] == "pass" and checks[name]["judged"] > 0, checks[name]
     meta = json.loads((run_dir / "run.json").read_text())
@@ -349,7 +361,7 @@ def test_auth_failure_storm_passes_where_the_static_keys_are_the_scenarios(
     finally:
         _undo_quotas(own_kafka)
     checks = {c["name"]: c for c in verdict["checks"]}
-    assert verdict["verdict"] == "pass", (verdict["reasons"], res.stdout[-4000:])
+    _passed_or_generator_short(verdict, res.stdout[-4000:])
     assert "the cluster's static settings equal the scenario's" in res.stdout
     assert checks["client_failed_login_delay"]["verdict"] == "pass"
     auth = checks["kafka_metric_auth_counts"]
