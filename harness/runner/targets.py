@@ -961,7 +961,7 @@ class AcceptorTarget(Target):
         )
         broker_props = broker_enforced(sc)
         faults = Faults.parse({**sc.acceptor, **(set_acceptor or {})}.get(FAULT_KEY, ""))
-        if "failed_login_delay_dropped" in faults:  # SEEDED FAULT: the key stays at the front
+        if not faults.policy().broker_gets_failed_auth_delay():  # the key stays at the front
             broker_props.pop(FAILED_AUTH_DELAY_KEY, None)
             self.progress(f"seeded fault: the broker is not given {FAILED_AUTH_DELAY_KEY}")
         self.start_broker(
