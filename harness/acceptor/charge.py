@@ -172,10 +172,9 @@ def decide(
     is still to come and the charge cannot throttle it (made by `late`)."""
     if login:
         return Charge(done, principal, 0, 0, at_ns, LOGIN)
-    if later:
-        return Charge(done, principal, charged_ns(None, done.latency_ns, done.allowance_ns), 0,
-                      at_ns, LATE)  # fmt: skip
     handler = charged_ns(logged, done.latency_ns, done.allowance_ns)
+    if later:  # the wall charge for now: what the line says replaces it (`late`)
+        return Charge(done, principal, handler, 0, at_ns, LATE)
     if logged is None:
         return Charge(done, principal, handler, 0, at_ns, None)
     if logged.handler_ns is None:
