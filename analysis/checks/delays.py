@@ -27,7 +27,7 @@ from analysis.checks.base import (
     nothing_judged,
     witness,
 )
-from analysis.checks.stalls import heartbeat_stalls
+from analysis.checks.stalls import heartbeat_stalls, overlap
 from analysis.frames import MS, acceptor_conns
 from analysis.model import INT_MAX
 
@@ -78,7 +78,23 @@ def check_rate_delay_within_window(run: Run) -> CheckResult:
     ).first()
     assert stats is not None
     n_bad = int(stats["bad"] or 0)
-    rows = conns.where(too_long).orderBy("accept_ns").limit(10).collect() if n_bad else []
+    rows = conns.where(too_long).orderBy("accept_ns").collect() if n_bad else []
+    # a wait over the cap by no more than what the acceptor's own loop measurably stood
+    # still during it (its heartbeat's stalls, analysis.checks.stalls) is not timed: the
+    # sleep could not end while the loop did not run
+    stalls = (heartbeat_stalls(run)[0] or []) if rows else []
+    credited = 0
+    late: list[Any] = []
+    for r in rows:
+        waited = (r["t1_ns"] or r["accept_ns"]) - r["accept_ns"]
+        recorded_over = r["delay_ms"] > w + 0.5
+        if not recorded_over and waited - overlap(stalls, r["accept_ns"], r["t1_ns"] or 0) <= (
+            bound * MS
+        ):
+            credited += 1
+            continue
+        late.append(r)
+    n_bad = len(late) if rows else n_bad
     wit = [
         witness(
             r.asDict(),
@@ -86,7 +102,7 @@ def check_rate_delay_within_window(run: Run) -> CheckResult:
             f"{fmt(((r['t1_ns'] or r['accept_ns']) - r['accept_ns']) / MS)} ms; "
             f"window is {fmt(w)} ms",
         )
-        for r in rows
+        for r in late[:10]
     ]
     delayed = int(stats["delayed"] or 0)
     if not delayed and not n_bad:
@@ -103,9 +119,16 @@ def check_rate_delay_within_window(run: Run) -> CheckResult:
         observed=(
             f"{delayed} delayed connections; max recorded delay {fmt(stats['max_recorded'])} ms, "
             f"max wait accept→admit {fmt(stats['max_wait'])} ms; {n_bad} over the cap"
+            + (
+                f"; {credited} not timed: over it by no more than the acceptor loop's own "
+                "measured stalls during the wait"
+                if credited
+                else ""
+            )
         ),
         expected=f"recorded delay ≤ w = {fmt(w)} ms; wait ≤ w + slack = {fmt(bound)} ms",
-        tolerance=f"0.5 ms on the recorded value; slack {fmt(run.slack_ms)} ms on the wait"
+        tolerance=f"0.5 ms on the recorded value; slack {fmt(run.slack_ms)} ms on the wait, "
+        "plus the acceptor loop's stalls its heartbeat measured during it"
         + (" (wait not judged: a count limit may legitimately extend it)" if count_limited else ""),
         witnesses=wit,
         explanation=(
