@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from xml.sax.saxutils import escape, quoteattr
 
 from analysis.checks import ALL_CHECKS, FAIL, NA, PASS, UNKNOWN, Check, CheckResult, run_check
-from analysis.checks.base import MAX_WITNESSES
+from analysis.checks.base import MAX_WITNESSES, not_applicable
 from analysis.checks.broker_side import broker_expectations
 from analysis.checks.front import NAME as FRONT
 from analysis.checks.kafka_metrics import CAUSE_NO_METRICS, CAUSE_NO_SCRAPE_PAIR, METRICS_HINT
@@ -341,8 +341,8 @@ def _judge(
                 needs_load=check.needs_load,
                 judges_limit=check.judges_limit,
             )
-        else:
-            result = run_check(check, run)
+        else:  # a limit configured at no time of the run: n/a before any Spark job
+            result = not_applicable(check, run) or run_check(check, run)
         return result, time.monotonic() - t
 
     results: list[CheckResult] = []

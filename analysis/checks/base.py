@@ -112,6 +112,10 @@ class CheckResult:
 
 
 CheckFn = Callable[["Run"], CheckResult]
+#: whether a check's rule applies, read in Python before any Spark job (the run's config
+#: timeline and run.json): None when it applies, else what is not configured (the `what`
+#: its `not_configured` result names)
+AppliesFn = Callable[["Run"], "str | None"]
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,9 @@ class Check:
     doc: str = ""
     #: judges a configured limit: counts towards "at least one limit exercised and passed"
     judges_limit: bool = False
+    #: the limit it judges is configured at some time of the run (`AppliesFn`); the same
+    #: test the check itself makes, so `not_applicable` answers `n/a` without running it
+    applies: AppliesFn | None = None
 
 
 def merge(verdicts: Iterable[str]) -> str:
@@ -192,6 +199,26 @@ def run_check(check: Check, run: Run) -> CheckResult:
     if result.verdict not in _RANK:
         result.explanation += f" (invalid verdict {result.verdict!r} treated as unknown)"
         result.verdict = UNKNOWN
+    return result
+
+
+def not_applicable(check: Check, run: Run) -> CheckResult | None:
+    """The check's `n/a` result when its limit is not configured at any time of the run,
+    decided before any Spark job (`Check.applies`): the very result the check gives then
+    (`not_configured`), so no job starts for it. None when the rule applies, and when the
+    scenario's expect.checks names the check (that `unknown` is the check's own to give,
+    with what it saw)."""
+    if check.applies is None:
+        return None
+    what = check.applies(run)
+    if what is None:
+        return None
+    result = not_configured(check.name, run, what)
+    if result.verdict != NA:
+        return None
+    result.family = check.family
+    result.needs_load = check.needs_load
+    result.judges_limit = check.judges_limit
     return result
 
 

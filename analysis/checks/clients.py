@@ -537,15 +537,22 @@ def _refused_login_holds(run: Run) -> Any:
     )
 
 
+def client_per_ip_set(run: Run) -> str | None:
+    """None when max.connections.per.ip (or an override) is set at some time of the run."""
+    tl = run.timeline
+    if any(lim.max_connections_per_ip < INT_MAX or lim.per_ip_overrides for lim in tl.limits):
+        return None
+    return "max.connections.per.ip"
+
+
 def check_client_ip_concurrency(run: Run) -> CheckResult:
     """Target broker: served connections open at once per IP, from the client's view, and
     each refused login's slot through the failed-authentication delay."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    tl = run.timeline
-    if not any(lim.max_connections_per_ip < INT_MAX or lim.per_ip_overrides for lim in tl.limits):
-        return not_configured("client_ip_concurrency", run, "max.connections.per.ip")
+    if (unset := client_per_ip_set(run)) is not None:
+        return not_configured("client_ip_concurrency", run, unset)
     cc = client_conns(run).where(F.col("ready_ns").isNotNull() & F.col("closed_ns").isNotNull())
     unattributed = 0
     if cluster_nodes(run):  # never merge connections whose broker is unknown into one count
@@ -666,5 +673,6 @@ CHECKS = [
         ("broker",),
         doc="target broker: served connections per IP ≤ per-IP max (client view)",
         judges_limit=True,
+        applies=client_per_ip_set,
     ),
 ]

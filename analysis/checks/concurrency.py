@@ -167,6 +167,28 @@ def _judge(
     )
 
 
+def max_connections_set(run: Run) -> str | None:
+    """None when max.connections is set at some time of the run, else what is not."""
+    return None if run.timeline.ever(lambda x: x.max_connections) else "max.connections"
+
+
+def listener_max_set(run: Run) -> str | None:
+    """None when some listener.name.<l>.max.connections is set at some time of the run."""
+    if any(v < INT_MAX for lim in run.timeline.limits for v in lim.listener_maxes().values()):
+        return None
+    return "listener.name.<l>.max.connections"
+
+
+def per_ip_max_set(run: Run) -> str | None:
+    """None when max.connections.per.ip (or an override) is set at some time of the run."""
+    if any(
+        lim.max_connections_per_ip < INT_MAX or bool(lim.per_ip_overrides)
+        for lim in run.timeline.limits
+    ):
+        return None
+    return "max.connections.per.ip (or its override)"
+
+
 def check_max_connections(run: Run) -> CheckResult:
     from pyspark.sql import functions as F
 
@@ -174,7 +196,7 @@ def check_max_connections(run: Run) -> CheckResult:
         return run.timeline.value_col(ns, lambda x: x.max_connections).cast("double")
 
     ev = _concurrency(run, None, lim, only_unprotected=True)
-    limited = run.timeline.ever(lambda x: x.max_connections)
+    limited = max_connections_set(run) is None
     return _judge(
         run,
         "max_connections",
@@ -191,9 +213,7 @@ def check_listener_max_connections(run: Run) -> CheckResult:
         return _keyed_limit(run, ns, k, lambda x: x.listener_maxes(), lambda x: x.max_connections)
 
     ev = _concurrency(run, "listener", lim)
-    limited = any(
-        v < INT_MAX for lim_ in run.timeline.limits for v in lim_.listener_maxes().values()
-    )
+    limited = listener_max_set(run) is None
     return _judge(
         run,
         "listener_max_connections",
@@ -219,10 +239,7 @@ def check_max_connections_per_ip(run: Run) -> CheckResult:
         )
 
     ev = _concurrency(run, "client_ip", lim)
-    limited = any(
-        lim_.max_connections_per_ip < INT_MAX or bool(lim_.per_ip_overrides)
-        for lim_ in run.timeline.limits
-    )
+    limited = per_ip_max_set(run) is None
     from pyspark.sql import functions as F
 
     rejects = acceptor_conns(run).where(F.col("outcome") == "reject").count() if limited else 0
@@ -245,6 +262,7 @@ CHECKS = [
         True,
         doc="non-protected connections open at once ≤ max.connections",
         judges_limit=True,
+        applies=max_connections_set,
     ),
     Check(
         "listener_max_connections",
@@ -253,6 +271,7 @@ CHECKS = [
         True,
         doc="connections open at once on a listener ≤ listener.name.<l>.max.connections",
         judges_limit=True,
+        applies=listener_max_set,
     ),
     Check(
         "max_connections_per_ip",
@@ -261,5 +280,6 @@ CHECKS = [
         True,
         doc="connections open at once from one IP ≤ max.connections.per.ip / override",
         judges_limit=True,
+        applies=per_ip_max_set,
     ),
 ]

@@ -42,6 +42,7 @@ from analysis.checks.request_model import (
     _step_value,
     _throttle,
     quota_versions,
+    request_quotas_set,
 )
 from analysis.columns import detail_col
 from analysis.model import RateMeter
@@ -80,9 +81,9 @@ def _rows(run: Run) -> list[Any]:
 
 
 def check_late_charges(run: Run) -> CheckResult:
+    if (unset := request_quotas_set(run)) is not None:
+        return not_configured(NAME, run, unset)
     versions = quota_versions(run)
-    if not any(v for _s, v in versions):
-        return not_configured(NAME, run, "request_percentage quotas")
     rows = _rows(run)
     claims = [r for r in rows if r["charge_source"] in LATE_SOURCES]
     if not claims:
@@ -199,5 +200,6 @@ CHECKS = [
         check_late_charges,
         False,
         doc="a response charged late (unthrottled) could not have been throttled by the model",
+        applies=request_quotas_set,
     ),
 ]

@@ -195,11 +195,32 @@ def _accepts(run: Run) -> DataFrame:
     return conns.withColumn("ns", F.col("accept_ns")).withColumn("ts", F.col("accept_ts"))
 
 
+def broker_rate_set(run: Run) -> str | None:
+    """None when max.connection.creation.rate is set at some time of the run."""
+    return None if run.timeline.ever(lambda x: x.broker_rate) else "max.connection.creation.rate"
+
+
+def listener_rate_set(run: Run) -> str | None:
+    """None when some listener.name.<l>.max.connection.creation.rate is set at some time."""
+    if any(v < INT_MAX for lim in run.timeline.limits for v in lim.listener_rates().values()):
+        return None
+    return "listener.name.<l>.max.connection.creation.rate"
+
+
+def ip_rate_set(run: Run) -> str | None:
+    """None when a connection_creation_rate (ip default or one address's) is set at some time."""
+    if run.timeline.ever(lambda x: x.ip_quota_default) or any(
+        v < INT_MAX for lim in run.timeline.limits for v in lim.ip_quotas.values()
+    ):
+        return None
+    return "connection_creation_rate (ip quota)"
+
+
 def check_broker_rate(run: Run) -> CheckResult:
     from pyspark.sql import functions as F
 
-    if not run.timeline.ever(lambda x: x.broker_rate):
-        return not_configured("broker_rate_span", run, "max.connection.creation.rate")
+    if (unset := broker_rate_set(run)) is not None:
+        return not_configured("broker_rate_span", run, unset)
     ev = _accepts(run)
     prot = _protected_names(run)
     if prot:
@@ -220,10 +241,8 @@ def check_broker_rate(run: Run) -> CheckResult:
 
 
 def check_listener_rate(run: Run) -> CheckResult:
-    if not any(v < INT_MAX for lim in run.timeline.limits for v in lim.listener_rates().values()):
-        return not_configured(
-            "listener_rate_span", run, "listener.name.<l>.max.connection.creation.rate"
-        )
+    if (unset := listener_rate_set(run)) is not None:
+        return not_configured("listener_rate_span", run, unset)
     from pyspark.sql import functions as F
 
     ev = _accepts(run)
@@ -243,10 +262,8 @@ def check_listener_rate(run: Run) -> CheckResult:
 def check_ip_rate(run: Run) -> CheckResult:
     from pyspark.sql import functions as F
 
-    if not run.timeline.ever(lambda x: x.ip_quota_default) and not any(
-        v < INT_MAX for lim in run.timeline.limits for v in lim.ip_quotas.values()
-    ):
-        return not_configured("ip_rate_span", run, "connection_creation_rate (ip quota)")
+    if (unset := ip_rate_set(run)) is not None:
+        return not_configured("ip_rate_span", run, unset)
     conns = acceptor_conns(run).where(F.col("outcome").isin("admit", "reject"))
     ev = conns.withColumn("ns", F.col("t1_ns")).withColumn("ts", F.col("admit_ts"))
     n_listeners = max(1, len({x for lim in run.timeline.limits for x in lim.listeners}))
@@ -272,6 +289,7 @@ CHECKS = [
         True,
         doc="broker-wide accepts per n·w span within bound·span + burst",
         judges_limit=True,
+        applies=broker_rate_set,
     ),
     Check(
         "listener_rate_span",
@@ -280,6 +298,7 @@ CHECKS = [
         True,
         doc="per-listener accepts per n·w span within bound·span + burst",
         judges_limit=True,
+        applies=listener_rate_set,
     ),
     Check(
         "ip_rate_span",
@@ -288,5 +307,6 @@ CHECKS = [
         True,
         doc="per-IP (non-throttled) connections per n·w span within bound·span + burst",
         judges_limit=True,
+        applies=ip_rate_set,
     ),
 ]

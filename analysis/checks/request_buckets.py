@@ -50,7 +50,7 @@ from analysis.checks.base import (
     not_configured,
     witness,
 )
-from analysis.checks.request_model import QuotaCallback, quota_versions
+from analysis.checks.request_model import QuotaCallback, quota_versions, request_quotas_set
 from analysis.columns import detail_col
 
 if TYPE_CHECKING:
@@ -99,9 +99,9 @@ def _bounds(rows: list[dict[str, Any]], invoke_ns: dict[str, int]) -> list[int]:
 def check_request_quota_buckets(run: Run) -> CheckResult:
     from pyspark.sql import functions as F
 
+    if (unset := request_quotas_set(run)) is not None:
+        return not_configured(NAME, run, unset)
     versions = quota_versions(run)
-    if not any(v for _s, v in versions):
-        return not_configured(NAME, run, "request_percentage quotas")
     lim = run.timeline.limits[0]
     span_ns = lim.window_num * lim.window_ms * MS
     denominator_ns = max(lim.window_num - 1, 1) * lim.window_ms * MS
@@ -260,5 +260,6 @@ CHECKS = [
         doc="no throttle_time_ms on a response whose (user, client-id) bucket is provably "
         "under its request_percentage (in-flight time bounds the charge)",
         judges_limit=True,
+        applies=request_quotas_set,
     ),
 ]

@@ -139,11 +139,16 @@ def quota_versions(run: Run) -> list[tuple[int, dict[Entity, float]]]:
     ]
 
 
+def request_quotas_set(run: Run) -> str | None:
+    """None when some (user, client-id) request_percentage is set at some time of the run."""
+    return None if any(v for _s, v in quota_versions(run)) else "request_percentage quotas"
+
+
 def check_request_model(run: Run) -> CheckResult:
 
+    if (unset := request_quotas_set(run)) is not None:
+        return not_configured(NAME, run, unset)
     versions = quota_versions(run)
-    if not any(v for _s, v in versions):
-        return not_configured(NAME, run, "request_percentage quotas")
     req = run.events("request", source="acceptor")
     rows = (
         req.select(
@@ -365,5 +370,6 @@ CHECKS = [
         False,
         doc="request throttles where the model's charged time exceeds request_percentage",
         judges_limit=True,
+        applies=request_quotas_set,
     ),
 ]

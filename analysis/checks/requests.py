@@ -167,10 +167,16 @@ def _acceptor_mutes(run: Run) -> tuple[int, DataFrame]:
     return judged.count(), bad
 
 
+def request_quotas_stated(run: Run) -> str | None:
+    """None when some config row of the run states request quotas."""
+    if any(raw.get("request_quotas") for raw in run.timeline.raw if isinstance(raw, dict)):
+        return None
+    return "request_percentage quotas"
+
+
 def check_throttle_mutes(run: Run) -> CheckResult:
-    configured = any(raw.get("request_quotas") for raw in run.timeline.raw if isinstance(raw, dict))
-    if not configured:
-        return not_configured("request_throttle_mutes", run, "request_percentage quotas")
+    if (unset := request_quotas_stated(run)) is not None:
+        return not_configured("request_throttle_mutes", run, unset)
     on_acceptor = run.has_source("acceptor")
     n_client, bad_client = _client_mutes(run)
     parts = [
@@ -242,6 +248,7 @@ CHECKS = [
         ("acceptor", "broker"),
         doc="a throttled connection reads nothing more until its throttle ends (KIP-219)",
         judges_limit=True,
+        applies=request_quotas_stated,
     ),
     Check(
         "request_throttle_bounds",

@@ -68,6 +68,7 @@ from analysis.checks.base import (
     nothing_judged,
     witness,
 )
+from analysis.checks.concurrency import max_connections_set
 from analysis.checks.stalls import TIMER_RESOLUTION_MS, heartbeat_stalls, overlap
 from analysis.columns import detail_col
 from analysis.frames import MS, acceptor_conns
@@ -436,8 +437,8 @@ def check_eviction(run: Run) -> CheckResult:
     from pyspark.sql import functions as F
 
     name = "eviction_rule"
-    if not run.timeline.ever(lambda x: x.max_connections):
-        return not_configured(name, run, "max.connections")
+    if (unset := max_connections_set(run)) is not None:
+        return not_configured(name, run, unset)
     slack = run.slack_ms
     evicts = _evictions(run)
     conns = (
@@ -599,5 +600,6 @@ CHECKS = [
         True,
         doc="evictions only over max.connections, as many as the excess, LRU, never protected",
         judges_limit=True,
+        applies=max_connections_set,
     ),
 ]
