@@ -51,8 +51,8 @@ def check_rate_delay_within_window(run: Run) -> CheckResult:
     rate_limited = run.timeline.ever(lambda x: x.broker_rate) or any(
         v < INT_MAX for lim in run.timeline.limits for v in lim.listener_rates().values()
     )
-    delays_seen = acceptor_conns(run).where(F.col("delay_ms") > 0).limit(1).count()
-    if not rate_limited and not delays_seen:
+    # a delay without a rate limit is judged too; the probe only when none is configured
+    if not rate_limited and acceptor_conns(run).where(F.col("delay_ms") > 0).isEmpty():
         return not_configured(
             "rate_delay_within_window", run, "max.connection.creation.rate (broker or listener)"
         )
@@ -235,6 +235,14 @@ def check_ip_throttle_within_window(run: Run) -> CheckResult:
     w = _window_ms(run)
     loop_ns = F.lit(int(ACCEPTOR_LOOP_MS * MS))
     conns = acceptor_conns(run).where(F.col("outcome") == "throttle_close")
+    ip_limited = any(
+        lim.ip_quota_default < INT_MAX or any(v < INT_MAX for v in lim.ip_quotas.values())
+        for lim in run.timeline.limits
+    )
+    if not ip_limited and conns.isEmpty():  # one probe, before the loop turns and stalls
+        return not_configured(
+            "ip_throttle_within_window", run, "connection_creation_rate (ip quota)"
+        )
     conns = conns.withColumn(
         "end_ns", F.col("throttle_start_ns") + (F.col("throttle_ms") * F.lit(MS)).cast("long")
     )
@@ -245,10 +253,6 @@ def check_ip_throttle_within_window(run: Run) -> CheckResult:
     by_turn = F.col("turn_ns").isNotNull() & (F.col("turn_start_ns") <= F.col("end_ns") + loop_ns)
     conns = conns.withColumn(
         "close_by_ns", F.when(by_turn, F.col("turn_ns")).otherwise(F.col("end_ns") + loop_ns)
-    )
-    ip_limited = any(
-        lim.ip_quota_default < INT_MAX or any(v < INT_MAX for v in lim.ip_quotas.values())
-        for lim in run.timeline.limits
     )
     stalls, heartbeat = heartbeat_stalls(run)
     conns = _stall_credit(conns, stalls or [])
