@@ -84,12 +84,6 @@ def check_failed_login_delay(run: Run) -> CheckResult:
         .where(F.col("code").isin(*DELAYED_ERRORS) & F.col("answer_ms").isNotNull())
         .collect()
     )
-    slowest_ok = (
-        run.events("sasl_done", source="client")
-        .select(detail_col("client", "sasl_done", "sasl_ms").cast("double").alias("ms"))
-        .agg(F.max("ms"))
-        .collect()[0][0]
-    )
     expected_checks = run.expect.get("checks") or []
     if not fails:
         return CheckResult(
@@ -99,6 +93,12 @@ def check_failed_login_delay(run: Run) -> CheckResult:
             expected="refused logins, each answered after the failed-authentication delay",
             explanation="nothing to judge: no client's login was refused",
         )
+    slowest_ok = (
+        run.events("sasl_done", source="client")
+        .select(detail_col("client", "sasl_done", "sasl_ms").cast("double").alias("ms"))
+        .agg(F.max("ms"))
+        .collect()[0][0]
+    )
     d = configured_delay_ms(run)
     low = d - KAFKA_CLOCK_MS
     high = d + PROCESSOR_POLL_MS + float(slowest_ok) if slowest_ok is not None else None
