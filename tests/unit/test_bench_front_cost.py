@@ -105,7 +105,7 @@ def test_stage_shares_split_the_event_loops_samples_by_the_first_stage_in_each_s
     loop = "main (harness/cli.py:55);run_forever (loop.c:1);Loop__run (loop.c:2)"
     raw = "\n".join(
         [
-            f"{loop};ListenerAcceptor._turn (harness/acceptor/admission.py:270);accept4 (libc) 3",
+            f"{loop};ListenerAcceptor._turn (harness/acceptor/listener.py:270);accept4 (libc) 3",
             # a callback nested in another stage's frame counts for the outer stage
             f"{loop};Processor._run (harness/acceptor/processor.py:1);data_received (x.py:1) 2",
             f"{loop};_Side.data_received (harness/acceptor/forwarding.py:80);write (libc) 4",
