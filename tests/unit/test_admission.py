@@ -142,8 +142,8 @@ def admitted_at_once() -> Admission:
 
 
 def rate_delay_slept_out() -> Admission:
-    """Over the listener's rate: `delay` row, the listener stalls and sleeps the delay out;
-    woken early, it sleeps the rest; then admitted, with the `blocked` row (rate)."""
+    """Over max.connection.creation.rate: `delay` row, the listener stalls and sleeps the
+    delay out; woken early, it sleeps the rest; then admitted, with the `blocked` row."""
     adm, clock, _ = new(props={"max.connection.creation.rate": "2"})
     t0 = clock.ns
     item, out = until(adm, clock, Sleep)
@@ -159,11 +159,10 @@ def rate_delay_slept_out() -> Admission:
     again = adm.woken(item)
     assert len(again) == 1 and isinstance(again[0], Sleep)
     clock.advance(delay.delay_ms)
-    start = t0
     done = adm.woken(item)
     assert kinds(done) == ["Unwatch", "Stall", "Blocked", "ConnRow", "HandOff"]
     assert done[1] == Stall(False)
-    assert done[2] == Blocked(start, clock.ns, "rate")
+    assert done[2] == Blocked(t0, clock.ns, "rate")  # from the wait's start: the accept
     admit = done[3]
     assert isinstance(admit, ConnRow) and admit.event == "admit"
     assert admit.delay_ms == (clock.ns - t0) / 1e6
