@@ -22,7 +22,7 @@ DECLARED = [c for c in ALL_CHECKS if c.applies is not None]
 def _served(cw: HistoryWriter, aw: HistoryWriter, hw: HistoryWriter) -> None:
     """Two connections admitted, served and closed; no limit set."""
     for i in range(2):
-        addr = {"client_ip": "127.0.0.7", "client_port": 55580 + i}
+        addr: dict[str, Any] = {"client_ip": "127.0.0.7", "client_port": 55580 + i}
         at = T0 + (1 + i) * S
         cw.record("connect_invoke", mono_ns=at, detail={"profile": "steady"}, **addr)
         cw.record("connect_ok", mono_ns=at + 1_000, latency_ms=0.001, **addr)
@@ -30,7 +30,7 @@ def _served(cw: HistoryWriter, aw: HistoryWriter, hw: HistoryWriter) -> None:
         cw.record(
             "closed", mono_ns=at + S // 2, reason="done", detail={"outcome": "served"}, **addr
         )
-        conn = {"conn_id": f"CLIENT-{i}", "listener": "CLIENT", **addr}
+        conn: dict[str, Any] = {"conn_id": f"CLIENT-{i}", "listener": "CLIENT", **addr}
         aw.record("accept", mono_ns=at + 500_000, **conn)
         aw.record("admit", mono_ns=at + 600_000, **conn)
         aw.record("close", mono_ns=at + S // 2, **conn)
@@ -59,7 +59,7 @@ def test_not_configured_is_na_as_the_check_itself_says(spark: Any, tmp_path: Pat
 
 
 def test_expected_by_the_scenario_is_unknown(spark: Any, tmp_path: Path) -> None:
-    meta = {"expect": {"checks": ["max_connections"]}}
+    meta: dict[str, object] = {"expect": {"checks": ["max_connections"]}}
     run = load_run(spark, hand_built_run(tmp_path, "expected", _served, config_ns=T0, meta=meta))
     picked = [c for c in ALL_CHECKS if c.name in ("max_connections", "max_connections_per_ip")]
     results = {r.name: r for r in run_checks(run, picked)}
