@@ -7,7 +7,8 @@ Usage:
 `analyse` copies the history and run.json of the newest `<scenario>-<target>-*` run of every
 scenario under --runs into OUT/<run-id>/ (the catalog runs' own report/ is never touched),
 analyses each with one SparkSession (no report.html) and writes OUT/<run-id>/report/
-verdict.json plus OUT/timings.json (seconds per run) and OUT/check_seconds.json (each
+verdict.json and OUT/<run-id>/check_seconds.json (each check's verdict and seconds, in the
+order judged), plus OUT/timings.json (seconds per run) and OUT/check_seconds.json (each
 check's seconds summed over the runs, the most first). `compare` lists every difference
 between two such folders: the run's verdict, and per check the verdict, `judged`,
 `exercised`, `peak`, `limit` and the witnesses' identities (conn_id, client_ip,
@@ -55,6 +56,8 @@ def analyse(out: Path, runs: Path, target: str, spark_master: str | None) -> int
     #: check -> (seconds over every run, runs); two checks run at a time, so a check's
     #: seconds are its own wall time, and they add up to about twice the runs' check time
     per_check: dict[str, list[float]] = {}
+    #: this run's checks: (name, verdict, seconds) in the order judged (views each a line)
+    this_run: list[tuple[str, str, float]] = []
 
     def tally(line: str) -> None:
         m = CHECK_LINE.match(line)
@@ -62,6 +65,7 @@ def analyse(out: Path, runs: Path, target: str, spark_master: str | None) -> int
             total = per_check.setdefault(m["name"], [0.0, 0])
             total[0] += float(m["seconds"])
             total[1] += 1
+            this_run.append((m["name"], line.split()[1], float(m["seconds"])))
 
     try:
         for src in newest_runs(runs, target):
@@ -72,8 +76,12 @@ def analyse(out: Path, runs: Path, target: str, spark_master: str | None) -> int
             if (src / "run.json").exists():
                 shutil.copy2(src / "run.json", dst / "run.json")
             t = time.monotonic()
+            this_run.clear()
             verdict = analyze_run(dst, spark=spark, report=False, progress=tally)
             timings[src.name] = round(time.monotonic() - t, 2)
+            (dst / "check_seconds.json").write_text(
+                json.dumps([{"name": n, "verdict": v, "seconds": s} for n, v, s in this_run])
+            )
             print(f"{src.name:<60} {verdict['verdict']:<8} {timings[src.name]:>6.1f} s", flush=True)
     finally:
         spark.stop()
