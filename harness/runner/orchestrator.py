@@ -377,7 +377,7 @@ class Orchestrator:
 
         self.proc_stats = (
             ProcStatsSampler(
-                self.history.record, self._process_groups, self.rd.root / "history"
+                self.history.record, self._process_groups, self.rd.root / "history", own=True
             ).start()
             if self.history is not None
             else None
@@ -583,8 +583,6 @@ class Orchestrator:
         noise = getattr(self, "noise", None)
         if noise is not None and noise.pgid is not None:
             out["noise"] = [noise.pgid]
-        if os.getpgrp() == os.getpid():  # the runner itself (its readers, scrapes, waits)
-            out["runner"] = [os.getpid()]
         return out
 
     def _phase_detail(self, rp: _RunningPhase, **extra: Any) -> dict[str, Any]:

@@ -43,6 +43,8 @@ from harness import procfs
 from harness.runner.periodic import Periodic
 
 EVENT = "process_stats"
+#: the row of the sampling process itself (the runner): what the run's own readers cost
+RUNNER = "runner"
 #: roles whose busiest thread of any kind is their loop (the storm engine runs on a thread
 #: of gevent's pool, not the main one); the others' loop is their main thread
 EVERY_THREAD = frozenset({"load"})
@@ -128,8 +130,11 @@ class ProcStatsSampler:
         max_duration_s: float = 24 * 3600.0,
         proc: Path = PROC,
         clock_ns: Callable[[], int] = time.monotonic_ns,
+        own: bool = False,
     ) -> None:
         self.record = record
+        #: also a row for the sampling process itself (role `runner`)
+        self.own = own
         self.roles = roles
         self.history = history
         self.proc = proc
@@ -153,6 +158,10 @@ class ProcStatsSampler:
             row = {"role": role, "pgids": list(pgids), **group_totals(members, self.proc)}
             row.update(self._loop_busy(role, [pid for pid, _, _ in members]))
             rows.append(row)
+        if self.own and roles:  # the runner itself: its readers, scrapes and waits (only it)
+            me = os.getpid()
+            own = [m for m in groups.get(os.getpgrp(), []) if m[0] == me]
+            rows.append({"role": RUNNER, "pgids": [], **group_totals(own, self.proc)})
         if self.history is not None:
             size, files = folder_bytes(self.history)
             rows.append({"role": "history", "bytes": size, "files": files})

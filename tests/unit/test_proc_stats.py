@@ -154,3 +154,16 @@ def test_the_loops_are_placed_by_their_own_read_not_the_whole_readings(tmp_path:
     assert (first["loop_read_mono_ns"], first["loop_read_ms"]) == (600_000_000, 300.0)
     assert (second["loop_read_mono_ns"], second["loop_read_ms"]) == (1_800_000_000, 300.0)
     assert second["loop_busy"] == 0.75  # 0.9 s busy over the 1.2 s from read end to read end
+
+
+def test_the_sampler_reads_its_own_process_as_the_runner(tmp_path: Path) -> None:
+    """`own=True`: one more row per reading, role runner, the sampling process alone (what
+    the run's own readers and scrapes cost), read from the real /proc."""
+    rows: list[dict[str, Any]] = []
+    sampler = ProcStatsSampler(
+        lambda _event, **f: rows.append(f["detail"]), lambda: {"load": [os.getpgrp()]}, None,
+        own=True,
+    )  # fmt: skip
+    sampler.sample_once()
+    runner = [d for d in rows if d["role"] == "runner"]
+    assert len(runner) == 1 and runner[0]["processes"] == 1 and runner[0]["cpu_s"] >= 0
