@@ -44,9 +44,13 @@ def charged(ns: int, ms: float, conn: str = "r-0", port: int = 5000) -> dict[str
             "detail": {"charged_ms": ms, "charge_source": "broker_log"}}  # fmt: skip
 
 
-def late(ns: int, ms: float, source: str = "broker_log_late") -> dict[str, Any]:
-    """A response sent at `ns` unthrottled, its `ms` charged without a check 5 ms later."""
+def late(
+    ns: int, ms: float, source: str = "broker_log_late", latency_ms: float | None = None
+) -> dict[str, Any]:
+    """A response sent at `ns` unthrottled, `latency_ms` after its request (the bound its
+    claim was made with; `ms` unless said), its `ms` charged without a check 5 ms later."""
     row = charged(ns, ms, conn="r-1", port=5001)
+    row["latency_ms"] = ms if latency_ms is None else latency_ms
     row["detail"] = {"charged_ms": ms, "charge_source": source, "late_ms": 5.0}
     return row
 
@@ -66,6 +70,20 @@ def test_a_late_charge_over_the_quota_is_a_throttle_let_through(
     assert r.judged == 1
     if verdict == "fail":
         assert "the model throttles it" in r.witnesses[0]["why"], r.witnesses
+
+
+@pytest.mark.parametrize(
+    "latency_ms, verdict", [(9.9, "pass"), (10.2, "fail")], ids=["bound-under", "bound-over"]
+)
+def test_the_claim_is_judged_with_its_bound_not_the_charge_made_later(
+    spark: Any, tmp_path: Path, latency_ms: float, verdict: str
+) -> None:
+    """The claim covers any charge up to the broker time the acceptor saw: a response
+    whose line later said 0.5 ms was still let go on a wrong claim if 90 ms plus its
+    10.2 ms of latency were over the quota."""
+    rows = [charged(T0, 90.0), late(T0 + MS, 0.5, latency_ms=latency_ms)]
+    r = judged(spark, tmp_path, f"bound-{latency_ms}", rows)
+    assert r.verdict == verdict, (r.observed, r.witnesses)
 
 
 @pytest.mark.parametrize(
