@@ -385,13 +385,22 @@ def test_arrivals_spread_over_brokers_and_pass_over_one_that_refused(
     dead = s.getsockname()[1]
     s.close()  # nothing listens there now: broker 2 is down
     brokers = ((1, "127.0.0.1", live), (2, "127.0.0.1", dead), (3, "127.0.0.1", live))
-    stats, rows = run(live, tmp_path, 9, brokers=brokers)
+    stats, rows = run(live, tmp_path, 30, brokers=brokers)
     invokes = sorted((r for r in rows if r["event"] == "connect_invoke"), key=lambda r: r["seq"])
     nodes = [r["d"]["broker"] for r in invokes]
-    # round-robin 1, 2, 3, ...; after broker 2 refused, its turns go to the brokers up
-    # (Kafka's reconnect back-off, 1 s: the whole schedule here)
-    assert nodes[:3] == [1, 2, 3] and nodes.count(2) == 1, nodes
-    assert stats.outcomes == {"refused": 1, "served": 8}
+    # round-robin 1, 2, 3, ...; once broker 2's refusal is seen, its turns go to the
+    # brokers up (Kafka's reconnect back-off, 1 s: the whole schedule here). Arrivals made
+    # before the engine saw the refusal (a busy machine can hold its loop that long) still
+    # went to broker 2, and each was refused.
+    assert nodes[:3] == [1, 2, 3], nodes
+    seen = min(r["mono_ns"] for r in rows if r["event"] == "connect_fail")
+    after = [r["d"]["broker"] for r in invokes if r["mono_ns"] > seen]
+    assert after and 2 not in after, nodes
+    refused = nodes.count(2)
+    outcomes = dict(stats.outcomes)  # served, or delayed_served on a slow machine
+    assert outcomes.pop("refused") == refused, stats.outcomes
+    assert set(outcomes) <= {"served", "delayed_served"}, stats.outcomes
+    assert sum(outcomes.values()) == 30 - refused, stats.outcomes
 
 
 def test_a_hot_broker_takes_its_share_of_the_arrivals(
