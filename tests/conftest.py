@@ -16,6 +16,13 @@ from types import FrameType
 from typing import Any
 
 import pytest
+from hypothesis import settings
+
+# No Hypothesis deadline anywhere: on a shared machine a per-example deadline measures the
+# neighbours, not the code (timing claims live in bench/). The fuzz folder's own profile
+# (tests/fuzz/conftest.py) bounds its example counts on top of this.
+settings.register_profile("harness", deadline=None)
+settings.load_profile("harness")
 
 # PySpark workers must use this interpreter (pyarrow lives here).
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
