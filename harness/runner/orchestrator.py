@@ -229,7 +229,7 @@ class Orchestrator:
         self.noise = self._start_noise()
         from harness.runner.placement import Placement  # the front's loop on a CPU of its own
 
-        self.placement = Placement.plan(self.opts.placement)
+        self.placement = Placement.plan(self.opts.placement, front=self.opts.target == "acceptor")
         self.placement.confine_runner()
         self.run_json["placement"] = self.placement.record()
         self.rd.write_run_json(self.run_json)

@@ -40,14 +40,20 @@ class Placement:
     placed: set[int] = field(default_factory=set)
 
     @classmethod
-    def plan(cls, mode: str, cpus: Iterable[int] | None = None) -> Placement:
+    def plan(cls, mode: str, cpus: Iterable[int] | None = None, *, front: bool = True) -> Placement:
         """The placement for this machine: on (`auto`) with two or more CPUs available to
-        this process, the highest-numbered one for the loop; else off, saying why."""
+        this process and a front to place (the acceptor target), the highest-numbered CPU
+        for the loop; else off, saying why. Without a front there is nothing to give a CPU
+        to: confining the broker and the load to the others would only starve them."""
         if mode not in MODES:
             raise ValueError(f"--placement {mode!r}: expected one of {', '.join(MODES)}")
         have = frozenset(cpus if cpus is not None else os.sched_getaffinity(0))
-        if mode == "off" or len(have) < 2:
-            return cls("off" if mode == "off" else "off (one CPU)", before=have)
+        if mode == "off":
+            return cls("off", before=have)
+        if not front:
+            return cls("off (no acceptor to place)", before=have)
+        if len(have) < 2:
+            return cls("off (one CPU)", before=have)
         loop = max(have)
         return cls("on", frozenset({loop}), have - {loop}, have)
 

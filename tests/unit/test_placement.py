@@ -27,6 +27,13 @@ def test_off_when_asked_or_with_one_cpu() -> None:
     assert one.place_loops([12345]) == []  # nothing is moved when off
 
 
+def test_off_without_a_front_to_place() -> None:
+    """The broker target has no acceptor: confining its broker and load to one CPU would
+    only starve them (an ssl-storm beside noise timed out every handshake so)."""
+    p = Placement.plan("auto", [0, 1], front=False)
+    assert not p.on and p.mode == "off (no acceptor to place)"
+
+
 def test_an_unknown_mode_is_refused() -> None:
     with pytest.raises(ValueError, match="--placement 'pinned'"):
         Placement.plan("pinned", [0, 1])
