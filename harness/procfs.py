@@ -133,6 +133,15 @@ def alive(pid: int, started: str = "") -> bool:
     return not started or start_time(pid) in ("", started)
 
 
+def machine_busy_s(proc: Path = PROC) -> float:
+    """CPU seconds every CPU of the machine spent busy since boot (``/proc/stat``'s first
+    line: user, nice, system, irq, softirq, steal; not idle or iowait): with two readings,
+    how many cores the whole machine used, whoever used them."""
+    fields = (proc / "stat").read_text().split("\n", 1)[0].split()
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[1:9])
+    return (user + nice + system + irq + softirq + steal) / CLK_TCK
+
+
 def thread_ids(pid: int | str, proc: Path = PROC) -> list[int]:
     """The ids of a process's threads (its ``task`` folder; the main thread's is the pid).
     `pid` may be ``"self"``."""

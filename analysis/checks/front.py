@@ -202,9 +202,9 @@ def check_front_saturation(run: Run) -> CheckResult:
 def _serving(run: Run, readings: list[Busy]) -> tuple[list[Busy], int]:
     """The readings of loops that were a front, and how many were not: a reading that ended
     before its process's first history row (an acceptor writes none before its listeners
-    are bound: its config, then its heartbeat's `start`) measured the process's own start-up (imports, its processors, a
-    restarted front coming back), when no client could reach it; its busy share is not the
-    front's pace."""
+    are bound: its config, then its heartbeat's `start`) measured the process's own
+    start-up (imports, its processors, a restarted front coming back), when no client
+    could reach it; its busy share is not the front's pace."""
     from analysis.load import acceptor_spans
 
     first = {int(pid): lo for pid, (lo, _hi) in acceptor_spans(run).items()}

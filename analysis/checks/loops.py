@@ -190,12 +190,21 @@ def cores_by_role(run: Run) -> dict[str, list[tuple[int, float]]]:
 
 def machine_during(cores: dict[str, list[tuple[int, float]]], lo: int, hi: int) -> str:
     """Each role's mean CPU use (cores) over the readings that cover [lo, hi], busiest first:
-    the neighbours of a starved loop, named with their measured share."""
+    the neighbours of a starved loop, named with their measured share; with the machine's
+    own reading (role ``machine``), what none of the run's processes used is named too
+    ("other processes": a neighbour the run did not start)."""
     used: list[tuple[float, str]] = []
+    machine: float | None = None
     for role, series in cores.items():
         inside = [(t, c) for t, c in series if lo - S <= t <= hi + S]
         if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
             continue
         (t0, c0), (t1, c1) = inside[0], inside[-1]
-        used.append((max(0.0, c1 - c0) / ((t1 - t0) / S), role))
+        n = max(0.0, c1 - c0) / ((t1 - t0) / S)
+        if role == "machine":  # every process's, the run's own included
+            machine = n
+        else:
+            used.append((n, role))
+    if machine is not None:  # what the run's own processes did not use: a neighbour's
+        used.append((max(0.0, machine - sum(n for n, _ in used)), "other processes"))
     return ", ".join(f"{role} {n:.2f} cores" for n, role in sorted(used, reverse=True))

@@ -163,7 +163,8 @@ ALL: tuple[Event, ...] = (
        {"role", "pgids", "processes", "fds", "rss_kb", "cpu_s", "bytes", "files", "loop_busy",
         "loop_busy_pid", "loop_others", "loop_wait", "loop_read_mono_ns", "loop_read_ms"},
        "one reading of a role's processes (descriptors, RSS, CPU, its busiest main thread's "
-       "share of the time since the last reading) or the history's size"),
+       "share of the time since the last reading), the history's size, the runner's own "
+       "process (role runner) or the whole machine's busy CPU (role machine)"),
 )  # fmt: skip
 
 BY_SOURCE: dict[str, dict[str, Event]] = {}

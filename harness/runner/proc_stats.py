@@ -45,6 +45,9 @@ from harness.runner.periodic import Periodic
 EVENT = "process_stats"
 #: the row of the sampling process itself (the runner): what the run's own readers cost
 RUNNER = "runner"
+#: the whole machine's busy CPU seconds (`/proc/stat`): what none of the run's roles used
+#: is a neighbour's
+MACHINE = "machine"
 #: roles whose busiest thread of any kind is their loop (the storm engine runs on a thread
 #: of gevent's pool, not the main one); the others' loop is their main thread
 EVERY_THREAD = frozenset({"load"})
@@ -162,6 +165,9 @@ class ProcStatsSampler:
             me = os.getpid()
             own = [m for m in groups.get(os.getpgrp(), []) if m[0] == me]
             rows.append({"role": RUNNER, "pgids": [], **group_totals(own, self.proc)})
+            with contextlib.suppress(OSError, ValueError):  # and the whole machine's CPU
+                busy = round(procfs.machine_busy_s(self.proc), 2)
+                rows.append({"role": MACHINE, "pgids": [], "cpu_s": busy})
         if self.history is not None:
             size, files = folder_bytes(self.history)
             rows.append({"role": "history", "bytes": size, "files": files})

@@ -41,6 +41,7 @@ def _run(
     role: str = "acceptor",
     wait: float | None = None,
     noise_cpu_s: list[float] | None = None,
+    machine_cpu_s: list[float] | None = None,
 ) -> Any:
     def build(cw: HistoryWriter, aw: HistoryWriter, hw: HistoryWriter) -> None:
         for k, n in enumerate(drops or []):  # the kernel's counters, one reading a second
@@ -66,6 +67,9 @@ def _run(
         for k, cpu in enumerate(noise_cpu_s or []):  # neighbours made on purpose
             noise = {"role": "noise", "pgids": [2], "processes": 3, "cpu_s": cpu}
             hw.record("process_stats", mono_ns=T0 + k * S, latency_ms=1.0, detail=noise)
+        for k, cpu in enumerate(machine_cpu_s or []):  # /proc/stat: every process's
+            machine = {"role": "machine", "pgids": [], "cpu_s": cpu}
+            hw.record("process_stats", mono_ns=T0 + k * S, latency_ms=1.0, detail=machine)
 
     return hand_built_run(tmp, name, build, config_ns=T0 - S)
 
@@ -102,6 +106,12 @@ def test_a_starved_front_names_its_measured_cause_and_its_neighbours(
     ), r.observed
     own = check_front_saturation(load_run(spark, _run(tmp_path, "own", 0.998, wait=0.1)))
     assert "waiting for one 10%; its own work: on a CPU" in own.observed, own.observed
+    # a neighbour the run did not start: the machine's busy CPU less the run's own roles
+    unnamed = _run(tmp_path, "unnamed", 0.998, wait=0.7, machine_cpu_s=[0.0, 2.0, 4.0, 6.0])
+    r = check_front_saturation(load_run(spark, unnamed))
+    assert "the machine meanwhile: other processes 1.60 cores, acceptor 0.40 cores; " in (
+        r.observed
+    ), r.observed
 
 
 def test_the_window_names_the_drops_the_kernel_counted_around_it(
