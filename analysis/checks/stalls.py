@@ -29,6 +29,16 @@ TIMER_RESOLUTION_MS = 1.0
 
 
 def heartbeat_stalls(run: Run) -> tuple[list[tuple[int, int]] | None, dict[str, float]]:
+    """`measured_heartbeat_stalls`, read once per run (several checks ask)."""
+    return run.cached("heartbeat_stalls", lambda: measured_heartbeat_stalls(run))  # type: ignore[no-any-return]
+
+
+def client_stalls(run: Run) -> ClientStalls:
+    """Every client observer's measured stalls (`ClientStalls`), read once per run."""
+    return run.cached("client_stalls", lambda: measured_client_stalls(run))  # type: ignore[no-any-return]
+
+
+def measured_heartbeat_stalls(run: Run) -> tuple[list[tuple[int, int]] | None, dict[str, float]]:
     """Loop stalls the acceptor measured itself (`loop_lag` rows), or None without a heartbeat.
 
     A heartbeat tick due every `period` ms that fired `late` ms after its due time proves the
@@ -129,8 +139,8 @@ def fmt_ms(v: float | None) -> str:
     return "?" if v is None else f"{v:g}"
 
 
-def client_stalls(run: Run) -> ClientStalls:
-    """Every client observer's measured stalls (`ClientStalls`), read once per check."""
+def measured_client_stalls(run: Run) -> ClientStalls:
+    """Every client observer's measured stalls (`ClientStalls`)."""
     from pyspark.sql import functions as F
 
     rows = (
