@@ -1007,6 +1007,10 @@ def _table() -> dict[tuple[State, Input], Row]:
         row(state, _I.CLIENT_EOF, c._on_client_eof, both, finish | {a.HALF_CLOSE})
         row(state, _I.UPSTREAM_EOF, c._on_upstream_eof, both, finish | {a.HALF_CLOSE, a.ARM})
         row(state, _I.UPSTREAM_LOST, c._on_end, {_CLOSED}, finish)
+        # the connect's timeout fired after its transport was made (a loaded machine: TLS
+        # done, `create_connection` not yet returned): asyncio closes that transport, and
+        # the connection ends as unreachable now rather than on its loss
+        row(state, _I.UPSTREAM_FAILED, c._on_end, {_CLOSED}, finish)
         row(state, _I.BACKPRESSURE, c._on_backpressure, {state}, {a.PAUSE, a.RESUME})
         row(state, _I.ANSWER, c._on_answer, both, take)
         row(state, _I.CHARGED, c._on_charged, both, relay)

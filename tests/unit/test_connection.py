@@ -385,6 +385,23 @@ def upstream_unreachable() -> Connection:
     return conn
 
 
+def upstream_connect_fails_after_its_transport() -> list[Connection]:
+    """The upstream connect's timeout can fire after its transport was made (on a loaded
+    machine: the TLS handshake done, `create_connection` not yet returned); asyncio closes
+    that transport: the connection ends as unreachable, open or closing alike."""
+    conn, _wire, host, _ = open_conn()
+    conn.upstream_failed("TimeoutError()")
+    assert reason(host) == "upstream_unreachable"
+    assert host.closed[0][1]["error"] == "TimeoutError()"
+    closing, _wire, host2, _ = open_conn(quotas=True)
+    closing.client_data(BAD_SIZE)
+    assert closing.state is State.CLOSING
+    closing.upstream_failed("TimeoutError()")
+    assert reason(host2) == "bad_frame"  # the first reason is kept
+    assert host2.closed[0][1]["then"] == "upstream_unreachable"
+    return [conn, closing]
+
+
 def client_resets_while_connecting() -> Connection:
     conn, wire, host, _ = new()
     conn.opened()
@@ -952,6 +969,7 @@ SCENARIOS: list[Callable[[], Any]] = [
     upstream_resets,
     upstream_closes_then_the_client,
     upstream_gone_without_eof,
+    upstream_connect_fails_after_its_transport,
     client_gone_without_eof,
     no_half_close_upstream,
     backpressure_both_ways,
