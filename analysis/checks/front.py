@@ -107,6 +107,7 @@ def unexplained_waits(
 def check_front_saturation(run: Run) -> CheckResult:
     rows = role_rows(run, "acceptor")
     readings, starting = _serving(run, busy_readings(rows))
+    readings, idle = _at_stake(run, readings)
     expected = (
         "the acceptor's event loops idle at least once in every reading's interval (a loop "
         "busy throughout had more work than time)"
@@ -125,6 +126,11 @@ def check_front_saturation(run: Run) -> CheckResult:
         f"; {starting} reading(s) of an acceptor process's own start-up (before its listeners "
         "were bound) left out: no client could reach it"
         if starting
+        else ""
+    ) + (
+        f"; {idle} reading(s) busy throughout with no client attempt and no accept in them "
+        "(before the load, or the run's stop) left out: nothing judged was at stake"
+        if idle
         else ""
     )
     model = "split" if max(int(d.get("processes") or 1) for _, _, d in rows) > 1 else "single"
@@ -210,6 +216,34 @@ def _serving(run: Run, readings: list[Busy]) -> tuple[list[Busy], int]:
     first = {int(pid): lo for pid, (lo, _hi) in acceptor_spans(run).items()}
     serving = [r for r in readings if r.at_ns > first.get(r.pid, r.at_ns - 1)]
     return serving, len(readings) - len(serving)
+
+
+def _at_stake(run: Run, readings: list[Busy]) -> tuple[list[Busy], int]:
+    """The readings that could bear on a verdict, and how many could not: a loop busy
+    throughout an interval in which no client attempted a connection and the front accepted
+    none (the run's last reading, taken as it stops; a front busy before the load) left no
+    connection to be judged at its pace. One Spark job for all the busy readings."""
+    from pyspark.sql import functions as F
+
+    busy = [r for r in readings if r.busy_throughout]
+    if not busy:
+        return readings, 0
+    spark = run.history.sparkSession
+    spans = spark.createDataFrame([(r.prev_ns, r.at_ns) for r in busy], "lo long, hi long")
+    events = run.history.where(
+        ((F.col("source") == "client") & (F.col("event") == "connect_invoke"))
+        | ((F.col("source") == "acceptor") & (F.col("event") == "accept"))
+    ).select("mono_ns")
+    hit = {
+        (int(r["lo"]), int(r["hi"]))
+        for r in F.broadcast(spans)
+        .join(events, (events.mono_ns > spans.lo) & (events.mono_ns <= spans.hi))
+        .select("lo", "hi")
+        .distinct()
+        .collect()
+    }
+    idle = [r for r in busy if (r.prev_ns, r.at_ns) not in hit]
+    return [r for r in readings if r not in idle], len(idle)
 
 
 def against_ceiling(peak: tuple[int, float] | None, model: str) -> str:

@@ -158,6 +158,8 @@ def test_a_reading_of_the_acceptors_own_start_up_is_not_its_pace(
         def build(cw: HistoryWriter, aw: HistoryWriter, hw: HistoryWriter) -> None:
             aw.record("loop_lag", mono_ns=first_row_ns, reason="start", delay_ms=0.0,
                       detail={"period_ms": 10, "threshold_ms": 5})  # fmt: skip
+            cw.record("connect_invoke", mono_ns=T0 + 1_500 * MS, detail={"profile": "storm"},
+                      client_ip="127.0.0.7", client_port=40001, listener="CLIENT")  # fmt: skip
             for k, share in enumerate([None, 0.5, 0.998, 0.2]):
                 d: dict[str, Any] = {"role": "acceptor", "pgids": [1], "processes": 1}
                 if share is not None:  # this test's own pid: the acceptor files' writer
@@ -171,3 +173,27 @@ def test_a_reading_of_the_acceptors_own_start_up_is_not_its_pace(
     assert "2 reading(s) of an acceptor process's own start-up" in starting.observed
     serving = check_front_saturation(load_run(spark, run(T0 + 2 * S - MS)))
     assert serving.verdict == "unknown", serving.observed
+
+
+def test_a_loop_busy_when_nothing_was_at_stake_is_left_out(spark: Any, tmp_path: Path) -> None:
+    """A reading busy throughout with no client attempt and no accept inside it (the last
+    one, taken as the run stops, on a loaded machine) left nothing to judge at the front's
+    pace: left out, and said so. One attempt inside it, and it is the front's pace again."""
+
+    def run(name: str, attempt_ns: int) -> Any:
+        def build(cw: HistoryWriter, aw: HistoryWriter, hw: HistoryWriter) -> None:
+            cw.record("connect_invoke", mono_ns=attempt_ns, detail={"profile": "storm"},
+                      client_ip="127.0.0.7", client_port=40001, listener="CLIENT")  # fmt: skip
+            for k, share in enumerate([None, 0.5, 0.998, 0.2]):
+                d: dict[str, Any] = {"role": "acceptor", "pgids": [1], "processes": 1}
+                if share is not None:
+                    d |= {"loop_busy": share, "loop_busy_pid": 4242}
+                hw.record("process_stats", mono_ns=T0 + k * S, latency_ms=1.0, detail=d)
+
+        return hand_built_run(tmp_path, name, build, config_ns=T0 - S)
+
+    idle = check_front_saturation(load_run(spark, run("idle", T0 + 500 * MS)))
+    assert idle.verdict == "pass", idle.observed
+    assert "1 reading(s) busy throughout with no client attempt" in idle.observed
+    at_stake = check_front_saturation(load_run(spark, run("at-stake", T0 + 2 * S)))
+    assert at_stake.verdict == "unknown", at_stake.observed
