@@ -31,6 +31,7 @@ acceptor's admission, processor, TLS, dynamic-config and request-quota code
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Iterable, Reversible
 from dataclasses import dataclass
@@ -593,25 +594,8 @@ class Seeded(NoFaults):
     def late_claim(self, could_throttle: Claim, quotas: RequestQuotas) -> Claim:
         if "late_charge_n_windows" not in self._on:
             return could_throttle
-        from harness.quota.requests import NANOS_TO_PERCENTAGE, UNLIMITED
-
-        manager = quotas._request
-        longest_s = manager.samples * manager.window_ms / 1000.0
-
-        def over_n_windows(
-            user: str, client_id: str, api_key: int, handler_ns: int, now_ms: int
-        ) -> bool:
-            if api_key in quotas.exempt_api_keys or not manager.enabled:
-                return False
-            tags = manager.bucket(user, client_id)
-            bound = manager.limit(tags)
-            if bound >= UNLIMITED:
-                return False
-            meter = manager.meters.get(tags)
-            total = meter.peek_sum(now_ms) if meter is not None else 0.0
-            return (total + handler_ns * NANOS_TO_PERCENTAGE) / longest_s > bound
-
-        return over_n_windows
+        # the claim judged over n windows, not the n - 1 Rate measures at the shortest
+        return functools.partial(quotas.could_throttle, windows=quotas.request_samples)
 
     def request_entity(self) -> Callable[[str, str], tuple[str, str]] | None:
         swap = "request_wrong_entity" in self._on

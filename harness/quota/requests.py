@@ -348,14 +348,26 @@ class RequestQuotas:
         request is charged."""
         return self._request.enabled
 
+    @property
+    def request_samples(self) -> int:
+        """`quota.window.num` of the request quota's meters (n)."""
+        return self._request.samples
+
     def could_throttle(
-        self, user: str, client_id: str, api_key: int, handler_ns: int, now_ms: int
+        self,
+        user: str,
+        client_id: str,
+        api_key: int,
+        handler_ns: int,
+        now_ms: int,
+        windows: int | None = None,
     ) -> bool:
         """Whether charging at most `handler_ns` now could throttle (False: it surely cannot).
 
         An upper bound of what `record_request` would find: the bucket's recorded sum plus
         the charge over the shortest window `Rate` can have, `(samples - 1)` windows (it pads
-        to that), against its bound. Reads the meter without side effects (no meter made,
+        to that; `windows` another count, the seeded fault `late_charge_n_windows`'s n),
+        against its bound. Reads the meter without side effects (no meter made,
         nothing purged): a purge here, at a time no charge was made, would move where later
         windows start, so the enforcer's throttles would depend on when it asked, not only on
         what it charged, and the checker's replay of the charges would disagree by a few ms.
@@ -371,7 +383,8 @@ class RequestQuotas:
             return False
         meter = manager.meters.get(tags)
         total = meter.peek_sum(now_ms) if meter is not None else 0.0
-        shortest_ms = max((manager.samples - 1) * manager.window_ms, 1)
+        span = manager.samples - 1 if windows is None else windows
+        shortest_ms = max(span * manager.window_ms, 1)
         return (total + handler_ns * NANOS_TO_PERCENTAGE) / (shortest_ms / 1000.0) > bound
 
     def quota_for(self, user: str, client_id: str, key: str = "request_percentage") -> float:
