@@ -75,7 +75,9 @@ def run(args: argparse.Namespace) -> int:
     st = Selftest(
         jobs,
         args.out,
-        run_one=partial(run_job, acceptor=acceptor, noise=args.noise),
+        # several runs at once would each confine their brokers and loads to the same
+        # "other" CPUs and share the loop's: placement is for one run on the machine
+        run_one=partial(run_job, acceptor=acceptor, noise=args.noise, placement_off=args.jobs > 1),
         acceptor=acceptor,
         at_once=args.jobs,
         noise=args.noise,

@@ -78,6 +78,7 @@ def run_job(
     log_path: Path,
     acceptor: Mapping[str, str] | None = None,
     noise: Any = None,
+    placement_off: bool = False,
 ) -> JobResult:
     """One scenario's load against the acceptor with the job's fault (if any), and the
     extra acceptor properties every run of this selftest gets (`acceptor`): ``harness run
@@ -90,6 +91,8 @@ def run_job(
     out = runs_dir / job.slug
     argv = [sys.executable, "-m", "harness", "run", job.scenario, "--target", "acceptor"]
     argv += ["--no-analyze", "--out", str(out)]
+    if placement_off:
+        argv += ["--placement", "off"]
     for key, value in overrides.items():
         argv += ["--set-acceptor", f"{key}={value}"]
     env = None
