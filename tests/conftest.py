@@ -24,6 +24,11 @@ from hypothesis import settings
 settings.register_profile("harness", deadline=None)
 settings.load_profile("harness")
 
+# Several harness runs at once on the suite's workers: CPU placement is for one run on the
+# machine (each would confine its broker and load to the same other CPU); its own tests
+# ask for it explicitly (harness.runner.placement).
+os.environ.setdefault("HARNESS_PLACEMENT", "off")
+
 # PySpark workers must use this interpreter (pyarrow lives here).
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

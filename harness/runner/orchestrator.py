@@ -227,9 +227,12 @@ class Orchestrator:
             started_at=utc_now_iso(),
         )
         self.noise = self._start_noise()
-        from harness.runner.placement import Placement  # the front's loop on a CPU of its own
+        from harness.runner.placement import PLACEMENT_ENV, Placement  # the loop's own CPU
 
-        self.placement = Placement.plan(self.opts.placement, front=self.opts.target == "acceptor")
+        mode = self.opts.placement
+        if mode == "auto":  # a machine running several runs at once says so (the test suite)
+            mode = os.environ.get(PLACEMENT_ENV, "auto")
+        self.placement = Placement.plan(mode, front=self.opts.target == "acceptor")
         self.placement.confine_runner()
         self.run_json["placement"] = self.placement.record()
         self.rd.write_run_json(self.run_json)

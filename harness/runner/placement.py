@@ -27,6 +27,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MODES = ("auto", "off")
+#: `--placement auto` is read as this variable's value when set: where several runs share
+#: the machine at once (the test suite's workers, `harness selftest --jobs N`), each would
+#: confine its broker and load to the same other CPU, so they set it to ``off``
+PLACEMENT_ENV = "HARNESS_PLACEMENT"
 
 
 @dataclass
