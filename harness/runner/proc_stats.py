@@ -250,6 +250,8 @@ class ProcStatsSampler:
     def summary(self) -> str:
         parts = []
         for role, peak in sorted(self.peak.items()):
+            if not peak:  # a role with nothing but CPU (the machine's row)
+                continue
             shown = ", ".join(
                 f"{k.replace('_kb', '')} {v / 1024:.0f} MB" if k == "rss_kb"
                 else f"{v / 2**20:.1f} MB" if k == "bytes" else f"{k} {v:.0f}"
