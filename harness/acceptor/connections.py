@@ -103,8 +103,9 @@ class Connections:
         faults = cfg.faults.policy()
         #: a throttled connection is muted until its throttle ends (KIP-219)
         self.mutes_throttled = faults.mutes_throttled()
-        #: whether a charge of at most some ns could throttle (a response is held if so)
-        self._could_throttle_at = faults.late_claim(request_quotas.could_throttle, request_quotas)
+        #: the windows a charge of at most some ns is judged over (a response is held if it
+        #: could throttle)
+        self._claim_windows = faults.claim_windows(request_quotas.claim_windows)
         #: every registered connection not yet finished (shutdown closes them)
         self.open: set[Channel] = set()
         #: the connections' own tasks (`run()`), awaited at shutdown
@@ -149,7 +150,9 @@ class Connections:
     ) -> bool:
         """Whether a charge of at most `at_most_ns` could throttle this client now."""
         now_ms = time.monotonic_ns() // 1_000_000
-        return self._could_throttle_at(principal, client_id, api_key, at_most_ns, now_ms)
+        return self._request_quotas.could_throttle(
+            principal, client_id, api_key, at_most_ns, now_ms, windows=self._claim_windows
+        )
 
     # -- ports.ProcessorHost ---------------------------------------------------------------
     def max_connections_exceeded(self, listener: str) -> bool:

@@ -31,17 +31,13 @@ acceptor's admission, processor, TLS, dynamic-config and request-quota code
 
 from __future__ import annotations
 
-import functools
 import itertools
 from collections.abc import Callable, Iterable, Reversible
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from harness.quota.config import INT_MAX, ConfigError
 from harness.quota.meter import JAVA_LONG_MAX, QuotaCheck, RateMeter, throttle_time_ms
-
-if TYPE_CHECKING:
-    from harness.quota.requests import RequestQuotas
 
 __all__ = [
     "FAULTS",
@@ -60,8 +56,6 @@ __all__ = [
 _T = TypeVar("_T")
 _K = TypeVar("_K")
 _V = TypeVar("_V")
-#: (user, client id, api key, at most ns, now ms) -> whether the charge could throttle
-Claim = Callable[[str, str, int, int, int], bool]
 
 #: the acceptor configuration key (comma-separated fault names)
 FAULT_KEY = "harness.test.fault"
@@ -453,12 +447,12 @@ class NoFaults:
         (``request_mute_skipped``)."""
         return True
 
-    def late_claim(self, could_throttle: Claim, quotas: RequestQuotas) -> Claim:
-        """Whether a charge whose broker log line is still to come could throttle its
-        response (else it goes at once, charged when the line comes): the engine's
-        ``could_throttle``, over the n - 1 windows Rate measures at the shortest
+    def claim_windows(self, windows: int) -> int:
+        """The windows a charge whose broker log line is still to come is judged over
+        (whether it could throttle its response, else it goes at once, charged when the
+        line comes): the engine's own, the n - 1 Rate measures at the shortest
         (``late_charge_n_windows``)."""
-        return could_throttle
+        return windows
 
     # -- the acceptor's admission ----------------------------------------------------------
     def accept_drop(self) -> Callable[[], bool] | None:
@@ -591,11 +585,9 @@ class Seeded(NoFaults):
     def mutes_throttled(self) -> bool:
         return "request_mute_skipped" not in self._on
 
-    def late_claim(self, could_throttle: Claim, quotas: RequestQuotas) -> Claim:
-        if "late_charge_n_windows" not in self._on:
-            return could_throttle
+    def claim_windows(self, windows: int) -> int:
         # the claim judged over n windows, not the n - 1 Rate measures at the shortest
-        return functools.partial(quotas.could_throttle, windows=quotas.request_samples)
+        return windows + 1 if "late_charge_n_windows" in self._on else windows
 
     def request_entity(self) -> Callable[[str, str], tuple[str, str]] | None:
         swap = "request_wrong_entity" in self._on

@@ -349,9 +349,9 @@ class RequestQuotas:
         return self._request.enabled
 
     @property
-    def request_samples(self) -> int:
-        """`quota.window.num` of the request quota's meters (n)."""
-        return self._request.samples
+    def claim_windows(self) -> int:
+        """The windows `could_throttle` judges over: the shortest `Rate` measures, n - 1."""
+        return self._request.samples - 1
 
     def could_throttle(
         self,
@@ -360,6 +360,7 @@ class RequestQuotas:
         api_key: int,
         handler_ns: int,
         now_ms: int,
+        *,
         windows: int | None = None,
     ) -> bool:
         """Whether charging at most `handler_ns` now could throttle (False: it surely cannot).
@@ -383,7 +384,7 @@ class RequestQuotas:
             return False
         meter = manager.meters.get(tags)
         total = meter.peek_sum(now_ms) if meter is not None else 0.0
-        span = manager.samples - 1 if windows is None else windows
+        span = self.claim_windows if windows is None else windows
         shortest_ms = max(span * manager.window_ms, 1)
         return (total + handler_ns * NANOS_TO_PERCENTAGE) / (shortest_ms / 1000.0) > bound
 

@@ -45,7 +45,7 @@ class Meters(Host):
         self.meters.set_quota(None, "test", "request_percentage", QUOTA_PCT)
         self.quotas = True
         self.clock = clock
-        self.claim = faults.policy().late_claim(self.meters.could_throttle, self.meters)
+        self.windows = faults.policy().claim_windows(self.meters.claim_windows)
 
     def charge(self, charge: Charge) -> RequestCharge:
         acted(self.conn, Act.CHARGE)
@@ -69,7 +69,9 @@ class Meters(Host):
         )
 
     def could_throttle(self, principal: str, client_id: str, api_key: int, ns: int) -> bool:
-        return self.claim(principal, client_id, api_key, ns, self.clock() // MS)
+        return self.meters.could_throttle(
+            principal, client_id, api_key, ns, self.clock() // MS, windows=self.windows
+        )
 
 
 class QuotaLog(Log):

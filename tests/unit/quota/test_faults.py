@@ -401,7 +401,6 @@ def test_every_hook_answers_as_kafka_without_faults_and_names_only_known_faults(
     from harness.quota.faults import NoFaults, Seeded
 
     quotas = RequestQuotas()
-    claim = quotas.could_throttle
     args: dict[str, tuple[object, ...]] = {
         "meter_class": (RateMeter,),
         "legacy_ring": (False,),
@@ -421,10 +420,10 @@ def test_every_hook_answers_as_kafka_without_faults_and_names_only_known_faults(
         "reject_close_s": (0.0,),
         "queue_size": (20,),
         "eviction_order": ([1, 2],),
-        "late_claim": (claim, quotas),
+        "claim_windows": (quotas.claim_windows,),
         "parked_tls": (lambda: None,),
     }
-    identity = set(args) - {"slot_free", "proxy_source", "late_claim", "parked_tls"}
+    identity = set(args) - {"slot_free", "proxy_source", "parked_tls"}
     hooks = [n for n in vars(NoFaults) if not n.startswith("_")]
     every = Seeded(Faults.of(f.name for f in FAULTS))
     for name in hooks:
@@ -433,7 +432,6 @@ def test_every_hook_answers_as_kafka_without_faults_and_names_only_known_faults(
         if name in identity:
             assert kafka == args[name][0] or kafka is args[name][0], name
     assert KAFKA.slot_free(True, True) and KAFKA.proxy_source(("a", 1), ("b", 2)) == ("a", 1)
-    assert KAFKA.late_claim(claim, quotas) is claim
     assert KAFKA.accept_drop() is None and KAFKA.request_entity() is None
     assert KAFKA.parked_tls(lambda: 1) is None
     assert KAFKA.applies_ip_quotas() and KAFKA.restores_state() and KAFKA.mutes_throttled()
