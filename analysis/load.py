@@ -631,7 +631,12 @@ def acceptor_files(run: Run) -> dict[str, list[Path]]:
 def acceptor_spans(run: Run) -> dict[str, tuple[int, int]]:
     """Each acceptor process's first and last history row (mono_ns), by its pid: it writes
     none before its listeners are bound (its config, then its heartbeat's `start`): its
-    first marks the end of its start-up."""
+    first marks the end of its start-up. Read once per view (`incarnations`,
+    `front_saturation`)."""
+    return run.cached("acceptor_spans", lambda: _acceptor_spans(run))  # type: ignore[no-any-return]
+
+
+def _acceptor_spans(run: Run) -> dict[str, tuple[int, int]]:
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq

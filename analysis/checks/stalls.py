@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from analysis.checks.base import fmt
 from analysis.columns import detail_col
 from analysis.frames import MS
 
@@ -124,7 +125,7 @@ class ClientStalls:
             return "no engine heartbeat recorded (stalls from late arrivals only)"
         return (
             f"{n} stalls measured by {len(self.heartbeats)} engine heartbeat(s); an unmeasured "
-            f"one delays an observation by at most {fmt_ms(self.blind_ms)} ms"
+            f"one delays an observation by at most {fmt(self.blind_ms)} ms"
         )
 
 
@@ -133,10 +134,6 @@ def engine_of(conn_id: str | None) -> str:
     if not conn_id:
         return ""
     return conn_id[: conn_id.rfind("-") + 1]
-
-
-def fmt_ms(v: float | None) -> str:
-    return "?" if v is None else f"{v:g}"
 
 
 def measured_client_stalls(run: Run) -> ClientStalls:
