@@ -108,23 +108,20 @@ def saturated_spans(readings: list[Busy]) -> list[tuple[int, int, float]]:
 def saturated_with_wait(readings: list[Busy]) -> list[tuple[int, int, float, float | None]]:
     """`saturated_spans` with the span's mean run-queue wait share (None where not
     recorded): how much of being busy throughout was waiting for a CPU."""
-    out: list[tuple[int, int, float, float | None]] = []
-    waits: list[list[float]] = []
+    runs: list[list[Busy]] = []  # consecutive readings busy throughout
     for r in readings:
         if not r.busy_throughout:
             continue
-        if out and r.prev_ns <= out[-1][1]:
-            lo, _, top, _ = out[-1]
-            out[-1] = (lo, r.at_ns, max(top, r.share), None)
+        if runs and r.prev_ns <= runs[-1][-1].at_ns:
+            runs[-1].append(r)
         else:
-            out.append((r.prev_ns, r.at_ns, r.share, None))
-            waits.append([])
-        if r.wait is not None:
-            waits[-1].append(r.wait)
-    return [
-        (lo, hi, top, sum(w) / len(w) if w else None)
-        for (lo, hi, top, _), w in zip(out, waits, strict=True)
-    ]
+            runs.append([r])
+    out: list[tuple[int, int, float, float | None]] = []
+    for span in runs:
+        waits = [r.wait for r in span if r.wait is not None]
+        mean_wait = sum(waits) / len(waits) if waits else None
+        out.append((span[0].prev_ns, span[-1].at_ns, max(r.share for r in span), mean_wait))
+    return out
 
 
 def cause(share: float, wait: float | None) -> str:
