@@ -254,9 +254,22 @@ def _passed_or_generator_short(verdict: dict[str, Any], tail: str) -> None:
     assert verdict["verdict"] == "pass", (verdict["reasons"], tail)
 
 
-def _run(own: OwnKafka, tmp: Path, args: list[str]) -> tuple[Any, dict[str, Any], Path]:
+def _run(
+    own: OwnKafka, tmp: Path, scenario: str, listener: str, *, metrics: bool = True
+) -> tuple[Any, dict[str, Any], Path]:
+    """`harness run SCENARIO --target broker --gate` on the cluster's LISTENER with that
+    listener's client config (and its metrics URL unless `metrics` is False); the quotas the
+    run set are removed afterwards, whatever happened."""
     out = tmp / "runs"
-    res = harness_run([*args, "--out", str(out)], tmp / "run.log", timeout=800)
+    args = [scenario, "--target", "broker", "--bootstrap-server", own.address(listener),
+            "--command-config", str(own.client_configs[listener]), "--gate",
+            "--out", str(out)]  # fmt: skip
+    if metrics:
+        args += ["--broker-metrics-url", own.metrics_url]
+    try:
+        res = harness_run(args, tmp / "run.log", timeout=800)
+    finally:
+        _undo_quotas(own)
     run_dir = only_run_dir(out)
     verdict = json.loads((run_dir / "report" / "verdict.json").read_text())
     return res, verdict, run_dir
@@ -268,17 +281,7 @@ def test_ci_gate_passes_on_a_cluster_configured_by_its_operators(
 ) -> None:
     from harness.security.secrets import leaks
 
-    try:
-        res, verdict, run_dir = _run(
-            own_kafka,
-            tmp_path,
-            ["ci-gate", "--target", "broker", "--bootstrap-server",
-             own_kafka.address("OPS_SASL"), "--command-config",
-             str(own_kafka.client_configs["OPS_SASL"]), "--broker-metrics-url",
-             own_kafka.metrics_url, "--gate"],
-        )  # fmt: skip
-    finally:
-        _undo_quotas(own_kafka)
+    res, verdict, run_dir = _run(own_kafka, tmp_path, "ci-gate", "OPS_SASL")
     tail = res.stdout[-4000:]
     checks = {c["name"]: c for c in verdict["checks"]}
     _passed_or_generator_short(verdict, tail)
@@ -304,16 +307,7 @@ def test_ci_gate_passes_on_a_cluster_configured_by_its_operators(
 def test_without_the_metrics_url_every_metrics_hint_names_it(
     own_kafka: OwnKafka, tmp_path: Path
 ) -> None:
-    try:
-        res, verdict, _run_dir = _run(
-            own_kafka,
-            tmp_path,
-            ["ci-gate", "--target", "broker", "--bootstrap-server",
-             own_kafka.address("OPS_SASL"), "--command-config",
-             str(own_kafka.client_configs["OPS_SASL"]), "--gate"],
-        )  # fmt: skip
-    finally:
-        _undo_quotas(own_kafka)
+    res, verdict, _run_dir = _run(own_kafka, tmp_path, "ci-gate", "OPS_SASL", metrics=False)
     assert verdict["verdict"] == "unknown", (verdict["reasons"], res.stdout[-3000:])
     about_metrics = [r for r in verdict["reasons"] if "kafka_metric" in r or "accounting" in r]
     assert about_metrics, verdict["reasons"]
@@ -323,17 +317,7 @@ def test_without_the_metrics_url_every_metrics_hint_names_it(
 
 @pytest.mark.timeout(900)
 def test_ssl_storm_passes_on_the_clusters_ssl_listener(own_kafka: OwnKafka, tmp_path: Path) -> None:
-    try:
-        res, verdict, run_dir = _run(
-            own_kafka,
-            tmp_path,
-            ["ssl-storm", "--target", "broker", "--bootstrap-server",
-             own_kafka.address("OPS_TLS"), "--command-config",
-             str(own_kafka.client_configs["OPS_TLS"]), "--broker-metrics-url",
-             own_kafka.metrics_url, "--gate"],
-        )  # fmt: skip
-    finally:
-        _undo_quotas(own_kafka)
+    res, verdict, run_dir = _run(own_kafka, tmp_path, "ssl-storm", "OPS_TLS")
     checks = {c["name"]: c for c in verdict["checks"]}
     _passed_or_generator_short(verdict, res.stdout[-4000:])
     for name in ("accounting", "kafka_metric_auth_counts"):
@@ -349,17 +333,7 @@ def test_auth_failure_storm_passes_where_the_static_keys_are_the_scenarios(
     """The cluster's operators set connection.failed.authentication.delay.ms = 500, as the
     scenario does (a static key the run cannot set): the run says they agree, and the
     failed-login delay and Kafka's failed-authentication counter are judged."""
-    try:
-        res, verdict, run_dir = _run(
-            own_kafka,
-            tmp_path,
-            ["auth-failure-storm", "--target", "broker", "--bootstrap-server",
-             own_kafka.address("OPS_SASL"), "--command-config",
-             str(own_kafka.client_configs["OPS_SASL"]), "--broker-metrics-url",
-             own_kafka.metrics_url, "--gate"],
-        )  # fmt: skip
-    finally:
-        _undo_quotas(own_kafka)
+    res, verdict, run_dir = _run(own_kafka, tmp_path, "auth-failure-storm", "OPS_SASL")
     checks = {c["name"]: c for c in verdict["checks"]}
     _passed_or_generator_short(verdict, res.stdout[-4000:])
     assert "the cluster's static settings equal the scenario's" in res.stdout
