@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "acceptor": ("harness.acceptor.cli", "run the quota-enforcing acceptor in front of a broker"),
     "quotas": ("harness.admin.cli", "describe/alter client quotas (kafka-configs' flags)"),
     "run": ("harness.runner.cli", "run a scenario end to end and print its verdict"),
+    "worker": ("harness.runner.worker_cli", "one worker machine of `harness run --workers N`"),
     "scenarios": ("harness.runner.catalog_cli", "list the scenario catalog"),
     "analyze": ("analysis.cli", "check a run's history against the quota model"),
     "compare": ("analysis.compare_cli", "compare two runs of one scenario side by side"),

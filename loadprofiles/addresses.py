@@ -1,7 +1,9 @@
 """Address specs of the load options: targets, source-IP pools, PROXY client IPs.
 
-Loopback only: every address the generator binds or claims must be in 127.0.0.0/8,
-so a mistyped option can never aim a storm at a real network.
+Loopback, or the benchmarking range: every address the generator binds, claims or
+connects to must be in 127.0.0.0/8 or in 198.18.0.0/15 (RFC 2544: the namespaces a run
+makes for its worker hosts, `harness.runner.netns`), so a mistyped option can never aim a
+storm at a real network.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")
+#: RFC 2544's benchmarking range: worker hosts made as network namespaces
+BENCHMARK = ipaddress.IPv4Network("198.18.0.0/15")
 MAX_POOL = 65536
 
 
@@ -49,8 +53,10 @@ def _loopback(option: str, value: str, host: str) -> ipaddress.IPv4Address:
         addr = ipaddress.IPv4Address(host)
     except ValueError:
         raise AddressSpecError(option, value, f"{host!r} is not an IPv4 address") from None
-    if addr not in LOOPBACK:
-        raise AddressSpecError(option, value, f"{addr} is outside 127.0.0.0/8 (loopback only)")
+    if addr not in LOOPBACK and addr not in BENCHMARK:
+        raise AddressSpecError(
+            option, value, f"{addr} is outside 127.0.0.0/8 (loopback) and 198.18.0.0/15"
+        )
     return addr
 
 

@@ -35,7 +35,7 @@ from locust import User, constant, task
 from locust.env import Environment
 from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
-from loadprofiles import arrivals, clock, readiness
+from loadprofiles import arrivals, clock, readiness, workers
 from loadprofiles.client_history import Batch, ClientHistory
 from loadprofiles.engine import API_NAMES, EngineConfig, EngineStats, StormEngine
 from loadprofiles.options import OptionError, Settings, add_options, arrival_slot
@@ -77,6 +77,9 @@ class EngineDriver:
         self._clock: tuple[int, int, tuple[int, str, int] | None] | None = None
         self._start_wall_ns: int | None = None
         self._errors: dict[str, _Failure] = {}
+        #: a Locust worker whose history goes home over the channel (`--history-home
+        #: channel`): it writes into a folder of its own and sends the files at the end
+        self._spool: Path | None = None
         ev: Any = environment.events
         ev.test_start.add_listener(self.on_test_start)
         ev.test_stop.add_listener(self.on_test_stop)
@@ -100,6 +103,7 @@ class EngineDriver:
                 cls(environment, profile, default_shape, setup)
             else:
                 clock.master_side(environment)
+                workers.master_side(environment)
 
         events.init.add_listener(on_init)
 
@@ -161,8 +165,14 @@ class EngineDriver:
         if self.history is None:
             o = cast(Any, self.env.parsed_options)
             run_dir = o.run_dir if o is not None else ""
+            where = Path(run_dir) / "history" if run_dir else None
+            if self._home_by_channel():
+                import tempfile
+
+                self._spool = Path(tempfile.mkdtemp(prefix="harness-worker-"))
+                where = self._spool
             self.history = ClientHistory(
-                Path(run_dir) / "history" if run_dir else None,
+                where,
                 o.run_id or Path(run_dir).name if run_dir else "",
                 name=self._history_name(),
                 clock_offset_ns=self.clock_offset_ns,
@@ -173,6 +183,26 @@ class EngineDriver:
             if run_dir:
                 log.info("client history -> %s/%s-*.parquet", self.history.dir, self.history.name)
         return self.history
+
+    def _worker_index(self) -> int | None:
+        runner = self.env.runner
+        return max(0, runner.worker_index) if isinstance(runner, WorkerRunner) else None
+
+    def _home_by_channel(self) -> bool:
+        o = self.env.parsed_options
+        home = getattr(o, "history_home", "local") if o is not None else "local"
+        return self._worker_index() is not None and home == "channel"
+
+    def _tell_master(self, kind: str, **data: Any) -> None:
+        """A worker's word to the master (loadprofiles.workers); nothing on a lone process."""
+        if self._worker_index() is None:
+            return
+        if kind == workers.HELLO and os.environ.get(workers.JOINED_ENV):
+            Path(os.environ[workers.JOINED_ENV]).touch()
+        clock_data = {}
+        if self._clock is not None:
+            clock_data = {"clock_offset_ns": self._clock[0], "clock_rtt_ns": self._clock[1]}
+        cast(Any, self.env.runner).send_message(kind, {**clock_data, **data})
 
     def _history_name(self) -> str:
         """``client-<host>-<pid>``; a worker forked by ``--processes`` names its files
@@ -229,7 +259,17 @@ class EngineDriver:
             return
         slot, slots = self._slots()
         hist = self._history()
-        engine = StormEngine(cfg, hist, conn_prefix=f"c{os.getpid()}-")
+        index = self._worker_index()
+        mine = cfg.source_ips or (workers.source_address(s.host, s.port),)
+        home = "channel" if self._home_by_channel() else "local"
+        addresses = [a for a in mine if a]
+        self._tell_master(
+            workers.HELLO, index=index, host=socket.gethostname(), pid=os.getpid(),
+            addresses=addresses, home=home,
+        )  # fmt: skip
+        # workers on several machines: their pids may be equal, their indexes are not
+        prefix = f"c{os.getpid()}" + (f"w{index}" if self._home_by_channel() else "") + "-"
+        engine = StormEngine(cfg, hist, conn_prefix=prefix)
         self.engine = engine
         self.stats = engine.stats
         if self._clock is not None:
@@ -261,6 +301,9 @@ class EngineDriver:
             self._start_wall_ns = None
 
         def on_start() -> None:
+            if self._home_by_channel():  # the master writes the marker (its folder)
+                self._tell_master(workers.READY, start_mono_ns=start_ns, slot=slot, slots=slots)
+                return
             readiness.mark(
                 o.ready_dir,
                 readiness.READY,
@@ -283,13 +326,29 @@ class EngineDriver:
         finally:
             self._pump(hist)
         log.info("%s: schedule done: %s", self.profile, engine.stats.summary())
-        readiness.mark(
-            o.ready_dir,
-            readiness.DONE,
-            intended=engine.stats.intended,
-            offered=engine.stats.offered,
-        )
+        counts = {"intended": engine.stats.intended, "offered": engine.stats.offered}
+        if self._home_by_channel():
+            self._send_home(hist, counts)
+        else:
+            readiness.mark(o.ready_dir, readiness.DONE, **counts)
+            self._tell_master(workers.DONE, rows=hist.rows_written, files=0, **counts)
         self._quit_if_done()
+
+    def _send_home(self, hist: ClientHistory, counts: dict[str, int]) -> None:
+        """The schedule is over: the history closed and sent to the master, then DONE with
+        what was sent (the master checks it arrived whole)."""
+        gevent.get_hub().threadpool.join()
+        hist.close()
+        files = sorted(hist.dir.glob(f"{hist.name}-*.parquet")) if hist.dir else []
+        index = self._worker_index() or 0
+        rows, size = workers.send_files(cast(Any, self.env.runner), index, files)
+        print(
+            f"loadprofiles: client history home over the channel: {len(files)} files, "
+            f"{rows} rows, {size} bytes",
+            file=sys.stderr,
+            flush=True,
+        )
+        self._tell_master(workers.DONE, rows=rows, files=len(files), bytes=size, **counts)
 
     def _pump(self, hist: ClientHistory) -> None:
         batches = hist.drain()
@@ -302,6 +361,7 @@ class EngineDriver:
                 gevent.get_hub().threadpool.spawn(hist.write, batches).get()
             except Exception as exc:  # keep the load running; say so loudly
                 print(f"loadprofiles: history write failed: {exc!r}", file=sys.stderr, flush=True)
+        self._tell_master(workers.PROGRESS, rows=hist.rows_written)
 
     def _error(self, text: str) -> _Failure:
         err = self._errors.get(text)

@@ -154,6 +154,14 @@ def add_options(parser: Any) -> None:
         help="drivers sharing the schedule (0: auto from --processes / 1)",
     )
     g.add_argument(
+        "--history-home",
+        default="local",
+        choices=["local", "channel"],
+        help="where a Locust worker's client history goes: local (--run-dir, shared storage "
+        "for workers on other machines) or channel (home to the master over Locust's own "
+        "channel at the end of the schedule, checked by size and row count)",
+    )
+    g.add_argument(
         "--hold-ms",
         type=_number(float, 0),
         default=0.0,

@@ -131,6 +131,30 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_noise(parser)
     add_placement(parser)
     parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="each engine load phase runs as a Locust master that waits for N workers "
+        "(`harness worker --master HOST:PORT`, one per machine), splits its arrivals between "
+        "them and takes their histories home (default: the scenario's `workers`, else none)",
+    )
+    parser.add_argument(
+        "--worker-netns",
+        action="store_true",
+        help="with --workers N: make the N worker hosts here, as network namespaces with "
+        "addresses from 198.18.0.0/15 on a bridge the target listens on, start a worker "
+        "in each and remove them at the end (needs root)",
+    )
+    parser.add_argument(
+        "--master-bind",
+        type=master_bind,
+        default=("127.0.0.1", 5557),
+        metavar="HOST:PORT",
+        help="with --workers N on other machines: where each phase's Locust master listens "
+        "for them (default 127.0.0.1:5557: this machine only)",
+    )
+    parser.add_argument(
         "--no-analyze", dest="analyze", action="store_false", help="stop after the load"
     )
     parser.add_argument(
@@ -138,10 +162,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def master_bind(text: str) -> tuple[str, int]:
+    from harness.runner.worker_cli import master_address
+
+    return master_address(text)
+
+
 def run(args: argparse.Namespace) -> int:
     from harness.runner.catalog import load
     from harness.runner.orchestrator import EXIT_CODES, Orchestrator, RunOptions
-    from harness.runner.scenario import ScenarioError
+    from harness.runner.scenario import MAX_WORKERS, ScenarioError
 
     try:
         scenario = load(args.scenario)
@@ -163,6 +193,13 @@ def run(args: argparse.Namespace) -> int:
         if problem:
             print(f"harness run: --command-config {args.command_config}: {problem}")
             return 3
+    if args.workers is not None and not 0 <= args.workers <= MAX_WORKERS:
+        print(f"harness run: --workers={args.workers}: between 0 and {MAX_WORKERS}")
+        return 3
+    workers = scenario.workers if args.workers is None else args.workers
+    if args.worker_netns and not workers:
+        print("harness run: --worker-netns: needs --workers N (or the scenario's workers)")
+        return 3
     from harness.runner.kafka_metrics import parse_metrics_urls
 
     try:
@@ -197,6 +234,9 @@ def run(args: argparse.Namespace) -> int:
         spark_master=args.spark_master,
         noise=args.noise,
         placement=args.placement,
+        workers=args.workers,
+        worker_netns=args.worker_netns,
+        master_bind=args.master_bind,
     )
     from harness.runner.rundir import RunFolderError
 

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.runner.scenario import CLOSED_PROFILES, ENGINE_PROFILES, Phase
+from harness.runner.scenario import CLOSED_PROFILES, ENGINE_PROFILES, PER_WORKER, Phase
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,23 @@ class LoadTarget:
     #: whether an engine profile's arrivals may spread over them (False: an existing
     #: cluster, where they stay on the bootstrap broker, the first)
     spread_all: bool = True
+
+
+@dataclass(frozen=True)
+class Workers:
+    """A phase run as a Locust master for ``count`` workers on other machines (or worker
+    hosts the run made): they join at ``host:port`` within ``wait_s`` or the phase does not
+    start; each takes its share of the arrivals (``--arrival-slots``) and sends its history
+    home over Locust's channel (``--history-home channel``, loadprofiles.workers)."""
+
+    count: int
+    host: str
+    port: int
+    wait_s: float
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
 
 
 def max_arrivals(phase: Phase) -> int:
@@ -59,6 +76,7 @@ def locust_argv(
     seed: int,
     web_port: int | None = None,
     startup_allowance_s: float = 0.0,
+    workers: Workers | None = None,
 ) -> list[str]:
     """The full command line for one phase; ``web_port`` None = headless.
 
@@ -72,9 +90,9 @@ def locust_argv(
         "-f",
         str(profile_dir / f"{phase.profile}.py"),
         "-u",
-        str(phase.users),
+        str(max(phase.users, workers.count if workers else 0)),
         "-r",
-        f"{phase.spawn_rate:g}",
+        f"{max(phase.spawn_rate, workers.count if workers else 0):g}",
         "-t",
         f"{duration}s",
         "--host",
@@ -106,8 +124,9 @@ def locust_argv(
             phase.arrival,
             "--max-arrivals",
             str(max_arrivals(phase)),
+            # per worker: none bound, each worker connects from its machine's own address
             "--source-ips",
-            phase.source_ips,
+            "" if phase.source_ips == PER_WORKER else phase.source_ips,
             "--proxy-protocol",
             "off" if via_haproxy else phase.proxy_protocol,
         ]
@@ -145,6 +164,22 @@ def locust_argv(
             "--autostart",
             "--autoquit",
             "5",
+        ]
+    if workers is not None:
+        argv += [
+            "--master",
+            "--master-bind-host",
+            workers.host,
+            "--master-bind-port",
+            str(workers.port),
+            "--expect-workers",
+            str(workers.count),
+            "--expect-workers-max-wait",
+            f"{max(1, math.ceil(workers.wait_s))}",
+            "--arrival-slots",
+            str(workers.count),
+            "--history-home",
+            "channel",
         ]
     argv += list(phase.extra_args)
     return argv

@@ -25,10 +25,17 @@ from typing import Any
 
 from harness.history import HistoryWriter
 from harness.localnet import free_port
-from harness.runner.loadgen import LoadTarget, locust_argv, max_arrivals, ready_dir
+from harness.runner.loadgen import LoadTarget, Workers, locust_argv, max_arrivals, ready_dir
 from harness.runner.procs import ManagedProcess
 from harness.runner.rundir import RunDir, base_run_json, new_run_id, utc_now_iso
-from harness.runner.scenario import CLOSED_PROFILES, Action, Phase, Scenario
+from harness.runner.scenario import (
+    CLOSED_PROFILES,
+    ENGINE_PROFILES,
+    PER_WORKER,
+    Action,
+    Phase,
+    Scenario,
+)
 from harness.runner.schedule import Cursor, TimelineEvent, apply_change, build_timeline
 from harness.runner.targets import AcceptorTarget, Target, TargetError, make_target, metadata_mode
 from loadprofiles.readiness import phase_state
@@ -100,6 +107,12 @@ class RunOptions:
     noise: Any = None
     #: CPU placement (`--placement auto|off`, harness.runner.placement)
     placement: str = "auto"
+    #: Locust workers each engine phase waits for (`--workers`; None: the scenario's)
+    workers: int | None = None
+    #: make the worker hosts as network namespaces (`--worker-netns`, runner.netns)
+    worker_netns: bool = False
+    #: where the phases' masters listen for workers on other machines (`--master-bind`)
+    master_bind: tuple[str, int] = ("127.0.0.1", 5557)
 
 
 @dataclass
@@ -133,6 +146,10 @@ class _RunningPhase:
     end_mono_ns: int | None = None
     #: killed by a `load_kill` fault
     killed: bool = False
+    #: the workers it waits for (0: a lone Locust process) and, with `--worker-netns`,
+    #: the `harness worker` processes the run started for it
+    workers: int = 0
+    worker_procs: list[ManagedProcess] = field(default_factory=list)
 
 
 class Orchestrator:
@@ -175,6 +192,11 @@ class Orchestrator:
         self._deferred_starts: list[Any] = []
         #: the params of the fault of each kind in force (its end must be its own)
         self._fault_params: dict[str, Any] = {}
+        #: Locust workers per engine phase, and their hosts when the run made them
+        self.n_workers = scenario.workers if opts.workers is None else opts.workers
+        self.worker_hosts: Any = None
+        #: why the load never started (a worker that never joined): nothing is judged
+        self.load_never_started: str | None = None
 
     # -- recording ------------------------------------------------------------------------------
     def record(self, event: str, **fields: Any) -> None:
@@ -238,6 +260,7 @@ class Orchestrator:
         self.rd.write_run_json(self.run_json)
         started = False  # a run whose broker or acceptor never started is not analysed
         try:
+            self._make_worker_hosts()
             self._start_target()
             started = True
             self._drive()
@@ -260,6 +283,8 @@ class Orchestrator:
         if self.opts.analyze and not started:
             why = self.error or "interrupted"
             self.say(f"not analysed: the target never started, so nothing ran ({why})")
+        elif self.opts.analyze and self.load_never_started:
+            self.say(f"not analysed: the load never started ({self.load_never_started})")
         elif self.opts.analyze and self._has_history():
             try:
                 verdict, checks, report = self._analyze()
@@ -468,7 +493,21 @@ class Orchestrator:
                 f"phase(s) {', '.join(slow)} not flowing after "
                 f"{self.sc.timeouts.locust_start:g}s; going on"
             )
+        self._workers_joined()
         return min(time.monotonic() - launched, 10.0)
+
+    def _workers_joined(self) -> None:
+        """A first phase waiting for workers that never came does not start: the run
+        stops before its clock and says which did not join (`harness run` exits 3)."""
+        from harness.runner.workers import problems_before_start
+
+        for rp in self.phases.values():
+            if rp.workers and not rp.flowing:
+                why = problems_before_start(
+                    ready_dir(self.rd.root, rp.phase), rp.workers, self._worker_addresses()
+                )
+                self.load_never_started = f"phase {rp.phase.name}: {why}"
+                raise TargetError(self.load_never_started)
 
     def _elapsed(self) -> float:
         return 0.0 if self._t0 is None else time.monotonic() - self._t0
@@ -520,6 +559,7 @@ class Orchestrator:
             web_port = free_port()
             self._web_ports.append(web_port)
         index = [p.name for p in self.sc.load].index(phase.name)
+        workers = self._phase_workers(phase)
         argv = locust_argv(
             phase,
             locust_bin=str(Path(sys.executable).with_name("locust")),
@@ -537,10 +577,18 @@ class Orchestrator:
             seed=self.seed + index,
             web_port=web_port,
             startup_allowance_s=max(self.lead, 3.0) + 2.0,
+            workers=workers,
         )
         log = self.rd.logs / f"locust-{phase.name}.log"
         proc = ManagedProcess(f"locust-{phase.name}", argv, log_path=log)
-        self.phases[phase.name] = _RunningPhase(phase, proc)
+        rp = self.phases[phase.name] = _RunningPhase(phase, proc)
+        if workers is not None:
+            rp.workers = workers.count
+            rp.worker_procs = self._start_netns_workers(phase, workers)
+            self.say(
+                f"phase {phase.name}: its Locust master waits for {workers.count} worker(s) at "
+                f"{workers.address} (`harness worker --master {workers.address}`)"
+            )
         where = f"web UI http://127.0.0.1:{web_port}/" if web_port else f"log {log}"
         self.say(
             f"phase {phase.name} launched: {phase.profile} {phase.shape} from {phase.source_ips} "
@@ -560,6 +608,125 @@ class Orchestrator:
         if addresses:
             self.run_json["warmup"] = warm_up(addresses, self.say)
             self.rd.write_run_json(self.run_json)
+
+    # -- workers on other hosts (harness.runner.workers) -----------------------------------------
+    def _make_worker_hosts(self) -> None:
+        """`--worker-netns`: the worker hosts as namespaces (before the target, which
+        listens on their bridge); `worker:J` ip quota entities become their addresses."""
+        from harness.runner.workers import named_workers, resolve_entities
+
+        n = self.n_workers
+        per_worker = [p.name for p in self.sc.load if p.source_ips == PER_WORKER]
+        if per_worker and not n:
+            raise TargetError(
+                f"phase(s) {', '.join(per_worker)}: source_ips {PER_WORKER} needs worker hosts "
+                "(--workers N, or the scenario's workers)"
+            )
+        named = named_workers(self.sc.ip_quotas)
+        if named and not self.opts.worker_netns:
+            raise TargetError(
+                f"ip_quotas {named}: a worker's address is known before the run only with "
+                "--worker-netns (name the address itself for workers on other machines)"
+            )
+        if not n:
+            return
+        self.run_json["workers"] = {"count": n, "netns": self.opts.worker_netns}
+        if not self.opts.worker_netns:
+            self.run_json["workers"]["master_bind"] = "{}:{}".format(*self.opts.master_bind)
+            return
+        from harness.runner import netns
+
+        why_not = netns.permitted()
+        if why_not:
+            raise TargetError(f"--worker-netns: {why_not}")
+        hosts = self.worker_hosts = netns.WorkerHosts.create(n)
+        self.say(
+            f"worker hosts: {n} network namespace(s) {hosts.namespace(1)}..{hosts.namespace(n)} "
+            f"at {', '.join(hosts.addresses)}; the target listens on {hosts.host}"
+        )
+        assert self.target is not None
+        self.target.listen_host = hosts.host
+        try:
+            quotas = resolve_entities(self.sc.ip_quotas, hosts.addresses)
+        except ValueError as exc:
+            raise TargetError(str(exc)) from None
+        if quotas != dict(self.sc.ip_quotas):
+            self.sc = dataclasses.replace(self.sc, ip_quotas=quotas)
+            self.target.scenario = self.sc
+            self.say(f"ip quotas on the worker hosts' addresses: {quotas}")
+        self.run_json["workers"].update(
+            {"host": hosts.host, "hosts": hosts.addresses, "namespaces": [
+                hosts.namespace(j) for j in range(1, n + 1)]}
+        )  # fmt: skip
+        self.rd.write_run_json(self.run_json)
+
+    def _phase_workers(self, phase: Phase) -> Workers | None:
+        """The phase's master for workers (engine profiles only; None: a lone process)."""
+        if not self.n_workers or phase.profile not in ENGINE_PROFILES:
+            return None
+        wait = self.sc.timeouts.locust_start
+        if self.worker_hosts is not None:  # each phase its own master, its own workers
+            return Workers(self.n_workers, self.worker_hosts.host, free_port(), wait)
+        host, port = self.opts.master_bind
+        return Workers(self.n_workers, host, port, wait)
+
+    def _start_netns_workers(self, phase: Phase, workers: Workers) -> list[ManagedProcess]:
+        from harness.runner.workers import worker_argv
+
+        hosts = self.worker_hosts
+        if hosts is None:
+            return []
+        out = []
+        for j in range(1, workers.count + 1):
+            argv = [*hosts.exec_prefix(j), *worker_argv(workers.address), "--phases", "1"]
+            log = self.rd.logs / f"worker-{phase.name}-{j}.log"
+            out.append(ManagedProcess(f"worker-{phase.name}-{j}", argv, log_path=log))
+        return out
+
+    def _worker_addresses(self, rp: _RunningPhase | None = None) -> list[str]:
+        """The worker hosts' addresses: the namespaces' (the run made them), else what
+        the phase's workers said."""
+        if self.worker_hosts is not None:
+            return list(self.worker_hosts.addresses)
+        if rp is None:
+            return []
+        from loadprofiles.workers import read_roster
+
+        roster = read_roster(ready_dir(self.rd.root, rp.phase))
+        return sorted({a for w in roster["workers"].values() for a in w.get("addresses") or []})
+
+    def _judge_workers(self, rp: _RunningPhase) -> dict[str, Any]:
+        """What the phase's workers sent home, judged: a missing piece is named (and marked
+        where the analysis reads it: the run is `unknown`)."""
+        from harness.runner.workers import judge
+
+        hosts = self._worker_addresses() if self.worker_hosts is not None else []
+        found, summary = judge(
+            ready_dir(self.rd.root, rp.phase), rp.workers, hosts, self.rd.history / "client"
+        )
+        for p in found:
+            self.say(f"phase {rp.phase.name}: {p.text()}")
+        self.run_json.setdefault("worker_phases", {})[rp.phase.name] = summary
+        self.rd.write_run_json(self.run_json)
+        out: dict[str, Any] = {"workers": summary}
+        if found:
+            out["workers_lost"] = [p.text() for p in found]
+        return out
+
+    def _remove_worker_hosts(self) -> None:
+        hosts = self.worker_hosts
+        if hosts is None:
+            return
+        for rp in self.phases.values():
+            for worker in rp.worker_procs:
+                worker.stop(timeout=5)
+        left = hosts.remove()
+        self.worker_hosts = None
+        if left:
+            self.say(f"worker hosts: could not remove {left}")
+            self.run_json["workers"]["left"] = left
+        else:
+            self.say("worker hosts removed")
 
     def _place_loops(self) -> None:
         placement = self.placement
@@ -582,7 +749,9 @@ class Orchestrator:
         cluster = getattr(target, "cluster", None)
         brokers = cluster.brokers if cluster is not None else [getattr(target, "broker", None)]
         out["broker"] = [b.pid for b in brokers if b is not None and getattr(b, "pid", None)]
-        out["load"] = [rp.proc.pid for rp in list(self.phases.values()) if not rp.ended]
+        running = [rp for rp in list(self.phases.values()) if not rp.ended]
+        out["load"] = [rp.proc.pid for rp in running]
+        out["load"] += [w.pid for rp in running for w in rp.worker_procs if w.poll() is None]
         noise = getattr(self, "noise", None)
         if noise is not None and noise.pgid is not None:
             out["noise"] = [noise.pgid]
@@ -590,12 +759,15 @@ class Orchestrator:
 
     def _phase_detail(self, rp: _RunningPhase, **extra: Any) -> dict[str, Any]:
         p = rp.phase
+        sources = p.source_ips
+        if sources == PER_WORKER:  # the addresses the checks expect: the workers' own
+            sources = ",".join(self._worker_addresses(rp)) or sources
         return {
             "name": p.name,
             "profile": p.profile,
             "arrival": p.arrival,
             "intended_rate": p.intended_rate,
-            "source_ips": p.source_ips,
+            "source_ips": sources,
             "listener": p.listener,
             "via": p.via,
             "pid": rp.proc.pid,
@@ -614,7 +786,7 @@ class Orchestrator:
                 rp.flowing = True
                 rp.start_mono_ns = time.monotonic_ns()
                 self.say(f"phase {rp.phase.name} flowing")
-            if rp.flowing and rp.end_mono_ns is None and n_done >= n_ready > 0:
+            if rp.flowing and rp.end_mono_ns is None and n_done >= max(n_ready, rp.workers) > 0:
                 rp.end_mono_ns = time.monotonic_ns()
                 if rp.phase.profile not in CLOSED_PROFILES:
                     # schedule done: let Locust write its reports and exit now
@@ -635,6 +807,10 @@ class Orchestrator:
         if rp.killed:  # its history ends at its last flush: phase_end is placed there
             extra["killed"] = True
         rp.proc.stop(timeout=1)
+        for worker in rp.worker_procs:  # each leaves when its master quits
+            worker.stop(timeout=10)
+        if rp.workers:
+            extra.update(self._judge_workers(rp))
         self._record_phase_rows(rp, code, **extra)
         # Locust exits 1 when requests failed: expected when limits refuse connections
         note = {0: "", 1: " (Locust saw failed requests)"}.get(
@@ -878,6 +1054,7 @@ class Orchestrator:
                     f"the runner's history stopped: {self.history.failure}; "
                     f"{self.history.rows_lost} rows lost (the analysis will say incomplete)"
                 )
+        self._remove_worker_hosts()
         noise = getattr(self, "noise", None)
         if noise is not None:
             noise.stop()

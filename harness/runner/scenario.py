@@ -36,6 +36,12 @@ FAULT_KINDS = (
     "broker_disk_full",
 )
 VERDICTS = ("pass", "fail", "unknown")
+#: a phase's `source_ips` on several worker hosts: each worker's own address is one client
+PER_WORKER = "per-worker"
+#: an ip quota entity naming worker host J (1-based) of `--worker-netns`: `worker:J`
+WORKER_ENTITY_RE = re.compile(r"^worker:[1-9][0-9]*$")
+#: the most worker hosts a scenario may ask for
+MAX_WORKERS = 200
 PROXY_MODES = ("off", "v1", "v2")
 LISTENER_PROXY_MODES = ("off", "optional", "required")
 #: profiles that run on the storm engine (they can spread arrivals over a cluster's brokers)
@@ -209,6 +215,9 @@ class Scenario:
     #: brokers in the cluster the scenario runs against (KRaft nodes on the local launcher;
     #: docs/clusters.md); every per-broker limit is each broker's own
     brokers: int = 1
+    #: Locust workers each engine phase waits for, one per machine (0: the load runs on
+    #: the runner's machine); `harness run --workers N` overrides it
+    workers: int = 0
     source: str = ""
     raw: Mapping[str, Any] = field(default_factory=dict)
 
@@ -305,12 +314,14 @@ def _located(key: str, fn: Any, value: str) -> Any:
 
 
 def _check_ip_entity(key: str, ip: str) -> str:
-    if ip == "default":
+    if ip == "default" or WORKER_ENTITY_RE.match(ip):
         return ip
     try:
         addr = ipaddress.ip_address(ip)
     except ValueError:
-        raise ScenarioError(key, ip, "expected 'default' or an IP address") from None
+        raise ScenarioError(
+            key, ip, "expected 'default', an IP address or worker:J (worker host J)"
+        ) from None
     return str(addr)
 
 
@@ -402,6 +413,7 @@ _TOP_KEYS = (
     "targets",
     "target",
     "brokers",
+    "workers",
     "duration",
     "seed",
     "listeners",
@@ -551,7 +563,14 @@ def _parse_phase(i: int, spec: object, sc: dict[str, Any]) -> Phase:
             f"{where}.stop", stop, f"beyond the scenario duration ({sc['duration']} s)"
         )
     source_ips = str(m.get("source_ips", "127.0.0.2-127.0.0.40"))
-    _located(f"{where}.source_ips", expand_ips, source_ips)
+    if source_ips == PER_WORKER:
+        if profile not in ENGINE_PROFILES:
+            raise ScenarioError(
+                f"{where}.source_ips", source_ips, f"only engine profiles {ENGINE_PROFILES} "
+                "run on worker hosts",
+            )  # fmt: skip
+    else:
+        _located(f"{where}.source_ips", expand_ips, source_ips)
     listener = m.get("listener", sc["listeners"][0])
     if listener not in sc["listeners"]:
         raise ScenarioError(f"{where}.listener", listener, f"not one of {list(sc['listeners'])}")
@@ -788,6 +807,10 @@ def _parse_scenario(data: object, source: str) -> Scenario:
     listeners, inter, proxy, security = _parse_listeners(data.get("listeners"))
     brokers = _int("brokers", data.get("brokers", 1), 1)
     assert brokers is not None
+    workers = _int("workers", data.get("workers", 0), 0)
+    assert workers is not None
+    if workers > MAX_WORKERS:
+        raise ScenarioError("workers", workers, f"at most {MAX_WORKERS} worker hosts")
     if brokers > MAX_BROKERS:
         raise ScenarioError("brokers", brokers, f"at most {MAX_BROKERS} on one machine")
     sc: dict[str, Any] = {
@@ -876,6 +899,7 @@ def _parse_scenario(data: object, source: str) -> Scenario:
         acceptor=acceptor,
         security=security,
         brokers=int(brokers),
+        workers=int(workers),
         source=source,
         raw=dict(data),
     )

@@ -49,6 +49,9 @@ REPLICATION_LISTENER = "REPLICATION"
 DISK_FULL_LOG_DIR_MB = 256
 
 
+LOOPBACK_HOST = "127.0.0.1"
+
+
 class TargetError(RuntimeError):
     """The system under test could not be started or changed; the message says what to do."""
 
@@ -356,6 +359,9 @@ class Target:
         self.spread_all = True
         #: per broker of a cluster, the connection held for its own config changes
         self.node_admins: dict[int, HeldAdmin] = {}
+        #: where the client listeners listen: loopback, or the host side of the bridge to
+        #: the run's worker hosts (`--worker-netns`, harness.runner.netns)
+        self.listen_host = LOOPBACK_HOST
 
     @property
     def writes_config_rows(self) -> bool:
@@ -696,6 +702,12 @@ class BrokerTarget(Target):
         command_config: Path | None = None,
     ) -> None:
         limits = initial_limits(self.scenario)
+        if self.listen_host != LOOPBACK_HOST:
+            raise TargetError(
+                f"target broker: the load comes from worker hosts on {self.listen_host}'s "
+                "bridge, but the broker launcher listens on 127.0.0.1 only "
+                "(harness/broker); use --target acceptor with --worker-netns"
+            )
         self.start_broker(
             launcher=launcher,
             bootstrap_server=bootstrap_server,
@@ -899,7 +911,7 @@ class AcceptorTarget(Target):
         sc = self.scenario
         limits = initial_limits(sc)
         props: dict[str, str] = {
-            "listeners": ",".join(f"{n}://127.0.0.1:{ports[n]}" for n in sc.listeners),
+            "listeners": ",".join(f"{n}://{self.listen_host}:{ports[n]}" for n in sc.listeners),
             "metrics.port": "0",  # `start` fixes it, unless the scenario does
             "state.dir": str(self.run_dir / "acceptor-state"),
         }
@@ -916,6 +928,11 @@ class AcceptorTarget(Target):
             mode = sc.proxy_protocol.get(n)
             if mode:
                 props[f"listener.name.{n.lower()}.proxy.protocol"] = mode
+        if self.listen_host != LOOPBACK_HOST:  # the runner's admin calls come from it
+            from harness.acceptor.config import DEFAULTS as ACCEPTOR_DEFAULTS
+
+            allowed = f"{ACCEPTOR_DEFAULTS['admin.allowed.addresses']},{self.listen_host}/32"
+            props["admin.allowed.addresses"] = allowed
         props.update(sc.acceptor)
         return props
 
@@ -951,7 +968,9 @@ class AcceptorTarget(Target):
         self.run_id = run_id
         nodes: list[int | None] = list(range(1, sc.brokers + 1)) if sc.brokers > 1 else [None]
         ports = {node: {n: free_port() for n in sc.listeners} for node in nodes}
-        advertised = {node: {n: f"127.0.0.1:{p}" for n, p in ports[node].items()} for node in nodes}
+        advertised = {
+            node: {n: f"{self.listen_host}:{p}" for n, p in ports[node].items()} for node in nodes
+        }
         # request quotas are charged Kafka's own handler time, read from the broker's
         # request log (harness.acceptor.broker_charge): only when the scenario has request
         # quotas (a log line per request costs both sides), and not through the latency
