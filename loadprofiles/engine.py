@@ -10,7 +10,12 @@ decoding, request encoding, gevent's socket wrappers and per-row dicts. Here:
   time); only the first ApiVersions response of a run is decoded in full, to pick
   the Metadata version both sides speak;
 * raw non-blocking ``_socket`` sockets (never gevent's) in one ``epoll`` loop, one
-  ``__slots__`` record per connection, no greenlet, no exception per outcome;
+  ``__slots__`` record per connection (``engine_conn.Conn``), no greenlet, no exception
+  per outcome;
+* each connection moves by one table, ``engine_conn.TRANSITIONS``: a step is a lookup of
+  (state, input) that gives the next state and the rows the step may write; the frames
+  (``engine_frames``), the SASL step's outcome and the rows' details
+  (``engine_conn``) are pure pieces, tested alone;
 * history rows go into ``ClientHistory``'s column buffers, sealed every
   ``seal_interval_s`` and written by another thread (off this loop);
 * arrival ``k`` is due at ``start_ns + offset_k`` (absolute times from
@@ -59,7 +64,6 @@ from __future__ import annotations
 import _socket
 import contextlib
 import errno
-import io
 import select
 import ssl
 import sys
@@ -69,43 +73,83 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest
-from kafka.protocol.producer import ProduceRequest, ProduceResponse
-from kafka.record.memory_records import MemoryRecordsBuilder
-
 from harness.history import events
 from loadprofiles import proxy_header
 from loadprofiles.addresses import BrokerTarget, broker_for
 from loadprofiles.client_history import ClientHistory
+from loadprofiles.engine_conn import (
+    NEXT,
+    Conn,
+    Input,
+    State,
+    TransitionError,
+    closed_fields,
+    sasl_step,
+    tls_fail_fields,
+)
+from loadprofiles.engine_frames import (
+    API_NAMES,
+    API_VERSIONS_KEY,
+    API_VERSIONS_VERSION,
+    METADATA_KEY,
+    METADATA_MAX_VERSION,
+    PRODUCE_FLEXIBLE,
+    PRODUCE_KEY,
+    PRODUCE_MAX_VERSION,
+    api_versions_fields,
+    api_versions_frame,
+    compile_produce,
+    encode_request,
+    frame_end,
+    max_versions,
+    metadata_frame,
+    metadata_max_version,
+    produce_fields,
+    produce_frame,
+    response_fields,
+    warm_up,
+    with_correlation_id,
+)
 from loadprofiles.outcomes import classify
 from loadprofiles.secure import (
     SASL_AUTHENTICATE_KEY,
     SASL_HANDSHAKE_KEY,
-    SaslError,
-    SaslExchange,
     SaslSettings,
     TlsLink,
     TlsSettings,
     tls_error,
 )
 
-SHAPES = ("connect", "apiversions", "storm", "produce")
-API_VERSIONS_KEY = 18
-METADATA_KEY = 3
-PRODUCE_KEY = 0
-API_VERSIONS_VERSION = 3
-METADATA_MAX_VERSION = 12
-PRODUCE_MAX_VERSION = 12
-#: the first flexible Produce version: its response header carries tagged fields
-PRODUCE_FLEXIBLE = 9
-API_NAMES = {
-    API_VERSIONS_KEY: "ApiVersions",
-    METADATA_KEY: "Metadata",
-    PRODUCE_KEY: "Produce",
-    SASL_HANDSHAKE_KEY: "SaslHandshake",
-    SASL_AUTHENTICATE_KEY: "SaslAuthenticate",
-}
+#: the frames' names, as the other load profiles and tests import them from here
+__all__ = [
+    "API_NAMES",
+    "API_VERSIONS_KEY",
+    "API_VERSIONS_VERSION",
+    "METADATA_KEY",
+    "METADATA_MAX_VERSION",
+    "PERIOD_NS",
+    "PRODUCE_FLEXIBLE",
+    "PRODUCE_KEY",
+    "PRODUCE_MAX_VERSION",
+    "SHAPES",
+    "THRESHOLD_NS",
+    "EngineConfig",
+    "EngineStats",
+    "StormEngine",
+    "api_versions_fields",
+    "api_versions_frame",
+    "compile_produce",
+    "encode_request",
+    "max_versions",
+    "metadata_frame",
+    "metadata_max_version",
+    "produce_fields",
+    "produce_frame",
+    "warm_up",
+    "with_correlation_id",
+]
 
+SHAPES = ("connect", "apiversions", "storm", "produce")
 IP_BIND_ADDRESS_NO_PORT = getattr(_socket, "IP_BIND_ADDRESS_NO_PORT", 24)
 _FDS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _PORTS = frozenset({errno.EADDRNOTAVAIL, errno.EADDRINUSE})
@@ -117,128 +161,13 @@ _IN, _OUT = select.EPOLLIN, select.EPOLLOUT
 PERIOD_NS = 5_000_000
 THRESHOLD_NS = 10_000_000
 
-# connection states
-CONNECTING, SENDING, AWAITING, HOLDING, DONE, HANDSHAKING, SETTLING = range(7)
-
-
-def encode_request(request: Any, client_id: str) -> bytes:
-    """A framed request (size, header, body) with correlation id 0, via kafka-python."""
-    request.with_header(correlation_id=0, client_id=client_id)
-    return bytes(request.encode(framed=True, header=True))
-
-
-def api_versions_frame(client_id: str) -> bytes:
-    return encode_request(
-        ApiVersionsRequest(
-            version=API_VERSIONS_VERSION,
-            client_software_name="harness-loadprofiles",
-            client_software_version="0.1.0",
-        ),
-        client_id,
-    )
-
-
-def metadata_frame(client_id: str, version: int = METADATA_MAX_VERSION) -> bytes:
-    """Metadata for no topics (brokers and cluster id only), like a bootstrapping client."""
-    return encode_request(
-        MetadataRequest(
-            version=version,
-            topics=[],
-            allow_auto_topic_creation=False,
-            include_cluster_authorized_operations=False,
-            include_topic_authorized_operations=False,
-        ),
-        client_id,
-    )
-
-
-def produce_frame(
-    client_id: str,
-    topic: str,
-    value: bytes,
-    *,
-    acks: int,
-    timeout_ms: int,
-    version: int = PRODUCE_MAX_VERSION,
-) -> bytes:
-    """One record (``value``, no key) for partition 0 of ``topic`` in a v2 record batch."""
-    builder = MemoryRecordsBuilder(2, 0, 1 << 20)
-    builder.append(int(time.time() * 1000), None, value, [])
-    builder.close()
-    data = ProduceRequest.TopicProduceData
-    return encode_request(
-        ProduceRequest(
-            version=version,
-            transactional_id=None,
-            acks=acks,
-            timeout_ms=timeout_ms,
-            topic_data=[
-                data(
-                    name=topic,
-                    partition_data=[data.PartitionProduceData(index=0, records=builder.buffer())],
-                )
-            ],
-        ),
-        client_id,
-    )
-
-
-def produce_fields(frame: bytes, version: int) -> tuple[int, int]:
-    """(error_code, throttle_time_ms) of a Produce response frame (the first partition's
-    error; a response that does not decode is error -1, UNKNOWN_SERVER_ERROR's code)."""
-    body = frame[9:] if version >= PRODUCE_FLEXIBLE else frame[8:]
-    try:
-        resp = ProduceResponse.decode(io.BytesIO(body), version=version)
-        parts = [p for t in resp.responses for p in t.partition_responses]
-        error = next((int(p.error_code) for p in parts if p.error_code), 0)
-        return error, int(resp.throttle_time_ms or 0)
-    except Exception:
-        return -1, 0
-
-
-def with_correlation_id(frame: bytes, cid: int) -> bytes:
-    return frame[:8] + cid.to_bytes(4, "big") + frame[12:]
-
-
-def api_versions_fields(frame: bytes) -> tuple[int, int]:
-    """(error_code, throttle_time_ms) of an ApiVersions v3 response frame.
-
-    Layout: size, correlation id (header v0), error_code, compact array of
-    (api_key, min, max, tagged fields), throttle_time_ms. Entries with tagged
-    fields (none in Kafka 4.3.1) fall back to a full decode.
-    """
-    error = int.from_bytes(frame[8:10], "big", signed=True)
-    pos, shift, n = 10, 0, 0
-    while pos < len(frame):  # unsigned varint: N + 1
-        b = frame[pos]
-        n |= (b & 0x7F) << shift
-        pos += 1
-        shift += 7
-        if not b & 0x80:
-            break
-    count = max(0, n - 1)
-    end = pos + 7 * count
-    if end + 4 <= len(frame) and frame[pos + 6 : end : 7].count(0) == count:
-        return error, int.from_bytes(frame[end : end + 4], "big", signed=True)
-    try:
-        resp = ApiVersionsResponse.decode(io.BytesIO(frame[8:]), version=API_VERSIONS_VERSION)
-        return int(resp.error_code), int(resp.throttle_time_ms or 0)
-    except Exception:
-        return error, 0
-
-
-def max_versions(frame: bytes) -> dict[int, int]:
-    """The broker's highest version per API key, from a full ApiVersions response frame."""
-    try:
-        resp = ApiVersionsResponse.decode(io.BytesIO(frame[8:]), version=API_VERSIONS_VERSION)
-    except Exception:
-        return {}
-    return {int(v.api_key): int(v.max_version) for v in resp.api_keys}
-
-
-def metadata_max_version(frame: bytes) -> int | None:
-    """The broker's highest Metadata version, from a full ApiVersions response frame."""
-    return max_versions(frame).get(METADATA_KEY)
+_I = Input
+#: the states the loop tests on every event, as module names (an enum member read through
+#: its class is an attribute lookup; `is` against a module name is what an int compare was)
+_NEW, _CONNECTING, _SENDING = State.NEW, State.CONNECTING, State.SENDING
+_AWAITING, _HOLDING, _DONE = State.AWAITING, State.HOLDING, State.DONE
+_HANDSHAKING, _SETTLING = State.HANDSHAKING, State.SETTLING
+_NEXT = NEXT
 
 
 @dataclass
@@ -326,43 +255,6 @@ class EngineStats:
         )
 
 
-class _Conn:
-    """One connection's state: only what its history rows need."""
-
-    __slots__ = (
-        "api", "broker", "buf", "cid", "conn_id", "connect_ms", "eof_ms", "errors", "fail", "fd",
-        "gen", "invoke_ns", "ip", "out", "phase_ns", "port", "ready_ms", "req_ns", "responses",
-        "sasl", "sasl_ms", "sip", "sock", "state", "tls", "tls_ms",
-    )  # fmt: skip
-    api: int
-    broker: int | None
-    buf: bytes
-    cid: int
-    conn_id: str
-    connect_ms: float | None
-    eof_ms: float | None
-    errors: list[str] | None
-    fail: str | None
-    fd: int
-    gen: int
-    invoke_ns: int
-    ip: str | None
-    out: bytes
-    phase_ns: int
-    port: int | None
-    ready_ms: float | None
-    req_ns: int
-    responses: int
-    sasl: SaslExchange | None
-    sasl_ms: float | None
-    #: the socket's own address when a PROXY header claims another (``ip``)
-    sip: str | None
-    sock: Any
-    state: int
-    tls: TlsLink | None
-    tls_ms: float | None
-
-
 #: how long a broker that refused a connection is passed over (Kafka's client default
 #: `reconnect.backoff.max.ms`, 1 s, the longest it waits before trying a node again)
 RECONNECT_BACKOFF_NS = 1_000_000_000
@@ -376,8 +268,16 @@ def _epoll() -> Any:
     return select.epoll()
 
 
+def _new_socket() -> Any:
+    return _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM | _socket.SOCK_NONBLOCK)
+
+
 class StormEngine:
-    """Drives one slot of an arrival schedule; ``run()`` returns when it is done or stopped."""
+    """Drives one slot of an arrival schedule; ``run()`` returns when it is done or stopped.
+
+    Every connection moves by `engine_conn.TRANSITIONS` (`_go`); `trace`, when a test sets
+    it to a list, records each step as (conn id, state, input, next state). ``new_socket``
+    and ``epoll`` are the kernel's, or a test's fakes."""
 
     def __init__(
         self,
@@ -386,15 +286,18 @@ class StormEngine:
         *,
         conn_prefix: str = "",
         clock: Callable[[], int] = time.monotonic_ns,
+        new_socket: Callable[[], Any] = _new_socket,
+        epoll: Callable[[], Any] = _epoll,
     ) -> None:
         self.cfg = config
         self.hist = history
         self.stats = EngineStats()
         self._clock = clock
+        self._new_socket = new_socket
         self._stop = False
         self._prefix = conn_prefix or f"e{id(self) & 0xFFFF:x}-"
-        self._conns: dict[int, _Conn] = {}
-        self._ep = _epoll()
+        self._conns: dict[int, Conn] = {}
+        self._ep = epoll()
         self._apiv = api_versions_frame(config.client_id)
         self._meta = metadata_frame(config.client_id)
         self._produce_version = PRODUCE_MAX_VERSION
@@ -406,10 +309,10 @@ class StormEngine:
         self._proxy = config.proxy_protocol
         warm_up()
         self._cid = 0
-        self._q_connect: deque[tuple[int, _Conn, int]] = deque()
-        self._q_request: deque[tuple[int, _Conn, int]] = deque()
-        self._q_hold: deque[tuple[int, _Conn, int]] = deque()
-        self._q_tls: deque[tuple[int, _Conn, int]] = deque()
+        self._q_connect: deque[tuple[int, Conn, int]] = deque()
+        self._q_request: deque[tuple[int, Conn, int]] = deque()
+        self._q_hold: deque[tuple[int, Conn, int]] = deque()
+        self._q_tls: deque[tuple[int, Conn, int]] = deque()
         self._tls = config.tls
         self._sasl = config.sasl
         self._sni = config.tls_server_name or config.host
@@ -422,6 +325,8 @@ class StormEngine:
         self._invoke_detail = self._detail_template({})
         #: a cluster's brokers that refused a connection, and until when they are passed over
         self._down: dict[int, int] = {}
+        #: every step taken, when a test asks for it (`trace = []`)
+        self.trace: list[tuple[str, State, Input, State]] | None = None
 
     def set_clock_offset(self, offset_ns: int, rtt_ns: int) -> None:
         """Distributed runs: this process's offset to the master's clock (``clock.py``),
@@ -457,12 +362,24 @@ class StormEngine:
         """Any thread: end the schedule; open connections are dropped without an outcome."""
         self._stop = True
 
+    # -- the table ----------------------------------------------------------------------------
+    def _go(self, c: Conn, inp: Input) -> None:
+        """One step of `c`: its state's row for `inp` in `engine_conn.TRANSITIONS` gives the
+        next state (an input its state has no row for is a `TransitionError`)."""
+        before = c.state
+        try:
+            c.state = _NEXT[(before, inp)]
+        except KeyError:
+            raise TransitionError(f"{c.conn_id}: no step for {inp.name} in {before.name}") from None
+        if self.trace is not None:
+            self.trace.append((c.conn_id, before, inp, c.state))
+
     # -- history ----------------------------------------------------------------------------
     def _row(
         self,
         event: str,
         mono_ns: int,
-        c: _Conn | None,
+        c: Conn | None,
         reason: str | None = None,
         api_key: int | None = None,
         latency_ms: float | None = None,
@@ -604,6 +521,7 @@ class StormEngine:
             self._ep.close()
         return self.stats
 
+    # -- TCP ----------------------------------------------------------------------------------
     def _arrive(self, k: int, intended: int) -> None:
         st = self.stats
         st.intended += 1
@@ -620,7 +538,7 @@ class StormEngine:
             self._not_offered(intended, "cpu", f"{cfg.max_in_flight} in flight")
             return
         try:
-            s = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM | _socket.SOCK_NONBLOCK)
+            s = self._new_socket()
         except OSError as exc:
             self._not_offered(intended, _cause(exc.errno), str(exc))
             return
@@ -646,7 +564,7 @@ class StormEngine:
             s.close()
             self._not_offered(intended, _cause(err), f"{errno.errorcode.get(err, err)}")
             return
-        c = _Conn()
+        c = Conn()
         c.sock = s
         c.fd = s.fileno()
         try:
@@ -675,12 +593,13 @@ class StormEngine:
         c.tls = c.sasl = None
         c.tls_ms = c.sasl_ms = None
         c.phase_ns = 0
+        c.state = _NEW
         st.offered += 1
+        self._go(c, _I.INVOKED)
         self._row("connect_invoke", invoke, c, detail=detail)
         if err == 0:
             self._connected(c)
         elif err == errno.EINPROGRESS:
-            c.state = CONNECTING
             self._conns[c.fd] = c
             self._ep.register(c.fd, _OUT)
             self._q_connect.append((invoke + self._ct_ns, c, c.gen))
@@ -702,16 +621,18 @@ class StormEngine:
             return target
         return up[k % len(up)]
 
-    def _connect_failed(self, c: _Conn, err: int) -> None:
+    def _connect_failed(self, c: Conn, err: int) -> None:
+        self._go(c, _I.TIMEOUT if err == errno.ETIMEDOUT else _I.CONNECT_FAILED)
         reason = "timeout" if err == errno.ETIMEDOUT else "reset" if err in _RESET else "refused"
         now = self._clock()
         if reason == "refused" and c.broker is not None:
             self._down[c.broker] = now + RECONNECT_BACKOFF_NS
         self._row("connect_fail", now, c, reason, latency_ms=(now - c.invoke_ns) / 1e6)
-        self._finish(c, reason, now, outcome=reason)
+        self._close(c, reason, now, outcome=reason)
 
-    def _connected(self, c: _Conn) -> None:
+    def _connected(self, c: Conn) -> None:
         now = self._clock()
+        self._go(c, _I.CONNECTED)
         c.connect_ms = (now - c.invoke_ns) / 1e6
         self._row("connect_ok", now, c, latency_ms=c.connect_ms)
         if self._proxy != "off" and not self._send_proxy_header(c, now):
@@ -721,7 +642,8 @@ class StormEngine:
             return
         self._secured(c, now)
 
-    def _send_proxy_header(self, c: _Conn, now: int) -> bool:
+    # -- PROXY ----------------------------------------------------------------------------------
+    def _send_proxy_header(self, c: Conn, now: int) -> bool:
         """The PROXY header, in one send: a socket that has just connected has its whole
         send buffer free for its ≤ 107 bytes. False when it could not go (the connection
         is then ended as a request failure)."""
@@ -739,7 +661,8 @@ class StormEngine:
             c.out = header[sent:]
         return True
 
-    def _secured(self, c: _Conn, now: int) -> None:
+    # -- requests ---------------------------------------------------------------------------
+    def _secured(self, c: Conn, now: int) -> None:
         """TLS (if any) is done: log in (if SASL), else the shape's first request."""
         if self._sasl is not None and c.sasl is None:
             c.sasl = self._sasl.exchange()
@@ -749,7 +672,7 @@ class StormEngine:
             return
         if self.cfg.shape == "connect":
             if c.tls is not None and c.sasl is None and c.tls.obj.version() == "TLSv1.3":
-                c.state = SETTLING  # until the server's first record: it read our Finished
+                self._go(c, _I.SETTLE)  # until the server's first record: it read our Finished
                 c.gen += 1
                 self._watch(c, _IN | _OUT if c.out else _IN)
                 self._q_request.append((now + self._rt_ns, c, c.gen))
@@ -758,11 +681,11 @@ class StormEngine:
             return
         self._send(c, API_VERSIONS_KEY, self._apiv)
 
-    def _send(self, c: _Conn, api: int, template: bytes) -> None:
+    def _send(self, c: Conn, api: int, template: bytes) -> None:
         c.api = api
         self._request(c, with_correlation_id(template, c.cid))
 
-    def _request(self, c: _Conn, data: bytes) -> None:
+    def _request(self, c: Conn, data: bytes) -> None:
         """Send one request (or pipelined requests) and await the answer."""
         c.gen += 1
         now = self._clock()
@@ -784,16 +707,16 @@ class StormEngine:
             self._request_failed(c, "reset" if exc.errno in _RESET else "eof", now)
             return
         if n < len(data):
+            self._go(c, _I.SENT_PART)
             c.out = data[n:]
-            c.state = SENDING
             self._watch(c, _OUT)
         else:
+            self._go(c, _I.SENT)
             c.out = b""
-            c.state = AWAITING
             self._watch(c, _IN)
         self._q_request.append((now + self._rt_ns, c, c.gen))
 
-    def _watch(self, c: _Conn, events: int) -> None:
+    def _watch(self, c: Conn, events: int) -> None:
         if c.fd in self._conns:
             self._ep.modify(c.fd, events)
         else:
@@ -801,11 +724,11 @@ class StormEngine:
             self._ep.register(c.fd, events)
 
     # -- TLS --------------------------------------------------------------------------------
-    def _tls_start(self, c: _Conn, now: int) -> None:
+    def _tls_start(self, c: Conn, now: int) -> None:
         t = self._tls
         assert t is not None
+        self._go(c, _I.TLS_START)
         c.phase_ns = now
-        c.state = HANDSHAKING
         c.gen += 1
         try:
             c.tls = TlsLink(t.context, self._sni, self._tls_session if t.resume else None)
@@ -829,7 +752,7 @@ class StormEngine:
         self._q_tls.append((now + self._ct_ns, c, c.gen))
         self._tls_step(c, now)
 
-    def _tls_step(self, c: _Conn, now: int) -> None:
+    def _tls_step(self, c: Conn, now: int) -> None:
         link = c.tls
         assert link is not None
         try:
@@ -843,6 +766,7 @@ class StormEngine:
         if c.out and not self._send_tls_out(c, now):
             return
         if done:
+            self._go(c, _I.HANDSHAKE_DONE)
             c.tls_ms = (now - c.phase_ns) / 1e6
             info = link.info()
             info["tls_ms"] = round(c.tls_ms, 3)
@@ -859,7 +783,7 @@ class StormEngine:
         else:
             self._watch(c, _IN | _OUT if c.out else _IN)
 
-    def _send_tls_out(self, c: _Conn, now: int) -> bool:
+    def _send_tls_out(self, c: Conn, now: int) -> bool:
         """Send what the TLS link has queued as far as the socket takes it; False when the
         send failed (the connection is then ended as a TLS failure)."""
         try:
@@ -872,7 +796,7 @@ class StormEngine:
         c.out = c.out[n:]
         return True
 
-    def _tls_flush(self, c: _Conn, ev: int, now: int) -> bool:
+    def _tls_flush(self, c: Conn, ev: int, now: int) -> bool:
         """On a writable socket, send what the TLS link queued (watching for input alone
         once it is all out); True when the socket is readable too."""
         if ev & _OUT and c.out:
@@ -882,7 +806,7 @@ class StormEngine:
                 self._ep.modify(c.fd, _IN)
         return bool(ev & ~_OUT)
 
-    def _tls_io(self, c: _Conn, ev: int) -> None:
+    def _tls_io(self, c: Conn, ev: int) -> None:
         now = self._clock()
         if not self._tls_flush(c, ev, now):
             return
@@ -901,7 +825,7 @@ class StormEngine:
         link.feed(data)
         self._tls_step(c, now)
 
-    def _settling_io(self, c: _Conn, ev: int) -> None:
+    def _settling_io(self, c: Conn, ev: int) -> None:
         """A TLS 1.3 ``connect``: the rest of our handshake out, then the server's first
         record in (its session ticket) ends the connection as done; a close first is an
         ``eof`` (or ``reset``) after the handshake."""
@@ -915,12 +839,14 @@ class StormEngine:
         except OSError:
             data = None
         if data:
+            self._go(c, _I.SETTLED)
             self._connected_done(c, now)
             return
+        self._go(c, _I.PEER_CLOSED)
         c.eof_ms = (now - c.invoke_ns) / 1e6
-        self._finish(c, "eof" if data is not None else "reset", now)
+        self._close(c, "eof" if data is not None else "reset", now)
 
-    def _connected_done(self, c: _Conn, now: int) -> None:
+    def _connected_done(self, c: Conn, now: int) -> None:
         """A ``connect`` that got through: held, or over TLS closed with a close_notify
         first (best effort: the alert is a few dozen bytes into an empty send buffer)."""
         if c.tls is not None and self._hold_ns <= 0:
@@ -928,74 +854,52 @@ class StormEngine:
                 c.sock.send(c.out + c.tls.close_notify())
         self._done_or_hold(c, now)
 
-    def _tls_peer_closed(self, c: _Conn, now: int, reason: str, error: str) -> None:
+    def _tls_peer_closed(self, c: Conn, now: int, reason: str, error: str) -> None:
         """The server closed during the handshake without a TLS alert: on Kafka, a
         connection quota's close (quotas run on the acceptor thread before any TLS byte is
         read), so it ends as a plaintext connection dropped after accept does: an ``eof``
         (or ``reset``), outcome ``eof_after_accept``, not a TLS failure. An alert the server
         sent before closing is read first and fails the handshake as ``tls``."""
+        self._go(c, _I.PEER_CLOSED)
         c.eof_ms = (now - c.invoke_ns) / 1e6
         self._tls_fail_row(c, now, reason, error)
-        self._finish(c, reason, now)
+        self._close(c, reason, now)
 
-    def _tls_fail_row(self, c: _Conn, now: int, reason: str, error: str) -> None:
-        d: dict[str, Any] = {"error": error}
-        if c.phase_ns:
-            d["tls_ms"] = round((now - c.phase_ns) / 1e6, 3)
+    def _tls_fail_row(self, c: Conn, now: int, reason: str, error: str) -> None:
         self._row(
             "tls_fail",
             now,
             c,
             reason,
             latency_ms=(now - c.invoke_ns) / 1e6,
-            detail=events.detail("client", "tls_fail", **d),
+            detail=events.detail("client", "tls_fail", **tls_fail_fields(error, c.phase_ns, now)),
         )
 
-    def _tls_failed(self, c: _Conn, now: int, error: str, outcome: str = "tls_failed") -> None:
+    def _tls_failed(
+        self, c: Conn, now: int, error: str, outcome: str = "tls_failed", inp: Input = _I.TLS_FAILED
+    ) -> None:
+        self._go(c, inp)
         self._tls_fail_row(c, now, "tls", error)
         c.fail = outcome
         c.errors = (c.errors or []) + [f"TLS: {error}"]
-        self._finish(c, "timeout" if outcome == "timeout" else "tls", now)
+        self._close(c, "timeout" if outcome == "timeout" else "tls", now)
 
     # -- SASL -------------------------------------------------------------------------------
-    def _sasl_response(self, c: _Conn, frame: bytes, now: int) -> None:
+    def _sasl_response(self, c: Conn, frame: bytes, now: int) -> None:
         ex = c.sasl
-        assert ex is not None and self._sasl is not None
+        settings = self._sasl
+        assert ex is not None and settings is not None
         c.gen += 1
-        try:
-            nxt = ex.response(frame, c.cid)
-        except SaslError as exc:
-            d = {
-                "error": exc.reason,
-                "error_code": exc.error_code,
-                "mechanism": ex.mechanism,
-                "principal": self._sasl.principal,
-                "round": exc.round,
-                "sasl_ms": round((now - c.phase_ns) / 1e6, 3),
-                # since the failing request went out: what Kafka's failed-login delay adds to
-                "answer_ms": round((now - c.req_ns) / 1e6, 3),
-            }
-            self._row(
-                "sasl_fail",
-                now,
-                c,
-                "auth",
-                c.api,
-                (now - c.invoke_ns) / 1e6,
-                detail=events.detail("client", "sasl_fail", **d),
-            )
-            c.fail = "auth_failed"
-            c.errors = (c.errors or []) + [f"SASL round {exc.round}: error {exc.error_code}"]
-            self._finish(c, "auth", now)
-            return
-        if nxt is None:
+        inp, got = sasl_step(ex, frame, c.cid, c, now, settings.principal)
+        self._go(c, inp)
+        if inp is _I.SASL_PENDING:  # the pipelined SaslAuthenticate's answer is next
+            c.api = SASL_AUTHENTICATE_KEY
+            self._q_request.append((now + self._rt_ns, c, c.gen))
+        elif inp is _I.SASL_ROUND:
+            c.api = SASL_AUTHENTICATE_KEY
+            self._request(c, got)
+        elif inp is _I.SASL_DONE:
             c.sasl_ms = (now - c.phase_ns) / 1e6
-            d2 = {
-                "mechanism": ex.mechanism,
-                "principal": self._sasl.principal,
-                "rounds": ex.round,
-                "sasl_ms": round(c.sasl_ms, 3),
-            }
             self._row(
                 "sasl_done",
                 now,
@@ -1003,25 +907,34 @@ class StormEngine:
                 None,
                 SASL_AUTHENTICATE_KEY,
                 (now - c.invoke_ns) / 1e6,
-                detail=events.detail("client", "sasl_done", **d2),
+                detail=events.detail("client", "sasl_done", **got),
             )
             self._secured(c, now)
-        elif nxt:
-            c.api = SASL_AUTHENTICATE_KEY
-            self._request(c, nxt)
-        else:  # the pipelined SaslAuthenticate's answer is next
-            c.api = SASL_AUTHENTICATE_KEY
-            self._q_request.append((now + self._rt_ns, c, c.gen))
+        else:
+            fields, error = got
+            self._row(
+                "sasl_fail",
+                now,
+                c,
+                "auth",
+                c.api,
+                (now - c.invoke_ns) / 1e6,
+                detail=events.detail("client", "sasl_fail", **fields),
+            )
+            c.fail = "auth_failed"
+            c.errors = (c.errors or []) + [error]
+            self._close(c, "auth", now)
 
-    def _io(self, c: _Conn, ev: int) -> None:
+    # -- the socket's events ------------------------------------------------------------------
+    def _io(self, c: Conn, ev: int) -> None:
         state = c.state
-        if state == AWAITING:
+        if state is _AWAITING:
             self._readable(c)
-        elif state == HANDSHAKING:
+        elif state is _HANDSHAKING:
             self._tls_io(c, ev)
-        elif state == SETTLING:
+        elif state is _SETTLING:
             self._settling_io(c, ev)
-        elif state == CONNECTING:
+        elif state is _CONNECTING:
             err = c.sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_ERROR)
             c.gen += 1
             if err:
@@ -1029,7 +942,7 @@ class StormEngine:
                 self._connect_failed(c, err)
             else:
                 self._connected(c)
-        elif state == SENDING:
+        elif state is _SENDING:
             try:
                 n = c.sock.send(c.out)
             except BlockingIOError:
@@ -1039,9 +952,9 @@ class StormEngine:
                 return
             c.out = c.out[n:]
             if not c.out:
-                c.state = AWAITING
+                self._go(c, _I.SENT)
                 self._ep.modify(c.fd, _IN)
-        elif state == HOLDING:
+        elif state is _HOLDING:
             # the server spoke or closed during the hold: note it, keep holding
             try:
                 if c.sock.recv(65536):
@@ -1050,9 +963,10 @@ class StormEngine:
                 return
             except OSError:
                 pass
+            self._go(c, _I.PEER_CLOSED)
             self._ep.unregister(c.fd)
 
-    def _readable(self, c: _Conn) -> None:
+    def _readable(self, c: Conn) -> None:
         try:
             data = c.sock.recv(65536)
         except BlockingIOError:
@@ -1082,23 +996,20 @@ class StormEngine:
             return
         buf = c.buf + data if c.buf else data
         while True:
-            if len(buf) < 4:
-                c.buf = buf
-                return
-            size = int.from_bytes(buf[:4], "big")
-            if len(buf) < size + 4:
+            end = frame_end(buf)
+            if not end:
                 c.buf = buf
                 return
             c.buf = b""
-            if len(buf) == size + 4:
+            if len(buf) == end:
                 self._response(c, buf, self._clock())
                 return
-            frame, buf = buf[: size + 4], buf[size + 4 :]
+            frame, buf = buf[:end], buf[end:]
             self._response(c, frame, self._clock())
-            if c.state != AWAITING:
+            if c.state is not _AWAITING:
                 return
 
-    def _response(self, c: _Conn, frame: bytes, now: int) -> None:
+    def _response(self, c: Conn, frame: bytes, now: int) -> None:
         api = c.api
         if int.from_bytes(frame[4:8], "big") != c.cid:
             c.gen += 1
@@ -1108,18 +1019,13 @@ class StormEngine:
             self._sasl_response(c, frame, now)
             return
         c.gen += 1
+        self._go(c, _I.ANSWERED)
         nbytes = len(frame)
         detail = None
-        if api == API_VERSIONS_KEY:
-            error, throttle = api_versions_fields(frame)
-            if not self._learned and not error:
-                self._learned = True
-                self._learn(frame)
-        elif api == PRODUCE_KEY:
-            error, throttle = produce_fields(frame, self._produce_version)
-        else:  # Metadata v12: header v1 (correlation id, tagged fields), throttle_time_ms
-            error = 0
-            throttle = int.from_bytes(frame[9:13], "big", signed=True) if nbytes >= 13 else 0
+        error, throttle = response_fields(api, frame, self._produce_version)
+        if api == API_VERSIONS_KEY and not self._learned and not error:
+            self._learned = True
+            self._learn(frame)
         if error or throttle:
             parts = {}
             if error:
@@ -1156,14 +1062,16 @@ class StormEngine:
             self._produce = self._produce_frame()
             compile_produce(top)
 
-    def _done_or_hold(self, c: _Conn, now: int) -> None:
+    # -- the end ------------------------------------------------------------------------------
+    def _done_or_hold(self, c: Conn, now: int) -> None:
         if self._hold_ns > 0:
             self._hold(c, now, self._hold_ns)
             return
-        self._finish(c, "done", now)
+        self._go(c, _I.FINISH)
+        self._close(c, "done", now)
 
-    def _hold(self, c: _Conn, now: int, hold_ns: int) -> None:
-        c.state = HOLDING
+    def _hold(self, c: Conn, now: int, hold_ns: int) -> None:
+        self._go(c, _I.HOLD)
         c.gen += 1
         self._watch(c, _IN)
         if hold_ns == self._hold_ns:
@@ -1171,16 +1079,20 @@ class StormEngine:
         else:  # a stalled TLS handshake without a hold time: the connect timeout
             self._q_tls.append((now + hold_ns, c, c.gen))
 
-    def _request_failed(self, c: _Conn, reason: str, now: int, why: str = "") -> None:
+    def _request_failed(
+        self, c: Conn, reason: str, now: int, why: str = "", inp: Input = _I.FAILED
+    ) -> None:
+        self._go(c, inp)
         if reason in ("eof", "reset") and c.eof_ms is None:
             c.eof_ms = (now - c.invoke_ns) / 1e6
         self._row("request_fail", now, c, reason, c.api, (now - c.req_ns) / 1e6)
         if why:
             c.errors = (c.errors or []) + [why]
-        self._finish(c, reason, now)
+        self._close(c, reason, now)
 
-    def _finish(self, c: _Conn, reason: str, now: int, outcome: str | None = None) -> None:
-        c.state = DONE
+    def _close(self, c: Conn, reason: str, now: int, outcome: str | None = None) -> None:
+        """`c` is DONE (its step taken): its socket closed, its outcome counted, its
+        `closed` row written."""
         c.gen += 1
         self._conns.pop(c.fd, None)
         c.sock.close()
@@ -1194,36 +1106,25 @@ class StormEngine:
         out[outcome] = out.get(outcome, 0) + 1
         if self.hist is None:
             return
-        d: dict[str, Any] = {"outcome": outcome, "profile": self.cfg.profile}
-        if outcome == "eof_after_accept":
-            d["closed_by"] = "reset" if reason == "reset" else "eof"
-        if c.connect_ms is not None:
-            d["connect_ms"] = round(c.connect_ms, 3)
-        if c.ready_ms is not None:
-            d["ready_ms"] = round(c.ready_ms, 3)
-        if c.tls_ms is not None:
-            d["tls_ms"] = round(c.tls_ms, 3)
-        if c.sasl_ms is not None:
-            d["sasl_ms"] = round(c.sasl_ms, 3)
-        if c.sasl is not None and self._sasl is not None:
-            d["principal"] = self._sasl.principal
-        elif c.tls_ms is not None and self._tls is not None and self._tls.principal:
-            d["principal"] = self._tls.principal
-        if c.eof_ms is not None:
-            d["eof_ms"] = round(c.eof_ms, 3)
-        if c.errors:
-            d["errors"] = c.errors[:3]
-        close_reason = "refused" if outcome == "refused" else reason
+        sasl, tls = self._sasl, self._tls
+        fields = closed_fields(
+            c,
+            outcome,
+            reason,
+            self.cfg.profile,
+            sasl.principal if sasl is not None else None,
+            tls.principal if tls is not None else None,
+        )
         self._row(
             "closed",
             now,
             c,
-            close_reason,
+            "refused" if outcome == "refused" else reason,
             latency_ms=(now - c.invoke_ns) / 1e6,
-            detail=events.detail("client", "closed", **d),
+            detail=events.detail("client", "closed", **fields),
         )
 
-    def _classify(self, c: _Conn, reason: str) -> str:
+    def _classify(self, c: Conn, reason: str) -> str:
         """`outcomes.classify`; a TLS or SASL failure is ``tls_failed``/``auth_failed``, a
         stalled handshake ``tls_stalled`` (set where it happened)."""
         if c.fail is not None:
@@ -1238,55 +1139,38 @@ class StormEngine:
         return outcome.value
 
     def _expire(self, now: int) -> None:
-        queues = ((self._q_connect, 0), (self._q_request, 1), (self._q_hold, 2), (self._q_tls, 3))
-        for q, kind in queues:
+        """The deadlines passed: each ends its connection as its state's `TIMEOUT` says
+        (a stale one, of an older generation, is dropped)."""
+        for q in (self._q_connect, self._q_request, self._q_hold, self._q_tls):
             while q and q[0][0] <= now:
                 _, c, gen = q.popleft()
-                if c.gen != gen or c.state == DONE:
+                if c.gen != gen or c.state is _DONE:
                     continue
-                if kind == 0:
-                    self._conns.pop(c.fd, None)
-                    self._connect_failed(c, errno.ETIMEDOUT)
-                elif kind == 1 and c.state == SETTLING:
-                    self._finish(c, "timeout", now)  # no session ticket in time
-                elif kind == 1:
-                    self._request_failed(c, "timeout", now)
-                elif kind == 3 and c.state == HANDSHAKING:
-                    self._tls_failed(c, now, "handshake timeout", "timeout")
-                else:
-                    self._finish(c, "done", now)
+                self._timeout(c, now)
+
+    def _timeout(self, c: Conn, now: int) -> None:
+        state = c.state
+        if state is _CONNECTING:
+            self._conns.pop(c.fd, None)
+            self._connect_failed(c, errno.ETIMEDOUT)
+        elif state is _SETTLING:
+            self._go(c, _I.TIMEOUT)
+            self._close(c, "timeout", now)  # no session ticket in time
+        elif state is _HANDSHAKING:
+            self._tls_failed(c, now, "handshake timeout", "timeout", _I.TIMEOUT)
+        elif state is _HOLDING:
+            self._go(c, _I.TIMEOUT)
+            self._close(c, "done", now)
+        else:
+            self._request_failed(c, "timeout", now, inp=_I.TIMEOUT)
 
     def _abort_all(self) -> None:
         """Stopped mid-run: close what is open without a ``closed`` row (outcome unknown)."""
         for c in list(self._conns.values()):
+            self._go(c, _I.ABORT)
             c.sock.close()
-            c.state = DONE
             self.stats.aborted += 1
         self._conns.clear()
-
-
-def warm_up() -> None:
-    """Compile kafka-python's ApiVersions decoder now (~0.1 s the first time), not on
-    the first response of a schedule, where it would show up as lag."""
-    sample = ApiVersionsResponse(
-        version=API_VERSIONS_VERSION,
-        error_code=0,
-        api_keys=[ApiVersionsResponse.ApiVersion(api_key=METADATA_KEY, min_version=0,
-                                                 max_version=METADATA_MAX_VERSION)],
-        throttle_time_ms=0,
-    )  # fmt: skip
-    body = bytes(sample.encode(version=API_VERSIONS_VERSION))
-    metadata_max_version(b"\0" * 8 + body)
-
-
-def compile_produce(version: int) -> None:
-    """Compile kafka-python's Produce response decoder for ``version`` (the produce
-    shape decodes every answer in full: the first must not pay for the compile)."""
-    empty = bytes(
-        ProduceResponse(version=version, responses=[], throttle_time_ms=0).encode(version=version)
-    )
-    head = b"\0" * (9 if version >= PRODUCE_FLEXIBLE else 8)
-    produce_fields(head + empty, version)
 
 
 def _cause(err: int | None) -> str:
