@@ -30,6 +30,11 @@ class LoadTarget:
     spread_all: bool = True
 
 
+#: how long after its schedule a phase's master waits for its workers' histories (the
+#: last connections' timeouts, then the files over the channel)
+WORKERS_HOME_S = 30.0
+
+
 @dataclass(frozen=True)
 class Workers:
     """A phase run as a Locust master for ``count`` workers on other machines (or worker
@@ -83,7 +88,9 @@ def locust_argv(
     Locust's ``-t`` runs from its own start, before the profile drives any load, so it
     gets ``startup_allowance_s`` on top; the arrival count (``--max-arrivals``) is what
     ends an arrival phase on time."""
-    duration = max(1, math.ceil(phase.duration + startup_allowance_s))
+    # workers send their histories home after the schedule: time for that before -t
+    home_s = WORKERS_HOME_S if workers is not None else 0.0
+    duration = max(1, math.ceil(phase.duration + startup_allowance_s + home_s))
     csv_prefix = run_dir / "locust" / phase.name
     argv = [
         locust_bin,

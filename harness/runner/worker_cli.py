@@ -79,22 +79,22 @@ def run(args: argparse.Namespace) -> int:
     idle_since = time.monotonic()
     for _phase in range(max(1, args.phases)):
         print(f"harness worker: joining the master at {host}:{port}", flush=True)
+        # a folder of its own: Locust writes the profile it takes from the master there
+        # (several workers on one machine must not share it), the history waits there
+        own = tempfile.mkdtemp(prefix="harness-worker-")
         # the load process touches this file once it joined a phase (never log text)
-        fd, joined = tempfile.mkstemp(prefix="harness-worker-joined-")
-        os.close(fd)
-        os.unlink(joined)
+        joined = os.path.join(own, "joined")
         try:
             subprocess.run(
                 locust_worker_argv(host, port, args.processes),
                 timeout=MAX_PHASE_S,
                 check=False,
-                env={**os.environ, JOINED_ENV: joined},
+                env={**os.environ, JOINED_ENV: joined, "TMPDIR": own},
             )
         except subprocess.TimeoutExpired:
             print(f"harness worker: a phase ran over {MAX_PHASE_S} s; stopped it")
         reached = os.path.exists(joined)
         if reached:
-            os.unlink(joined)
             served += 1
             idle_since = time.monotonic()
         elif time.monotonic() - idle_since > args.idle_timeout:
