@@ -9,6 +9,7 @@ that order, records ``run_end`` and rewrites run.json, so the run stays analysab
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import signal
@@ -632,6 +633,17 @@ class Orchestrator:
             return
         self.run_json["workers"] = {"count": n, "netns": self.opts.worker_netns}
         if not self.opts.worker_netns:
+            # one master port for every phase: workers on other machines join one at a time
+            on_workers = sorted(
+                (p.start, p.stop, p.name) for p in self.sc.load if p.profile in ENGINE_PROFILES
+            )
+            for (_a, end, first), (start, _b, second) in itertools.pairwise(on_workers):
+                if start < end:
+                    raise TargetError(
+                        f"phases {first} and {second} overlap: workers on other machines "
+                        f"join one phase's master at a time on {self.opts.master_bind[1]} "
+                        "(--worker-netns gives each phase its own)"
+                    )
             self.run_json["workers"]["master_bind"] = "{}:{}".format(*self.opts.master_bind)
             return
         from harness.runner import netns
