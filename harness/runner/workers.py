@@ -54,10 +54,6 @@ def named_workers(quotas: Mapping[str, Any]) -> list[str]:
     return [e for e in quotas if e.startswith(WORKER_ENTITY)]
 
 
-def joined(ready_dir: Path) -> int:
-    return len(read_roster(ready_dir).get("workers") or {})
-
-
 def problems_before_start(ready_dir: Path, expected: int, hosts: Sequence[str]) -> str:
     """Why a phase waiting for ``expected`` workers did not start: who joined, who not."""
     roster = read_roster(ready_dir)

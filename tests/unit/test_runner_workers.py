@@ -199,3 +199,82 @@ def test_harness_worker_runs_a_locust_worker_that_takes_its_profile_from_the_mas
     for bad in ("nohost", ":5557", "h:0", "h:x"):
         with pytest.raises(argparse.ArgumentTypeError, match="expected HOST:PORT"):
             master_address(bad)
+
+
+def _orchestrator(tmp_path: Path, spec: dict[str, Any], **opts: Any) -> Any:
+    from harness.runner.orchestrator import Orchestrator, RunOptions
+
+    return Orchestrator(
+        parse_scenario(spec), RunOptions("acceptor", out=tmp_path, **opts), lambda _msg: None
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "opts", "says"),
+    [
+        ({**SPEC, "workers": 0, "ip_quotas": {}}, {}, "source_ips per-worker needs worker hosts"),
+        (SPEC, {}, "a worker's address is known before the run only with --worker-netns"),
+        (
+            {
+                **SPEC,
+                "ip_quotas": {},
+                "load": [
+                    {"name": "a", "profile": "storm", "arrival": "constant:rate=5", "stop": 6},
+                    {"name": "b", "profile": "storm", "arrival": "constant:rate=5", "start": 5},
+                ],
+            },
+            {},
+            "phases a and b overlap",
+        ),
+    ],
+)
+def test_the_runner_refuses_worker_plans_it_cannot_run_before_starting_anything(
+    tmp_path: Path, spec: dict[str, Any], opts: dict[str, Any], says: str
+) -> None:
+    from harness.runner.targets import TargetError
+
+    orch = _orchestrator(tmp_path, spec, **opts)
+    with pytest.raises(TargetError, match=says):
+        orch._make_worker_hosts()
+    assert orch.worker_hosts is None
+
+
+def test_engine_phases_wait_for_the_workers_at_the_master_bind_and_steady_ones_do_not(
+    tmp_path: Path,
+) -> None:
+    spec = {
+        **SPEC,
+        "ip_quotas": {},
+        "load": [
+            {"name": "storm", "profile": "storm", "arrival": "constant:rate=5"},
+            {"name": "steady", "profile": "steady", "users": 2},
+        ],
+    }
+    orch = _orchestrator(tmp_path, spec, workers=2, master_bind=("198.18.9.1", 6000))
+    orch._make_worker_hosts()
+    storm, steady = orch.sc.load
+    assert orch._phase_workers(storm) == Workers(2, "198.18.9.1", 6000, 60.0)
+    assert orch._phase_workers(steady) is None
+    assert orch.run_json["workers"] == {
+        "count": 2,
+        "netns": False,
+        "master_bind": "198.18.9.1:6000",
+    }
+    lone = _orchestrator(tmp_path, {**spec, "workers": 0})
+    assert lone._phase_workers(storm) is None
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--workers", "0", "--worker-netns"], "--worker-netns: needs --workers N"),
+        (["--workers", "201"], "--workers=201: between 0 and 200"),
+    ],
+)
+def test_harness_run_refuses_worker_options_it_cannot_honour(
+    args: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from harness.cli import main
+
+    assert main(["run", "hosts-ip-rate", *args]) == 3
+    assert says in capsys.readouterr().out
