@@ -732,7 +732,10 @@ class Orchestrator:
         for rp in self.phases.values():
             for worker in rp.worker_procs:
                 worker.stop(timeout=5)
-        left = hosts.remove()
+        try:
+            left = hosts.remove()
+        except Exception as exc:  # `ip` hung or broke: say so, the next run sweeps them
+            left = [f"{hosts.bridge} and its namespaces ({exc!r})"]
         self.worker_hosts = None
         if left:
             self.say(f"worker hosts: could not remove {left}")
