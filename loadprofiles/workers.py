@@ -51,7 +51,9 @@ class ChunkError(ValueError):
 
 
 # -- pure: chunks and their assembly ---------------------------------------------------------
-def chunks(worker: int, name: str, data: bytes, rows: int, size: int = CHUNK_BYTES) -> list[dict]:
+def chunks(
+    worker: int, name: str, data: bytes, rows: int, size: int = CHUNK_BYTES
+) -> list[dict[str, Any]]:
     """One history file as the ``PART`` messages that carry it (at least one, even empty)."""
     pieces = [data[i : i + size] for i in range(0, len(data), size)] or [b""]
     return [

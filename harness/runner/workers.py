@@ -68,7 +68,7 @@ def problems_before_start(ready_dir: Path, expected: int, hosts: Sequence[str]) 
 
 def judge(
     ready_dir: Path, expected: int, hosts: Sequence[str], client_dir: Path
-) -> tuple[list[Problem], dict[str, Any]]:
+) -> tuple[list[Problem], list[dict[str, Any]]]:
     """The phase's roster, judged: each problem also written as an incomplete-history
     marker in ``client_dir`` (what `harness analyze` reads); returns the problems and the
     roster's summary for the phase's rows and run.json."""
