@@ -38,7 +38,7 @@ import pytest
 from analysis.model import AdmissionModel, Limits
 from harness.acceptor.config import AcceptorConfig, parse_acceptor_config, quota_engines
 from harness.acceptor.dynamic import DynamicConfig
-from harness.quota.connections import ConnectionQuotas, Outcome
+from harness.quota.connections import Outcome
 
 pytestmark = pytest.mark.unit
 
@@ -352,50 +352,69 @@ def test_each_reading_is_kafkas(reading: str, name: str) -> None:
 # the engine and the model, each from its own reading, decide alike
 
 PROBE_CAP = 400  # attempts at one instant: past any finite limit of the cases
+ATTEMPTS_PER_IP = 40
 
 
-def _engine_decisions(engine: ConnectionQuotas, listener: str) -> dict[str, Any]:
-    """At t=0: the first rate step delayed by the broker meter and by the listener's."""
-    rate = [engine.record_connection_rate(listener, 0) for _ in range(PROBE_CAP)]
-    return {
-        "broker delays from": _first(s.broker_delay_ms > 0 for s in rate),
-        "listener delays from": _first(s.listener_delay_ms > 0 for s in rate),
-    }
+#: each side's admission outcomes, by one name
+ENGINE_OUTCOMES = {Outcome.ADMITTED: "admit", Outcome.THROTTLED_IP: "throttle",
+                   Outcome.REJECTED_IP_COUNT: "reject"}  # fmt: skip
+MODEL_OUTCOMES = {"admit": "admit", "throttle_close": "throttle", "reject": "reject"}
 
 
-def _engine_slots(engine: ConnectionQuotas, listener: str) -> int:
-    n = 0
-    while n < PROBE_CAP and engine.slot_available(listener):
-        engine.admit(listener, f"10.{n // 250}.{n % 250}.1", 0)
-        n += 1
-    return n
+class _Engine:
+    """The enforcer's engine, asked at t=0 (listeners by Kafka's upper-case name)."""
+
+    def __init__(self, case: Case) -> None:
+        self.quotas = _acceptor(case)[1].quotas
+
+    def rate(self, listener: str) -> tuple[int, int]:
+        step = self.quotas.record_connection_rate(listener.upper(), 0)
+        return step.broker_delay_ms, step.listener_delay_ms
+
+    def slot(self, listener: str) -> bool:
+        return self.quotas.slot_available(listener.upper())
+
+    def admit(self, listener: str, ip: str) -> str:
+        return ENGINE_OUTCOMES[self.quotas.admit(listener.upper(), ip, 0).outcome]
 
 
-def _engine_ip(engine: ConnectionQuotas, listener: str, ip: str) -> list[str]:
-    names = {Outcome.ADMITTED: "admit", Outcome.THROTTLED_IP: "throttle",
-             Outcome.REJECTED_IP_COUNT: "reject"}  # fmt: skip
-    return [names[engine.admit(listener, ip, 0).outcome] for _ in range(40)]
+class _Model:
+    """The checker's model built from the acceptor's `config` row, asked at t=0."""
+
+    def __init__(self, case: Case) -> None:
+        self.model = AdmissionModel(Limits.from_config(_row(_acceptor(case)[1])))
+
+    def rate(self, listener: str) -> tuple[int, int]:
+        step = self.model.rate_step(listener, 0)
+        return step.broker_ms, step.listener_ms
+
+    def slot(self, listener: str) -> bool:
+        return self.model.slot_available(listener)
+
+    def admit(self, listener: str, ip: str) -> str:
+        return MODEL_OUTCOMES[self.model.ip_step(listener, ip, 0).outcome]
 
 
-def _model_decisions(model: AdmissionModel, listener: str) -> dict[str, Any]:
-    rate = [model.rate_step(listener, 0) for _ in range(PROBE_CAP)]
-    return {
-        "broker delays from": _first(s.broker_ms > 0 for s in rate),
-        "listener delays from": _first(s.listener_ms > 0 for s in rate),
-    }
-
-
-def _model_slots(model: AdmissionModel, listener: str) -> int:
-    n = 0
-    while n < PROBE_CAP and model.slot_available(listener):
-        model.ip_step(listener, f"10.{n // 250}.{n % 250}.1", 0)
-        n += 1
-    return n
-
-
-def _model_ip(model: AdmissionModel, listener: str, ip: str) -> list[str]:
-    names = {"admit": "admit", "throttle_close": "throttle", "reject": "reject"}
-    return [names[model.ip_step(listener, ip, 0).outcome] for _ in range(40)]
+def _decisions(side: type[_Engine] | type[_Model], case: Case) -> dict[str, Any]:
+    """Each listener's first rate step delayed by the broker meter and by its own, its
+    slots (admissions from distinct addresses until none is free), and each address's
+    outcomes on the first listener; every probe on a fresh side."""
+    said: dict[str, Any] = {}
+    names = _listener_names(case.props)
+    for name in names:
+        probe = side(case)
+        rates = [probe.rate(name) for _ in range(PROBE_CAP)]
+        said[f"{name}: broker delays from"] = _first(broker > 0 for broker, _ in rates)
+        said[f"{name}: listener delays from"] = _first(own > 0 for _, own in rates)
+        fresh, slots = side(case), 0
+        while slots < PROBE_CAP and fresh.slot(name):
+            fresh.admit(name, f"10.{slots // 250}.{slots % 250}.1")
+            slots += 1
+        said[f"{name}: slots"] = slots
+    for ip in IPS:
+        fresh = side(case)
+        said[ip] = [fresh.admit(names[0], ip) for _ in range(ATTEMPTS_PER_IP)]
+    return said
 
 
 def _first(flags: Any) -> int | None:
@@ -406,39 +425,15 @@ def _first(flags: Any) -> int | None:
 def test_the_engine_and_the_model_decide_alike(name: str) -> None:
     """Each side's own fallback, as enforced: the engine the acceptor builds from its
     parse and the checker's model built from the acceptor's `config` row, driven alike."""
-    case = CASES[name]
     if ("checker reads the config row", name) in DIFFERS:
         pytest.skip("the row is read differently from Kafka (the reading's xfail)")
-
-    def fresh() -> tuple[ConnectionQuotas, AdmissionModel]:
-        _cfg, dynamic = _acceptor(case)
-        return dynamic.quotas, AdmissionModel(Limits.from_config(_row(dynamic)))
-
-    engine_said: dict[str, Any] = {}
-    model_said: dict[str, Any] = {}
-    for listener in _listener_names(case.props):
-        engine, model = fresh()
-        engine_said[listener] = _engine_decisions(engine, listener.upper())
-        model_said[listener] = _model_decisions(model, listener)
-        engine, model = fresh()
-        engine_said[f"{listener} slots"] = _engine_slots(engine, listener.upper())
-        model_said[f"{listener} slots"] = _model_slots(model, listener)
-    first = _listener_names(case.props)[0]
-    for ip in IPS:
-        engine, model = fresh()
-        engine_said[ip] = _engine_ip(engine, first.upper(), ip)
-        model_said[ip] = _model_ip(model, first, ip)
-    assert engine_said == model_said
+    assert _decisions(_Engine, CASES[name]) == _decisions(_Model, CASES[name])
 
 
 def test_the_probes_see_a_fallback() -> None:
-    """The engine probe is not blind: a listener without its own rate is delayed by its
-    listener meter at the broker-wide rate, one with `Int.MaxValue` never."""
-    case = CASES["a listener's own Int.MaxValue is its limit, not unset"]
-    _cfg, dynamic = _acceptor(case)
-    internal = _engine_decisions(dynamic.quotas, "INTERNAL")
-    _cfg, dynamic = _acceptor(case)
-    client = _engine_decisions(dynamic.quotas, "CLIENT")
-    assert internal["listener delays from"] is not None
-    assert client["listener delays from"] is None
-    assert client["broker delays from"] is not None
+    """The probe is not blind: a listener without its own rate is delayed by its own
+    meter at the broker-wide rate, one with `Int.MaxValue` never."""
+    said = _decisions(_Engine, CASES["a listener's own Int.MaxValue is its limit, not unset"])
+    assert said["internal: listener delays from"] is not None
+    assert said["client: listener delays from"] is None
+    assert said["client: broker delays from"] is not None
