@@ -23,7 +23,9 @@ A response is charged in one of four ways (`Charge.source`):
 
 In the split model the meters live in the accepting process: each response's charge is
 asked there (`Ledger.asked`: the instant and what the log said) and its outcome comes back
-(`Ledger.decided`) before the response is sent.
+(`Ledger.decided`) before the response is sent; a response whose log line is still to come
+is claimed there first (could its charge throttle it?), and if it could not, it is sent at
+once and charged late, at the claim's instant, as in one process.
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ from harness.acceptor.intake import (
     take_request,
 )
 from harness.acceptor.login import ANONYMOUS, SASL_AUTHENTICATE, Login
-from harness.acceptor.ports import ChargeAsked
+from harness.acceptor.ports import ASK_CLAIM, ASK_LATE, ChargeAsked
 from harness.acceptor.request_quotas import with_throttle_time
 from harness.acceptor.tracker import ResponseOrder
 from harness.history import events
@@ -138,6 +138,9 @@ class Input(_Member):
     TIMER = "timer"
     ANSWER = "answer"  # an admin answer built in another process (split model)
     CHARGED = "charged"  # a response's charge decided in another process (split model)
+    #: whether a response whose log line is still to come could be throttled by its charge,
+    #: answered by another process (split model)
+    CLAIMED = "claimed"
     LOGGED = "logged"  # the broker's request log line of a held response came (or not)
     LATE_LINE = "late_line"  # the log line of a response already sent came (or not)
     END = "end"  # ended from outside: eviction, idle expiry, shutdown, an internal error
@@ -437,6 +440,11 @@ class Connection:
         """The decided charge of a held response (`_ask_charges`)."""
         self._input(_I.CHARGED, correlation_id, charge)
 
+    def claimed(self, correlation_id: int, hold: bool) -> None:
+        """Whether the charge of a response whose log line is still to come could throttle
+        it (`hold`: it waits for its line), as the meters' process judged it."""
+        self._input(_I.CLAIMED, correlation_id, hold)
+
     # -- inputs from the broker's request log ---------------------------------------------
     def _line_came(self, remote: RemoteCharge | None) -> None:
         """The held responses' log line was read (or the hold is over)."""
@@ -573,6 +581,23 @@ class Connection:
             if not held.owed:
                 self._release_held()
 
+    def _on_claimed(self, correlation_id: int, hold: bool) -> None:
+        """The claim's answer: a response whose charge could throttle it waits for its log
+        line (read meanwhile: its charge is asked now); one whose charge could not goes at
+        once, charged when its line comes (`later`), as in one process."""
+        held, remote = self.held, self.host.remote_charge
+        if held is None or correlation_id not in held.owed or remote is None:
+            return
+        held.owed.discard(correlation_id)
+        charges, addr = self.charges, self.upstream_addr
+        if not hold:
+            self._release_held(later=True)
+        elif charges is not None and addr is not None and charges.pending(addr, correlation_id):
+            charges.wait(addr, correlation_id, partial(self._line_came, remote))
+        else:
+            self.held = None
+            self._ask_charges(held.frames, remote, read_ns=held.since_ns)
+
     def _on_logged(self, remote: RemoteCharge | None) -> None:
         held = self.held
         if held is None or held.owed:
@@ -591,7 +616,11 @@ class Connection:
         its `request` row written now with the response's instant; after the close too
         (the charge was owed to the bucket, not to the connection)."""
         charge = late(pending, charges.take(addr, pending.done.correlation_id), self.clock())
-        self.host.charge_unchecked(charge)
+        remote = self.host.remote_charge
+        if remote is None:
+            self.host.charge_unchecked(charge)
+        else:  # where the meters are
+            remote(self, _late_asked(charge))
         if sampled:
             self.host.request_row(self, charge)
 
@@ -788,17 +817,24 @@ class Connection:
         (`charged`), then sent as they would have been, throttle and mute included.
 
         With the broker's request log read, the charge is Kafka's handler time from its
-        line: a response whose line has not come yet waits for it first (at most
-        `broker_charge.HOLD_MAX_S`; then `read_ns` says when it was read). Unlike one
-        process, which holds only a response whose charge could throttle it, every such
-        response waits: whether it could is known where the meters are."""
+        line. A response whose line has not come yet is claimed first, as one process
+        claims it, where the meters are: whether its charge, at most the wall time since
+        its request was forwarded, could throttle it (`claimed`). If it could, it waits for
+        its line (at most `broker_charge.HOLD_MAX_S`; then `read_ns` says when it was
+        read); if not, it goes at once and its charge is made when the line comes."""
         now = self.clock()
         charges, addr = self.charges, self.upstream_addr
         if charges is not None and addr is not None and read_ns is None:
             cid = correlation_id_of_response(frames[0])
             if charges.pending(addr, cid):
-                self.held = Held(frames, now, set())
-                charges.wait(addr, cid, partial(self._line_came, remote))
+                self.held = Held(frames, now, {cid})
+                self.ledger.asked[cid] = Asked(now, None)  # a late charge's instant
+                gate = self.gate
+                wall_ns = now - self.ledger.forwarded_ns  # the bound of its charge
+                claim = ChargeAsked(
+                    cid, gate.client_id, gate.api_key, wall_ns, 0, now, self.principal, ASK_CLAIM
+                )
+                remote(self, claim)
                 return
         arrived_ns = now if read_ns is None else read_ns
         owed: set[int] = set()
@@ -833,14 +869,15 @@ class Connection:
         if not owed:  # sent now, as a held response is (an EOF meanwhile included)
             self._release_held()
 
-    def _release_held(self) -> None:
+    def _release_held(self, later: bool = False) -> None:
         """The held responses' log line came (or the hold is over), or their charges were
-        decided: charge and send them, then the broker's EOF that waited behind them."""
+        decided (`later`: they cannot throttle, their charges wait for the line): charge and
+        send them, then the broker's EOF that waited behind them."""
         held, self.held = self.held, None
         if held is None or self.state is _CLOSED:
             return
         try:
-            self._deliver(held.frames, held.since_ns)
+            self._deliver(held.frames, held.since_ns, later=later)
         except FrameError as exc:
             self._finish("upstream_" + exc.reason, detail={"error": str(exc)})
         if self.upstream_eof is _EOF_PENDING and self.state is not _CLOSED:
@@ -900,7 +937,8 @@ class Connection:
         elif later:
             charges, addr = self.charges, self.upstream_addr
             if charges is not None and addr is not None:
-                pending = decide(done, self.principal, now, None, later=True)
+                at = now if asked is None else asked.at_ns  # claimed elsewhere: its instant
+                pending = decide(done, self.principal, at, None, later=True)
                 resume = partial(self._late_line_came, pending, sampled, charges, addr)
                 charges.wait(addr, cid, resume, late=True)
             return frame
@@ -1014,6 +1052,7 @@ def _table() -> dict[tuple[State, Input], Row]:
         row(state, _I.BACKPRESSURE, c._on_backpressure, {state}, {a.PAUSE, a.RESUME})
         row(state, _I.ANSWER, c._on_answer, both, take)
         row(state, _I.CHARGED, c._on_charged, both, relay)
+        row(state, _I.CLAIMED, c._on_claimed, both, relay)
         row(state, _I.LOGGED, c._on_logged, both, relay)
         row(state, _I.TIMER, c._on_timer, both, take | {a.MUTE})  # unmute; either grace over
         row(state, _I.LATE_LINE, c._on_late_line, {state}, charge_late)
@@ -1032,3 +1071,18 @@ def _table() -> dict[tuple[State, Input], Row]:
 
 #: every step a connection may take: (state, input) -> its `Row`
 TRANSITIONS = _table()
+
+
+def _late_asked(charge: Charge) -> ChargeAsked:
+    """A late charge as asked of the meters' process: all of it, without a check, when it
+    is made (`Charge.recorded_ns`)."""
+    return ChargeAsked(
+        charge.done.correlation_id,
+        charge.client_id,
+        charge.done.api_key,
+        charge.handler_ns,
+        charge.network_ns,
+        charge.recorded_ns,
+        charge.principal,
+        ASK_LATE,
+    )

@@ -17,6 +17,7 @@ __all__ = [
     "Answer",
     "Charge",
     "Charged",
+    "Claimed",
     "Conn",
     "Count",
     "Message",
@@ -154,16 +155,28 @@ class Charge(NamedTuple):
     network_ns: int
     now_ms: int
     principal: str = "ANONYMOUS"  # the SASL user the connection logged in as
+    #: `ports.ASK_CHECK` (answered by `Charged`), `ASK_CLAIM` (`charged_ns` the most it can
+    #: be; answered by `Claimed`) or `ASK_LATE` (recorded without a check; no answer)
+    kind: str = "check"
+
+
+class Claimed(NamedTuple):
+    """Whether a charge asked as a claim could throttle its response (`hold`: it waits for
+    its log line; else it goes at once and is charged late)."""
+
+    conn_id: str
+    correlation_id: int
+    hold: bool
 
 
 Message = (
     Conn | Charged | Answer | Stalls | Stop | Ready | Took | Release | Count | Request | Throttled
-    | Admin | Charge
+    | Admin | Charge | Claimed
 )  # fmt: skip
 
 _CLASSES: tuple[type[Any], ...] = (
     Conn, Charged, Answer, Stalls, Stop, Ready, Took, Release, Count, Request, Throttled, Admin,
-    Charge,
+    Charge, Claimed,
 )  # fmt: skip
 _TAG = {cls: i for i, cls in enumerate(_CLASSES)}
 

@@ -134,12 +134,21 @@ class LocalAnswers(Protocol):
     ) -> bytes | Deferred | None: ...
 
 
+#: what a processor process asks of the meters (`ChargeAsked.kind`): a charge with its
+#: check (answered by `charged`); whether a charge of at most `charged_ns` could throttle
+#: (a response whose log line is still to come: answered by `claimed`; if it could not,
+#: the response goes at once and its charge is made later); that late charge, recorded
+#: without a check (no answer)
+ASK_CHECK, ASK_CLAIM, ASK_LATE = "check", "claim", "late"
+
+
 @dataclass(frozen=True, slots=True)
 class ChargeAsked:
     """A response's request-quota charge, to be decided where the meters are: its request's
-    correlation id, client id and api key, the handler time charged, the network-thread
-    estimate (recorded unthrottled), `at_ns`, the instant the meters record it at,
-    which its `request` row then carries, and the principal it is charged to."""
+    correlation id, client id and api key, the handler time charged (a claim's: the most
+    it can be), the network-thread estimate (recorded unthrottled), `at_ns`, the instant
+    the meters record it at, which its `request` row then carries, the principal it is
+    charged to, and what is asked (`kind`: `ASK_CHECK`, `ASK_CLAIM`, `ASK_LATE`)."""
 
     correlation_id: int
     client_id: str
@@ -148,11 +157,13 @@ class ChargeAsked:
     network_ns: int
     at_ns: int
     principal: str = "ANONYMOUS"  # the SASL user the connection logged in as
+    kind: str = ASK_CHECK
 
 
 class RemoteCharge(Protocol):
     """Where a processor process has a response's request-quota charge decided (the
-    accepting process, which owns the meters); the answer comes to `charged`."""
+    accepting process, which owns the meters); the answer comes to `charged` (a claim's
+    to `claimed`)."""
 
     def __call__(self, conn: Channel, asked: ChargeAsked) -> None: ...
 

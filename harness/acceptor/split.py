@@ -26,7 +26,9 @@ What crosses between the two, over one `SOCK_SEQPACKET` socketpair per processor
   IncrementalAlterConfigs on its keys, answered here, where the quotas are, by `answer`),
   `charge` (once a request quota exists: a response's request-handler charge, decided by
   this process's meters, as KIP-124's are one per broker, by `charged`: the throttle the
-  response then carries and mutes its channel for) and `ready`.
+  response then carries and mutes its channel for; or a claim, answered by `claimed`:
+  whether a charge of at most so much could throttle a response whose log line is still
+  to come; or that response's late charge, recorded without a check) and `ready`.
 
 What the processors read of the engine (Kafka's processors read `ConnectionQuotas` under
 its lock for `closeExcessConnections`) is in shared memory (`SharedCounts`): the broker-wide
@@ -37,8 +39,9 @@ already ended.
 
 With the broker's request log (`upstream.request.log`), each processor process reads it
 for its own responses and sends Kafka's handler time (and the network-thread estimate,
-recorded unthrottled) as the charge; a response whose line has not come yet waits for it
-first (`connection.Connection._ask_charges`).
+recorded unthrottled) as the charge; a response whose line has not come yet is claimed
+first: it waits for its line only if its charge could throttle it, else it goes at once and
+is charged when its line comes, as in one process (`connection.Connection._ask_charges`).
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.acceptor import messages as msg
 from harness.acceptor.config import MODEL_KEY, PROCESSES_KEY
+from harness.acceptor.ports import ASK_CLAIM, ASK_LATE
 from harness.acceptor.processor import CONNECTION_QUEUE_SIZE
 from harness.acceptor.recorder import ConnInfo
 from harness.quota.config import ConfigError
@@ -477,8 +481,24 @@ class ProcessorProcess:
 
     def _charge(self, op: msg.Charge) -> None:
         """A response's request-handler charge, recorded by the meters here; the outcome
-        goes back (the processor throttles and mutes with it)."""
+        goes back (the processor throttles and mutes with it). A claim (a response whose
+        log line is still to come) is answered with whether its charge could throttle it,
+        asked as one process asks it; a late charge is recorded without a check."""
         meters = self.owner.owned.request_quotas
+        if op.kind == ASK_CLAIM:
+            hold = meters.could_throttle(
+                op.principal, op.client_id, op.api_key, op.charged_ns, op.now_ms,
+                windows=self.owner.claim_windows,
+            )  # fmt: skip
+            assert self.link is not None
+            self.link.send([msg.Claimed(op.conn_id, op.correlation_id, hold)])
+            return
+        if op.kind == ASK_LATE:
+            meters.record_no_throttle(
+                op.principal, op.client_id, op.charged_ns + op.network_ns, op.now_ms,
+                exempt=op.api_key in meters.exempt_api_keys,
+            )  # fmt: skip
+            return
         c = meters.record_request(op.principal, op.client_id, op.api_key, op.charged_ns, op.now_ms)
         if op.network_ns:  # the broker's network-thread time, after, unthrottled (as `single`)
             meters.record_no_throttle(
@@ -542,7 +562,11 @@ class SplitProcessors:
         self.shared = SharedCounts(self.processes)
         self.children = [ProcessorProcess(self, i) for i in range(self.processes)]
         self.stopping = False
-        self._queue_size = cfg.faults.policy().queue_size(CONNECTION_QUEUE_SIZE)
+        faults = cfg.faults.policy()
+        self._queue_size = faults.queue_size(CONNECTION_QUEUE_SIZE)
+        #: the windows a claim (a charge of at most some ns) is judged over, as in one
+        #: process (`connections.Connections`)
+        self.claim_windows = faults.claim_windows(owned.request_quotas.claim_windows)
         self.publish()
 
     def processor(self, listener: str, index: int, protected: bool) -> RemoteProcessor:

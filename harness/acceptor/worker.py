@@ -40,7 +40,7 @@ from harness.acceptor.connection import Connection
 from harness.acceptor.connections import Connections
 from harness.acceptor.dynamic import DynamicConfig
 from harness.acceptor.eventloop import new_event_loop
-from harness.acceptor.ports import Channel, ChargeAsked, NewConnection, Peer
+from harness.acceptor.ports import ASK_LATE, Channel, ChargeAsked, NewConnection, Peer
 from harness.acceptor.processor import Processor
 from harness.acceptor.recorder import ConnInfo, Recorder
 from harness.acceptor.split import Link, SharedCounts
@@ -189,16 +189,18 @@ class ProcessorProcess:
 
     def _charge(self, conn: Channel, asked: ChargeAsked) -> None:
         """A response's request-quota charge: decided by the accepting process's meters
-        (KIP-124's are one per broker); the response waits for it (`charged`)."""
+        (KIP-124's are one per broker); the response waits for it (`charged`), or for the
+        claim's answer (`claimed`); a late charge waits for nothing."""
         assert isinstance(conn, Connection)  # what the processors' connections are
         conn_id = conn.info.conn_id
-        self._charging[(conn_id, asked.correlation_id)] = conn
+        if asked.kind != ASK_LATE:
+            self._charging[(conn_id, asked.correlation_id)] = conn
         a = asked
         now_ms = a.at_ns // 1_000_000  # the instant its `request` row carries
         self.link.queue(
             msg.Charge(
                 conn_id, a.correlation_id, a.client_id, a.api_key, a.charged_ns, a.network_ns,
-                now_ms, a.principal,
+                now_ms, a.principal, a.kind,
             )
         )  # fmt: skip
 
@@ -209,6 +211,11 @@ class ProcessorProcess:
                 op.throttle_ms, op.exempt, (op.user, op.client), op.quota, op.rate
             )
             conn.charged(op.correlation_id, charge)
+
+    def _claimed(self, op: msg.Claimed) -> None:
+        conn = self._charging.pop((op.conn_id, op.correlation_id), None)
+        if conn is not None:
+            conn.claimed(op.correlation_id, op.hold)
 
     def _answered(self, op: msg.Answer) -> None:
         conn = self._awaiting.pop(op.conn_id, None)
@@ -225,6 +232,8 @@ class ProcessorProcess:
                     self._queue(op, fds.pop(0))
                 case msg.Charged():
                     self._charged(op)
+                case msg.Claimed():
+                    self._claimed(op)
                 case msg.Answer():
                     self._answered(op)
                 case msg.Stalls(armed_ns, items):

@@ -231,7 +231,9 @@ FAULTS: tuple[Fault, ...] = (
         "within the quota",
         "the claim is judged over n windows, so a response whose charge would throttle it "
         "goes out unthrottled and is charged late",
-        "harness/acceptor/connections.py Connections (the response held for its log line)",
+        "harness/acceptor/connections.py Connections, and split.py SplitProcessors in the "
+        "split model (the claim whether a response waits for its log line; hook "
+        "claim_windows)",
     ),
     Fault(
         "accept_unrecorded",

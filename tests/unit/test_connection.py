@@ -603,6 +603,67 @@ def a_charge_throttles_while_closing() -> Connection:
     return conn
 
 
+def claimed_elsewhere() -> list[Connection]:
+    """The split model reading the broker's request log: a response whose line is still to
+    come is claimed where the meters are, with the wall time as its bound. Could not
+    throttle: it goes at once and its whole charge goes there, unchecked, when its line
+    comes, at the claim's instant. Could: it waits for its line (or asks its charge at once
+    if the line came meanwhile). A claim answered after the close changes nothing."""
+    out = []
+    for hold, line_first in ((False, False), (True, False), (True, True)):
+        log = Log()
+        conn, wire, host, clock = open_conn(log=log, quotas=True)
+        asked: list[ChargeAsked] = []
+        host.remote_charge = lambda c, a, asked=asked: asked.append(a)
+        clock.ns += 4 * MS
+        conn.upstream_data(resp(1))
+        (claim,) = asked
+        assert (claim.kind, claim.correlation_id, claim.charged_ns) == ("claim", 1, 4 * MS)
+        at = clock.ns
+        assert wire.sent(C) == [] and conn.held is not None
+        clock.ns += MS
+        if line_first:
+            log.lines[1] = LoggedRequest(UPSTREAM_ADDR, 1, 3, 500_000, 0, 500_000)
+        conn.claimed(1, hold)
+        if not hold:
+            assert wire.sent(C) == [resp(1)] and host.unchecked == []
+            clock.ns += 2 * MS
+            log.came(1, local_ms=0.5)
+            late_ask = asked[-1]
+            assert (late_ask.kind, late_ask.charged_ns, late_ask.at_ns) == (
+                "late", 500_000, at + 3 * MS,
+            )  # fmt: skip
+            assert host.rows[0].at_ns == at and host.rows[0].source == "broker_log_late"
+        else:
+            if not line_first:
+                assert wire.sent(C) == [] and len(asked) == 1
+                log.came(1, local_ms=0.5)
+            assert asked[-1].kind == "check" and asked[-1].charged_ns == 500_000
+            conn.charged(1, RequestCharge(0, False, ("", "test"), 1.0, 0.0))
+            assert wire.sent(C) == [resp(1)]
+        out.append(conn)
+    # closing: the claim answered while the close waits for the answers owed
+    conn, wire, host, _ = open_conn(log=Log(), quotas=True)
+    host.remote_charge = lambda c, a: None
+    conn.client_data(req(2) + BAD_SIZE)
+    conn.upstream_data(resp(1))
+    conn.claimed(1, False)
+    assert conn.state is State.CLOSING and wire.sent(U)[-1] == req(2)
+    conn.upstream_data(resp(2))
+    conn.claimed(2, False)
+    assert wire.sent(C)[-1] == resp(2) and reason(host) == "bad_frame"
+    out.append(conn)
+    # open: the client's EOF passed, the broker's behind the held response: both end it
+    conn, wire, host, _ = open_conn(log=Log(), quotas=True)
+    host.remote_charge = lambda c, a: None
+    conn.upstream_data(resp(1))
+    assert conn.eof(C) is True and conn.eof(U) is True
+    conn.claimed(1, False)
+    assert wire.sent(C) == [resp(1)] and reason(host) == "client_eof"
+    out.append(conn)
+    return out
+
+
 def held_for_the_brokers_log() -> Connection:
     """One process reading the broker's request log: a response whose charge could
     throttle waits for its line, and is charged Kafka's handler time."""
@@ -806,6 +867,7 @@ def every_input_after_the_end() -> Connection:
     conn.timer(Timer.UNMUTE)
     conn.deferred_answer(9, resp(9))
     conn.charged(9, RequestCharge(0, False, ("", ""), 1.0, 0.0))
+    conn.claimed(9, False)
     conn._line_came(None)
     conn.finish("shutdown")
     assert len(host.closed) == 1
@@ -961,6 +1023,7 @@ SCENARIOS: list[Callable[[], Any]] = [
     deferred_answer_while_closing,
     deferred_answer_then_the_bad_frame,
     charges_decided_elsewhere,
+    claimed_elsewhere,
     a_charge_throttles_while_closing,
     held_for_the_brokers_log,
     an_unreadable_request_behind_a_held_response,
