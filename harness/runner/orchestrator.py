@@ -710,12 +710,14 @@ class Orchestrator:
     def _judge_workers(self, rp: _RunningPhase) -> dict[str, Any]:
         """What the phase's workers sent home, judged: a missing piece is named (and marked
         where the analysis reads it: the run is `unknown`)."""
-        from harness.runner.workers import judge
+        from harness.runner.workers import judge, worker_line
 
         hosts = self._worker_addresses() if self.worker_hosts is not None else []
         found, summary = judge(
             ready_dir(self.rd.root, rp.phase), rp.workers, hosts, self.rd.history / "client"
         )
+        for w in summary:
+            self.say(f"phase {rp.phase.name}: {worker_line(w)}")
         for p in found:
             self.say(f"phase {rp.phase.name}: {p.text()}")
         self.run_json.setdefault("worker_phases", {})[rp.phase.name] = summary

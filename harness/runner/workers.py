@@ -91,3 +91,13 @@ def summary(roster: Mapping[str, Any]) -> list[dict[str, Any]]:
             "rows_reported", "rows_received", "bytes_received", "gone")  # fmt: skip
     rows = [{k: w.get(k) for k in keys} for w in (roster.get("workers") or {}).values()]
     return sorted(rows, key=lambda w: int(w.get("index") or 0))
+
+
+def worker_line(w: Mapping[str, Any]) -> str:
+    """One worker of a phase as the runner says it: rows home, its clock offset and bound."""
+    addrs = ", ".join(w.get("addresses") or []) or "address unknown"
+    text = f"worker {w.get('index')} ({addrs}): {w.get('rows_received') or 0} rows home"
+    offset, rtt = w.get("clock_offset_ns"), w.get("clock_rtt_ns")
+    if offset is not None and rtt is not None:
+        text += f", clock offset {offset / 1e6:+.1f} ms ± {rtt / 2e6:.1f} ms"
+    return text + (", gone" if w.get("gone") else "")

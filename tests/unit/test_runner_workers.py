@@ -278,3 +278,19 @@ def test_harness_run_refuses_worker_options_it_cannot_honour(
 
     assert main(["run", "hosts-ip-rate", *args]) == 3
     assert says in capsys.readouterr().out
+
+
+def test_the_runner_says_each_workers_rows_and_clock_offset_with_its_bound() -> None:
+    from harness.runner.workers import worker_line
+
+    w = {
+        "index": 1,
+        "addresses": ["198.18.4.12"],
+        "rows_received": 310,
+        "clock_offset_ns": -200_120_000,
+        "clock_rtt_ns": 600_000,
+    }
+    assert worker_line(w) == (
+        "worker 1 (198.18.4.12): 310 rows home, clock offset -200.1 ms ± 0.3 ms"
+    )
+    assert worker_line({"index": 0, "gone": True}).endswith("0 rows home, gone")
