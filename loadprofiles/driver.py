@@ -331,7 +331,8 @@ class EngineDriver:
             self._send_home(hist, counts)
         else:
             readiness.mark(o.ready_dir, readiness.DONE, **counts)
-            self._tell_master(workers.DONE, rows=hist.rows_written, files=0, **counts)
+            files = len(list(hist.dir.glob(f"{hist.name}-*.parquet"))) if hist.dir else 0
+            self._tell_master(workers.DONE, rows=hist.rows_written, files=files, **counts)
         self._quit_if_done()
 
     def _send_home(self, hist: ClientHistory, counts: dict[str, int]) -> None:

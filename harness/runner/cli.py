@@ -155,6 +155,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "for them (default 127.0.0.1:5557: this machine only)",
     )
     parser.add_argument(
+        "--shared-run-dir",
+        action="store_true",
+        help="with --workers N: the run folder (--out) is on storage every worker machine "
+        "shares at the same path; each worker writes its history there itself (default: "
+        "home to the master over Locust's channel)",
+    )
+    parser.add_argument(
         "--no-analyze", dest="analyze", action="store_false", help="stop after the load"
     )
     parser.add_argument(
@@ -237,6 +244,7 @@ def run(args: argparse.Namespace) -> int:
         workers=args.workers,
         worker_netns=args.worker_netns,
         master_bind=args.master_bind,
+        shared_run_dir=args.shared_run_dir,
     )
     from harness.runner.rundir import RunFolderError
 

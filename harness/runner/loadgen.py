@@ -46,6 +46,9 @@ class Workers:
     host: str
     port: int
     wait_s: float
+    #: "channel": histories home over Locust's channel; "local": each worker writes into
+    #: the run folder itself (storage every machine shares at the same path)
+    home: str = "channel"
 
     @property
     def address(self) -> str:
@@ -186,7 +189,7 @@ def locust_argv(
             "--arrival-slots",
             str(workers.count),
             "--history-home",
-            "channel",
+            workers.home,
         ]
     argv += list(phase.extra_args)
     return argv

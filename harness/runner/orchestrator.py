@@ -114,6 +114,9 @@ class RunOptions:
     worker_netns: bool = False
     #: where the phases' masters listen for workers on other machines (`--master-bind`)
     master_bind: tuple[str, int] = ("127.0.0.1", 5557)
+    #: the workers write their histories into the run folder on shared storage
+    #: (`--shared-run-dir`) instead of sending them home over the channel
+    shared_run_dir: bool = False
 
 
 @dataclass
@@ -677,10 +680,11 @@ class Orchestrator:
         if not self.n_workers or phase.profile not in ENGINE_PROFILES:
             return None
         wait = self.sc.timeouts.locust_start
+        home = "local" if self.opts.shared_run_dir else "channel"
         if self.worker_hosts is not None:  # each phase its own master, its own workers
-            return Workers(self.n_workers, self.worker_hosts.host, free_port(), wait)
+            return Workers(self.n_workers, self.worker_hosts.host, free_port(), wait, home)
         host, port = self.opts.master_bind
-        return Workers(self.n_workers, host, port, wait)
+        return Workers(self.n_workers, host, port, wait, home)
 
     def _start_netns_workers(self, phase: Phase, workers: Workers) -> list[ManagedProcess]:
         from harness.runner.workers import worker_argv

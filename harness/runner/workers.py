@@ -73,6 +73,9 @@ def judge(
     marker in ``client_dir`` (what `harness analyze` reads); returns the problems and the
     roster's summary for the phase's rows and run.json."""
     roster = read_roster(ready_dir)
+    for w in (roster.get("workers") or {}).values():
+        if w.get("home") == "local":  # it wrote into the shared run folder itself
+            w.update(written(client_dir, w))
     found = problems(roster, expected, hosts)
     client_dir.mkdir(parents=True, exist_ok=True)
     for i, p in enumerate(found):
@@ -85,10 +88,34 @@ def judge(
     return found, summary(roster)
 
 
+def written(client_dir: Path, worker: Mapping[str, Any]) -> dict[str, Any]:
+    """What a worker that writes into the shared run folder left there: its files
+    (``client-<host>-<pid>-NNNNN.parquet``) and their rows, as the roster counts them."""
+    import pyarrow.parquet as pq
+
+    files = sorted(client_dir.glob(f"client-{worker.get('host')}-{worker.get('pid')}-*.parquet"))
+    rows = sum(pq.read_metadata(f).num_rows for f in files)
+    return {
+        "files": [f.name for f in files],
+        "rows_received": rows,
+        "bytes_received": sum(f.stat().st_size for f in files),
+    }
+
+
 def summary(roster: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Per worker: index, host, addresses, clock offset and bound, rows recorded and home."""
-    keys = ("index", "host", "pid", "addresses", "clock_offset_ns", "clock_rtt_ns",
-            "rows_reported", "rows_received", "bytes_received", "gone")  # fmt: skip
+    keys = (
+        "index",
+        "host",
+        "pid",
+        "addresses",
+        "clock_offset_ns",
+        "clock_rtt_ns",
+        "rows_reported",
+        "rows_received",
+        "bytes_received",
+        "gone",
+    )
     rows = [{k: w.get(k) for k in keys} for w in (roster.get("workers") or {}).values()]
     return sorted(rows, key=lambda w: int(w.get("index") or 0))
 

@@ -294,3 +294,44 @@ def test_the_runner_says_each_workers_rows_and_clock_offset_with_its_bound() -> 
         "worker 1 (198.18.4.12): 310 rows home, clock offset -200.1 ms ± 0.3 ms"
     )
     assert worker_line({"index": 0, "gone": True}).endswith("0 rows home, gone")
+
+
+def test_a_worker_on_shared_storage_is_judged_by_the_files_it_left(tmp_path: Path) -> None:
+    """--shared-run-dir: the worker writes its own files; the runner counts their rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ready, client = tmp_path / "ready", tmp_path / "files"
+    ready.mkdir()
+    client.mkdir()
+    pq.write_table(pa.table({"seq": list(range(7))}), client / "client-m2-41-00001.parquet")
+    roster = {
+        "workers": {
+            "a": {
+                "index": 0,
+                "host": "m2",
+                "pid": 41,
+                "home": "local",
+                "addresses": ["198.18.4.11"],
+                "done": {"rows": 7, "files": 1},
+                "rows_received": 0,
+                "files": [],
+            },
+            "b": {
+                "index": 1,
+                "host": "m3",
+                "pid": 41,
+                "home": "local",
+                "addresses": ["198.18.4.12"],
+                "done": {"rows": 5, "files": 1},
+                "rows_received": 0,
+                "files": [],
+            },
+        }
+    }
+    (ready / "workers.json").write_text(json.dumps(roster))
+    found, summary = judge(ready, 2, [], client)
+    assert [(p.worker.split()[0], p.reason, p.rows_lost) for p in found] == [
+        ("1", "0 of its 5 rows arrived", 5)
+    ]
+    assert [w["rows_received"] for w in summary] == [7, 0]
