@@ -161,12 +161,19 @@ _IN, _OUT = select.EPOLLIN, select.EPOLLOUT
 PERIOD_NS = 5_000_000
 THRESHOLD_NS = 10_000_000
 
-_I = Input
-#: the states the loop tests on every event, as module names (an enum member read through
-#: its class is an attribute lookup; `is` against a module name is what an int compare was)
+#: the states and inputs a step reads, as module names: an enum member read through its
+#: class is an attribute lookup (~50 ns on CPython 3.11, several per connection); `is`
+#: against a module name costs what an int compare did
 _NEW, _CONNECTING, _SENDING = State.NEW, State.CONNECTING, State.SENDING
 _AWAITING, _HOLDING, _DONE = State.AWAITING, State.HOLDING, State.DONE
 _HANDSHAKING, _SETTLING = State.HANDSHAKING, State.SETTLING
+_INVOKED, _CONNECTED, _CONNECT_FAILED = Input.INVOKED, Input.CONNECTED, Input.CONNECT_FAILED
+_TLS_START, _HANDSHAKE_DONE, _TLS_FAILED = Input.TLS_START, Input.HANDSHAKE_DONE, Input.TLS_FAILED
+_SENT, _SENT_PART, _ANSWERED = Input.SENT, Input.SENT_PART, Input.ANSWERED
+_SASL_PENDING, _SASL_ROUND, _SASL_DONE = Input.SASL_PENDING, Input.SASL_ROUND, Input.SASL_DONE
+_FAILED, _TIMEOUT, _PEER_CLOSED = Input.FAILED, Input.TIMEOUT, Input.PEER_CLOSED
+_SETTLE, _SETTLED, _HOLD = Input.SETTLE, Input.SETTLED, Input.HOLD
+_FINISH, _ABORT = Input.FINISH, Input.ABORT
 _NEXT = NEXT
 
 
@@ -595,7 +602,7 @@ class StormEngine:
         c.phase_ns = 0
         c.state = _NEW
         st.offered += 1
-        self._go(c, _I.INVOKED)
+        self._go(c, _INVOKED)
         self._row("connect_invoke", invoke, c, detail=detail)
         if err == 0:
             self._connected(c)
@@ -622,7 +629,7 @@ class StormEngine:
         return up[k % len(up)]
 
     def _connect_failed(self, c: Conn, err: int) -> None:
-        self._go(c, _I.TIMEOUT if err == errno.ETIMEDOUT else _I.CONNECT_FAILED)
+        self._go(c, _TIMEOUT if err == errno.ETIMEDOUT else _CONNECT_FAILED)
         reason = "timeout" if err == errno.ETIMEDOUT else "reset" if err in _RESET else "refused"
         now = self._clock()
         if reason == "refused" and c.broker is not None:
@@ -632,7 +639,7 @@ class StormEngine:
 
     def _connected(self, c: Conn) -> None:
         now = self._clock()
-        self._go(c, _I.CONNECTED)
+        self._go(c, _CONNECTED)
         c.connect_ms = (now - c.invoke_ns) / 1e6
         self._row("connect_ok", now, c, latency_ms=c.connect_ms)
         if self._proxy != "off" and not self._send_proxy_header(c, now):
@@ -672,7 +679,7 @@ class StormEngine:
             return
         if self.cfg.shape == "connect":
             if c.tls is not None and c.sasl is None and c.tls.obj.version() == "TLSv1.3":
-                self._go(c, _I.SETTLE)  # until the server's first record: it read our Finished
+                self._go(c, _SETTLE)  # until the server's first record: it read our Finished
                 c.gen += 1
                 self._watch(c, _IN | _OUT if c.out else _IN)
                 self._q_request.append((now + self._rt_ns, c, c.gen))
@@ -707,11 +714,11 @@ class StormEngine:
             self._request_failed(c, "reset" if exc.errno in _RESET else "eof", now)
             return
         if n < len(data):
-            self._go(c, _I.SENT_PART)
+            self._go(c, _SENT_PART)
             c.out = data[n:]
             self._watch(c, _OUT)
         else:
-            self._go(c, _I.SENT)
+            self._go(c, _SENT)
             c.out = b""
             self._watch(c, _IN)
         self._q_request.append((now + self._rt_ns, c, c.gen))
@@ -727,7 +734,7 @@ class StormEngine:
     def _tls_start(self, c: Conn, now: int) -> None:
         t = self._tls
         assert t is not None
-        self._go(c, _I.TLS_START)
+        self._go(c, _TLS_START)
         c.phase_ns = now
         c.gen += 1
         try:
@@ -766,7 +773,7 @@ class StormEngine:
         if c.out and not self._send_tls_out(c, now):
             return
         if done:
-            self._go(c, _I.HANDSHAKE_DONE)
+            self._go(c, _HANDSHAKE_DONE)
             c.tls_ms = (now - c.phase_ns) / 1e6
             info = link.info()
             info["tls_ms"] = round(c.tls_ms, 3)
@@ -839,10 +846,10 @@ class StormEngine:
         except OSError:
             data = None
         if data:
-            self._go(c, _I.SETTLED)
+            self._go(c, _SETTLED)
             self._connected_done(c, now)
             return
-        self._go(c, _I.PEER_CLOSED)
+        self._go(c, _PEER_CLOSED)
         c.eof_ms = (now - c.invoke_ns) / 1e6
         self._close(c, "eof" if data is not None else "reset", now)
 
@@ -860,7 +867,7 @@ class StormEngine:
         read), so it ends as a plaintext connection dropped after accept does: an ``eof``
         (or ``reset``), outcome ``eof_after_accept``, not a TLS failure. An alert the server
         sent before closing is read first and fails the handshake as ``tls``."""
-        self._go(c, _I.PEER_CLOSED)
+        self._go(c, _PEER_CLOSED)
         c.eof_ms = (now - c.invoke_ns) / 1e6
         self._tls_fail_row(c, now, reason, error)
         self._close(c, reason, now)
@@ -876,7 +883,7 @@ class StormEngine:
         )
 
     def _tls_failed(
-        self, c: Conn, now: int, error: str, outcome: str = "tls_failed", inp: Input = _I.TLS_FAILED
+        self, c: Conn, now: int, error: str, outcome: str = "tls_failed", inp: Input = _TLS_FAILED
     ) -> None:
         self._go(c, inp)
         self._tls_fail_row(c, now, "tls", error)
@@ -892,13 +899,13 @@ class StormEngine:
         c.gen += 1
         inp, got = sasl_step(ex, frame, c.cid, c, now, settings.principal)
         self._go(c, inp)
-        if inp is _I.SASL_PENDING:  # the pipelined SaslAuthenticate's answer is next
+        if inp is _SASL_PENDING:  # the pipelined SaslAuthenticate's answer is next
             c.api = SASL_AUTHENTICATE_KEY
             self._q_request.append((now + self._rt_ns, c, c.gen))
-        elif inp is _I.SASL_ROUND:
+        elif inp is _SASL_ROUND:
             c.api = SASL_AUTHENTICATE_KEY
             self._request(c, got)
-        elif inp is _I.SASL_DONE:
+        elif inp is _SASL_DONE:
             c.sasl_ms = (now - c.phase_ns) / 1e6
             self._row(
                 "sasl_done",
@@ -952,7 +959,7 @@ class StormEngine:
                 return
             c.out = c.out[n:]
             if not c.out:
-                self._go(c, _I.SENT)
+                self._go(c, _SENT)
                 self._ep.modify(c.fd, _IN)
         elif state is _HOLDING:
             # the server spoke or closed during the hold: note it, keep holding
@@ -963,7 +970,7 @@ class StormEngine:
                 return
             except OSError:
                 pass
-            self._go(c, _I.PEER_CLOSED)
+            self._go(c, _PEER_CLOSED)
             self._ep.unregister(c.fd)
 
     def _readable(self, c: Conn) -> None:
@@ -1019,7 +1026,7 @@ class StormEngine:
             self._sasl_response(c, frame, now)
             return
         c.gen += 1
-        self._go(c, _I.ANSWERED)
+        self._go(c, _ANSWERED)
         nbytes = len(frame)
         detail = None
         error, throttle = response_fields(api, frame, self._produce_version)
@@ -1067,11 +1074,11 @@ class StormEngine:
         if self._hold_ns > 0:
             self._hold(c, now, self._hold_ns)
             return
-        self._go(c, _I.FINISH)
+        self._go(c, _FINISH)
         self._close(c, "done", now)
 
     def _hold(self, c: Conn, now: int, hold_ns: int) -> None:
-        self._go(c, _I.HOLD)
+        self._go(c, _HOLD)
         c.gen += 1
         self._watch(c, _IN)
         if hold_ns == self._hold_ns:
@@ -1080,7 +1087,7 @@ class StormEngine:
             self._q_tls.append((now + hold_ns, c, c.gen))
 
     def _request_failed(
-        self, c: Conn, reason: str, now: int, why: str = "", inp: Input = _I.FAILED
+        self, c: Conn, reason: str, now: int, why: str = "", inp: Input = _FAILED
     ) -> None:
         self._go(c, inp)
         if reason in ("eof", "reset") and c.eof_ms is None:
@@ -1154,20 +1161,20 @@ class StormEngine:
             self._conns.pop(c.fd, None)
             self._connect_failed(c, errno.ETIMEDOUT)
         elif state is _SETTLING:
-            self._go(c, _I.TIMEOUT)
+            self._go(c, _TIMEOUT)
             self._close(c, "timeout", now)  # no session ticket in time
         elif state is _HANDSHAKING:
-            self._tls_failed(c, now, "handshake timeout", "timeout", _I.TIMEOUT)
+            self._tls_failed(c, now, "handshake timeout", "timeout", _TIMEOUT)
         elif state is _HOLDING:
-            self._go(c, _I.TIMEOUT)
+            self._go(c, _TIMEOUT)
             self._close(c, "done", now)
         else:
-            self._request_failed(c, "timeout", now, inp=_I.TIMEOUT)
+            self._request_failed(c, "timeout", now, inp=_TIMEOUT)
 
     def _abort_all(self) -> None:
         """Stopped mid-run: close what is open without a ``closed`` row (outcome unknown)."""
         for c in list(self._conns.values()):
-            self._go(c, _I.ABORT)
+            self._go(c, _ABORT)
             c.sock.close()
             self.stats.aborted += 1
         self._conns.clear()
