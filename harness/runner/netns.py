@@ -21,6 +21,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import subprocess
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -156,10 +157,17 @@ def _remove(index: int) -> list[str]:
         if ns.startswith(f"{mine}n"):
             if _ip("netns", "del", ns, check=False).returncode != 0:
                 left.append(ns)
-    for link in _links():
-        if link.startswith(f"{mine}v") or link == f"{mine}br":
-            if _ip("link", "del", link, check=False).returncode != 0:
-                left.append(link)
+    # a veth's host end goes with its namespace, a moment later: look again before saying
+    # one is left (bounded: 20 looks, 2 s)
+    for _look in range(20):
+        links = [n for n in _links() if n.startswith(f"{mine}v") or n == f"{mine}br"]
+        for link in links:
+            _ip("link", "del", link, check=False)
+        if not links:
+            break
+        time.sleep(0.1)
+    else:
+        left += links
     return left
 
 
