@@ -158,7 +158,10 @@ def problems(roster: Mapping[str, Any], expected: int, hosts: Sequence[str] = ()
             )
         elif done is None:
             why = "went missing mid-phase" if w.get("gone") else "never said it was done"
-            out.append(Problem(who(w), f"{why}; its history did not arrive", _lost(w, received)))
+            lost = _lost(w, received)
+            if lost is not None:  # what it had written by its last report, at least
+                why += f" after its last report of {w.get('rows_reported')} rows (at least these)"
+            out.append(Problem(who(w), f"{why}; its history did not arrive", lost))
         elif received < int(done.get("rows", 0)) or len(w.get("files") or []) < int(
             done.get("files", 0)
         ):

@@ -175,7 +175,8 @@ def test_a_worker_killed_mid_phase_makes_the_run_unknown_naming_it(tmp_path: Pat
     assert (code, v["verdict"]) == (2, "unknown"), (v["reasons"], log[-3000:])
     lost = [r for r in v["reasons"] if r.startswith("history incomplete: writer worker")]
     assert len(lost) == 1, v["reasons"]
-    assert "went missing mid-phase" in lost[0] and "rows lost" in lost[0], lost
+    assert "went missing mid-phase after its last report of" in lost[0], lost
+    assert "rows lost" in lost[0], lost
     assert " 0 rows lost" not in lost[0], lost
     # named by the address of the host it ran on: host 2's, whose namespace was killed
     host2 = json.loads((run_dir / "run.json").read_text())["workers"]["hosts"][1]

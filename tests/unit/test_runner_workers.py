@@ -147,7 +147,8 @@ def test_a_lost_worker_is_marked_where_the_analysis_reads_an_incomplete_history(
     assert len(markers) == 2
     lost = {m["writer"]: (m["reason"], m["rows_lost"]) for m in markers}
     assert lost["worker 1 (198.18.4.12, host h pid 6) of phase storm"] == (
-        "went missing mid-phase; its history did not arrive",
+        "went missing mid-phase after its last report of 250 rows (at least these); its "
+        "history did not arrive",
         250,
     )
     assert lost["worker 198.18.4.13 of phase storm"] == ("never joined the master", None)
