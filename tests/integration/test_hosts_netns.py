@@ -226,3 +226,21 @@ def test_a_phase_whose_workers_never_join_does_not_start(tmp_path: Path) -> None
 def _no_leftovers() -> Iterator[None]:
     yield
     assert not netns.sweep(), "a run left worker hosts behind"
+
+
+def test_the_broker_target_says_why_it_cannot_take_worker_hosts_yet(tmp_path: Path) -> None:
+    """The broker launcher listens on 127.0.0.1 only: the run stops before any broker
+    starts, says so, and leaves no worker host behind."""
+    code, run_dir, log = run(
+        tmp_path,
+        "broker",
+        "hosts-ip-rate",
+        "--target",
+        "broker",
+        "--workers",
+        "3",
+        "--worker-netns",
+    )
+    assert code == 3, log[-3000:]
+    assert "the broker launcher listens on 127.0.0.1 only" in log, log[-3000:]
+    assert run_dir is not None and not (run_dir / "broker").exists()
