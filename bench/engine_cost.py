@@ -2,7 +2,8 @@
 commit's, in one run: the load side's hot path must not get slower.
 
 Behind the engine is `bench.front_cost`'s stand-in broker (its own process, uvloop), which
-answers every request frame at once, so the engine's own work is what is measured: one
+answers every request frame at once (ApiVersions with a real v3 answer, the rest with zero
+bytes after the correlation id), so the engine's own work is what is measured: one
 engine (a process of its own, history on, written to a temporary folder) runs
 ``--arrivals`` arrivals at ``--rate`` per second of the ``--shape`` (``storm``: connect,
 ApiVersions, Metadata, close; ``connect``: connect, close) against it. Paths: ``here``
@@ -84,12 +85,14 @@ def ref_tree(ref: str, dest: Path) -> Path:
 def run_path(src: Path, port: int, args: argparse.Namespace) -> dict[str, Any]:
     """One engine run from `src` (its `loadprofiles` first on the path), in a process."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    out = subprocess.run(
+    done = subprocess.run(
         [sys.executable, "-m", "bench.engine_cost", "--worker", str(port),
          "--arrivals", str(args.arrivals), "--rate", str(args.rate), "--shape", args.shape],
-        cwd=src, env=env, check=True, capture_output=True, text=True, timeout=600,
-    ).stdout  # fmt: skip
-    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+        cwd=src, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(f"the engine from {src} failed:\n{done.stderr[-2000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
 
@@ -123,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="engine-cost-"))
     srcs = {"here": ROOT, "ref": ref_tree(args.compare_ref, work / "ref")}
     port = free_port()
-    stand_in = start_stand_in(port)
+    stand_in = start_stand_in(port, api_versions=True)
     rows: list[dict[str, Any]] = []
     try:
         for rnd in range(args.rounds):

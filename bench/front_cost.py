@@ -125,14 +125,42 @@ class _Answerer(asyncio.Protocol):
             self.transport.write(b"".join(out))
 
 
-def serve_stand_in(port: int, response_bytes: int = len(_BODY)) -> None:
+class _VersionsAnswerer(_Answerer):
+    """`_Answerer`, but ApiVersions gets a real v3 answer (for a client that reads the
+    versions it speaks from it: the storm engine, `bench.engine_cost`)."""
+
+    def __init__(self, body: bytes) -> None:
+        super().__init__(body)
+        from kafka.protocol.metadata import ApiVersionsResponse
+
+        v = ApiVersionsResponse.ApiVersion
+        keys = [v(api_key=18, min_version=0, max_version=3),
+                v(api_key=3, min_version=0, max_version=12),
+                v(api_key=0, min_version=0, max_version=12)]  # fmt: skip
+        resp = ApiVersionsResponse(version=3, error_code=0, api_keys=keys, throttle_time_ms=0)
+        self.versions = bytes(resp.encode(version=3))
+        self.versions_head = struct.pack(">i", 4 + len(self.versions))
+
+    def data_received(self, data: bytes) -> None:
+        out = []
+        for f in self.decoder.feed(data):
+            if f[4:6] == b"\0\x12":  # ApiVersions
+                out.append(self.versions_head + f[8:12] + self.versions)
+            else:
+                out.append(self.head + f[8:12] + self.body)
+        if out:
+            self.transport.write(b"".join(out))
+
+
+def serve_stand_in(port: int, response_bytes: int = len(_BODY), api_versions: bool = False) -> None:
     import uvloop
 
     body = bytes(response_bytes)
+    answerer = _VersionsAnswerer if api_versions else _Answerer
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(lambda: _Answerer(body), "127.0.0.1", port, backlog=1024)
+        server = await loop.create_server(lambda: answerer(body), "127.0.0.1", port, backlog=1024)
         print("ready", flush=True)
         await server.serve_forever()
 
@@ -152,7 +180,9 @@ def _start_server(what: str, port: int, *args: str) -> subprocess.Popen[str]:
     return proc
 
 
-def start_stand_in(port: int, response_bytes: int = len(_BODY)) -> subprocess.Popen[str]:
+def start_stand_in(
+    port: int, response_bytes: int = len(_BODY), api_versions: bool = False
+) -> subprocess.Popen[str]:
     return _start_server(
         "stand-in broker",
         port,
@@ -160,6 +190,7 @@ def start_stand_in(port: int, response_bytes: int = len(_BODY)) -> subprocess.Po
         str(port),
         "--response-bytes",
         str(response_bytes),
+        *(["--api-versions"] if api_versions else []),
     )
 
 
@@ -445,6 +476,7 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("--stand-in", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    ap.add_argument("--api-versions", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--floor-relay", type=int, nargs=2, metavar="PORT", help=argparse.SUPPRESS)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--conns", type=int, default=1000, help="connections per conn thread")
@@ -488,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     if args.stand_in:
-        serve_stand_in(args.stand_in, args.response_bytes)
+        serve_stand_in(args.stand_in, args.response_bytes, args.api_versions)
         return 0
     if args.floor_relay:
         serve_floor(*args.floor_relay)

@@ -149,7 +149,7 @@ def max_versions(frame: bytes) -> dict[int, int]:
         resp = ApiVersionsResponse.decode(io.BytesIO(frame[8:]), version=API_VERSIONS_VERSION)
     except Exception:
         return {}
-    return {int(v.api_key): int(v.max_version) for v in resp.api_keys}
+    return {int(v.api_key): int(v.max_version) for v in resp.api_keys or ()}
 
 
 def metadata_max_version(frame: bytes) -> int | None:

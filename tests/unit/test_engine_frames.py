@@ -17,6 +17,7 @@ from loadprofiles.engine_frames import (
     METADATA_KEY,
     PRODUCE_KEY,
     frame_end,
+    max_versions,
     metadata_throttle,
     produce_fields,
     response_fields,
@@ -78,6 +79,12 @@ def test_response_fields_reads_apiversions_at_its_offsets() -> None:
     # error 35 (UNSUPPORTED_VERSION), no api keys, throttle 9
     body = (7).to_bytes(4, "big") + (35).to_bytes(2, "big") + b"\x01" + (9).to_bytes(4, "big")
     assert response_fields(API_VERSIONS_KEY, _frame(body), 12) == (35, 9)
+
+
+def test_an_apiversions_answer_without_its_versions_learns_nothing() -> None:
+    # error 0, a null array of api keys (a compact array's length 0), throttle 0, no tags
+    body = (7).to_bytes(4, "big") + b"\0\0" + b"\0" + b"\0\0\0\0" + b"\0"
+    assert max_versions(_frame(body)) == {}
 
 
 @pytest.mark.parametrize(
