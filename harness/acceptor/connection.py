@@ -932,7 +932,7 @@ class Connection:
         sampled = host.answered(done)
         cid = done.correlation_id
         asked = ledger.asked.pop(cid, None)
-        if self.uncharged(cid):
+        if self.login is not None and self.uncharged(cid):
             charge = decide(done, self.principal, now, None, login=True)
         elif later:
             charges, addr = self.charges, self.upstream_addr
@@ -952,7 +952,7 @@ class Connection:
             charge = decide(done, self.principal, now, logged)
         if sampled:
             host.request_row(self, charge)
-        if not charge.checked:  # a login's: never charged
+        if charge.source is not None and not charge.checked:  # a login's: never charged
             return frame
         outcome = ledger.decided.pop(cid, None)
         if outcome is None:

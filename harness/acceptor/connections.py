@@ -54,21 +54,27 @@ class SlotSignal:
 
     def __init__(self) -> None:
         self._event: asyncio.Event | None = None
+        #: admissions waiting now (a release with none waiting wakes nobody: no new event)
+        self._waiting = 0
 
     def start(self) -> None:
         """On the loop, before the first admission."""
         self._event = asyncio.Event()
 
     def freed(self) -> None:
-        if self._event is not None:
+        if self._event is not None and self._waiting:
             self._event.set()
             self._event = asyncio.Event()
 
     async def wait(self, timeout: float) -> None:
         if self._event is None:
             self._event = asyncio.Event()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._event.wait(), timeout)
+        self._waiting += 1
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._event.wait(), timeout)
+        finally:
+            self._waiting -= 1
 
 
 class Connections:
@@ -231,14 +237,15 @@ class Connections:
         after, unchecked (as Kafka records its network thread's time)."""
         meters = self._request_quotas
         now_ms = charge.at_ns // 1_000_000
+        done = charge.done
+        client_id = done.client_id or ""  # `Charge.client_id`, without its call
         outcome = meters.record_request(
-            charge.principal, charge.client_id, charge.done.api_key, charge.handler_ns, now_ms
+            charge.principal, client_id, done.api_key, charge.handler_ns, now_ms
         )
         if charge.network_ns:
             meters.record_no_throttle(
-                charge.principal, charge.client_id, charge.network_ns, now_ms,
-                exempt=outcome.exempt,
-            )  # fmt: skip
+                charge.principal, client_id, charge.network_ns, now_ms, exempt=outcome.exempt
+            )
         return outcome
 
     def charge_unchecked(self, charge: Charge) -> None:

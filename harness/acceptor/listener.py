@@ -262,7 +262,10 @@ class ListenerAcceptor:
         their methods."""
         pending = None
         for action in actions:
-            if isinstance(action, ConnRow):
+            cls = action.__class__  # an identity test: `isinstance` is a call per action
+            if cls is ConnRow:
+                if TYPE_CHECKING:
+                    assert isinstance(action, ConnRow)
                 self.rec.conn(
                     action.event,
                     action.info,
@@ -271,10 +274,12 @@ class ListenerAcceptor:
                     delay_ms=action.delay_ms,
                     detail=action.detail,
                 )
-            elif isinstance(action, Count):
+            elif cls is Count:
+                if TYPE_CHECKING:
+                    assert isinstance(action, Count)
                 self.counts.count(self.name, action.ip, action.outcome)
             else:
-                pending = self._do[action.__class__](action)
+                pending = self._do[cls](action)
         return pending
 
     def _close_row(self, a: CloseRow) -> None:
