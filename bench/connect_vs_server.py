@@ -216,13 +216,18 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for key in ("wall_s", "client_cpu_s", "server_cpu_s", "cpu_s"):
         ratios = [b[key] / a[key] for a, b in pairs if a[key] > 0]
         out[key] = {
-            "A_median": statistics.median(a[key] for a, _ in pairs),
-            "B_median": statistics.median(b[key] for _, b in pairs),
+            "A_median": _median([a[key] for a, _ in pairs]),
+            "B_median": _median([b[key] for _, b in pairs]),
             "B_over_A": [round(x, 2) for x in ratios],
-            "B_over_A_median": round(statistics.median(ratios), 2),
+            "B_over_A_median": _median(ratios),
             "cold_B_over_A": round(rows[1][key] / rows[0][key], 2) if rows[0][key] else None,
         }
     return out
+
+
+def _median(values: list[float]) -> float | None:
+    """None when there is nothing (no warm round, or an A that took nothing)."""
+    return round(statistics.median(values), 2) if values else None
 
 
 def main(argv: list[str] | None = None) -> int:
