@@ -31,7 +31,6 @@ def analyze_run(
     leaves no verdict); returns the verdict."""
     import time
 
-    from analysis.frames import unpersist
     from analysis.load import history_rows, load_run
     from analysis.session import SMALL_RUN_EVENTS, build_session, ensure_open_files, sized_for
     from analysis.verdict import (
@@ -77,21 +76,27 @@ def analyze_run(
                 f"clock: {files} file(s) written on another machine moved {shift:+.3f} ms ({bound})"
             )
         with sized_for(spark, n_events):
-            say("checks…")
-            results = run_checks(run, progress=say)
-            verdict = build_verdict(run, results, {"events": n_events})
-            if run.aligned:
-                verdict["clock_alignment"] = run.aligned
-            outputs = {
-                "verdict": str(report_dir / "verdict.json"),  # written last, below
-                "junit": str(write_junit(report_dir, verdict)),
-            }
-            if report:
-                say("report…")
-                from analysis.report import write_report
+            try:
+                say("checks…")
+                results = run_checks(run, progress=say)
+                verdict = build_verdict(run, results, {"events": n_events})
+                if run.aligned:
+                    verdict["clock_alignment"] = run.aligned
+                outputs = {
+                    "verdict": str(report_dir / "verdict.json"),  # written last, below
+                    "junit": str(write_junit(report_dir, verdict)),
+                }
+                if report:
+                    say("report…")
+                    from analysis.report import write_report
 
-                outputs["html"] = str(write_report(run, verdict, report_dir / "report.html"))
-            unpersist(run)
+                    outputs["html"] = str(write_report(run, verdict, report_dir / "report.html"))
+            except BaseException:  # the tables kept for the run and its views, freed; a
+                # failure to free them (a py4j call cut by a signal) never hides the cause
+                with contextlib.suppress(Exception):
+                    run.release()
+                raise
+            run.release()
         verdict["outputs"] = outputs
         verdict["analysis_seconds"] = round(time.monotonic() - t_start, 2)
         write_verdict(report_dir, verdict)

@@ -162,7 +162,6 @@ def _chart(a: dict[str, Any], b: dict[str, Any], la: str, lb: str) -> str | None
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis.frames import unpersist
     from analysis.load import RunDirError, load_run
     from analysis.session import build_session
 
@@ -189,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
             say(f"client-side statistics for {d}…")
             run_ = load_run(spark, d)
             stats.append(client_stats(run_))
-            unpersist(run_)
+            run_.release()
     except RunDirError as exc:
         print(f"harness compare: {exc}", file=sys.stderr)
         return 2

@@ -1,14 +1,24 @@
-"""Derived per-connection tables, built once per analysis and shared by the checks.
+"""The frames several checks read, built once per run and shared by the checks.
 
 One acceptor row per event becomes one row per connection (`acceptor_conns`), and the
 client's rows become one row per connection attempt (`client_conns`: an attempt starts at
-`connect_invoke`, so a reused source port starts a new attempt). Both are persisted, so
-the history is scanned a handful of times, not once per check.
+`connect_invoke`, so a reused source port starts a new attempt); each acceptor connection
+joined to the client attempt that made it (`attempt_join`); the acceptor connections
+counted by kind (`census`: the counts several checks ask before they judge); the runner's
+`process_stats` readings (`process_stats_rows`: every process role's loops and CPU). Each
+is built once per run or view (`Run.cached`), the tables kept by Spark (`Run.persist`)
+until the run is judged (`Run.release`). `SHARED` names them; a check declares those it
+reads (`Check.frames`) and `build` makes them before the checks start, so a check's time
+is its own. A frame no check declared is built by the first check that asks.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from analysis.columns import detail_col, socket_rows
 
@@ -22,7 +32,6 @@ MS = 1_000_000
 
 def acceptor_conns(run: Run) -> DataFrame:
     def build() -> DataFrame:
-        from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
         a = run.events(source="acceptor").where(
@@ -89,14 +98,13 @@ def acceptor_conns(run: Run) -> DataFrame:
             "t1_ns",
             F.coalesce("admit_ns", "reject_ns", "throttle_start_ns", "throttle_close_ns"),
         )
-        return df.persist(StorageLevel.MEMORY_AND_DISK)
+        return run.persist(df)
 
     return run.cached("acceptor_conns", build)  # type: ignore[no-any-return]
 
 
 def client_conns(run: Run) -> DataFrame:
     def build() -> DataFrame:
-        from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
         c = run.events(source="client").where(
@@ -156,7 +164,7 @@ def client_conns(run: Run) -> DataFrame:
             F.first("principal", ignorenulls=True).alias("c_principal"),
             F.max(F.when(F.col("event") == "closed", F.col("mono_ns"))).alias("closed_ns"),
         )
-        return df.persist(StorageLevel.MEMORY_AND_DISK)
+        return run.persist(df)
 
     return run.cached("client_conns", build)  # type: ignore[no-any-return]
 
@@ -184,8 +192,149 @@ def match_attempts(conns: DataFrame, attempts: DataFrame, run: Run) -> DataFrame
     return j.withColumn("_rank", F.row_number().over(latest)).where(F.col("_rank") == 1)
 
 
+def attempt_join(run: Run) -> DataFrame:
+    """Every acceptor connection (alias a) joined to the client attempt that made it (alias
+    c), `match_attempts` over the whole of both tables: a check that judges some of the
+    connections filters on ``a.``'s columns, which picks the same attempt as joining only
+    those (the match is per acceptor connection)."""
+    return run.cached(  # type: ignore[no-any-return]
+        "attempt_join",
+        lambda: run.persist(match_attempts(acceptor_conns(run), client_conns(run), run)),
+    )
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of acceptor connection (`census`), and how many there were."""
+
+    listener: str | None
+    outcome: str | None
+    delay_reason: str | None
+    accepted: bool  # an `accept` row
+    delayed: bool  # a rate delay > 0 recorded
+    registered: bool  # handed to a processor
+    n: int
+
+
+def census(run: Run) -> list[Kind]:
+    """The acceptor connections counted by listener, outcome, delay reason and whether each
+    was accepted, delayed and registered: one small job answers the counts several checks
+    need before they judge (`tally`)."""
+
+    def build() -> list[Kind]:
+        from pyspark.sql import functions as F
+
+        rows = (
+            acceptor_conns(run)
+            .groupBy(
+                "listener",
+                "outcome",
+                "delay_reason",
+                F.col("accept_ns").isNotNull().alias("accepted"),
+                F.coalesce(F.col("delay_ms") > 0, F.lit(False)).alias("delayed"),
+                F.col("register_ns").isNotNull().alias("registered"),
+            )
+            .count()
+            .collect()
+        )
+        return [
+            Kind(
+                listener=r["listener"],
+                outcome=r["outcome"],
+                delay_reason=r["delay_reason"],
+                accepted=bool(r["accepted"]),
+                delayed=bool(r["delayed"]),
+                registered=bool(r["registered"]),
+                n=int(r["count"]),
+            )
+            for r in rows
+        ]
+
+    return run.cached("census", build)  # type: ignore[no-any-return]
+
+
+def tally(kinds: list[Kind], which: Callable[[Kind], bool]) -> int:
+    """How many acceptor connections of the `census` are of a kind ``which`` takes."""
+    return sum(k.n for k in kinds if which(k))
+
+
+def outside(listener: str | None, names: list[str]) -> bool:
+    """A listener not among ``names`` as Spark's ``~listener.isin(*names)`` reads it: a
+    connection with no listener is in no set and out of none (the row is dropped)."""
+    return listener is not None and listener not in names
+
+
+#: a `process_stats` row: (mono_ns, read span ms, detail)
+StatsRow = tuple[int, float, dict[str, Any]]
+
+
+def process_stats_rows(run: Run) -> list[StatsRow]:
+    """The runner's `process_stats` readings of every role (its loops' busy shares, each
+    role's CPU), in time order: read once, each check takes its role's (`loops.role_rows`,
+    `loops.cores_by_role`)."""
+
+    def build() -> list[StatsRow]:
+        return [
+            (int(r["mono_ns"]), float(r["latency_ms"] or 0.0), json.loads(r["detail"] or "{}"))
+            for r in run.events("process_stats", source="harness")
+            .select("mono_ns", "latency_ms", "detail")
+            .orderBy("mono_ns")
+            .collect()
+        ]
+
+    return run.cached("process_stats", build)  # type: ignore[no-any-return]
+
+
+#: the frames several checks read, by the name a check declares (`Check.frames`), in the
+#: order they are built (a frame after those it is built from), each with the history
+#: sources it is made of: a run without one of them has nothing to build it from
+SHARED: dict[str, tuple[Callable[[Run], Any], tuple[str, ...]]] = {
+    "acceptor_conns": (acceptor_conns, ("acceptor",)),
+    "client_conns": (client_conns, ("client",)),
+    "attempt_join": (attempt_join, ("acceptor", "client")),
+    "census": (census, ("acceptor",)),
+    "process_stats": (process_stats_rows, ("harness",)),
+}
+
+
+def build(run: Run, names: set[str], threads: int = 1) -> Iterator[tuple[str, float, str | None]]:
+    """Make the shared frames ``names`` for the run (a kept table counted, so it is filled
+    now and not by the first check that reads it; none over a source the run lacks), on
+    ``threads`` threads (a frame built from another waits for it: `Run.cached`'s lock);
+    yields each frame's name, seconds and the error that stopped it (None: built), in
+    `SHARED`'s order. A frame that cannot be built is left to the checks that read it:
+    each then says it crashed, as it would have without this."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pyspark.sql import DataFrame
+
+    unknown = names - set(SHARED)
+    if unknown:
+        raise ValueError(f"no shared frame named {sorted(unknown)} (frames: {sorted(SHARED)})")
+
+    def make(name: str) -> tuple[str, float, str | None]:
+        t = time.monotonic()
+        error = None
+        try:
+            frame = SHARED[name][0](run)
+            if isinstance(frame, DataFrame):  # a kept table: filled now
+                frame.count()
+        except Exception as exc:  # the checks that read it report it, each as crashed
+            error = f"{type(exc).__name__}: {exc}"
+        return name, time.monotonic() - t, error
+
+    wanted = [
+        name
+        for name, (_make, sources) in SHARED.items()
+        if name in names and all(run.has_source(src) for src in sources)
+    ]
+    pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="frame")
+    try:
+        yield from pool.map(make, wanted)
+    finally:  # interrupted: what has not started never does
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
 def unpersist(run: Run) -> None:
-    for key in ("acceptor_conns", "client_conns"):
-        df = run._cache.pop(key, None)
-        if df is not None:
-            df.unpersist()
+    """Free the tables kept for the run and its views (`Run.release`, by its older name)."""
+    run.release()

@@ -311,6 +311,9 @@ class Run:
     _locks: dict[str, threading.RLock] = field(default_factory=dict)
     #: the cached tables that stand for the narrowed broker's own (`on_broker`)
     _own: dict[str, Any] = field(default_factory=dict)
+    #: every DataFrame persisted for this run (`persist`), shared with its views (a process,
+    #: a front, a broker: the same list), so `release` frees them all when the run is judged
+    _persisted: list[Any] = field(default_factory=list)
 
     @property
     def clock_error_ns(self) -> int:
@@ -405,9 +408,13 @@ class Run:
 
     def scenario_t0_ns(self) -> int:
         """t = 0 of the scenario's schedule: the first `phase_start` (the runner starts its
-        clock when the load flows), else the history's first row."""
-        row = self.events("phase_start", source="harness").agg({"mono_ns": "min"}).first()
-        return int(row[0]) if row is not None and row[0] is not None else self.span_ns()[0]
+        clock when the load flows), else the history's first row. Read once per run."""
+
+        def build() -> int:
+            row = self.events("phase_start", source="harness").agg({"mono_ns": "min"}).first()
+            return int(row[0]) if row is not None and row[0] is not None else self.span_ns()[0]
+
+        return self.cached("t0", build)  # type: ignore[no-any-return]
 
     def cached(self, key: str, build: Callable[[], Any]) -> Any:
         """A derived table built once per run and shared by every view of it; in a view
@@ -424,6 +431,23 @@ class Run:
                     self._own[key] = narrow(self._cache[key])
                 return self._own[key]
             return self._cache[key]
+
+    def persist(self, df: DataFrame) -> DataFrame:
+        """``df`` kept by Spark (memory, then disk) until `release`: the one way a derived
+        table of this run or of any view of it is stored."""
+        from pyspark import StorageLevel
+
+        kept = df.persist(StorageLevel.MEMORY_AND_DISK)
+        with _LOCKS_GUARD:
+            self._persisted.append(kept)
+        return kept
+
+    def release(self) -> None:
+        """Free every table `persist` kept for this run and its views (the analysis's end)."""
+        with _LOCKS_GUARD:
+            kept, self._persisted[:] = list(self._persisted), []
+        for df in kept:
+            df.unpersist()
 
     def incarnations(self) -> list[Incarnation]:
         """The acceptor's processes in this run, in order: one, unless the acceptor was

@@ -29,6 +29,7 @@ from analysis.checks.base import MAX_WITNESSES, not_applicable
 from analysis.checks.broker_side import broker_expectations
 from analysis.checks.front import NAME as FRONT
 from analysis.checks.kafka_metrics import CAUSE_NO_METRICS, CAUSE_NO_SCRAPE_PAIR, METRICS_HINT
+from analysis.frames import build as build_frames
 
 if TYPE_CHECKING:
     from analysis.load import Run
@@ -327,22 +328,18 @@ def _judge(
     # to judge (say so, never hand the checks an empty history to trip over).
     blind = not run.has_source("acceptor") and not run.has_source("client")
     chosen = [c for c in (checks if checks is not None else ALL_CHECKS) if applicable(c, run)]
+    # a limit configured at no time of the run: n/a before any Spark job
+    decided = {c.name: _blind(c) if blind else not_applicable(c, run) for c in chosen}
+    to_run = [c for c in chosen if decided[c.name] is None]
+    frames = {f for c in to_run for f in c.frames}
+    for name, seconds, error in build_frames(run, frames, CHECK_THREADS):
+        if progress:
+            failed = f": not built ({error}), left to its checks" if error else ""
+            progress(f"  [frame] {name:<34} ({seconds:.1f}s){failed}")
 
     def judge(check: Check) -> tuple[CheckResult, float]:
         t = time.monotonic()
-        if blind:
-            result = CheckResult(
-                check.name,
-                UNKNOWN,
-                observed="no client rows (and no acceptor rows): no connection was recorded",
-                expected="a client history (target broker is judged from the client side)",
-                explanation="nothing to judge: did the load start? see locust/ in the run folder",
-                family=check.family,
-                needs_load=check.needs_load,
-                judges_limit=check.judges_limit,
-            )
-        else:  # a limit configured at no time of the run: n/a before any Spark job
-            result = not_applicable(check, run) or run_check(check, run)
+        result = decided[check.name] or run_check(check, run)
         return result, time.monotonic() - t
 
     results: list[CheckResult] = []
@@ -355,6 +352,19 @@ def _judge(
     finally:  # interrupted: what has not started never does (the JVM is stopped next)
         pool.shutdown(wait=False, cancel_futures=True)
     return results
+
+
+def _blind(check: Check) -> CheckResult:
+    return CheckResult(
+        check.name,
+        UNKNOWN,
+        observed="no client rows (and no acceptor rows): no connection was recorded",
+        expected="a client history (target broker is judged from the client side)",
+        explanation="nothing to judge: did the load start? see locust/ in the run folder",
+        family=check.family,
+        needs_load=check.needs_load,
+        judges_limit=check.judges_limit,
+    )
 
 
 #: why an expected check was not exercised and passed (`CheckResult.data["cause"]`, set by

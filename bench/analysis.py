@@ -1,18 +1,28 @@
-"""Analysis throughput: wall time, events/s and the share of time per check, per size.
+"""Analysis time per size, cold and warm, per check and per shared frame; before and after.
 
-Usage: .venv/bin/python -m bench.analysis [--sizes 10000 1000000 10000000] [--out DIR]
-       [--html] [--spark-master URL] [--regenerate]
-Each size is a conforming synthetic run (analysis.synth; 10 k at scale 1, the larger ones at
-rates × 10 so that the storm stays realistic at size). Generated histories are cached in
-DIR/synth-<size>/ (the simulation takes ~30 s per million events) and reused while their
-spec is unchanged. Each size is analysed by `analyze_run` in a process of its own, so the
-wall time includes Spark's (and the JVM's) start. The per-phase times come from
-analyze_run's progress lines (Spark start, load, each check, report); a check's time
-includes any shared table it was the first to build. CPU s is this process's and the
-driver JVM's CPU time (Python workers the JVM has not reaped are missed), steadier than
-wall time on a shared machine. Results are printed and written to DIR/results.json
-(default .cache/bench-analysis/). Not a test: numbers depend on whoever else shares the
-cores.
+Usage: .venv/bin/python -m bench.analysis [--sizes 4000,10000,100000] [--before TREE]
+       [--out DIR] [--html] [--spark-master URL] [--regenerate]
+
+Each size is a conforming synthetic run (analysis.synth; up to 100 k at scale 1, larger
+ones at rates × 10 so that the storm stays realistic at size), generated once into
+DIR/synth-<size>/ (~30 s per million events) and reused while its spec is unchanged.
+
+Each size is measured in a process of its own: **cold** is the first analysis in that
+process, its time including the driver JVM's start (the session a run of that size gets,
+`analysis.session.build_session`); **warm** is a second analysis of the same run in the same
+JVM. Both are timed as a whole (wall and CPU: this process's and the driver JVM's, steadier
+than wall time on a shared machine), per check (the seconds `analysis.verdict` prints for
+each, two at a time, so they add up to about twice the checks' wall time) and per shared
+frame (`[frame]` lines: the tables several checks read, built before the checks; an older
+analysis without them pays that inside its first check that reads one).
+
+``--before TREE`` (a git worktree of another commit, e.g. ``git worktree add /tmp/base
+HEAD~3``) measures that tree's analysis too, each size's before and after processes one
+after the other, so both meet the same machine; the table then shows before → after and
+their ratio, and whether every check's verdict, judged count, exercised, peak, limit and
+witnesses are the same (`bench.catalog_verdicts.differences`). Results go to
+DIR/results.json (default .cache/bench-analysis/). Not a test: numbers depend on whoever
+else shares the cores.
 """
 
 from __future__ import annotations
@@ -25,13 +35,37 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import procfs
+#: a check's line from analysis.verdict (`  name   verdict  (1.2s)`)
+CHECK_LINE = re.compile(
+    r"^\s+(?P<name>\w+)\s+(?P<verdict>pass|fail|unknown|n/a)\s+\((?P<s>[\d.]+)s\)"
+)
+#: a shared frame's line (`  [frame] name   (0.4s)`)
+FRAME_LINE = re.compile(r"^\s+\[frame\]\s+(?P<name>\w+)\s+\((?P<s>[\d.]+)s\)")
+HERE = Path(__file__).resolve().parent.parent
 
-CHECK_LINE = re.compile(r"^\s+(?P<name>\w+)\s+(?P<verdict>pass|fail|unknown|n/a)\s+\(")
+
+def parse_sizes(values: list[str]) -> list[int]:
+    """``--sizes 4000,10000 100000`` → [4000, 10000, 100000]; a size that is not a
+    positive whole number is named."""
+    sizes = []
+    for value in values:
+        for part in value.split(","):
+            if not part.strip():
+                continue
+            try:
+                size = int(part.replace("_", ""))
+            except ValueError:
+                raise SystemExit(f"--sizes: {part!r} is not a number of events") from None
+            if size <= 0:
+                raise SystemExit(f"--sizes: {size} events: a size must be positive")
+            sizes.append(size)
+    if not sizes:
+        raise SystemExit("--sizes: no size given")
+    return sorted(set(sizes))
 
 
 def _spec(size: int) -> Any:
@@ -76,6 +110,8 @@ def _jvm_cpu_s() -> float:
     0 before it started. Less sensitive to the shared machine's load than wall time."""
     from pyspark import SparkContext
 
+    from harness import procfs
+
     gateway = SparkContext._gateway
     proc = getattr(gateway, "proc", None) if gateway is not None else None
     if proc is None:
@@ -90,133 +126,198 @@ def _cpu_s() -> float:
     return t.user + t.system + _jvm_cpu_s()
 
 
-class PhaseClock:
-    """Turns analyze_run's progress lines into per-phase wall times."""
+@dataclass
+class Timings:
+    """One analysis's progress lines turned into seconds per check and per shared frame
+    (a check judged on several views, an acceptor process each, adds up)."""
 
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.t0 = time.monotonic()
-        self.last = self.t0
-        self.phase = "spark start"
-        self.phases: dict[str, float] = {}
+    label: str
+    checks: dict[str, float] = field(default_factory=dict)
+    frames: dict[str, float] = field(default_factory=dict)
+    verdicts: dict[str, str] = field(default_factory=dict)
 
     def __call__(self, msg: str) -> None:
-        now = time.monotonic()
-        m = CHECK_LINE.match(msg)
-        if m:  # a check line ends that check's phase
-            self.phases[f"check {m['name']}"] = now - self.last
-            self.last = now
-            self.phase = "checks (between)"
-            return
-        self.phases[self.phase] = self.phases.get(self.phase, 0.0) + now - self.last
-        self.last = now
-        if msg.startswith("loading"):
-            self.phase = "load + count"
-        elif msg.startswith("report"):
-            self.phase = "report.html"
-        elif msg.startswith("checks"):
-            self.phase = "checks (between)"
-        print(f"[{self.size:,}]   {msg}", flush=True)
-
-    def finish(self) -> dict[str, float]:
-        now = time.monotonic()
-        self.phases[self.phase] = self.phases.get(self.phase, 0.0) + now - self.last
-        return self.phases
+        if m := CHECK_LINE.match(msg):
+            self.checks[m["name"]] = self.checks.get(m["name"], 0.0) + float(m["s"])
+            self.verdicts[m["name"]] = m["verdict"]
+        elif m := FRAME_LINE.match(msg):
+            self.frames[m["name"]] = self.frames.get(m["name"], 0.0) + float(m["s"])
+        print(f"[{self.label}]   {msg}", flush=True)
 
 
-def measure(out: Path, size: int, args: argparse.Namespace) -> dict[str, Any]:
-    """Analyse the cached run of `size` events in this (fresh) process; one result row."""
+def _analyse(run_dir: Path, spark: Any, label: str, args: argparse.Namespace) -> dict[str, Any]:
     from analysis import analyze_run
 
+    clock = Timings(label)
+    cpu0, t0 = _cpu_s(), time.monotonic()
+    verdict = analyze_run(run_dir, spark=spark, report=args.html, progress=clock)
+    return {
+        "wall_s": round(time.monotonic() - t0, 2),
+        "cpu_s": round(_cpu_s() - cpu0, 1),
+        "verdict": verdict,
+        "checks_s": {k: round(v, 2) for k, v in clock.checks.items()},
+        "frames_s": {k: round(v, 2) for k, v in clock.frames.items()},
+    }
+
+
+def measure(out: Path, size: int, tree: str, args: argparse.Namespace) -> dict[str, Any]:
+    # `tree`: which analysis this is ("before", "after"), the one first on sys.path
+    """Analyse the cached run of `size` events twice in this fresh process: cold (the JVM
+    started for it) and warm (the same JVM again). One result row."""
+    from analysis.load import history_rows
+    from analysis.session import SMALL_RUN_EVENTS, build_session, ensure_open_files
+
     run_dir, gen = cached_run(out, size, args.regenerate)
-    print(f"[{size:,}] {gen['events']:,} events, {gen['connections']:,} connections; analysing")
-    cpu0 = _cpu_s()
-    clock = PhaseClock(size)
-    verdict = analyze_run(run_dir, spark_master=args.spark_master, report=args.html, progress=clock)
-    wall = time.monotonic() - clock.t0
-    cpu = _cpu_s() - cpu0
-    phases = clock.finish()
-    row = {
+    label = f"{size:,} {tree}"
+    print(f"[{label}] {gen['events']:,} events, {gen['connections']:,} connections", flush=True)
+    ensure_open_files()
+    cpu0, t0 = _cpu_s(), time.monotonic()
+    spark = build_session(args.spark_master, small=history_rows(run_dir) < SMALL_RUN_EVENTS)
+    start_s, start_cpu = time.monotonic() - t0, _cpu_s() - cpu0
+    try:
+        cold = _analyse(run_dir, spark, f"{label} cold", args)
+        cold["wall_s"] = round(cold["wall_s"] + start_s, 2)
+        cold["cpu_s"] = round(cold["cpu_s"] + start_cpu, 1)
+        cold["spark_start_s"] = round(start_s, 2)
+        warm = _analyse(run_dir, spark, f"{label} warm", args)
+    finally:
+        spark.stop()
+    for mode, row in (("cold", cold), ("warm", warm)):
+        print(f"[{label}] {mode}: {row['wall_s']:.1f} s wall, {row['cpu_s']:.1f} CPU-s; "
+              f"verdict {row['verdict']['verdict']}", flush=True)  # fmt: skip
+    return {
         "target_events": size,
+        "tree": tree,
         **gen,
-        "analyze_s": round(wall, 1),
-        "events_per_s": round(gen["events"] / wall),
-        "cpu_s": round(cpu, 1),
-        "verdict": verdict["verdict"],
-        "check_verdicts": {c["name"]: c["verdict"] for c in verdict["checks"]},
-        "phases_s": {k: round(v, 2) for k, v in phases.items()},
-        "html": args.html,
+        "cold": cold,
+        "warm": warm,
         "cpus": os.cpu_count(),
         "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
     }
-    print(
-        f"[{size:,}] analysed in {wall:.1f} s = {row['events_per_s']:,} events/s; "
-        f"verdict {verdict['verdict']}; load average {row['load_avg_1m_at_end']}",
-        flush=True,
-    )
-    return row
+
+
+def _row(out: Path, size: int, tree: Path, label: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One size measured in a fresh process whose `analysis` is ``tree``'s."""
+    row_file = out / f"row-{size}-{label}.json"
+    row_file.unlink(missing_ok=True)
+    argv = [sys.executable, "-m", "bench.analysis", "--sizes", str(size), "--out", str(out),
+            "--row", str(row_file), "--tree", str(tree), "--label", label]  # fmt: skip
+    argv += ["--html"] * args.html + ["--regenerate"] * args.regenerate
+    argv += ["--spark-master", args.spark_master] if args.spark_master else []
+    env = {**os.environ, "PYTHONPATH": str(HERE)}  # this bench; the analysis is `tree`'s
+    if subprocess.run(argv, check=False, cwd=HERE, env=env).returncode != 0:
+        raise SystemExit(f"[{size:,} {label}] the measurement failed (see above)")
+    return json.loads(row_file.read_text())  # type: ignore[no-any-return]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 1_000_000, 10_000_000])
-    parser.add_argument("--out", default=".cache/bench-analysis")
+    parser.add_argument("--sizes", nargs="+", default=["4000,10000,100000"])
+    parser.add_argument("--before", type=Path, help="a worktree of the commit to compare with")
+    parser.add_argument("--out", type=Path, default=Path(".cache/bench-analysis"))
     parser.add_argument("--html", action="store_true", help="also write report.html")
     parser.add_argument("--regenerate", action="store_true", help="ignore the cached runs")
     parser.add_argument("--spark-master", default=None)
     parser.add_argument("--row", type=Path, help=argparse.SUPPRESS)  # one size, row to file
+    parser.add_argument("--tree", type=Path, default=HERE, help=argparse.SUPPRESS)
+    parser.add_argument("--label", default="after", help=argparse.SUPPRESS)
     args = parser.parse_args()
-
-    out = Path(args.out)
+    sizes = parse_sizes(args.sizes)
+    out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    if args.row:
-        args.row.write_text(json.dumps(measure(out, args.sizes[0], args)))
+    if args.row:  # the analysis under test is the tree's: first on the path, before any import
+        sys.path.insert(0, str(args.tree.resolve()))
+        args.row.write_text(json.dumps(measure(out, sizes[0], args.label, args), default=str))
         return 0
-    results = []
-    for size in sorted(args.sizes):
-        # one process per size: each pays a JVM start, and a small run's JVM flags
-        # (analysis.session.build_session) do not carry over to a large one
-        row_file = out / f"row-{size}.json"
-        row_file.unlink(missing_ok=True)
-        argv = [sys.executable, "-m", "bench.analysis", "--sizes", str(size), "--out", str(out),
-                "--row", str(row_file)]  # fmt: skip
-        argv += ["--html"] * args.html + ["--regenerate"] * args.regenerate
-        argv += ["--spark-master", args.spark_master] if args.spark_master else []
-        if subprocess.run(argv, check=False).returncode != 0 or not row_file.exists():
-            print(f"[{size:,}] the measurement failed (see above)", flush=True)
-            return 1
-        results.append(json.loads(row_file.read_text()))
+    trees = [("after", HERE)]
+    if args.before:
+        if not (args.before / "analysis" / "__init__.py").is_file():
+            raise SystemExit(
+                f"--before {args.before}: no analysis/ there (a worktree of the repo?)"
+            )
+        trees = [("before", args.before.resolve()), *trees]
+    results = [_row(out, size, tree, label, args) for size in sizes for label, tree in trees]
+    for r in results:  # the verdicts stay in results.json, compared below
+        r["verdict"] = {mode: r[mode].pop("verdict") for mode in ("cold", "warm")}
     path = out / "results.json"
-    path.write_text(json.dumps(results, indent=2))
+    path.write_text(json.dumps(results, indent=2, default=str))
     print(table(results))
     print(f"\nresults: {path}")
     return 0
 
 
+def same_verdicts(results: list[dict[str, Any]]) -> list[str]:
+    """Every difference between the before and after verdicts of one size, and between
+    a cold and a warm analysis, one line each (`bench.catalog_verdicts.differences`)."""
+    from bench.catalog_verdicts import differences
+
+    lines = []
+    by_size: dict[int, dict[str, dict[str, Any]]] = {}
+    for r in results:
+        by_size.setdefault(r["target_events"], {})[r["tree"]] = r["verdict"]
+    for size, trees in sorted(by_size.items()):
+        first = trees.get("before", trees["after"])["cold"]
+        for tree, modes in trees.items():
+            for mode, verdict in modes.items():
+                lines += [f"{size:,} {tree} {mode}: {d}" for d in differences(first, verdict)]
+    return lines
+
+
+def _fmt(before: float | None, after: float | None) -> str:
+    if before is None:
+        return "-" if after is None else f"{after:.2f}"
+    if after is None:
+        return f"{before:.2f} → -"
+    ratio = f" ({after / before:.2f})" if before > 0 else ""
+    return f"{before:.2f} → {after:.2f}{ratio}"
+
+
 def table(results: list[dict[str, Any]]) -> str:
-    """Markdown: one row per size, then the share of the wall time per phase and size."""
+    """Markdown: wall and CPU per size and mode (before → after, the ratio), then seconds
+    per shared frame and per check, warm and cold, the largest first."""
+    runs: dict[tuple[int, str], dict[str, Any]] = {}
+    for r in results:
+        runs[(r["target_events"], r["tree"])] = r
+    sizes = sorted({size for size, _tree in runs})
     lines = [
-        "| events | connections | analyse s | events/s | CPU s | verdict | load avg (1 m, end) |",
-        "|---|---|---|---|---|---|---|",
+        "| events | connections | mode | wall s | CPU s | load avg (1 m) |",
+        "|---|---|---|---|---|---|",
     ]
-    for r in results:
-        lines.append(
-            f"| {r['events']:,} | {r['connections']:,} | {r['analyze_s']} | "
-            f"{r['events_per_s']:,} | {r.get('cpu_s', '-')} | {r['verdict']} | "
-            f"{r['load_avg_1m_at_end']} |"
-        )
-    names: list[str] = []
-    for r in results:
-        names += [k for k in r["phases_s"] if k not in names]
-    order = sorted(names, key=lambda k: -max(r["phases_s"].get(k, 0.0) for r in results))
-    head = " | ".join(f"{r['events']:,} events" for r in results)
-    lines += ["", f"| phase (s, share of wall) | {head} |", "|---" * (len(results) + 1) + "|"]
-    for name in order:
-        cells = []
-        for r in results:
-            s = r["phases_s"].get(name)
-            cells.append("-" if s is None else f"{s:.1f} ({s / r['analyze_s']:.0%})")
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    for size in sizes:
+        after, before = runs[(size, "after")], runs.get((size, "before"))
+        for mode in ("cold", "warm"):
+            b = before[mode] if before else None
+            lines.append(
+                f"| {after['events']:,} | {after['connections']:,} | {mode} | "
+                f"{_fmt(b and b['wall_s'], after[mode]['wall_s'])} | "
+                f"{_fmt(b and b['cpu_s'], after[mode]['cpu_s'])} | "
+                + (f"{before['load_avg_1m_at_end']} → " if before else "")
+                + f"{after['load_avg_1m_at_end']} |"
+            )
+    for mode in ("warm", "cold"):
+        names: dict[str, float] = {}
+        for r in runs.values():
+            for kind in ("frames_s", "checks_s"):
+                for name, s in r[mode][kind].items():
+                    key = f"[frame] {name}" if kind == "frames_s" else name
+                    names[key] = max(names.get(key, 0.0), s)
+        head = " | ".join(f"{runs[(s, 'after')]['events']:,} events" for s in sizes)
+        lines += ["", f"| {mode}: s per frame / check | {head} |", "|---" * (len(sizes) + 1) + "|"]
+        for key in sorted(names, key=lambda k: (not k.startswith("[frame]"), -names[k])):
+            kind, name = ("frames_s", key[8:]) if key.startswith("[frame]") else ("checks_s", key)
+            cells = []
+            for size in sizes:
+                before = runs.get((size, "before"))
+                cells.append(
+                    _fmt(
+                        before[mode][kind].get(name) if before else None,
+                        runs[(size, "after")][mode][kind].get(name),
+                    )
+                )
+            lines.append(f"| {key} | " + " | ".join(cells) + " |")
+    diffs = same_verdicts(results)
+    lines += ["", f"verdicts: {'the same, check by check' if not diffs else 'DIFFERENT'}"]
+    lines += [f"  {d}" for d in diffs]
     return "\n".join(lines)
 
 

@@ -3,6 +3,7 @@
 Usage:
   .venv/bin/python -m bench.catalog_verdicts analyse OUT [--runs runs] [--target acceptor]
   .venv/bin/python -m bench.catalog_verdicts compare BASE NEW
+  .venv/bin/python -m bench.catalog_verdicts synth RUNS [--events 5000]
 
 `analyse` copies the history and run.json of the newest `<scenario>-<target>-*` run of every
 scenario under --runs into OUT/<run-id>/ (the catalog runs' own report/ is never touched),
@@ -13,7 +14,11 @@ check's seconds summed over the runs, the most first). `compare` lists every dif
 between two such folders: the run's verdict, and per check the verdict, `judged`,
 `exercised`, `peak`, `limit` and the witnesses' identities (conn_id, client_ip,
 client_port, mono_ns, why). Exit 0 when they are equal, 1 otherwise. It is how a change
-to the analysis shows that it keeps every check's result (issue 17).
+to the analysis shows that it keeps every check's result (issue 17). `synth` writes
+synthetic runs into RUNS, named as catalog runs are (`synth-<rule>-acceptor-…`): a
+conforming one, one per rule `analysis.synth` can break (each fails a check, with its
+witnesses) and one on the broker target, for `analyse --runs RUNS` where no catalog runs
+are at hand.
 """
 
 from __future__ import annotations
@@ -144,6 +149,23 @@ def compare(base: Path, new: Path) -> int:
     return 0 if n_diff == 0 else 1
 
 
+def synth(runs: Path, events: int) -> int:
+    """A conforming synthetic run, one per broken rule, and one on the broker target."""
+    from analysis.synth import BROKEN_FLAGS, SynthSpec, generate
+
+    kinds = [("conforming", "acceptor", frozenset[str]())]
+    kinds += [(flag.replace("_", "-"), "acceptor", frozenset({flag})) for flag in BROKEN_FLAGS]
+    kinds += [("conforming", "broker", frozenset())]
+    runs.mkdir(parents=True, exist_ok=True)
+    for name, target, broken in sorted(kinds):
+        run_id = f"synth-{name}-{target}-20000101T000000Z-s7"
+        shutil.rmtree(runs / run_id, ignore_errors=True)
+        spec = SynthSpec(run_id=run_id, target_events=events, target=target, broken=broken)
+        gen = generate(runs / run_id, spec)
+        print(f"{run_id:<60} {int(gen['events']):>7} events", flush=True)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -155,9 +177,14 @@ def main() -> int:
     c = sub.add_parser("compare", help="compare two analyse folders check by check")
     c.add_argument("base", type=Path)
     c.add_argument("new", type=Path)
+    s = sub.add_parser("synth", help="write synthetic runs to judge into RUNS")
+    s.add_argument("runs", type=Path)
+    s.add_argument("--events", type=int, default=5000)
     args = parser.parse_args()
     if args.cmd == "analyse":
         return analyse(args.out, args.runs, args.target, args.spark_master)
+    if args.cmd == "synth":
+        return synth(args.runs, args.events)
     return compare(args.base, args.new)
 
 

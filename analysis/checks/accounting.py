@@ -200,7 +200,12 @@ def queue_closes(run: Run) -> list[QueueClose]:
 
 def kernel_readings(run: Run) -> tuple[list[Reading], list[str]]:
     """The run's `kernel_net` readings in time order, and what made any of them unusable
-    (a failed read; a counter that went backwards: another namespace, or a reset)."""
+    (a failed read; a counter that went backwards: another namespace, or a reset). Read
+    once per run (`accounting` and `front_saturation` ask)."""
+    return run.cached("kernel_readings", lambda: _kernel_readings(run))  # type: ignore[no-any-return]
+
+
+def _kernel_readings(run: Run) -> tuple[list[Reading], list[str]]:
     rows = (
         run.events("kernel_net", source="harness")
         .select("mono_ns", "latency_ms", "reason", "detail")
@@ -639,5 +644,6 @@ CHECKS = [
         False,
         ("acceptor", "broker"),
         doc="every client attempt accepted, refused, cut off, or a counted kernel drop",
+        frames=("acceptor_conns", "client_conns"),
     ),
 ]

@@ -131,6 +131,9 @@ class Check:
     #: the limit it judges is configured at some time of the run (`AppliesFn`); the same
     #: test the check itself makes, so `not_applicable` answers `n/a` without running it
     applies: AppliesFn | None = None
+    #: the shared frames it reads whenever it runs (`analysis.frames.SHARED`): built once
+    #: for the run before the checks start, so its time is its own
+    frames: tuple[str, ...] = ()
 
 
 def merge(verdicts: Iterable[str]) -> str:

@@ -35,7 +35,7 @@ from analysis.checks.base import (
 from analysis.checks.login_delay import DELAYED_ERRORS, KAFKA_CLOCK_MS, configured_delay_ms
 from analysis.checks.loops import busy_readings, loop_summary, role_rows
 from analysis.columns import detail_col
-from analysis.frames import acceptor_conns, client_conns, match_attempts
+from analysis.frames import acceptor_conns, attempt_join, client_conns
 from analysis.model import INT_MAX
 
 if TYPE_CHECKING:
@@ -47,8 +47,15 @@ OFFERED_MIN = 0.95
 MS = 1_000_000
 
 
-def _unmatched(run: Run, a: DataFrame, j: DataFrame) -> tuple[int, int, list[dict[str, Any]]]:
-    """Acceptor connections that no client attempt made, and how many are not explained.
+#: the acceptor connections of one address that no client attempt made and nothing
+#: explains (`_agreement_counts`): (n, client_ip, first accept, its port, conn_id, listener)
+Unexplained = tuple[int, str | None, int, int | None, str | None, str | None]
+
+
+def _agreement_counts(run: Run, a: DataFrame, j: DataFrame) -> Any:
+    """One job: over every acceptor connection ``a`` (its match in ``j``, if any), how many
+    there are, matched, disagreeing (``why``), unmatched and unexplained; and the ten
+    addresses with the most unexplained ones (most first).
 
     Every profile records each attempt it makes (its source address and port), so an
     acceptor connection with no client attempt on its (client_ip, client_port) is
@@ -64,51 +71,72 @@ def _unmatched(run: Run, a: DataFrame, j: DataFrame) -> tuple[int, int, list[dic
     """
     from pyspark.sql import functions as F
 
-    bounds = (
-        run.events(source="client")
-        .agg(F.min("mono_ns").alias("lo"), F.max("mono_ns").alias("hi"))
-        .first()
+    bounds = run.events(source="client").agg(
+        F.coalesce(F.min("mono_ns"), F.lit(0)).alias("lo"),
+        F.coalesce(F.max("mono_ns"), F.lit(0)).alias("hi"),
     )
-    lo = int(bounds["lo"]) if bounds is not None and bounds["lo"] is not None else 0
-    hi = int(bounds["hi"]) if bounds is not None and bounds["hi"] is not None else 0
-    admin_conns = run.events("admin", source="acceptor").select("conn_id").distinct()
-    unmatched = a.join(j.select(F.col("a.conn_id").alias("conn_id")), "conn_id", "left_anti")
-    load_end = _load_end_by_address(run)
-    ends = [(ip, end) for ip, end in load_end.items()]
-    if ends:
-        end_df = run.spark.createDataFrame(ends, "client_ip string, load_end long")
-        unmatched_e = unmatched.join(end_df, "client_ip", "left")
-    else:
-        unmatched_e = unmatched.withColumn("load_end", F.lit(None).cast("long"))
-    stopped = F.coalesce(F.col("load_end"), F.lit(hi))
-    unexplained = (
-        unmatched_e.where((F.col("accept_ns") >= F.lit(lo)) & (F.col("accept_ns") <= stopped))
-        .drop("load_end")
-        .join(admin_conns, "conn_id", "left_anti")
+    admin = (
+        run.events("admin", source="acceptor")
+        .select("conn_id")
+        .distinct()
+        .withColumn("admin", F.lit(True))
     )
-    n_unmatched = unmatched.count()
-    by_ip = (
-        unexplained.groupBy("client_ip")
-        .agg(
-            F.count(F.lit(1)).alias("n"),
-            F.min("accept_ns").alias("first_ns"),
-            F.min_by("client_port", "accept_ns").alias("port"),
-            F.min_by("conn_id", "accept_ns").alias("conn_id"),
-            F.min_by("listener", "accept_ns").alias("listener"),
-        )
-        .orderBy(F.col("n").desc())
-        .limit(10)
-        .collect()
+    ends = list(_load_end_by_address(run).items())
+    end_df = run.spark.createDataFrame(ends, "client_ip string, load_end long")
+    matched = j.select(F.col("a.conn_id").alias("conn_id"), "why", F.lit(True).alias("matched"))
+    rows = (
+        a.select("conn_id", "client_ip", "client_port", "listener", "accept_ns")
+        .join(matched, "conn_id", "left")
+        .join(admin, "conn_id", "left")
+        .join(end_df, "client_ip", "left")
+        .crossJoin(F.broadcast(bounds))
     )
-    if not by_ip:
-        return n_unmatched, 0, []
+    unmatched = F.col("matched").isNull()
+    during_load = (F.col("accept_ns") >= F.col("lo")) & (
+        F.col("accept_ns") <= F.coalesce(F.col("load_end"), F.col("hi"))
+    )
+    unexplained = unmatched & F.coalesce(during_load, F.lit(False)) & F.col("admin").isNull()
+
+    def n(cond: Any) -> Any:
+        return F.sum(F.when(cond, 1).otherwise(0))
+
+    first = F.min(F.when(unexplained, F.struct("accept_ns", "client_port", "conn_id", "listener")))
+    by_ip = rows.groupBy("client_ip").agg(
+        F.count(F.lit(1)).alias("total"),
+        n(F.col("matched").isNotNull()).alias("joined"),
+        n(F.col("why").isNotNull()).alias("bad"),
+        n(unmatched).alias("unmatched"),
+        n(unexplained).alias("unexplained"),
+        first.alias("first"),
+    )
+    worst = F.when(
+        F.col("unexplained") > 0,
+        F.struct(
+            F.col("unexplained").alias("n"),
+            F.col("client_ip"),
+            F.col("first.accept_ns").alias("first_ns"),
+            F.col("first.client_port").alias("port"),
+            F.col("first.conn_id").alias("conn_id"),
+            F.col("first.listener").alias("listener"),
+        ),
+    )
+    return by_ip.agg(
+        F.sum("total").alias("total"),
+        F.sum("joined").alias("joined"),
+        F.sum("bad").alias("bad"),
+        F.sum("unmatched").alias("unmatched"),
+        F.sum("unexplained").alias("unexplained"),
+        F.slice(F.sort_array(F.collect_list(worst), asc=False), 1, 10).alias("worst"),
+    ).first()
+
+
+def _unexplained_witnesses(run: Run, worst: list[Any]) -> list[dict[str, Any]]:
+    """The addresses whose acceptor connections no client attempt made, each a witness."""
     client_ips = {
         r["client_ip"] for r in run.events(source="client").select("client_ip").distinct().collect()
     }
     wit = []
-    n_bad = 0
-    for r in by_ip:
-        n_bad += int(r["n"])
+    for r in worst:
         used = "a client address" if r["client_ip"] in client_ips else "no client used it"
         wit.append(
             witness(
@@ -124,8 +152,7 @@ def _unmatched(run: Run, a: DataFrame, j: DataFrame) -> tuple[int, int, list[dic
                 connections=int(r["n"]),
             )
         )
-    total_bad = unexplained.count() if len(by_ip) == 10 else n_bad
-    return n_unmatched, total_bad, wit
+    return wit
 
 
 def _pool(spec: str) -> list[str]:
@@ -170,7 +197,7 @@ def check_agreement(run: Run) -> CheckResult:
             explanation="without client rows the two ends cannot be compared",
         )
     a = acceptor_conns(run).where(F.col("outcome").isNotNull())
-    j = match_attempts(a, client_conns(run), run)
+    j = attempt_join(run).where(F.col("a.outcome").isNotNull())
     tol = float(run.expect.get("delay_tolerance_ms") or 2.0)
     dropped = F.col("a.outcome").isin("reject", "throttle_close")
     served_but_dropped = dropped & (
@@ -211,14 +238,12 @@ def check_agreement(run: Run) -> CheckResult:
                 F.lit(" ms"),
             ),
         ),
-    ).cache()
-    stats = j.agg(
-        F.count(F.lit(1)).alias("joined"),
-        F.sum(F.when(F.col("why").isNotNull(), 1).otherwise(0)).alias("bad"),
-    ).first()
-    assert stats is not None
-    total = a.count()
-    joined, bad = int(stats["joined"] or 0), int(stats["bad"] or 0)
+    )
+    # every count, and the addresses nothing explains, in one job
+    counts = _agreement_counts(run, a, j)
+    assert counts is not None
+    total, joined, bad = (int(counts[k] or 0) for k in ("total", "joined", "bad"))
+    n_unmatched, n_unexplained = int(counts["unmatched"] or 0), int(counts["unexplained"] or 0)
     rows = (
         j.where(F.col("why").isNotNull())
         .select(
@@ -233,13 +258,12 @@ def check_agreement(run: Run) -> CheckResult:
         .orderBy("accept_ns")
         .limit(10)
         .collect()
-        if bad  # witnesses cost another join; only a disagreement needs them
+        if bad  # only a disagreement needs its witnesses
         else []
     )
     wit = [witness(r.asDict(), r["why"]) for r in rows]
-    n_unmatched, n_unexplained, unmatched_wit = _unmatched(run, a, j)
-    j.unpersist()
-    wit = unmatched_wit + wit
+    worst = counts["worst"] or []
+    wit = (_unexplained_witnesses(run, worst) if worst else []) + wit
     parts = [
         Part(
             "both ends agree on each matched connection",
@@ -648,6 +672,7 @@ CHECKS = [
         check_agreement,
         False,
         doc="client outcomes agree with the acceptor's records",
+        frames=("acceptor_conns", "client_conns", "attempt_join"),
     ),
     Check(
         "offered_load",
@@ -656,6 +681,7 @@ CHECKS = [
         False,
         ("acceptor", "broker"),
         doc="the generator offered ≥ 95 % of its intended arrivals",
+        frames=("process_stats",),
     ),
     Check(
         "steady_fairness",
@@ -664,6 +690,7 @@ CHECKS = [
         True,
         ("acceptor", "broker"),
         doc="steady clients' p99 during storms vs baseline",
+        frames=("client_conns",),
     ),
     Check(
         "client_ip_concurrency",
@@ -674,5 +701,6 @@ CHECKS = [
         doc="target broker: served connections per IP ≤ per-IP max (client view)",
         judges_limit=True,
         applies=client_per_ip_set,
+        frames=("client_conns",),
     ),
 ]

@@ -26,7 +26,7 @@ from analysis.checks.base import (
     not_exercised,
     witness,
 )
-from analysis.frames import acceptor_conns
+from analysis.frames import acceptor_conns, census, tally
 from analysis.model import INT_MAX, Limits
 
 if TYPE_CHECKING:
@@ -240,9 +240,7 @@ def check_max_connections_per_ip(run: Run) -> CheckResult:
 
     ev = _concurrency(run, "client_ip", lim)
     limited = per_ip_max_set(run) is None
-    from pyspark.sql import functions as F
-
-    rejects = acceptor_conns(run).where(F.col("outcome") == "reject").count() if limited else 0
+    rejects = tally(census(run), lambda k: k.outcome == "reject") if limited else 0
     return _judge(
         run,
         "max_connections_per_ip",
@@ -263,6 +261,7 @@ CHECKS = [
         doc="non-protected connections open at once ≤ max.connections",
         judges_limit=True,
         applies=max_connections_set,
+        frames=("acceptor_conns",),
     ),
     Check(
         "listener_max_connections",
@@ -272,6 +271,7 @@ CHECKS = [
         doc="connections open at once on a listener ≤ listener.name.<l>.max.connections",
         judges_limit=True,
         applies=listener_max_set,
+        frames=("acceptor_conns",),
     ),
     Check(
         "max_connections_per_ip",
@@ -281,5 +281,6 @@ CHECKS = [
         doc="connections open at once from one IP ≤ max.connections.per.ip / override",
         judges_limit=True,
         applies=per_ip_max_set,
+        frames=("acceptor_conns", "census"),
     ),
 ]

@@ -28,7 +28,7 @@ from analysis.checks.base import (
     witness,
 )
 from analysis.checks.stalls import heartbeat_stalls, overlap
-from analysis.frames import MS, acceptor_conns
+from analysis.frames import MS, acceptor_conns, census, outside, tally
 from analysis.model import INT_MAX
 
 if TYPE_CHECKING:
@@ -51,11 +51,19 @@ def check_rate_delay_within_window(run: Run) -> CheckResult:
     rate_limited = run.timeline.ever(lambda x: x.broker_rate) or any(
         v < INT_MAX for lim in run.timeline.limits for v in lim.listener_rates().values()
     )
-    # a delay without a rate limit is judged too; the probe only when none is configured
-    if not rate_limited and acceptor_conns(run).where(F.col("delay_ms") > 0).isEmpty():
-        return not_configured(
-            "rate_delay_within_window", run, "max.connection.creation.rate (broker or listener)"
+    # a delay without a rate limit is judged too
+    if not tally(census(run), lambda k: k.delayed):
+        if not rate_limited:
+            return not_configured(
+                "rate_delay_within_window", run, "max.connection.creation.rate (broker or listener)"
+            )
+        res = nothing_judged(
+            "rate_delay_within_window",
+            "rate delays",
+            f"recorded delay ≤ w = {fmt(w)} ms; wait ≤ w + slack",
         )
+        res.raise_hint = "the arrival rate above max.connection.creation.rate"
+        return res
     conns = acceptor_conns(run)
     # a recorded throttle is Kafka's number: it must not exceed w itself; the actual wait
     # (accept -> IP step) may also include a slot wait, so only a delayed connection that
@@ -105,14 +113,6 @@ def check_rate_delay_within_window(run: Run) -> CheckResult:
         for r in late[:10]
     ]
     delayed = int(stats["delayed"] or 0)
-    if not delayed and not n_bad:
-        res = nothing_judged(
-            "rate_delay_within_window",
-            "rate delays",
-            f"recorded delay ≤ w = {fmt(w)} ms; wait ≤ w + slack",
-        )
-        res.raise_hint = "the arrival rate above max.connection.creation.rate"
-        return res
     return CheckResult(
         "rate_delay_within_window",
         FAIL if n_bad else PASS,
@@ -239,10 +239,15 @@ def check_ip_throttle_within_window(run: Run) -> CheckResult:
         lim.ip_quota_default < INT_MAX or any(v < INT_MAX for v in lim.ip_quotas.values())
         for lim in run.timeline.limits
     )
-    if not ip_limited and conns.isEmpty():  # one probe, before the loop turns and stalls
-        return not_configured(
-            "ip_throttle_within_window", run, "connection_creation_rate (ip quota)"
-        )
+    throttle_closes = tally(census(run), lambda k: k.outcome == "throttle_close")
+    if not throttle_closes:  # before the loop turns and stalls
+        if not ip_limited:
+            return not_configured(
+                "ip_throttle_within_window", run, "connection_creation_rate (ip quota)"
+            )
+        res = nothing_judged("ip_throttle_within_window", "throttle-closes")
+        res.raise_hint = "the arrival rate of one IP above its connection_creation_rate"
+        return res
     conns = conns.withColumn(
         "end_ns", F.col("throttle_start_ns") + (F.col("throttle_ms") * F.lit(MS)).cast("long")
     )
@@ -281,14 +286,6 @@ def check_ip_throttle_within_window(run: Run) -> CheckResult:
     assert stats is not None
     n_bad = int(stats["bad"] or 0)
     n_thr = int(stats["n"] or 0)
-    if not n_thr:
-        if not ip_limited:
-            return not_configured(
-                "ip_throttle_within_window", run, "connection_creation_rate (ip quota)"
-            )
-        res = nothing_judged("ip_throttle_within_window", "throttle-closes")
-        res.raise_hint = "the arrival rate of one IP above its connection_creation_rate"
-        return res
     rows = conns.where(is_bad).orderBy("accept_ns").limit(10).collect() if n_bad else []
     wit = []
     for r in rows:
@@ -353,11 +350,8 @@ def check_protected_not_delayed(run: Run) -> CheckResult:
         )
         return res
     conns = acceptor_conns(run).where(F.col("listener").isin(*prot))
-    broker_fired = (
-        acceptor_conns(run)
-        .where(~F.col("listener").isin(*prot) & (F.col("delay_reason") == "broker_rate"))
-        .limit(1)
-        .count()
+    broker_fired = tally(
+        census(run), lambda k: outside(k.listener, prot) and k.delay_reason == "broker_rate"
     )
     is_bad = (F.col("delay_reason") == "broker_rate") | (F.col("delay_broker_ms") > 0)
     stats = conns.agg(
@@ -405,6 +399,7 @@ CHECKS = [
         True,
         doc="broker/listener rate delay ≤ quota window (+ slack on the actual wait)",
         judges_limit=True,
+        frames=("acceptor_conns", "census"),
     ),
     Check(
         "ip_throttle_within_window",
@@ -413,6 +408,7 @@ CHECKS = [
         True,
         doc="per-IP throttle ≤ window; socket held for the throttle then closed, never served",
         judges_limit=True,
+        frames=("acceptor_conns", "census"),
     ),
     Check(
         "protected_listener_not_delayed",

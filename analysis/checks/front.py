@@ -364,5 +364,6 @@ CHECKS = [
         False,
         ("acceptor",),
         doc="the front took connections as fast as its acceptor was free to (else unknown)",
+        frames=("process_stats",),
     ),
 ]

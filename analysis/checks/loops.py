@@ -25,11 +25,10 @@ a pass on a front that might have been saturated).
 from __future__ import annotations
 
 import itertools
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from analysis.columns import detail_col
+from analysis.frames import process_stats_rows
 
 if TYPE_CHECKING:
     from analysis.load import Run
@@ -135,17 +134,18 @@ def cause(share: float, wait: float | None) -> str:
     return f"busy {share:.0%}: on a CPU {on_cpu:.0%}, waiting for one {wait:.0%}; {why}"
 
 
+def _key(name: str) -> str:
+    """`process_stats`' detail key, checked against the event's one definition."""
+    from harness.history.events import event as definition
+
+    return definition("harness", "process_stats").key(name)
+
+
 def role_rows(run: Run, role: str) -> list[tuple[int, float, dict[str, Any]]]:
     """The `process_stats` rows of one role (`acceptor`, `load`), (mono_ns, read span ms,
-    detail), in time order."""
-    return [
-        (int(r["mono_ns"]), float(r["latency_ms"] or 0.0), json.loads(r["detail"] or "{}"))
-        for r in run.events("process_stats", source="harness")
-        .where(detail_col("harness", "process_stats", "role") == role)
-        .select("mono_ns", "latency_ms", "detail")
-        .orderBy("mono_ns")
-        .collect()
-    ]
+    detail), in time order (the run's readings, read once: `frames.process_stats_rows`)."""
+    key = _key("role")
+    return [row for row in process_stats_rows(run) if row[2].get(key) == role]
 
 
 def loop_summary(readings: list[Busy], t0: int, who: str) -> str:
@@ -169,19 +169,12 @@ def cores_by_role(run: Run) -> dict[str, list[tuple[int, float]]]:
     """Every process role's cumulative CPU seconds as the runner read them (`process_stats`
     ``cpu_s``: the acceptor, brokers, load, and the noise asked for), (mono_ns, cpu_s) in
     time order: what shared the machine with the front."""
-    from pyspark.sql import functions as F
-
-    role = detail_col("harness", "process_stats", "role")
-    cpu = detail_col("harness", "process_stats", "cpu_s").cast("double")
+    role, cpu_s = _key("role"), _key("cpu_s")
     out: dict[str, list[tuple[int, float]]] = {}
-    for r in (
-        run.events("process_stats", source="harness")
-        .select(role.alias("role"), cpu.alias("cpu"), "mono_ns")
-        .where(F.col("cpu").isNotNull())
-        .orderBy("mono_ns")
-        .collect()
-    ):
-        out.setdefault(str(r["role"]), []).append((int(r["mono_ns"]), float(r["cpu"])))
+    for ns, _span, d in process_stats_rows(run):
+        cpu = d.get(cpu_s)
+        if isinstance(cpu, int | float) and not isinstance(cpu, bool):
+            out.setdefault(str(d.get(role)), []).append((ns, float(cpu)))
     return out
 
 

@@ -127,5 +127,6 @@ CHECKS = [
         True,
         ("acceptor", "broker"),
         doc="recorded decisions equal the independent model's (delay, outcome, throttle)",
+        frames=("acceptor_conns", "client_conns"),
     ),
 ]

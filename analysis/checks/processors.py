@@ -24,7 +24,7 @@ from analysis.checks.base import (
 )
 from analysis.checks.stalls import client_stalls
 from analysis.columns import detail_col
-from analysis.frames import MS, acceptor_conns, client_conns, match_attempts
+from analysis.frames import MS, acceptor_conns, attempt_join, census, tally
 
 if TYPE_CHECKING:
     from analysis.load import Run
@@ -122,7 +122,8 @@ def check_reject_closes_at_once(run: Run) -> CheckResult:
     from pyspark.sql import functions as F
 
     rejects = acceptor_conns(run).where(F.col("outcome") == "reject")
-    n = rejects.count()
+    kinds = census(run)
+    n = tally(kinds, lambda k: k.outcome == "reject")
     if n == 0:
         limited = any(
             lim.max_connections_per_ip < 2_147_483_647 or lim.per_ip_overrides
@@ -141,16 +142,16 @@ def check_reject_closes_at_once(run: Run) -> CheckResult:
         return res
     served = rejects.where(F.col("register_ns").isNotNull())
     slack_ns = int(run.slack_ms * MS)
+    n_served = tally(kinds, lambda k: k.outcome == "reject" and k.registered)
     wit = [
         witness(r.asDict(), "rejected for per-IP count but registered with a processor")
-        for r in served.limit(5).collect()
+        for r in (served.limit(5).collect() if n_served else [])
     ]
-    n_served = served.count()
     n_late = unwatched = 0
     n_joined = n_timed = 0
     client_note = "no client rows"
     if run.has_source("client"):
-        j = match_attempts(rejects, client_conns(run), run)
+        j = attempt_join(run).where(F.col("a.outcome") == "reject")
         # the storm engine reads every socket in its epoll loop, so its EOF time is prompt;
         # kafka-python (the steady profile) notices a closed socket at its next poll of that
         # connection, so its EOF time bounds nothing: there, only "never served, EOF seen"
@@ -241,5 +242,6 @@ CHECKS = [
         True,
         doc="per-IP count rejects are closed at once (client EOF), never served",
         judges_limit=True,
+        frames=("acceptor_conns", "census"),
     ),
 ]

@@ -32,7 +32,7 @@ from analysis.checks.base import (
     not_exercised,
     witness,
 )
-from analysis.frames import MS, acceptor_conns
+from analysis.frames import MS, Kind, acceptor_conns, census, outside, tally
 from analysis.model import INT_MAX, Limits
 
 if TYPE_CHECKING:
@@ -185,6 +185,11 @@ def _protected_names(run: Run) -> list[str]:
     return sorted({x for lim in run.timeline.limits for x in lim.listeners if lim.is_protected(x)})
 
 
+def counted(k: Kind) -> bool:
+    """A connection of the kind `_accepts` keeps: accepted, and not IP-throttled."""
+    return k.accepted and k.outcome != "throttle_close"
+
+
 def _accepts(run: Run) -> DataFrame:
     from pyspark.sql import functions as F
 
@@ -226,7 +231,14 @@ def check_broker_rate(run: Run) -> CheckResult:
     if prot:
         ev = ev.where(~F.col("listener").isin(*prot))
     listeners = {x for lim in run.timeline.limits for x in lim.listeners} - set(prot)
-    fired = ev.where(F.col("delay_reason") == "broker_rate").count()
+    fired = tally(
+        census(run),
+        lambda k: (
+            counted(k)
+            and k.delay_reason == "broker_rate"
+            and (not prot or outside(k.listener, prot))
+        ),
+    )
     return _span_check(
         run,
         "broker_rate_span",
@@ -243,8 +255,6 @@ def check_broker_rate(run: Run) -> CheckResult:
 def check_listener_rate(run: Run) -> CheckResult:
     if (unset := listener_rate_set(run)) is not None:
         return not_configured("listener_rate_span", run, unset)
-    from pyspark.sql import functions as F
-
     ev = _accepts(run)
     return _span_check(
         run,
@@ -254,7 +264,7 @@ def check_listener_rate(run: Run) -> CheckResult:
         "listener",
         lambda lim, k: lim.listener_rate_for(k),
         1,
-        ev.where(F.col("delay_reason") == "listener_rate").count(),
+        tally(census(run), lambda k: counted(k) and k.delay_reason == "listener_rate"),
         "the arrival rate on the limited listener",
     )
 
@@ -267,7 +277,7 @@ def check_ip_rate(run: Run) -> CheckResult:
     conns = acceptor_conns(run).where(F.col("outcome").isin("admit", "reject"))
     ev = conns.withColumn("ns", F.col("t1_ns")).withColumn("ts", F.col("admit_ts"))
     n_listeners = max(1, len({x for lim in run.timeline.limits for x in lim.listeners}))
-    throttled = acceptor_conns(run).where(F.col("outcome") == "throttle_close").count()
+    throttled = tally(census(run), lambda k: k.outcome == "throttle_close")
     return _span_check(
         run,
         "ip_rate_span",
@@ -290,6 +300,7 @@ CHECKS = [
         doc="broker-wide accepts per n·w span within bound·span + burst",
         judges_limit=True,
         applies=broker_rate_set,
+        frames=("acceptor_conns", "census"),
     ),
     Check(
         "listener_rate_span",
@@ -299,6 +310,7 @@ CHECKS = [
         doc="per-listener accepts per n·w span within bound·span + burst",
         judges_limit=True,
         applies=listener_rate_set,
+        frames=("acceptor_conns", "census"),
     ),
     Check(
         "ip_rate_span",
@@ -308,5 +320,6 @@ CHECKS = [
         doc="per-IP (non-throttled) connections per n·w span within bound·span + burst",
         judges_limit=True,
         applies=ip_rate_set,
+        frames=("acceptor_conns", "census"),
     ),
 ]

@@ -33,7 +33,7 @@ from analysis.checks.base import (
     witness,
 )
 from analysis.columns import detail_col
-from analysis.frames import acceptor_conns, client_conns, match_attempts
+from analysis.frames import acceptor_conns, attempt_join, client_conns, match_attempts
 
 if TYPE_CHECKING:
     from analysis.load import Run
@@ -58,8 +58,9 @@ def check_quota_precedes_tls(run: Run) -> CheckResult:
             name, NA, observed="no secured listener in this run", expected=expected,
             explanation="n/a: the rule is about TLS listeners",
         )  # fmt: skip
-    closed = acceptor_conns(run).where(F.col("outcome").isin("reject", "throttle_close"))
-    j = match_attempts(closed, client_conns(run), run).where(F.col("c.tls_start_ns").isNotNull())
+    j = attempt_join(run).where(
+        F.col("a.outcome").isin("reject", "throttle_close") & F.col("c.tls_start_ns").isNotNull()
+    )
     rows = j.select(
         "a.conn_id", "a.listener", "a.client_ip", "a.client_port", "a.outcome", "a.accept_ns",
         "c.tls_start_ns", "c.tls_done_ns",

@@ -592,6 +592,7 @@ CHECKS = [
         True,
         doc="accept → admit explained by the rate delay or a slot wait at the limit",
         judges_limit=True,
+        frames=("acceptor_conns",),
     ),
     Check(
         "eviction_rule",
@@ -601,5 +602,6 @@ CHECKS = [
         doc="evictions only over max.connections, as many as the excess, LRU, never protected",
         judges_limit=True,
         applies=max_connections_set,
+        frames=("acceptor_conns",),
     ),
 ]

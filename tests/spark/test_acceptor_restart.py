@@ -170,3 +170,24 @@ def test_an_attempt_lost_before_the_stop_still_fails(spark: Any, tmp_path: Path)
     accounting = {r.name: r for r in run_checks(run, CHECKS)}["accounting"]
     assert accounting.verdict == "fail", accounting.observed
     assert sorted(w["client_port"] for w in accounting.witnesses) == [40050, 40400]
+
+
+def test_every_table_kept_for_the_run_and_its_processes_is_freed(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Each acceptor process's view builds its own tables; the analysis's end frees them
+    with the run's (`Run.release`), so a session that judges many runs keeps none."""
+    from analysis import analyze_run
+
+    def kept() -> set[int]:
+        return set(spark.sparkContext._jsc.getPersistentRDDs().keys())
+
+    before = kept()
+    run_dir = _run(tmp_path, "freed", lost_after_restart=False)
+    seen: list[str] = []
+    verdict = analyze_run(run_dir, spark=spark, report=False, progress=seen.append)
+    assert any(line.startswith("  acceptor process 2 of 2") for line in seen), seen
+    # the shared tables were built for each process's view, before its checks
+    assert sum("[frame] acceptor_conns" in line for line in seen) == 2, seen
+    assert verdict["checks"], verdict
+    assert kept() <= before
