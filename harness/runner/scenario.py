@@ -20,9 +20,9 @@ from typing import Any
 import yaml
 
 from harness.broker.config import MAX_BROKERS
+from harness.quota.config import INT_MAX as INT_MAX  # Kafka's "unset", the enforcer's one
 from harness.security.sasl import DEFAULT_USERS
 
-INT_MAX = 2147483647
 TARGETS = ("acceptor", "broker")
 PROFILES = ("storm", "per_request", "single_ip_flood", "steady", "greedy")
 #: closed-model profiles: `users` long-lived clients, no arrival schedule

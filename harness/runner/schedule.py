@@ -13,16 +13,19 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from harness.runner.scenario import INT_MAX, Action, Phase, Scenario
+from harness.quota import config as quota_keys
+from harness.quota.config import INT_MAX, QuotaConfig
+from harness.runner.scenario import Action, Phase, Scenario
 
-#: Kafka's defaults for the keys a `config` row always carries.
+#: Kafka's defaults for the keys a `config` row always carries (the enforcer's own).
+_UNSET = QuotaConfig(listeners=())
 KAFKA_DEFAULTS: dict[str, int | str] = {
-    "max.connections": INT_MAX,
-    "max.connections.per.ip": INT_MAX,
-    "max.connections.per.ip.overrides": "",
-    "max.connection.creation.rate": INT_MAX,
-    "quota.window.num": 11,
-    "quota.window.size.seconds": 1,
+    quota_keys.MAX_CONNECTIONS: _UNSET.max_connections,
+    quota_keys.MAX_CONNECTIONS_PER_IP: _UNSET.max_connections_per_ip,
+    quota_keys.MAX_CONNECTIONS_PER_IP_OVERRIDES: _UNSET.max_connections_per_ip_overrides_text,
+    quota_keys.MAX_CONNECTION_CREATION_RATE: _UNSET.max_connection_creation_rate,
+    quota_keys.QUOTA_WINDOW_NUM: _UNSET.quota_window_num,
+    quota_keys.QUOTA_WINDOW_SIZE_SECONDS: _UNSET.quota_window_size_seconds,
 }
 
 # Order of events that fall on the same instant: stop what ends, then change limits,
