@@ -17,7 +17,8 @@ gives a single-node KRaft broker (combined broker+controller) from one of three 
 
 ``auto`` picks ``external`` when ``bootstrap_server`` is given, else ``container`` when Docker
 answers (falling back to ``local``, with a one-line reason, when the image cannot be had), else
-``local``. Every listener gets a free 127.0.0.1 port; ``advertised`` lets a
+``local``. Every listener gets a free port on ``listen_host`` (127.0.0.1 unless the load
+comes from elsewhere, such as the bridge to a run's worker hosts); ``advertised`` lets a
 listener advertise another address (the acceptor in front). Kafka's own limits go in
 ``properties`` under Kafka's keys. Example::
 
@@ -38,6 +39,7 @@ from harness.broker.artifacts import KAFKA_VERSION, Progress, fetch_artifacts, r
 from harness.broker.base import Broker, ExternalBroker
 from harness.broker.errors import BrokerError, UnsupportedOperation
 from harness.broker.tools import run_tool
+from harness.localnet import LOOPBACK
 from harness.security.sasl import DEFAULT_USERS
 
 LAUNCHERS = ("auto", "local", "container", "external")
@@ -91,6 +93,7 @@ def start_broker(
     version: str | None = None,
     zookeeper: bool | None = None,
     sasl_users: Sequence[str] = DEFAULT_USERS,
+    listen_host: str = LOOPBACK,
 ) -> Broker:
     """Start (or find) a Kafka broker and return once it answers ApiVersions and Metadata.
 
@@ -102,6 +105,8 @@ def start_broker(
     a release other than `KAFKA_VERSION` runs on the local launcher when ``auto`` (said
     aloud), or in its own image (``kafka-connection-harness/kafka:<version>``, built on
     first use) with ``launcher="container"`` for KRaft releases.
+    ``listen_host``: where a started broker's client listeners listen and what they
+    advertise; its bootstrap, ``address()`` and readiness probe use it (`start_local`).
     """
     other_version = version is not None and version != KAFKA_VERSION
     if other_version and (bootstrap_server or launcher == "external"):
@@ -125,6 +130,12 @@ def start_broker(
     chosen = choose_launcher(launcher, bootstrap_server)
     if chosen == "external":
         assert bootstrap_server is not None
+        if listen_host != LOOPBACK:
+            raise BrokerError(
+                f"config listen_host={listen_host!r} with bootstrap_server="
+                f"{bootstrap_server!r}: an existing cluster listens where its operators put "
+                "it; drop one of them"
+            )
         if properties or advertised or tuple(listeners) != ("PLAINTEXT",):
             raise BrokerError(
                 "config properties/listeners/advertised: an external cluster is configured by "
@@ -162,6 +173,7 @@ def start_broker(
                 ready_timeout_s=ready_timeout_s,
                 progress=progress,
                 sasl_users=sasl_users,
+                listen_host=listen_host,
             )
         except ContainerUnavailable as exc:
             if launcher != "auto":
@@ -181,4 +193,5 @@ def start_broker(
         request_log=request_log,
         zookeeper=zookeeper,
         sasl_users=sasl_users,
+        listen_host=listen_host,
     )

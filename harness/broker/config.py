@@ -15,6 +15,7 @@ and on SASL_SSL only ``listener.name.<l>.ssl.client.auth`` is honoured); docs/se
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -89,6 +90,9 @@ class ListenerPlan:
     #: ZooKeeper mode: the broker's ``zookeeper.connect`` (no KRaft controller; the
     #: controller port is then ZooKeeper's client port); "" for KRaft
     zookeeper: str = ""
+    #: where the client-facing listeners listen and, unless advertised elsewhere, what
+    #: they advertise (`check_listen_host`); the controller listener stays on loopback
+    host: str = LOOPBACK
 
     @property
     def first(self) -> str:
@@ -270,6 +274,26 @@ def parse_host_port(value: str, *, key: str) -> tuple[str, int]:
     return host, int(port_s)
 
 
+def check_listen_host(host: str, specs: Sequence[ListenerSpec]) -> str:
+    """Where a started broker's client listeners listen: an IPv4 address of this machine,
+    127.0.0.1 unless the load comes from elsewhere (the host side of the bridge to the
+    run's worker hosts). Secured listeners stay on loopback: the run's certificates name
+    the loopback addresses only."""
+    try:
+        ipaddress.IPv4Address(host)
+    except ValueError:
+        raise BrokerError(
+            f"config listen_host={host!r}: expected an IPv4 address of this machine"
+        ) from None
+    secured = [str(s) for s in specs if s.secured]
+    if host != LOOPBACK and secured:
+        raise BrokerError(
+            f"config listen_host={host!r} with listeners {', '.join(secured)}: the run's "
+            f"certificates name {LOOPBACK} only; secured listeners listen there"
+        )
+    return host
+
+
 def parse_advertised_listeners(value: str) -> dict[str, str]:
     """Kafka's ``advertised.listeners`` syntax (``NAME://host:port,...``) -> name -> host:port."""
     out: dict[str, str] = {}
@@ -355,7 +379,7 @@ def server_properties(
             raise BrokerError(f"config {key}={value!r}: values cannot contain line breaks")
         props[key] = str(value)
     advertised = {
-        name: plan.advertised.get(name, f"{LOOPBACK}:{plan.ports[name]}") for name in plan.names
+        name: plan.advertised.get(name, f"{plan.host}:{plan.ports[name]}") for name in plan.names
     }
     if plan.zookeeper:  # ZooKeeper mode: a broker id and its ZooKeeper, no controller role
         from harness.broker.zookeeper import SESSION_TIMEOUT_MS
@@ -365,7 +389,7 @@ def server_properties(
             {
                 "broker.id": str(plan.node_id),
                 "zookeeper.connect": plan.zookeeper,
-                "listeners": ",".join(f"{n}://{LOOPBACK}:{plan.ports[n]}" for n in plan.names),
+                "listeners": ",".join(f"{n}://{plan.host}:{plan.ports[n]}" for n in plan.names),
                 "advertised.listeners": ",".join(f"{n}://{advertised[n]}" for n in plan.names),
                 "inter.broker.listener.name": plan.inter_broker_listener or plan.first,
                 "listener.security.protocol.map": ",".join(
@@ -384,7 +408,9 @@ def server_properties(
             "controller.quorum.voters": plan.voters
             or f"{plan.node_id}@{LOOPBACK}:{plan.controller_port}",
             "controller.listener.names": CONTROLLER_LISTENER,
-            "listeners": ",".join(f"{n}://{LOOPBACK}:{ports[n]}" for n in all_names),
+            "listeners": ",".join(
+                f"{n}://{plan.host if n in plan.names else LOOPBACK}:{ports[n]}" for n in all_names
+            ),
             "advertised.listeners": ",".join(f"{n}://{advertised[n]}" for n in plan.names),
             "inter.broker.listener.name": plan.inter_broker_listener or plan.first,
             "listener.security.protocol.map": ",".join(

@@ -45,7 +45,7 @@ from harness.security.sasl import DEFAULT_USERS
 
 if TYPE_CHECKING:
     from harness.broker.cluster import LocalCluster
-from harness.localnet import free_ports
+from harness.localnet import LOOPBACK, free_ports
 
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
@@ -168,7 +168,7 @@ class ContainerBroker(Broker):
         secured: NodeSecurity | None = None,
     ) -> None:
         super().__init__(
-            bootstrap=f"127.0.0.1:{plan.ports[plan.first]}",
+            bootstrap=f"{plan.host}:{plan.ports[plan.first]}",
             listener_ports=dict(plan.ports),
             version=version,
             log_path=(workdir / "broker.log") if workdir else None,
@@ -466,8 +466,10 @@ def start_container(
     image: str | None = None,
     sasl_users: Sequence[str] = DEFAULT_USERS,
     port_picker: Callable[[int], list[int]] = free_ports,
+    listen_host: str = LOOPBACK,
 ) -> ContainerBroker:
-    """Start the local Kafka image with testcontainers (host network, 127.0.0.1 listeners).
+    """Start the local Kafka image with testcontainers (host network, client listeners on
+    ``listen_host``, 127.0.0.1 unless asked otherwise; `start_local`).
     ``listeners`` take `parse_listener`'s syntax; secured ones need a ``workdir`` (their
     private folder is made in it and removed on stop). A port taken between its choice
     and the broker's bind (the container exits) is retried on fresh ones (`on_fresh_ports`)."""
@@ -480,6 +482,7 @@ def start_container(
         props,
         sasl_users=sasl_users,
         where="" if workdir is not None else "the container launcher needs a workdir",
+        listen_host=listen_host,
     )
     names = checked.names
     tag = image or ensure_image(progress)

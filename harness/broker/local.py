@@ -158,7 +158,8 @@ def _install_reapers() -> None:
 
 
 class LocalBroker(Broker):
-    """A KRaft broker+controller JVM on 127.0.0.1; see :func:`start_local`."""
+    """A KRaft broker+controller JVM, its client listeners on ``plan.host`` (127.0.0.1
+    unless asked otherwise); see :func:`start_local`."""
 
     launcher = "local"
 
@@ -180,7 +181,7 @@ class LocalBroker(Broker):
         cluster_uuid: str | None = None,
     ) -> None:
         super().__init__(
-            bootstrap=f"{LOOPBACK}:{plan.ports[plan.first]}",
+            bootstrap=f"{plan.host}:{plan.ports[plan.first]}",
             listener_ports=dict(plan.ports),
             version=artifacts.version,
             log_path=workdir / "broker.log",
@@ -362,7 +363,7 @@ class LocalBroker(Broker):
                     f"{self.log_path}:\n{tail(text)}"
                 )
             try:
-                result = probe(LOOPBACK, self.port, timeout_s=2.0)
+                result = probe(self.host, self.port, timeout_s=2.0)
                 if result.brokers:
                     return
                 last_error = ConnectionError("Metadata lists no brokers yet")
@@ -608,19 +609,19 @@ class LocalBroker(Broker):
 
     def _busy_ports(self, timeout_s: float = 3.0) -> list[str]:
         """Ports still taken after a short grace (a dead JVM's sockets close with it)."""
-        wanted = dict(self.listener_ports)
+        wanted = {name: (self.host, port) for name, port in self.listener_ports.items()}
         if self.zookeeper is None:  # ZooKeeper's port stays taken by ZooKeeper, which runs on
-            wanted["CONTROLLER"] = self.controller_port
+            wanted["CONTROLLER"] = (LOOPBACK, self.controller_port)
         deadline = time.monotonic() + timeout_s
         while True:
             busy = []
-            for name, port in wanted.items():
+            for name, (host, port) in wanted.items():
                 with socket.socket() as s:
                     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                     try:
-                        s.bind((LOOPBACK, port))
+                        s.bind((host, port))
                     except OSError:
-                        busy.append(f"{name} {LOOPBACK}:{port}")
+                        busy.append(f"{name} {host}:{port}")
             if not busy or time.monotonic() > deadline:
                 return busy
             time.sleep(0.1)
@@ -653,6 +654,8 @@ class PreparedLocal:
     request_log: bool
     #: ZooKeeper mode (`zookeeper_mode`)
     zookeeper: bool = False
+    #: where the client-facing listeners listen (`check_listen_host`)
+    listen_host: str = LOOPBACK
 
     def broker(
         self,
@@ -694,6 +697,7 @@ def prepare_local(
     request_log: bool,
     sasl_users: Sequence[str],
     zookeeper: bool | None = None,
+    listen_host: str = LOOPBACK,
 ) -> PreparedLocal:
     """Check the request and resolve what the nodes need (see `start_local`)."""
     use_zk = zookeeper_mode(version, zookeeper)
@@ -710,6 +714,7 @@ def prepare_local(
             if use_zk
             else ""
         ),
+        listen_host=listen_host,
     )
     if request_log and int(version.split(".")[0]) < 4:
         raise BrokerError(
@@ -747,6 +752,7 @@ def prepare_local(
         progress=progress,
         request_log=request_log,
         zookeeper=use_zk,
+        listen_host=checked.host,
     )
 
 
@@ -779,6 +785,7 @@ def start_local(
     request_log: bool = False,
     sasl_users: Sequence[str] = DEFAULT_USERS,
     zookeeper: bool | None = None,
+    listen_host: str = LOOPBACK,
 ) -> LocalBroker:
     """Resolve the jars, then start a broker; retries fresh ports if one was taken meanwhile.
 
@@ -799,6 +806,10 @@ def start_local(
     ``"MTLS=SSL:mtls"``, ``"SASL=SASL_SSL:SCRAM-SHA-512,PLAIN"``... With any secured listener
     the first must be PLAINTEXT, and a fresh CA, certificates and ``sasl_users`` with random
     passwords are made for this broker (``broker.security``, ``broker.client_configs``).
+
+    ``listen_host``: where the client-facing listeners listen and what they advertise
+    (an IPv4 address of this machine; PLAINTEXT listeners only when not 127.0.0.1); the
+    controller listener, ZooKeeper and the metrics agent stay on loopback.
     """
     prep = prepare_local(
         properties=properties,
@@ -812,6 +823,7 @@ def start_local(
         request_log=request_log,
         sasl_users=sasl_users,
         zookeeper=zookeeper,
+        listen_host=listen_host,
     )
     names, adv, inter = prep.names, prep.advertised, prep.inter_broker_listener
     wd = prep.workdir
@@ -826,6 +838,7 @@ def start_local(
             inter_broker_listener=inter,
             specs=prep.specs,
             zookeeper=f"{LOOPBACK}:{ports[len(names)]}" if prep.zookeeper else "",
+            host=prep.listen_host,
         )
         # A fresh data dir per attempt: the controller port is part of the formatted quorum.
         shutil.rmtree(wd / "data", ignore_errors=True)

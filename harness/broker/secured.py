@@ -21,6 +21,7 @@ from typing import Any
 from harness.broker.config import (
     ListenerPlan,
     ListenerSpec,
+    check_listen_host,
     check_secured_plan,
     normalise_listeners,
     parse_listener,
@@ -29,6 +30,7 @@ from harness.broker.config import (
     security_properties,
 )
 from harness.broker.errors import BrokerError
+from harness.localnet import LOOPBACK
 from harness.security import clientprops, secrets
 from harness.security.material import RunSecurity, SecurityFiles
 from harness.security.sasl import scram_format_args
@@ -48,6 +50,8 @@ class CheckedListeners:
     inter_broker_listener: str
     specs: dict[str, ListenerSpec]
     security: RunSecurity | None
+    #: where the client-facing listeners listen (`check_listen_host`)
+    host: str = LOOPBACK
 
     def plan(self, ports: Sequence[int], controller_port: int, **node: Any) -> ListenerPlan:
         """One node's plan: ``ports`` for the listeners in order, its controller port, and
@@ -59,6 +63,7 @@ class CheckedListeners:
             controller_port=controller_port,
             inter_broker_listener=self.inter_broker_listener,
             specs=self.specs,
+            host=self.host,
             **{"advertised": self.advertised, **node},
         )
 
@@ -71,11 +76,13 @@ def check_listeners(
     *,
     sasl_users: Sequence[str],
     where: str = "",
+    listen_host: str = LOOPBACK,
 ) -> CheckedListeners:
     """Parse ``listeners`` (`parse_listener`'s syntax), check a secured plan keeps PLAINTEXT
     first and between brokers, and make the run's certificates and users when any listener
     is secured. ``props`` loses the listener keys it carried (they are folded in).
-    ``where``: a reason secured listeners cannot run here (refused naming it)."""
+    ``where``: a reason secured listeners cannot run here (refused naming it).
+    ``listen_host``: where the client-facing listeners listen (`check_listen_host`)."""
     if isinstance(listeners, str):
         listeners = (listeners,)
     specs = [parse_listener(text) for text in listeners]
@@ -83,6 +90,7 @@ def check_listeners(
         [s.name for s in specs], advertised, inter_broker_listener, props
     )
     check_secured_plan(specs, inter)
+    check_listen_host(listen_host, specs)
     secured = [s for s in specs if s.secured]
     if secured and where:
         raise BrokerError(f"config listeners {', '.join(map(str, secured))}: {where}")
@@ -94,7 +102,7 @@ def check_listeners(
             raise BrokerError(f"config security: {exc}") from exc
     props.pop("advertised.listeners", None)
     props.pop("inter.broker.listener.name", None)
-    return CheckedListeners(names, adv, inter, {s.name: s for s in specs}, security)
+    return CheckedListeners(names, adv, inter, {s.name: s for s in specs}, security, listen_host)
 
 
 class NodeSecurity:

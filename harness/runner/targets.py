@@ -379,11 +379,24 @@ class Target:
         request_log: bool = False,
         command_config: Path | None = None,
         node_advertised: Mapping[int, Mapping[str, str]] | None = None,
+        listen_host: str = LOOPBACK_HOST,
     ) -> Any:
         """Start the broker (or the scenario's cluster, ``node_advertised`` giving each
-        node's listeners advertised elsewhere) or find an existing one."""
+        node's listeners advertised elsewhere) or find an existing one. ``listen_host``:
+        where a started broker's client listeners listen (the load connects there)."""
         from harness.broker import start_broker
 
+        if listen_host != LOOPBACK_HOST and (bootstrap_server or self.scenario.brokers > 1):
+            raise TargetError(
+                f"the load comes from worker hosts on {listen_host}'s bridge, which reaches "
+                + (
+                    f"no existing cluster (--bootstrap-server {bootstrap_server}); run the "
+                    "workers on other machines without --worker-netns"
+                    if bootstrap_server
+                    else f"one started broker, not a cluster of {self.scenario.brokers}; "
+                    "use --target acceptor, whose fronts listen there"
+                )
+            )
         if bootstrap_server:
             if self.scenario.brokers > 1:
                 raise TargetError(
@@ -415,6 +428,7 @@ class Target:
             "ready_timeout_s": timeout,
             "version": self.kafka_version,
             "zookeeper": self.zookeeper,
+            "listen_host": listen_host,
         }
         self.progress(
             f"starting the Kafka broker (launcher {kwargs['launcher']}, listeners "
@@ -702,12 +716,6 @@ class BrokerTarget(Target):
         command_config: Path | None = None,
     ) -> None:
         limits = initial_limits(self.scenario)
-        if self.listen_host != LOOPBACK_HOST:
-            raise TargetError(
-                f"target broker: the load comes from worker hosts on {self.listen_host}'s "
-                "bridge, but the broker launcher listens on 127.0.0.1 only "
-                "(harness/broker); use --target acceptor with --worker-netns"
-            )
         self.start_broker(
             launcher=launcher,
             bootstrap_server=bootstrap_server,
@@ -715,6 +723,7 @@ class BrokerTarget(Target):
             advertised=None,
             timeout=timeout,
             command_config=command_config,
+            listen_host=self.listen_host,
         )
         b = self.broker
         if self.external_listener is not None:
@@ -723,7 +732,7 @@ class BrokerTarget(Target):
             self.admin_bootstrap = b.bootstrap
         else:
             self.client_addresses = {
-                n: ("127.0.0.1", int(b.listener_ports[n])) for n in self.scenario.listeners
+                n: (b.host, int(b.listener_ports[n])) for n in self.scenario.listeners
             }
             self.admin_bootstrap = b.address(broker_admin_listener(self.scenario))
         if bootstrap_server:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from harness.broker.config import (
@@ -160,3 +162,46 @@ def test_zookeeper_mode_wires_a_broker_id_and_no_controller() -> None:
     assert "process.roles" not in props and "controller.quorum.voters" not in props
     assert props["listeners"] == "PLAINTEXT://127.0.0.1:9092"
     assert props["zookeeper.session.timeout.ms"] == "3000"
+
+
+def test_a_listen_host_moves_the_client_listeners_there_and_the_controller_stays() -> None:
+    props = server_properties(_plan(host="198.18.3.1", advertised={"INTERNAL": "x:1"}), "/d")
+    assert _split(props["listeners"]) == {
+        "CLIENT": "198.18.3.1:1111",
+        "INTERNAL": "198.18.3.1:2222",
+        CONTROLLER_LISTENER: "127.0.0.1:3333",
+    }
+    # advertised where it listens, unless advertised elsewhere
+    assert _split(props["advertised.listeners"]) == {"CLIENT": "198.18.3.1:1111", "INTERNAL": "x:1"}
+    assert props["controller.quorum.voters"] == "1@127.0.0.1:3333"
+    zk = server_properties(_plan(host="198.18.3.1", zookeeper="127.0.0.1:3333"), "/d")
+    assert _split(zk["listeners"]) == {"CLIENT": "198.18.3.1:1111", "INTERNAL": "198.18.3.1:2222"}
+    assert zk["zookeeper.connect"] == "127.0.0.1:3333"
+
+
+@pytest.mark.parametrize(
+    ("host", "listeners", "reason"),
+    [
+        ("bridge", ("PLAINTEXT",), "expected an IPv4 address of this machine"),
+        ("::1", ("PLAINTEXT",), "expected an IPv4 address of this machine"),
+        ("198.18.3.1", ("PLAINTEXT", "SSL=SSL"), "certificates name 127.0.0.1 only"),
+    ],
+)
+def test_a_listen_host_is_checked_naming_it_and_why(
+    host: str, listeners: tuple[str, ...], reason: str
+) -> None:
+    from harness.broker.config import check_listen_host, parse_listener
+
+    with pytest.raises(
+        BrokerError, match=f"listen_host={re.escape(repr(host))}.*{re.escape(reason)}"
+    ):
+        check_listen_host(host, [parse_listener(t) for t in listeners])
+    assert check_listen_host("198.18.3.1", [parse_listener("PLAINTEXT")]) == "198.18.3.1"
+    assert check_listen_host("127.0.0.1", [parse_listener(t) for t in listeners[1:]]) == "127.0.0.1"
+
+
+def test_an_existing_cluster_takes_no_listen_host() -> None:
+    from harness.broker import start_broker
+
+    with pytest.raises(BrokerError, match=r"listen_host=.198\.18\.3\.1. with bootstrap_server"):
+        start_broker(bootstrap_server="127.0.0.1:9", listen_host="198.18.3.1")
