@@ -47,7 +47,8 @@ FAULT_SCENARIOS: dict[str, tuple[str, ...]] = {
     "request_mute_skipped": ("request-quota-greedy",),
     # the fault shows while a bucket's window is shorter than n windows: a young bucket,
     # or one whose samples have gaps (greedy clients muted and pipelining); seldom on
-    # request-quota's steady producer, whose bucket stays over its quota (caught 2 of 3)
+    # request-quota's steady producer, whose bucket stays over its quota. Both process
+    # models make the claim (split: where the meters are), so both catch it on greedy
     "late_charge_n_windows": ("request-quota-greedy", "request-quota"),
     # issue 34: a connection taken and never recorded (only `accounting` sees it)
     "accept_unrecorded": ("ci-gate",),
