@@ -2,15 +2,18 @@
 --worker-netns``.
 
 The run makes three worker "hosts" as network namespaces, each with its own address from
-the benchmarking range 198.18.0.0/15 on a veth pair to one bridge, the acceptor listening
-on the bridge's host side; each phase's Locust master waits for the three `harness worker`s
-it starts there, splits the arrivals between them and takes their histories home over
-Locust's own channel. Every run removes what it made; the fixture checks nothing of its
+the benchmarking range 198.18.0.0/15 on a veth pair to one bridge, the target (the
+acceptor, or the broker itself) listening on the bridge's host side; each phase's Locust
+master waits for the three `harness worker`s it starts there, splits the arrivals between
+them and takes their histories home over Locust's own channel. Every run removes what it made; the fixture checks nothing of its
 index is left and removes leftovers by the run's name prefix if something was.
 
 * the catalog's ``hosts-ip-rate`` passes, judged per host address (no 127.0.0.x in the
   client rows); with its override ignored (a seeded fault) it fails, witnesses on worker
   host 2's address;
+* on the broker target it passes too, Kafka's listener on the bridge, its ip quotas set
+  on the hosts' addresses and the per-IP checks judging them (the acceptor's seeded
+  fault has no counterpart in Kafka);
 * a worker killed mid-phase makes the run UNKNOWN, naming it and the rows it lost;
 * a worker whose clocks read 200 ms late has its rows moved back by the offset it measured,
   the verdict unchanged;
@@ -99,26 +102,34 @@ def client_rows(run_dir: Path) -> list[dict[str, Any]]:
     return read_history(run_dir, "client").to_pylist()
 
 
-def test_hosts_ip_rate_passes_per_host_and_its_ignored_override_fails(tmp_path: Path) -> None:
-    code, run_dir, log = run(tmp_path, "pass", "hosts-ip-rate", "--workers", "3", "--worker-netns")
+def passed_per_host(run_dir: Path | None, code: int, log: str, *judged: str) -> dict[str, Any]:
+    """The run passed, every attempt from a worker host's own address (each host one
+    client, none loopback), the ``judged`` checks passed, the first exercised, and the
+    histories came home whole; returns the run's ``workers`` record."""
     assert run_dir is not None, log[-3000:]
     v = verdict(run_dir)
     assert (code, v["verdict"]) == (0, "pass"), (v["reasons"], log[-3000:])
-    hosts = json.loads((run_dir / "run.json").read_text())["workers"]["hosts"]
+    run_json = json.loads((run_dir / "run.json").read_text())
+    hosts = run_json["workers"]["hosts"]
     assert len(hosts) == 3 and all(h.startswith("198.18.") for h in hosts)
     rows = client_rows(run_dir)
     invoked = [r for r in rows if r["event"] == "connect_invoke"]
-    # every attempt from a worker host's own address, each host one client; none loopback
     assert {r["client_ip"] for r in invoked} == set(hosts), {r["client_ip"] for r in invoked}
     assert not [r for r in rows if (r["client_ip"] or "").startswith("127.")]
     checks = {c["name"]: c for c in v["checks"]}
-    for name in ("ip_rate_span", "ip_throttle_within_window", "model_replay"):
+    for name in judged:
         assert checks[name]["verdict"] == "pass", checks[name]
-    assert checks["ip_rate_span"].get("exercised"), checks["ip_rate_span"]
-    # the histories came home whole: three workers' files, under the master's pid
-    (phase,) = json.loads((run_dir / "run.json").read_text())["worker_phases"].values()
+    assert checks[judged[0]].get("exercised"), checks[judged[0]]
+    # three workers' files, under the master's pid
+    (phase,) = run_json["worker_phases"].values()
     assert sorted(w["index"] for w in phase) == [0, 1, 2]
     assert all(w["rows_received"] == w["rows_reported"] > 0 for w in phase), phase
+    return dict(run_json["workers"])
+
+
+def test_hosts_ip_rate_passes_per_host_and_its_ignored_override_fails(tmp_path: Path) -> None:
+    code, run_dir, log = run(tmp_path, "pass", "hosts-ip-rate", "--workers", "3", "--worker-netns")
+    passed_per_host(run_dir, code, log, "ip_rate_span", "ip_throttle_within_window", "model_replay")
 
     code, run_dir, log = run(
         tmp_path,
@@ -228,19 +239,26 @@ def _no_leftovers() -> Iterator[None]:
     assert not netns.sweep(), "a run left worker hosts behind"
 
 
-def test_the_broker_target_says_why_it_cannot_take_worker_hosts_yet(tmp_path: Path) -> None:
-    """The broker launcher listens on 127.0.0.1 only: the run stops before any broker
-    starts, says so, and leaves no worker host behind."""
+def test_hosts_ip_rate_passes_per_host_on_the_broker_target(tmp_path: Path) -> None:
+    """Kafka's own enforcement, its client listener on the bridge: the broker sees each
+    worker host's address, its ip quotas are set on them (worker host 2's override
+    lower), and the per-IP checks judge those addresses. (The acceptor's seeded fault,
+    the override ignored, has no counterpart in Kafka, so no fault run here.)"""
     code, run_dir, log = run(
-        tmp_path,
-        "broker",
-        "hosts-ip-rate",
-        "--target",
-        "broker",
-        "--workers",
-        "3",
+        tmp_path, "broker", "hosts-ip-rate", "--target", "broker", "--workers", "3",
         "--worker-netns",
+    )  # fmt: skip
+    workers = passed_per_host(
+        run_dir, code, log, "client_ip_rate_span", "kafka_metric_ip_throttle_seen"
     )
-    assert code == 3, log[-3000:]
-    assert "the broker launcher listens on 127.0.0.1 only" in log, log[-3000:]
-    assert run_dir is not None and not (run_dir / "broker").exists()
+    assert run_dir is not None
+    from harness.history.writer import read_history
+
+    (start,) = [
+        json.loads(r["detail"])
+        for r in read_history(run_dir, "harness").to_pylist()
+        if r["event"] == "config" and r["reason"] == "start"
+    ]
+    host, hosts = workers["host"], workers["hosts"]
+    assert start["listeners"].startswith(f"CLIENT://{host}:"), start["listeners"]
+    assert start["ip_quotas"] == {"default": 5, hosts[1]: 2}, start["ip_quotas"]
