@@ -6,7 +6,10 @@
 
 Runs every catalog scenario whose `targets` include `broker` with
 `harness run SCENARIO --target broker --launcher local` (the JMX exporter on), one at a
-time, and reads each run's verdict.json. The acceptor's verdict comes from a run made
+time, and reads each run's verdict.json. A scenario whose phases connect from each
+worker's own address (`source_ips: per-worker`) runs with `--workers N --worker-netns`
+(its N worker hosts as network namespaces: root only, else it is skipped with the
+reason). The acceptor's verdict comes from a run made
 here (`--acceptor`) or from the newest `<scenario>-acceptor-*` run under
 `--acceptor-runs`. On a broker target the acceptor-side checks a scenario expects are
 judged by their broker-side equivalents (analysis.checks.broker_side.BROKER_EQUIVALENTS);
@@ -23,6 +26,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +58,24 @@ def broker_scenarios() -> list[str]:
     return [n for n in FIRST if n in names] + [n for n in names if n not in FIRST]
 
 
+def worker_hosts_args(scenario: str) -> list[str] | str:
+    """``--workers N --worker-netns`` for a catalog scenario with a `per-worker` phase (its
+    N worker hosts made here as namespaces), [] for the rest; a string: why it cannot run
+    on this machine (namespaces need root)."""
+    from harness.runner.catalog import entries
+    from harness.runner.scenario import PER_WORKER
+
+    sc = next((e.scenario for e in entries() if e.scenario and e.scenario.name == scenario), None)
+    if sc is None or not any(getattr(p, "source_ips", "") == PER_WORKER for p in sc.load):
+        return []
+    from harness.runner import netns
+
+    why = netns.permitted()
+    if why:
+        return f"its {sc.workers} worker hosts need network namespaces: {why}"
+    return ["--workers", str(sc.workers), "--worker-netns"]
+
+
 def catalog_table_verdicts(doc: Path = Path("docs/scenarios.md")) -> dict[str, str]:
     """Acceptor verdicts from the catalog table in docs/scenarios.md (an earlier run)."""
     out: dict[str, str] = {}
@@ -66,12 +88,18 @@ def catalog_table_verdicts(doc: Path = Path("docs/scenarios.md")) -> dict[str, s
     return out
 
 
-def run_one(scenario: str, target: str, out: Path, kafka_version: str | None = None) -> Path | None:
+def run_one(
+    scenario: str,
+    target: str,
+    out: Path,
+    kafka_version: str | None = None,
+    extra: Sequence[str] = (),
+) -> Path | None:
     before = set(out.glob(f"{scenario}-{target}-*")) if out.exists() else set()
     log = out / f"{scenario}-{target}.log"
     out.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "harness", "run", scenario, "--target", target]
-    argv += ["--launcher", "local", "--out", str(out)]
+    argv += ["--launcher", "local", "--out", str(out), *extra]
     if kafka_version:
         argv += ["--kafka-version", kafka_version]
     t0 = time.monotonic()
@@ -83,6 +111,21 @@ def run_one(scenario: str, target: str, out: Path, kafka_version: str | None = N
     dirs = [p for p in new if p.is_dir()]
     say(f"{scenario} on {target}: done in {time.monotonic() - t0:.0f} s")
     return dirs[-1] if dirs else None
+
+
+def run_row(
+    scenario: str, target: str, out: Path, reuse: bool, kafka_version: str | None = None
+) -> dict[str, Any]:
+    """One scenario on ``target``: the newest run under ``out`` (``reuse``) or a new one,
+    summarised; a scenario this machine cannot run is skipped with the reason."""
+    found = newest(out, scenario, target) if reuse else None
+    if found is None:
+        extra = worker_hosts_args(scenario)
+        if isinstance(extra, str):
+            say(f"{scenario} on {target}: skipped, {extra}")
+            return {"verdict": "skipped", "reason": extra}
+        found = run_one(scenario, target, out, kafka_version=kafka_version, extra=extra)
+    return summarise(found)
 
 
 def newest(runs: Path, scenario: str, target: str) -> Path | None:
@@ -175,7 +218,7 @@ def table(rows: list[dict[str, Any]], kafka: str) -> str:
         lines.append(
             f"| `{r['scenario']}` | {str(k.get('verdict')).upper()} | "
             f"{str(k.get('broker_verdict', '-')).upper()} | "
-            f"{', '.join(k.get('not_passing', [])) or '-'} | {spans or '-'} | "
+            f"{', '.join(k.get('not_passing', [])) or k.get('reason') or '-'} | {spans or '-'} | "
             f"{_shout(str(a.get('verdict')))} |"
         )
     return "\n".join(lines)
@@ -232,6 +275,7 @@ def passes_table(passes: list[tuple[str, list[dict[str, Any]]]]) -> str:
             b = row["broker"]
             verdicts.append(str(b.get("broker_verdict") or b.get("verdict")).upper())
             bad = [x for x in b.get("not_passing", []) if not x.startswith("model_replay=")]
+            bad += [b["reason"]] if b.get("reason") else []
             if bad:
                 failing.append(f"{label}: {', '.join(bad)}")
             vals = {**b.get("spans", {}), **b.get("peaks", {})}
@@ -259,10 +303,7 @@ def matrix_main(versions: list[str], names: list[str], out: Path, doc: Path, reu
         vout = out / version
         rows: list[dict[str, Any]] = []
         for name in names:
-            bdir = newest(vout, name, "broker") if reuse else None
-            if bdir is None:
-                bdir = run_one(name, "broker", vout, kafka_version=version)
-            row = summarise(bdir)
+            row = run_row(name, "broker", vout, reuse, kafka_version=version)
             rows.append({"scenario": name, "broker": row})
             say(f"Kafka {version} {name}: {row.get('broker_verdict') or row.get('verdict')}")
         passes.append((version, rows))
@@ -338,18 +379,16 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     earlier = catalog_table_verdicts()
     for name in names:
-        bdir = newest(args.out, name, "broker") if args.reuse else None
-        if bdir is None:
-            bdir = run_one(name, "broker", args.out)
-        adir = run_one(name, "acceptor", args.out) if args.acceptor else None
-        if adir is None:
+        broker = run_row(name, "broker", args.out, args.reuse)
+        acc = run_row(name, "acceptor", args.out, False) if args.acceptor else {"verdict": "no run"}
+        if acc["verdict"] == "no run":
             adir = newest(args.acceptor_runs, name, "acceptor") or newest(
                 args.out, name, "acceptor"
             )
-        acc = summarise(adir)
+            acc = summarise(adir)
         if acc["verdict"] == "no run" and name in earlier:
             acc = {"verdict": f"{earlier[name]} (docs/scenarios.md)"}
-        rows.append({"scenario": name, "broker": summarise(bdir), "acceptor": acc})
+        rows.append({"scenario": name, "broker": broker, "acceptor": acc})
         say(
             f"{name}: Kafka {rows[-1]['broker'].get('verdict')} "
             f"(broker-side {rows[-1]['broker'].get('broker_verdict')}), "

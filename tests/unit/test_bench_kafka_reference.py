@@ -46,7 +46,10 @@ def test_the_release_matrix_runs_each_scenario_per_release_and_writes_its_table(
     tmp = Path(str(tmp_path))
     calls: list[tuple[str, str | None]] = []
 
-    def fake_run(name: str, target: str, out: Path, kafka_version: str | None = None) -> Path:
+    def fake_run(
+        name: str, target: str, out: Path, kafka_version: str | None = None, extra: object = ()
+    ) -> Path:
+        assert extra == []  # no per-worker phase: no worker hosts
         calls.append((name, kafka_version))
         return out / f"{name}-{kafka_version}"
 
@@ -70,3 +73,38 @@ def test_the_release_matrix_runs_each_scenario_per_release_and_writes_its_table(
     assert (tmp / "m" / "matrix.json").is_file() and "<table>" in (
         tmp / "m" / "matrix.html"
     ).read_text()
+
+
+def test_a_per_worker_scenario_runs_on_worker_hosts_or_is_skipped_saying_why(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`hosts-ip-rate` (`source_ips: per-worker`, workers: 3) gets `--workers 3
+    --worker-netns` where namespaces can be made; elsewhere it is not run, and its row
+    says why; a scenario without such a phase gets nothing extra."""
+    from pathlib import Path
+
+    import bench.kafka_reference as kr
+    from harness.runner import netns
+
+    monkeypatch.setattr(netns, "permitted", lambda: None)
+    assert kr.worker_hosts_args("hosts-ip-rate") == ["--workers", "3", "--worker-netns"]
+    assert kr.worker_hosts_args("ci-gate") == []
+
+    monkeypatch.setattr(netns, "permitted", lambda: "ip netns add: not root")
+    why = kr.worker_hosts_args("hosts-ip-rate")
+    assert why == "its 3 worker hosts need network namespaces: ip netns add: not root"
+    ran: list[tuple[str, object]] = []
+
+    def fake_run(name: str, target: str, out: Path, kafka_version: object = None,
+                 extra: object = ()) -> None:  # fmt: skip
+        ran.append((name, extra))
+
+    monkeypatch.setattr(kr, "run_one", fake_run)
+    tmp = Path(str(tmp_path))
+    doc = tmp / "ref.md"
+    args = ["--scenarios", "hosts-ip-rate,ci-gate", "--out", str(tmp / "r"), "--doc", str(doc)]
+    args += ["--acceptor-runs", str(tmp / "none")]
+    assert kr.main(args) == 0
+    assert ran == [("ci-gate", [])]
+    (row,) = [ln for ln in doc.read_text().splitlines() if ln.startswith("| `hosts-ip-rate`")]
+    assert row.startswith(f"| `hosts-ip-rate` | SKIPPED | - | {why} |"), row
