@@ -732,7 +732,7 @@ class BrokerTarget(Target):
             self.admin_bootstrap = b.bootstrap
         else:
             self.client_addresses = {
-                n: (b.host, int(b.listener_ports[n])) for n in self.scenario.listeners
+                n: (self.listen_host, int(b.listener_ports[n])) for n in self.scenario.listeners
             }
             self.admin_bootstrap = b.address(broker_admin_listener(self.scenario))
         if bootstrap_server:
