@@ -145,6 +145,40 @@ def test_pause_resume_kill_restart_and_advertised_listeners(
     assert advertised_via("CLIENT") == ("127.0.0.1", 19092)
 
 
+def test_a_listen_host_carries_the_client_listeners_and_the_controller_stays_on_loopback(
+    broker_factory: Callable[..., Broker],
+) -> None:
+    """Client listeners on another address of this machine (here 127.0.0.5, as the bridge
+    to a run's worker hosts would be): the broker listens, advertises and is probed there,
+    not on 127.0.0.1; the controller stays on loopback; a restart comes back there."""
+    broker = broker_factory(
+        listeners=("CLIENT", "INTERNAL"), inter_broker_listener="INTERNAL", listen_host="127.0.0.5"
+    )
+    _needs_local(broker)
+    ports = dict(broker.listener_ports)
+    assert broker.bootstrap == f"127.0.0.5:{ports['CLIENT']}"
+    assert broker.address("INTERNAL") == f"127.0.0.5:{ports['INTERNAL']}"
+    from kafka.protocol.metadata import MetadataRequest
+
+    from harness.broker.probe import _roundtrip
+
+    with socket.create_connection(("127.0.0.5", ports["CLIENT"]), 10) as s:
+        meta = _roundtrip(s, MetadataRequest[12](topics=[]), time.monotonic() + 10)
+    assert (meta.brokers[0].host, meta.brokers[0].port) == ("127.0.0.5", ports["CLIENT"])
+    for port in ports.values():
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), 5).close()
+    assert broker.workdir is not None
+    props = (broker.workdir / "server.properties").read_text()
+    assert re.search(r"^listeners=.*CONTROLLER://127\.0\.0\.1:\d+", props, re.M), props
+
+    first_pid = broker.pid
+    broker.kill()
+    broker.restart()
+    assert broker.pid != first_pid and broker.listener_ports == ports
+    assert broker.probe(timeout_s=10).brokers == 1
+
+
 def test_broker_refusing_its_config_reports_kafkas_reason(tmp_path: Path) -> None:
     with pytest.raises(BrokerError) as info:
         start_broker(
