@@ -26,10 +26,28 @@ def ip_literal(text: str) -> str | None:
     try:
         addr = ipaddress.ip_address(t)
     except ValueError:
-        return None
+        return _java_dotted_v4(t)
     if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
         return str(addr.ipv4_mapped)
     return str(addr)
+
+
+def _java_dotted_v4(t: str) -> str | None:
+    """Java's `IPAddressUtil.textToNumericFormatV4` for the dotted forms Python refuses:
+    one to four decimal parts, leading zeros read as decimal (`017.0.0.1` is 17.0.0.1,
+    where the resolver's inet_aton would read octal), the last part filling the bytes left
+    (`127.1` is 127.0.0.1). Anything else (hex parts, out of range) is not a literal here."""
+    parts = t.split(".")
+    if not 1 <= len(parts) <= 4 or not all(p.isascii() and p.isdigit() for p in parts):
+        return None
+    *head, last = (int(p) for p in parts)
+    room = 4 - len(head)
+    if any(p > 255 for p in head) or last >= 256**room:
+        return None
+    value = 0
+    for p in head:
+        value = value * 256 + p
+    return str(ipaddress.IPv4Address(value * 256**room + last))
 
 
 @lru_cache(maxsize=256)

@@ -264,7 +264,12 @@ class Limits:
                 f"config: quota.window.num={window_num}, quota.window.size.seconds={window_s}: "
                 "both must be >= 1"
             )
-        ibl = detail.get("inter.broker.listener.name")
+        # Kafka's inter-broker listener: `inter.broker.listener.name`, else the listener named
+        # for `security.inter.broker.protocol` (PLAINTEXT unless set), as
+        # KafkaConfig.getInterBrokerListenerNameAndSecurityProtocol derives it
+        ibl = detail.get("inter.broker.listener.name") or (
+            detail.get("security.inter.broker.protocol") or "PLAINTEXT"
+        )
         return cls(
             window_num=window_num,
             window_ms=round(window_s * 1000),

@@ -205,24 +205,7 @@ CASES = {
 }
 
 #: cases a reading differs from Kafka's answer on, with the reason (strict xfail)
-DIFFERS: dict[tuple[str, str], str] = {
-    ("checker reads the properties", DERIVED): (
-        "Limits.from_config takes the protected listener from inter.broker.listener.name "
-        "only; Kafka derives it from security.inter.broker.protocol when unset. Every "
-        "config row written today carries the key (the acceptor's derived value, the "
-        "runner's), so no run is judged wrongly, but a row without it would be"
-    ),
-    ("checker reads the properties", OCTAL): (
-        "analysis.hosts.kafka_address hands 017.0.0.1 to getaddrinfo, which reads it as "
-        "octal (15.0.0.1); Java's InetAddress.getByName reads decimal (17.0.0.1), as the "
-        "enforcer's harness.quota.inet does"
-    ),
-    ("checker reads the config row", OCTAL): (
-        "the acceptor's row carries the override's text and the checker resolves it "
-        "itself (analysis.hosts: octal); the row's "
-        "max.connections.per.ip.overrides.resolved (17.0.0.1) is not read"
-    ),
-}
+DIFFERS: dict[tuple[str, str], str] = {}
 
 
 # ---------------------------------------------------------------------------------------
