@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis.model import AdmissionModel, Limits
+from analysis.model import INT_MAX, AdmissionModel, Limits
 from harness.history.schema import SCHEMA
 
 BROKEN_FLAGS = frozenset(
@@ -315,7 +315,7 @@ class _Sim:
                     **({"ip_quotas": {}} if "ip_rate" in self.broken else {}),
                     **(
                         {
-                            "max.connections.per.ip": 2**31 - 1,
+                            "max.connections.per.ip": INT_MAX,
                             "max.connections.per.ip.overrides": "",
                         }
                         if "ip_count" in self.broken

@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from analysis.model import INT_MAX
+
 if TYPE_CHECKING:
     from analysis.load import Run
 
@@ -344,7 +346,7 @@ def nothing_judged(name: str, what: str, expected: str = "") -> CheckResult:
 def fmt(x: float | None, digits: int = 1) -> str:
     if x is None:
         return "-"
-    if float(x) >= 2_147_483_647:
+    if float(x) >= INT_MAX:
         return "Int.MaxValue"
     if float(x) == int(x):
         return str(int(x))

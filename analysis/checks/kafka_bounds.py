@@ -32,6 +32,8 @@ import math
 from bisect import bisect_right
 from collections.abc import Sequence
 
+from analysis.model import INT_MAX
+
 #: Kafka's clock is `time.milliseconds` (truncated): two of its instants ``d`` ms apart can be
 #: d - 1 ms apart in real time.
 CLOCK_MS = 1.0
@@ -102,7 +104,7 @@ def ip_throttle_needs(quota: float, n: int, w_ms: float) -> float:
 
 def ip_throttle_possible(others: int, quota: float, n: int, w_ms: float) -> bool:
     """Could a throttle have happened with at most ``others`` other kept records?"""
-    if quota >= 2_147_483_647:
+    if quota >= INT_MAX:
         return False
     if quota <= 0:
         return True

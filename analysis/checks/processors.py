@@ -25,6 +25,7 @@ from analysis.checks.base import (
 from analysis.checks.stalls import client_stalls
 from analysis.columns import detail_col
 from analysis.frames import MS, acceptor_conns, attempt_join, census, tally
+from analysis.model import INT_MAX
 
 if TYPE_CHECKING:
     from analysis.load import Run
@@ -126,7 +127,7 @@ def check_reject_closes_at_once(run: Run) -> CheckResult:
     n = tally(kinds, lambda k: k.outcome == "reject")
     if n == 0:
         limited = any(
-            lim.max_connections_per_ip < 2_147_483_647 or lim.per_ip_overrides
+            lim.max_connections_per_ip < INT_MAX or lim.per_ip_overrides
             for lim in run.timeline.limits
         )
         if not limited:
