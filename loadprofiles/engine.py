@@ -376,8 +376,10 @@ class StormEngine:
         before = c.state
         try:
             c.state = _NEXT[(before, inp)]
-        except KeyError:
-            raise TransitionError(f"{c.conn_id}: no step for {inp.name} in {before.name}") from None
+        except KeyError as err:
+            # chained (not `from None`): stopped by another error mid-step, `_abort_all`
+            # finds the state it left, and that error must still show
+            raise TransitionError(f"{c.conn_id}: no step for {inp.name} in {before.name}") from err
         if self.trace is not None:
             self.trace.append((c.conn_id, before, inp, c.state))
 
@@ -1174,9 +1176,9 @@ class StormEngine:
     def _abort_all(self) -> None:
         """Stopped mid-run: close what is open without a ``closed`` row (outcome unknown)."""
         for c in list(self._conns.values()):
-            self._go(c, _ABORT)
             c.sock.close()
             self.stats.aborted += 1
+            self._go(c, _ABORT)
         self._conns.clear()
 
 
