@@ -403,8 +403,10 @@ def render(
     chart_list: list[dict[str, str]],
     run: Run | None,
     template: str = "report.html.j2",
+    meta: dict[str, Any] | None = None,
     **extra: Any,
 ) -> str:
+    """The report's HTML; `meta` (run.json) defaults to the run's own."""
     import jinja2
 
     env = jinja2.Environment(
@@ -415,7 +417,7 @@ def render(
         v=verdict,
         charts=chart_list,
         limits=_limits_rows(run) if run is not None else [],
-        meta=run.meta if run is not None else {},
+        meta=meta if meta is not None else run.meta if run is not None else {},
         **extra,
     )
 
