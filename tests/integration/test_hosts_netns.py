@@ -5,8 +5,9 @@ The run makes three worker "hosts" as network namespaces, each with its own addr
 the benchmarking range 198.18.0.0/15 on a veth pair to one bridge, the target (the
 acceptor, or the broker itself) listening on the bridge's host side; each phase's Locust
 master waits for the three `harness worker`s it starts there, splits the arrivals between
-them and takes their histories home over Locust's own channel. Every run removes what it made; the fixture checks nothing of its
-index is left and removes leftovers by the run's name prefix if something was.
+them and takes their histories home over Locust's own channel. Every run removes what it
+made; the fixture checks nothing of its index is left and removes leftovers by the run's
+name prefix if something was.
 
 * the catalog's ``hosts-ip-rate`` passes, judged per host address (no 127.0.0.x in the
   client rows); with its override ignored (a seeded fault) it fails, witnesses on worker
