@@ -376,10 +376,14 @@ class FloorFront:
         return tree_cpu_s(self.leader.pid) if self.leader.pid else 0.0
 
     def stop(self) -> None:
-        if self.leader.pid:
+        pgid = self.leader.pid
+        if pgid:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.leader.pid, signal.SIGTERM)
+                os.killpg(pgid, signal.SIGTERM)
         self.leader.join(5)
+        if pgid:  # a member that missed the TERM (forked as it was sent) ends now
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
 
 
 # -- one path, measured ----------------------------------------------------------------------
