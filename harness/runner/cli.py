@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from harness.runner.worker_cli import master_address
+
 
 def key_value(text: str) -> tuple[str, str]:
     """`KEY=VALUE` of a repeatable option (`--set-acceptor`)."""
@@ -148,7 +150,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--master-bind",
-        type=master_bind,
+        type=master_address,
         default=("127.0.0.1", 5557),
         metavar="HOST:PORT",
         help="with --workers N on other machines: where each phase's Locust master listens "
@@ -167,12 +169,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--spark-master", default=None, help="Spark master for the analysis (default local[*])"
     )
-
-
-def master_bind(text: str) -> tuple[str, int]:
-    from harness.runner.worker_cli import master_address
-
-    return master_address(text)
 
 
 def run(args: argparse.Namespace) -> int:

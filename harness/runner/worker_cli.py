@@ -26,9 +26,11 @@ MAX_PHASE_S = 4 * 3600 + 600
 
 
 def master_address(text: str) -> tuple[str, int]:
+    """`HOST:PORT` of a Locust master (`--master` here, `--master-bind` of `harness run`;
+    argparse names the option in its error)."""
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise argparse.ArgumentTypeError(f"--master {text!r}: expected HOST:PORT")
+        raise argparse.ArgumentTypeError(f"{text!r}: expected HOST:PORT")
     return host, int(port)
 
 
