@@ -258,9 +258,7 @@ class MasterSide:
     def progress(self, node: str, data: Mapping[str, Any]) -> None:
         w = self.entry(node)
         w["rows_reported"] = int(data["rows"])
-        for k in ("clock_offset_ns", "clock_rtt_ns"):
-            if data.get(k) is not None:
-                w[k] = int(data[k])
+        _take_clock(w, data)
         self.save()
 
     def part(self, node: str, data: Mapping[str, Any], rows_of: Callable[[bytes], int]) -> None:
@@ -298,9 +296,7 @@ class MasterSide:
     def done(self, node: str, data: Mapping[str, Any]) -> None:
         w = self.entry(node)
         w["done"] = dict(data)
-        for k in ("clock_offset_ns", "clock_rtt_ns"):
-            if data.get(k) is not None:
-                w[k] = int(data[k])
+        _take_clock(w, data)
         self.save()
         if w.get("home") == "channel":  # a local worker writes its own marker
             self.marker(node, "done", data)
@@ -313,6 +309,13 @@ class MasterSide:
         self.save()
         if w.get("home") == "channel":
             self.marker(node, "done", {"gone": True})
+
+
+def _take_clock(w: dict[str, Any], data: Mapping[str, Any]) -> None:
+    """The worker's latest clock offset and its round trip, where a message carries them."""
+    for k in ("clock_offset_ns", "clock_rtt_ns"):
+        if data.get(k) is not None:
+            w[k] = int(data[k])
 
 
 def parquet_rows(data: bytes) -> int:
