@@ -333,8 +333,3 @@ def build(run: Run, names: set[str], threads: int = 1) -> Iterator[tuple[str, fl
         yield from pool.map(make, wanted)
     finally:  # interrupted: what has not started never does
         pool.shutdown(wait=False, cancel_futures=True)
-
-
-def unpersist(run: Run) -> None:
-    """Free the tables kept for the run and its views (`Run.release`, by its older name)."""
-    run.release()

@@ -54,9 +54,15 @@ if TYPE_CHECKING:
     from analysis.checks import Check
     from analysis.load import Run
 
-#: `Run._cache` keys shared by every check (the loaded sources and the per-connection
-#: tables); everything else a check caches is its own and dropped before each timed run.
-SHARED_KEYS = ("acceptor_conns", "client_conns", "span")
+
+def shared_keys() -> set[str]:
+    """`Run._cache` keys shared by every check (besides the loaded sources): the analysis's
+    shared frames and the run's span; everything else a check caches is its own and dropped
+    before each timed run."""
+    from analysis.frames import SHARED
+
+    return {*SHARED, "span"}
+
 
 #: synth storm cycle at scale 1: 900 storm + (10 flood + 2 inter-broker)/s × 30 s
 _CONNS_PER_CYCLE = (900, 10.0, 2.0, 30.0)
@@ -139,15 +145,18 @@ class Sized:
 
 
 def load_sized(spark: SparkSession, run_dir: Path) -> Sized:
-    """Load a history and build (and count) the tables every check shares."""
-    from analysis.frames import acceptor_conns, client_conns
+    """Load a history and build (and count) the tables every check shares: the analysis's
+    shared frames (`analysis.frames.SHARED`, as `_judge` builds them) and the run's span."""
+    from analysis.frames import SHARED, acceptor_conns, build
     from analysis.load import load_run
 
     run = load_run(spark, run_dir)
     t = time.monotonic()
     events = run.history.count()
+    for name, _s, error in build(run, set(SHARED)):
+        if error is not None:
+            raise RuntimeError(f"shared frame {name}: {error}")
     connections = acceptor_conns(run).count()
-    client_conns(run).count()
     run.span_ns()
     return Sized(connections, events, run, time.monotonic() - t)
 
@@ -155,7 +164,7 @@ def load_sized(spark: SparkSession, run_dir: Path) -> Sized:
 def drop_private(run: Run) -> None:
     """Forget what a check cached for itself (the shared tables stay)."""
     for key in list(run._cache):
-        if key in SHARED_KEYS or key.startswith("source-"):
+        if key in shared_keys() or key.startswith("source-"):
             continue
         value = run._cache.pop(key)
         unpersist = getattr(value, "unpersist", None)
@@ -324,8 +333,6 @@ def measure(
     spark: SparkSession, runs: list[Path], checks: list[Check], repeat: int, say: Any = print
 ) -> dict[str, Any]:
     """Time every check on every history (smallest first); the result as a dict."""
-    from analysis.frames import unpersist
-
     sizes: list[dict[str, Any]] = []
     rows = {c.name: CheckRow(c.name) for c in checks}
     warmed = False
@@ -360,7 +367,7 @@ def measure(
                 "load_avg_1m": round(os.getloadavg()[0], 2),
             }
         )
-        unpersist(sized.run)
+        sized.run.release()
     return {"sizes": sizes, "checks": [asdict(r) for r in rows.values()], "repeat": repeat}
 
 
