@@ -37,7 +37,8 @@ from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
 from loadprofiles import arrivals, clock, readiness, workers
 from loadprofiles.client_history import Batch, ClientHistory
-from loadprofiles.engine import API_NAMES, EngineConfig, EngineStats, StormEngine
+from loadprofiles.engine import EngineConfig, EngineStats, StormEngine
+from loadprofiles.engine_frames import API_NAMES
 from loadprofiles.options import OptionError, Settings, add_options, arrival_slot
 from loadprofiles.topics import payload
 

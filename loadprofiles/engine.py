@@ -90,21 +90,15 @@ from loadprofiles.engine_conn import (
 from loadprofiles.engine_frames import (
     API_NAMES,
     API_VERSIONS_KEY,
-    API_VERSIONS_VERSION,
     METADATA_KEY,
     METADATA_MAX_VERSION,
-    PRODUCE_FLEXIBLE,
     PRODUCE_KEY,
     PRODUCE_MAX_VERSION,
-    api_versions_fields,
     api_versions_frame,
     compile_produce,
-    encode_request,
     frame_end,
     max_versions,
     metadata_frame,
-    metadata_max_version,
-    produce_fields,
     produce_frame,
     response_fields,
     warm_up,
@@ -119,35 +113,6 @@ from loadprofiles.secure import (
     TlsSettings,
     tls_error,
 )
-
-#: the frames' names, as the other load profiles and tests import them from here
-__all__ = [
-    "API_NAMES",
-    "API_VERSIONS_KEY",
-    "API_VERSIONS_VERSION",
-    "METADATA_KEY",
-    "METADATA_MAX_VERSION",
-    "PERIOD_NS",
-    "PRODUCE_FLEXIBLE",
-    "PRODUCE_KEY",
-    "PRODUCE_MAX_VERSION",
-    "SHAPES",
-    "THRESHOLD_NS",
-    "EngineConfig",
-    "EngineStats",
-    "StormEngine",
-    "api_versions_fields",
-    "api_versions_frame",
-    "compile_produce",
-    "encode_request",
-    "max_versions",
-    "metadata_frame",
-    "metadata_max_version",
-    "produce_fields",
-    "produce_frame",
-    "warm_up",
-    "with_correlation_id",
-]
 
 SHAPES = ("connect", "apiversions", "storm", "produce")
 IP_BIND_ADDRESS_NO_PORT = getattr(_socket, "IP_BIND_ADDRESS_NO_PORT", 24)

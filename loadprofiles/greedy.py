@@ -44,7 +44,7 @@ from harness.history.events import event as _event
 from harness.security import clientprops
 from loadprofiles import webui  # noqa: F401  (webui: admission tab)
 from loadprofiles.common import closed_model_readiness, history, listen, settings
-from loadprofiles.engine import (
+from loadprofiles.engine_frames import (
     API_VERSIONS_KEY,
     METADATA_KEY,
     METADATA_MAX_VERSION,

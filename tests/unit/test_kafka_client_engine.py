@@ -27,9 +27,8 @@ from harness.history.events import conformance
 from harness.history.schema import SCHEMA
 from loadprofiles import arrivals, clock, options, readiness
 from loadprofiles.client_history import ClientHistory
-from loadprofiles.engine import (
-    EngineConfig,
-    StormEngine,
+from loadprofiles.engine import EngineConfig, StormEngine
+from loadprofiles.engine_frames import (
     api_versions_fields,
     api_versions_frame,
     metadata_frame,
