@@ -53,10 +53,10 @@ from loadprofiles.engine_frames import (
     metadata_max_version,
     with_correlation_id,
 )
+from loadprofiles.secure import SASL_AUTHENTICATE_KEY
 from loadprofiles.steady_conns import principal_of
 
 PROFILE = "greedy"
-SASL_AUTHENTICATE_KEY = 36
 CLIENT_ID = "harness-greedy"
 log = logging.getLogger("loadprofiles.greedy")
 
