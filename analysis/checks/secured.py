@@ -122,7 +122,8 @@ def check_principal_agreement(run: Run) -> CheckResult:
         .otherwise(detail_col("client", "request_ok", "principal"))
         .isNotNull()
     )
-    if named.isEmpty() or req.isEmpty():
+    no_principal = run.lacks("request", source="acceptor", principal=True)  # no job
+    if no_principal or named.isEmpty() or req.isEmpty():
         return nothing
     j = match_attempts(conns, client_conns(run), run).where(F.col("c.c_principal").isNotNull())
     rows = j.select(
