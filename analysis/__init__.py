@@ -85,7 +85,7 @@ def analyze_run(
             # the report's charts drawn beside the checks (they read the same frames and
             # nothing a check decides): a small run's checks leave the driver idle between
             # their jobs, and the charts' jobs and drawing fill it
-            drawing = _beside(draw, run) if report else None
+            drawing = _beside(draw, run) if report and REPORT_BESIDE else None
             try:
                 say("checks…")
                 results = run_checks(run, progress=say)
@@ -96,10 +96,11 @@ def analyze_run(
                     "verdict": str(report_dir / "verdict.json"),  # written last, below
                     "junit": str(write_junit(report_dir, verdict)),
                 }
-                if drawing is not None:
+                if report:
                     say("report…")
+                    drawn = drawing.result() if drawing is not None else None
                     path = report_dir / "report.html"
-                    outputs["html"] = str(write_report(run, verdict, path, drawing.result()))
+                    outputs["html"] = str(write_report(run, verdict, path, drawn))
             except BaseException:  # the tables kept for the run and its views, freed; a
                 # failure to free them (a py4j call cut by a signal) never hides the cause
                 if drawing is not None:
@@ -117,6 +118,9 @@ def analyze_run(
             _stop(spark, raising=sys.exc_info()[0] is not None)
 
 
+#: the report's charts drawn on a thread of their own while the checks run (`draw`), not
+#: after them
+REPORT_BESIDE = True
 #: what an analysis imports on its way, each the first time its step needs it (pandas for
 #: the checks' small tables, matplotlib and jinja2 for the report): read while the driver
 #: JVM starts, on a thread of their own, instead of in the steps' way
