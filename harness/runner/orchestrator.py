@@ -27,7 +27,6 @@ from typing import Any
 from harness.history import HistoryWriter
 from harness.localnet import free_port
 from harness.runner.loadgen import LoadTarget, Workers, locust_argv, max_arrivals, ready_dir
-from harness.runner.procs import ManagedProcess
 from harness.runner.rundir import RunDir, base_run_json, new_run_id, utc_now_iso
 from harness.runner.scenario import (
     CLOSED_PROFILES,
@@ -39,6 +38,7 @@ from harness.runner.scenario import (
 )
 from harness.runner.schedule import Cursor, TimelineEvent, apply_change, build_timeline
 from harness.runner.targets import AcceptorTarget, Target, TargetError, make_target, metadata_mode
+from harness.supervisor import ManagedProcess
 from loadprofiles.readiness import phase_state
 
 EXIT_CODES = {"pass": 0, "fail": 1, "unknown": 2}

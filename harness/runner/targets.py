@@ -24,7 +24,6 @@ from harness.quota.config import ConfigError
 from harness.quota.faults import FAULT_KEY, Faults
 from harness.quota.versions import CURRENT, METADATA_KEY, VERSION_KEY, release
 from harness.runner.latency_proxy import LatencyProxy
-from harness.runner.procs import ManagedProcess
 from harness.runner.scenario import (
     BROKER_ENFORCED_KEYS,
     FAILED_AUTH_DELAY_KEY,
@@ -33,6 +32,7 @@ from harness.runner.scenario import (
     Scenario,
 )
 from harness.runner.schedule import initial_limits
+from harness.supervisor import ManagedProcess
 
 if TYPE_CHECKING:
     from harness.broker.config import ListenerSpec
