@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.acceptor import stop_process
+from bench.toolkit.fronts import stop_process
 from harness.acceptor.testing import wait_until
 from harness.admin.client import KafkaWire, alter_client_quota, describe_client_quotas
 from harness.history.rows import AcceptorRequest
