@@ -578,16 +578,13 @@ def _first_intended_ns(client_dir: Path) -> int | None:
     """The earliest intended arrival in the client history (every worker's files)."""
     import pyarrow.parquet as pq
 
+    from harness.history.readers import intended_arrivals
+
     first: int | None = None
     for f in sorted(client_dir.glob("*.parquet")):
-        table = pq.read_table(f, columns=["event", "detail"])
-        for event, detail in zip(
-            table.column("event").to_pylist(), table.column("detail").to_pylist(), strict=True
-        ):
-            if event in ("connect_invoke", "connect_fail") and detail:
-                value = json.loads(detail).get("intended_mono_ns")
-                if value is not None and (first is None or int(value) < first):
-                    first = int(value)
+        for value in intended_arrivals(pq.read_table(f, columns=["event", "detail"])):
+            if first is None or value < first:
+                first = value
     return first
 
 

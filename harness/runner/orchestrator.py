@@ -25,6 +25,7 @@ from types import FrameType
 from typing import Any
 
 from harness.history import HistoryWriter
+from harness.history.readers import intended_arrivals
 from harness.localnet import free_port
 from harness.runner.kafka_side import metadata_mode
 from harness.runner.loadgen import LoadTarget, Workers, locust_argv, max_arrivals, ready_dir
@@ -1145,14 +1146,7 @@ def _intended_arrivals(client_dir: Path, pid: int) -> list[int]:
 
     out: list[int] = []
     for f in sorted(client_dir.glob(f"client-*-{pid}-*.parquet")):
-        table = pq.read_table(f, columns=["event", "detail"])
-        for event, detail in zip(
-            table.column("event").to_pylist(), table.column("detail").to_pylist(), strict=True
-        ):
-            if event in ("connect_invoke", "connect_fail") and detail:
-                value = json.loads(detail).get("intended_mono_ns")
-                if value is not None:
-                    out.append(int(value))
+        out.extend(intended_arrivals(pq.read_table(f, columns=["event", "detail"])))
     return sorted(set(out))  # connect_fail after an invoke repeats its intended time
 
 
