@@ -53,6 +53,7 @@ from bench.toolkit.trogdor import (
     trogdor_classpath,
 )
 from harness.history import read_history
+from harness.history.rows import ClientConnectInvoke
 from loadprofiles import readiness
 from loadprofiles.launch import locust_command
 
@@ -139,7 +140,7 @@ def run_profile(
     invokes = client[client.event == "connect_invoke"]
     missed = client[(client.event == "connect_fail") & (client.reason == "not_offered")]
     intended_ns = np.array(
-        [json.loads(d)["intended_mono_ns"] for d in invokes.detail], dtype=np.int64
+        [ClientConnectInvoke.parse(d)["intended_mono_ns"] for d in invokes.detail], dtype=np.int64
     )
     lag_ms = (invokes.mono_ns.to_numpy() - intended_ns) / 1e6 if len(invokes) else np.zeros(1)
     intended = len(invokes) + len(missed)

@@ -25,8 +25,11 @@ from types import FrameType
 from typing import Any
 
 from harness.history import HistoryWriter
+from harness.history.readers import intended_arrivals
 from harness.localnet import free_port
+from harness.runner.kafka_side import metadata_mode
 from harness.runner.loadgen import LoadTarget, Workers, locust_argv, max_arrivals, ready_dir
+from harness.runner.plan import LOOPBACK_HOST, RunPlan, TargetError
 from harness.runner.rundir import RunDir, base_run_json, new_run_id, utc_now_iso
 from harness.runner.scenario import (
     CLOSED_PROFILES,
@@ -37,18 +40,19 @@ from harness.runner.scenario import (
     Scenario,
 )
 from harness.runner.schedule import Cursor, TimelineEvent, apply_change, build_timeline
-from harness.runner.targets import AcceptorTarget, Target, TargetError, make_target, metadata_mode
+from harness.runner.target import Target
+from harness.runner.targets import make_target
 from harness.supervisor import ManagedProcess
 from loadprofiles.readiness import phase_state
 
 EXIT_CODES = {"pass": 0, "fail": 1, "unknown": 2}
 
 
-def phase_client_config(target: Any, phase: Phase) -> str | None:
+def phase_client_config(client_configs: Mapping[str, Path], phase: Phase) -> str | None:
     """The client configuration a phase on a secured listener connects with (its SASL
     user's, `Phase.sasl_user`, when it names one)."""
     key = phase.listener if phase.sasl_user is None else f"{phase.listener}@{phase.sasl_user}"
-    path = target.client_configs.get(key)
+    path = client_configs.get(key)
     if path is None and phase.sasl_user is not None:
         raise TargetError(
             f"phase {phase.name}: no client configuration for SASL user {phase.sasl_user} "
@@ -201,6 +205,8 @@ class Orchestrator:
         self.worker_hosts: Any = None
         #: why the load never started (a worker that never joined): nothing is judged
         self.load_never_started: str | None = None
+        #: where the target's client listeners listen (the worker hosts' bridge, if any)
+        self.listen_host = LOOPBACK_HOST
 
     # -- recording ------------------------------------------------------------------------------
     def record(self, event: str, **fields: Any) -> None:
@@ -240,9 +246,6 @@ class Orchestrator:
             f"{self.duration:g}s of load; output in {self.rd.root}"
         )
         self.history = HistoryWriter(self.rd.history, "harness", self.run_id, name="runner")
-        self.target = make_target(self.opts.target, self.sc, self.rd.root, self.say)
-        self.target.kafka_version = self.opts.kafka_version
-        self.target.zookeeper = self.opts.zookeeper
         self.run_json = base_run_json(
             run_id=self.run_id,
             scenario=self.sc,
@@ -342,35 +345,38 @@ class Orchestrator:
         self.say(f"noise: {spec} in a process group of its own (log {noise.log_path})")
         return noise
 
-    def _start_target(self) -> None:
-        assert self.target is not None
-        started_ns = time.monotonic_ns()
-        t = self.sc.timeouts
-        needs_proxy = any(
-            a.params["kind"] == "upstream_latency" and a.at < self.duration for a in self.sc.faults
+    def plan(self) -> RunPlan:
+        """The one value the target is made from and started with."""
+        t, opts = self.sc.timeouts, self.opts
+        return RunPlan(
+            self.sc,
+            self.rd.root,
+            self.say,
+            run_id=self.run_id,
+            launcher=opts.launcher,
+            bootstrap_server=opts.bootstrap_server,
+            command_config=opts.command_config,
+            set_acceptor=dict(opts.set_acceptor) if opts.target == "acceptor" else {},
+            kafka_version=opts.kafka_version,
+            zookeeper=opts.zookeeper,
+            listen_host=self.listen_host,
+            latency_proxy=any(
+                a.params["kind"] == "upstream_latency" and a.at < self.duration
+                for a in self.sc.faults
+            ),
+            broker_timeout=t.broker_start,
+            acceptor_timeout=t.acceptor_start,
         )
-        if isinstance(self.target, AcceptorTarget):
-            self.target.start(
-                launcher=self.opts.launcher,
-                bootstrap_server=self.opts.bootstrap_server,
-                timeout=t.broker_start,
-                set_acceptor=self.opts.set_acceptor,
-                acceptor_timeout=t.acceptor_start,
-                run_id=self.run_id,
-                latency_proxy=needs_proxy,
-            )
-        else:
-            if self.opts.set_acceptor:
-                self.say("note: --set-acceptor is ignored for --target broker")
-            self.target.start(
-                launcher=self.opts.launcher,
-                bootstrap_server=self.opts.bootstrap_server,
-                timeout=t.broker_start,
-                command_config=self.opts.command_config,
-            )
+
+    def _start_target(self) -> None:
+        started_ns = time.monotonic_ns()
+        if self.opts.set_acceptor and self.opts.target != "acceptor":
+            self.say("note: --set-acceptor is ignored for --target broker")
+        self.target = make_target(self.opts.target, self.plan())
+        self.target.start()
         self._place_loops()
         self.limits = dict(self.target.limits)
-        broker = self.target.broker
+        broker = self.target.kafka.broker
         self.run_json["versions"]["kafka"] = getattr(broker, "version", None)
         # where the broker keeps its metadata (a started broker; None for an existing cluster)
         mode = metadata_mode(broker)
@@ -388,7 +394,7 @@ class Orchestrator:
                 for node, host, port in nodes:
                     brokers.setdefault(str(node), {})[listener] = f"{host}:{port}"
             self.run_json["brokers"] = brokers
-        self.run_json["listener_security"] = listener_security(self.target.client_configs)
+        self.run_json["listener_security"] = listener_security(self.target.kafka.client_configs)
         from harness.runner.kafka_metrics import cluster_listeners  # an existing cluster's
 
         found = cluster_listeners(self.target, self.say)
@@ -572,9 +578,9 @@ class Orchestrator:
                 host,
                 port,
                 self.target.metrics_url,
-                phase_client_config(self.target, phase),
+                phase_client_config(self.target.kafka.client_configs, phase),
                 tuple(self.target.broker_addresses.get(phase.listener, ())),
-                self.target.spread_all,
+                self.target.kafka.spread_all,
             ),
             run_dir=self.rd.root,
             run_id=self.run_id,
@@ -602,7 +608,7 @@ class Orchestrator:
     def _warm_up(self) -> None:
         """Kafka's start-up work before t=0 and before the scrapes (runner.warmup): the
         acceptor target's upstream Kafka only, never through the acceptor."""
-        fronts = getattr(self.target, "fronts", None)
+        fronts = self.target.fronts if self.target is not None else None
         if not fronts or self.opts.bootstrap_server:
             return
         from harness.runner.warmup import upstreams, warm_up
@@ -659,15 +665,13 @@ class Orchestrator:
             f"worker hosts: {n} network namespace(s) {hosts.namespace(1)}..{hosts.namespace(n)} "
             f"at {', '.join(hosts.addresses)}; the target listens on {hosts.host}"
         )
-        assert self.target is not None
-        self.target.listen_host = hosts.host
+        self.listen_host = hosts.host
         try:
             quotas = resolve_entities(self.sc.ip_quotas, hosts.addresses)
         except ValueError as exc:
             raise TargetError(str(exc)) from None
         if quotas != dict(self.sc.ip_quotas):
             self.sc = dataclasses.replace(self.sc, ip_quotas=quotas)
-            self.target.scenario = self.sc
             self.say(f"ip quotas on the worker hosts' addresses: {quotas}")
         self.run_json["workers"].update(
             {"host": hosts.host, "hosts": hosts.addresses, "namespaces": [
@@ -763,13 +767,9 @@ class Orchestrator:
         of its own): the acceptor, the local brokers, the running load phases."""
         target = self.target
         out: dict[str, list[int]] = {"acceptor": [], "broker": [], "load": []}
-        for front in getattr(target, "fronts", []):  # one acceptor, or one per broker
-            proc = front.process
-            if proc is not None and proc.poll() is None:
-                out["acceptor"].append(proc.pid)
-        cluster = getattr(target, "cluster", None)
-        brokers = cluster.brokers if cluster is not None else [getattr(target, "broker", None)]
-        out["broker"] = [b.pid for b in brokers if b is not None and getattr(b, "pid", None)]
+        if target is not None:
+            out["acceptor"] = target.fronts.pids() if target.fronts is not None else []
+            out["broker"] = target.kafka.pids()
         running = [rp for rp in list(self.phases.values()) if not rp.ended]
         out["load"] = [rp.proc.pid for rp in running]
         out["load"] += [w.pid for rp in running for w in rp.worker_procs if w.poll() is None]
@@ -897,7 +897,7 @@ class Orchestrator:
             if start:
                 self.say(f"t={elapsed:.1f}s fault {kind} skipped: {why_not}")
             return
-        broker = self.target.node(params.get("broker"))
+        broker = self.target.kafka.node(params.get("broker"))
         detail = {k: v for k, v in params.items()}
         process_fault = kind in (*KILLS, "broker_pause")
         if (
@@ -914,10 +914,9 @@ class Orchestrator:
         if delayed:
             detail["delayed_by_restart"] = True
         # on a fronted cluster a broker's front is its listener: the node goes down whole
+        fronts = self.target.fronts
         with_front = (
-            kind == "broker_kill"
-            and isinstance(self.target, AcceptorTarget)
-            and self.target.node_fronted(params.get("broker"))
+            kind == "broker_kill" and fronts is not None and fronts.fronted(params.get("broker"))
         )
         if start:
             self.say(f"t={elapsed:.1f}s fault {kind} starts ({params['for']:g}s)")
@@ -930,8 +929,8 @@ class Orchestrator:
                 broker.pause()
             elif kind == "broker_kill":
                 if with_front:  # first, so no front accepts for a dead broker
-                    assert isinstance(self.target, AcceptorTarget)
-                    pid = self.target.stop_front(int(params["broker"]))
+                    assert fronts is not None
+                    pid = fronts.stop_node(int(params["broker"]))
                     self._fault_facts[kind] = {"front_stopped_pid": pid}
                 broker.kill()
             elif kind == "load_kill":
@@ -944,8 +943,8 @@ class Orchestrator:
                     rp.proc.signal_group(signal.SIGKILL)
             elif kind == "acceptor_kill":
                 # what it had not flushed is lost: its history ends at its last part file
-                assert isinstance(self.target, AcceptorTarget)
-                self._fault_facts[kind] = {"killed_pid": self.target.kill(params.get("broker"))}
+                assert fronts is not None
+                self._fault_facts[kind] = {"killed_pid": fronts.kill(params.get("broker"))}
             elif kind == "broker_disk_full":
                 # Kafka fails its next write to the full log directory (and, every log
                 # directory failed, stops itself); in fault_end's detail
@@ -976,17 +975,18 @@ class Orchestrator:
             what += " and its acceptor" if with_front else ""
             self.say(f"t={elapsed:.1f}s restarting the {what} (same ports, same state)")
             requested = time.monotonic()
-            target: Any = self.target
             node = params.get("broker")
 
             def restart() -> None:
                 try:
                     if kind == "acceptor_kill":
-                        target.restart(node)
+                        assert fronts is not None
+                        fronts.restart(node)
                     else:
                         broker.restart()
                         if with_front:  # the broker first: its front's upstream
-                            target.restart(node)
+                            assert fronts is not None
+                            fronts.restart(node)
                 except BaseException as exc:
                     self._restart_error.append(exc)
                 detail["restart_s"] = round(time.monotonic() - requested, 3)
@@ -1038,7 +1038,7 @@ class Orchestrator:
         if self._restart_thread is not None:
             self._restart_thread.join(self.sc.timeouts.broker_start)
         target = self.target
-        broker = getattr(target, "broker", None)
+        broker = target.kafka.broker if target is not None else None
         if "broker_pause" in self.active_faults and broker is not None:
             try:
                 broker.resume()  # a stopped JVM cannot shut down cleanly
@@ -1146,14 +1146,7 @@ def _intended_arrivals(client_dir: Path, pid: int) -> list[int]:
 
     out: list[int] = []
     for f in sorted(client_dir.glob(f"client-*-{pid}-*.parquet")):
-        table = pq.read_table(f, columns=["event", "detail"])
-        for event, detail in zip(
-            table.column("event").to_pylist(), table.column("detail").to_pylist(), strict=True
-        ):
-            if event in ("connect_invoke", "connect_fail") and detail:
-                value = json.loads(detail).get("intended_mono_ns")
-                if value is not None:
-                    out.append(int(value))
+        out.extend(intended_arrivals(pq.read_table(f, columns=["event", "detail"])))
     return sorted(set(out))  # connect_fail after an invoke repeats its intended time
 
 

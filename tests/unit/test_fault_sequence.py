@@ -26,15 +26,22 @@ class _Broker:
         self.log.append(("restart", self.node))
 
 
-class _Target:
+class _Kafka:
     def __init__(self, log: list[tuple[str, int]], gate: threading.Event) -> None:
         self.brokers = {n: _Broker(n, log, gate) for n in (1, 2, 3)}
 
-    def supports_fault(self, kind: str) -> str | None:
-        return None
-
     def node(self, node_id: int | None) -> _Broker:
         return self.brokers[int(node_id or 1)]
+
+
+class _Target:
+    fronts = None
+
+    def __init__(self, log: list[tuple[str, int]], gate: threading.Event) -> None:
+        self.kafka = _Kafka(log, gate)
+
+    def supports_fault(self, kind: str) -> str | None:
+        return None
 
 
 def _kill(node: int, at: float) -> dict[str, Any]:

@@ -232,7 +232,7 @@ def _orchestrator(tmp_path: Path, spec: dict[str, Any], **opts: Any) -> Any:
 def test_the_runner_refuses_worker_plans_it_cannot_run_before_starting_anything(
     tmp_path: Path, spec: dict[str, Any], opts: dict[str, Any], says: str
 ) -> None:
-    from harness.runner.targets import TargetError
+    from harness.runner.plan import TargetError
 
     orch = _orchestrator(tmp_path, spec, **opts)
     with pytest.raises(TargetError, match=says):
