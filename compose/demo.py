@@ -86,9 +86,15 @@ def main(argv: list[str] | None = None) -> int:
     from harness.runner.acceptor_target import acceptor_properties, passed_through_request_quotas
     from harness.runner.admin_changes import admin_listener, apply_ip_quota, apply_request_quota
     from harness.runner.loadgen import LoadTarget, locust_argv
-    from harness.runner.orchestrator import listener_security, phase_client_config
+    from harness.runner.phases import phase_client_config
     from harness.runner.plan import RunPlan
-    from harness.runner.rundir import RunDir, base_run_json, new_run_id, utc_now_iso
+    from harness.runner.rundir import (
+        RunDir,
+        base_run_json,
+        listener_security,
+        new_run_id,
+        utc_now_iso,
+    )
     from harness.runner.schedule import initial_limits
 
     sc = catalog.load(args.scenario)
