@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from analysis.model import INT_MAX, Limits
 from analysis.versions import Semantics, semantics_for
+from harness.history.rows import HarnessConfig
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -158,8 +159,8 @@ def config_timeline(
         raw.append(dict(run_limits))
     for ns, detail in rows:
         try:
-            parsed = json.loads(detail) if detail else {}
-        except json.JSONDecodeError as exc:
+            parsed = HarnessConfig.parse(detail)
+        except ValueError as exc:
             raise RunDirError(f"config row at mono_ns={ns}: detail is not JSON ({exc})") from None
         lim = Limits.from_config(parsed)
         if starts and starts[-1] == ns:
@@ -181,10 +182,9 @@ def is_runner_row(detail: dict[str, Any]) -> bool:
 
 def _parse(ns: int, detail: str | None) -> dict[str, Any]:
     try:
-        parsed = json.loads(detail) if detail else {}
-    except json.JSONDecodeError as exc:
+        return HarnessConfig.parse(detail)
+    except ValueError as exc:
         raise RunDirError(f"config row at mono_ns={ns}: detail is not JSON ({exc})") from None
-    return parsed if isinstance(parsed, dict) else {}
 
 
 def limit_values(lim: Limits) -> dict[str, Any]:
@@ -595,7 +595,7 @@ def front_pids(files: list[Path]) -> dict[int, set[str]]:
         if not m or f.parent.name != "harness":
             continue
         for d in pq.read_table(f, columns=["detail"])["detail"].to_pylist():
-            node = json.loads(d or "{}").get("node.id")
+            node = HarnessConfig.parse(d).get("node.id")
             if node is not None:
                 out.setdefault(int(node), set()).add(m["pid"])
                 break
