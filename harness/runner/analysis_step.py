@@ -5,7 +5,6 @@ under it never orphaned; the verdict read back from `report/verdict.json`."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.runner.rundir import RunDir
+from harness.supervisor import ManagedProcess
 
 
 def analyse(
@@ -28,22 +28,21 @@ def analyse(
     log = rd.logs / "analysis.log"
     say(f"analysing with PySpark: {' '.join(argv[2:])} (log {log})")
     with open(log, "wb") as fh:
-        proc = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
-        )
+        child = ManagedProcess("analysis", argv, stdout=subprocess.PIPE)
+        proc = child.proc
         assert proc.stdout is not None
         deadline = time.monotonic() + timeout
-        killer = threading.Timer(timeout, _killpg, (proc.pid,))
+        killer = threading.Timer(timeout, child.signal_group, (signal.SIGKILL,))
         killer.start()
         try:
             for line in proc.stdout:
                 fh.write(line)
                 print("  | " + line.decode(errors="replace").rstrip(), flush=True)
-            proc.wait(max(1.0, deadline - time.monotonic()))
+            child.wait(max(1.0, deadline - time.monotonic()))
         finally:
             killer.cancel()
-            _killpg(proc.pid)  # the Spark JVM is a child of the analysis: never orphan it
-            proc.wait(10)
+            # the Spark JVM is a child of the analysis: never orphan it
+            child.stop(timeout=10, sig=signal.SIGKILL)
     verdict_path = rd.report / "verdict.json"
     if not verdict_path.is_file():
         say(f"the analysis wrote no verdict (exit {proc.returncode}); see {log}")
@@ -55,10 +54,3 @@ def analyse(
         list(data.get("checks", [])),
         report if report.exists() else None,
     )
-
-
-def _killpg(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.runner.plan import TargetError
-from harness.runner.procs import ManagedProcess
+from harness.supervisor import ManagedProcess
 
 
 @dataclass

@@ -15,8 +15,8 @@ from typing import Any
 from harness.localnet import free_port
 from harness.runner.loadgen import Workers, ready_dir
 from harness.runner.plan import TargetError
-from harness.runner.procs import ManagedProcess
 from harness.runner.scenario import ENGINE_PROFILES, PER_WORKER, Phase, Scenario
+from harness.supervisor import ManagedProcess
 
 
 @dataclasses.dataclass(frozen=True)
