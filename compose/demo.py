@@ -382,7 +382,7 @@ class ComposeLoad:
         from harness.localnet import free_port
         from harness.runner.loadgen import locust_argv
         from harness.runner.phases import Launched
-        from harness.runner.procs import ManagedProcess
+        from harness.supervisor import ManagedProcess
 
         phase = launch.phase
         locust = locust_argv(
