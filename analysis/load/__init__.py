@@ -31,10 +31,12 @@ from analysis.load.files import (
     _rows,
     history_files,
     history_rows,
+    history_table,
     read_history,
     read_run_json,
     spark_schema,
     tally,
+    tally_of,
 )
 from analysis.load.fronts import front_pids
 from analysis.load.incarnations import (
@@ -83,6 +85,7 @@ __all__ = [
     "front_pids",
     "history_files",
     "history_rows",
+    "history_table",
     "is_runner_row",
     "limit_values",
     "load_run",
@@ -91,6 +94,7 @@ __all__ = [
     "read_run_json",
     "spark_schema",
     "tally",
+    "tally_of",
     "testimony_of",
     "timeline_of",
 ]
@@ -121,7 +125,11 @@ def load_run(spark: SparkSession, run_dir: str | Path) -> Run:
     meta = read_run_json(path)
     files, aligned = align_files(path, files, meta.get("clock"))
     in_memory = fits_in_memory(files)
-    history = read_history(spark, files, in_memory)
+    table = history_table(files) if in_memory else None
+    if table is not None:  # read once: the DataFrame's rows and the tally's
+        history = spark.createDataFrame(table, schema=spark_schema())
+    else:
+        history = read_history(spark, files, in_memory)
     limits = meta.get("limits") if isinstance(meta.get("limits"), dict) else None
     cfg_rows, offset = _harness_rows(files)
     testimony = testimony_of(cfg_rows)
@@ -129,7 +137,7 @@ def load_run(spark: SparkSession, run_dir: str | Path) -> Run:
         timeline = timeline_of(testimony, limits)
     else:
         timeline = config_timeline(cfg_rows, limits)
-    return Run(
+    run = Run(
         path,
         meta,
         spark,
@@ -141,3 +149,6 @@ def load_run(spark: SparkSession, run_dir: str | Path) -> Run:
         aligned=aligned,
         in_memory=in_memory,
     )
+    if table is not None:
+        run.cached("tally", lambda: tally_of(table))
+    return run

@@ -104,28 +104,34 @@ def _harness_rows(files: list[Path]) -> tuple[list[tuple[int, str | None]], int 
     return rows, offset
 
 
+#: the columns `tally_of` reads
+TALLY_COLUMNS = ["source", "event", "principal"]
+
+
+def tally_of(table: Any) -> dict[tuple[str, str], tuple[int, int]]:
+    """Rows per (source, event) of an Arrow table of history rows, and of those the rows
+    naming a principal."""
+    d = (
+        table.group_by(["source", "event"])
+        .aggregate([("event", "count"), ("principal", "count")])
+        .to_pydict()
+    )
+    keyed = zip(d["source"], d["event"], d["event_count"], d["principal_count"], strict=True)
+    return {(source, event): (rows, named) for source, event, rows, named in keyed}
+
+
 def tally(run: Run) -> dict[tuple[str, str], tuple[int, int]]:
-    """Rows per (source, event) in the run's files, and of those the rows naming a
-    principal: read with Arrow (three columns, no Spark job), once per run or view."""
+    """`tally_of` the run's files: three columns read with Arrow (no Spark job), once per
+    run or view (`load_run` gives an in-memory run the tally of the table it read)."""
 
     def build() -> dict[tuple[str, str], tuple[int, int]]:
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        out: dict[tuple[str, str], tuple[int, int]] = {}
-        for f in run.files:
-            t = pq.read_table(f, columns=["source", "event", "principal"])
-            d = (
-                t.group_by(["source", "event"])
-                .aggregate([("event", "count"), ("principal", "count")])
-                .to_pydict()
-            )
-            keyed = zip(
-                d["source"], d["event"], d["event_count"], d["principal_count"], strict=True
-            )
-            for source, event, rows, named in keyed:
-                seen = out.get((source, event), (0, 0))
-                out[(source, event)] = (seen[0] + rows, seen[1] + named)
-        return out
+        tables = [pq.read_table(f, columns=TALLY_COLUMNS) for f in run.files]
+        if not tables:
+            return {}
+        return tally_of(pa.concat_tables([t.replace_schema_metadata(None) for t in tables]))
 
     return run.cached("tally", build)  # type: ignore[no-any-return]
 
@@ -140,14 +146,17 @@ def read_history(spark: SparkSession, files: list[Path], in_memory: bool) -> Dat
     """The history as one DataFrame: in memory (`fits_in_memory`, read with Arrow), else a
     Parquet scan; the same schema and rows either way (tests/spark/test_in_memory.py
     judges a run both ways)."""
+    if in_memory:
+        return spark.createDataFrame(history_table(files), schema=spark_schema())
+    return spark.read.schema(spark_schema()).parquet(*[str(f) for f in files])
+
+
+def history_table(files: list[Path]) -> Any:
+    """The history of these files as one Arrow table of the shared schema."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    if in_memory:
-        import pyarrow as pa
+    from harness.history.schema import SCHEMA
 
-        from harness.history.schema import SCHEMA
-
-        tables = [pq.read_table(f).select(SCHEMA.names).cast(SCHEMA) for f in files]
-        table = pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
-        return spark.createDataFrame(table, schema=spark_schema())
-    return spark.read.schema(spark_schema()).parquet(*[str(f) for f in files])
+    tables = [pq.read_table(f).select(SCHEMA.names).cast(SCHEMA) for f in files]
+    return pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
