@@ -37,6 +37,17 @@ class Ident(Protocol):
     def sock_port(self) -> int: ...
 
 
+class ConnIdent(NamedTuple):
+    """A connection's identity columns as one value (an `Ident`)."""
+
+    conn_id: str
+    listener: str
+    client_ip: str
+    client_port: int
+    sock_ip: str
+    sock_port: int
+
+
 class Row(NamedTuple):
     """One history row as the writers buffer it (`harness.history.writer.ROW`)."""
 
