@@ -952,7 +952,7 @@ def main(argv: list[str] | None = None) -> int:
                 workdir=work / tag,
                 own_session=args.sessions == "own",
             )
-            targets.append(Target(tag, ports[tag], relay.process))
+            targets.append(Target(tag, ports[tag], relay.process.proc))
             front_nice(relay.process.pid, args.front_nice)
             _progress(f"{tag} pid {relay.process.pid} on 127.0.0.1:{ports[tag]} -> {listener}")
         if plan_cpus is not None:  # the load from here on (Trogdor, Python clients)

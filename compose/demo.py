@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = ROOT / "compose" / "docker-compose.yaml"
 PROFILE_DIR = Path("/opt/harness/loadprofiles")  # inside the harness image
 WORKERS = 2
-#: a cluster's brokers replicate over a listener of their own (harness.runner.targets)
+#: a cluster's brokers replicate over a listener of their own (harness.runner.kafka_side)
 REPLICATION = "REPLICATION"
 
 
@@ -83,17 +83,19 @@ def main(argv: list[str] | None = None) -> int:
     from harness.broker.local import cluster_id
     from harness.localnet import free_ports
     from harness.runner import catalog
+    from harness.runner.acceptor_target import acceptor_properties, passed_through_request_quotas
+    from harness.runner.admin_changes import admin_listener, apply_ip_quota, apply_request_quota
     from harness.runner.loadgen import LoadTarget, locust_argv
-    from harness.runner.orchestrator import listener_security, phase_client_config
-    from harness.runner.rundir import RunDir, base_run_json, new_run_id, utc_now_iso
-    from harness.runner.schedule import initial_limits
-    from harness.runner.targets import (
-        AcceptorTarget,
-        admin_listener,
-        apply_ip_quota,
-        apply_request_quota,
-        passed_through_request_quotas,
+    from harness.runner.phases import phase_client_config
+    from harness.runner.plan import RunPlan
+    from harness.runner.rundir import (
+        RunDir,
+        base_run_json,
+        listener_security,
+        new_run_id,
+        utc_now_iso,
     )
+    from harness.runner.schedule import initial_limits
 
     sc = catalog.load(args.scenario)
     if len(sc.load) != 1 or sc.schedule or sc.faults:
@@ -158,14 +160,11 @@ def main(argv: list[str] | None = None) -> int:
     kafka = kafkas[0]
     kafka_env = kafka.env(uuid) if n_nodes == 1 else {}
 
-    target = AcceptorTarget(sc, rd.root, say)
-    target.broker = SimpleNamespace(security_files=kafka.files)  # terminate mode's files
-    target.client_configs = kafka.client_configs
+    plan = RunPlan(sc, rd.root, say, run_id=run_id)
     fronts = []  # (node id or None, its config file, its ready file)
     for i in range(n_nodes):
-        props = target.acceptor_properties(
-            acceptor_ports[i], {n: f"127.0.0.1:{kafka_ports[i][n]}" for n in names}
-        )
+        upstreams = {n: f"127.0.0.1:{kafka_ports[i][n]}" for n in names}
+        props = acceptor_properties(plan, acceptor_ports[i], upstreams, kafka.files)
         # the acceptor enforces as the release of the broker it fronts, and is judged as it
         props.setdefault("kafka.version", _kafka_version())
         node = None if n_nodes == 1 else i + 1
@@ -207,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             "127.0.0.1",
             acceptor_ports[0][phase.listener],
             None,
-            command_config=phase_client_config(target, phase),
+            command_config=phase_client_config(kafka.client_configs, phase),
             brokers=brokers,
         ),
         run_dir=rd.root,
@@ -313,7 +312,15 @@ def main(argv: list[str] | None = None) -> int:
         }
         if n_nodes == 1:
             scraper = start_scraper(
-                SimpleNamespace(name="acceptor", metrics_url=urls[None]), history, None, say
+                SimpleNamespace(
+                    name="acceptor",
+                    metrics_url=urls[None],
+                    kafka=SimpleNamespace(broker=None, cluster=None),
+                    fronts=None,
+                ),
+                history,
+                None,
+                say,
             )
         else:  # each front's own, its rows naming its broker
             scraper = Scrapers(
@@ -499,7 +506,7 @@ def _kafka_config(
     so clients that follow metadata stay behind it) and the keys the broker behind the
     acceptor keeps (the failed-login delay)."""
     from harness.broker.secured import check_listeners
-    from harness.runner.targets import broker_enforced
+    from harness.runner.acceptor_target import broker_enforced
     from harness.security.sasl import DEFAULT_USERS
 
     advertised = {n: f"127.0.0.1:{p}" for n, p in acceptor_ports.items()}
@@ -522,7 +529,7 @@ def _kafka_cluster(
     listeners advertised at its acceptor, the brokers replicating over REPLICATION (their
     own listener), one quorum of every node, one set of certificates and users for all."""
     from harness.broker.secured import check_listeners
-    from harness.runner.targets import broker_enforced
+    from harness.runner.acceptor_target import broker_enforced
     from harness.security.sasl import DEFAULT_USERS
 
     props = broker_enforced(sc)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.history import HistoryWriter
-from harness.runner.orchestrator import _intended_arrivals
+from harness.runner.phases import intended_arrivals_of as _intended_arrivals
 
 
 def test_intended_arrivals_of_one_locust_process(tmp_path: Path) -> None:
