@@ -42,7 +42,7 @@ from harness.history.rows import (
     ClientReady,
     ClientRequestFail,
     ClientRequestOk,
-    ConnIdent,
+    ConnInfo,
     HarnessConfig,
     HarnessPhaseEnd,
     HarnessPhaseStart,
@@ -231,6 +231,10 @@ class _Conn:
     t0_ns: int = 0
     delay_ms: int = 0
 
+    def ids(self) -> tuple[None, str, str, int, str, int]:
+        """Its client rows' identity columns (no conn_id: joined by address)."""
+        return (None, self.listener, self.ip, self.port, self.ip, self.port)
+
 
 # event kinds, ordered so that at one instant closes free slots before new admissions
 _CONFIG, _CLOSE, _ARRIVE, _ACCEPT, _IPSTEP = range(5)
@@ -286,11 +290,7 @@ class _Sim:
             self.client.put(
                 ClientConnectFail(
                     now,
-                    listener=c.listener,
-                    client_ip=c.ip,
-                    client_port=c.port,
-                    sock_ip=c.ip,
-                    sock_port=c.port,
+                    *c.ids(),
                     reason="not_offered",
                     detail={
                         "cause": "cpu",
@@ -303,22 +303,14 @@ class _Sim:
         self.client.put(
             ClientConnectInvoke(
                 now - 50_000,
-                listener=c.listener,
-                client_ip=c.ip,
-                client_port=c.port,
-                sock_ip=c.ip,
-                sock_port=c.port,
+                *c.ids(),
                 detail=detail,
             )
         )
         self.client.put(
             ClientConnectOk(
                 now + 100_000,
-                listener=c.listener,
-                client_ip=c.ip,
-                client_port=c.port,
-                sock_ip=c.ip,
-                sock_port=c.port,
+                *c.ids(),
                 latency_ms=0.15,
             )
         )
@@ -335,7 +327,7 @@ class _Sim:
         self.acceptor.put(
             AcceptorAccept(
                 now,
-                ConnIdent(cid, listener, c.ip, c.port, c.ip, c.port),
+                ConnInfo(cid, listener, c.ip, c.port, c.ip, c.port),
                 detail={"protected": protected},
             )
         )
@@ -355,7 +347,7 @@ class _Sim:
             self.acceptor.put(
                 AcceptorDelay(
                     now,
-                    ConnIdent(cid, listener, c.ip, c.port, c.ip, c.port),
+                    ConnInfo(cid, listener, c.ip, c.port, c.ip, c.port),
                     reason=reason,
                     delay_ms=float(delay),
                     detail={"broker_delay_ms": broker_ms, "listener_delay_ms": listener_ms},
@@ -398,7 +390,7 @@ class _Sim:
             self.acceptor.put(
                 AcceptorReject(
                     now,
-                    ConnIdent(cid, listener, c.ip, c.port, c.ip, c.port),
+                    ConnInfo(cid, listener, c.ip, c.port, c.ip, c.port),
                     reason="ip_count",
                     detail={"count": step.count, "max": step.max},
                 )
@@ -409,7 +401,7 @@ class _Sim:
             self.acceptor.put(
                 AcceptorThrottleClose(
                     end,
-                    ConnIdent(cid, listener, c.ip, c.port, c.ip, c.port),
+                    ConnInfo(cid, listener, c.ip, c.port, c.ip, c.port),
                     reason="ip_rate",
                     delay_ms=float(step.throttle_ms),
                     detail={"throttle_start_mono_ns": now},
@@ -428,7 +420,7 @@ class _Sim:
         L = c.listener
         self.acceptor.put(
             AcceptorAdmit(
-                now, ConnIdent(cid, L, c.ip, c.port, c.ip, c.port), delay_ms=(now - c.t0_ns) / MS
+                now, ConnInfo(cid, L, c.ip, c.port, c.ip, c.port), delay_ms=(now - c.t0_ns) / MS
             )
         )
         reg = now + 50_000
@@ -439,7 +431,7 @@ class _Sim:
         self.acceptor.put(
             AcceptorRegister(
                 reg,
-                ConnIdent(cid, L, c.ip, c.port, c.ip, c.port),
+                ConnInfo(cid, L, c.ip, c.port, c.ip, c.port),
                 processor=proc,
                 detail={"queue_depth": depth},
             )
@@ -456,7 +448,7 @@ class _Sim:
             self.acceptor.put(
                 AcceptorRequest(
                     done,
-                    ConnIdent(cid, L, c.ip, c.port, c.ip, c.port),
+                    ConnInfo(cid, L, c.ip, c.port, c.ip, c.port),
                     api_key=api,
                     latency_ms=lat * 0.8,
                 )
@@ -468,22 +460,14 @@ class _Sim:
                 self.client.put(
                     ClientReady(
                         done,
-                        listener=L,
-                        client_ip=c.ip,
-                        client_port=c.port,
-                        sock_ip=c.ip,
-                        sock_port=c.port,
+                        *c.ids(),
                         latency_ms=ready_lat,
                     )
                 )
             self.client.put(
                 ClientRequestOk(
                     done,
-                    listener=L,
-                    client_ip=c.ip,
-                    client_port=c.port,
-                    sock_ip=c.ip,
-                    sock_port=c.port,
+                    *c.ids(),
                     api_key=api,
                     latency_ms=lat,
                 )
@@ -493,7 +477,7 @@ class _Sim:
                 self.acceptor.put(
                     AcceptorRequestThrottle(
                         done,
-                        ConnIdent(cid, L, c.ip, c.port, c.ip, c.port),
+                        ConnInfo(cid, L, c.ip, c.port, c.ip, c.port),
                         api_key=api_t,
                         delay_ms=float(self.rng.randint(1, 900)),
                         detail={"bucket": "client-id", "quota": 50.0},
@@ -507,22 +491,14 @@ class _Sim:
             self.client.put(
                 ClientReady(
                     ns,
-                    listener=c.listener,
-                    client_ip=c.ip,
-                    client_port=c.port,
-                    sock_ip=c.ip,
-                    sock_port=c.port,
+                    *c.ids(),
                     latency_ms=(ns - c.arrive_ns) / MS,
                 )
             )
             self.client.put(
                 ClientClosed(
                     ns + MS,
-                    listener=c.listener,
-                    client_ip=c.ip,
-                    client_port=c.port,
-                    sock_ip=c.ip,
-                    sock_port=c.port,
+                    *c.ids(),
                     reason="done",
                     detail={"outcome": "served"},
                 )
@@ -531,22 +507,14 @@ class _Sim:
         self.client.put(
             ClientRequestFail(
                 ns,
-                listener=c.listener,
-                client_ip=c.ip,
-                client_port=c.port,
-                sock_ip=c.ip,
-                sock_port=c.port,
+                *c.ids(),
                 reason="eof",
             )
         )
         self.client.put(
             ClientClosed(
                 ns + 10_000,
-                listener=c.listener,
-                client_ip=c.ip,
-                client_port=c.port,
-                sock_ip=c.ip,
-                sock_port=c.port,
+                *c.ids(),
                 reason="eof",
                 detail={"outcome": "eof_after_accept"},
             )
@@ -557,18 +525,14 @@ class _Sim:
         self.model.release(c.listener, c.ip)
         self.acceptor.put(
             AcceptorClose(
-                now, ConnIdent(cid, c.listener, c.ip, c.port, c.ip, c.port), reason="client_eof"
+                now, ConnInfo(cid, c.listener, c.ip, c.port, c.ip, c.port), reason="client_eof"
             )
         )
         outcome: Outcome = "delayed_served" if c.delay_ms > 0 else "served"
         self.client.put(
             ClientClosed(
                 now - 20_000,
-                listener=c.listener,
-                client_ip=c.ip,
-                client_port=c.port,
-                sock_ip=c.ip,
-                sock_port=c.port,
+                *c.ids(),
                 reason="done",
                 detail={"outcome": outcome},
             )

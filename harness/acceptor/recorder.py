@@ -12,21 +12,10 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from harness.history import HistoryWriter
+from harness.history.rows import ConnInfo as ConnInfo  # re-exported: the acceptor imports it here
 from harness.history.rows import Row
-
-
-@dataclass(slots=True)
-class ConnInfo:
-    conn_id: str
-    listener: str
-    client_ip: str
-    client_port: int
-    sock_ip: str
-    sock_port: int
-
 
 _frozen = False
 

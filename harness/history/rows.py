@@ -13,6 +13,7 @@ whose `detail` is assembled at run time passes it through the class's ``checked`
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol, TypedDict, cast
 
 from harness.history.events import loads_detail, undeclared
@@ -37,8 +38,9 @@ class Ident(Protocol):
     def sock_port(self) -> int: ...
 
 
-class ConnIdent(NamedTuple):
-    """A connection's identity columns as one value (an `Ident`)."""
+@dataclass(slots=True)
+class ConnInfo:
+    """A connection's identity columns (an `Ident`): the acceptor's, one per connection."""
 
     conn_id: str
     listener: str
