@@ -42,12 +42,10 @@ def child(path: str, rate: int, seconds: float) -> dict[str, Any]:
     """One round in this process: tick lateness (ms) and process CPU per recorded row."""
     from harness.acceptor.recorder import ConnInfo, Recorder
     from harness.history import HistoryWriter
-    from harness.history.rows import AcceptorAccept, AcceptorAdmit, AcceptorClose, AcceptorRegister
 
     tmp = tempfile.mkdtemp(prefix="bench-history-lag-")
     writer = None if path == "none" else HistoryWriter(tmp, "acceptor", "lag", name="lag")
     rec = Recorder(writer)
-    put = rec.put
     info = ConnInfo("CLIENT-1", "CLIENT", "127.0.0.2", 50000, "127.0.0.2", 50000)
     per_tick = max(1, rate // 1000)
     late: list[float] = []
@@ -67,26 +65,24 @@ def child(path: str, rate: int, seconds: float) -> dict[str, Any]:
             due = max(due, now - 0.001)  # a stall is counted once, not as a backlog of ticks
             for _ in range(per_tick):
                 mono = time.monotonic_ns()
-                put(AcceptorAccept(mono, info, '{"protected": false}'))
-                put(AcceptorAdmit(mono, info, 0.01))
-                put(
-                    AcceptorRegister(
-                        mono,
-                        info,
-                        0,
-                        0.02,
-                        f'{{"in_iteration": 1, "iteration": {i}, "queue_depth": 1}}',
-                    )
+                rec.conn("accept", info, mono, detail='{"protected": false}')
+                rec.conn("admit", info, mono, delay_ms=0.01)
+                rec.conn(
+                    "register",
+                    info,
+                    mono,
+                    processor=0,
+                    delay_ms=0.02,
+                    detail=f'{{"in_iteration": 1, "iteration": {i}, "queue_depth": 1}}',
                 )
-                put(
-                    AcceptorClose(
-                        mono,
-                        info,
-                        0,
-                        "client_eof",
-                        0,
-                        {"bytes_in": 0, "bytes_out": 0, "duration_ms": 0.5, "requests": i},
-                    )
+                rec.conn(
+                    "close",
+                    info,
+                    mono,
+                    reason="client_eof",
+                    processor=0,
+                    bytes=0,
+                    detail={"bytes_in": 0, "bytes_out": 0, "duration_ms": 0.5, "requests": i},
                 )
                 rows += 4
                 i += 1

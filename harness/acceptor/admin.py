@@ -28,7 +28,6 @@ from kafka.protocol.admin import (
 
 from harness.acceptor.dynamic import IP_RATE_KEY
 from harness.acceptor.ports import DEFERRED
-from harness.history.rows import AcceptorAdmin
 from harness.quota.client_quota_admin import (
     INVALID_REQUEST,
     UNKNOWN_SERVER_ERROR,
@@ -358,16 +357,15 @@ class AdminHandler:
         self, conn: Connection, info: RequestInfo, reason: str, detail: dict[str, Any]
     ) -> None:
         detail = {"api_key": info.api_key, "api_version": info.api_version, **detail}
-        self.rec.put(
-            AcceptorAdmin(
-                time.monotonic_ns(),
-                conn.info,
-                reason=reason,
-                api_key=info.api_key,
-                client_id=info.client_id,
-                principal="ANONYMOUS",
-                detail=detail,
-            )
+        self.rec.conn(
+            "admin",
+            conn.info,
+            time.monotonic_ns(),
+            reason=reason,
+            api_key=info.api_key,
+            client_id=info.client_id,
+            principal="ANONYMOUS",
+            detail=detail,
         )
 
     # -- refusals ----------------------------------------------------------------------------

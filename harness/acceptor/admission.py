@@ -43,36 +43,29 @@ from __future__ import annotations
 import enum
 import heapq
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from harness.history import events
-from harness.history.rows import (
-    AcceptorAccept,
-    AcceptorAdmit,
-    AcceptorClose,
-    AcceptorCloseDetail,
-    AcceptorDelay,
-    AcceptorReject,
-    AcceptorThrottleClose,
-)
 from harness.quota.connections import Outcome
 
 if TYPE_CHECKING:
     from harness.acceptor.ports import NewConnection
+    from harness.acceptor.recorder import ConnInfo
     from harness.quota.connections import Admission as IpStep
     from harness.quota.connections import ConnectionQuotas, RateStep
     from harness.quota.faults import NoFaults
     from harness.wire.proxy import ProxyHeader
 
 __all__ = [
-    "ROW_ACTIONS",
     "SLOT_WAIT_POLL_S",
     "TRANSITIONS",
     "Admission",
     "AwaitSlot",
     "Blocked",
     "Close",
+    "CloseRow",
+    "ConnRow",
     "Count",
     "HandOff",
     "Held",
@@ -135,6 +128,26 @@ class TransitionError(RuntimeError):
 
 
 # -- actions: what the adapter does, in order ---------------------------------------------
+class ConnRow(NamedTuple):
+    """A history row of one connection (`Recorder.conn`); `detail` as events declare it."""
+
+    event: str
+    info: ConnInfo
+    mono_ns: int
+    reason: str | None = None
+    delay_ms: float | None = None
+    detail: str | None = None
+
+
+class CloseRow(NamedTuple):
+    """The `close` row of a socket that never reached a processor (`Recorder.closed`)."""
+
+    info: ConnInfo
+    mono_ns: int
+    reason: str
+    fields: Mapping[str, Any]
+
+
 class Count(NamedTuple):
     """The metrics' outcome counter of one client IP."""
 
@@ -209,22 +222,9 @@ class SlotFreed(NamedTuple):
     """A counted socket was released: wake the admissions waiting for a slot."""
 
 
-#: the history rows an admission writes (`Recorder.put`), each its event's typed row; the
-#: `close` of a socket that never reached a processor among them
-RowAction = AcceptorAccept | AcceptorDelay | AcceptorReject | AcceptorAdmit | AcceptorThrottleClose
-ROW_ACTIONS: frozenset[type] = frozenset(
-    {
-        AcceptorAccept,
-        AcceptorDelay,
-        AcceptorReject,
-        AcceptorAdmit,
-        AcceptorThrottleClose,
-        AcceptorClose,
-    }
-)
 Action = (
-    RowAction
-    | AcceptorClose
+    ConnRow
+    | CloseRow
     | Count
     | Blocked
     | Close
@@ -257,7 +257,7 @@ def accept_row(a: Admission, item: NewConnection, _: Any) -> Action:
         detail = a.accept_detail_proxied[item.proxied] % item.tcp_accept_ns
     else:
         detail = a.accept_detail
-    return AcceptorAccept(a.t0_ns, info, detail)
+    return _new(ConnRow, ("accept", info, a.t0_ns, None, None, detail))
 
 
 def count_accepted(a: Admission, item: NewConnection, _: Any) -> Action:
@@ -266,7 +266,7 @@ def count_accepted(a: Admission, item: NewConnection, _: Any) -> Action:
 
 def delay_row(a: Admission, item: NewConnection, step: RateStep) -> Action:
     detail = _DELAY_DETAIL % (step.broker_delay_ms, step.listener_delay_ms)
-    return AcceptorDelay(a.t0_ns, item.info, step.reason, float(step.delay_ms), detail)
+    return ConnRow("delay", item.info, a.t0_ns, step.reason, float(step.delay_ms), detail=detail)
 
 
 def count_delayed(a: Admission, item: NewConnection, _: Any) -> Action:
@@ -324,7 +324,7 @@ def close_rejected(a: Admission, item: NewConnection, _: Any) -> Action:
 
 def reject_row(a: Admission, item: NewConnection, adm: IpStep) -> Action:
     detail = _REJECT_DETAIL % (adm.ip_count, adm.ip_limit)
-    return AcceptorReject(a.t1_ns, item.info, "ip_count", detail)
+    return ConnRow("reject", item.info, a.t1_ns, "ip_count", detail=detail)
 
 
 def count_rejected(a: Admission, item: NewConnection, _: Any) -> Action:
@@ -332,7 +332,7 @@ def count_rejected(a: Admission, item: NewConnection, _: Any) -> Action:
 
 
 def admit_row(a: Admission, item: NewConnection, _: Any) -> Action:
-    return AcceptorAdmit(a.t1_ns, item.info, (a.t1_ns - a.t0_ns) / 1e6)
+    return _new(ConnRow, ("admit", item.info, a.t1_ns, None, (a.t1_ns - a.t0_ns) / 1e6, None))
 
 
 def hand_off(a: Admission, item: NewConnection, _: Any) -> Action:
@@ -344,17 +344,13 @@ def slot_freed(a: Admission, item: NewConnection, _: Any) -> Action:
 
 
 def unusable_row(a: Admission, item: NewConnection, _: Any) -> Action:
-    return AcceptorClose(a.clock(), item.info, reason="reset", detail={"registered": False})
+    return CloseRow(item.info, a.clock(), "reset", {"registered": False})
 
 
 def refused_row(a: Admission, item: NewConnection, why: tuple[str, str]) -> Action:
     reason, error = why
-    detail: AcceptorCloseDetail = {
-        "error": error,
-        "counted": False,
-        "tcp_accept_mono_ns": item.tcp_accept_ns,
-    }
-    return AcceptorClose(a.clock(), item.info, reason=reason, detail=detail)
+    fields = {"error": error, "counted": False, "tcp_accept_mono_ns": item.tcp_accept_ns}
+    return CloseRow(item.info, a.clock(), reason, fields)
 
 
 def count_closed(a: Admission, item: NewConnection, _: Any) -> Action:
@@ -368,7 +364,14 @@ def unwatch_last_parked(a: Admission, item: NewConnection, _: Any) -> Action | N
 def throttle_close_row(a: Admission, item: NewConnection, due: tuple[int, str]) -> Action:
     end_ms, closed_by = due
     detail = _THROTTLE_CLOSE_DETAIL[closed_by] % (end_ms, item.throttled_ns)  # key order
-    return AcceptorThrottleClose(a.clock(), item.info, "ip_rate", float(item.throttle_ms), detail)
+    return ConnRow(
+        "throttle_close",
+        item.info,
+        a.clock(),
+        "ip_rate",
+        float(item.throttle_ms),
+        detail=detail,
+    )
 
 
 def count_throttle_closed(a: Admission, item: NewConnection, _: Any) -> Action:

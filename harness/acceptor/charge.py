@@ -31,17 +31,12 @@ once and charged late, at the claim's instant, as in one process.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from harness.acceptor.broker_charge import network_estimate
 from harness.history import events
-from harness.history.rows import (
-    AcceptorRequest,
-    AcceptorRequestDetail,
-    AcceptorRequestThrottle,
-    AcceptorRequestThrottleDetail,
-)
 
 if TYPE_CHECKING:
     from harness.acceptor.broker_charge import LoggedRequest
@@ -219,7 +214,7 @@ def _sampled(sample: int) -> str:
     return events.detail("acceptor", "request", sample=sample)
 
 
-def request_detail(charge: Charge, sample: int) -> AcceptorRequestDetail | str | None:
+def request_detail(charge: Charge, sample: int) -> Mapping[str, Any] | str | None:
     """The `detail` of a charge's `request` row (`sample`: 1 in how many rows is written)."""
     source = charge.source
     if source == LOGIN:
@@ -238,10 +233,10 @@ def request_detail(charge: Charge, sample: int) -> AcceptorRequestDetail | str |
             detail["late_ms"] = charge.late_ns / 1e6
     if sample > 1:
         detail["sample"] = sample
-    return AcceptorRequest.checked(detail)
+    return events.checked("acceptor", "request", detail)
 
 
-def throttle_detail(charge: Charge, outcome: RequestCharge) -> AcceptorRequestThrottleDetail:
+def throttle_detail(charge: Charge, outcome: RequestCharge) -> Mapping[str, Any]:
     """The `detail` of the `request_throttle` row of a charge the meters throttled."""
     user, client = outcome.bucket
     detail: dict[str, Any] = {
@@ -255,4 +250,4 @@ def throttle_detail(charge: Charge, outcome: RequestCharge) -> AcceptorRequestTh
         detail["charge_source"] = charge.source
     if charge.network_ns:
         detail["network_ms"] = charge.network_ns / 1e6
-    return AcceptorRequestThrottle.checked(detail)
+    return events.checked("acceptor", "request_throttle", detail)

@@ -25,12 +25,6 @@ from harness.acceptor.config import AcceptorConfig
 from harness.acceptor.connection import Connection
 from harness.acceptor.forwarding import AsyncioWire
 from harness.acceptor.tls import ListenerTls, listener_tls
-from harness.history.rows import (
-    AcceptorClose,
-    AcceptorEvict,
-    AcceptorRequest,
-    AcceptorRequestThrottle,
-)
 from harness.quota.requests import RequestQuotas
 
 if TYPE_CHECKING:
@@ -216,17 +210,17 @@ class Connections:
         self._quotas.release(info.listener, info.client_ip)
         self._slot_freed()
         if evicted:
-            self.rec.put(AcceptorEvict(now_ns, info, conn.processor.index, "max_connections"))
-            self._counts.count(info.listener, info.client_ip, "evicted")
-        self.rec.put(
-            AcceptorClose(
-                now_ns,
-                info,
-                conn.processor.index,
-                reason,
-                conn.bytes_in + conn.bytes_out,
-                AcceptorClose.checked(detail),
+            self.rec.conn(
+                "evict", info, now_ns, reason="max_connections", processor=conn.processor.index
             )
+            self._counts.count(info.listener, info.client_ip, "evicted")
+        self.rec.closed(
+            info,
+            now_ns,
+            reason,
+            processor=conn.processor.index,
+            bytes=conn.bytes_in + conn.bytes_out,
+            **detail,
         )
         self._counts.count(info.listener, info.client_ip, "closed")
 
@@ -267,32 +261,30 @@ class Connections:
 
     def request_row(self, conn: Channel, charge: Charge) -> None:
         done = charge.done
-        self.rec.put(
-            AcceptorRequest(
-                charge.at_ns,
-                conn.info,
-                processor=conn.processor.index,
-                api_key=done.api_key,
-                client_id=done.client_id,
-                principal=charge.principal,
-                latency_ms=done.latency_ns / 1e6,
-                bytes=done.request_bytes + done.response_bytes,
-                detail=request_detail(charge, self.cfg.request_sample),
-            )
+        self.rec.conn(
+            "request",
+            conn.info,
+            charge.at_ns,
+            api_key=done.api_key,
+            client_id=done.client_id,
+            principal=charge.principal,
+            latency_ms=done.latency_ns / 1e6,
+            bytes=done.request_bytes + done.response_bytes,
+            processor=conn.processor.index,
+            detail=request_detail(charge, self.cfg.request_sample),
         )
 
     def throttle_row(self, conn: Channel, charge: Charge, outcome: RequestCharge) -> None:
         self._counts.throttled(outcome.bucket, outcome.throttle_ms)
         done = charge.done
-        self.rec.put(
-            AcceptorRequestThrottle(
-                charge.at_ns,
-                conn.info,
-                processor=conn.processor.index,
-                delay_ms=float(outcome.throttle_ms),
-                api_key=done.api_key,
-                client_id=done.client_id,
-                principal=charge.principal,
-                detail=throttle_detail(charge, outcome),
-            )
+        self.rec.conn(
+            "request_throttle",
+            conn.info,
+            charge.at_ns,
+            delay_ms=float(outcome.throttle_ms),
+            api_key=done.api_key,
+            client_id=done.client_id,
+            principal=charge.principal,
+            processor=conn.processor.index,
+            detail=throttle_detail(charge, outcome),
         )

@@ -28,12 +28,13 @@ from typing import TYPE_CHECKING, Any
 
 from harness import procfs
 from harness.acceptor.admission import (
-    ROW_ACTIONS,
     Action,
     Admission,
     AwaitSlot,
     Blocked,
     Close,
+    CloseRow,
+    ConnRow,
     Count,
     HandOff,
     Held,
@@ -49,12 +50,7 @@ from harness.acceptor.config import ListenerSettings
 from harness.acceptor.ports import NewConnection
 from harness.acceptor.recorder import ConnInfo, Recorder
 from harness.acceptor.tls import ListenerTls, listener_tls
-from harness.history.rows import (
-    AcceptorBlocked,
-    AcceptorListenerClose,
-    AcceptorListenerCloseDetail,
-    Row,
-)
+from harness.history import events
 from harness.wire.proxy import ProxyError, ProxyHeaderReader
 
 if TYPE_CHECKING:
@@ -183,8 +179,9 @@ class ListenerAcceptor:
         self._select_timer: asyncio.TimerHandle | None = None
         self._stopped = False
         self._proxy_pending = asyncio.Semaphore(PROXY_PENDING_MAX)
-        #: what each action does here, but rows (`ROW_ACTIONS`) and counts (`_run`)
+        #: what each action does here, but rows and counts (`_run`)
         self._do: dict[type, Callable[[Any], _Pending | None]] = {
+            CloseRow: self._close_row,
             Blocked: self._blocked,
             Close: self._close,
             Sleep: _pending,
@@ -243,8 +240,13 @@ class ListenerAcceptor:
             # what the close resets: connections the kernel completed that were never
             # accepted (behind a blocked acceptor, a full backlog), for `accounting`
             queued = procfs.accept_queue(self._lsock)
-            detail: AcceptorListenerCloseDetail = {} if queued is None else {"queued": queued}
-            self.rec.put(AcceptorListenerClose(time.monotonic_ns(), self.name, detail))
+            fields = {} if queued is None else {"queued": queued}
+            self.rec.row(
+                "listener_close",
+                time.monotonic_ns(),
+                listener=self.name,
+                detail=events.detail("acceptor", "listener_close", **fields),
+            )
             self._lsock.close()
             self._lsock = None
 
@@ -261,10 +263,17 @@ class ListenerAcceptor:
         pending = None
         for action in actions:
             cls = action.__class__  # an identity test: `isinstance` is a call per action
-            if cls in ROW_ACTIONS:
+            if cls is ConnRow:
                 if TYPE_CHECKING:
-                    assert isinstance(action, Row)
-                self.rec.put(action)
+                    assert isinstance(action, ConnRow)
+                self.rec.conn(
+                    action.event,
+                    action.info,
+                    action.mono_ns,
+                    reason=action.reason,
+                    delay_ms=action.delay_ms,
+                    detail=action.detail,
+                )
             elif cls is Count:
                 if TYPE_CHECKING:
                     assert isinstance(action, Count)
@@ -273,16 +282,18 @@ class ListenerAcceptor:
                 pending = self._do[cls](action)
         return pending
 
+    def _close_row(self, a: CloseRow) -> None:
+        self.rec.closed(a.info, a.mono_ns, a.reason, **a.fields)
+
     def _blocked(self, a: Blocked) -> None:
         self.blocked_ns += a.end_ns - a.start_ns
-        self.rec.put(
-            AcceptorBlocked(
-                a.end_ns,
-                self.name,
-                a.reason,
-                (a.end_ns - a.start_ns) / 1e6,
-                {"start_mono_ns": a.start_ns},
-            )
+        self.rec.row(
+            "blocked",
+            a.end_ns,
+            listener=self.name,
+            reason=a.reason,
+            delay_ms=(a.end_ns - a.start_ns) / 1e6,
+            detail=events.detail("acceptor", "blocked", start_mono_ns=a.start_ns),
         )
 
     def _close(self, a: Close) -> None:

@@ -15,7 +15,6 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from harness.history import events
-from harness.history.rows import AcceptorRegister
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -147,14 +146,13 @@ class Processor:
         conn = host.open_channel(self, item)
         self.channels[item.info.conn_id] = conn
         now = time.monotonic_ns()
-        host.rec.put(
-            AcceptorRegister(
-                now,
-                item.info,
-                self.index,
-                (now - item.admitted_ns) / 1e6,
-                _REGISTER_DETAIL % (processed + 1, self.iteration, self.queue.qsize() + 1),
-            )
+        host.rec.conn(
+            "register",
+            item.info,
+            now,
+            processor=self.index,
+            delay_ms=(now - item.admitted_ns) / 1e6,
+            detail=_REGISTER_DETAIL % (processed + 1, self.iteration, self.queue.qsize() + 1),
         )
         run = conn.start()
         if run is not None:

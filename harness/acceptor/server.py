@@ -34,7 +34,6 @@ from harness.acceptor.recorder import Recorder
 from harness.acceptor.split import Owned, SplitProcessors, check_split
 from harness.acceptor.stall import parse_stalls, schedule_stalls
 from harness.history import HistoryWriter
-from harness.history.rows import AcceptorClose
 from harness.quota.config import ConfigError, QuotaConfig
 from harness.quota.faults import FAULT_KEY, FAULTS, Faults
 
@@ -283,14 +282,7 @@ class Acceptor:
                     self.quotas.release(la.name, item.info.client_ip)
                     with contextlib.suppress(OSError):
                         item.sock.close()
-                    self.rec.put(
-                        AcceptorClose(
-                            time.monotonic_ns(),
-                            item.info,
-                            reason="shutdown",
-                            detail={"registered": False},
-                        )
-                    )
+                    self.rec.closed(item.info, time.monotonic_ns(), "shutdown", registered=False)
         for conn in list(self.conns.open):
             conn.finish("shutdown")
         pending = [t for t in self.conns.tasks if not t.done()]

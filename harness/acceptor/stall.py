@@ -23,9 +23,8 @@ import asyncio
 import re
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from harness.history.rows import AcceptorProcessorStall, AcceptorProcessorStallDetail
 from harness.quota.config import ConfigError
 
 if TYPE_CHECKING:
@@ -79,14 +78,15 @@ def schedule_stalls(
     loop = asyncio.get_running_loop()
     handles = []
 
-    def row(
-        st: Stall,
-        reason: str,
-        delay_ms: float | None = None,
-        detail: AcceptorProcessorStallDetail | None = None,
-    ) -> None:
-        now = time.monotonic_ns()
-        rec.put(AcceptorProcessorStall(now, st.listener, st.index, reason, delay_ms, detail))
+    def row(st: Stall, reason: str, **fields: Any) -> None:
+        rec.row(
+            "processor_stall",
+            time.monotonic_ns(),
+            listener=st.listener,
+            processor=st.index,
+            reason=reason,
+            **fields,
+        )
 
     for st in stalls:
 

@@ -46,7 +46,6 @@ from harness.acceptor.recorder import ConnInfo, Recorder
 from harness.acceptor.split import Link, SharedCounts
 from harness.acceptor.stall import Stall, schedule_stalls
 from harness.history import HistoryWriter
-from harness.history.rows import AcceptorClose
 from harness.quota.requests import RequestCharge
 
 log = logging.getLogger("harness.acceptor.worker")
@@ -280,11 +279,7 @@ class ProcessorProcess:
         with contextlib.suppress(OSError):
             item.sock.close()
         self.counted.release(item.info.listener, item.info.client_ip)
-        self.rec.put(
-            AcceptorClose(
-                time.monotonic_ns(), item.info, reason=reason, detail={"registered": False}
-            )
-        )
+        self.rec.closed(item.info, time.monotonic_ns(), reason, registered=False)
 
     async def _shut_down(self) -> None:
         for timer in self._stall_timers:

@@ -16,7 +16,6 @@ import pytest
 from harness.acceptor.config import parse_acceptor_config
 from harness.acceptor.heartbeat import Heartbeat
 from harness.acceptor.stall import STALL_KEY, Stall, parse_stalls
-from harness.history.rows import Row
 from harness.quota.config import ConfigError
 
 
@@ -26,8 +25,8 @@ class Rows:
     def __init__(self) -> None:
         self.rows: list[dict[str, Any]] = []
 
-    def put(self, row: Row) -> None:
-        self.rows.append({k: v for k, v in row._asdict().items() if v is not None})
+    def row(self, event: str, mono_ns: int, **fields: Any) -> None:
+        self.rows.append({"event": event, "mono_ns": mono_ns, **fields})
 
 
 def _run(body: Any, armed: bool = True) -> list[dict[str, Any]]:

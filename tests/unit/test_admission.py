@@ -24,6 +24,8 @@ from harness.acceptor.admission import (
     AwaitSlot,
     Blocked,
     Close,
+    CloseRow,
+    ConnRow,
     Count,
     HandOff,
     Held,
@@ -40,7 +42,6 @@ from harness.acceptor.admission import (
 from harness.acceptor.ports import NewConnection
 from harness.acceptor.recorder import ConnInfo
 from harness.history import events
-from harness.history.rows import AcceptorClose, Row
 from harness.quota import ConnectionQuotas, parse_config
 from harness.quota.faults import KAFKA, REJECT_LATE_S, Faults, NoFaults
 from harness.wire.proxy import ProxyHeader
@@ -88,23 +89,15 @@ def sock(clock: Clock, ip: str = IP) -> NewConnection:
 
 
 def kinds(actions: list[Action]) -> list[str]:
-    """Each action's class name; a history row's: ConnRow (CloseRow for a `close` row)."""
-    return [
-        "CloseRow"
-        if isinstance(a, AcceptorClose)
-        else "ConnRow"
-        if isinstance(a, Row)
-        else a.__class__.__name__
-        for a in actions
-    ]
+    return [a.__class__.__name__ for a in actions]
 
 
 def rows(actions: list[Action]) -> list[str]:
-    return [a.event for a in actions if isinstance(a, Row)]
+    return [a.event for a in actions if isinstance(a, ConnRow)]
 
 
 def detail(action: Action) -> dict[str, Any]:
-    assert isinstance(action, Row) and action.detail is not None
+    assert isinstance(action, ConnRow) and action.detail is not None
     value: dict[str, Any] = json.loads(action.detail)
     return value
 
@@ -138,11 +131,11 @@ def admitted_at_once() -> Admission:
     out = adm.admit(item)
     assert kinds(out) == ["ConnRow", "Count", "Held", "ConnRow", "HandOff"]
     accept, count, held, admit, hand = out
-    assert isinstance(accept, Row) and accept.event == "accept"
+    assert isinstance(accept, ConnRow) and accept.event == "accept"
     assert detail(accept) == {"protected": False}
     assert count == Count(IP, "accepted")
     assert held == Held(clock.ns, clock.ns)
-    assert isinstance(admit, Row) and admit.event == "admit" and admit.delay_ms == 0
+    assert isinstance(admit, ConnRow) and admit.event == "admit" and admit.delay_ms == 0
     assert hand == HandOff(item)
     assert item.admitted_ns == clock.ns and not item.protected
     return adm
@@ -156,7 +149,7 @@ def rate_delay_slept_out() -> Admission:
     item, out = until(adm, clock, Sleep)
     assert rows(out) == ["accept", "delay"]
     delay = out[2]
-    assert isinstance(delay, Row) and delay.reason == "broker_rate"  # a tie: the broker's
+    assert isinstance(delay, ConnRow) and delay.reason == "broker_rate"  # a tie: the broker's
     assert delay.delay_ms is not None and delay.delay_ms > 0
     assert set(detail(delay)) == {"broker_delay_ms", "listener_delay_ms"}
     assert detail(delay)["listener_delay_ms"] == delay.delay_ms
@@ -171,7 +164,7 @@ def rate_delay_slept_out() -> Admission:
     assert done[1] == Stall(False)
     assert done[2] == Blocked(t0, clock.ns, "rate")  # from the wait's start: the accept
     admit = done[3]
-    assert isinstance(admit, Row) and admit.event == "admit"
+    assert isinstance(admit, ConnRow) and admit.event == "admit"
     assert admit.delay_ms == (clock.ns - t0) / 1e6
     return adm
 
@@ -236,7 +229,7 @@ def ip_throttled_parked_then_closed() -> Admission:
     first_close = out[: kinds(out).index("Count") + 1]
     assert kinds(first_close) == ["Close", "ConnRow", "Count"]  # another still parked
     row = first_close[1]
-    assert isinstance(row, Row) and row.event == "throttle_close"
+    assert isinstance(row, ConnRow) and row.event == "throttle_close"
     assert row.reason == "ip_rate" and row.delay_ms == float(item.throttle_ms)
     assert detail(row) == {
         "throttle_start_mono_ns": item.throttled_ns,
@@ -280,8 +273,8 @@ def unusable_socket_released() -> Admission:
     assert kinds(out) == ["SlotFreed", "Close", "CloseRow"]
     assert out[0] == SlotFreed() and quotas.listener_count(L) == 0
     row = out[2]
-    assert isinstance(row, AcceptorClose) and row.reason == "reset"
-    assert row.detail == {"registered": False}
+    assert isinstance(row, CloseRow) and row.reason == "reset"
+    assert row.fields == {"registered": False}
     return adm
 
 
@@ -310,8 +303,8 @@ def proxy_header_refused() -> Admission:
     out = adm.header_failed(item, "bad_proxy_header", "not a PROXY header")
     assert kinds(out) == ["Close", "CloseRow", "Count"]
     row = out[1]
-    assert isinstance(row, AcceptorClose) and row.reason == "bad_proxy_header"
-    assert row.detail == {
+    assert isinstance(row, CloseRow) and row.reason == "bad_proxy_header"
+    assert row.fields == {
         "error": "not a PROXY header",
         "counted": False,
         "tcp_accept_mono_ns": item.tcp_accept_ns,
@@ -355,7 +348,7 @@ def shutdown_everywhere() -> Admission:
     taken = sock(clock)
     out = adm.stopped(taken)
     row = out[1]
-    assert isinstance(row, AcceptorClose) and (row.reason, row.detail["error"]) == (
+    assert isinstance(row, CloseRow) and (row.reason, row.fields["error"]) == (
         "shutdown",
         "stopped before admission",
     )
@@ -382,7 +375,7 @@ def seeded_faults() -> Admission:
             continue
         if isinstance(out[-1], Sleep):  # doubled: twice the meter's delay
             delay = out[2]
-            assert isinstance(delay, Row) and delay.delay_ms is not None
+            assert isinstance(delay, ConnRow) and delay.delay_ms is not None
             assert out[-1] == Sleep(2 * delay.delay_ms / 1000)
             clock.advance(2 * delay.delay_ms)
             first = adm.woken(item)  # a slot is free, but the first look waits for a release
@@ -462,8 +455,8 @@ def test_every_row_detail_is_declared() -> None:
     out += adm.due()
     adm, clock, _ = new(proxy="on", props={"max.connection.creation.rate": "1"})
     out += until(adm, clock, Sleep)[1]
-    written = {a.event for a in out if isinstance(a, Row)}
+    written = {a.event for a in out if isinstance(a, ConnRow)}
     assert written == {"accept", "admit", "reject", "delay", "throttle_close"}
     for action in out:
-        if isinstance(action, Row) and action.detail is not None:
+        if isinstance(action, ConnRow) and action.detail is not None:
             events.checked("acceptor", action.event, json.loads(action.detail))
