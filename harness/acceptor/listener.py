@@ -471,7 +471,7 @@ class ListenerAcceptor:
                 return
             sock = socket.socket(family, socket.SOCK_STREAM, 0, fd)
             sock.setblocking(False)
-            ip, port = _peer(addr)
+            ip, port = addr[0], addr[1]  # `_peer`, read in place (an IPv6 scope dropped)
             info = ConnInfo(self.next_conn_id(name), name, ip, port, ip, port)
             item = NewConnection(info, sock, time.monotonic_ns())
             pending = self._admit_guarded(item)
