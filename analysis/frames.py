@@ -14,13 +14,13 @@ is its own. A frame no check declared is built by the first check that asks.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from analysis.columns import detail_col, socket_rows
+from harness.history.rows import HarnessProcessStats, HarnessProcessStatsDetail
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -265,7 +265,7 @@ def outside(listener: str | None, names: list[str]) -> bool:
 
 
 #: a `process_stats` row: (mono_ns, read span ms, detail)
-StatsRow = tuple[int, float, dict[str, Any]]
+StatsRow = tuple[int, float, HarnessProcessStatsDetail]
 
 
 def process_stats_rows(run: Run) -> list[StatsRow]:
@@ -275,7 +275,11 @@ def process_stats_rows(run: Run) -> list[StatsRow]:
 
     def build() -> list[StatsRow]:
         return [
-            (int(r["mono_ns"]), float(r["latency_ms"] or 0.0), json.loads(r["detail"] or "{}"))
+            (
+                int(r["mono_ns"]),
+                float(r["latency_ms"] or 0.0),
+                HarnessProcessStats.parse(r["detail"]),
+            )
             for r in run.events("process_stats", source="harness")
             .select("mono_ns", "latency_ms", "detail")
             .orderBy("mono_ns")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from harness import procfs
+from harness.supervisor import signal_group
 
 SERVER_ENV = "HARNESS_ANALYSIS_SERVER"
 #: How long a client waits for a server it started to answer (a Spark session's start
@@ -123,8 +124,7 @@ def _connect_or_start(path: Path) -> socket.socket:
 
 
 def _kill_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
+    signal_group(pid, signal.SIGKILL)
 
 
 def _wait_gone(pid: int, timeout: float = GONE_TIMEOUT_S) -> None:
@@ -199,8 +199,7 @@ def stop_server(path: Path) -> None:
     """Stop the server at `path` if one runs, and wait until it is gone."""
     pid = server_pid(path)
     if pid is not None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGTERM)
+        signal_group(pid, signal.SIGTERM)
         _wait_gone(pid, timeout=10.0)
 
 

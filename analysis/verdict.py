@@ -30,6 +30,7 @@ from analysis.checks.broker_side import broker_expectations
 from analysis.checks.front import NAME as FRONT
 from analysis.checks.kafka_metrics import CAUSE_NO_METRICS, CAUSE_NO_SCRAPE_PAIR, METRICS_HINT
 from analysis.frames import build as build_frames
+from harness.history.rows import HarnessFaultEnd, HarnessFaultStart, HarnessPhaseEnd
 
 if TYPE_CHECKING:
     from analysis.load import Run
@@ -95,7 +96,7 @@ def _disk_full(run: Run) -> CheckResult | None:
         if r["event"] == "fault_start":
             start = int(r["mono_ns"])
             continue
-        d = json.loads(r["detail"] or "{}")
+        d = HarnessFaultEnd.parse(r["detail"])
         lo = (start if start is not None else int(r["mono_ns"])) - t0
         code = d.get("broker_exit_code")
         did = (
@@ -134,7 +135,7 @@ def _killed_loads(run: Run) -> CheckResult | None:
         .collect()
     )
     kills = {
-        json.loads(r["detail"] or "{}").get("phase"): int(r["mono_ns"])
+        HarnessFaultStart.parse(r["detail"]).get("phase"): int(r["mono_ns"])
         for r in rows
         if r["event"] == "fault_start" and r["reason"] == "load_kill"
     }
@@ -143,7 +144,7 @@ def _killed_loads(run: Run) -> CheckResult | None:
     t0 = run.scenario_t0_ns()
     windows = []
     for r in rows:
-        d = json.loads(r["detail"] or "{}")
+        d = HarnessPhaseEnd.parse(r["detail"])
         if r["event"] == "phase_end" and d.get("killed") and d.get("name") in kills:
             end, died = int(r["mono_ns"]), kills[d["name"]]
             windows.append(

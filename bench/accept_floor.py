@@ -63,21 +63,19 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench.acceptor import (
+from bench.output import write_results
+from bench.toolkit.fronts import (
     acceptor_accepted,
     add_sessions_option,
     autogroup,
-    in_private_netns,
     kill_descendants,
-    net_counters,
     ready_info,
-    reexec_in_netns,
-    rotations,
     start_acceptor,
     stop_process,
 )
-from bench.generator import accepted_total, run_trogdor, tree_cpu_s, trogdor_classpath
-from bench.output import write_results
+from bench.toolkit.load import rotations
+from bench.toolkit.netns import in_private_netns, net_counters, reexec_in_netns
+from bench.toolkit.trogdor import accepted_total, run_trogdor, tree_cpu_s, trogdor_classpath
 from harness.acceptor.config import DEFAULTS as ACCEPTOR_DEFAULTS
 from harness.localnet import LOOPBACK, free_port
 

@@ -62,34 +62,40 @@ bench/results/acceptor-<time>.json (or --json FILE).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import os
-import re
 import resource
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from bench.generator import (
+from bench.output import write_results
+from bench.toolkit.fronts import (
+    acceptor_accepted,
+    add_sessions_option,
+    autogroup,
+    kill_descendants,
+    ready_info,
+    ref_checkout,
+    start_acceptor,
+    stop_process,
+)
+from bench.toolkit.load import produce_throughput, rotations
+from bench.toolkit.netns import in_private_netns, net_counters, reexec_in_netns
+from bench.toolkit.profiling import hot_spots, py_spy, sampling
+from bench.toolkit.trogdor import (
     accepted_total,
     exec_trogdor,
     run_trogdor,
-    scrape,
     tree_cpu_s,
     trogdor_classpath,
 )
-from bench.output import write_results
 from harness import procfs
 from harness.acceptor.config import DEFAULTS as ACCEPTOR_DEFAULTS
 from harness.acceptor.testing import round_trip
@@ -99,21 +105,6 @@ from loadprofiles.haproxy import start_haproxy
 
 PHASES = ("trogdor", "producebench", "accept", "produce", "latency")
 ACTIONS = ("CONNECT", "FETCH_METADATA")
-#: kernel TCP counters read around every Trogdor round: (file section, name)
-NET_COUNTERS = (
-    ("TcpExt", "ListenOverflows"),
-    ("TcpExt", "ListenDrops"),
-    ("TcpExt", "TCPAbortOnClose"),
-    ("TcpExt", "TCPAbortOnData"),
-    # a connect's SYN sent again: its client waited 1 s (ConnectionStress gives up after 500 ms
-    # and still counts the attempt as a success, so this is where a dropped SYN shows)
-    ("TcpExt", "TCPSynRetrans"),
-    ("Tcp", "OutRsts"),
-    ("Tcp", "EstabResets"),
-    ("Tcp", "PassiveOpens"),
-)
-_NETNS_ENV = "BENCH_ACCEPTOR_NETNS"
-T = TypeVar("T")
 
 
 def _progress(msg: str) -> None:
@@ -158,115 +149,7 @@ def cpu_idle() -> tuple[float, float]:
     return float(fields[3] + fields[4]), float(sum(fields[:8]))
 
 
-def net_counters() -> dict[str, int]:
-    """The NET_COUNTERS of this network namespace (/proc/net/snmp and /proc/net/netstat)."""
-    return parse_net_counters(procfs.NET_SNMP.read_text() + procfs.NET_NETSTAT.read_text())
-
-
-def parse_net_counters(text: str) -> dict[str, int]:
-    """NET_COUNTERS from /proc/net/{snmp,netstat} text, under their names."""
-    groups = procfs.parse_net_counters(text)
-    return {name: groups[g][name] for g, name in NET_COUNTERS if name in groups.get(g, {})}
-
-
-def acceptor_accepted(metrics_url: str | None) -> float | None:
-    """Connections the acceptor accepted so far (its `harness_acceptor_connections` counter)."""
-    text = scrape(metrics_url)
-    if text is None:
-        return None
-    total = 0.0  # no line yet: nothing accepted so far
-    for line in text.splitlines():
-        if line.startswith("harness_acceptor_connections_total{") and 'outcome="accepted"' in line:
-            total += float(line.rsplit(" ", 1)[1])
-    return total
-
-
 # -- acceptor processes -----------------------------------------------------------------------
-def start_acceptor(
-    work: Path,
-    tag: str,
-    port: int,
-    upstream_port: int,
-    loop: str,
-    cwd: Path | None = None,
-    *,
-    metrics: bool = False,
-    history: bool = True,
-    sets: tuple[str, ...] = (),
-    own_session: bool = False,
-    wrapper: tuple[str, ...] = (),
-) -> subprocess.Popen[bytes]:
-    """`harness acceptor` as its own process (from `cwd`'s harness/ if given).
-
-    History on unless ``history`` is False; with ``metrics`` its /metrics listens on a free
-    port (``ready_info(work, tag)``); with ``own_session`` in a session of its own, as the
-    broker and as the runner starts it (its own autogroup for the scheduler); ``wrapper``:
-    the command it runs under (valgrind: `bench.front_instructions`).
-    """
-    ready = work / f"ready-{tag}.json"
-    env = dict(os.environ)
-    if cwd is not None:
-        env["PYTHONPATH"] = str(cwd)
-    proc = subprocess.Popen(
-        [*wrapper, sys.executable, "-m", "harness", "acceptor", "--loop", loop,
-         "--set", f"listeners=CLIENT://127.0.0.1:{port}",
-         "--set", f"listener.name.client.upstream=127.0.0.1:{upstream_port}",
-         "--set", f"metrics.port={0 if metrics else -1}",
-         *(arg for kv in sets for arg in ("--set", kv)),
-         *(["--history", str(work / f"history-{tag}")] if history else []),
-         "--run-id", f"bench-{tag}", "--ready-file", str(ready)],
-        stdout=open(work / f"acceptor-{tag}.log", "w"), stderr=subprocess.STDOUT,
-        cwd=str(cwd) if cwd is not None else None, env=env, start_new_session=own_session,
-    )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while not ready.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            stop_process(proc)
-            raise SystemExit(f"acceptor {tag} did not start; see {work / f'acceptor-{tag}.log'}")
-        time.sleep(0.1)
-    return proc
-
-
-def ref_checkout(ref: str, dest: Path) -> Path:
-    """Another commit's `harness/` (``git archive``) under `dest`, to run its acceptor with
-    ``cwd=dest`` beside the current one."""
-    dest.mkdir(parents=True)
-    root = Path(__file__).resolve().parent.parent
-    archive = subprocess.run(
-        ["git", "-C", str(root), "archive", ref, "harness"], check=True, capture_output=True
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
-    return dest
-
-
-def ready_info(work: Path, tag: str) -> dict[str, Any]:
-    info: dict[str, Any] = json.loads((work / f"ready-{tag}.json").read_text())
-    return info
-
-
-def stop_process(proc: subprocess.Popen[Any]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def kill_descendants() -> None:
-    """Kill what this bench started and left running (Trogdor JVMs after an interrupt)."""
-    kids = procfs.children()
-    todo, mine = [os.getpid()], []
-    while todo:
-        for child in kids.get(todo.pop(), []):
-            mine.append(child)
-            todo.append(child)
-    for pid in mine:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
 
 
 @dataclass
@@ -281,11 +164,6 @@ class Target:
     @property
     def addr(self) -> tuple[str, int]:
         return ("127.0.0.1", self.port)
-
-
-def rotations(targets: list[T], rounds: int) -> list[tuple[int, list[T]]]:
-    """Round r visits the paths in an order rotated by r (no path always goes first)."""
-    return [(r, targets[r % len(targets) :] + targets[: r % len(targets)]) for r in range(rounds)]
 
 
 # -- Trogdor ----------------------------------------------------------------------------------
@@ -541,75 +419,6 @@ _PAIRS = (
 
 
 # -- py-spy -----------------------------------------------------------------------------------
-_FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*?)(?::\d+)?\)$")
-
-
-def _frame_name(frame: str) -> str:
-    m = _FRAME.match(frame.strip())
-    if not m:
-        return frame.strip()
-    path = m["file"]
-    short = path.split("site-packages/", 1)[-1]
-    for root in ("harness/", "bench/", "loadprofiles/", "asyncio/"):
-        if root in short:
-            short = root + short.split(root, 1)[1]
-            break
-    return f"{m['func']} ({short})"
-
-
-def py_spy() -> str | None:
-    """The py-spy command (on PATH or beside this interpreter), None when not installed."""
-    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    return spy if Path(spy).exists() else None
-
-
-def collapsed_stacks(raw: str) -> Iterator[tuple[list[str], int]]:
-    """py-spy's raw (collapsed) output -> each stack's frames, outermost first, and its
-    sample count; lines that are not a stack are skipped."""
-    for line in raw.splitlines():
-        stack, _, count = line.rpartition(" ")
-        if stack and count.isdigit():
-            yield stack.split(";"), int(count)
-
-
-def hot_spots(raw: str, top: int = 15) -> dict[str, Any]:
-    """py-spy's collapsed stacks -> self and inclusive shares of all samples, by function."""
-    self_c: Counter[str] = Counter()
-    incl: Counter[str] = Counter()
-    total = 0
-    for stack, n in collapsed_stacks(raw):
-        frames = [_frame_name(f) for f in stack]
-        frames = [f for f in frames if not f.startswith(("process ", "thread "))]
-        if not frames:
-            continue
-        total += n
-        self_c[frames[-1]] += n
-        for f in set(frames):
-            incl[f] += n
-    return {
-        "samples": total,
-        "self": [(f, round(100 * c / total, 1)) for f, c in self_c.most_common(top)],
-        "inclusive": [
-            (f, round(100 * c / total, 1))
-            for f, c in incl.most_common()
-            if "harness/" in f or "history" in f
-        ][:top],
-    }
-
-
-@contextlib.contextmanager
-def sampling(cmd: list[str]) -> Iterator[None]:
-    """A sampler (py-spy, perf) running for the block; SIGINT ends it, as both write their
-    output on SIGINT."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        yield
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def profile_phase(
@@ -672,19 +481,6 @@ def perf_phase(
 
 
 # -- producer ---------------------------------------------------------------------------------
-def produce_throughput(boot: str, topic: str, records: int, size: int) -> float:
-    from kafka import KafkaProducer
-
-    p = KafkaProducer(bootstrap_servers=boot, acks=1, linger_ms=5, batch_size=256 * 1024)
-    value = b"x" * size
-    p.send(topic, value).get(30)  # metadata and connection warm-up
-    t0 = time.perf_counter()
-    for _ in range(records):
-        p.send(topic, value)
-    p.flush(300)
-    elapsed = time.perf_counter() - t0
-    p.close()
-    return records / elapsed
 
 
 def produce_latency(boot: str, topic: str, rate: float, seconds: float, size: int) -> list[float]:
@@ -985,57 +781,6 @@ def goals(res: dict[str, Any], path: str = "acceptor") -> dict[str, bool | None]
 
 
 # -- main -------------------------------------------------------------------------------------
-def autogroup() -> bool | None:
-    """Whether the kernel groups the scheduling of each session (``sched_autogroup``): then
-    a process in a session of its own gets a CPU share of its own, whatever the number of
-    threads in the other sessions."""
-    try:
-        return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
-    except OSError:
-        return None
-
-
-def add_sessions_option(ap: argparse.ArgumentParser) -> None:
-    """``--sessions own|load``: where the fronts run, for the scheduler."""
-    ap.add_argument(
-        "--sessions",
-        choices=("own", "load"),
-        default="own",
-        help="own: each front (acceptor, HAProxy, floor front) in a session of its own, as "
-        "the broker and as the runner starts the acceptor (with the kernel's autogroup on, "
-        "each session is scheduled as one group); load: the fronts in the load's session, "
-        "sharing its group with Trogdor's threads (bench.acceptor's layout until session 8)",
-    )
-
-
-def in_private_netns() -> bool:
-    """Whether this process is the re-run in its own network namespace."""
-    return bool(os.environ.get(_NETNS_ENV))
-
-
-def reexec_in_netns(argv: list[str], module: str = "bench.acceptor") -> int | None:
-    """Run `module` (this bench) again in a private network namespace (loopback only);
-    None: cannot."""
-    if os.environ.get(_NETNS_ENV) or os.geteuid() != 0 or not shutil.which("unshare"):
-        return None
-    # The re-run has loopback only: what the broker fetches from Maven Central on first use
-    # is fetched now. Without its JMX exporter the direct path has no connection count.
-    from harness.broker import BrokerError
-    from harness.broker.artifacts import jmx_exporter
-
-    try:
-        jmx_exporter(progress=_progress)
-    except BrokerError as exc:  # the broker says so again, and starts without it
-        _progress(f"no JMX exporter for the broker: {exc}")
-    env = dict(os.environ, **{_NETNS_ENV: "1"})
-    cmd = ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "sh"]
-    cmd += [sys.executable, "-m", module, *argv]
-    proc = subprocess.Popen(cmd, env=env, cwd=str(Path(__file__).resolve().parent.parent))
-    try:
-        return proc.wait()
-    except KeyboardInterrupt:
-        proc.send_signal(signal.SIGINT)
-        return proc.wait()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1207,7 +952,7 @@ def main(argv: list[str] | None = None) -> int:
                 workdir=work / tag,
                 own_session=args.sessions == "own",
             )
-            targets.append(Target(tag, ports[tag], relay.process))
+            targets.append(Target(tag, ports[tag], relay.process.proc))
             front_nice(relay.process.pid, args.front_nice)
             _progress(f"{tag} pid {relay.process.pid} on 127.0.0.1:{ports[tag]} -> {listener}")
         if plan_cpus is not None:  # the load from here on (Trogdor, Python clients)

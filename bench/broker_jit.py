@@ -18,7 +18,7 @@ import argparse
 import os
 import time
 
-from bench.generator import tree_cpu_s
+from bench.toolkit.trogdor import tree_cpu_s
 from harness.broker import start_broker
 from harness.broker.probe import probe
 

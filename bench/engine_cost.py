@@ -118,9 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1 or args.arrivals < 1 or args.rate <= 0:
         ap.error("--rounds, --arrivals and --rate must be > 0")
 
-    from bench.acceptor import stop_process
     from bench.front_cost import paired_ratios, start_stand_in
     from bench.output import args_record, write_results
+    from bench.toolkit.fronts import stop_process
     from harness.localnet import free_port
 
     work = Path(tempfile.mkdtemp(prefix="engine-cost-"))

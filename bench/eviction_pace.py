@@ -19,7 +19,7 @@ import socket
 import statistics
 import time
 
-from bench.sidebyside import add_target_arg, side_by_side
+from bench.toolkit.sidebyside import add_target_arg, side_by_side
 from harness.acceptor.testing import api_versions_frame, close_times, raw, read_outcome
 
 Address = tuple[str, int]

@@ -78,15 +78,9 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from bench.acceptor import (
-    collapsed_stacks,
-    py_spy,
-    ref_checkout,
-    sampling,
-    start_acceptor,
-    stop_process,
-)
 from bench.output import args_record, write_results
+from bench.toolkit.fronts import ref_checkout, start_acceptor, stop_process
+from bench.toolkit.profiling import collapsed_stacks, py_spy, sampling
 from harness import procfs
 from harness.acceptor.config import DEFAULTS as ACCEPTOR_DEFAULTS
 from harness.localnet import free_port

@@ -43,7 +43,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.acceptor import ref_checkout, start_acceptor, stop_process
 from bench.front_cost import (
     _BODY,
     MAX_RESPONSE_BYTES,
@@ -55,6 +54,7 @@ from bench.front_cost import (
     start_stand_in,
 )
 from bench.output import args_record, write_results
+from bench.toolkit.fronts import ref_checkout, start_acceptor, stop_process
 from harness import procfs
 from harness.localnet import free_port
 

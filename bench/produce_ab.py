@@ -18,7 +18,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from bench.acceptor import produce_throughput, start_acceptor
+from bench.toolkit.fronts import start_acceptor
+from bench.toolkit.load import produce_throughput
 from harness.localnet import free_port
 
 

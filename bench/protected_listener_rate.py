@@ -24,7 +24,7 @@ import socket
 import time
 from collections.abc import Callable
 
-from bench.sidebyside import add_target_arg, side_by_side
+from bench.toolkit.sidebyside import add_target_arg, side_by_side
 from harness.acceptor.testing import api_versions_frame
 
 LISTENERS = ("CLIENT", "REPLICATION")

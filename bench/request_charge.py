@@ -37,9 +37,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.acceptor import stop_process
+from bench.toolkit.fronts import stop_process
 from harness.acceptor.testing import wait_until
 from harness.admin.client import KafkaWire, alter_client_quota, describe_client_quotas
+from harness.history.rows import AcceptorRequest
 from harness.localnet import free_port
 
 PATHS = ("kafka", "acceptor", "acceptor_log")
@@ -109,7 +110,7 @@ def acceptor_charges(history: Path) -> dict[str, Any]:
     for row in rows:
         if row.get("event") != "request" or row.get("api_key") != 3:
             continue
-        detail = json.loads(row["detail"]) if row.get("detail") else {}
+        detail = AcceptorRequest.parse(row.get("detail"))
         charged.append(float(detail.get("charged_ms", row["latency_ms"])))
         source = detail.get("charge_source", "wall")
         sources[source] = sources.get(source, 0) + 1

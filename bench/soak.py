@@ -40,6 +40,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from harness.history.rows import ClientRequestOk, HarnessKafkaMetrics, HarnessProcessStats
+
 MIN_S = 60
 NS = 1_000_000_000
 SCENARIO = Path(__file__).resolve().parent / "soak.yaml"
@@ -165,7 +167,7 @@ def per_minute(run_dir: Path) -> dict[str, Any]:
     for r in harness_rows:
         if r["event"] != "process_stats":
             continue
-        d = json.loads(r["detail"] or "{}")
+        d = HarnessProcessStats.parse(r["detail"])
         role = str(d.get("role"))
         x = (r["mono_ns"] - t0) / NS
         m = minute(r["mono_ns"])
@@ -179,10 +181,10 @@ def per_minute(run_dir: Path) -> dict[str, Any]:
         if r["event"] != "kafka_metrics" or r["mono_ns"] is None:
             continue
         m = minute(r["mono_ns"])
-        d = json.loads(r["detail"] or "{}")
+        scrape = HarnessKafkaMetrics.parse(r["detail"])
         heap = sum(
             float(v or 0)
-            for n, labels, v in d.get("samples") or []
+            for n, labels, v in scrape.get("samples") or []
             if n == "jvm_memory_used_bytes" and labels.get("area") == "heap"
         )
         if heap:
@@ -199,7 +201,7 @@ def per_minute(run_dir: Path) -> dict[str, Any]:
         m = minute(r["mono_ns"])
         if m is None or r["latency_ms"] is None:
             continue
-        if json.loads(r["detail"] or "{}").get("profile") == "steady":
+        if ClientRequestOk.parse(r["detail"]).get("profile") == "steady":
             steady[m].append(float(r["latency_ms"]))
     for m in range(minutes):
         table[m]["loop_lag_p99_ms"] = p99(lags[m])

@@ -23,7 +23,7 @@ import statistics
 import threading
 import time
 
-from bench.sidebyside import add_target_arg, side_by_side
+from bench.toolkit.sidebyside import add_target_arg, side_by_side
 from harness.acceptor.testing import until_throttled
 from harness.admin.client import alter_ip_quota
 

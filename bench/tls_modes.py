@@ -29,9 +29,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.acceptor import start_acceptor, stop_process
-from bench.generator import tree_cpu_s
 from bench.output import write_results
+from bench.toolkit.fronts import start_acceptor, stop_process
+from bench.toolkit.trogdor import tree_cpu_s
 
 PATHS = ("direct", "pass-through", "terminate")
 

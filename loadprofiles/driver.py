@@ -35,6 +35,7 @@ from locust import User, constant, task
 from locust.env import Environment
 from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
+from harness.history.rows import ClientRequestOk
 from loadprofiles import arrivals, clock, readiness, workers
 from loadprofiles.client_history import Batch, ClientHistory
 from loadprofiles.engine import EngineConfig, EngineStats, StormEngine
@@ -395,7 +396,7 @@ class EngineDriver:
                 exc = None
                 if ev == "request_fail":
                     exc = self._error(f"{name}: request {reason[i]}")
-                elif detail[i] is not None and '"error_code"' in detail[i]:
+                elif ClientRequestOk.parse(detail[i]).get("error_code") is not None:
                     exc = self._error(f"{name}: Kafka error {detail[i]}")
                 fire(request_type="kafka", name=name, response_time=lat[i],
                      response_length=nbytes[i] or 0, exception=exc, context=ctx)  # fmt: skip

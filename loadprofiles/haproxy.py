@@ -25,6 +25,7 @@ from pathlib import Path
 
 from harness import procfs
 from harness.localnet import free_port
+from harness.supervisor import ManagedProcess
 from loadprofiles.addresses import parse_ip_pool, parse_target
 
 HAPROXY = "/usr/sbin/haproxy"
@@ -63,20 +64,14 @@ class HAProxyError(RuntimeError):
 class HAProxy:
     """A running HAProxy child process."""
 
-    process: subprocess.Popen[bytes]
+    process: ManagedProcess
     address: tuple[str, int]
     source_ip: str
     workdir: Path
     _own_dir: bool = field(default=False, repr=False)
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout_s)
+        self.process.stop(timeout_s)
         if self._own_dir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -85,18 +80,6 @@ class HAProxy:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when our process dies, however it dies (Linux
-    PR_SET_PDEATHSIG), so a killed Locust never leaves an HAProxy behind."""
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGTERM))
-    except (OSError, AttributeError):
-        pass  # not Linux/glibc: stop() is then the only cleanup
 
 
 def render_config(
@@ -195,19 +178,19 @@ def start_haproxy(
     check = subprocess.run([binary, "-c", "-q", "-f", str(cfg)], capture_output=True, timeout=30)
     if check.returncode != 0:
         raise HAProxyError(f"haproxy refused {cfg}: {check.stderr.decode(errors='replace')}")
-    log = (wd / "haproxy.log").open("wb")
-    proc = subprocess.Popen(
+    # dies with its parent, however that dies: a killed Locust never leaves an HAProxy behind
+    proc = ManagedProcess(
+        "haproxy",
         [binary, "-db", "-f", str(cfg)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        preexec_fn=_die_with_parent,
-        start_new_session=own_session,
+        log_path=wd / "haproxy.log",
+        own_session=own_session,
+        die_with_parent=True,
     )
     handle = HAProxy(proc, (listen_ip, port), source_ip, wd, own)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise HAProxyError(f"haproxy exited with {proc.returncode}; see {wd / 'haproxy.log'}")
+            raise HAProxyError(f"haproxy exited with {proc.poll()}; see {wd / 'haproxy.log'}")
         if listening(listen_ip, port):
             return handle
         time.sleep(0.05)

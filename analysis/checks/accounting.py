@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import json
 from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass
@@ -64,6 +63,7 @@ from typing import TYPE_CHECKING, Any
 from analysis.checks.base import FAIL, PASS, UNKNOWN, Check, CheckResult, Part, witness
 from analysis.columns import detail_col
 from analysis.frames import acceptor_conns, client_conns, match_attempts
+from harness.history.rows import HarnessKernelNet
 
 if TYPE_CHECKING:
     from analysis.load import Run
@@ -216,7 +216,7 @@ def _kernel_readings(run: Run) -> tuple[list[Reading], list[str]]:
     problems: list[str] = []
     netns: set[str] = set()
     for r in rows:
-        d = json.loads(r["detail"] or "{}")
+        d = HarnessKernelNet.parse(r["detail"])
         if r["reason"] == "read_failed" or "listen_drops" not in d:
             problems.append(f"a reading failed ({d.get('error', 'no counters')})")
             continue

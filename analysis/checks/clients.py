@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import ipaddress
-import json
 from typing import TYPE_CHECKING, Any
 
 from analysis.checks.base import (
@@ -37,6 +36,7 @@ from analysis.checks.loops import busy_readings, loop_summary, role_rows
 from analysis.columns import detail_col
 from analysis.frames import acceptor_conns, attempt_join, client_conns
 from analysis.model import INT_MAX
+from harness.history.rows import HarnessPhaseStart
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -322,8 +322,8 @@ def _phases(run: Run) -> list[dict[str, Any]]:
     last_ns = run.span_ns()[1]
     for r in rows:
         try:
-            d = json.loads(r["detail"] or "{}")
-        except json.JSONDecodeError:
+            d = HarnessPhaseStart.parse(r["detail"])
+        except ValueError:
             d = {}
         name = str(d.get("name") or d.get("profile") or "phase")
         if r["event"] == "phase_start":

@@ -34,7 +34,6 @@ controller's), so every reader of these scrapes (`per_listener`) sees the scenar
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +50,7 @@ from analysis.checks.base import (
 from analysis.checks.broker_side import per_broker
 from analysis.model import INT_MAX
 from harness.history.events import UPSTREAM_METRICS
+from harness.history.rows import HarnessKafkaMetrics, HarnessKafkaMetricsDetail
 
 if TYPE_CHECKING:
     from analysis.load import Run
@@ -69,14 +69,16 @@ CAUSE_NO_SCRAPE_PAIR = "no_scrape_pair"
 METRICS_HINT = "pass --broker-metrics-url N=URL (the broker's JMX exporter)"
 
 
-def scrapes(run: Run, *, upstream: bool = False) -> list[tuple[int, dict[str, Any]]]:
+def scrapes(run: Run, *, upstream: bool = False) -> list[tuple[int, HarnessKafkaMetricsDetail]]:
     """(mono_ns, detail) of every successful scrape of the run's target, in time order
     (cached); ``upstream``: those of the Kafka behind the acceptor instead."""
     rows = run.cached("kafka_metric_scrapes", lambda: _all_scrapes(run))
     return [(ns, d) for ns, d in rows if (d.get("target") == UPSTREAM_METRICS) == upstream]
 
 
-def _all_scrapes(run: Run) -> list[tuple[int, dict[str, Any]]]:
+def _all_scrapes(run: Run) -> list[tuple[int, HarnessKafkaMetricsDetail]]:
+    if run.lacks("kafka_metrics", source="harness"):  # no metrics endpoint: no job
+        return []
     rows = (
         run.events("kafka_metrics", source="harness")
         .select("mono_ns", "reason", "detail")
@@ -88,13 +90,13 @@ def _all_scrapes(run: Run) -> list[tuple[int, dict[str, Any]]]:
         if r["reason"] == "scrape_failed" or not r["detail"]:
             continue
         try:
-            out.append((int(r["mono_ns"]), json.loads(r["detail"])))
-        except json.JSONDecodeError:
+            out.append((int(r["mono_ns"]), HarnessKafkaMetrics.parse(r["detail"])))
+        except ValueError:
             continue
     return out
 
 
-def scrape_interval(ns: int, detail: dict[str, Any]) -> tuple[int, int]:
+def scrape_interval(ns: int, detail: HarnessKafkaMetricsDetail) -> tuple[int, int]:
     """A scrape's row is stamped at its middle; it read the gauges somewhere in here."""
     half = int(float(detail.get("scrape_ms") or 0.0) * MS / 2)
     return ns - half, ns + half
@@ -103,7 +105,10 @@ def scrape_interval(ns: int, detail: dict[str, Any]) -> tuple[int, int]:
 def _no_scrapes(name: str, run: Run, *, taken: int = 0) -> CheckResult:
     """Unknown for want of Kafka's metrics: none scraped (``taken`` = 0), or fewer than the
     two scrapes the rule compares; the hint names the fix, not the load."""
-    failed = run.events("kafka_metrics", source="harness").count() - taken
+    rows = 0 if run.lacks("kafka_metrics", source="harness") else None
+    if rows is None:
+        rows = run.events("kafka_metrics", source="harness").count()
+    failed = rows - taken
     if taken:
         return CheckResult(
             name,
@@ -221,7 +226,7 @@ def _aliases(run: Run) -> dict[str, str | None]:
 
 
 def per_listener(
-    detail: dict[str, Any], metric: str, aliases: dict[str, str | None] | None = None
+    detail: HarnessKafkaMetricsDetail, metric: str, aliases: dict[str, str | None] | None = None
 ) -> dict[str, float | None]:
     """Sum of a family per listener (over processors); None when every sample is NaN.
     ``aliases`` (`listener_aliases`): a cluster's own listener names as the run's."""

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from analysis.frames import process_stats_rows
+from analysis.frames import StatsRow, process_stats_rows
 
 if TYPE_CHECKING:
     from analysis.load import Run
@@ -62,7 +62,7 @@ class Busy:
         return self.share + self.others >= self.bound
 
 
-def busy_readings(rows: list[tuple[int, float, dict[str, Any]]]) -> list[Busy]:
+def busy_readings(rows: list[StatsRow]) -> list[Busy]:
     """`process_stats` rows of one role (`role_rows`), (mono_ns, read span ms, detail), in time
     order -> its readings with a share, each with the bound its read spans and the lag allow
     (module docstring). A reading whose interval is no longer than its two reads and the
@@ -87,7 +87,7 @@ def busy_readings(rows: list[tuple[int, float, dict[str, Any]]]) -> list[Busy]:
     return out
 
 
-def _read_span(row: tuple[int, float, dict[str, Any]]) -> tuple[int, float]:
+def _read_span(row: StatsRow) -> tuple[int, float]:
     """When a reading read the loops, and its span in ms: the loops' own read
     (`loop_read_mono_ns`, `loop_read_ms`: its end and length) where recorded, else the
     whole reading's (its start and `latency_ms`: histories before the loops were read
@@ -141,7 +141,7 @@ def _key(name: str) -> str:
     return definition("harness", "process_stats").key(name)
 
 
-def role_rows(run: Run, role: str) -> list[tuple[int, float, dict[str, Any]]]:
+def role_rows(run: Run, role: str) -> list[StatsRow]:
     """The `process_stats` rows of one role (`acceptor`, `load`), (mono_ns, read span ms,
     detail), in time order (the run's readings, read once: `frames.process_stats_rows`)."""
     key = _key("role")

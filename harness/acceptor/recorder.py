@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.history import HistoryWriter, events
+from harness.history.rows import Row
 
 _time_ns = time.time_ns
+_new = tuple.__new__
 
 
 @dataclass(slots=True)
@@ -80,25 +82,28 @@ class Recorder:
             detail = dict(detail)  # the caller may reuse its mapping
         try:
             writer.append(
-                (
-                    _time_ns(),
-                    mono_ns,
-                    event,
-                    info.conn_id,
-                    info.listener,
-                    info.client_ip,
-                    info.client_port,
-                    info.sock_ip,
-                    info.sock_port,
-                    processor,
-                    reason,
-                    delay_ms,
-                    api_key,
-                    client_id,
-                    principal,
-                    latency_ms,
-                    bytes,
-                    detail,
+                _new(
+                    Row,
+                    (
+                        _time_ns(),
+                        mono_ns,
+                        event,
+                        info.conn_id,
+                        info.listener,
+                        info.client_ip,
+                        info.client_port,
+                        info.sock_ip,
+                        info.sock_port,
+                        processor,
+                        reason,
+                        delay_ms,
+                        api_key,
+                        client_id,
+                        principal,
+                        latency_ms,
+                        bytes,
+                        detail,
+                    ),
                 )
             )
         except RuntimeError:  # the writer closed at shutdown: late rows are dropped

@@ -22,7 +22,6 @@ soon as that process disappears, so even a SIGKILLed harness leaves no broker ru
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import re
@@ -33,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from harness import procfs
+from harness import procfs, supervisor
 from harness.broker.artifacts import KAFKA_VERSION, Progress
 from harness.broker.base import Broker, NotReady
 from harness.broker.config import ListenerPlan, server_properties
@@ -131,21 +130,6 @@ def sweep(client: Any, *, everything: bool = False, progress: Progress | None = 
     if removed and progress:
         progress(f"removed {removed} container(s) left behind by an earlier harness process")
     return removed
-
-
-# --- every container this process started is removed at exit --------------------------------
-
-_LIVE: set[ContainerBroker] = set()
-_LIVE_LOCK = threading.RLock()
-_ATEXIT = False
-
-
-def _stop_all() -> None:
-    with _LIVE_LOCK:
-        live = list(_LIVE)
-    for broker in live:
-        with contextlib.suppress(Exception):
-            broker.stop()
 
 
 class ContainerBroker(Broker):
@@ -281,8 +265,7 @@ class ContainerBroker(Broker):
                 self._wrapped().remove(force=True, v=True)
             with contextlib.suppress(Exception):
                 self.container.get_docker_client().client.close()
-            with _LIVE_LOCK:
-                _LIVE.discard(self)
+            supervisor.unregister(self)
             if self._secured is not None:
                 self._secured.remove()
 
@@ -377,7 +360,6 @@ def _launch(
     """Start one node's container (the local launcher's exact server.properties as
     ``KAFKA_*`` variables, or with secured listeners as a file in its mounted private
     folder; host network) and return it, not yet waited for."""
-    global _ATEXIT
     secured: NodeSecurity | None = None
     if checked.security is not None:
         assert workdir is not None, "secured listeners need a workdir for their private folder"
@@ -430,11 +412,7 @@ def _launch(
         metrics_port=metrics_port if exporter is not None else None,
         secured=secured,
     )
-    with _LIVE_LOCK:
-        _LIVE.add(broker)
-        if not _ATEXIT:
-            atexit.register(_stop_all)
-            _ATEXIT = True
+    supervisor.register(broker)  # removed at exit
     return broker
 
 

@@ -16,10 +16,8 @@ The private folder is removed when the broker stops (docs/security.md).
 
 from __future__ import annotations
 
-import atexit
 import base64
 import contextlib
-import ctypes
 import errno
 import os
 import re
@@ -34,11 +32,11 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from kafka.errors import KafkaError
 
-from harness import procfs
+from harness import procfs, supervisor
 from harness.broker.artifacts import (
     KAFKA_VERSION,
     Artifacts,
@@ -67,6 +65,7 @@ from harness.localnet import LOOPBACK, free_ports
 from harness.security import secrets
 from harness.security.material import RunSecurity, SecurityFiles
 from harness.security.sasl import DEFAULT_USERS
+from harness.supervisor import ManagedProcess
 
 #: Small heap and the serial collector: the broker shares two cores with the load and Spark.
 DEFAULT_JVM_OPTS = (
@@ -116,45 +115,6 @@ def cluster_id() -> str:
         cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         if not cid.startswith("-"):
             return cid
-
-
-def _set_pdeathsig() -> None:  # pragma: no cover - runs in the child between fork and exec
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-# --- process registry: no JVM survives the Python process ------------------------------------
-
-_LIVE: set[LocalBroker] = set()
-_LIVE_LOCK = threading.RLock()  # re-entered when a signal lands while held
-_HANDLERS_INSTALLED = False
-
-
-def _stop_all() -> None:
-    with _LIVE_LOCK:
-        brokers = list(_LIVE)
-    for broker in brokers:
-        with contextlib.suppress(Exception):
-            broker.stop()
-
-
-def _on_signal(signum: int, frame: Any) -> None:
-    _stop_all()
-    signal.signal(signum, signal.SIG_DFL)
-    os.kill(os.getpid(), signum)
-
-
-def _install_reapers() -> None:
-    """atexit always; SIGTERM/SIGHUP only where nobody else (pytest, our CLI) handles them."""
-    global _HANDLERS_INSTALLED
-    if _HANDLERS_INSTALLED:
-        return
-    _HANDLERS_INSTALLED = True
-    atexit.register(_stop_all)
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            if signal.getsignal(sig) in (signal.SIG_DFL, None):
-                signal.signal(sig, _on_signal)
 
 
 class LocalBroker(Broker):
@@ -212,7 +172,7 @@ class LocalBroker(Broker):
                 self._jvm_command,
                 workdir,
                 plan.controller_port,
-                _set_pdeathsig if threading.current_thread() is threading.main_thread() else None,
+                die_with_parent=True,
             )
         #: the KRaft cluster id its storage is formatted with (shared by a cluster's nodes)
         self.cluster_uuid = cluster_uuid or cluster_id()
@@ -224,7 +184,7 @@ class LocalBroker(Broker):
         #: the log directory's own file system, in MB (None: the work dir's)
         self.log_dir_mb = int(mb) if mb else None
         self._mounted = False
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._child: ManagedProcess | None = None
         self._lock = threading.RLock()
         self._stopped = False
         self._request_log = request_log
@@ -245,11 +205,11 @@ class LocalBroker(Broker):
     @property
     def running(self) -> bool:
         """The JVM process exists and has not exited (it may be paused)."""
-        return self._proc is not None and self._proc.poll() is None
+        return self._child is not None and self._child.poll() is None
 
     @property
     def returncode(self) -> int | None:
-        return None if self._proc is None else self._proc.poll()
+        return None if self._child is None else self._child.poll()
 
     def log_text(self) -> str:
         try:
@@ -329,32 +289,26 @@ class LocalBroker(Broker):
         if self.exporter is not None and self.metrics_port:
             config = self.exporter.write_config(self.workdir / "jmx-exporter.yaml")
             cmd.insert(1, self.exporter.java_agent_option(self.metrics_port, config, LOOPBACK))
-        main_thread = threading.current_thread() is threading.main_thread()
-        with open(self.log_path, "ab") as log:
-            log.write(b"== harness: kafka.Kafka ==\n")
-            log.flush()
-            self._proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.workdir,
-                start_new_session=True,
-                preexec_fn=_set_pdeathsig if main_thread else None,
-            )
-        self.pid = self._proc.pid
-        with _LIVE_LOCK:
-            _LIVE.add(self)
+        supervisor.register(self)  # its stop() also unmounts, stops ZooKeeper, removes files
+        self._child = ManagedProcess(
+            "kafka",
+            cmd,
+            log_path=self.log_path,
+            header="== harness: kafka.Kafka ==",
+            cwd=self.workdir,
+            die_with_parent=True,
+        )
+        self.pid = self._child.pid
 
     def _wait_ready(self, log_offset: int) -> None:
         """Until the first listener answers ApiVersions and Metadata lists a broker."""
-        assert self._proc is not None
+        assert self._child is not None
         started = time.monotonic()
         deadline = started + self._ready_timeout_s
         next_note = started + 10
         last_error: Exception | None = None
         while True:
-            rc = self._proc.poll()
+            rc = self._child.poll()
             if rc is not None:
                 text = self.log_text()[log_offset:]
                 kind: type[BrokerError] = PortInUse if lost_a_port(text) else BrokerError
@@ -440,35 +394,21 @@ class LocalBroker(Broker):
         return self._secured.files if self._secured is not None else None
 
     def _signal_group(self, sig: int) -> None:
-        if self.pid is None:
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, sig)
+        if self._child is not None:
+            self._child.signal_group(sig)
 
     def begin_stop(self) -> None:
         """SIGTERM now (after SIGCONT), without waiting: a cluster's nodes shut down
         together (`LocalCluster.stop`). One by one, the last node has lost its quorum and
         waits out STOP_TIMEOUT_S before it is killed."""
-        proc = self._proc
-        if proc is not None and proc.poll() is None:
-            self._signal_group(signal.SIGCONT)
-            self._signal_group(signal.SIGTERM)
+        if self._child is not None:
+            self._child.begin_stop()
 
     def _terminate(self) -> None:
-        """SIGTERM (after SIGCONT, a paused JVM cannot shut down), then SIGKILL at the deadline."""
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            self._signal_group(signal.SIGCONT)
-            self._signal_group(signal.SIGTERM)
-            try:
-                proc.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self._signal_group(signal.SIGKILL)
-                proc.wait(timeout=STOP_TIMEOUT_S)
-        # Anything the JVM left in its group goes too.
-        self._signal_group(signal.SIGKILL)
+        """SIGTERM (after SIGCONT, a paused JVM cannot shut down), then SIGKILL at the deadline;
+        anything the JVM left in its group goes too."""
+        if self._child is not None:
+            self._child.stop(STOP_TIMEOUT_S)
 
     # -- a log directory that fills ---------------------------------------------------------
 
@@ -540,8 +480,7 @@ class LocalBroker(Broker):
             self._unmount()
             if self.zookeeper is not None:
                 self.zookeeper.stop()
-            with _LIVE_LOCK:
-                _LIVE.discard(self)
+            supervisor.unregister(self)
             if not self._stopped and self._temp_workdir and self.workdir is not None:
                 shutil.rmtree(self.workdir, ignore_errors=True)
             if self._secured is not None:
@@ -569,9 +508,9 @@ class LocalBroker(Broker):
     def kill(self) -> None:
         with self._lock:
             self._require_running("kill")
-            assert self._proc is not None
+            assert self._child is not None
             self._signal_group(signal.SIGKILL)
-            self._proc.wait(timeout=STOP_TIMEOUT_S)
+            self._child.wait(STOP_TIMEOUT_S)
             self._killed_at = time.monotonic()
 
     def restart(self) -> None:
@@ -736,7 +675,7 @@ def prepare_local(
     wd = Path(tempfile.mkdtemp(prefix="harness-broker-")) if workdir is None else Path(workdir)
     wd = wd.resolve()  # the JVM runs with cwd=workdir, so relative paths would break
     wd.mkdir(parents=True, exist_ok=True)
-    _install_reapers()
+    supervisor.install_reapers()
     return PreparedLocal(
         names=checked.names,
         advertised=checked.advertised,

@@ -10,17 +10,14 @@ it starts it first and stops it last (`harness.broker.local.LocalBroker`).
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import socket
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from harness.broker.errors import BrokerError, tail
 from harness.localnet import LOOPBACK
+from harness.supervisor import ManagedProcess
 
 MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 STOP_TIMEOUT_S = 15.0
@@ -67,15 +64,15 @@ class ZooKeeperProcess:
         command: Callable[[str, str], list[str]],
         workdir: Path,
         port: int,
-        preexec: Callable[[], None] | None = None,
+        die_with_parent: bool = False,
     ) -> None:
         #: builds the JVM command line for (main class, config file)
         self._command = command
         self.workdir = workdir
         self.port = port
         self.log_path = workdir / "zookeeper.log"
-        self._preexec = preexec
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._die_with_parent = die_with_parent
+        self._child: ManagedProcess | None = None
 
     @property
     def connect(self) -> str:
@@ -84,11 +81,11 @@ class ZooKeeperProcess:
 
     @property
     def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+        return self._child is not None and self._child.poll() is None
 
     @property
     def pid(self) -> int | None:
-        return None if self._proc is None else self._proc.pid
+        return None if self._child is None else self._child.pid
 
     def start(self, timeout_s: float = 60.0) -> None:
         """Spawn it (its data is kept across restarts) and wait until it answers ``ruok``."""
@@ -96,21 +93,17 @@ class ZooKeeperProcess:
             return
         config = self.workdir / "zookeeper.properties"
         config.write_text(zookeeper_properties(self.workdir / "zookeeper-data", self.port))
-        with open(self.log_path, "ab") as log:
-            log.write(b"== harness: ZooKeeper ==\n")
-            log.flush()
-            self._proc = subprocess.Popen(
-                self._command(MAIN, str(config)),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.workdir,
-                start_new_session=True,
-                preexec_fn=self._preexec,
-            )
+        self._child = ManagedProcess(
+            "zookeeper",
+            self._command(MAIN, str(config)),
+            log_path=self.log_path,
+            header="== harness: ZooKeeper ==",
+            cwd=self.workdir,
+            die_with_parent=self._die_with_parent,
+        )
         deadline = time.monotonic() + timeout_s
         while not ruok(self.port):
-            rc = self._proc.poll()
+            rc = self._child.poll()
             if rc is not None or time.monotonic() > deadline:
                 text = self.log_path.read_text(errors="replace")
                 self.stop()
@@ -123,17 +116,5 @@ class ZooKeeperProcess:
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL at the deadline; its whole process group goes."""
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                pass
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=STOP_TIMEOUT_S)
+        if self._child is not None:
+            self._child.stop(STOP_TIMEOUT_S)

@@ -15,13 +15,18 @@ from typing import Any
 __all__ = [
     "ALL",
     "BY_SOURCE",
+    "CHARGE_SOURCES",
+    "CLOSED_BY",
     "OPEN",
+    "OUTCOMES",
+    "VOCABULARIES",
     "Event",
     "checked",
     "conformance",
     "detail",
     "detail_template",
     "event",
+    "loads_detail",
 ]
 
 #: columns every row has (not listed per event)
@@ -46,6 +51,30 @@ class Event:
             raise KeyError(f"{self.source} event {self.name!r} has no detail key {key!r}")
         return key
 
+
+#: the closed value vocabularies of `detail` keys, defined once (rows.py types each key of
+#: this name as a Literal of them): a client's `closed` outcome (loadprofiles.outcomes), who
+#: closed a connection (client `closed`: the peer's EOF or a reset; acceptor
+#: `throttle_close`: the per-IP rate or the stop), what a request's charge was taken from
+OUTCOMES = (
+    "served",
+    "delayed_served",
+    "eof_after_accept",
+    "refused",
+    "reset",
+    "timeout",
+    "connected",
+    "tls_failed",
+    "tls_stalled",
+    "auth_failed",
+)
+CLOSED_BY = ("eof", "reset", "ip_rate", "shutdown")
+CHARGE_SOURCES = ("broker_log", "wall", "late", "login")
+VOCABULARIES: dict[str, tuple[str, ...]] = {
+    "outcome": OUTCOMES,
+    "closed_by": CLOSED_BY,
+    "charge_source": CHARGE_SOURCES,
+}
 
 #: ``kafka_metrics.detail.target`` of the scrapes of the Kafka behind the acceptor (the
 #: acceptor target's own rows say ``acceptor``): kept apart by every reader
@@ -201,6 +230,17 @@ def detail_template(source: str, name: str, /, slots: Iterable[str], **fields: A
     for mark in marks.values():
         text = text.replace(json.dumps(mark), "%d")
     return text
+
+
+def loads_detail(text: str | None, /) -> dict[str, Any]:
+    """A stored `detail` as its mapping ({} for none); readers go through a row class's
+    ``parse`` (`harness.history.rows`), which types it as that event's detail."""
+    if not text:
+        return {}
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise ValueError(f"a history detail is a JSON object, not {type(value).__name__}")
+    return value
 
 
 def conformance(rows: Iterable[Mapping[str, Any]], limit: int = 20) -> list[str]:

@@ -1,10 +1,14 @@
 """Buffered, atomic Parquet history writer.
 
 Callers (an asyncio acceptor, gevent Locust users, the runner) must never block on disk
-nor pay for a row's encoding: a row is ONE tuple appended to a list under a lock. The
-acceptor's recorder builds that tuple itself, positionally in ``ROW`` order, and hands it
-to `append()` (no dict per row, nothing encoded); `record()` is the keyword interface for
-everything else and builds the same tuple.
+nor pay for a row's encoding: a row is ONE tuple appended to a list under a lock. That tuple
+is an event's typed row (`harness.history.rows`: its class takes only the event's columns
+and `detail` keys, in ``ROW`` order), handed to `append()` as it is (no dict per row,
+nothing encoded); `record()` is the keyword interface for tests and tools: it checks the
+columns and `detail` keys against the event (`harness.history.events`) at the call and
+builds the same tuple. A row's ``ts_ns`` left None is derived at the flush from its
+``mono_ns`` and the two clocks read together when the writer started (as
+`loadprofiles.client_history` does), so the hot path reads one clock.
 
 A background thread turns the buffer into columns: ``zip(*rows)`` transposes a chunk of
 rows in C, each column becomes an Arrow array, ``detail`` mappings are JSON-encoded there
@@ -38,12 +42,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from harness.history.events import BY_SOURCE, OPEN
+from harness.history.rows import Row
 from harness.history.schema import COLUMNS, EVENTS, SCHEMA
 
 #: a buffered row's slots, in order: ``ts`` is in ns (``time.time_ns()``) until the flush
 #: divides it; ``run_id``, ``source`` and ``seq`` are not buffered (constant or derived)
 ROW: tuple[str, ...] = ("ts_ns", "mono_ns", "event", *COLUMNS[6:])
-Row = tuple[Any, ...]
+assert ROW == Row._fields, "harness.history.rows is stale: python -m harness.history.codegen"
 #: the keyword fields of `record()` (everything after ``event`` except ``detail``)
 _FIELDS = COLUMNS[6:-1]
 _FIELDS_SET = frozenset(_FIELDS)
@@ -96,7 +102,12 @@ class HistoryWriter:
         self.flush_interval_s = flush_interval_s
         self.strict_events = strict_events
         self._events = EVENTS[source]
+        #: True: rows appended after `close` are dropped (the acceptor's late rows at its
+        #: shutdown), not refused with RuntimeError
+        self.drop_late = False
         self._rows: list[Row] = []
+        # the clocks read together once: a row's ts from its mono_ns when it has none
+        self._wall_minus_mono = time.time_ns() - time.monotonic_ns()
         self._lock = threading.Lock()
         self._io_lock = threading.Lock()
         self._seq = 0  # rows appended so far (the last row's seq)
@@ -121,16 +132,18 @@ class HistoryWriter:
 
     # -- recording -------------------------------------------------------------------
     def append(self, row: Row) -> None:
-        """The hot path: one row as a tuple in ``ROW`` order, taken as it is.
+        """The hot path: one event's typed row (`harness.history.rows`), taken as it is.
 
-        Only the event name is checked; the caller builds the tuple from typed
-        parameters (``harness.acceptor.recorder``) and must not mutate a ``detail``
-        mapping afterwards. Raises RuntimeError once the writer is closed.
+        Only the event name is checked here; the row's class took only its event's
+        columns and `detail` keys. The caller must not mutate a ``detail`` mapping
+        afterwards. Once the writer is closed: RuntimeError (dropped if `drop_late`).
         """
         if self.strict_events and row[2] not in self._events:
             raise ValueError(f"event {row[2]!r} is not a {self.source} event")
         with self._lock:
             if self._closed:
+                if self.drop_late:
+                    return
                 raise RuntimeError(f"history writer {self.name} is closed")
             self._seq += 1
             if self.failure is not None:
@@ -150,7 +163,8 @@ class HistoryWriter:
         detail: Mapping[str, Any] | str | None = None,
         **fields: Any,
     ) -> int:
-        """Append one row; returns its ``seq``. Unknown field names are a bug: KeyError.
+        """Append one row; returns its ``seq``. A column or `detail` key the event does
+        not have (`harness.history.events`) is a bug: KeyError, here at the call.
 
         Only references are stored: building columns and serialising ``detail`` to
         JSON happen in the flush thread, off the caller's event loop. A ``detail``
@@ -160,12 +174,14 @@ class HistoryWriter:
             raise ValueError(f"event {event!r} is not a {self.source} event")
         if fields and not fields.keys() <= _FIELDS_SET:
             raise KeyError(f"unknown history fields: {sorted(fields.keys() - _FIELDS_SET)}")
+        if self.strict_events:
+            check_row(self.source, event, fields, detail)
         if detail is not None and not isinstance(detail, str):
             detail = dict(detail)
         ts = time.time_ns() if ts_us is None else ts_us * 1000
         mono = time.monotonic_ns() if mono_ns is None else mono_ns
         get = fields.get
-        row = (ts, mono, event, *[get(name) for name in _FIELDS], detail)
+        row = Row._make((ts, mono, event, *[get(name) for name in _FIELDS], detail))
         with self._lock:
             if self._closed:
                 raise RuntimeError(f"history writer {self.name} is closed")
@@ -185,7 +201,7 @@ class HistoryWriter:
         """One chunk of rows as a record batch of SCHEMA; seq numbers from ``first_seq``."""
         n = len(rows)
         cols: list[Any] = list(zip(*rows, strict=True)) if n else [()] * len(ROW)
-        ts_us = np.asarray(cols[0], dtype=np.int64) // 1000
+        ts_us = self._ts_ns(cols[0], cols[1]) // 1000
         arrays = [
             pa.array([self.run_id] * n, pa.string()),
             pa.array([self.source] * n, pa.string()),
@@ -196,6 +212,17 @@ class HistoryWriter:
         arrays += [pa.array(col, t) for col, t in zip(cols[2:-1], _TYPES[:-1], strict=True)]
         arrays.append(pa.array([encode_detail(d) for d in cols[-1]], pa.string()))
         return pa.RecordBatch.from_arrays(arrays, schema=SCHEMA)
+
+    def _ts_ns(self, ts: tuple[int | None, ...], mono: tuple[int, ...]) -> Any:
+        """The rows' ``ts_ns``; those left None derived from their ``mono_ns``."""
+        missing = ts.count(None)
+        if not missing:
+            return np.asarray(ts, dtype=np.int64)
+        derived = np.asarray(mono, dtype=np.int64) + self._wall_minus_mono
+        if missing == len(ts):
+            return derived
+        given = np.asarray([-1 if t is None else t for t in ts], dtype=np.int64)
+        return np.where(given < 0, derived, given)
 
     def _table(self, rows: list[Row], first_seq: int) -> pa.Table:
         batches = []
@@ -333,6 +360,21 @@ def incomplete_markers(history_dir: str | os.PathLike[str]) -> list[dict[str, An
         info["marker"] = str(path)
         out.append(info)
     return out
+
+
+def check_row(
+    source: str, event: str, columns: Mapping[str, Any], detail: Mapping[str, Any] | str | None
+) -> None:
+    """KeyError unless every non-null column in `columns` and every key of a `detail`
+    mapping is one event `event` of `source` declares (`harness.history.events`)."""
+    ev = BY_SOURCE[source][event]
+    extra = [k for k, v in columns.items() if v is not None and k not in ev.columns]
+    if extra:
+        raise KeyError(f"{source} event {event!r} has no column(s) {sorted(extra)}")
+    if detail is not None and not isinstance(detail, str) and ev.detail is not OPEN:
+        keys = set(detail) - ev.detail
+        if keys:
+            raise KeyError(f"{source} event {event!r} has no detail key(s) {sorted(keys)}")
 
 
 def read_history(run_dir_or_history: str | os.PathLike[str], source: str | None = None) -> pa.Table:

@@ -294,7 +294,7 @@ FAULTS: tuple[Fault, ...] = (
         "the key stays with the acceptor and the broker behind it is not given it, so failed "
         "logins are refused after Kafka's default 100 ms (the assembly bug a deployment can "
         "have)",
-        "harness/runner/targets.py AcceptorTarget.start (hook broker_gets_failed_auth_delay)",
+        "harness/runner/acceptor_target.py broker_behind (hook broker_gets_failed_auth_delay)",
     ),
     Fault(
         "skip_ip_rate_check",

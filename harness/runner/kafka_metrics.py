@@ -191,7 +191,7 @@ def metrics_url_for(target: Any, override: str | None = None) -> tuple[str | Non
     if kind == "acceptor":
         url = getattr(target, "metrics_url", None)
         return (url, kind) if url else (None, "the acceptor serves no /metrics")
-    url = getattr(getattr(target, "broker", None), "metrics_url", None)
+    url = getattr(target.kafka.broker, "metrics_url", None)
     if url:
         return url, kind
     return None, (
@@ -210,21 +210,21 @@ def cluster_listeners(target: Any, say: Callable[[str], None]) -> dict[str, Any]
     scenario's loaded listener to the cluster's listener at the bootstrap address. A
     principal that may not describe the configs leaves ``error`` instead; the checker then
     maps the names from the scraped labels (`analysis.checks.kafka_metrics`)."""
-    name = getattr(target, "external_listener", None)
-    broker = getattr(target, "broker", None)
+    name, broker = target.kafka.external_listener, target.kafka.broker
     if name is None or broker is None:
         return None
     from harness.admin.listeners import read_listeners
-    from harness.runner.targets import admin_source_ip
+    from harness.runner.admin_changes import admin_source_ip
     from harness.security.secrets import mask
 
     bootstrap = str(broker.bootstrap)
-    static = static_settings(target.scenario)
+    scenario = target.kafka.scenario
+    static = static_settings(scenario)
     try:
         found = read_listeners(
             bootstrap,
-            client_config=getattr(target, "admin_config", None),
-            source_ip=admin_source_ip(target.scenario, broker.host),
+            client_config=target.kafka.admin_config,
+            source_ip=admin_source_ip(scenario, broker.host),
             also=tuple(static),
         )
     except Exception as exc:  # e.g. CLUSTER_AUTHORIZATION_FAILED: said, never fatal
@@ -256,10 +256,11 @@ def cluster_listeners(target: Any, say: Callable[[str], None]) -> dict[str, Any]
 def static_settings(scenario: Any) -> dict[str, str]:
     """The scenario's static broker settings (those a running cluster cannot take through
     the admin API): the existing cluster keeps its own, and the checker judges by these."""
+    from harness.runner.kafka_side import broker_properties, is_dynamic
     from harness.runner.schedule import initial_limits
-    from harness.runner.targets import _dynamic, _props
 
-    return {k: v for k, v in _props(initial_limits(scenario)).items() if not _dynamic(k)}
+    props = broker_properties(initial_limits(scenario))
+    return {k: v for k, v in props.items() if not is_dynamic(k)}
 
 
 def _same(a: str | None, b: str) -> bool:
@@ -317,8 +318,8 @@ def start_scraper(
     if url is None:
         say(f"Kafka metrics not recorded: {kind}")
         return None
-    cluster = getattr(target, "cluster", None)
-    fronts = getattr(target, "front_metrics", {})
+    cluster = target.kafka.cluster
+    fronts = target.fronts.metrics if target.fronts is not None else {}
     if cluster is not None and fronts and not given:
         # a fronted cluster: every front's own metrics and every broker's behind it
         scrapers = [
@@ -351,7 +352,7 @@ def start_scraper(
     if not scraper.scrape_once():
         say(f"Kafka metrics at {url} did not answer ({scraper.last_error}); retrying every second")
     say(f"recording Kafka's metrics from {url} every second (event {EVENT})")
-    upstream = getattr(getattr(target, "broker", None), "metrics_url", None)
+    upstream = getattr(target.kafka.broker, "metrics_url", None)
     if kind != "acceptor" or not upstream or given:
         return scraper.start()
     # behind the acceptor Kafka still authenticates every TLS and SASL connection: its

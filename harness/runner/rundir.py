@@ -12,6 +12,7 @@ import os
 import platform
 import secrets
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -184,3 +185,24 @@ def base_run_json(
         # this machine's monotonic clock: history written on another is moved onto it
         "clock": host_clock(),
     }
+
+
+def _protocol(client_config: Path) -> str:
+    from harness.security import clientprops
+
+    return clientprops.read(client_config).get("security.protocol", "PLAINTEXT").upper()
+
+
+def listener_security(client_configs: Mapping[str, Path]) -> dict[str, dict[str, Any]]:
+    """run.json's ``listener_security``: each secured listener's protocol and where its
+    client configuration is (and each SASL user's); never a file's contents (secrets)."""
+    security: dict[str, dict[str, Any]] = {
+        n: {"protocol": _protocol(path), "client_config": str(path)}
+        for n, path in client_configs.items()
+        if "@" not in n
+    }
+    for key, path in client_configs.items():
+        name, at, user = key.partition("@")
+        if at and name in security:  # a SASL user's own configuration
+            security[name].setdefault("users", {})[user] = str(path)
+    return security

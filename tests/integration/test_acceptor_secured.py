@@ -26,6 +26,7 @@ from harness.acceptor import AcceptorHandle, start_in_thread
 from harness.acceptor.testing import history_rows, wait_until
 from harness.admin.client import AdminError, KafkaWire, alter_client_quota
 from harness.broker.local import LocalBroker, start_local
+from harness.history.rows import AcceptorRequest, ClientRequestOk
 from harness.localnet import free_port
 from harness.security import clientprops
 from harness.security.certs import CLIENT_PRINCIPAL
@@ -158,7 +159,8 @@ def test_sasl_login_names_the_principal_and_is_not_charged(
     produce = [r for r in rows() if r["api_key"] == 0]
     assert produce and {r["principal"] for r in produce} == {"alice"}
     assert all(
-        not r["detail"] or json.loads(r["detail"]).get("charge_source") != "login" for r in produce
+        not r["detail"] or AcceptorRequest.parse(r["detail"]).get("charge_source") != "login"
+        for r in produce
     )
 
 
@@ -333,7 +335,7 @@ def test_the_greedy_profile_logs_in_and_is_muted_as_its_user(
     assert logins and all(json.loads(r["detail"])["principal"] == "alice" for r in logins)
     throttled = [
         r for r in rows
-        if r["event"] == "request_ok" and json.loads(r["detail"] or "{}").get("throttle_time_ms")
+        if r["event"] == "request_ok" and ClientRequestOk.parse(r["detail"]).get("throttle_time_ms")
     ]  # fmt: skip
     assert throttled, "alice's greedy requests were never throttled"
     mutes = [r for r in history_rows(h, "request_throttle") if r["principal"] == "alice"]

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from harness.admin.client import KafkaWire, alter_broker_config
-from harness.runner.targets import HeldAdmin
+from harness.runner.admin_changes import HeldAdmin
 
 pytestmark = pytest.mark.integration
 

@@ -18,9 +18,9 @@ import pytest
 
 from harness.broker import run_tool
 from harness.history import read_history
+from harness.runner.admin_changes import Changes
 from harness.runner.orchestrator import Orchestrator, RunOptions
 from harness.runner.scenario import load_scenario_file
-from harness.runner.targets import BrokerTarget
 
 pytestmark = pytest.mark.integration
 
@@ -47,14 +47,14 @@ timeouts:
 def test_a_hidden_ip_quota_is_caught_as_over_throttling(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    declared = BrokerTarget.apply_initial_quotas
+    declared = Changes.apply_initial_quotas
 
-    def with_hidden_quota(self: BrokerTarget) -> None:
+    def with_hidden_quota(self: Changes) -> None:
         declared(self)
         done = run_tool(
             "kafka-configs",
             "--bootstrap-server",
-            self.admin_bootstrap,
+            self.bootstrap,
             "--alter",
             "--add-config",
             "connection_creation_rate=1",
@@ -65,7 +65,7 @@ def test_a_hidden_ip_quota_is_caught_as_over_throttling(
         )
         assert done.returncode == 0, done.stdout + done.stderr
 
-    monkeypatch.setattr(BrokerTarget, "apply_initial_quotas", with_hidden_quota)
+    monkeypatch.setattr(Changes, "apply_initial_quotas", with_hidden_quota)
     path = tmp_path / "hidden-ip-quota.yaml"
     path.write_text(SCENARIO)
     opts = RunOptions(target="broker", out=tmp_path / "runs", launcher="local")

@@ -27,7 +27,7 @@ from analysis import analyze_run
 from analysis.synth import SynthSpec, generate
 from bench.catalog_verdicts import differences
 from harness.localnet import free_port
-from harness.runner.procs import ManagedProcess
+from harness.supervisor import ManagedProcess
 
 pytestmark = pytest.mark.spark
 

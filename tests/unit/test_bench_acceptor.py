@@ -6,15 +6,10 @@ from typing import Any
 
 import pytest
 
-from bench.acceptor import (
-    Target,
-    goals,
-    hot_spots,
-    parse_net_counters,
-    report,
-    rotations,
-    summarize_trogdor,
-)
+from bench.acceptor import Target, goals, report, summarize_trogdor
+from bench.toolkit.load import rotations
+from bench.toolkit.netns import parse_net_counters
+from bench.toolkit.profiling import hot_spots
 
 SNMP = """Ip: Forwarding DefaultTTL
 Ip: 1 64
@@ -168,7 +163,7 @@ def test_the_netns_rerun_gets_the_brokers_jmx_exporter_while_the_network_is_ther
     """A fresh machine: the re-run in a private namespace has loopback only, so the JMX
     exporter (the direct path's connection count) is resolved before it starts; a failure
     to resolve it is said, and the re-run still starts (the broker runs without it)."""
-    import bench.acceptor as ba
+    import bench.toolkit.netns as ba
     from harness.broker import BrokerError, artifacts
 
     calls: list[str] = []
@@ -199,7 +194,6 @@ def test_the_netns_rerun_gets_the_brokers_jmx_exporter_while_the_network_is_ther
 
     calls.clear()
     monkeypatch.setattr(artifacts, "jmx_exporter", unreachable)
-    monkeypatch.setattr(ba, "_progress", said.append)
-    assert ba.reexec_in_netns(["--rounds", "1"]) == 0
+    assert ba.reexec_in_netns(["--rounds", "1"], progress=said.append) == 0
     assert calls == ["unshare"]
     assert any("Maven cannot reach" in line for line in said)

@@ -9,27 +9,36 @@ from pathlib import Path
 import pytest
 
 from harness.runner import catalog
-from harness.runner.targets import LOOPBACK_HOST, BrokerTarget, TargetError
+from harness.runner.plan import LOOPBACK_HOST, RunPlan, TargetError
+from harness.runner.target import Target
+from harness.runner.targets import make_target
 
 BRIDGE = "198.18.7.1"
 
 
-def _target(name: str, tmp_path: Path, listen_host: str = BRIDGE) -> BrokerTarget:
-    target = BrokerTarget(catalog.load(name), tmp_path, print)
-    target.listen_host = listen_host
-    return target
+def _target(
+    name: str, tmp_path: Path, listen_host: str = BRIDGE, bootstrap: str | None = None
+) -> Target:
+    plan = RunPlan(
+        catalog.load(name),
+        tmp_path,
+        listen_host=listen_host,
+        bootstrap_server=bootstrap,
+        broker_timeout=1,
+    )
+    return make_target("broker", plan)
 
 
 def test_an_existing_cluster_is_not_reached_from_the_worker_hosts(tmp_path: Path) -> None:
     with pytest.raises(TargetError, match=r"198\.18\.7\.1's bridge, which reaches no existing "
                        r"cluster \(--bootstrap-server 127\.0\.0\.1:9\)"):  # fmt: skip
-        _target("hosts-ip-rate", tmp_path).start(bootstrap_server="127.0.0.1:9", timeout=1)
+        _target("hosts-ip-rate", tmp_path, bootstrap="127.0.0.1:9").start()
     assert not (tmp_path / "broker").exists()
 
 
 def test_a_cluster_of_several_brokers_is_not_started_on_the_bridge(tmp_path: Path) -> None:
     with pytest.raises(TargetError, match="one started broker, not a cluster of 3"):
-        _target("cluster-storm", tmp_path).start(timeout=1)
+        _target("cluster-storm", tmp_path).start()
     assert not (tmp_path / "broker").exists()
 
 
@@ -49,5 +58,5 @@ def test_the_started_broker_is_asked_to_listen_on_the_bridge(
     monkeypatch.setattr(broker, "start_broker", stop_here)
     for host in (BRIDGE, LOOPBACK_HOST):
         with pytest.raises(RuntimeError, match="stop here"):
-            _target("hosts-ip-rate", tmp_path, host).start(timeout=1)
+            _target("hosts-ip-rate", tmp_path, host).start()
     assert asked == [BRIDGE, LOOPBACK_HOST]

@@ -1,4 +1,4 @@
-"""The runner applies process faults one at a time (`Orchestrator._fault`): a kill due while
+"""The runner applies process faults one at a time (`FaultSchedule`): a kill due while
 another broker is still down or restarting waits for it (a rolling restart keeps one node
 down, however long a KRaft broker takes to come back), lasts its own `for` from when it
 starts, and an end that is not the running fault's own restarts nothing. Fake brokers, no
@@ -26,15 +26,22 @@ class _Broker:
         self.log.append(("restart", self.node))
 
 
-class _Target:
+class _Kafka:
     def __init__(self, log: list[tuple[str, int]], gate: threading.Event) -> None:
         self.brokers = {n: _Broker(n, log, gate) for n in (1, 2, 3)}
 
-    def supports_fault(self, kind: str) -> str | None:
-        return None
-
     def node(self, node_id: int | None) -> _Broker:
         return self.brokers[int(node_id or 1)]
+
+
+class _Target:
+    fronts = None
+
+    def __init__(self, log: list[tuple[str, int]], gate: threading.Event) -> None:
+        self.kafka = _Kafka(log, gate)
+
+    def supports_fault(self, kind: str) -> str | None:
+        return None
 
 
 def _kill(node: int, at: float) -> dict[str, Any]:
@@ -47,30 +54,31 @@ def test_a_kill_waits_while_another_broker_is_down_or_restarting(tmp_path: Path)
                         said.append)  # fmt: skip
     log: list[tuple[str, int]] = []
     gate = threading.Event()
-    orch.target = _Target(log, gate)  # type: ignore[assignment]
+    faults = orch.faults
+    faults.target = _Target(log, gate)  # type: ignore[assignment]
     first, second, third = _kill(1, 5), _kill(2, 19), _kill(3, 33)
 
-    orch._fault(first, start=True, elapsed=5)
-    orch._fault(second, start=True, elapsed=19)  # broker 1 still down: waits
-    assert log == [("kill", 1)] and orch._deferred_starts == [second]
-    orch._fault(first, start=False, elapsed=20)  # broker 1's end: its restart begins
-    orch._start_deferred(20)
+    faults.start(first, 5)
+    faults.start(second, 19)  # broker 1 still down: waits
+    assert log == [("kill", 1)] and faults.deferred_starts == [second]
+    faults.end(first, 20)  # broker 1's end: its restart begins
+    faults.start_deferred(20)
     assert log == [("kill", 1)], "no kill while broker 1 restarts"
     gate.set()
-    orch._wait_restart()
+    faults.wait_restart()
     assert log == [("kill", 1), ("restart", 1)]
 
-    orch._start_deferred(28)  # broker 1 is back: broker 2's kill starts now, for its `for`
-    assert log[-1] == ("kill", 2) and orch._deferred_starts == []
-    assert orch._deferred_ends == [(28.0, second)]
-    orch._fault(first, start=False, elapsed=29)  # a stale end restarts nothing
-    assert orch._restart_thread is None and log[-1] == ("kill", 2)
-    orch._fault(third, start=True, elapsed=33)
-    assert orch._deferred_starts == [third]
-    orch._fault(second, start=False, elapsed=34)
-    orch._wait_restart()
+    faults.start_deferred(28)  # broker 1 is back: broker 2's kill starts now, for its `for`
+    assert log[-1] == ("kill", 2) and faults.deferred_starts == []
+    assert faults.deferred_ends == [(28.0, second)]
+    faults.end(first, 29)  # a stale end restarts nothing
+    assert faults.restart is None and log[-1] == ("kill", 2)
+    faults.start(third, 33)
+    assert faults.deferred_starts == [third]
+    faults.end(second, 34)
+    faults.wait_restart()
     assert log[-1] == ("restart", 2)
 
-    orch._start_deferred(orch.duration)  # the load has ended: the third never starts
-    assert log[-1] == ("restart", 2) and orch._deferred_starts == []
+    faults.start_deferred(orch.duration)  # the load has ended: the third never starts
+    assert log[-1] == ("restart", 2) and faults.deferred_starts == []
     assert any("never started" in s for s in said), said

@@ -70,7 +70,7 @@ class _T:
     def __init__(self, name: str, url: str | None, broker_url: str | None) -> None:
         self.name = name
         self.metrics_url = url
-        self.broker = type("B", (), {"metrics_url": broker_url})()
+        self.kafka = type("K", (), {"broker": type("B", (), {"metrics_url": broker_url})()})()
 
 
 def test_endpoint_choice_per_target_and_override() -> None:
@@ -129,8 +129,9 @@ def test_the_acceptor_target_also_scrapes_the_kafka_behind_it(monkeypatch: Any) 
     rows: list[dict[str, Any]] = []
     history = type("H", (), {"record": staticmethod(lambda *a, **kw: rows.append(kw))})()
     broker = type("B", (), {"metrics_url": "http://b/metrics"})()
+    kafka = type("K", (), {"broker": broker, "cluster": None})()
     target = type("T", (), {"name": "acceptor", "metrics_url": "http://a/metrics",
-                            "broker": broker})()  # fmt: skip
+                            "kafka": kafka, "fronts": None})()  # fmt: skip
     opts = type("O", (), {"broker_metrics_url": None})()
     scrapers = start_scraper(target, history, opts, lambda _m: None)
     try:

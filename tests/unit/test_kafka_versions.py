@@ -158,7 +158,7 @@ def test_the_runner_states_the_metadata_mode_it_knows() -> None:
     ZooKeeper runs ZooKeeper mode); an existing cluster's is not known, so not stated."""
     from harness.broker import ExternalBroker
     from harness.broker.container import ContainerBroker
-    from harness.runner.targets import metadata_mode
+    from harness.runner.kafka_side import metadata_mode
 
     assert metadata_mode(ContainerBroker.__new__(ContainerBroker)) == "kraft"
     assert metadata_mode(type("Local", (), {"zookeeper": object()})()) == "zookeeper"

@@ -232,12 +232,12 @@ def _orchestrator(tmp_path: Path, spec: dict[str, Any], **opts: Any) -> Any:
 def test_the_runner_refuses_worker_plans_it_cannot_run_before_starting_anything(
     tmp_path: Path, spec: dict[str, Any], opts: dict[str, Any], says: str
 ) -> None:
-    from harness.runner.targets import TargetError
+    from harness.runner.plan import TargetError
 
     orch = _orchestrator(tmp_path, spec, **opts)
     with pytest.raises(TargetError, match=says):
         orch._make_worker_hosts()
-    assert orch.worker_hosts is None
+    assert orch.workers.hosts is None
 
 
 def test_engine_phases_wait_for_the_workers_at_the_master_bind_and_steady_ones_do_not(
@@ -254,15 +254,15 @@ def test_engine_phases_wait_for_the_workers_at_the_master_bind_and_steady_ones_d
     orch = _orchestrator(tmp_path, spec, workers=2, master_bind=("198.18.9.1", 6000))
     orch._make_worker_hosts()
     storm, steady = orch.sc.load
-    assert orch._phase_workers(storm) == Workers(2, "198.18.9.1", 6000, 60.0)
-    assert orch._phase_workers(steady) is None
+    assert orch.workers.for_phase(storm) == Workers(2, "198.18.9.1", 6000, 60.0)
+    assert orch.workers.for_phase(steady) is None
     assert orch.run_json["workers"] == {
         "count": 2,
         "netns": False,
         "master_bind": "198.18.9.1:6000",
     }
     lone = _orchestrator(tmp_path, {**spec, "workers": 0})
-    assert lone._phase_workers(storm) is None
+    assert lone.workers.for_phase(storm) is None
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from harness.runner import catalog
+from harness.runner.admin_changes import admin_listener
 from harness.runner.loadgen import LoadTarget, locust_argv, max_arrivals
 from harness.runner.scenario import (
     CLOSED_PROFILES,
@@ -16,7 +17,6 @@ from harness.runner.scenario import (
     expand_ips,
     parse_scenario,
 )
-from harness.runner.targets import admin_listener
 
 ENTRIES = catalog.entries()
 

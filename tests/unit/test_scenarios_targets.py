@@ -9,27 +9,31 @@ from types import SimpleNamespace
 import pytest
 
 from harness.runner import catalog
+from harness.runner.acceptor_target import AcceptorTarget, acceptor_properties
+from harness.runner.broker_target import BrokerTarget
+from harness.runner.kafka_side import KafkaSide
+from harness.runner.kafka_side import broker_properties as _props
+from harness.runner.plan import RunPlan
 from harness.runner.schedule import initial_limits
-from harness.runner.targets import AcceptorTarget, BrokerTarget, _props
 
 
 def test_faults_per_target(tmp_path: Path) -> None:
     sc = catalog.load("faults")
-    broker = BrokerTarget(sc, tmp_path, print)
-    broker.broker = SimpleNamespace(launcher="local")
+    broker = BrokerTarget(RunPlan(sc, tmp_path))
+    broker.kafka.broker = SimpleNamespace(launcher="local")
     assert broker.supports_fault("broker_pause") is None
     assert broker.supports_fault("broker_kill") is None
     assert "no upstream" in (broker.supports_fault("upstream_latency") or "")
-    acceptor = AcceptorTarget(sc, tmp_path, print)
-    acceptor.broker = SimpleNamespace(launcher="external")
+    acceptor = AcceptorTarget(RunPlan(sc, tmp_path))
+    acceptor.kafka.broker = SimpleNamespace(launcher="external")
     assert "external" in (acceptor.supports_fault("broker_kill") or "")
     assert "latency proxy" in (acceptor.supports_fault("upstream_latency") or "")
 
 
 def test_acceptor_properties_carry_kafka_keys_and_upstreams(tmp_path: Path) -> None:
     sc = catalog.load("haproxy-flood")
-    t = AcceptorTarget(sc, tmp_path, print)
-    props = t.acceptor_properties(
+    props = acceptor_properties(
+        RunPlan(sc, tmp_path),
         {"CLIENT": 9001, "REPLICATION": 9002},
         {"CLIENT": "127.0.0.1:19001", "REPLICATION": "127.0.0.1:19002"},
     )
@@ -53,7 +57,7 @@ def test_broker_properties_are_the_scenarios_limits() -> None:
 
 
 def test_broker_admin_goes_to_the_protected_listener_from_an_unused_address() -> None:
-    from harness.runner.targets import admin_source_ip, broker_admin_listener
+    from harness.runner.admin_changes import admin_source_ip, broker_admin_listener
 
     assert broker_admin_listener(catalog.load("max-connections-protected")) == "REPLICATION"
     assert broker_admin_listener(catalog.load("quota-change")) == "CLIENT"
@@ -62,25 +66,22 @@ def test_broker_admin_goes_to_the_protected_listener_from_an_unused_address() ->
     assert admin_source_ip(sc, "kafka.example.com") is None  # not loopback: no binding
 
 
-def test_broker_target_holds_admin_only_for_run_time_changes(tmp_path: Path) -> None:
+def test_broker_target_holds_admin_only_for_run_time_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harness.runner.admin_changes import Changes
+
     opened: list[str] = []
 
-    class Probe(BrokerTarget):
-        def open_held_admin(self) -> None:
-            opened.append(self.scenario.name)
+    def started(self: KafkaSide, props: object, **kw: object) -> object:
+        ports = {n: 9000 + i for i, n in enumerate(self.scenario.listeners)}
+        return SimpleNamespace(listener_ports=ports, address=lambda n: f"127.0.0.1:{ports[n]}")
 
-        def start_broker(self, **kw: object) -> object:
-            self.broker = SimpleNamespace(
-                listener_ports={n: 9000 + i for i, n in enumerate(self.scenario.listeners)},
-                address=lambda n: f"127.0.0.1:{self.broker.listener_ports[n]}",
-            )
-            return self.broker
-
-        def apply_initial_quotas(self) -> None:
-            pass
-
+    monkeypatch.setattr(KafkaSide, "start", started)
+    monkeypatch.setattr(Changes, "hold", lambda self: opened.append(self.scenario.name))
+    monkeypatch.setattr(Changes, "apply_initial_quotas", lambda self: None)
     for name in ("quota-change", "ci-gate", "faults"):
-        Probe(catalog.load(name), tmp_path, print).start()
+        BrokerTarget(RunPlan(catalog.load(name), tmp_path)).start()
     assert opened == ["quota-change"]  # faults' schedule holds only faults
 
 
@@ -89,12 +90,13 @@ def test_the_acceptor_target_refuses_request_quotas_it_could_not_charge(tmp_path
     anything starts (it reads no request there); ended at the acceptor, accepted."""
     import pytest
 
-    from harness.runner.targets import TargetError, passed_through_request_quotas
+    from harness.runner.acceptor_target import passed_through_request_quotas
+    from harness.runner.plan import TargetError
 
     sc = catalog.load("mutual-tls-quota")
     through = {"listener.name.client.tls.mode": "pass-through"}
     with pytest.raises(TargetError, match=r"passes through untouched.*tls.mode=terminate"):
-        AcceptorTarget(sc, tmp_path, print).start(set_acceptor=through)
+        AcceptorTarget(RunPlan(sc, tmp_path, set_acceptor=through)).start()
     assert passed_through_request_quotas(sc, dict(sc.acceptor)) is None  # it terminates
     assert passed_through_request_quotas(catalog.load("ssl-storm"), {}) is None  # no quotas
 
@@ -102,7 +104,7 @@ def test_the_acceptor_target_refuses_request_quotas_it_could_not_charge(tmp_path
 def test_static_broker_keys_are_not_sent_to_a_running_cluster() -> None:
     """An existing cluster gets only the dynamic keys through the admin API; static ones
     (`quota.window.*`, the failed-login delay) are its operators' and only noted."""
-    from harness.runner.targets import _dynamic
+    from harness.runner.kafka_side import is_dynamic as _dynamic
 
     sc = catalog.load("auth-failure-storm")
     props = _props(initial_limits(sc))
@@ -139,12 +141,12 @@ def test_an_existing_clusters_brokers_are_learnt_from_metadata(
     nodes = [(1, "127.0.0.1", 9001), (2, "127.0.0.1", 9002), (3, "127.0.0.1", 9003)]
     monkeypatch.setattr(probe, "cluster_brokers", lambda bootstrap, **kw: nodes)
     said: list[str] = []
-    t = BrokerTarget(sc, tmp_path, said.append)
-    t._learn_brokers("CLIENT", "127.0.0.1:9002")
+    t = KafkaSide(RunPlan(sc, tmp_path, said.append))
+    t.learn_brokers("CLIENT", "127.0.0.1:9002")
     assert t.broker_addresses == {"CLIENT": [nodes[1], nodes[0], nodes[2]]}
     assert t.spread_all is False and "judged per broker" in said[-1]
-    elsewhere = BrokerTarget(sc, tmp_path, said.append)
-    elsewhere._learn_brokers("CLIENT", "127.0.0.1:9999")
+    elsewhere = KafkaSide(RunPlan(sc, tmp_path, said.append))
+    elsewhere.learn_brokers("CLIENT", "127.0.0.1:9999")
     assert elsewhere.broker_addresses == {} and "judged as one broker" in said[-1]
 
 
@@ -153,23 +155,24 @@ def test_seeded_fault_keeps_the_failed_login_delay_from_the_broker(
 ) -> None:
     """`failed_login_delay_dropped` (selftest): the broker behind the acceptor is started
     without `connection.failed.authentication.delay.ms`; without the fault it gets it."""
-    import harness.runner.targets as targets
+    import harness.runner.acceptor_target as acceptor_target
 
-    monkeypatch.setattr(targets, "free_port", lambda: 9)  # no socket: nothing is started
+    monkeypatch.setattr(acceptor_target, "free_port", lambda: 9)  # no socket: nothing started
     given: list[dict[str, str]] = []
 
     class Stop(Exception):
         pass
 
-    class Probe(AcceptorTarget):
-        def start_broker(self, **kw: object) -> object:
-            given.append(dict(kw["properties"]))  # type: ignore[call-overload]
-            raise Stop
+    def start(self: KafkaSide, properties: dict[str, str], **kw: object) -> object:
+        given.append(dict(properties))
+        raise Stop
+
+    monkeypatch.setattr(KafkaSide, "start", start)
 
     sc = catalog.load("auth-failure-storm")
     fault = {"harness.test.fault": "failed_login_delay_dropped"}
     for overrides in ({}, fault):
         with pytest.raises(Stop):
-            Probe(sc, tmp_path, print).start(set_acceptor=overrides)
+            AcceptorTarget(RunPlan(sc, tmp_path, set_acceptor=overrides)).start()
     assert given[0] == {"connection.failed.authentication.delay.ms": "500"}
     assert given[1] == {}

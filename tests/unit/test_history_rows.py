@@ -1,0 +1,88 @@
+"""The typed rows (`harness.history.rows`) are the event definitions' image: one row class
+per event, taking only its columns and `detail` keys; writers refuse what an event lacks."""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from pathlib import Path
+
+import pytest
+
+from harness.acceptor.recorder import ConnInfo
+from harness.history import codegen, rows
+from harness.history.events import ALL, CONN, OPEN, VOCABULARIES, event
+from harness.history.writer import ROW, HistoryWriter, read_history
+from loadprofiles.outcomes import Outcome
+
+
+def test_rows_py_is_generated_from_the_current_events() -> None:
+    assert codegen.render() == codegen.TARGET.read_text(encoding="utf-8"), (
+        "harness/history/rows.py is stale: python -m harness.history.codegen"
+    )
+
+
+def test_every_event_has_its_row_class_and_no_other_exists() -> None:
+    assert set(rows.ROWS) == {(e.source, e.name) for e in ALL}
+    assert rows.Row._fields == ROW
+    for e in ALL:
+        cls = rows.ROWS[e.source, e.name]
+        assert (cls.SOURCE, cls.EVENT) == (e.source, e.name)  # type: ignore[attr-defined]
+        assert cls.__slots__ == ()  # frozen, no instance dict
+
+
+def _params(cls: type[rows.Row]) -> set[str]:
+    return set(inspect.signature(cls.__new__).parameters) - {"cls", "mono_ns", "ts_ns"}
+
+
+@pytest.mark.parametrize("e", ALL, ids=lambda e: f"{e.source}/{e.name}")
+def test_a_row_class_takes_exactly_its_events_columns_and_detail_keys(e: object) -> None:
+    ev = event(e.source, e.name)  # type: ignore[attr-defined]
+    cls = rows.ROWS[ev.source, ev.name]
+    by_info = ev.source == "acceptor" and CONN <= ev.columns
+    columns = (ev.columns - CONN) | {"info"} if by_info else set(ev.columns)
+    assert _params(cls) == columns | {"detail"}
+    # every column given: the row fills exactly those, the rest of the writer's row is None
+    info = ConnInfo("c1", "CLIENT", "10.0.0.1", 5, "10.0.0.2", 6)
+    args = {p: (info if p == "info" else 1) for p in _params(cls) if p != "detail"}
+    row = cls(7, **args, detail={})
+    filled = {f for f, v in zip(ROW, row, strict=True) if v is not None}
+    assert filled == ev.columns | {"mono_ns", "event", "detail"}
+    assert row.event == ev.name and row.mono_ns == 7 and row.ts_ns is None
+    # the detail's TypedDict has the event's keys, and each closed vocabulary as a Literal
+    detail = getattr(rows, cls.__name__ + "Detail")
+    if ev.detail is OPEN:
+        assert detail == dict[str, typing.Any]
+        return
+    hints = typing.get_type_hints(detail)
+    assert set(hints) == ev.detail
+    for key, values in VOCABULARIES.items():
+        if key in hints:
+            assert typing.get_args(hints[key]) == values
+
+
+def test_parse_gives_the_events_detail_mapping() -> None:
+    assert rows.ClientConnectInvoke.parse('{"intended_mono_ns": 5}') == {"intended_mono_ns": 5}
+    assert rows.HarnessPhaseEnd.parse(None) == {} == rows.HarnessPhaseEnd.parse("")
+    with pytest.raises(ValueError, match="JSON object"):
+        rows.HarnessPhaseEnd.parse("[1]")
+
+
+def test_the_outcome_vocabulary_is_the_clients_classification() -> None:
+    assert tuple(o.value for o in Outcome) == VOCABULARIES["outcome"]
+
+
+def test_a_writer_refuses_a_column_or_detail_key_its_event_lacks(tmp_path: Path) -> None:
+    with HistoryWriter(tmp_path, "acceptor", "r1", background=False) as w:
+        with pytest.raises(KeyError, match=r"no detail key\(s\) \['queue_dept'\]"):
+            w.record("register", conn_id="c", processor=0, detail={"queue_dept": 1})
+        with pytest.raises(KeyError, match=r"no column\(s\) \['api_key'\]"):
+            w.record("admit", conn_id="c", api_key=3)
+        w.record("register", conn_id="c", processor=0, detail={"queue_depth": 1})
+        info = ConnInfo("c2", "CLIENT", "10.0.0.1", 5, "10.0.0.1", 6)
+        w.append(rows.AcceptorAdmit(123, info, delay_ms=0.5))
+    table = sorted(read_history(tmp_path, "acceptor").to_pylist(), key=lambda r: r["seq"])
+    assert [r["event"] for r in table] == ["register", "admit"]
+    admit = table[1]
+    assert (admit["conn_id"], admit["client_port"], admit["delay_ms"]) == ("c2", 5, 0.5)
+    assert admit["ts"] is not None  # derived from mono_ns at the flush
