@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +34,7 @@ def analyze_run(
     import time
 
     from analysis.load import history_rows, load_run
+    from analysis.report import draw, write_report
     from analysis.session import SMALL_RUN_EVENTS, build_session, ensure_open_files, sized_for
     from analysis.verdict import (
         build_verdict,
@@ -55,13 +58,16 @@ def analyze_run(
         spark = SparkSession.getActiveSession()
         if spark is None:  # ours to stop; an active session belongs to the caller
             ensure_open_files()  # a clear error instead of a JVM that cannot start
-            say("starting Spark (local JVM, ~10 s)…")
+            _prefetch(report)
+            say("starting Spark (local JVM, ~5 s)…")
             spark = build_session(spark_master, small=rows < SMALL_RUN_EVENTS)
             own = True
     try:
         say(f"loading {run_dir}…")
         run = load_run(spark, run_dir)
-        n_events = run.history.count()
+        # the footers' count (`history_rows`, read above): the rows the history DataFrame
+        # holds, without a Spark job to count them again
+        n_events = rows
         say(
             f"{n_events} events in {len(run.files)} files; target {run.target}; "
             f"{len(run.timeline.changes)} config change(s)"
@@ -76,6 +82,10 @@ def analyze_run(
                 f"clock: {files} file(s) written on another machine moved {shift:+.3f} ms ({bound})"
             )
         with sized_for(spark, n_events):
+            # the report's charts drawn beside the checks (they read the same frames and
+            # nothing a check decides): a small run's checks leave the driver idle between
+            # their jobs, and the charts' jobs and drawing fill it
+            drawing = _beside(draw, run) if report and REPORT_BESIDE else None
             try:
                 say("checks…")
                 results = run_checks(run, progress=say)
@@ -88,11 +98,13 @@ def analyze_run(
                 }
                 if report:
                     say("report…")
-                    from analysis.report import write_report
-
-                    outputs["html"] = str(write_report(run, verdict, report_dir / "report.html"))
+                    drawn = drawing.result() if drawing is not None else None
+                    path = report_dir / "report.html"
+                    outputs["html"] = str(write_report(run, verdict, path, drawn))
             except BaseException:  # the tables kept for the run and its views, freed; a
                 # failure to free them (a py4j call cut by a signal) never hides the cause
+                if drawing is not None:
+                    drawing.cancel()
                 with contextlib.suppress(Exception):
                     run.release()
                 raise
@@ -104,6 +116,53 @@ def analyze_run(
     finally:
         if own:
             _stop(spark, raising=sys.exc_info()[0] is not None)
+
+
+#: the report's charts drawn on a thread of their own while the checks run (`draw`), not
+#: after them
+REPORT_BESIDE = True
+#: what an analysis imports on its way, each the first time its step needs it (pandas for
+#: the checks' small tables, matplotlib and jinja2 for the report): read while the driver
+#: JVM starts, on a thread of their own, instead of in the steps' way
+PREFETCH = ("pandas", "pyarrow.parquet")
+PREFETCH_REPORT = ("matplotlib.pyplot", "jinja2")
+
+
+def _prefetch(report: bool) -> None:
+    """Import `PREFETCH` (and, when a report is written, `PREFETCH_REPORT`) on a daemon
+    thread: the JVM's start is mostly the JVM's own CPU, and on a second core Python's
+    imports (about 2 CPU-s for these) then cost the analysis no wall time. An import that
+    fails here fails again, and is said, where it is needed."""
+    import importlib
+
+    names = PREFETCH + (PREFETCH_REPORT if report else ())
+
+    def load() -> None:
+        for name in names:
+            with contextlib.suppress(Exception):
+                if name == "matplotlib.pyplot":
+                    import matplotlib
+
+                    matplotlib.use("Agg")  # as `report.charts` does, before pyplot
+                importlib.import_module(name)
+
+    threading.Thread(target=load, name="analysis-prefetch", daemon=True).start()
+
+
+def _beside(fn: Callable[[Any], Any], arg: Any) -> Future[Any]:
+    """``fn(arg)`` on a thread of its own; its result (or its exception) from the future."""
+    future: Future[Any] = Future()
+
+    def work() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(fn(arg))
+        except BaseException as exc:  # handed to whoever waits for it
+            future.set_exception(exc)
+
+    threading.Thread(target=work, name="analysis-report", daemon=True).start()
+    return future
 
 
 def _stop(spark: SparkSession, *, raising: bool) -> None:

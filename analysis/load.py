@@ -393,6 +393,22 @@ class Run:
         df = self.source(source) if source else self.history
         return df.where(F.col("event").isin(*names)) if names else df
 
+    def lacks(self, *names: str, source: str, principal: bool = False) -> bool:
+        """No row of these events from ``source`` (with ``principal`` set, none naming a
+        principal) in this run or view. Answered from `tally` (Python, no Spark job) when
+        it has none or is exact (the whole run); only a view (a process, a front) that may
+        have windowed its rows away asks Spark. So a check can say there is nothing to
+        judge before it plans a job."""
+        counts = tally(self)
+        if not any(counts.get((source, name), (0, 0))[principal] for name in names):
+            return True
+        if self.incarnation is None and self.front_node is None:  # every file, unwindowed
+            return False
+        from pyspark.sql import functions as F
+
+        rows = self.events(*names, source=source)
+        return rows.where(F.col("principal").isNotNull()).isEmpty() if principal else rows.isEmpty()
+
     def span_ns(self) -> tuple[int, int]:
         """First and last mono_ns of the run (parquet min/max over one column)."""
 
@@ -817,6 +833,32 @@ def align_files(
              "error_ms": None if shift.error_ns is None else shift.error_ns / 1e6}
         )  # fmt: skip
     return out, notes
+
+
+def tally(run: Run) -> dict[tuple[str, str], tuple[int, int]]:
+    """Rows per (source, event) in the run's files, and of those the rows naming a
+    principal: read with Arrow (three columns, no Spark job), once per run or view."""
+
+    def build() -> dict[tuple[str, str], tuple[int, int]]:
+        import pyarrow.parquet as pq
+
+        out: dict[tuple[str, str], tuple[int, int]] = {}
+        for f in run.files:
+            t = pq.read_table(f, columns=["source", "event", "principal"])
+            d = (
+                t.group_by(["source", "event"])
+                .aggregate([("event", "count"), ("principal", "count")])
+                .to_pydict()
+            )
+            keyed = zip(
+                d["source"], d["event"], d["event_count"], d["principal_count"], strict=True
+            )
+            for source, event, rows, named in keyed:
+                seen = out.get((source, event), (0, 0))
+                out[(source, event)] = (seen[0] + rows, seen[1] + named)
+        return out
+
+    return run.cached("tally", build)  # type: ignore[no-any-return]
 
 
 #: a history of fewer rows than this is read once into the driver and handed to Spark as

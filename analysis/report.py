@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -422,7 +423,16 @@ def render(
     )
 
 
-def write_report(run: Run, verdict: dict[str, Any], path: Path) -> Path:
+@dataclass
+class Drawn:
+    """The report's charts and its connections by outcome: all it reads from Spark, drawn
+    before the verdict is known (`draw`), so they can be drawn while the checks run."""
+
+    charts: list[dict[str, str]]
+    outcomes: dict[str, int]
+
+
+def draw(run: Run) -> Drawn:
     ctx = chart_data(run)
     outcomes = ctx.get("outcomes")
     summary = (
@@ -430,7 +440,13 @@ def write_report(run: Run, verdict: dict[str, Any], path: Path) -> Path:
         if outcomes is None
         else {str(r["outcome"]): int(r["count"]) for _, r in outcomes.iterrows()}
     )
-    html = render(verdict, charts(ctx), run, outcomes=summary)
+    return Drawn(charts(ctx), summary)
+
+
+def write_report(run: Run, verdict: dict[str, Any], path: Path, drawn: Drawn | None = None) -> Path:
+    """report.html for ``verdict``, with the charts `draw` made (drawn here when not given)."""
+    drawn = drawn if drawn is not None else draw(run)
+    html = render(verdict, drawn.charts, run, outcomes=drawn.outcomes)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(path, html)
     return path

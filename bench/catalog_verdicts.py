@@ -3,14 +3,15 @@
 Usage:
   .venv/bin/python -m bench.catalog_verdicts analyse OUT [--runs runs] [--target acceptor]
   .venv/bin/python -m bench.catalog_verdicts compare BASE NEW
-  .venv/bin/python -m bench.catalog_verdicts synth RUNS [--events 5000]
+  .venv/bin/python -m bench.catalog_verdicts synth RUNS [--events 5000] [--scale 1.0]
 
 `analyse` copies the history and run.json of the newest `<scenario>-<target>-*` run of every
 scenario under --runs into OUT/<run-id>/ (the catalog runs' own report/ is never touched),
 analyses each with one SparkSession (no report.html) and writes OUT/<run-id>/report/
 verdict.json and OUT/<run-id>/check_seconds.json (each check's verdict and seconds, in the
 order judged), plus OUT/timings.json (seconds per run) and OUT/check_seconds.json (each
-check's seconds summed over the runs, the most first). `compare` lists every difference
+check's seconds summed over the runs, the most first; and the slowest `n/a` check of each
+run, as `na_seconds`). `compare` lists every difference
 between two such folders: the run's verdict, and per check the verdict, `judged`,
 `exercised`, `peak`, `limit` and the witnesses' identities (conn_id, client_ip,
 client_port, mono_ns, why). Exit 0 when they are equal, 1 otherwise. It is how a change
@@ -18,7 +19,8 @@ to the analysis shows that it keeps every check's result (issue 17). `synth` wri
 synthetic runs into RUNS, named as catalog runs are (`synth-<rule>-acceptor-…`): a
 conforming one, one per rule `analysis.synth` can break (each fails a check, with its
 witnesses) and one on the broker target, for `analyse --runs RUNS` where no catalog runs
-are at hand.
+are at hand. A run holds at least one storm cycle (about 12 k events at scale 1); `--scale
+0.28` makes that cycle about 4.4 k events.
 """
 
 from __future__ import annotations
@@ -97,8 +99,21 @@ def analyse(out: Path, runs: Path, target: str, spark_master: str | None) -> int
     )
     for name, (seconds, n_runs) in ranked[:10]:
         print(f"  {name:<34} {seconds:7.1f} s over {n_runs:.0f} runs")
+    slowest = {run: na_seconds(out / run / "check_seconds.json") for run in timings}
+    (out / "na_seconds.json").write_text(json.dumps(slowest, indent=2))
+    worst = max(slowest.items(), key=lambda kv: kv[1][1], default=None)
+    if worst is not None:
+        print(f"slowest n/a check: {worst[1][0]} {worst[1][1]:.1f} s ({worst[0]})")
     print(f"verdicts: {out}/*/report/verdict.json; timings: {out / 'timings.json'}")
     return 0
+
+
+def na_seconds(path: Path) -> tuple[str | None, float]:
+    """The slowest `n/a` check of one analysed run (its check_seconds.json) and its
+    seconds, as the analysis printed them (a tenth of a second: 0.0 is under 0.05 s)."""
+    lines = json.loads(path.read_text())
+    na = [(c["name"], float(c["seconds"])) for c in lines if c["verdict"] == "n/a"]
+    return max(na, key=lambda c: c[1], default=(None, 0.0))
 
 
 def _witnesses(check: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -149,7 +164,7 @@ def compare(base: Path, new: Path) -> int:
     return 0 if n_diff == 0 else 1
 
 
-def synth(runs: Path, events: int) -> int:
+def synth(runs: Path, events: int, scale: float = 1.0) -> int:
     """A conforming synthetic run, one per broken rule, and one on the broker target."""
     from analysis.synth import BROKEN_FLAGS, SynthSpec, generate
 
@@ -160,7 +175,9 @@ def synth(runs: Path, events: int) -> int:
     for name, target, broken in sorted(kinds):
         run_id = f"synth-{name}-{target}-20000101T000000Z-s7"
         shutil.rmtree(runs / run_id, ignore_errors=True)
-        spec = SynthSpec(run_id=run_id, target_events=events, target=target, broken=broken)
+        spec = SynthSpec(
+            run_id=run_id, target_events=events, scale=scale, target=target, broken=broken
+        )
         gen = generate(runs / run_id, spec)
         print(f"{run_id:<60} {int(gen['events']):>7} events", flush=True)
     return 0
@@ -180,11 +197,12 @@ def main() -> int:
     s = sub.add_parser("synth", help="write synthetic runs to judge into RUNS")
     s.add_argument("runs", type=Path)
     s.add_argument("--events", type=int, default=5000)
+    s.add_argument("--scale", type=float, default=1.0, help="storm sizes and rates (x)")
     args = parser.parse_args()
     if args.cmd == "analyse":
         return analyse(args.out, args.runs, args.target, args.spark_master)
     if args.cmd == "synth":
-        return synth(args.runs, args.events)
+        return synth(args.runs, args.events, args.scale)
     return compare(args.base, args.new)
 
 

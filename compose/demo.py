@@ -3,14 +3,15 @@
     python compose/demo.py [SCENARIO, default ci-gate] [--duration S] [--keep]  (make compose-demo)
 
 1. the local images (``harness.broker.images``; built when missing, no registry);
-2. a run directory like ``harness run``'s (run.json with the intended limits, the runner's
-   ``config``/``run_*``/``phase_*`` rows, acceptor.properties) and a compose env file with free
-   127.0.0.1 ports;
-3. ``docker-compose up`` Kafka + acceptor, the scenario's ip quotas through the admin API,
-   then the Locust master and two workers (headless, the scenario's one phase, split over the
-   workers by Locust's arrival slots) until the master exits;
-4. ``docker-compose down`` (the acceptor flushes its history on SIGTERM);
-5. ``harness analyze RUN_DIR``: the verdict, exit 0/1/2 like ``harness analyze --gate``.
+2. the run itself is `harness run`'s (``harness.runner.orchestrator.Orchestrator``: run.json,
+   the runner's ``config``/``run_*``/``phase_*`` rows, the samplers, the shutdown order, the
+   analysis), given two parts of this file: `ComposeTarget`, the system under test as the
+   stack's containers (Kafka's and the acceptors' configs and compose.env with free 127.0.0.1
+   ports, ``docker-compose up`` Kafka + acceptor, the scenario's quotas through the admin API,
+   ``docker-compose down`` at the end: the acceptor flushes its history on SIGTERM), and
+   `ComposeLoad`, the phase's Locust master and two workers as services (headless, split over
+   the workers by Locust's arrival slots) until the master exits;
+3. the verdict: exit 0/1/2 like ``harness run --gate``, 3 when the run broke.
 
 Only single-phase scenarios without faults or scheduled changes run here (the orchestrator
 of ``harness run`` does the rest); others are refused with the reason. Kafka runs the
@@ -24,15 +25,14 @@ every container sees at its own path, and nothing secret is in ``compose.env``
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import yaml
@@ -77,25 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-analyze", action="store_true")
     args = parser.parse_args(argv)
 
-    from harness import procfs
     from harness.broker.container import docker_available, sweep
     from harness.broker.images import docker_client, ensure_images
-    from harness.broker.local import cluster_id
-    from harness.localnet import free_ports
     from harness.runner import catalog
-    from harness.runner.acceptor_target import acceptor_properties, passed_through_request_quotas
-    from harness.runner.admin_changes import admin_listener, apply_ip_quota, apply_request_quota
-    from harness.runner.loadgen import LoadTarget, locust_argv
-    from harness.runner.phases import phase_client_config
-    from harness.runner.plan import RunPlan
-    from harness.runner.rundir import (
-        RunDir,
-        base_run_json,
-        listener_security,
-        new_run_id,
-        utc_now_iso,
-    )
-    from harness.runner.schedule import initial_limits
+    from harness.runner.acceptor_target import passed_through_request_quotas
+    from harness.runner.orchestrator import EXIT_CODES, Orchestrator, RunOptions
 
     sc = catalog.load(args.scenario)
     if len(sc.load) != 1 or sc.schedule or sc.faults:
@@ -119,302 +105,327 @@ def main(argv: list[str] | None = None) -> int:
         say(built.describe())
     client = docker_client()
     sweep(client, progress=say)
-
-    phase = sc.load[0]
-    duration = min(args.duration or sc.duration, sc.duration)
-    if phase.stop > duration:
-        import dataclasses
-
-        phase = dataclasses.replace(phase, stop=duration)
-    run_id = new_run_id(sc.name, "compose")
-    rd = RunDir((ROOT / "runs" / run_id).resolve()).create()
-    names = sc.listeners
-    n_nodes = sc.brokers
-    # per node: the scenario's listeners (and, in a cluster, REPLICATION), the acceptor's
-    # listeners, its controller; then the Locust master
-    kafka_names = [*([REPLICATION] if n_nodes > 1 else []), *names]
-    per_node = len(kafka_names) + len(names) + 1
-    ports = free_ports(per_node * n_nodes + 1)
-    master_port = ports[-1]
-    kafka_ports: list[dict[str, int]] = []
-    acceptor_ports: list[dict[str, int]] = []
-    controller_ports: list[int] = []
-    for i in range(n_nodes):
-        mine = ports[i * per_node : (i + 1) * per_node]
-        kafka_ports.append(dict(zip(kafka_names, mine[: len(kafka_names)], strict=True)))
-        acceptor_ports.append(dict(zip(names, mine[len(kafka_names) : -1], strict=True)))
-        controller_ports.append(mine[-1])
-    addresses = {n: ("127.0.0.1", acceptor_ports[0][n]) for n in names}
-    limits = initial_limits(sc, addresses)
-    uuid = cluster_id()
-    if n_nodes == 1:
-        kafkas = [
-            _kafka_config(
-                sc, rd.root / "broker", kafka_ports[0], acceptor_ports[0], controller_ports[0]
-            )
-        ]
-    else:
-        kafkas = _kafka_cluster(
-            sc, rd.root / "broker", kafka_ports, acceptor_ports, controller_ports
-        )
-    kafka = kafkas[0]
-    kafka_env = kafka.env(uuid) if n_nodes == 1 else {}
-
-    plan = RunPlan(sc, rd.root, say, run_id=run_id)
-    fronts = []  # (node id or None, its config file, its ready file)
-    for i in range(n_nodes):
-        upstreams = {n: f"127.0.0.1:{kafka_ports[i][n]}" for n in names}
-        props = acceptor_properties(plan, acceptor_ports[i], upstreams, kafka.files)
-        # the acceptor enforces as the release of the broker it fronts, and is judged as it
-        props.setdefault("kafka.version", _kafka_version())
-        node = None if n_nodes == 1 else i + 1
-        suffix = "" if node is None else f"-{node}"
-        if node is not None:
-            props["node.id"] = str(node)  # per-broker configs: this broker's own
-        config = rd.root / f"acceptor{suffix}.properties"
-        config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-        fronts.append((node, config, rd.root / f"acceptor{suffix}.ready.json"))
-        limits["kafka.version"] = props["kafka.version"]
-    run_json = base_run_json(
-        run_id=run_id,
-        scenario=sc,
-        target="acceptor",
-        seed=sc.seed,
-        duration=duration,
-        limits=limits,
-        started_at=utc_now_iso(),
+    opts = RunOptions(
+        "acceptor",
+        out=(ROOT / "runs").resolve(),
+        duration=args.duration,
+        analyze=not args.no_analyze,
+        placement="off",  # the containers' processes are not the runner's to place
     )
-    run_json["launcher"] = "compose"
-    run_json["listeners"] = {n: f"127.0.0.1:{acceptor_ports[0][n]}" for n in names}
-    brokers: tuple[tuple[int, str, int], ...] = ()
-    if n_nodes > 1:  # every front, which its broker advertises
-        run_json["brokers"] = {
-            str(i + 1): {n: f"127.0.0.1:{acceptor_ports[i][n]}" for n in names}
-            for i in range(n_nodes)
-        }
-        brokers = tuple(
-            (i + 1, "127.0.0.1", acceptor_ports[i][sc.load[0].listener]) for i in range(n_nodes)
-        )
-    run_json["listener_security"] = listener_security(kafka.client_configs)
-    rd.write_run_json(run_json)
+    stack = Stack(compose_cli(), keep=args.keep)
+    orch = Orchestrator(
+        sc,
+        opts,
+        say,
+        target=lambda plan: ComposeTarget(plan, stack, ContainerGroups(client, stack.project)),
+        launcher=ComposeLoad(stack),
+        label="compose",
+        notes={"launcher": "compose"},
+    )
+    stack.attach(orch.rd.root, orch.run_id)
+    say(f"run {orch.run_id}: scenario {sc.name!r} in compose; output in {orch.rd.root}")
+    try:
+        result = orch.run()
+    finally:
+        sweep(client)
+        client.close()
+    if result.error or not result.started:
+        say(f"not analysed: {result.error or 'interrupted'}")
+        return 3
+    if args.no_analyze:
+        return 0
+    rc = EXIT_CODES.get(result.verdict, 2)
+    say(
+        f"compose run {orch.run_id}: verdict {result.verdict} (exit {rc}); "
+        f"report in {orch.rd.report}"
+    )
+    return rc
 
-    locust = locust_argv(
-        phase,
-        locust_bin="locust",
-        profile_dir=PROFILE_DIR,
-        target=LoadTarget(
-            "127.0.0.1",
-            acceptor_ports[0][phase.listener],
-            None,
-            command_config=phase_client_config(kafka.client_configs, phase),
-            brokers=brokers,
-        ),
-        run_dir=rd.root,
-        run_id=run_id,
-        seed=sc.seed,
-        startup_allowance_s=15.0,
-    )[1:]
-    master = [
-        *locust,
-        "--master",
-        "--master-bind-host",
-        "127.0.0.1",
-        "--master-bind-port",
-        str(master_port),
-        "--expect-workers",
-        str(WORKERS),
-        "--expect-workers-max-wait",
-        "60",
-    ]
-    worker = [
-        "-f",
-        str(PROFILE_DIR / f"{phase.profile}.py"),
-        "--worker",
-        "--master-host",
-        "127.0.0.1",
-        "--master-port",
-        str(master_port),
-    ]
-    env = {
-        "KAFKA_VERSION": run_json["versions"].get("kafka") or _kafka_version(),
-        "RUN_DIR": str(rd.root),
-        "RUN_ID": run_id,
-        **kafka_env,
-        "CLUSTER_ID": uuid,
-        "HARNESS_PID": os.getpid(),
-        "HARNESS_PID_START": procfs.start_time(os.getpid()),
-        "HARNESS_HOST": socket.gethostname(),
-        "LOCUST_MASTER_ARGS": " ".join(master),
-        "LOCUST_WORKER_ARGS": " ".join(worker),
-    }
-    env_file = rd.root / "compose.env"
-    env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
-    compose_file = COMPOSE_FILE
-    services = ["kafka", "acceptor"]
-    if n_nodes > 1:
-        compose_file = rd.root / "docker-compose.yaml"
-        compose_file.write_text(yaml.safe_dump(cluster_services(kafkas, fronts, uuid)))
-        services = [f"{kind}-{i + 1}" for kind in ("kafka", "acceptor") for i in range(n_nodes)]
-    project = run_id.lower().replace(".", "-")
-    cli = [*compose_cli(), "-f", str(compose_file), "-p", project]
-    cli += ["--env-file", str(env_file)]
-    logs = rd.logs / "compose.log"
 
-    def compose(*a: str, check: bool = True, timeout: float = 300) -> int:
-        with open(logs, "ab") as fh:
+class Stack:
+    """The run's compose project: its CLI, environment file, compose file and log."""
+
+    def __init__(self, cli: list[str], keep: bool = False) -> None:
+        self.base_cli, self.keep = cli, keep
+        self.project = ""
+        self.env: dict[str, Any] = {}
+        self.file = COMPOSE_FILE
+
+    def attach(self, run_dir: Path, run_id: str) -> None:
+        self.run_dir, self.project = run_dir, run_id.lower().replace(".", "-")
+        self.env_file = run_dir / "compose.env"
+        self.log = run_dir / "logs" / "compose.log"
+
+    @property
+    def cli(self) -> list[str]:
+        where = ["-f", str(self.file), "-p", self.project, "--env-file", str(self.env_file)]
+        return [*self.base_cli, *where]
+
+    def set_env(self, **values: Any) -> None:
+        """compose.env: paths and arguments only, never a secret (`KafkaConfig.env`)."""
+        self.env.update(values)
+        self.env_file.write_text("".join(f"{k}={v}\n" for k, v in self.env.items()))
+
+    def __call__(self, *a: str, check: bool = True, timeout: float = 300) -> int:
+        with open(self.log, "ab") as fh:
             fh.write(f"# {' '.join(a)}\n".encode())
             fh.flush()
             rc = subprocess.run(
-                [*cli, *a], stdout=fh, stderr=subprocess.STDOUT, timeout=timeout, check=False
+                [*self.cli, *a], stdout=fh, stderr=subprocess.STDOUT, timeout=timeout, check=False
             ).returncode
         if check and rc != 0:
-            raise RuntimeError(f"docker-compose {a[0]} exited {rc}; see {logs}")
+            raise RuntimeError(f"docker-compose {a[0]} exited {rc}; see {self.log}")
         return rc
 
-    from harness.history.writer import HistoryWriter
+    def down(self) -> None:
+        if self.keep:
+            say(f"--keep: the stack stays up; `{' '.join(self.cli)} down -v` removes it")
+            return
+        self("stop", "-t", "30", check=False)
+        self("logs", "--no-color", check=False)
+        self("down", "-v", check=False)
 
-    history = HistoryWriter(rd.history, "harness", run_id, name="compose")
-    samplers: list[Any] = []
-    scraper = None
-    error = None
-    verdict_rc = 3
-    say(f"run {run_id}: scenario {sc.name!r} in compose; output in {rd.root}")
-    try:
-        say(f"up: {', '.join(services)} (kafka {kafka_ports}, acceptors {acceptor_ports})")
-        applied_from = time.monotonic_ns()
-        compose("up", "-d", *services)
-        deadline = time.monotonic() + 120
-        for _node, _config, ready in fronts:
-            while not ready.exists():
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{ready.name} not written within 120 s; see {logs}")
-                time.sleep(0.5)
-        _wait_kafka(kafka_ports[0][kafka_names[0]], deadline, n_nodes)
-        say(f"kafka ({n_nodes} node(s)) and the acceptor(s) are ready")
-        bootstrap = f"127.0.0.1:{acceptor_ports[0][admin_listener(sc)]}"
-        for ip, rate in sc.ip_quotas.items():
-            apply_ip_quota(bootstrap, ip, rate)
-        for q in sc.request_quotas:
-            apply_request_quota(bootstrap, q)
-        if sc.ip_quotas or sc.request_quotas:
-            say(f"quotas set through the admin API at {bootstrap}: {dict(sc.ip_quotas)}")
-        # the runner's testimony, as `harness run` writes it: once the acceptor took it all
-        history.record(
-            "config",
-            reason="start",
-            detail={**limits, "origin": "runner", "cause": "start",
-                    "applied_from_mono_ns": applied_from},
-        )  # fmt: skip
-        from harness.runner.kafka_metrics import MetricsScraper, Scrapers, start_scraper
 
-        urls = {
-            node: json.loads(ready.read_text()).get("metrics_url") for node, _c, ready in fronts
-        }
+class ComposeKafka:
+    """The Kafka of the stack as the runner's `KafkaSide` holds a broker: its release and
+    address (its process is a container's; the stack stops it)."""
+
+    launcher = "compose"
+    metrics_url = None
+
+    def __init__(self, version: str, host: str, port: int) -> None:
+        self.version, self.host, self.port = version, host, port
+        self.bootstrap = f"{host}:{port}"
+
+    def stop(self) -> None:
+        pass
+
+
+class ComposeCluster:
+    """A fronted cluster in the stack: every front's metrics are scraped (its brokers have
+    no exporter here)."""
+
+    def __init__(self) -> None:
+        self.brokers: list[Any] = []
+
+    def stop(self) -> None:
+        pass
+
+
+class ComposeTarget:
+    """The `harness.runner.target.Target` of a compose run: Kafka and the acceptor(s) as
+    containers of the stack, configured from the run's plan as `harness run` configures
+    its own (the launchers' server.properties, `acceptor_target.acceptor_properties`)."""
+
+    name = "acceptor"
+
+    def __init__(self, plan: Any, stack: Stack, groups: Callable[[], dict[str, list[int]]]):
+        from harness.runner.fronts import Fronts
+        from harness.runner.kafka_side import KafkaSide
+
+        self.plan, self.stack, self.groups = plan, stack, groups
+        self.kafka = KafkaSide(plan)
+        self.fronts = Fronts(plan.scenario.listeners, 120.0, plan.progress)
+        self.client_addresses: dict[str, tuple[str, int]] = {}
+        self.broker_addresses: dict[str, list[tuple[int, str, int]]] = {}
+        self.metrics_url: str | None = None
+        self.limits: dict[str, Any] = {}
+        self.kafkas: list[KafkaConfig] = []
+        self.changes: Any = None
+
+    def configure(self) -> list[str]:
+        """Ports, Kafka's configs, each front's acceptor.properties, compose.env and (a
+        cluster) the compose file; the services to bring up."""
+        from harness import procfs
+        from harness.broker.local import cluster_id
+        from harness.localnet import free_ports
+        from harness.runner.acceptor_target import acceptor_properties
+        from harness.runner.fronts import Front
+
+        plan, sc = self.plan, self.plan.scenario
+        names, n_nodes, root = sc.listeners, sc.brokers, plan.run_dir
+        # per node: the scenario's listeners (and, in a cluster, REPLICATION), the
+        # acceptor's listeners, its controller
+        kafka_names = [*([REPLICATION] if n_nodes > 1 else []), *names]
+        per_node = len(kafka_names) + len(names) + 1
+        ports = free_ports(per_node * n_nodes)
+        kafka_ports: list[dict[str, int]] = []
+        acceptor_ports: list[dict[str, int]] = []
+        controller_ports: list[int] = []
+        for i in range(n_nodes):
+            mine = ports[i * per_node : (i + 1) * per_node]
+            kafka_ports.append(dict(zip(kafka_names, mine[: len(kafka_names)], strict=True)))
+            acceptor_ports.append(dict(zip(names, mine[len(kafka_names) : -1], strict=True)))
+            controller_ports.append(mine[-1])
+        uuid = cluster_id()
         if n_nodes == 1:
-            scraper = start_scraper(
-                SimpleNamespace(
-                    name="acceptor",
-                    metrics_url=urls[None],
-                    kafka=SimpleNamespace(broker=None, cluster=None),
-                    fronts=None,
-                ),
-                history,
-                None,
-                say,
-            )
-        else:  # each front's own, its rows naming its broker
-            scraper = Scrapers(
-                [
-                    MetricsScraper(u, history.record, target="acceptor", broker=n).start()
-                    for n, u in urls.items()
-                    if u
-                ]
-            )
-        # as `harness run` samples its own: the kernel's listen drops (host networking: the
-        # runner's namespace is the stack's) and the containers' processes by role
-        from harness.runner.kernel_net import start_sampler as start_kernel_net
-        from harness.runner.proc_stats import ProcStatsSampler
-
-        samplers.append(start_kernel_net(history, say))
-        groups = ContainerGroups(client, project)
-        samplers.append(ProcStatsSampler(history.record, groups, None).start())
-        history.record(
-            "run_start",
-            detail={"scenario": sc.name, "target": "acceptor", "duration_s": duration},
-        )
-        say(f"up: locust master + {WORKERS} workers ({phase.profile} {phase.arrival})")
-        launched_ns = time.monotonic_ns()
-        rc = compose(
-            "up",
-            "--no-deps",
-            "--exit-code-from",
-            "locust-master",
-            "locust-master",
-            "locust-worker-1",
-            "locust-worker-2",
-            check=False,
-            timeout=duration + 180,
-        )
-        ended_ns = time.monotonic_ns()
-        for sampler in samplers:
-            if sampler is not None:
-                sampler.stop()
-                say(f"{type(sampler).__name__}: {sampler.summary()}")
-        samplers.clear()
-        if scraper is not None:
-            scraper.stop()
-            say(f"Kafka metrics: {scraper.summary()}")
-        # Like `harness run`: the phase rows bracket the load itself (from the first intended
-        # arrival for the phase's duration), not Locust's start-up in the containers.
-        first = _first_intended_ns(rd.history / "client")
-        start_ns = first if first is not None else launched_ns
-        end_ns = min(ended_ns, start_ns + int(phase.duration * 1e9))
-        history.record(
-            "phase_start", mono_ns=start_ns, ts_us=_wall_us(start_ns), detail=_phase(phase)
-        )
-        history.record(
-            "phase_end",
-            mono_ns=end_ns,
-            ts_us=_wall_us(end_ns),
-            detail={**_phase(phase), "exit_code": rc},
-        )
-        say(f"locust master exited {rc} (1 = some requests failed: expected under limits)")
-    except Exception as exc:  # stop everything, keep what was recorded
-        error = f"{type(exc).__name__}: {exc}"
-        say(f"run broke: {error}")
-    finally:
-        for sampler in samplers:  # the run broke while they ran
-            if sampler is not None:
-                sampler.stop()
-        if args.keep:
-            say(f"--keep: the stack stays up; `{' '.join(cli)} down -v` removes it")
+            self.kafkas = [
+                _kafka_config(
+                    sc, root / "broker", kafka_ports[0], acceptor_ports[0], controller_ports[0]
+                )
+            ]
         else:
-            compose("stop", "-t", "30", check=False)
-            compose("logs", "--no-color", check=False)
-            compose("down", "-v", check=False)
-            for k in kafkas:
-                k.remove()
-        history.record("run_end", reason="error" if error else "done", detail={"error": error})
-        history.close()
-        run_json["ended_at"] = utc_now_iso()
-        if error:
-            run_json["error"] = error
-        rd.write_run_json(run_json)
-        sweep(client)
-        client.close()
-    if error:
-        say(f"not analysed: {error}")
-        return 3
-    if args.no_analyze:
-        say(f"analysis skipped; run `harness analyze {rd.root}`")
-        return 0
-    say(f"analysing: harness analyze {rd.root} --gate")
-    verdict_rc = subprocess.run(
-        [sys.executable, "-m", "harness", "analyze", str(rd.root), "--gate"], check=False
-    ).returncode
-    verdict = _verdict(rd.root)
-    say(f"compose run {run_id}: verdict {verdict} (exit {verdict_rc}); report in {rd.report}")
-    return verdict_rc
+            self.kafkas = _kafka_cluster(
+                sc, root / "broker", kafka_ports, acceptor_ports, controller_ports
+            )
+        kafka = self.kafkas[0]
+        self.kafka_port = kafka_ports[0][kafka_names[0]]
+        version = _kafka_version()
+        self.kafka.broker = ComposeKafka(version, "127.0.0.1", self.kafka_port)
+        self.kafka.client_configs = kafka.client_configs
+        if n_nodes > 1:
+            self.kafka.cluster = ComposeCluster()
+        fronts = []  # (node id or None, its config file, its ready file)
+        for i in range(n_nodes):
+            upstreams = {n: f"127.0.0.1:{kafka_ports[i][n]}" for n in names}
+            props = acceptor_properties(plan, acceptor_ports[i], upstreams, kafka.files)
+            # the acceptor enforces as the release of the broker it fronts, judged as it
+            props.setdefault("kafka.version", version)
+            node = None if n_nodes == 1 else i + 1
+            suffix = "" if node is None else f"-{node}"
+            if node is not None:
+                props["node.id"] = str(node)  # per-broker configs: this broker's own
+            front = Front(
+                node,
+                root / f"acceptor{suffix}.properties",
+                root / f"acceptor{suffix}.ready.json",
+                root / "logs" / f"compose-acceptor{suffix}.log",
+            )
+            front.config_path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+            front.ready_path.unlink(missing_ok=True)
+            self.fronts.all.append(front)
+            fronts.append((node, front.config_path, front.ready_path))
+            self.version = props["kafka.version"]
+        self.stack.set_env(
+            KAFKA_VERSION=version,
+            RUN_DIR=str(root),
+            RUN_ID=plan.run_id,
+            **(kafka.env(uuid) if n_nodes == 1 else {}),
+            CLUSTER_ID=uuid,
+            HARNESS_PID=os.getpid(),
+            HARNESS_PID_START=procfs.start_time(os.getpid()),
+            HARNESS_HOST=socket.gethostname(),
+            LOCUST_MASTER_ARGS="",  # the phase's, when it is launched (`ComposeLoad`)
+            LOCUST_WORKER_ARGS="",
+        )
+        if n_nodes == 1:
+            return ["kafka", "acceptor"]
+        self.stack.file = root / "docker-compose.yaml"
+        self.stack.file.write_text(yaml.safe_dump(cluster_services(self.kafkas, fronts, uuid)))
+        return [f"{kind}-{i + 1}" for kind in ("kafka", "acceptor") for i in range(n_nodes)]
+
+    def start(self) -> None:
+        from harness.runner.admin_changes import Changes, admin_listener
+        from harness.runner.fronts import read_ready
+        from harness.runner.schedule import initial_limits
+
+        sc = self.plan.scenario
+        services = self.configure()
+        say(f"up: {', '.join(services)}")
+        self.stack("up", "-d", *services)
+        deadline = time.monotonic() + 120
+        for front in self.fronts:
+            while not front.ready_path.exists():
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"{front.ready_path.name} not written within 120 s; see {self.stack.log}"
+                    )
+                time.sleep(0.5)
+            front.addresses, front.metrics_url = read_ready(front.ready_path, sc.listeners)
+        wait_kafka(self.kafka_port, deadline, sc.brokers)
+        say(f"kafka ({sc.brokers} node(s)) and the acceptor(s) are ready")
+        first = self.fronts.first
+        self.client_addresses, self.metrics_url = dict(first.addresses), first.metrics_url
+        if sc.brokers > 1:  # every front, which its broker advertises
+            self.broker_addresses = {
+                n: [(int(f.node or 0), *f.addresses[n]) for f in self.fronts] for n in sc.listeners
+            }
+        self.limits = initial_limits(sc, self.client_addresses)
+        self.limits["kafka.version"] = self.version
+        admin = "{}:{}".format(*self.client_addresses[admin_listener(sc)])
+        self.changes = Changes(sc, admin, say, None, self.broker_addresses)
+        self.changes.apply_initial_quotas()
+
+    def apply(self, action: Any) -> None:
+        self.changes.apply(action)
+
+    def supports_fault(self, kind: str) -> str | None:
+        return "compose runs no faults (`harness run` does)"
+
+    def set_upstream_latency(self, ms: float) -> None:
+        raise AssertionError("no faults in compose (supports_fault says so)")
+
+    def alive(self) -> str | None:
+        return None
+
+    def pids(self) -> dict[str, list[int]]:
+        return self.groups()
+
+    def stop(self) -> None:
+        try:
+            self.stack.down()
+        finally:
+            if not self.stack.keep:
+                for k in self.kafkas:
+                    k.remove()
+
+
+class ComposeLoad:
+    """The phase's Locust master and two workers as the stack's services (headless, the
+    arrivals split over the workers by Locust's arrival slots); the phase's process is the
+    compose CLI that runs them until the master exits."""
+
+    def __init__(self, stack: Stack) -> None:
+        self.stack = stack
+
+    def __call__(self, launch: Any) -> Any:
+        from harness.localnet import free_port
+        from harness.runner.loadgen import locust_argv
+        from harness.runner.phases import Launched
+        from harness.supervisor import ManagedProcess
+
+        phase = launch.phase
+        locust = locust_argv(
+            phase,
+            locust_bin="locust",
+            profile_dir=PROFILE_DIR,
+            target=launch.target,
+            run_dir=launch.run_dir,
+            run_id=launch.run_id,
+            seed=launch.seed,
+            startup_allowance_s=max(launch.startup_allowance_s, 15.0),
+        )[1:]
+        master_port = free_port()
+        master = [
+            *locust,
+            "--master",
+            "--master-bind-host",
+            "127.0.0.1",
+            "--master-bind-port",
+            str(master_port),
+            "--expect-workers",
+            str(WORKERS),
+            "--expect-workers-max-wait",
+            "60",
+        ]
+        worker = [
+            "-f",
+            str(PROFILE_DIR / f"{phase.profile}.py"),
+            "--worker",
+            "--master-host",
+            "127.0.0.1",
+            "--master-port",
+            str(master_port),
+        ]
+        self.stack.set_env(LOCUST_MASTER_ARGS=" ".join(master), LOCUST_WORKER_ARGS=" ".join(worker))
+        say(f"up: locust master + {WORKERS} workers ({phase.profile} {phase.arrival})")
+        workers = [f"locust-worker-{j}" for j in range(1, WORKERS + 1)]
+        argv = [*self.stack.cli, "up", "--no-deps", "--exit-code-from", "locust-master"]
+        proc = ManagedProcess(
+            f"compose-locust-{phase.name}", [*argv, "locust-master", *workers], log_path=launch.log
+        )
+        # every worker's client history is the phase's (one phase per compose run)
+        return Launched(proc, "*.parquet", local=False)
 
 
 class KafkaConfig:
@@ -576,44 +587,13 @@ def cluster_services(
     return {k: v for k, v in base.items() if not str(k).startswith("x-")}
 
 
-def _wall_us(mono_ns: int) -> int:
-    return (time.time_ns() - time.monotonic_ns() + mono_ns) // 1000
-
-
-def _first_intended_ns(client_dir: Path) -> int | None:
-    """The earliest intended arrival in the client history (every worker's files)."""
-    import pyarrow.parquet as pq
-
-    from harness.history.readers import intended_arrivals
-
-    first: int | None = None
-    for f in sorted(client_dir.glob("*.parquet")):
-        for value in intended_arrivals(pq.read_table(f, columns=["event", "detail"])):
-            if first is None or value < first:
-                first = value
-    return first
-
-
 def _kafka_version() -> str:
     from harness.broker.artifacts import KAFKA_VERSION
 
     return KAFKA_VERSION
 
 
-def _phase(phase: Any) -> dict[str, Any]:
-    return {
-        "name": phase.name,
-        "profile": phase.profile,
-        "arrival": phase.arrival,
-        "intended_rate": phase.intended_rate,
-        "source_ips": phase.source_ips,
-        "listener": phase.listener,
-        "via": phase.via,
-        "workers": WORKERS,
-    }
-
-
-def _wait_kafka(port: int, deadline: float, brokers: int = 1) -> None:
+def wait_kafka(port: int, deadline: float, brokers: int = 1) -> None:
     """Until the node at ``port`` answers and its Metadata lists ``brokers`` brokers."""
     from harness.broker.probe import probe
 
@@ -626,13 +606,6 @@ def _wait_kafka(port: int, deadline: float, brokers: int = 1) -> None:
             last = exc
         time.sleep(0.5)
     raise RuntimeError(f"kafka did not answer on 127.0.0.1:{port} ({last})")
-
-
-def _verdict(run_dir: Path) -> str:
-    try:
-        return str(json.loads((run_dir / "report" / "verdict.json").read_text())["verdict"])
-    except (OSError, ValueError, KeyError):
-        return "none"
 
 
 if __name__ == "__main__":

@@ -43,9 +43,19 @@ if TYPE_CHECKING:
 #: (reference Errata, section 4.4; Kafka's own RequestQuotaTest excludes them from its set).
 
 
+def _no_throttles(run: Run) -> CheckResult:
+    if not any(raw.get("request_quotas") for raw in run.timeline.raw):
+        return not_configured("request_throttle_bounds", run, "request_percentage quotas")
+    res = nothing_judged("request_throttle_bounds", "request throttles")
+    res.raise_hint = "the request load of a quota'd user/client-id above request_percentage"
+    return res
+
+
 def check_request_throttles(run: Run) -> CheckResult:
     from pyspark.sql import functions as F
 
+    if run.lacks("request_throttle", source="acceptor"):  # no throttle at all: no job
+        return _no_throttles(run)
     w = float(max(lim.window_ms for lim in run.timeline.limits))
     exempt = run.semantics.exempt_api_keys  # the release's metadata mode decides
     rows = run.events("request_throttle", source="acceptor")
@@ -59,11 +69,7 @@ def check_request_throttles(run: Run) -> CheckResult:
     n_bad = int(stats["bad"] or 0)
     n = int(stats["n"] or 0)
     if not n:
-        if not any(raw.get("request_quotas") for raw in run.timeline.raw):
-            return not_configured("request_throttle_bounds", run, "request_percentage quotas")
-        res = nothing_judged("request_throttle_bounds", "request throttles")
-        res.raise_hint = "the request load of a quota'd user/client-id above request_percentage"
-        return res
+        return _no_throttles(run)
     wit = []
     for r in rows.where(is_bad).orderBy("mono_ns").limit(10).collect() if n_bad else []:
         if r["api_key"] in exempt:

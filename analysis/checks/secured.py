@@ -99,6 +99,17 @@ def check_principal_agreement(run: Run) -> CheckResult:
 
     name = "principal_agreement"
     expected = "the acceptor charges each request to the principal its client logged in as"
+    if not run.has_source("client"):
+        return nothing_judged(name, "client rows", expected)
+    nothing = _nothing(
+        name, run, "acceptor-charged connections whose client named its principal",
+        expected, "clients that log in (SASL) or offer a certificate on a listener whose "
+        "requests the acceptor reads",
+    )  # fmt: skip
+    # no acceptor request charged to a principal at all (the run's tally, before any
+    # DataFrame is planned): nothing to judge
+    if run.lacks("request", source="acceptor", principal=True):
+        return nothing
     source = F.coalesce(detail_col("acceptor", "request", "charge_source"), F.lit(""))
     req = run.events("request", source="acceptor").where(
         F.col("principal").isNotNull() & (source != F.lit("login"))
@@ -107,13 +118,6 @@ def check_principal_agreement(run: Run) -> CheckResult:
         F.collect_set("principal").alias("charged"), F.count(F.lit(1)).alias("requests")
     )
     conns = acceptor_conns(run).join(charged, "conn_id")
-    if not run.has_source("client"):
-        return nothing_judged(name, "client rows", expected)
-    nothing = _nothing(
-        name, run, "acceptor-charged connections whose client named its principal",
-        expected, "clients that log in (SASL) or offer a certificate on a listener whose "
-        "requests the acceptor reads",
-    )  # fmt: skip
     # who a client logged in as is on its `closed` and `request_ok` rows (`client_conns`'
     # c_principal): with none named, or no request charged to one, the join below finds
     # nothing; one pass over those rows says so (most runs: plaintext clients)

@@ -292,6 +292,9 @@ class AcceptorTarget:
     def alive(self) -> str | None:
         return self.fronts.alive()
 
+    def pids(self) -> dict[str, list[int]]:
+        return {"acceptor": self.fronts.pids(), "broker": self.kafka.pids()}
+
     def stop(self) -> None:
         try:
             self.fronts.stop()

@@ -81,6 +81,9 @@ class BrokerTarget:
     def alive(self) -> str | None:
         return None
 
+    def pids(self) -> dict[str, list[int]]:
+        return {"acceptor": [], "broker": self.kafka.pids()}
+
     def stop(self) -> None:
         if self.changes is not None:
             self.changes.close()

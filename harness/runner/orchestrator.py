@@ -13,11 +13,12 @@ and the analysis (`analysis_step`).
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -27,7 +28,7 @@ from harness.history import HistoryWriter
 from harness.runner.analysis_step import analyse
 from harness.runner.fault_schedule import FaultSchedule
 from harness.runner.kafka_side import metadata_mode
-from harness.runner.phases import Phases
+from harness.runner.phases import LoadLauncher, Phases, local_locust
 from harness.runner.plan import LOOPBACK_HOST, RunPlan, TargetError
 from harness.runner.rundir import RunDir, base_run_json, listener_security, new_run_id, utc_now_iso
 from harness.runner.scenario import Scenario
@@ -97,8 +98,20 @@ class _Progress:
 
 class Orchestrator:
     def __init__(
-        self, scenario: Scenario, opts: RunOptions, progress: Callable[[str], None] | None = None
+        self,
+        scenario: Scenario,
+        opts: RunOptions,
+        progress: Callable[[str], None] | None = None,
+        *,
+        target: Callable[[RunPlan], Target] | None = None,
+        launcher: LoadLauncher = local_locust,
+        label: str | None = None,
+        notes: Mapping[str, Any] | None = None,
     ) -> None:
+        """``target``: makes the system under test from the plan (default `make_target`
+        for ``opts.target``); ``launcher``: starts each phase's Locust (default a local
+        process); ``label``: the run id's (default the target's); ``notes``: run.json
+        entries of the caller's (compose/demo.py: its launcher)."""
         self.sc = scenario
         self.opts = opts
         self.say = progress or _Progress()
@@ -106,7 +119,9 @@ class Orchestrator:
             min(opts.duration, scenario.duration) if opts.duration else scenario.duration
         )
         self.seed = scenario.seed if opts.seed is None else opts.seed
-        self.run_id = new_run_id(scenario.name, opts.target)
+        self.run_id = new_run_id(scenario.name, label or opts.target)
+        self.make_target = target or functools.partial(make_target, opts.target)
+        self.notes = dict(notes or {})
         self.rd = RunDir(opts.out / self.run_id)
         self.history: HistoryWriter | None = None
         self.target: Target | None = None
@@ -139,6 +154,7 @@ class Orchestrator:
             self.record,
             self.say,
             web=opts.web,
+            launcher=launcher,
         )
         self.faults = FaultSchedule(
             self.record,
@@ -187,6 +203,7 @@ class Orchestrator:
             limits={},
             started_at=utc_now_iso(),
         )
+        self.run_json.update(self.notes)
         self.noise = self._start_noise()
         from harness.runner.placement import PLACEMENT_ENV, Placement  # the loop's own CPU
 
@@ -313,7 +330,7 @@ class Orchestrator:
         started_ns = time.monotonic_ns()
         if self.opts.set_acceptor and self.opts.target != "acceptor":
             self.say("note: --set-acceptor is ignored for --target broker")
-        self.target = make_target(self.opts.target, self.plan())
+        self.target = self.make_target(self.plan())
         self.phases.target = self.faults.target = self.target
         self.target.start()
         self._place_loops()
@@ -413,12 +430,11 @@ class Orchestrator:
     def _process_groups(self) -> dict[str, list[int]]:
         """The run's processes by role, as process groups (each was started in a session
         of its own): the acceptor, the local brokers, the running load phases."""
-        target = self.target
         out: dict[str, list[int]] = {"acceptor": [], "broker": [], "load": []}
-        if target is not None:
-            out["acceptor"] = target.fronts.pids() if target.fronts is not None else []
-            out["broker"] = target.kafka.pids()
-        out["load"] = self.phases.pids()
+        if self.target is not None:
+            for role, pids in self.target.pids().items():
+                out[role] = out.get(role, []) + pids
+        out["load"] += self.phases.pids()
         noise = getattr(self, "noise", None)
         if noise is not None and noise.pgid is not None:
             out["noise"] = [noise.pgid]

@@ -12,11 +12,11 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from harness.history.readers import intended_arrivals
 from harness.localnet import free_port
-from harness.runner.loadgen import LoadTarget, locust_argv, max_arrivals, ready_dir
+from harness.runner.loadgen import LoadTarget, Workers, locust_argv, max_arrivals, ready_dir
 from harness.runner.plan import TargetError
 from harness.runner.rundir import RunDir
 from harness.runner.scenario import CLOSED_PROFILES, PER_WORKER, Phase, Scenario
@@ -40,10 +40,59 @@ def phase_client_config(client_configs: Mapping[str, Path], phase: Phase) -> str
     return str(path) if path is not None else None
 
 
+@dataclass(frozen=True)
+class Launch:
+    """One phase's Locust, as a launcher is asked to start it."""
+
+    phase: Phase
+    target: LoadTarget
+    run_dir: Path
+    run_id: str
+    seed: int
+    web_port: int | None
+    startup_allowance_s: float
+    workers: Workers | None
+    log: Path
+
+
+@dataclass(frozen=True)
+class Launched:
+    proc: ManagedProcess
+    #: its client history files (glob in history/client): its arrivals place its rows
+    history_glob: str
+    #: its processes run on this machine as the run's load (process_stats role "load")
+    local: bool = True
+
+
+class LoadLauncher(Protocol):
+    def __call__(self, launch: Launch) -> Launched: ...
+
+
+def local_locust(launch: Launch) -> Launched:
+    """The phase's Locust as a process of this machine (the run's own Python's)."""
+    argv = locust_argv(
+        launch.phase,
+        locust_bin=str(Path(sys.executable).with_name("locust")),
+        profile_dir=_profile_dir(),
+        target=launch.target,
+        run_dir=launch.run_dir,
+        run_id=launch.run_id,
+        seed=launch.seed,
+        web_port=launch.web_port,
+        startup_allowance_s=launch.startup_allowance_s,
+        workers=launch.workers,
+    )
+    proc = ManagedProcess(f"locust-{launch.phase.name}", argv, log_path=launch.log)
+    return Launched(proc, f"client-*-{proc.pid}-*.parquet")
+
+
 @dataclass
 class RunningPhase:
     phase: Phase
     proc: ManagedProcess
+    #: its client history files (`Launched.history_glob`)
+    history_glob: str = "*.parquet"
+    local: bool = True
     stop_deadline: float | None = None
     ended: bool = False
     flowing: bool = False
@@ -69,9 +118,11 @@ class Phases:
         record: Callable[..., None],
         say: Callable[[str], None],
         web: bool = False,
+        launcher: LoadLauncher = local_locust,
     ) -> None:
         self.sc, self.duration, self.rd, self.run_id, self.seed = sc, duration, rd, run_id, seed
         self.workers, self.record, self.say, self.web = workers, record, say, web
+        self.launcher = launcher
         self.target: Target | None = None
         self.running: dict[str, RunningPhase] = {}
         #: Locust's measured start-up lag: later phases launch this much early
@@ -88,7 +139,7 @@ class Phases:
 
     def pids(self) -> list[int]:
         """The running phases' Locust processes and their netns workers (process groups)."""
-        running = [rp for rp in list(self.running.values()) if not rp.ended]
+        running = [rp for rp in list(self.running.values()) if not rp.ended and rp.local]
         out = [rp.proc.pid for rp in running]
         return out + [w.pid for rp in running for w in rp.worker_procs if w.poll() is None]
 
@@ -114,11 +165,10 @@ class Phases:
             self.web_ports.append(web_port)
         index = [p.name for p in self.sc.load].index(phase.name)
         workers = self.workers.for_phase(phase)
-        argv = locust_argv(
+        log = self.rd.logs / f"locust-{phase.name}.log"
+        launch = Launch(
             phase,
-            locust_bin=str(Path(sys.executable).with_name("locust")),
-            profile_dir=_profile_dir(),
-            target=LoadTarget(
+            LoadTarget(
                 host,
                 port,
                 target.metrics_url,
@@ -126,16 +176,17 @@ class Phases:
                 tuple(target.broker_addresses.get(phase.listener, ())),
                 target.kafka.spread_all,
             ),
-            run_dir=self.rd.root,
-            run_id=self.run_id,
-            seed=self.seed + index,
-            web_port=web_port,
-            startup_allowance_s=max(self.lead, 3.0) + 2.0,
-            workers=workers,
+            self.rd.root,
+            self.run_id,
+            self.seed + index,
+            web_port,
+            max(self.lead, 3.0) + 2.0,
+            workers,
+            log,
         )
-        log = self.rd.logs / f"locust-{phase.name}.log"
-        proc = ManagedProcess(f"locust-{phase.name}", argv, log_path=log)
-        rp = self.running[phase.name] = RunningPhase(phase, proc)
+        launched = self.launcher(launch)
+        rp = RunningPhase(phase, launched.proc, launched.history_glob, launched.local)
+        self.running[phase.name] = rp
         if workers is not None:
             rp.workers = workers.count
             rp.worker_procs = self.workers.start_netns(phase, workers, self.rd.logs)
@@ -257,7 +308,7 @@ class Phases:
         start, end = rp.start_mono_ns, rp.end_mono_ns
         source = "log"
         if rp.phase.profile not in CLOSED_PROFILES:
-            intended = intended_arrivals_of(self.rd.history / "client", rp.proc.pid)
+            intended = intended_arrivals_in(self.rd.history / "client", rp.history_glob)
             if intended:
                 source = "client_history"
                 start = intended[0]
@@ -282,12 +333,13 @@ def wall_us(mono_ns: int) -> int:
     return (time.time_ns() - time.monotonic_ns() + mono_ns) // 1000
 
 
-def intended_arrivals_of(client_dir: Path, pid: int) -> list[int]:
-    """Sorted intended_mono_ns of one Locust process's arrivals (invoked or not offered)."""
+def intended_arrivals_in(client_dir: Path, pattern: str) -> list[int]:
+    """Sorted intended_mono_ns of the arrivals (invoked or not offered) in the client
+    history files matching ``pattern`` (one Locust process's: `local_locust`)."""
     import pyarrow.parquet as pq
 
     out: list[int] = []
-    for f in sorted(client_dir.glob(f"client-*-{pid}-*.parquet")):
+    for f in sorted(client_dir.glob(pattern)):
         out.extend(intended_arrivals(pq.read_table(f, columns=["event", "detail"])))
     return sorted(set(out))  # connect_fail after an invoke repeats its intended time
 

@@ -61,4 +61,8 @@ class Target(Protocol):
     def alive(self) -> str | None:
         """None if every process of the target still runs, else what died."""
 
+    def pids(self) -> dict[str, list[int]]:
+        """Its processes by role ("acceptor", "broker"), as process groups (each started
+        in a session of its own), for `process_stats` and CPU placement."""
+
     def stop(self) -> None: ...

@@ -255,11 +255,11 @@ def test_bad_config_names_the_key() -> None:
 
 # -- one classification on every path ------------------------------------------------------
 def late(conn: socket.socket) -> None:
-    """The first answer 0.5 s late, then the next one at once (as `serves_twice`): a close
+    """The first answer 0.4 s late, then the next one at once (as `serves_twice`): a close
     right after the first answer would race the engine's next request, and an unread
     request makes the kernel close with a reset instead of a FIN."""
     request = read_request(conn)
-    time.sleep(0.5)
+    time.sleep(0.4)
     answer(conn, request)
     served(conn)
 
@@ -300,8 +300,13 @@ BEHAVIOURS = {
 }
 
 
+#: the paths' request timeout: 0.6 s above the late answer, so a busy machine that runs the
+#: server's thread late does not turn it into a timeout; under the silent server's 1.5 s
+PATH_TIMEOUT_S = 1.0
+
+
 def _setup_path(port: int) -> str:
-    c = client(port, Rows(), request_timeout_s=0.6)
+    c = client(port, Rows(), request_timeout_s=PATH_TIMEOUT_S)
     try:
         c.connect()
         c.api_versions()
@@ -313,7 +318,7 @@ def _setup_path(port: int) -> str:
 
 def _engine_path(port: int, tmp_path: Path) -> str:
     hist = ClientHistory(None, "t")
-    cfg = EngineConfig(host="127.0.0.1", port=port, shape="storm", request_timeout_s=0.6,
+    cfg = EngineConfig(host="127.0.0.1", port=port, shape="storm", request_timeout_s=PATH_TIMEOUT_S,
                        delayed_threshold_ms=200, max_lag_ms=5000.0)  # fmt: skip
     engine = StormEngine(cfg, hist, conn_prefix="o-")
     schedule = arrivals.split(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.history import HistoryWriter
-from harness.runner.phases import intended_arrivals_of as _intended_arrivals
+from harness.runner.phases import intended_arrivals_in
 
 
 def test_intended_arrivals_of_one_locust_process(tmp_path: Path) -> None:
@@ -20,6 +20,6 @@ def test_intended_arrivals_of_one_locust_process(tmp_path: Path) -> None:
     other.record("connect_invoke", detail={"intended_mono_ns": 5})
     mine.close()
     other.close()
-    assert _intended_arrivals(hist / "client", 4242) == [100, 200, 300, 400]
-    assert _intended_arrivals(hist / "client", 77) == [5]
-    assert _intended_arrivals(hist / "client", 1) == []
+    assert intended_arrivals_in(hist / "client", "client-*-4242-*.parquet") == [100, 200, 300, 400]
+    assert intended_arrivals_in(hist / "client", "client-*-77-*.parquet") == [5]
+    assert intended_arrivals_in(hist / "client", "client-*-1-*.parquet") == []
