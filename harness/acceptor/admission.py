@@ -127,6 +127,13 @@ class TransitionError(RuntimeError):
     """A step no row of `TRANSITIONS` allows: a bug in admission."""
 
 
+#: the members every admitted socket's steps read, as module names: a member read through
+#: its enum class is a slow attribute lookup on CPython 3.11
+_TAKEN, _NO_DELAY, _SLOT_FREE = Stage.TAKEN, Input.NO_DELAY, Input.SLOT_FREE
+_ADMITTED = Input.ADMITTED
+_THROTTLED_IP, _REJECTED_IP_COUNT = Outcome.THROTTLED_IP, Outcome.REJECTED_IP_COUNT
+
+
 # -- actions: what the adapter does, in order ---------------------------------------------
 class ConnRow(NamedTuple):
     """A history row of one connection (`Recorder.conn`); `detail` as events declare it."""
@@ -547,11 +554,11 @@ class Admission:
             if wait_ms > 0 or not quotas.slot_available(name):
                 return self._wait(item, wait_ms, out)
         else:
-            stage = self._step(Stage.TAKEN, Input.NO_DELAY, item, out)
+            stage = self._step(_TAKEN, _NO_DELAY, item, out)
             if not quotas.slot_available(name):
                 return self._wait(item, 0, out)
         self.t1_ns = self.clock()
-        self.stage = self._step(stage, Input.SLOT_FREE, item, out)
+        self.stage = self._step(stage, _SLOT_FREE, item, out)
         self._ip_steps(item, out)
         return out
 
@@ -593,15 +600,15 @@ class Admission:
         t1_ms = self.t1_ns // MS
         adm = self.quotas.admit(self.listener, item.info.client_ip, t1_ms)
         outcome = adm.outcome
-        if outcome is Outcome.THROTTLED_IP:
+        if outcome is _THROTTLED_IP:
             item.throttle_ms, item.throttled_ns = adm.throttle_ms, self.t1_ns
             heapq.heappush(self.parked, (t1_ms + adm.throttle_ms, next(self._seq), item))
             self._done(self._step(self.stage, Input.IP_THROTTLED, item, out))
-        elif outcome is Outcome.REJECTED_IP_COUNT:
+        elif outcome is _REJECTED_IP_COUNT:
             self._done(self._step(self.stage, Input.IP_REJECTED, item, out, adm))
         else:
             item.protected, item.admitted_ns = self.protected, self.t1_ns
-            self.stage = self._step(self.stage, Input.ADMITTED, item, out)
+            self.stage = self._step(self.stage, _ADMITTED, item, out)
 
     def _done(self, stage: Stage) -> None:
         self.stage = stage

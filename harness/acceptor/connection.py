@@ -92,6 +92,7 @@ __all__ = [
     "TRANSITIONS",
     "Act",
     "Connection",
+    "End",
     "Eof",
     "Input",
     "Row",
@@ -210,6 +211,21 @@ WRITE_REQUEST = Write(events.event("acceptor", "request"))
 WRITE_THROTTLE = Write(events.event("acceptor", "request_throttle"))
 
 
+class End(NamedTuple):
+    """What an input that ends the connection carries: the `close` row's reason, whether
+    both sides are reset, whether it was evicted, and the row's extra detail."""
+
+    reason: str
+    reset: bool = False
+    evicted: bool = False
+    detail: dict[str, Any] | None = None
+
+
+#: a side's orderly close, the ends read on every connection's last callbacks
+_CLIENT_EOF_END = End("client_eof")
+_UPSTREAM_EOF_END = End("upstream_eof")
+
+
 class Row(NamedTuple):
     """One (state, input) of the table: the method that takes the step, the states it may
     leave the connection in, and what it may do on the way."""
@@ -315,16 +331,18 @@ class Connection:
         self.trace: list[tuple[State, Input, State]] | None = None
 
     # -- the table ------------------------------------------------------------------------
-    def _input(self, inp: Input, *args: Any) -> Any:
-        """One input: its row of `TRANSITIONS`, looked up by the state now, takes the step
-        (an input the state has no row for is a `TransitionError`)."""
+    def _input(self, inp: Input, arg: Any = None) -> Any:
+        """One input and the one value it carries (None, a value, or a tuple of them): its
+        row of `TRANSITIONS`, looked up by the state now, takes the step with it (an input
+        the state has no row for is a `TransitionError`). One value, not ``*args``: a call
+        with unpacked arguments costs about twice a plain one, on every input."""
         before = self.state
         row = TRANSITIONS.get((before, inp))
         if row is None:
             raise TransitionError(f"{self.info.conn_id}: no step for {inp.name} in {before.name}")
         outer, self.row = self.row, row
         try:
-            out = row.step(self, *args)
+            out = row.step(self, arg)
         finally:
             self.row = outer
         if self.trace is not None:
@@ -366,7 +384,7 @@ class Connection:
 
     def finish(self, reason: str, *, evicted: bool = False) -> None:
         """Ended from outside (eviction, idle expiry, shutdown): `END`."""
-        self._input(_I.END, reason, False, evicted)
+        self._input(_I.END, End(reason, False, evicted))
 
     def mute(self, until_ns: int) -> None:
         """KIP-219: the request in flight is throttled until `until_ns` (before its response
@@ -390,7 +408,7 @@ class Connection:
         self._input(_I.UPSTREAM_UP, addr)
 
     def upstream_failed(self, error: str) -> None:
-        self._input(_I.UPSTREAM_FAILED, "upstream_unreachable", False, False, {"error": error})
+        self._input(_I.UPSTREAM_FAILED, End("upstream_unreachable", detail={"error": error}))
 
     def upstream_data(self, data: bytes) -> None:
         self._input(_I.UPSTREAM_DATA, data)
@@ -402,22 +420,22 @@ class Connection:
     def tls_failed(self, error: str) -> None:
         """The client's TLS handshake with the acceptor failed (a terminating listener):
         the client side is lost, with its own reason."""
-        self._input(_I.CLIENT_LOST, "tls_handshake_failed", False, False, {"error": error})
+        self._input(_I.CLIENT_LOST, End("tls_handshake_failed", detail={"error": error}))
 
     def lost(self, side: Side, error: str | None) -> None:
         """A side went away: with an error, a reset (answered with one); else a close."""
         client = side is _CLIENT
         inp = _I.CLIENT_LOST if client else _I.UPSTREAM_LOST
         if error is None:
-            self._input(inp, "client_eof" if client else "upstream_eof")
+            self._input(inp, _CLIENT_EOF_END if client else _UPSTREAM_EOF_END)
         else:
             reason = "reset" if client else "upstream_reset"
-            self._input(inp, reason, True, False, {"error": error})
+            self._input(inp, End(reason, True, detail={"error": error}))
 
     def backpressure(self, full: Side, on: bool) -> None:
         """Our write buffer towards `full` filled (`on`) or drained: read the other side
         no faster than this one takes it."""
-        self._input(_I.BACKPRESSURE, full, on)
+        self._input(_I.BACKPRESSURE, (full, on))
 
     def timer(self, timer: Timer) -> None:
         self._input(_I.TIMER, timer)
@@ -425,7 +443,7 @@ class Connection:
     def internal_error(self, exc: Exception) -> None:
         """A bug must end this connection visibly, not leak it."""
         self.host.log(f"{self.info.conn_id}: internal error {exc!r}")
-        self._input(_I.END, "internal_error", True, False, {"error": repr(exc)})
+        self._input(_I.END, End("internal_error", True, detail={"error": repr(exc)}))
 
     # -- inputs from another process (the split model) ------------------------------------
     def deferred_answer(
@@ -434,16 +452,16 @@ class Connection:
         """The answer built in another process for the request awaiting it: sent in its
         turn, then requests are taken again; or the close it asked for (`error`: reason and
         message, as a refused admin request closes a connection)."""
-        self._input(_I.ANSWER, correlation_id, response, error)
+        self._input(_I.ANSWER, (correlation_id, response, error))
 
     def charged(self, correlation_id: int, charge: RequestCharge) -> None:
         """The decided charge of a held response (`_ask_charges`)."""
-        self._input(_I.CHARGED, correlation_id, charge)
+        self._input(_I.CHARGED, (correlation_id, charge))
 
     def claimed(self, correlation_id: int, hold: bool) -> None:
         """Whether the charge of a response whose log line is still to come could throttle
         it (`hold`: it waits for its line), as the meters' process judged it."""
-        self._input(_I.CLAIMED, correlation_id, hold)
+        self._input(_I.CLAIMED, (correlation_id, hold))
 
     # -- inputs from the broker's request log ---------------------------------------------
     def _line_came(self, remote: RemoteCharge | None) -> None:
@@ -454,14 +472,14 @@ class Connection:
         self, pending: Charge, sampled: bool, charges: RequestLog, addr: str
     ) -> None:
         """The log line of a response sent before it was read (or the wait is over)."""
-        self._input(_I.LATE_LINE, pending, sampled, charges, addr)
+        self._input(_I.LATE_LINE, (pending, sampled, charges, addr))
 
     # -- the steps (`TRANSITIONS` names the one each state takes for each input) -----------
-    def _on_nothing(self, *_: object) -> bool:
+    def _on_nothing(self, _: object) -> bool:
         """Nothing to do: callbacks after the end, bytes after a bad frame."""
         return False
 
-    def _on_opened(self) -> None:
+    def _on_opened(self, _: None) -> None:
         self._enter(_IDLE)
         if self.pending:
             self._open_upstream()
@@ -490,35 +508,30 @@ class Connection:
             self.charges.register(addr)
         data, self.pending = self.pending, b""
         if data:
-            self._take(data)
+            self._take(data)  # and taken while readable (`_pump`), but on an opaque listener
         self._resume(_CLIENT, "upstream")
-        self._pump()
+        if not data or self.opaque:  # a client EOF kept meanwhile is passed (`_pump`)
+            self._pump()
 
-    def _on_late_upstream(self, addr: str | None) -> None:
+    def _on_late_upstream(self, _: str | None) -> None:
         """Ended while it was being made: it is closed too."""
         self.wire.close(reset=False)
 
-    def _on_end(
-        self,
-        reason: str,
-        reset: bool = False,
-        evicted: bool = False,
-        detail: dict[str, Any] | None = None,
-    ) -> bool:
-        self._finish(reason, reset=reset, evicted=evicted, detail=detail)
+    def _on_end(self, end: End) -> bool:
+        self._finish(end.reason, reset=end.reset, evicted=end.evicted, detail=end.detail)
         return False
 
-    def _on_silent_eof(self) -> bool:
+    def _on_silent_eof(self, _: None) -> bool:
         """The client left before sending anything: nothing to answer."""
         self._finish("client_eof")
         return False
 
-    def _on_eof_kept(self) -> bool:
+    def _on_eof_kept(self, _: None) -> bool:
         """The client's EOF while its bytes wait for the upstream: passed after them."""
         self.client_eof = _EOF_PENDING
         return True
 
-    def _on_client_eof(self) -> bool:
+    def _on_client_eof(self, _: None) -> bool:
         self.client_eof = _EOF_PENDING
         if self.upstream_eof is _EOF_PASSED:
             self._finish("upstream_eof")
@@ -526,7 +539,7 @@ class Connection:
         self._pass_client_eof()
         return self.state is not _CLOSED
 
-    def _on_upstream_eof(self) -> bool:
+    def _on_upstream_eof(self, _: None) -> bool:
         return self._upstream_eof()
 
     def _on_responses(self, data: bytes) -> None:
@@ -542,7 +555,8 @@ class Connection:
         except FrameError as exc:
             self._finish("upstream_" + exc.reason, detail={"error": str(exc)})
 
-    def _on_backpressure(self, full: Side, on: bool) -> None:
+    def _on_backpressure(self, arg: tuple[Side, bool]) -> None:
+        full, on = arg
         other = _UPSTREAM if full is _CLIENT else _CLIENT
         if on:
             self._pause(other, "backpressure")
@@ -557,9 +571,8 @@ class Connection:
         else:
             self._finish("upstream_eof")
 
-    def _on_answer(
-        self, correlation_id: int, response: bytes | None, error: tuple[str, str] | None
-    ) -> None:
+    def _on_answer(self, arg: tuple[int, bytes | None, tuple[str, str] | None]) -> None:
+        correlation_id, response, error = arg
         if not self.awaiting_answer:
             return
         self.awaiting_answer = False
@@ -573,7 +586,8 @@ class Connection:
         self.gate.response_sent()
         self._pump()
 
-    def _on_charged(self, correlation_id: int, charge: RequestCharge) -> None:
+    def _on_charged(self, arg: tuple[int, RequestCharge]) -> None:
+        correlation_id, charge = arg
         held = self.held
         if held is not None and correlation_id in held.owed:
             self.ledger.decided[correlation_id] = charge
@@ -581,10 +595,11 @@ class Connection:
             if not held.owed:
                 self._release_held()
 
-    def _on_claimed(self, correlation_id: int, hold: bool) -> None:
+    def _on_claimed(self, arg: tuple[int, bool]) -> None:
         """The claim's answer: a response whose charge could throttle it waits for its log
         line (read meanwhile: its charge is asked now); one whose charge could not goes at
         once, charged when its line comes (`later`), as in one process."""
+        correlation_id, hold = arg
         held, remote = self.held, self.host.remote_charge
         if held is None or correlation_id not in held.owed or remote is None:
             return
@@ -611,10 +626,11 @@ class Connection:
         except Exception as exc:  # called by the log's reader: end visibly, not leak
             self.internal_error(exc)
 
-    def _on_late_line(self, pending: Charge, sampled: bool, charges: RequestLog, addr: str) -> None:
+    def _on_late_line(self, arg: tuple[Charge, bool, RequestLog, str]) -> None:
         """A response sent before its log line: its whole charge recorded without a check,
         its `request` row written now with the response's instant; after the close too
         (the charge was owed to the bucket, not to the connection)."""
+        pending, sampled, charges, addr = arg
         charge = late(pending, charges.take(addr, pending.done.correlation_id), self.clock())
         remote = self.host.remote_charge
         if remote is None:
@@ -654,12 +670,6 @@ class Connection:
             self.gate.received(frames, None)
         self._pump()
 
-    def _may_pipeline(self) -> bool:
-        """Whether requests may pass the gate as they come: none can be throttled (no
-        request quota was ever set) and no broker request log is read for their charges
-        (`inflight`, "pipelined")."""
-        return self.charges is None and not self.host.request_quotas_enabled()
-
     def _pump(self) -> None:
         """Take requests while the channel is readable (Kafka's processor: one request,
         then muted until its response is sent and its throttle is over; all of them while
@@ -668,7 +678,9 @@ class Connection:
         if state is not _OPEN and state is not _CLOSING:
             return
         gate = self.gate
-        gate.pipelined = self._may_pipeline()
+        # requests pass as they come while none can be throttled (no request quota was
+        # ever set) and no broker request log is read for their charges (`inflight`)
+        gate.pipelined = self.charges is None and not self.host.request_quotas_enabled()
         while self.state is not _CLOSED and not self.awaiting_answer:
             item = gate.take()
             if item is None:

@@ -118,7 +118,13 @@ class Connections:
         self.tasks: set[asyncio.Task[Any]] = set()
         # request charging (KIP-124)
         self._request_quotas = request_quotas
-        self._quotas_enabled = request_quotas_enabled or request_quotas.enabled
+        #: `ports.ConnectionHost.request_quotas_enabled` and
+        #: `ports.ProcessorHost.max_connections_exceeded`: the engines' own methods, bound
+        #: here (asked on every take of a request and every read: no call through this)
+        self.request_quotas_enabled: Callable[[], bool] = (
+            request_quotas_enabled or request_quotas.enabled
+        )
+        self.max_connections_exceeded: Callable[[str], bool] = quotas.max_connections_exceeded
         #: a processor process's: where each response's request-quota charge is decided
         #: (the accepting process, which owns the meters), asked before the response goes
         #: out (`connection.Connection`)
@@ -161,9 +167,6 @@ class Connections:
         )
 
     # -- ports.ProcessorHost ---------------------------------------------------------------
-    def max_connections_exceeded(self, listener: str) -> bool:
-        return self._quotas.max_connections_exceeded(listener)
-
     def open_channel(self, processor: ChannelSlot, item: NewConnection) -> Channel:
         opaque, sasl, tls = self._kinds[item.info.listener]
         conn = Connection(
@@ -187,9 +190,6 @@ class Connections:
         task.add_done_callback(self.tasks.discard)
 
     # -- ports.ConnectionHost --------------------------------------------------------------
-    def request_quotas_enabled(self) -> bool:
-        return self._quotas_enabled()
-
     @property
     def request_max_bytes(self) -> int:
         return self.cfg.quota.socket_request_max_bytes

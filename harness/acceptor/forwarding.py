@@ -18,7 +18,7 @@ import struct
 from typing import TYPE_CHECKING, Any
 
 from harness.acceptor.broker_charge import kafka_address
-from harness.acceptor.connection import Connection, Side, Timer
+from harness.acceptor.connection import Connection, Side, State, Timer
 from harness.acceptor.tls import kafka_principal
 
 if TYPE_CHECKING:
@@ -30,6 +30,9 @@ UPSTREAM_CONNECT_TIMEOUT_S = 10.0
 LINGER_RST = struct.pack("ii", 1, 0)
 #: read on every write (a member read through its enum class is slow on CPython 3.11)
 _CLIENT = Side.CLIENT
+#: a connection's end, tested on each transport's make and loss (not `Connection.closed`:
+#: a property is a call)
+_CLOSED = State.CLOSED
 
 
 def set_rst_on_close(sock: socket.socket | None) -> None:
@@ -171,7 +174,7 @@ class AsyncioWire:
     def lost(self) -> None:
         """A side's transport is gone (after its Protocol told the connection)."""
         self._live -= 1
-        if not self._running and not self._live and self.conn.closed:
+        if not self._running and not self._live and self.conn.state is _CLOSED:
             self._release()
 
     def _release(self) -> None:
@@ -189,12 +192,12 @@ class AsyncioWire:
             await self._run()
         finally:
             self._running = False
-            if not self._live and self.conn.closed:
+            if not self._live and self.conn.state is _CLOSED:
                 self._release()
 
     async def _run(self) -> None:
         conn = self.conn
-        if conn.closed:
+        if conn.state is _CLOSED:
             return
         loop = asyncio.get_running_loop()
         self._opening = True
@@ -212,20 +215,20 @@ class AsyncioWire:
             self._opening = False
             with contextlib.suppress(OSError):
                 self.sock.close()
-            if tls is not None and not conn.closed:
+            if tls is not None and conn.state is not _CLOSED:
                 conn.tls_failed(repr(exc))
             else:
                 conn.lost(_CLIENT, repr(exc))
             return
         self._opening = False
-        if conn.closed:  # ended while the transport was made (a client EOF: a FIN, as Kafka)
+        if conn.state is _CLOSED:  # ended while the transport was made (a client EOF: a FIN)
             _close(self._ct, self.reset)
             return
         if self._want is None:
             self._woken = loop.create_future()
             await self._woken  # the client's first bytes, or the end
             self._woken = None
-            if conn.closed or self._want is None:
+            if conn.state is _CLOSED or self._want is None:
                 return
         host, port = self._want
         upstream_tls: dict[str, Any] = (
@@ -248,7 +251,7 @@ class AsyncioWire:
             self._ct = t
             if self.tls is not None and self.tls.reads_certificate:
                 conn.tls_principal = _peer_principal(t, self.tls.written_order)
-            if not conn.closed:
+            if conn.state is not _CLOSED:
                 conn.opened()
             return
         # TCP_NODELAY: admission set it on the client's socket (as Kafka's acceptor does);
@@ -256,7 +259,7 @@ class AsyncioWire:
         # while this was made closes it (`Connection.upstream_up`).
         self._ut = t
         addr = None
-        if conn.charges is not None and not conn.closed:  # the request log's name for it
+        if conn.charges is not None and conn.state is not _CLOSED:  # the request log's name
             sockname = t.get_extra_info("sockname")
             addr = kafka_address(sockname) if isinstance(sockname, tuple) else None
         conn.upstream_up(addr)

@@ -35,7 +35,7 @@ from __future__ import annotations
 import struct
 from collections import deque
 
-from harness.quota.mute import ChannelMute, MuteEvent
+from harness.quota.mute import ChannelMute, MuteEvent, MuteState
 from harness.wire.framing import FrameError
 
 __all__ = ["RequestGate", "expects_response"]
@@ -125,6 +125,9 @@ def expects_response(frame: bytes) -> bool:
     return frame[4:6] != b"\x00\x00" or produce_acks(frame) != 0
 
 
+_NOT_MUTED = MuteState.NOT_MUTED
+
+
 class RequestGate:
     """Complete request frames (and a bad frame's error) in arrival order, released one at
     a time while the channel is readable, or as they come while `pipelined`."""
@@ -152,7 +155,8 @@ class RequestGate:
         """The next item may be taken: no request muting the channel, no throttle running,
         and, unless pipelined, no pipelined request still unanswered (a bad frame's error
         waits for every answer before it in either mode)."""
-        if not self._mute.readable or self._throttled:
+        # `ChannelMute.readable`, read in place: asked on every take and response
+        if self._mute.state is not _NOT_MUTED or self._throttled:
             return False
         if self._outstanding:
             return self.pipelined and not (self._queue and isinstance(self._queue[0], FrameError))

@@ -189,7 +189,6 @@ class ListenerAcceptor:
             Stall: self._set_stalled,
             Watch: self._watch,
             Unwatch: self._unwatch_loop,
-            Held: self._held,
             HandOff: self._hand_off,
             Parked: self._parked,
             SlotFreed: self._slot_freed,
@@ -258,12 +257,16 @@ class ListenerAcceptor:
     # -- the actions -------------------------------------------------------------------------
     def _run(self, actions: list[Action]) -> _Pending | None:
         """Carry out `actions` in order; a wait, if any, is the last: returned. The
-        actions of every admission (rows, counts) are carried out here, the others by
-        their methods."""
+        actions of every admission (rows, counts, the heartbeat's `held`) are carried out
+        here, the others by their methods."""
         pending = None
         for action in actions:
             cls = action.__class__  # an identity test: `isinstance` is a call per action
-            if cls is ConnRow:
+            if cls is Held:  # one per admitted socket
+                if TYPE_CHECKING:
+                    assert isinstance(action, Held)
+                self.heartbeat.held(action.start_ns, action.end_ns)
+            elif cls is ConnRow:
                 if TYPE_CHECKING:
                     assert isinstance(action, ConnRow)
                 self.rec.conn(
@@ -317,9 +320,6 @@ class ListenerAcceptor:
 
     def _unwatch_loop(self, a: Unwatch) -> None:
         self.heartbeat.disarm()
-
-    def _held(self, a: Held) -> None:
-        self.heartbeat.held(a.start_ns, a.end_ns)
 
     def _slot_freed(self, a: SlotFreed) -> None:
         self.slots.freed()
@@ -458,16 +458,20 @@ class ListenerAcceptor:
             return
         name = self.name
         admission = self.admission
+        family = lsock.family
         for _ in range(self._backlog):
             try:
-                sock, addr = lsock.accept()
+                # `socket.accept` without its wrapper, which reads the listening socket's
+                # family and type back as enums (four Python calls a socket)
+                fd, addr = lsock._accept()  # type: ignore[attr-defined]
             except (BlockingIOError, InterruptedError):
                 break
             except OSError as exc:  # EMFILE and friends: back off, as Kafka's acceptor does
                 self._stop_listening(self._accept_failed(exc), None)
                 return
+            sock = socket.socket(family, socket.SOCK_STREAM, 0, fd)
             sock.setblocking(False)
-            ip, port = _peer(addr)
+            ip, port = addr[0], addr[1]  # `_peer`, read in place (an IPv6 scope dropped)
             info = ConnInfo(self.next_conn_id(name), name, ip, port, ip, port)
             item = NewConnection(info, sock, time.monotonic_ns())
             pending = self._admit_guarded(item)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
 @dataclass(slots=True)
@@ -30,8 +31,11 @@ class Pending:
     awaiting: bool = False  # a response the acceptor builds elsewhere, not here yet
 
 
-@dataclass(frozen=True, slots=True)
-class Completed:
+class Completed(NamedTuple):
+    """A forwarded request whose response came: what its `request` row and its charge
+    read. A tuple (two a connection, one per response: a frozen dataclass sets each field
+    through `object.__setattr__`)."""
+
     api_key: int
     api_version: int
     client_id: str | None
@@ -40,6 +44,10 @@ class Completed:
     response_bytes: int
     allowance_ns: int = 0
     correlation_id: int = -1
+
+
+#: a NamedTuple's own `__new__` is a Python function; `tuple.__new__` makes the same value
+_new = tuple.__new__
 
 
 class ResponseOrder:
@@ -124,7 +132,7 @@ class ResponseOrder:
         if match < 0:
             return [], None, []
         before: list[bytes] = []
-        if any(queue[i].awaiting for i in range(match)):
+        if match and any(queue[i].awaiting for i in range(match)):
             # not expected: nothing is taken behind an answer awaited (`Connection._step`)
             return [], None, []
         for _ in range(match):
@@ -132,15 +140,18 @@ class ResponseOrder:
             if dropped.local is not None:
                 before.append(dropped.local)
         entry = queue.popleft()
-        done = Completed(
-            entry.api_key,
-            entry.api_version,
-            entry.client_id,
-            now_ns - entry.sent_ns,
-            entry.request_bytes,
-            frame_len,
-            entry.allowance_ns,
-            entry.correlation_id,
+        done = _new(
+            Completed,
+            (
+                entry.api_key,
+                entry.api_version,
+                entry.client_id,
+                now_ns - entry.sent_ns,
+                entry.request_bytes,
+                frame_len,
+                entry.allowance_ns,
+                entry.correlation_id,
+            ),
         )
         after: list[bytes] = []
         while queue and queue[0].local is not None:
