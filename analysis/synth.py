@@ -24,6 +24,33 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from analysis.model import INT_MAX, AdmissionModel, Limits
+from harness.history.rows import (
+    AcceptorAccept,
+    AcceptorAdmit,
+    AcceptorClose,
+    AcceptorDelay,
+    AcceptorRegister,
+    AcceptorReject,
+    AcceptorRequest,
+    AcceptorRequestThrottle,
+    AcceptorThrottleClose,
+    ClientClosed,
+    ClientConnectFail,
+    ClientConnectInvoke,
+    ClientConnectInvokeDetail,
+    ClientConnectOk,
+    ClientReady,
+    ClientRequestFail,
+    ClientRequestOk,
+    ConnInfo,
+    HarnessConfig,
+    HarnessPhaseEnd,
+    HarnessPhaseStart,
+    HarnessRunEnd,
+    HarnessRunStart,
+    Outcome,
+    Row,
+)
 from harness.history.schema import SCHEMA
 
 BROKEN_FLAGS = frozenset(
@@ -117,6 +144,18 @@ class _Parts:
         self.part = 0
         self.written = 0
 
+    def put(self, row: Row) -> None:
+        """One event's typed row (`harness.history.rows`)."""
+        self.seq += 1
+        ns, detail = row.mono_ns, row.detail
+        assert ns is not None
+        if detail is not None and not isinstance(detail, str):
+            detail = json.dumps(detail, sort_keys=True)
+        wall = BASE_WALL_US + (ns - BASE_MONO_NS) // 1000
+        self.rows.append((self.run_id, self.source, self.seq, wall, *row[1:-1], detail))
+        if len(self.rows) >= self.part_rows:
+            self.flush()
+
     def add(
         self,
         event: str,
@@ -192,6 +231,10 @@ class _Conn:
     t0_ns: int = 0
     delay_ms: int = 0
 
+    def ids(self) -> tuple[None, str, str, int, str, int]:
+        """Its client rows' identity columns (no conn_id: joined by address)."""
+        return (None, self.listener, self.ip, self.port, self.ip, self.port)
+
 
 # event kinds, ordered so that at one instant closes free slots before new admissions
 _CONFIG, _CLOSE, _ARRIVE, _ACCEPT, _IPSTEP = range(5)
@@ -242,24 +285,34 @@ class _Sim:
     # -- the acceptor ---------------------------------------------------------------
     def on_arrive(self, now: int, c: _Conn) -> None:
         intended = now - self.rng.randint(0, 200_000)
-        detail = {"intended_mono_ns": intended, "profile": c.profile}
+        detail: ClientConnectInvokeDetail = {"intended_mono_ns": intended, "profile": c.profile}
         if "short_load" in self.broken and c.profile == "storm" and self.rng.random() < 0.12:
-            self.client.add(
-                "connect_fail",
-                now,
-                None,
-                c.listener,
-                c.ip,
-                c.port,
-                reason="not_offered",
-                detail={**detail, "cause": "cpu"},
+            self.client.put(
+                ClientConnectFail(
+                    now,
+                    *c.ids(),
+                    reason="not_offered",
+                    detail={
+                        "cause": "cpu",
+                        "intended_mono_ns": intended,
+                        "profile": c.profile,
+                    },
+                )
             )
             return
-        self.client.add(
-            "connect_invoke", now - 50_000, None, c.listener, c.ip, c.port, detail=detail
+        self.client.put(
+            ClientConnectInvoke(
+                now - 50_000,
+                *c.ids(),
+                detail=detail,
+            )
         )
-        self.client.add(
-            "connect_ok", now + 100_000, None, c.listener, c.ip, c.port, latency_ms=0.15
+        self.client.put(
+            ClientConnectOk(
+                now + 100_000,
+                *c.ids(),
+                latency_ms=0.15,
+            )
         )
         self.backlog[c.listener].append(c)
         if not self.busy[c.listener]:
@@ -271,8 +324,12 @@ class _Sim:
         c.t0_ns = now
         cid = f"{listener}-{c.n}"
         protected = self.limits.is_protected(listener)
-        self.acceptor.add(
-            "accept", now, cid, listener, c.ip, c.port, detail={"protected": protected}
+        self.acceptor.put(
+            AcceptorAccept(
+                now,
+                ConnInfo(cid, listener, c.ip, c.port, c.ip, c.port),
+                detail={"protected": protected},
+            )
         )
         step = self.model.rate_step(listener, now // MS)
         broker_ms, listener_ms = step.broker_ms, step.listener_ms
@@ -287,16 +344,14 @@ class _Sim:
         c.delay_ms = delay
         if delay > 0:
             reason = "broker_rate" if broker_ms >= listener_ms else "listener_rate"
-            self.acceptor.add(
-                "delay",
-                now,
-                cid,
-                listener,
-                c.ip,
-                c.port,
-                reason=reason,
-                delay_ms=float(delay),
-                detail={"broker_delay_ms": broker_ms, "listener_delay_ms": listener_ms},
+            self.acceptor.put(
+                AcceptorDelay(
+                    now,
+                    ConnInfo(cid, listener, c.ip, c.port, c.ip, c.port),
+                    reason=reason,
+                    delay_ms=float(delay),
+                    detail={"broker_delay_ms": broker_ms, "listener_delay_ms": listener_ms},
+                )
             )
         self.push(now + delay * MS + 30_000, _IPSTEP, c)
 
@@ -332,29 +387,25 @@ class _Sim:
         if step.outcome == "admit":
             self.admit(now, c, cid, lie=disagree)
         elif step.outcome == "reject":
-            self.acceptor.add(
-                "reject",
-                now,
-                cid,
-                listener,
-                c.ip,
-                c.port,
-                reason="ip_count",
-                detail={"count": step.count, "max": step.max},
+            self.acceptor.put(
+                AcceptorReject(
+                    now,
+                    ConnInfo(cid, listener, c.ip, c.port, c.ip, c.port),
+                    reason="ip_count",
+                    detail={"count": step.count, "max": step.max},
+                )
             )
             self.client_eof(now + 300_000, c, served=disagree)
         else:
             end = now + step.throttle_ms * MS + self.rng.randint(1, 20) * MS
-            self.acceptor.add(
-                "throttle_close",
-                end,
-                cid,
-                listener,
-                c.ip,
-                c.port,
-                reason="ip_rate",
-                delay_ms=float(step.throttle_ms),
-                detail={"throttle_start_mono_ns": now},
+            self.acceptor.put(
+                AcceptorThrottleClose(
+                    end,
+                    ConnInfo(cid, listener, c.ip, c.port, c.ip, c.port),
+                    reason="ip_rate",
+                    delay_ms=float(step.throttle_ms),
+                    detail={"throttle_start_mono_ns": now},
+                )
             )
             self.client_eof(end + 300_000, c, served=disagree)
         self.next_accept(now, listener)
@@ -367,14 +418,23 @@ class _Sim:
 
     def admit(self, now: int, c: _Conn, cid: str, lie: bool) -> None:
         L = c.listener
-        self.acceptor.add("admit", now, cid, L, c.ip, c.port, delay_ms=(now - c.t0_ns) / MS)
+        self.acceptor.put(
+            AcceptorAdmit(
+                now, ConnInfo(cid, L, c.ip, c.port, c.ip, c.port), delay_ms=(now - c.t0_ns) / MS
+            )
+        )
         reg = now + 50_000
         depth = self.rng.randint(0, 6)
         if "queue_over" in self.broken and self.rng.random() < 0.01:
             depth = 25
         proc = c.n % 3
-        self.acceptor.add(
-            "register", reg, cid, L, c.ip, c.port, processor=proc, detail={"queue_depth": depth}
+        self.acceptor.put(
+            AcceptorRegister(
+                reg,
+                ConnInfo(cid, L, c.ip, c.port, c.ip, c.port),
+                processor=proc,
+                detail={"queue_depth": depth},
+            )
         )
         t = reg
         for i in range(c.requests):
@@ -385,73 +445,97 @@ class _Sim:
                 lat *= 1.4
             api = 18 if i == 0 else 3
             done = t + int(lat * MS)
-            self.acceptor.add(
-                "request", done, cid, L, c.ip, c.port, api_key=api, latency_ms=lat * 0.8
+            self.acceptor.put(
+                AcceptorRequest(
+                    done,
+                    ConnInfo(cid, L, c.ip, c.port, c.ip, c.port),
+                    api_key=api,
+                    latency_ms=lat * 0.8,
+                )
             )
             if i == 0:
                 ready_lat = (done - c.arrive_ns + 50_000) / MS
                 if lie and c.delay_ms > 0:
                     ready_lat = max(0.1, c.delay_ms / 4)
-                self.client.add("ready", done, None, L, c.ip, c.port, latency_ms=ready_lat)
-            self.client.add("request_ok", done, None, L, c.ip, c.port, api_key=api, latency_ms=lat)
+                self.client.put(
+                    ClientReady(
+                        done,
+                        *c.ids(),
+                        latency_ms=ready_lat,
+                    )
+                )
+            self.client.put(
+                ClientRequestOk(
+                    done,
+                    *c.ids(),
+                    api_key=api,
+                    latency_ms=lat,
+                )
+            )
             if c.profile != "steady" and self.rng.random() < 0.002:
                 api_t = 27 if "exempt_throttle" in self.broken else 0  # WriteTxnMarkers
-                self.acceptor.add(
-                    "request_throttle",
-                    done,
-                    cid,
-                    L,
-                    c.ip,
-                    c.port,
-                    api_key=api_t,
-                    delay_ms=float(self.rng.randint(1, 900)),
-                    detail={"bucket": "client-id", "quota": 50.0},
+                self.acceptor.put(
+                    AcceptorRequestThrottle(
+                        done,
+                        ConnInfo(cid, L, c.ip, c.port, c.ip, c.port),
+                        api_key=api_t,
+                        delay_ms=float(self.rng.randint(1, 900)),
+                        detail={"bucket": "client-id", "quota": 50.0},
+                    )
                 )
         close = max(t + MS, now + int(c.lifetime_ms * MS))
         self.push(close, _CLOSE, (c, cid))
 
     def client_eof(self, ns: int, c: _Conn, served: bool) -> None:
         if served:
-            self.client.add(
-                "ready", ns, None, c.listener, c.ip, c.port, latency_ms=(ns - c.arrive_ns) / MS
+            self.client.put(
+                ClientReady(
+                    ns,
+                    *c.ids(),
+                    latency_ms=(ns - c.arrive_ns) / MS,
+                )
             )
-            self.client.add(
-                "closed",
-                ns + MS,
-                None,
-                c.listener,
-                c.ip,
-                c.port,
-                reason="done",
-                detail={"outcome": "served"},
+            self.client.put(
+                ClientClosed(
+                    ns + MS,
+                    *c.ids(),
+                    reason="done",
+                    detail={"outcome": "served"},
+                )
             )
             return
-        self.client.add("request_fail", ns, None, c.listener, c.ip, c.port, reason="eof")
-        self.client.add(
-            "closed",
-            ns + 10_000,
-            None,
-            c.listener,
-            c.ip,
-            c.port,
-            reason="eof",
-            detail={"outcome": "eof_after_accept"},
+        self.client.put(
+            ClientRequestFail(
+                ns,
+                *c.ids(),
+                reason="eof",
+            )
+        )
+        self.client.put(
+            ClientClosed(
+                ns + 10_000,
+                *c.ids(),
+                reason="eof",
+                detail={"outcome": "eof_after_accept"},
+            )
         )
 
     def on_close(self, now: int, payload: tuple[_Conn, str]) -> None:
         c, cid = payload
         self.model.release(c.listener, c.ip)
-        self.acceptor.add("close", now, cid, c.listener, c.ip, c.port, reason="client_eof")
-        outcome = "delayed_served" if c.delay_ms > 0 else "served"
-        self.client.add(
-            "closed",
-            now - 20_000,
-            None,
-            c.listener,
-            c.ip,
-            c.port,
-            reason="done",
-            detail={"outcome": outcome},
+        self.acceptor.put(
+            AcceptorClose(
+                now, ConnInfo(cid, c.listener, c.ip, c.port, c.ip, c.port), reason="client_eof"
+            )
+        )
+        outcome: Outcome = "delayed_served" if c.delay_ms > 0 else "served"
+        self.client.put(
+            ClientClosed(
+                now - 20_000,
+                *c.ids(),
+                reason="done",
+                detail={"outcome": outcome},
+            )
         )
         for listener, waiting in self.waiting.items():
             if waiting is not None and self.model.slot_available(listener):
@@ -468,24 +552,24 @@ class _Sim:
         """The enforcer's row at the instant it applied the limits (target acceptor), and the
         runner's testimony once acknowledged, bracketing it (analysis.load)."""
         if self.spec.target == "acceptor" and "lost_change" not in self.spec.broken:
-            self.harness.add("config", now, detail={**self.config, "cause": "synth"})
+            self.harness.put(HarnessConfig(now, detail={**self.config, "cause": "synth"}))
         elif self.spec.target == "acceptor" and not self.enforcer_started:
-            self.harness.add("config", now, detail={**self.config, "cause": "synth"})
+            self.harness.put(HarnessConfig(now, detail={**self.config, "cause": "synth"}))
         self.enforcer_started = True
         runner = {**self.config, "origin": "runner", "applied_from_mono_ns": now - MS // 2}
-        self.harness.add("config", now + MS // 2, detail=runner)
+        self.harness.put(HarnessConfig(now + MS // 2, detail=runner))
 
     # -- the schedule ---------------------------------------------------------------
     def schedule(self) -> tuple[int, int]:
         spec, rng, s = self.spec, self.rng, self.spec.scale
         t = BASE_MONO_NS
-        self.harness.add("run_start", t, detail={"scenario": "synth", "target": spec.target})
+        self.harness.put(HarnessRunStart(t, detail={"scenario": "synth", "target": spec.target}))
         self._config_rows(t + MS)
         base_end = t + int(spec.baseline_s * 1e9)
-        self.harness.add(
-            "phase_start",
-            t + 2 * MS,
-            detail={"name": "baseline", "profile": "steady", "intended_rate": 0},
+        self.harness.put(
+            HarnessPhaseStart(
+                t + 2 * MS, detail={"name": "baseline", "profile": "steady", "intended_rate": 0}
+            )
         )
         cycles = spec.cycles
         if spec.target_events:
@@ -501,12 +585,12 @@ class _Sim:
             self.new_conn(
                 t + int(0.1e9) + k * MS, "client", "127.0.0.2", "steady", (end - t) / MS, n_req
             )
-        self.harness.add("phase_end", base_end, detail={"name": "baseline"})
+        self.harness.put(HarnessPhaseEnd(base_end, detail={"name": "baseline"}))
         intended = spec.burst * s / spec.cycle_s
-        self.harness.add(
-            "phase_start",
-            base_end,
-            detail={"name": "storm", "profile": "storm", "intended_rate": intended},
+        self.harness.put(
+            HarnessPhaseStart(
+                base_end, detail={"name": "storm", "profile": "storm", "intended_rate": intended}
+            )
         )
         ips = [f"127.0.0.{10 + i}" for i in range(spec.storm_ips)]
         for k in range(cycles):
@@ -523,7 +607,7 @@ class _Sim:
                 self.new_conn(at, "internal", "127.0.0.3", "interbroker", 5000, 1)
         if spec.config_change:
             self.push(base_end + (storm_end - base_end) // 2, _CONFIG, spec.config_change)
-        self.harness.add("phase_end", storm_end, detail={"name": "storm"})
+        self.harness.put(HarnessPhaseEnd(storm_end, detail={"name": "storm"}))
         return t, end
 
     def run(self) -> dict[str, Any]:
@@ -542,7 +626,7 @@ class _Sim:
             handlers[kind](ns, payload)
             last = ns
         end = max(end, last + MS)
-        self.harness.add("run_end", end, detail={"scenario": "synth"})
+        self.harness.put(HarnessRunEnd(end, detail={"scenario": "synth"}))
         for parts in (self.client, self.acceptor, self.harness):
             parts.flush()
         self.end_ns = end

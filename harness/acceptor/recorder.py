@@ -14,24 +14,14 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from harness.history import HistoryWriter, events
+from harness.history.rows import ConnInfo as ConnInfo  # re-exported: the acceptor imports it here
 from harness.history.rows import Row
 
 _time_ns = time.time_ns
 _new = tuple.__new__
-
-
-@dataclass(slots=True)
-class ConnInfo:
-    conn_id: str
-    listener: str
-    client_ip: str
-    client_port: int
-    sock_ip: str
-    sock_port: int
 
 
 _frozen = False

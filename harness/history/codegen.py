@@ -51,14 +51,17 @@ event's columns and a `detail` of the event's TypedDict (``<Source><Event>Detail
 its declared keys), so mypy refuses a column or key the event does not have. A row IS the
 writer's buffered tuple (`harness.history.writer.ROW` order): building one is one tuple,
 and the writers take it as it is. ``ts_ns`` None: the writer derives it from ``mono_ns``.
-Readers parse a stored `detail` with the row class's ``parse`` into its TypedDict.
+Readers parse a stored `detail` with the row class's ``parse`` into its TypedDict; a writer
+whose `detail` is assembled at run time passes it through the class's ``checked``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol, TypedDict, cast
 
-from harness.history.events import loads_detail
+from harness.history.events import loads_detail, undeclared
 
 _new = tuple.__new__
 
@@ -78,6 +81,18 @@ class Ident(Protocol):
     def sock_ip(self) -> str: ...
     @property
     def sock_port(self) -> int: ...
+
+
+@dataclass(slots=True)
+class ConnInfo:
+    """A connection's identity columns (an `Ident`): the acceptor's, one per connection."""
+
+    conn_id: str
+    listener: str
+    client_ip: str
+    client_port: int
+    sock_ip: str
+    sock_port: int
 
 
 class Row(NamedTuple):
@@ -144,8 +159,14 @@ def _row_class(ev: Event) -> str:
         f"class {name}(Row):\n" + _docstring(f"{ev.source} `{ev.name}`: {ev.doc}") + "\n"
         f"    __slots__ = ()\n"
         f"    SOURCE = {ev.source!r}\n"
-        f"    EVENT = {ev.name!r}\n\n"
-        f"    def __new__(\n" + "\n".join(params) + "\n"
+        f"    EVENT = {ev.name!r}\n"
+        + (
+            ""
+            if ev.detail is OPEN
+            else f"    DETAIL_KEYS: frozenset[str] = frozenset({sorted(ev.detail)!r})\n"
+        )
+        + "\n"
+        "    def __new__(\n" + "\n".join(params) + "\n"
         f"    ) -> {name}:\n"
         f"        return _new(cls, ({body}))\n\n"
         f"    @staticmethod\n"
@@ -155,6 +176,13 @@ def _row_class(ev: Event) -> str:
             "        return loads_detail(text)\n"
             if ev.detail is OPEN
             else f'        return cast("{detail}", loads_detail(text))\n'
+            "\n    @classmethod\n"
+            f"    def checked(cls, fields: Mapping[str, Any]) -> {detail}:\n"
+            '        """A detail built at run time, its keys checked: KeyError on an undeclared'
+            ' one."""\n'
+            "        if not cls.DETAIL_KEYS.issuperset(fields):\n"
+            "            undeclared(cls.SOURCE, cls.EVENT, fields)\n"
+            "        return fields  # type: ignore[return-value]\n"
         )
     )
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 __all__ = [
     "ALL",
@@ -27,6 +27,7 @@ __all__ = [
     "detail_template",
     "event",
     "loads_detail",
+    "undeclared",
 ]
 
 #: columns every row has (not listed per event)
@@ -69,7 +70,7 @@ OUTCOMES = (
     "auth_failed",
 )
 CLOSED_BY = ("eof", "reset", "ip_rate", "shutdown")
-CHARGE_SOURCES = ("broker_log", "wall", "late", "login")
+CHARGE_SOURCES = ("broker_log", "wall", "late", "broker_log_late", "wall_late", "login")
 VOCABULARIES: dict[str, tuple[str, ...]] = {
     "outcome": OUTCOMES,
     "closed_by": CLOSED_BY,
@@ -217,9 +218,14 @@ def checked(source: str, name: str, fields: Mapping[str, Any], /) -> Mapping[str
     them (KeyError on one the event does not declare); encoded later, off the hot path."""
     ev = BY_SOURCE[source][name]
     if ev.detail is not OPEN and not ev.detail.issuperset(fields):
-        extra = sorted(set(fields) - ev.detail)
-        raise KeyError(f"{source} event {name!r} has no detail key(s) {extra}")
+        undeclared(source, name, fields)
     return fields
+
+
+def undeclared(source: str, name: str, fields: Iterable[str], /) -> NoReturn:
+    """KeyError naming the keys of `fields` event `name` of `source` does not declare."""
+    extra = sorted(set(fields) - BY_SOURCE[source][name].detail)
+    raise KeyError(f"{source} event {name!r} has no detail key(s) {extra}")
 
 
 def detail_template(source: str, name: str, /, slots: Iterable[str], **fields: Any) -> str:

@@ -6,14 +6,17 @@ event's columns and a `detail` of the event's TypedDict (``<Source><Event>Detail
 its declared keys), so mypy refuses a column or key the event does not have. A row IS the
 writer's buffered tuple (`harness.history.writer.ROW` order): building one is one tuple,
 and the writers take it as it is. ``ts_ns`` None: the writer derives it from ``mono_ns``.
-Readers parse a stored `detail` with the row class's ``parse`` into its TypedDict.
+Readers parse a stored `detail` with the row class's ``parse`` into its TypedDict; a writer
+whose `detail` is assembled at run time passes it through the class's ``checked``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol, TypedDict, cast
 
-from harness.history.events import loads_detail
+from harness.history.events import loads_detail, undeclared
 
 _new = tuple.__new__
 
@@ -33,6 +36,18 @@ class Ident(Protocol):
     def sock_ip(self) -> str: ...
     @property
     def sock_port(self) -> int: ...
+
+
+@dataclass(slots=True)
+class ConnInfo:
+    """A connection's identity columns (an `Ident`): the acceptor's, one per connection."""
+
+    conn_id: str
+    listener: str
+    client_ip: str
+    client_port: int
+    sock_ip: str
+    sock_port: int
 
 
 class Row(NamedTuple):
@@ -71,7 +86,7 @@ Outcome = Literal[
     "auth_failed",
 ]
 ClosedBy = Literal["eof", "reset", "ip_rate", "shutdown"]
-ChargeSource = Literal["broker_log", "wall", "late", "login"]
+ChargeSource = Literal["broker_log", "wall", "late", "broker_log_late", "wall_late", "login"]
 
 
 class AcceptorAcceptDetail(TypedDict, total=False):
@@ -88,6 +103,7 @@ class AcceptorAccept(Row):
     __slots__ = ()
     SOURCE = "acceptor"
     EVENT = "accept"
+    DETAIL_KEYS: frozenset[str] = frozenset(["protected", "proxy_header", "tcp_accept_mono_ns"])
 
     def __new__(
         cls,
@@ -125,6 +141,13 @@ class AcceptorAccept(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("AcceptorAcceptDetail", loads_detail(text))
 
+    @classmethod
+    def checked(cls, fields: Mapping[str, Any]) -> AcceptorAcceptDetail:
+        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
+        if not cls.DETAIL_KEYS.issuperset(fields):
+            undeclared(cls.SOURCE, cls.EVENT, fields)
+        return fields  # type: ignore[return-value]
+
 
 class AcceptorDelayDetail(TypedDict, total=False):
     broker_delay_ms: Any
@@ -137,6 +160,7 @@ class AcceptorDelay(Row):
     __slots__ = ()
     SOURCE = "acceptor"
     EVENT = "delay"
+    DETAIL_KEYS: frozenset[str] = frozenset(["broker_delay_ms", "listener_delay_ms"])
 
     def __new__(
         cls,
@@ -176,6 +200,13 @@ class AcceptorDelay(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("AcceptorDelayDetail", loads_detail(text))
 
+    @classmethod
+    def checked(cls, fields: Mapping[str, Any]) -> AcceptorDelayDetail:
+        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
+        if not cls.DETAIL_KEYS.issuperset(fields):
+            undeclared(cls.SOURCE, cls.EVENT, fields)
+        return fields  # type: ignore[return-value]
+
 
 class AcceptorBlockedDetail(TypedDict, total=False):
     start_mono_ns: Any
@@ -189,6 +220,7 @@ class AcceptorBlocked(Row):
     __slots__ = ()
     SOURCE = "acceptor"
     EVENT = "blocked"
+    DETAIL_KEYS: frozenset[str] = frozenset(["start_mono_ns"])
 
     def __new__(
         cls,
@@ -228,6 +260,13 @@ class AcceptorBlocked(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("AcceptorBlockedDetail", loads_detail(text))
 
+    @classmethod
+    def checked(cls, fields: Mapping[str, Any]) -> AcceptorBlockedDetail:
+        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
+        if not cls.DETAIL_KEYS.issuperset(fields):
+            undeclared(cls.SOURCE, cls.EVENT, fields)
+        return fields  # type: ignore[return-value]
+
 
 class AcceptorListenerCloseDetail(TypedDict, total=False):
     queued: Any
@@ -242,6 +281,7 @@ class AcceptorListenerClose(Row):
     __slots__ = ()
     SOURCE = "acceptor"
     EVENT = "listener_close"
+    DETAIL_KEYS: frozenset[str] = frozenset(["queued"])
 
     def __new__(
         cls,
@@ -279,6 +319,13 @@ class AcceptorListenerClose(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("AcceptorListenerCloseDetail", loads_detail(text))
 
+    @classmethod
+    def checked(cls, fields: Mapping[str, Any]) -> AcceptorListenerCloseDetail:
+        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
+        if not cls.DETAIL_KEYS.issuperset(fields):
+            undeclared(cls.SOURCE, cls.EVENT, fields)
+        return fields  # type: ignore[return-value]
+
 
 class AcceptorAdmitDetail(TypedDict, total=False):
     pass
@@ -290,6 +337,7 @@ class AcceptorAdmit(Row):
     __slots__ = ()
     SOURCE = "acceptor"
     EVENT = "admit"
+    DETAIL_KEYS: frozenset[str] = frozenset([])
 
     def __new__(
         cls,
@@ -328,6 +376,13 @@ class AcceptorAdmit(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("AcceptorAdmitDetail", loads_detail(text))
 
+    @classmethod
+    def checked(cls, fields: Mapping[str, Any]) -> AcceptorAdmitDetail:
+        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
+        if not cls.DETAIL_KEYS.issuperset(fields):
+            undeclared(cls.SOURCE, cls.EVENT, fields)
+        return fields  # type: ignore[return-value]
+
 
 class AcceptorRegisterDetail(TypedDict, total=False):
     in_iteration: Any
@@ -341,6 +396,7 @@ class AcceptorRegister(Row):
     __slots__ = ()
     SOURCE = "acceptor"
     EVENT = "register"
+    DETAIL_KEYS: frozenset[str] = frozenset(["in_iteration", "iteration", "queue_depth"])
 
     def __new__(
         cls,
@@ -380,6 +436,13 @@ class AcceptorRegister(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("AcceptorRegisterDetail", loads_detail(text))
 
+    @classmethod
+    def checked(cls, fields: Mapping[str, Any]) -> AcceptorRegisterDetail:
+        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
+        if not cls.DETAIL_KEYS.issuperset(fields):
+            undeclared(cls.SOURCE, cls.EVENT, fields)
+        return fields  # type: ignore[return-value]
+
 
 class AcceptorRejectDetail(TypedDict, total=False):
     count: Any
@@ -392,6 +455,7 @@ class AcceptorReject(Row):
     __slots__ = ()
     SOURCE = "acceptor"
     EVENT = "reject"
+    DETAIL_KEYS: frozenset[str] = frozenset(["count", "max"])
 
     def __new__(
         cls,
@@ -430,6 +494,13 @@ class AcceptorReject(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("AcceptorRejectDetail", loads_detail(text))
 
+    @classmethod
+    def checked(cls, fields: Mapping[str, Any]) -> AcceptorRejectDetail:
+        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
+        if not cls.DETAIL_KEYS.issuperset(fields):
+            undeclared(cls.SOURCE, cls.EVENT, fields)
+        return fields  # type: ignore[return-value]
+
 
 class AcceptorThrottleCloseDetail(TypedDict, total=False):
     closed_by: ClosedBy
@@ -443,6 +514,7 @@ class AcceptorThrottleClose(Row):
     __slots__ = ()
     SOURCE = "acceptor"
     EVENT = "throttle_close"
+    DETAIL_KEYS: frozenset[str] = frozenset(["closed_by", "end_ms", "throttle_start_mono_ns"])
 
     def __new__(
         cls,
@@ -482,6 +554,13 @@ class AcceptorThrottleClose(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("AcceptorThrottleCloseDetail", loads_detail(text))
 
+    @classmethod
+    def checked(cls, fields: Mapping[str, Any]) -> AcceptorThrottleCloseDetail:
+        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
+        if not cls.DETAIL_KEYS.issuperset(fields):
+            undeclared(cls.SOURCE, cls.EVENT, fields)
+        return fields  # type: ignore[return-value]
+
 
 class AcceptorEvictDetail(TypedDict, total=False):
     pass
@@ -493,6 +572,7 @@ class AcceptorEvict(Row):
     __slots__ = ()
     SOURCE = "acceptor"
     EVENT = "evict"
+    DETAIL_KEYS: frozenset[str] = frozenset([])
 
     def __new__(
         cls,
@@ -532,6 +612,13 @@ class AcceptorEvict(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("AcceptorEvictDetail", loads_detail(text))
 
+    @classmethod
+    def checked(cls, fields: Mapping[str, Any]) -> AcceptorEvictDetail:
+        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
+        if not cls.DETAIL_KEYS.issuperset(fields):
+            undeclared(cls.SOURCE, cls.EVENT, fields)
+        return fields  # type: ignore[return-value]
+
 
 class AcceptorCloseDetail(TypedDict, total=False):
     bytes_in: Any
@@ -552,6 +639,20 @@ class AcceptorClose(Row):
     __slots__ = ()
     SOURCE = "acceptor"
     EVENT = "close"
+    DETAIL_KEYS: frozenset[str] = frozenset(
+        [
+            "bytes_in",
+            "bytes_out",
+            "counted",
+            "duration_ms",
+            "error",
+            "registered",
+            "requests",
+            "tcp_accept_mono_ns",
+            "then",
+            "unanswered",
+        ]
+    )
 
     def __new__(
         cls,
@@ -592,6 +693,13 @@ class AcceptorClose(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("AcceptorCloseDetail", loads_detail(text))
 
+    @classmethod
+    def checked(cls, fields: Mapping[str, Any]) -> AcceptorCloseDetail:
+        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
+        if not cls.DETAIL_KEYS.issuperset(fields):
+            undeclared(cls.SOURCE, cls.EVENT, fields)
+        return fields  # type: ignore[return-value]
+
 
 class AcceptorRequestDetail(TypedDict, total=False):
     charge_source: ChargeSource
@@ -608,6 +716,9 @@ class AcceptorRequest(Row):
     __slots__ = ()
     SOURCE = "acceptor"
     EVENT = "request"
+    DETAIL_KEYS: frozenset[str] = frozenset(
+        ["charge_source", "charged_ms", "held_ms", "late_ms", "network_ms", "sample"]
+    )
 
     def __new__(
         cls,
@@ -651,6 +762,13 @@ class AcceptorRequest(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("AcceptorRequestDetail", loads_detail(text))
 
+    @classmethod
+    def checked(cls, fields: Mapping[str, Any]) -> AcceptorRequestDetail:
+        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
+        if not cls.DETAIL_KEYS.issuperset(fields):
+            undeclared(cls.SOURCE, cls.EVENT, fields)
+        return fields  # type: ignore[return-value]
+
 
 class AcceptorRequestThrottleDetail(TypedDict, total=False):
     broker_time_ms: Any
@@ -670,6 +788,19 @@ class AcceptorRequestThrottle(Row):
     __slots__ = ()
     SOURCE = "acceptor"
     EVENT = "request_throttle"
+    DETAIL_KEYS: frozenset[str] = frozenset(
+        [
+            "broker_time_ms",
+            "bucket",
+            "charge_source",
+            "charged_ms",
+            "held_ms",
+            "late_ms",
+            "network_ms",
+            "quota",
+            "rate",
+        ]
+    )
 
     def __new__(
         cls,
@@ -711,6 +842,13 @@ class AcceptorRequestThrottle(Row):
     def parse(text: str | None) -> AcceptorRequestThrottleDetail:
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("AcceptorRequestThrottleDetail", loads_detail(text))
+
+    @classmethod
+    def checked(cls, fields: Mapping[str, Any]) -> AcceptorRequestThrottleDetail:
+        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
+        if not cls.DETAIL_KEYS.issuperset(fields):
+            undeclared(cls.SOURCE, cls.EVENT, fields)
+        return fields  # type: ignore[return-value]
 
 
 AcceptorAdminDetail = dict[str, Any]
@@ -777,6 +915,7 @@ class AcceptorLoopLag(Row):
     __slots__ = ()
     SOURCE = "acceptor"
     EVENT = "loop_lag"
+    DETAIL_KEYS: frozenset[str] = frozenset(["armed", "due_mono_ns", "period_ms", "threshold_ms"])
 
     def __new__(
         cls,
@@ -815,6 +954,13 @@ class AcceptorLoopLag(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("AcceptorLoopLagDetail", loads_detail(text))
 
+    @classmethod
+    def checked(cls, fields: Mapping[str, Any]) -> AcceptorLoopLagDetail:
+        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
+        if not cls.DETAIL_KEYS.issuperset(fields):
+            undeclared(cls.SOURCE, cls.EVENT, fields)
+        return fields  # type: ignore[return-value]
+
 
 class AcceptorProcessorStallDetail(TypedDict, total=False):
     queued: Any
@@ -826,6 +972,7 @@ class AcceptorProcessorStall(Row):
     __slots__ = ()
     SOURCE = "acceptor"
     EVENT = "processor_stall"
+    DETAIL_KEYS: frozenset[str] = frozenset(["queued"])
 
     def __new__(
         cls,
@@ -866,6 +1013,13 @@ class AcceptorProcessorStall(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("AcceptorProcessorStallDetail", loads_detail(text))
 
+    @classmethod
+    def checked(cls, fields: Mapping[str, Any]) -> AcceptorProcessorStallDetail:
+        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
+        if not cls.DETAIL_KEYS.issuperset(fields):
+            undeclared(cls.SOURCE, cls.EVENT, fields)
+        return fields  # type: ignore[return-value]
+
 
 class ClientConnectInvokeDetail(TypedDict, total=False):
     broker: Any
@@ -885,6 +1039,16 @@ class ClientConnectInvoke(Row):
     __slots__ = ()
     SOURCE = "client"
     EVENT = "connect_invoke"
+    DETAIL_KEYS: frozenset[str] = frozenset(
+        [
+            "broker",
+            "clock_offset_ns",
+            "clock_rtt_ns",
+            "intended_mono_ns",
+            "profile",
+            "proxy_protocol",
+        ]
+    )
 
     def __new__(
         cls,
@@ -928,6 +1092,13 @@ class ClientConnectInvoke(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("ClientConnectInvokeDetail", loads_detail(text))
 
+    @classmethod
+    def checked(cls, fields: Mapping[str, Any]) -> ClientConnectInvokeDetail:
+        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
+        if not cls.DETAIL_KEYS.issuperset(fields):
+            undeclared(cls.SOURCE, cls.EVENT, fields)
+        return fields  # type: ignore[return-value]
+
 
 class ClientConnectFailDetail(TypedDict, total=False):
     cause: Any
@@ -942,6 +1113,7 @@ class ClientConnectFail(Row):
     __slots__ = ()
     SOURCE = "client"
     EVENT = "connect_fail"
+    DETAIL_KEYS: frozenset[str] = frozenset(["cause", "intended_mono_ns", "profile", "why"])
 
     def __new__(
         cls,
@@ -987,6 +1159,13 @@ class ClientConnectFail(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("ClientConnectFailDetail", loads_detail(text))
 
+    @classmethod
+    def checked(cls, fields: Mapping[str, Any]) -> ClientConnectFailDetail:
+        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
+        if not cls.DETAIL_KEYS.issuperset(fields):
+            undeclared(cls.SOURCE, cls.EVENT, fields)
+        return fields  # type: ignore[return-value]
+
 
 class ClientConnectOkDetail(TypedDict, total=False):
     pass
@@ -998,6 +1177,7 @@ class ClientConnectOk(Row):
     __slots__ = ()
     SOURCE = "client"
     EVENT = "connect_ok"
+    DETAIL_KEYS: frozenset[str] = frozenset([])
 
     def __new__(
         cls,
@@ -1042,6 +1222,13 @@ class ClientConnectOk(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("ClientConnectOkDetail", loads_detail(text))
 
+    @classmethod
+    def checked(cls, fields: Mapping[str, Any]) -> ClientConnectOkDetail:
+        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
+        if not cls.DETAIL_KEYS.issuperset(fields):
+            undeclared(cls.SOURCE, cls.EVENT, fields)
+        return fields  # type: ignore[return-value]
+
 
 class ClientReadyDetail(TypedDict, total=False):
     pass
@@ -1053,6 +1240,7 @@ class ClientReady(Row):
     __slots__ = ()
     SOURCE = "client"
     EVENT = "ready"
+    DETAIL_KEYS: frozenset[str] = frozenset([])
 
     def __new__(
         cls,
@@ -1098,6 +1286,13 @@ class ClientReady(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("ClientReadyDetail", loads_detail(text))
 
+    @classmethod
+    def checked(cls, fields: Mapping[str, Any]) -> ClientReadyDetail:
+        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
+        if not cls.DETAIL_KEYS.issuperset(fields):
+            undeclared(cls.SOURCE, cls.EVENT, fields)
+        return fields  # type: ignore[return-value]
+
 
 class ClientRequestOkDetail(TypedDict, total=False):
     error_code: Any
@@ -1116,6 +1311,9 @@ class ClientRequestOk(Row):
     __slots__ = ()
     SOURCE = "client"
     EVENT = "request_ok"
+    DETAIL_KEYS: frozenset[str] = frozenset(
+        ["error_code", "in_flight_ms", "offset", "principal", "profile", "throttle_time_ms"]
+    )
 
     def __new__(
         cls,
@@ -1163,6 +1361,13 @@ class ClientRequestOk(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("ClientRequestOkDetail", loads_detail(text))
 
+    @classmethod
+    def checked(cls, fields: Mapping[str, Any]) -> ClientRequestOkDetail:
+        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
+        if not cls.DETAIL_KEYS.issuperset(fields):
+            undeclared(cls.SOURCE, cls.EVENT, fields)
+        return fields  # type: ignore[return-value]
+
 
 class ClientRequestFailDetail(TypedDict, total=False):
     error: Any
@@ -1175,6 +1380,7 @@ class ClientRequestFail(Row):
     __slots__ = ()
     SOURCE = "client"
     EVENT = "request_fail"
+    DETAIL_KEYS: frozenset[str] = frozenset(["error", "profile"])
 
     def __new__(
         cls,
@@ -1221,6 +1427,13 @@ class ClientRequestFail(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("ClientRequestFailDetail", loads_detail(text))
 
+    @classmethod
+    def checked(cls, fields: Mapping[str, Any]) -> ClientRequestFailDetail:
+        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
+        if not cls.DETAIL_KEYS.issuperset(fields):
+            undeclared(cls.SOURCE, cls.EVENT, fields)
+        return fields  # type: ignore[return-value]
+
 
 class ClientClosedDetail(TypedDict, total=False):
     closed_by: ClosedBy
@@ -1242,6 +1455,21 @@ class ClientClosed(Row):
     __slots__ = ()
     SOURCE = "client"
     EVENT = "closed"
+    DETAIL_KEYS: frozenset[str] = frozenset(
+        [
+            "closed_by",
+            "connect_ms",
+            "eof_ms",
+            "error",
+            "errors",
+            "outcome",
+            "principal",
+            "profile",
+            "ready_ms",
+            "sasl_ms",
+            "tls_ms",
+        ]
+    )
 
     def __new__(
         cls,
@@ -1287,6 +1515,13 @@ class ClientClosed(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("ClientClosedDetail", loads_detail(text))
 
+    @classmethod
+    def checked(cls, fields: Mapping[str, Any]) -> ClientClosedDetail:
+        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
+        if not cls.DETAIL_KEYS.issuperset(fields):
+            undeclared(cls.SOURCE, cls.EVENT, fields)
+        return fields  # type: ignore[return-value]
+
 
 class ClientTlsStartDetail(TypedDict, total=False):
     pass
@@ -1298,6 +1533,7 @@ class ClientTlsStart(Row):
     __slots__ = ()
     SOURCE = "client"
     EVENT = "tls_start"
+    DETAIL_KEYS: frozenset[str] = frozenset([])
 
     def __new__(
         cls,
@@ -1342,6 +1578,13 @@ class ClientTlsStart(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("ClientTlsStartDetail", loads_detail(text))
 
+    @classmethod
+    def checked(cls, fields: Mapping[str, Any]) -> ClientTlsStartDetail:
+        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
+        if not cls.DETAIL_KEYS.issuperset(fields):
+            undeclared(cls.SOURCE, cls.EVENT, fields)
+        return fields  # type: ignore[return-value]
+
 
 class ClientTlsDoneDetail(TypedDict, total=False):
     principal: Any
@@ -1358,6 +1601,7 @@ class ClientTlsDone(Row):
     __slots__ = ()
     SOURCE = "client"
     EVENT = "tls_done"
+    DETAIL_KEYS: frozenset[str] = frozenset(["principal", "resumed", "tls_ms", "tls_version"])
 
     def __new__(
         cls,
@@ -1402,6 +1646,13 @@ class ClientTlsDone(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("ClientTlsDoneDetail", loads_detail(text))
 
+    @classmethod
+    def checked(cls, fields: Mapping[str, Any]) -> ClientTlsDoneDetail:
+        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
+        if not cls.DETAIL_KEYS.issuperset(fields):
+            undeclared(cls.SOURCE, cls.EVENT, fields)
+        return fields  # type: ignore[return-value]
+
 
 class ClientTlsFailDetail(TypedDict, total=False):
     error: Any
@@ -1414,6 +1665,7 @@ class ClientTlsFail(Row):
     __slots__ = ()
     SOURCE = "client"
     EVENT = "tls_fail"
+    DETAIL_KEYS: frozenset[str] = frozenset(["error", "tls_ms"])
 
     def __new__(
         cls,
@@ -1459,6 +1711,13 @@ class ClientTlsFail(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("ClientTlsFailDetail", loads_detail(text))
 
+    @classmethod
+    def checked(cls, fields: Mapping[str, Any]) -> ClientTlsFailDetail:
+        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
+        if not cls.DETAIL_KEYS.issuperset(fields):
+            undeclared(cls.SOURCE, cls.EVENT, fields)
+        return fields  # type: ignore[return-value]
+
 
 class ClientSaslDoneDetail(TypedDict, total=False):
     mechanism: Any
@@ -1475,6 +1734,7 @@ class ClientSaslDone(Row):
     __slots__ = ()
     SOURCE = "client"
     EVENT = "sasl_done"
+    DETAIL_KEYS: frozenset[str] = frozenset(["mechanism", "principal", "rounds", "sasl_ms"])
 
     def __new__(
         cls,
@@ -1520,6 +1780,13 @@ class ClientSaslDone(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("ClientSaslDoneDetail", loads_detail(text))
 
+    @classmethod
+    def checked(cls, fields: Mapping[str, Any]) -> ClientSaslDoneDetail:
+        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
+        if not cls.DETAIL_KEYS.issuperset(fields):
+            undeclared(cls.SOURCE, cls.EVENT, fields)
+        return fields  # type: ignore[return-value]
+
 
 class ClientSaslFailDetail(TypedDict, total=False):
     answer_ms: Any
@@ -1539,6 +1806,9 @@ class ClientSaslFail(Row):
     __slots__ = ()
     SOURCE = "client"
     EVENT = "sasl_fail"
+    DETAIL_KEYS: frozenset[str] = frozenset(
+        ["answer_ms", "error", "error_code", "mechanism", "principal", "round", "sasl_ms"]
+    )
 
     def __new__(
         cls,
@@ -1585,6 +1855,13 @@ class ClientSaslFail(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("ClientSaslFailDetail", loads_detail(text))
 
+    @classmethod
+    def checked(cls, fields: Mapping[str, Any]) -> ClientSaslFailDetail:
+        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
+        if not cls.DETAIL_KEYS.issuperset(fields):
+            undeclared(cls.SOURCE, cls.EVENT, fields)
+        return fields  # type: ignore[return-value]
+
 
 class ClientLoopLagDetail(TypedDict, total=False):
     engine: Any
@@ -1603,6 +1880,9 @@ class ClientLoopLag(Row):
     __slots__ = ()
     SOURCE = "client"
     EVENT = "loop_lag"
+    DETAIL_KEYS: frozenset[str] = frozenset(
+        ["engine", "from_mono_ns", "period_ms", "threshold_ms", "until_mono_ns"]
+    )
 
     def __new__(
         cls,
@@ -1642,6 +1922,13 @@ class ClientLoopLag(Row):
     def parse(text: str | None) -> ClientLoopLagDetail:
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("ClientLoopLagDetail", loads_detail(text))
+
+    @classmethod
+    def checked(cls, fields: Mapping[str, Any]) -> ClientLoopLagDetail:
+        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
+        if not cls.DETAIL_KEYS.issuperset(fields):
+            undeclared(cls.SOURCE, cls.EVENT, fields)
+        return fields  # type: ignore[return-value]
 
 
 HarnessConfigDetail = dict[str, Any]
@@ -1890,6 +2177,7 @@ class HarnessRunStart(Row):
     __slots__ = ()
     SOURCE = "harness"
     EVENT = "run_start"
+    DETAIL_KEYS: frozenset[str] = frozenset(["duration_s", "scenario", "seed", "target"])
 
     def __new__(
         cls,
@@ -1926,6 +2214,13 @@ class HarnessRunStart(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("HarnessRunStartDetail", loads_detail(text))
 
+    @classmethod
+    def checked(cls, fields: Mapping[str, Any]) -> HarnessRunStartDetail:
+        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
+        if not cls.DETAIL_KEYS.issuperset(fields):
+            undeclared(cls.SOURCE, cls.EVENT, fields)
+        return fields  # type: ignore[return-value]
+
 
 class HarnessRunEndDetail(TypedDict, total=False):
     error: Any
@@ -1939,6 +2234,7 @@ class HarnessRunEnd(Row):
     __slots__ = ()
     SOURCE = "harness"
     EVENT = "run_end"
+    DETAIL_KEYS: frozenset[str] = frozenset(["error", "scenario", "target"])
 
     def __new__(
         cls,
@@ -1976,6 +2272,13 @@ class HarnessRunEnd(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("HarnessRunEndDetail", loads_detail(text))
 
+    @classmethod
+    def checked(cls, fields: Mapping[str, Any]) -> HarnessRunEndDetail:
+        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
+        if not cls.DETAIL_KEYS.issuperset(fields):
+            undeclared(cls.SOURCE, cls.EVENT, fields)
+        return fields  # type: ignore[return-value]
+
 
 class HarnessKafkaMetricsDetail(TypedDict, total=False):
     broker: Any
@@ -1994,6 +2297,9 @@ class HarnessKafkaMetrics(Row):
     __slots__ = ()
     SOURCE = "harness"
     EVENT = "kafka_metrics"
+    DETAIL_KEYS: frozenset[str] = frozenset(
+        ["broker", "error", "samples", "scrape_ms", "target", "url"]
+    )
 
     def __new__(
         cls,
@@ -2032,6 +2338,13 @@ class HarnessKafkaMetrics(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("HarnessKafkaMetricsDetail", loads_detail(text))
 
+    @classmethod
+    def checked(cls, fields: Mapping[str, Any]) -> HarnessKafkaMetricsDetail:
+        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
+        if not cls.DETAIL_KEYS.issuperset(fields):
+            undeclared(cls.SOURCE, cls.EVENT, fields)
+        return fields  # type: ignore[return-value]
+
 
 class HarnessKernelNetDetail(TypedDict, total=False):
     error: Any
@@ -2050,6 +2363,9 @@ class HarnessKernelNet(Row):
     __slots__ = ()
     SOURCE = "harness"
     EVENT = "kernel_net"
+    DETAIL_KEYS: frozenset[str] = frozenset(
+        ["error", "listen_drops", "listen_overflows", "netns", "reqq_full_drop", "syn_cookies"]
+    )
 
     def __new__(
         cls,
@@ -2088,6 +2404,13 @@ class HarnessKernelNet(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("HarnessKernelNetDetail", loads_detail(text))
 
+    @classmethod
+    def checked(cls, fields: Mapping[str, Any]) -> HarnessKernelNetDetail:
+        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
+        if not cls.DETAIL_KEYS.issuperset(fields):
+            undeclared(cls.SOURCE, cls.EVENT, fields)
+        return fields  # type: ignore[return-value]
+
 
 class HarnessProcessStatsDetail(TypedDict, total=False):
     bytes: Any
@@ -2115,6 +2438,24 @@ class HarnessProcessStats(Row):
     __slots__ = ()
     SOURCE = "harness"
     EVENT = "process_stats"
+    DETAIL_KEYS: frozenset[str] = frozenset(
+        [
+            "bytes",
+            "cpu_s",
+            "fds",
+            "files",
+            "loop_busy",
+            "loop_busy_pid",
+            "loop_others",
+            "loop_read_mono_ns",
+            "loop_read_ms",
+            "loop_wait",
+            "pgids",
+            "processes",
+            "role",
+            "rss_kb",
+        ]
+    )
 
     def __new__(
         cls,
@@ -2151,6 +2492,13 @@ class HarnessProcessStats(Row):
     def parse(text: str | None) -> HarnessProcessStatsDetail:
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("HarnessProcessStatsDetail", loads_detail(text))
+
+    @classmethod
+    def checked(cls, fields: Mapping[str, Any]) -> HarnessProcessStatsDetail:
+        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
+        if not cls.DETAIL_KEYS.issuperset(fields):
+            undeclared(cls.SOURCE, cls.EVENT, fields)
+        return fields  # type: ignore[return-value]
 
 
 #: the row class of every event, by (source, event)
