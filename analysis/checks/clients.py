@@ -421,6 +421,15 @@ def check_offered_load(run: Run) -> CheckResult:
     )
 
 
+def fairness_bound_set(run: Run) -> str | None:
+    """None when the scenario states a fairness bound (or the run has no client rows: the
+    check says `unknown` itself); without one `steady_fairness` is `n/a` before any job,
+    its ratio not measured."""
+    if run.expect.get("fairness_p99_ratio") is not None or not run.has_source("client"):
+        return None
+    return "a fairness bound (expect.fairness_p99_ratio)"
+
+
 def check_fairness(run: Run) -> CheckResult:
     from pyspark.sql import functions as F
 
@@ -690,6 +699,7 @@ CHECKS = [
         True,
         ("acceptor", "broker"),
         doc="steady clients' p99 during storms vs baseline",
+        applies=fairness_bound_set,
         frames=("client_conns",),
     ),
     Check(

@@ -48,8 +48,28 @@ def declared() -> list[Check]:
     return [c for c in ALL_CHECKS if c.applies is not None]
 
 
+#: checks whose `applies` reads the scenario's expectations, not the config timeline
+BY_EXPECT = {"steady_fairness"}
+
+
 def test_every_declared_check_is_covered_here() -> None:
-    assert {c.name for c in declared()} == set(SETS)
+    assert {c.name for c in declared()} == set(SETS) | BY_EXPECT
+
+
+def test_fairness_without_a_bound_is_na_before_any_job() -> None:
+    check = BY_NAME["steady_fairness"]
+
+    def run(expect: dict[str, Any], clients: bool = True) -> Any:
+        r = fake_run({"quota.window.num": 11}, expect=expect)
+        r.has_source = lambda source: clients and source == "client"
+        return r
+
+    na = not_applicable(check, run({}))
+    assert na is not None and na.verdict == NA and na.judged == 0
+    assert check.applies(run({"fairness_p99_ratio": 3.0})) is None  # type: ignore[misc]
+    # no client rows: the check's own `unknown`; expected by the scenario: its own say
+    assert check.applies(run({}, clients=False)) is None  # type: ignore[misc]
+    assert not_applicable(check, run({"checks": ["steady_fairness"]})) is None
 
 
 @pytest.mark.parametrize("name", sorted(SETS))
