@@ -118,8 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1 or args.arrivals < 1 or args.rate <= 0:
         ap.error("--rounds, --arrivals and --rate must be > 0")
 
-    from bench.front_cost import paired_ratios, start_stand_in
     from bench.output import args_record, write_results
+    from bench.toolkit.front_load import paired_ratios, start_stand_in
     from bench.toolkit.fronts import stop_process
     from harness.localnet import free_port
 

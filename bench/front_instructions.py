@@ -43,8 +43,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.front_cost import (
-    _BODY,
+from bench.output import args_record, write_results
+from bench.toolkit.front_load import (
+    BODY,
     MAX_RESPONSE_BYTES,
     PHASES,
     bare_load,
@@ -53,7 +54,6 @@ from bench.front_cost import (
     run_threads,
     start_stand_in,
 )
-from bench.output import args_record, write_results
 from bench.toolkit.fronts import ref_checkout, start_acceptor, stop_process
 from harness import procfs
 from harness.localnet import free_port
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--ops", type=int, default=400, help="connections per connection phase")
     ap.add_argument("--request-bytes", type=int, default=16_384)
-    ap.add_argument("--response-bytes", type=int, default=len(_BODY), help="the stand-in's answer")
+    ap.add_argument("--response-bytes", type=int, default=len(BODY), help="the stand-in's answer")
     ap.add_argument("--compare-ref", metavar="GIT_REF", help="also this commit's acceptor")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)

@@ -1,11 +1,10 @@
 """The client history writer of one load process: column buffers, Parquet parts.
 
-A row is its event's typed row (`harness.history.rows`: one tuple, the event's columns
-only), kept by one ``list.append``; ``seal()`` turns a buffer of rows into columns (one
-``zip``, in C). ``seq`` and ``ts`` are not even computed per row: at flush, ``seq``
-numbers the rows and ``ts`` is derived from ``mono_ns`` and the wall/monotonic offset
-measured when the writer started (``ts = wall_at_start + (mono_ns − mono_at_start)``), so
-the two clocks of a row never disagree and the hot path reads one clock.
+A row is a handful of ``list.append`` calls on column buffers (no dict, no tuple per
+row); ``seq`` and ``ts`` are not even computed per row: at flush, ``seq`` numbers the
+rows and ``ts`` is derived from ``mono_ns`` and the wall/monotonic offset measured
+when the writer started (``ts = wall_at_start + (mono_ns − mono_at_start)``), so the
+two clocks of a row never disagree and the hot path reads one clock.
 
 Ownership, so no lock is needed on the hot path: rows are appended by one thread
 (the storm engine's, or the gevent hub's greenlets), which also ``seal()``s the
@@ -21,7 +20,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,21 +30,34 @@ import pyarrow.parquet as pq
 
 from harness.history import events
 from harness.history.clocks import boot_id, file_metadata, shift_details
-from harness.history.rows import Row
 from harness.history.schema import EVENTS, SCHEMA
-from harness.history.writer import ROW, check_row
+from harness.history.writer import check_row
 
-#: the columns of a batch, by name: the writer's row (`harness.history.writer.ROW`)
-BUFFERED = ROW
-_ALWAYS_NULL = ("processor", "delay_ms", "principal")  # no client event has them
-_RECORD_FIELDS = frozenset(ROW) - {"ts_ns", "event", "mono_ns", "detail", *_ALWAYS_NULL}
+#: the per-row columns kept in buffers (the rest are constant or derived at flush)
+BUFFERED = (
+    "event",
+    "mono_ns",
+    "conn_id",
+    "listener",
+    "client_ip",
+    "client_port",
+    "sock_ip",
+    "sock_port",
+    "reason",
+    "api_key",
+    "client_id",
+    "latency_ms",
+    "bytes",
+    "detail",
+)
+_ALWAYS_NULL = ("processor", "delay_ms", "principal")
+_RECORD_FIELDS = frozenset(BUFFERED) - {"event", "mono_ns", "detail"}
 
-#: sealed rows as columns, by name (``BUFFERED``)
-Batch = dict[str, Sequence[Any]]
+Batch = dict[str, list[Any]]
 
 
-def _columns(rows: list[Row]) -> Batch:
-    return dict(zip(ROW, zip(*rows, strict=True), strict=True))
+def _empty() -> Batch:
+    return {c: [] for c in BUFFERED}
 
 
 class ClientHistory:
@@ -85,16 +97,66 @@ class ClientHistory:
         #: clocks read this much later, under a boot id of their own
         self.skew_ns = simulated_skew_ns
         self._boot_id = boot_id() + (f"+skew{simulated_skew_ns}" if simulated_skew_ns else "")
-        self._rows: list[Row] = []
-        #: the hot path: one client event's typed row (`harness.history.rows`), as it is
-        self.put = self._rows.append
+        self._cols = _empty()
+        self._bind()
         self._sealed: list[Batch] = []
         self._seq = 0
         self._part = 0
         self.rows_written = 0
         self.closed = False
 
+    def _bind(self) -> None:
+        c = self._cols
+        # bound appends: the hot path calls these without attribute lookups
+        self.a_event = c["event"].append
+        self.a_mono = c["mono_ns"].append
+        self.a_conn = c["conn_id"].append
+        self.a_listener = c["listener"].append
+        self.a_cip = c["client_ip"].append
+        self.a_cport = c["client_port"].append
+        self.a_sip = c["sock_ip"].append
+        self.a_sport = c["sock_port"].append
+        self.a_reason = c["reason"].append
+        self.a_api = c["api_key"].append
+        self.a_client_id = c["client_id"].append
+        self.a_latency = c["latency_ms"].append
+        self.a_bytes = c["bytes"].append
+        self.a_detail = c["detail"].append
+
     # -- recording ----------------------------------------------------------------------
+    def row(
+        self,
+        event: str,
+        mono_ns: int,
+        conn_id: str | None,
+        listener: str | None,
+        client_ip: str | None,
+        client_port: int | None,
+        reason: str | None,
+        api_key: int | None,
+        client_id: str | None,
+        latency_ms: float | None,
+        nbytes: int | None,
+        detail: str | None,
+        sock_ip: str | None = None,
+    ) -> None:
+        """The hot path: one row; ``sock_*`` = ``client_*`` but for ``sock_ip`` when a
+        PROXY header claimed ``client_ip`` (the port is the socket's in both)."""
+        self.a_event(event)
+        self.a_mono(mono_ns)
+        self.a_conn(conn_id)
+        self.a_listener(listener)
+        self.a_cip(client_ip)
+        self.a_cport(client_port)
+        self.a_sip(sock_ip or client_ip)
+        self.a_sport(client_port)
+        self.a_reason(reason)
+        self.a_api(api_key)
+        self.a_client_id(client_id)
+        self.a_latency(latency_ms)
+        self.a_bytes(nbytes)
+        self.a_detail(detail)
+
     def record(
         self,
         event: str,
@@ -115,23 +177,26 @@ class ClientHistory:
         check_row("client", event, fields, detail)
         if detail is not None and not isinstance(detail, str):
             detail = events.detail("client", event, **detail)
-        mono = time.monotonic_ns() if mono_ns is None else mono_ns
-        get = fields.get
-        self._rows.append(Row._make((None, mono, event, *[get(n) for n in ROW[3:-1]], detail)))
-        return len(self._rows)
+        c = self._cols
+        c["event"].append(event)
+        c["mono_ns"].append(time.monotonic_ns() if mono_ns is None else mono_ns)
+        c["detail"].append(detail)
+        for name in _RECORD_FIELDS:
+            c[name].append(fields.get(name))
+        return len(c["event"])
 
     def pending(self) -> int:
-        return len(self._rows) + sum(len(b["event"]) for b in self._sealed)
+        return len(self._cols["event"]) + sum(len(b["event"]) for b in self._sealed)
 
     # -- flushing -----------------------------------------------------------------------
     def seal(self) -> None:
         """Owner thread only: hand the current buffers over for writing."""
-        if not self._rows:
+        if not self._cols["event"]:
             return
-        rows = self._rows
-        self._rows = []
-        self.put = self._rows.append
-        self._sealed.append(_columns(rows))  # list.append/pop are atomic: no lock needed
+        batch = self._cols
+        self._cols = _empty()
+        self._bind()
+        self._sealed.append(batch)  # list.append/pop are atomic: no lock needed
 
     def drain(self) -> list[Batch]:
         """Any thread: the sealed batches, oldest first."""
@@ -155,8 +220,8 @@ class ClientHistory:
         }
         for name in _ALWAYS_NULL:
             arrays[name] = pa.nulls(n, SCHEMA.field(name).type)
-        for name in BUFFERED[2:]:
-            if name not in arrays:
+        for name in BUFFERED:
+            if name != "mono_ns":
                 arrays[name] = pa.array(batch[name], SCHEMA.field(name).type)
         sample = self.clock_sample
         meta = file_metadata(
@@ -178,7 +243,7 @@ class ClientHistory:
         batches = [b for b in batches if b["event"]]
         if not batches or self.dir is None:
             return None
-        merged: Batch = (
+        merged = (
             batches[0]
             if len(batches) == 1
             else {c: [v for b in batches for v in b[c]] for c in BUFFERED}

@@ -74,22 +74,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.history import events
-from harness.history.rows import (
-    ClientClosed,
-    ClientConnectFail,
-    ClientConnectInvoke,
-    ClientConnectOk,
-    ClientLoopLag,
-    ClientReady,
-    ClientRequestFail,
-    ClientRequestOk,
-    ClientSaslDone,
-    ClientSaslFail,
-    ClientTlsDone,
-    ClientTlsFail,
-    ClientTlsStart,
-    Row,
-)
 from loadprofiles import proxy_header
 from loadprofiles.addresses import BrokerTarget, broker_for
 from loadprofiles.client_history import ClientHistory
@@ -131,8 +115,6 @@ from loadprofiles.secure import (
 )
 
 SHAPES = ("connect", "apiversions", "storm", "produce")
-#: a client row's identity columns: conn_id, listener, client_ip, client_port, sock_ip, sock_port
-Ids = tuple[str | None, str | None, str | None, int | None, str | None, int | None]
 IP_BIND_ADDRESS_NO_PORT = getattr(_socket, "IP_BIND_ADDRESS_NO_PORT", 24)
 _FDS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _PORTS = frozenset({errno.EADDRNOTAVAIL, errno.EADDRINUSE})
@@ -281,8 +263,6 @@ class StormEngine:
     ) -> None:
         self.cfg = config
         self.hist = history
-        #: the identity columns of a row of no connection (an arrival not offered)
-        self._no_conn: Ids = (None, self.cfg.listener, None, None, None, None)
         self.stats = EngineStats()
         self._clock = clock
         self._new_socket = new_socket
@@ -369,15 +349,51 @@ class StormEngine:
             self.trace.append((c.conn_id, before, inp, c.state))
 
     # -- history ----------------------------------------------------------------------------
-    def _ids(self, c: Conn) -> Ids:
-        """`c`'s identity columns; ``sock_ip`` the socket's own where a PROXY header claimed
-        another ``client_ip`` (the port is the socket's in both)."""
-        return (c.conn_id, self.cfg.listener, c.ip, c.port, c.sip or c.ip, c.port)
-
-    def _put(self, row: Row) -> None:
+    def _row(
+        self,
+        event: str,
+        mono_ns: int,
+        c: Conn | None,
+        reason: str | None = None,
+        api_key: int | None = None,
+        latency_ms: float | None = None,
+        nbytes: int | None = None,
+        detail: str | None = None,
+    ) -> None:
         h = self.hist
-        if h is not None:
-            h.put(row)
+        if h is None:
+            return
+        if c is None:
+            h.row(
+                event,
+                mono_ns,
+                None,
+                self.cfg.listener,
+                None,
+                None,
+                reason,
+                None,
+                self.cfg.client_id,
+                latency_ms,
+                nbytes,
+                detail,
+            )
+        else:
+            h.row(
+                event,
+                mono_ns,
+                c.conn_id,
+                self.cfg.listener,
+                c.ip,
+                c.port,
+                reason,
+                api_key,
+                self.cfg.client_id,
+                latency_ms,
+                nbytes,
+                detail,
+                c.sip,
+            )
 
     def _not_offered(self, intended: int, cause: str, why: str) -> None:
         n = self.stats.not_offered
@@ -391,14 +407,7 @@ class StormEngine:
                 profile=self.cfg.profile,
                 why=why,
             )
-            row = ClientConnectFail(
-                self._clock(),
-                *self._no_conn,
-                reason="not_offered",
-                client_id=self.cfg.client_id,
-                detail=detail,
-            )
-            self._put(row)
+            self._row("connect_fail", self._clock(), None, "not_offered", detail=detail)
 
     # -- the heartbeat ----------------------------------------------------------------------
     def _heartbeat_start(self) -> None:
@@ -410,10 +419,7 @@ class StormEngine:
                 period_ms=PERIOD_NS / 1e6,
                 threshold_ms=THRESHOLD_NS / 1e6,
             )
-            cfg = self.cfg
-            self._put(
-                ClientLoopLag(self._clock(), cfg.listener, "start", cfg.client_id, 0.0, detail)
-            )
+            self._row("loop_lag", self._clock(), None, "start", latency_ms=0.0, detail=detail)
 
     def _stalled(self, since: int, now: int, late: int) -> None:
         """The loop is back at its poll at ``now``, ``late`` ns after its last poll promised
@@ -430,8 +436,7 @@ class StormEngine:
                 from_mono_ns=since,
                 until_mono_ns=now + PERIOD_NS + THRESHOLD_NS,
             )
-            cfg = self.cfg
-            self._put(ClientLoopLag(now, cfg.listener, "stall", cfg.client_id, late / 1e6, detail))
+            self._row("loop_lag", now, None, "stall", latency_ms=late / 1e6, detail=detail)
 
     # -- the loop ---------------------------------------------------------------------------
     def run(
@@ -565,9 +570,7 @@ class StormEngine:
         c.state = _NEW
         st.offered += 1
         self._go(c, _INVOKED)
-        self._put(
-            ClientConnectInvoke(invoke, *self._ids(c), client_id=self.cfg.client_id, detail=detail)
-        )
+        self._row("connect_invoke", invoke, c, detail=detail)
         if err == 0:
             self._connected(c)
         elif err == errno.EINPROGRESS:
@@ -598,23 +601,14 @@ class StormEngine:
         now = self._clock()
         if reason == "refused" and c.broker is not None:
             self._down[c.broker] = now + RECONNECT_BACKOFF_NS
-        latency = (now - c.invoke_ns) / 1e6
-        self._put(
-            ClientConnectFail(
-                now, *self._ids(c), reason, client_id=self.cfg.client_id, latency_ms=latency
-            )
-        )
+        self._row("connect_fail", now, c, reason, latency_ms=(now - c.invoke_ns) / 1e6)
         self._close(c, reason, now, outcome=reason)
 
     def _connected(self, c: Conn) -> None:
         now = self._clock()
         self._go(c, _CONNECTED)
         c.connect_ms = (now - c.invoke_ns) / 1e6
-        self._put(
-            ClientConnectOk(
-                now, *self._ids(c), client_id=self.cfg.client_id, latency_ms=c.connect_ms
-            )
-        )
+        self._row("connect_ok", now, c, latency_ms=c.connect_ms)
         if self._proxy != "off" and not self._send_proxy_header(c, now):
             return
         if self._tls is not None:
@@ -713,24 +707,10 @@ class StormEngine:
         try:
             c.tls = TlsLink(t.context, self._sni, self._tls_session if t.resume else None)
         except (ssl.SSLError, ValueError) as exc:
-            self._put(
-                ClientTlsStart(
-                    now,
-                    *self._ids(c),
-                    client_id=self.cfg.client_id,
-                    latency_ms=(now - c.invoke_ns) / 1e6,
-                )
-            )
+            self._row("tls_start", now, c, latency_ms=(now - c.invoke_ns) / 1e6)
             self._tls_failed(c, now, tls_error(exc))
             return
-        self._put(
-            ClientTlsStart(
-                now,
-                *self._ids(c),
-                client_id=self.cfg.client_id,
-                latency_ms=(now - c.invoke_ns) / 1e6,
-            )
-        )
+        self._row("tls_start", now, c, latency_ms=(now - c.invoke_ns) / 1e6)
         if t.fault == "stall":
             # a partial ClientHello, then silence: the broker waits for the rest (it has no
             # handshake timeout) and the slot stays held until the hold time
@@ -766,14 +746,12 @@ class StormEngine:
             info["tls_ms"] = round(c.tls_ms, 3)
             if self._tls is not None and self._tls.principal is not None:
                 info["principal"] = self._tls.principal
-            self._put(
-                ClientTlsDone(
-                    now,
-                    *self._ids(c),
-                    client_id=self.cfg.client_id,
-                    latency_ms=(now - c.invoke_ns) / 1e6,
-                    detail=events.detail("client", "tls_done", **info),
-                )
+            self._row(
+                "tls_done",
+                now,
+                c,
+                latency_ms=(now - c.invoke_ns) / 1e6,
+                detail=events.detail("client", "tls_done", **info),
             )
             self._secured(c, now)
         else:
@@ -862,17 +840,13 @@ class StormEngine:
         self._close(c, reason, now)
 
     def _tls_fail_row(self, c: Conn, now: int, reason: str, error: str) -> None:
-        self._put(
-            ClientTlsFail(
-                now,
-                *self._ids(c),
-                reason,
-                client_id=self.cfg.client_id,
-                latency_ms=(now - c.invoke_ns) / 1e6,
-                detail=events.detail(
-                    "client", "tls_fail", **tls_fail_fields(error, c.phase_ns, now)
-                ),
-            )
+        self._row(
+            "tls_fail",
+            now,
+            c,
+            reason,
+            latency_ms=(now - c.invoke_ns) / 1e6,
+            detail=events.detail("client", "tls_fail", **tls_fail_fields(error, c.phase_ns, now)),
         )
 
     def _tls_failed(
@@ -900,29 +874,26 @@ class StormEngine:
             self._request(c, got)
         elif inp is _SASL_DONE:
             c.sasl_ms = (now - c.phase_ns) / 1e6
-            self._put(
-                ClientSaslDone(
-                    now,
-                    *self._ids(c),
-                    api_key=SASL_AUTHENTICATE_KEY,
-                    client_id=self.cfg.client_id,
-                    latency_ms=(now - c.invoke_ns) / 1e6,
-                    detail=events.detail("client", "sasl_done", **got),
-                )
+            self._row(
+                "sasl_done",
+                now,
+                c,
+                None,
+                SASL_AUTHENTICATE_KEY,
+                (now - c.invoke_ns) / 1e6,
+                detail=events.detail("client", "sasl_done", **got),
             )
             self._secured(c, now)
         else:
             fields, error = got
-            self._put(
-                ClientSaslFail(
-                    now,
-                    *self._ids(c),
-                    reason="auth",
-                    api_key=c.api,
-                    client_id=self.cfg.client_id,
-                    latency_ms=(now - c.invoke_ns) / 1e6,
-                    detail=events.detail("client", "sasl_fail", **fields),
-                )
+            self._row(
+                "sasl_fail",
+                now,
+                c,
+                "auth",
+                c.api,
+                (now - c.invoke_ns) / 1e6,
+                detail=events.detail("client", "sasl_fail", **fields),
             )
             c.fail = "auth_failed"
             c.errors = (c.errors or []) + [error]
@@ -1042,27 +1013,8 @@ class StormEngine:
         c.responses += 1
         if c.ready_ms is None:
             c.ready_ms = (now - c.invoke_ns) / 1e6
-            self._put(
-                ClientReady(
-                    now,
-                    *self._ids(c),
-                    api_key=api,
-                    client_id=self.cfg.client_id,
-                    latency_ms=c.ready_ms,
-                )
-            )
-        latency = (now - c.req_ns) / 1e6
-        self._put(
-            ClientRequestOk(
-                now,
-                *self._ids(c),
-                api_key=api,
-                client_id=self.cfg.client_id,
-                latency_ms=latency,
-                bytes=nbytes,
-                detail=detail,
-            )
-        )
+            self._row("ready", now, c, api_key=api, latency_ms=c.ready_ms)
+        self._row("request_ok", now, c, None, api, (now - c.req_ns) / 1e6, nbytes, detail)
         shape = self.cfg.shape
         if api == API_VERSIONS_KEY and shape == "storm":
             self._send(c, METADATA_KEY, self._meta)
@@ -1107,12 +1059,7 @@ class StormEngine:
         self._go(c, inp)
         if reason in ("eof", "reset") and c.eof_ms is None:
             c.eof_ms = (now - c.invoke_ns) / 1e6
-        latency = (now - c.req_ns) / 1e6
-        self._put(
-            ClientRequestFail(
-                now, *self._ids(c), reason, c.api, client_id=self.cfg.client_id, latency_ms=latency
-            )
-        )
+        self._row("request_fail", now, c, reason, c.api, (now - c.req_ns) / 1e6)
         if why:
             c.errors = (c.errors or []) + [why]
         self._close(c, reason, now)
@@ -1142,15 +1089,13 @@ class StormEngine:
             sasl.principal if sasl is not None else None,
             tls.principal if tls is not None else None,
         )
-        self._put(
-            ClientClosed(
-                now,
-                *self._ids(c),
-                "refused" if outcome == "refused" else reason,
-                client_id=self.cfg.client_id,
-                latency_ms=(now - c.invoke_ns) / 1e6,
-                detail=events.detail("client", "closed", **fields),
-            )
+        self._row(
+            "closed",
+            now,
+            c,
+            "refused" if outcome == "refused" else reason,
+            latency_ms=(now - c.invoke_ns) / 1e6,
+            detail=events.detail("client", "closed", **fields),
         )
 
     def _classify(self, c: Conn, reason: str) -> str:

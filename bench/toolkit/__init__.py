@@ -11,6 +11,13 @@
     py-spy and perf around a block, py-spy's collapsed stacks as self and inclusive shares.
 ``load``
     the order paths are visited in, round by round, and a producer's throughput.
+``front_load``
+    a front's cost without a broker or JVM: a stand-in broker, a floor relay, the frames and
+    loads sent from threads, CPU ratios paired round by round.
+``trogdor``
+    Kafka's own load tool run as a process, and the counters read around a round.
+``sidebyside``
+    a Kafka and an acceptor under the same limits, for the benches that compare them.
 
 The benches themselves (``bench.acceptor``, ``bench.front_cost``, ``bench.accept_floor``, ...)
 import from here, never from each other's modules.

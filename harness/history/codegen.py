@@ -51,17 +51,15 @@ event's columns and a `detail` of the event's TypedDict (``<Source><Event>Detail
 its declared keys), so mypy refuses a column or key the event does not have. A row IS the
 writer's buffered tuple (`harness.history.writer.ROW` order): building one is one tuple,
 and the writers take it as it is. ``ts_ns`` None: the writer derives it from ``mono_ns``.
-Readers parse a stored `detail` with the row class's ``parse`` into its TypedDict; a writer
-whose `detail` is assembled at run time passes it through the class's ``checked``.
+Readers parse a stored `detail` with the row class's ``parse`` into its TypedDict.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol, TypedDict, cast
 
-from harness.history.events import loads_detail, undeclared
+from harness.history.events import loads_detail
 
 _new = tuple.__new__
 
@@ -159,13 +157,7 @@ def _row_class(ev: Event) -> str:
         f"class {name}(Row):\n" + _docstring(f"{ev.source} `{ev.name}`: {ev.doc}") + "\n"
         f"    __slots__ = ()\n"
         f"    SOURCE = {ev.source!r}\n"
-        f"    EVENT = {ev.name!r}\n"
-        + (
-            ""
-            if ev.detail is OPEN
-            else f"    DETAIL_KEYS: frozenset[str] = frozenset({sorted(ev.detail)!r})\n"
-        )
-        + "\n"
+        f"    EVENT = {ev.name!r}\n\n"
         "    def __new__(\n" + "\n".join(params) + "\n"
         f"    ) -> {name}:\n"
         f"        return _new(cls, ({body}))\n\n"
@@ -176,13 +168,6 @@ def _row_class(ev: Event) -> str:
             "        return loads_detail(text)\n"
             if ev.detail is OPEN
             else f'        return cast("{detail}", loads_detail(text))\n'
-            "\n    @classmethod\n"
-            f"    def checked(cls, fields: Mapping[str, Any]) -> {detail}:\n"
-            '        """A detail built at run time, its keys checked: KeyError on an undeclared'
-            ' one."""\n'
-            "        if not cls.DETAIL_KEYS.issuperset(fields):\n"
-            "            undeclared(cls.SOURCE, cls.EVENT, fields)\n"
-            "        return fields  # type: ignore[return-value]\n"
         )
     )
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
 
 __all__ = [
     "ALL",
@@ -27,7 +27,6 @@ __all__ = [
     "detail_template",
     "event",
     "loads_detail",
-    "undeclared",
 ]
 
 #: columns every row has (not listed per event)
@@ -218,14 +217,9 @@ def checked(source: str, name: str, fields: Mapping[str, Any], /) -> Mapping[str
     them (KeyError on one the event does not declare); encoded later, off the hot path."""
     ev = BY_SOURCE[source][name]
     if ev.detail is not OPEN and not ev.detail.issuperset(fields):
-        undeclared(source, name, fields)
+        extra = sorted(set(fields) - ev.detail)
+        raise KeyError(f"{source} event {name!r} has no detail key(s) {extra}")
     return fields
-
-
-def undeclared(source: str, name: str, fields: Iterable[str], /) -> NoReturn:
-    """KeyError naming the keys of `fields` event `name` of `source` does not declare."""
-    extra = sorted(set(fields) - BY_SOURCE[source][name].detail)
-    raise KeyError(f"{source} event {name!r} has no detail key(s) {extra}")
 
 
 def detail_template(source: str, name: str, /, slots: Iterable[str], **fields: Any) -> str:

@@ -6,17 +6,15 @@ event's columns and a `detail` of the event's TypedDict (``<Source><Event>Detail
 its declared keys), so mypy refuses a column or key the event does not have. A row IS the
 writer's buffered tuple (`harness.history.writer.ROW` order): building one is one tuple,
 and the writers take it as it is. ``ts_ns`` None: the writer derives it from ``mono_ns``.
-Readers parse a stored `detail` with the row class's ``parse`` into its TypedDict; a writer
-whose `detail` is assembled at run time passes it through the class's ``checked``.
+Readers parse a stored `detail` with the row class's ``parse`` into its TypedDict.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol, TypedDict, cast
 
-from harness.history.events import loads_detail, undeclared
+from harness.history.events import loads_detail
 
 _new = tuple.__new__
 
@@ -103,7 +101,6 @@ class AcceptorAccept(Row):
     __slots__ = ()
     SOURCE = "acceptor"
     EVENT = "accept"
-    DETAIL_KEYS: frozenset[str] = frozenset(["protected", "proxy_header", "tcp_accept_mono_ns"])
 
     def __new__(
         cls,
@@ -141,13 +138,6 @@ class AcceptorAccept(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("AcceptorAcceptDetail", loads_detail(text))
 
-    @classmethod
-    def checked(cls, fields: Mapping[str, Any]) -> AcceptorAcceptDetail:
-        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
-        if not cls.DETAIL_KEYS.issuperset(fields):
-            undeclared(cls.SOURCE, cls.EVENT, fields)
-        return fields  # type: ignore[return-value]
-
 
 class AcceptorDelayDetail(TypedDict, total=False):
     broker_delay_ms: Any
@@ -160,7 +150,6 @@ class AcceptorDelay(Row):
     __slots__ = ()
     SOURCE = "acceptor"
     EVENT = "delay"
-    DETAIL_KEYS: frozenset[str] = frozenset(["broker_delay_ms", "listener_delay_ms"])
 
     def __new__(
         cls,
@@ -200,13 +189,6 @@ class AcceptorDelay(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("AcceptorDelayDetail", loads_detail(text))
 
-    @classmethod
-    def checked(cls, fields: Mapping[str, Any]) -> AcceptorDelayDetail:
-        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
-        if not cls.DETAIL_KEYS.issuperset(fields):
-            undeclared(cls.SOURCE, cls.EVENT, fields)
-        return fields  # type: ignore[return-value]
-
 
 class AcceptorBlockedDetail(TypedDict, total=False):
     start_mono_ns: Any
@@ -220,7 +202,6 @@ class AcceptorBlocked(Row):
     __slots__ = ()
     SOURCE = "acceptor"
     EVENT = "blocked"
-    DETAIL_KEYS: frozenset[str] = frozenset(["start_mono_ns"])
 
     def __new__(
         cls,
@@ -260,13 +241,6 @@ class AcceptorBlocked(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("AcceptorBlockedDetail", loads_detail(text))
 
-    @classmethod
-    def checked(cls, fields: Mapping[str, Any]) -> AcceptorBlockedDetail:
-        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
-        if not cls.DETAIL_KEYS.issuperset(fields):
-            undeclared(cls.SOURCE, cls.EVENT, fields)
-        return fields  # type: ignore[return-value]
-
 
 class AcceptorListenerCloseDetail(TypedDict, total=False):
     queued: Any
@@ -281,7 +255,6 @@ class AcceptorListenerClose(Row):
     __slots__ = ()
     SOURCE = "acceptor"
     EVENT = "listener_close"
-    DETAIL_KEYS: frozenset[str] = frozenset(["queued"])
 
     def __new__(
         cls,
@@ -319,13 +292,6 @@ class AcceptorListenerClose(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("AcceptorListenerCloseDetail", loads_detail(text))
 
-    @classmethod
-    def checked(cls, fields: Mapping[str, Any]) -> AcceptorListenerCloseDetail:
-        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
-        if not cls.DETAIL_KEYS.issuperset(fields):
-            undeclared(cls.SOURCE, cls.EVENT, fields)
-        return fields  # type: ignore[return-value]
-
 
 class AcceptorAdmitDetail(TypedDict, total=False):
     pass
@@ -337,7 +303,6 @@ class AcceptorAdmit(Row):
     __slots__ = ()
     SOURCE = "acceptor"
     EVENT = "admit"
-    DETAIL_KEYS: frozenset[str] = frozenset([])
 
     def __new__(
         cls,
@@ -376,13 +341,6 @@ class AcceptorAdmit(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("AcceptorAdmitDetail", loads_detail(text))
 
-    @classmethod
-    def checked(cls, fields: Mapping[str, Any]) -> AcceptorAdmitDetail:
-        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
-        if not cls.DETAIL_KEYS.issuperset(fields):
-            undeclared(cls.SOURCE, cls.EVENT, fields)
-        return fields  # type: ignore[return-value]
-
 
 class AcceptorRegisterDetail(TypedDict, total=False):
     in_iteration: Any
@@ -396,7 +354,6 @@ class AcceptorRegister(Row):
     __slots__ = ()
     SOURCE = "acceptor"
     EVENT = "register"
-    DETAIL_KEYS: frozenset[str] = frozenset(["in_iteration", "iteration", "queue_depth"])
 
     def __new__(
         cls,
@@ -436,13 +393,6 @@ class AcceptorRegister(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("AcceptorRegisterDetail", loads_detail(text))
 
-    @classmethod
-    def checked(cls, fields: Mapping[str, Any]) -> AcceptorRegisterDetail:
-        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
-        if not cls.DETAIL_KEYS.issuperset(fields):
-            undeclared(cls.SOURCE, cls.EVENT, fields)
-        return fields  # type: ignore[return-value]
-
 
 class AcceptorRejectDetail(TypedDict, total=False):
     count: Any
@@ -455,7 +405,6 @@ class AcceptorReject(Row):
     __slots__ = ()
     SOURCE = "acceptor"
     EVENT = "reject"
-    DETAIL_KEYS: frozenset[str] = frozenset(["count", "max"])
 
     def __new__(
         cls,
@@ -494,13 +443,6 @@ class AcceptorReject(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("AcceptorRejectDetail", loads_detail(text))
 
-    @classmethod
-    def checked(cls, fields: Mapping[str, Any]) -> AcceptorRejectDetail:
-        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
-        if not cls.DETAIL_KEYS.issuperset(fields):
-            undeclared(cls.SOURCE, cls.EVENT, fields)
-        return fields  # type: ignore[return-value]
-
 
 class AcceptorThrottleCloseDetail(TypedDict, total=False):
     closed_by: ClosedBy
@@ -514,7 +456,6 @@ class AcceptorThrottleClose(Row):
     __slots__ = ()
     SOURCE = "acceptor"
     EVENT = "throttle_close"
-    DETAIL_KEYS: frozenset[str] = frozenset(["closed_by", "end_ms", "throttle_start_mono_ns"])
 
     def __new__(
         cls,
@@ -554,13 +495,6 @@ class AcceptorThrottleClose(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("AcceptorThrottleCloseDetail", loads_detail(text))
 
-    @classmethod
-    def checked(cls, fields: Mapping[str, Any]) -> AcceptorThrottleCloseDetail:
-        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
-        if not cls.DETAIL_KEYS.issuperset(fields):
-            undeclared(cls.SOURCE, cls.EVENT, fields)
-        return fields  # type: ignore[return-value]
-
 
 class AcceptorEvictDetail(TypedDict, total=False):
     pass
@@ -572,7 +506,6 @@ class AcceptorEvict(Row):
     __slots__ = ()
     SOURCE = "acceptor"
     EVENT = "evict"
-    DETAIL_KEYS: frozenset[str] = frozenset([])
 
     def __new__(
         cls,
@@ -612,13 +545,6 @@ class AcceptorEvict(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("AcceptorEvictDetail", loads_detail(text))
 
-    @classmethod
-    def checked(cls, fields: Mapping[str, Any]) -> AcceptorEvictDetail:
-        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
-        if not cls.DETAIL_KEYS.issuperset(fields):
-            undeclared(cls.SOURCE, cls.EVENT, fields)
-        return fields  # type: ignore[return-value]
-
 
 class AcceptorCloseDetail(TypedDict, total=False):
     bytes_in: Any
@@ -639,20 +565,6 @@ class AcceptorClose(Row):
     __slots__ = ()
     SOURCE = "acceptor"
     EVENT = "close"
-    DETAIL_KEYS: frozenset[str] = frozenset(
-        [
-            "bytes_in",
-            "bytes_out",
-            "counted",
-            "duration_ms",
-            "error",
-            "registered",
-            "requests",
-            "tcp_accept_mono_ns",
-            "then",
-            "unanswered",
-        ]
-    )
 
     def __new__(
         cls,
@@ -693,13 +605,6 @@ class AcceptorClose(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("AcceptorCloseDetail", loads_detail(text))
 
-    @classmethod
-    def checked(cls, fields: Mapping[str, Any]) -> AcceptorCloseDetail:
-        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
-        if not cls.DETAIL_KEYS.issuperset(fields):
-            undeclared(cls.SOURCE, cls.EVENT, fields)
-        return fields  # type: ignore[return-value]
-
 
 class AcceptorRequestDetail(TypedDict, total=False):
     charge_source: ChargeSource
@@ -716,9 +621,6 @@ class AcceptorRequest(Row):
     __slots__ = ()
     SOURCE = "acceptor"
     EVENT = "request"
-    DETAIL_KEYS: frozenset[str] = frozenset(
-        ["charge_source", "charged_ms", "held_ms", "late_ms", "network_ms", "sample"]
-    )
 
     def __new__(
         cls,
@@ -762,13 +664,6 @@ class AcceptorRequest(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("AcceptorRequestDetail", loads_detail(text))
 
-    @classmethod
-    def checked(cls, fields: Mapping[str, Any]) -> AcceptorRequestDetail:
-        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
-        if not cls.DETAIL_KEYS.issuperset(fields):
-            undeclared(cls.SOURCE, cls.EVENT, fields)
-        return fields  # type: ignore[return-value]
-
 
 class AcceptorRequestThrottleDetail(TypedDict, total=False):
     broker_time_ms: Any
@@ -788,19 +683,6 @@ class AcceptorRequestThrottle(Row):
     __slots__ = ()
     SOURCE = "acceptor"
     EVENT = "request_throttle"
-    DETAIL_KEYS: frozenset[str] = frozenset(
-        [
-            "broker_time_ms",
-            "bucket",
-            "charge_source",
-            "charged_ms",
-            "held_ms",
-            "late_ms",
-            "network_ms",
-            "quota",
-            "rate",
-        ]
-    )
 
     def __new__(
         cls,
@@ -842,13 +724,6 @@ class AcceptorRequestThrottle(Row):
     def parse(text: str | None) -> AcceptorRequestThrottleDetail:
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("AcceptorRequestThrottleDetail", loads_detail(text))
-
-    @classmethod
-    def checked(cls, fields: Mapping[str, Any]) -> AcceptorRequestThrottleDetail:
-        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
-        if not cls.DETAIL_KEYS.issuperset(fields):
-            undeclared(cls.SOURCE, cls.EVENT, fields)
-        return fields  # type: ignore[return-value]
 
 
 AcceptorAdminDetail = dict[str, Any]
@@ -915,7 +790,6 @@ class AcceptorLoopLag(Row):
     __slots__ = ()
     SOURCE = "acceptor"
     EVENT = "loop_lag"
-    DETAIL_KEYS: frozenset[str] = frozenset(["armed", "due_mono_ns", "period_ms", "threshold_ms"])
 
     def __new__(
         cls,
@@ -954,13 +828,6 @@ class AcceptorLoopLag(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("AcceptorLoopLagDetail", loads_detail(text))
 
-    @classmethod
-    def checked(cls, fields: Mapping[str, Any]) -> AcceptorLoopLagDetail:
-        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
-        if not cls.DETAIL_KEYS.issuperset(fields):
-            undeclared(cls.SOURCE, cls.EVENT, fields)
-        return fields  # type: ignore[return-value]
-
 
 class AcceptorProcessorStallDetail(TypedDict, total=False):
     queued: Any
@@ -972,7 +839,6 @@ class AcceptorProcessorStall(Row):
     __slots__ = ()
     SOURCE = "acceptor"
     EVENT = "processor_stall"
-    DETAIL_KEYS: frozenset[str] = frozenset(["queued"])
 
     def __new__(
         cls,
@@ -1013,13 +879,6 @@ class AcceptorProcessorStall(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("AcceptorProcessorStallDetail", loads_detail(text))
 
-    @classmethod
-    def checked(cls, fields: Mapping[str, Any]) -> AcceptorProcessorStallDetail:
-        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
-        if not cls.DETAIL_KEYS.issuperset(fields):
-            undeclared(cls.SOURCE, cls.EVENT, fields)
-        return fields  # type: ignore[return-value]
-
 
 class ClientConnectInvokeDetail(TypedDict, total=False):
     broker: Any
@@ -1039,16 +898,6 @@ class ClientConnectInvoke(Row):
     __slots__ = ()
     SOURCE = "client"
     EVENT = "connect_invoke"
-    DETAIL_KEYS: frozenset[str] = frozenset(
-        [
-            "broker",
-            "clock_offset_ns",
-            "clock_rtt_ns",
-            "intended_mono_ns",
-            "profile",
-            "proxy_protocol",
-        ]
-    )
 
     def __new__(
         cls,
@@ -1092,13 +941,6 @@ class ClientConnectInvoke(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("ClientConnectInvokeDetail", loads_detail(text))
 
-    @classmethod
-    def checked(cls, fields: Mapping[str, Any]) -> ClientConnectInvokeDetail:
-        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
-        if not cls.DETAIL_KEYS.issuperset(fields):
-            undeclared(cls.SOURCE, cls.EVENT, fields)
-        return fields  # type: ignore[return-value]
-
 
 class ClientConnectFailDetail(TypedDict, total=False):
     cause: Any
@@ -1113,7 +955,6 @@ class ClientConnectFail(Row):
     __slots__ = ()
     SOURCE = "client"
     EVENT = "connect_fail"
-    DETAIL_KEYS: frozenset[str] = frozenset(["cause", "intended_mono_ns", "profile", "why"])
 
     def __new__(
         cls,
@@ -1159,13 +1000,6 @@ class ClientConnectFail(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("ClientConnectFailDetail", loads_detail(text))
 
-    @classmethod
-    def checked(cls, fields: Mapping[str, Any]) -> ClientConnectFailDetail:
-        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
-        if not cls.DETAIL_KEYS.issuperset(fields):
-            undeclared(cls.SOURCE, cls.EVENT, fields)
-        return fields  # type: ignore[return-value]
-
 
 class ClientConnectOkDetail(TypedDict, total=False):
     pass
@@ -1177,7 +1011,6 @@ class ClientConnectOk(Row):
     __slots__ = ()
     SOURCE = "client"
     EVENT = "connect_ok"
-    DETAIL_KEYS: frozenset[str] = frozenset([])
 
     def __new__(
         cls,
@@ -1222,13 +1055,6 @@ class ClientConnectOk(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("ClientConnectOkDetail", loads_detail(text))
 
-    @classmethod
-    def checked(cls, fields: Mapping[str, Any]) -> ClientConnectOkDetail:
-        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
-        if not cls.DETAIL_KEYS.issuperset(fields):
-            undeclared(cls.SOURCE, cls.EVENT, fields)
-        return fields  # type: ignore[return-value]
-
 
 class ClientReadyDetail(TypedDict, total=False):
     pass
@@ -1240,7 +1066,6 @@ class ClientReady(Row):
     __slots__ = ()
     SOURCE = "client"
     EVENT = "ready"
-    DETAIL_KEYS: frozenset[str] = frozenset([])
 
     def __new__(
         cls,
@@ -1286,13 +1111,6 @@ class ClientReady(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("ClientReadyDetail", loads_detail(text))
 
-    @classmethod
-    def checked(cls, fields: Mapping[str, Any]) -> ClientReadyDetail:
-        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
-        if not cls.DETAIL_KEYS.issuperset(fields):
-            undeclared(cls.SOURCE, cls.EVENT, fields)
-        return fields  # type: ignore[return-value]
-
 
 class ClientRequestOkDetail(TypedDict, total=False):
     error_code: Any
@@ -1311,9 +1129,6 @@ class ClientRequestOk(Row):
     __slots__ = ()
     SOURCE = "client"
     EVENT = "request_ok"
-    DETAIL_KEYS: frozenset[str] = frozenset(
-        ["error_code", "in_flight_ms", "offset", "principal", "profile", "throttle_time_ms"]
-    )
 
     def __new__(
         cls,
@@ -1361,13 +1176,6 @@ class ClientRequestOk(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("ClientRequestOkDetail", loads_detail(text))
 
-    @classmethod
-    def checked(cls, fields: Mapping[str, Any]) -> ClientRequestOkDetail:
-        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
-        if not cls.DETAIL_KEYS.issuperset(fields):
-            undeclared(cls.SOURCE, cls.EVENT, fields)
-        return fields  # type: ignore[return-value]
-
 
 class ClientRequestFailDetail(TypedDict, total=False):
     error: Any
@@ -1380,7 +1188,6 @@ class ClientRequestFail(Row):
     __slots__ = ()
     SOURCE = "client"
     EVENT = "request_fail"
-    DETAIL_KEYS: frozenset[str] = frozenset(["error", "profile"])
 
     def __new__(
         cls,
@@ -1427,13 +1234,6 @@ class ClientRequestFail(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("ClientRequestFailDetail", loads_detail(text))
 
-    @classmethod
-    def checked(cls, fields: Mapping[str, Any]) -> ClientRequestFailDetail:
-        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
-        if not cls.DETAIL_KEYS.issuperset(fields):
-            undeclared(cls.SOURCE, cls.EVENT, fields)
-        return fields  # type: ignore[return-value]
-
 
 class ClientClosedDetail(TypedDict, total=False):
     closed_by: ClosedBy
@@ -1455,21 +1255,6 @@ class ClientClosed(Row):
     __slots__ = ()
     SOURCE = "client"
     EVENT = "closed"
-    DETAIL_KEYS: frozenset[str] = frozenset(
-        [
-            "closed_by",
-            "connect_ms",
-            "eof_ms",
-            "error",
-            "errors",
-            "outcome",
-            "principal",
-            "profile",
-            "ready_ms",
-            "sasl_ms",
-            "tls_ms",
-        ]
-    )
 
     def __new__(
         cls,
@@ -1515,13 +1300,6 @@ class ClientClosed(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("ClientClosedDetail", loads_detail(text))
 
-    @classmethod
-    def checked(cls, fields: Mapping[str, Any]) -> ClientClosedDetail:
-        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
-        if not cls.DETAIL_KEYS.issuperset(fields):
-            undeclared(cls.SOURCE, cls.EVENT, fields)
-        return fields  # type: ignore[return-value]
-
 
 class ClientTlsStartDetail(TypedDict, total=False):
     pass
@@ -1533,7 +1311,6 @@ class ClientTlsStart(Row):
     __slots__ = ()
     SOURCE = "client"
     EVENT = "tls_start"
-    DETAIL_KEYS: frozenset[str] = frozenset([])
 
     def __new__(
         cls,
@@ -1578,13 +1355,6 @@ class ClientTlsStart(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("ClientTlsStartDetail", loads_detail(text))
 
-    @classmethod
-    def checked(cls, fields: Mapping[str, Any]) -> ClientTlsStartDetail:
-        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
-        if not cls.DETAIL_KEYS.issuperset(fields):
-            undeclared(cls.SOURCE, cls.EVENT, fields)
-        return fields  # type: ignore[return-value]
-
 
 class ClientTlsDoneDetail(TypedDict, total=False):
     principal: Any
@@ -1601,7 +1371,6 @@ class ClientTlsDone(Row):
     __slots__ = ()
     SOURCE = "client"
     EVENT = "tls_done"
-    DETAIL_KEYS: frozenset[str] = frozenset(["principal", "resumed", "tls_ms", "tls_version"])
 
     def __new__(
         cls,
@@ -1646,13 +1415,6 @@ class ClientTlsDone(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("ClientTlsDoneDetail", loads_detail(text))
 
-    @classmethod
-    def checked(cls, fields: Mapping[str, Any]) -> ClientTlsDoneDetail:
-        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
-        if not cls.DETAIL_KEYS.issuperset(fields):
-            undeclared(cls.SOURCE, cls.EVENT, fields)
-        return fields  # type: ignore[return-value]
-
 
 class ClientTlsFailDetail(TypedDict, total=False):
     error: Any
@@ -1665,7 +1427,6 @@ class ClientTlsFail(Row):
     __slots__ = ()
     SOURCE = "client"
     EVENT = "tls_fail"
-    DETAIL_KEYS: frozenset[str] = frozenset(["error", "tls_ms"])
 
     def __new__(
         cls,
@@ -1711,13 +1472,6 @@ class ClientTlsFail(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("ClientTlsFailDetail", loads_detail(text))
 
-    @classmethod
-    def checked(cls, fields: Mapping[str, Any]) -> ClientTlsFailDetail:
-        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
-        if not cls.DETAIL_KEYS.issuperset(fields):
-            undeclared(cls.SOURCE, cls.EVENT, fields)
-        return fields  # type: ignore[return-value]
-
 
 class ClientSaslDoneDetail(TypedDict, total=False):
     mechanism: Any
@@ -1734,7 +1488,6 @@ class ClientSaslDone(Row):
     __slots__ = ()
     SOURCE = "client"
     EVENT = "sasl_done"
-    DETAIL_KEYS: frozenset[str] = frozenset(["mechanism", "principal", "rounds", "sasl_ms"])
 
     def __new__(
         cls,
@@ -1780,13 +1533,6 @@ class ClientSaslDone(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("ClientSaslDoneDetail", loads_detail(text))
 
-    @classmethod
-    def checked(cls, fields: Mapping[str, Any]) -> ClientSaslDoneDetail:
-        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
-        if not cls.DETAIL_KEYS.issuperset(fields):
-            undeclared(cls.SOURCE, cls.EVENT, fields)
-        return fields  # type: ignore[return-value]
-
 
 class ClientSaslFailDetail(TypedDict, total=False):
     answer_ms: Any
@@ -1806,9 +1552,6 @@ class ClientSaslFail(Row):
     __slots__ = ()
     SOURCE = "client"
     EVENT = "sasl_fail"
-    DETAIL_KEYS: frozenset[str] = frozenset(
-        ["answer_ms", "error", "error_code", "mechanism", "principal", "round", "sasl_ms"]
-    )
 
     def __new__(
         cls,
@@ -1855,13 +1598,6 @@ class ClientSaslFail(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("ClientSaslFailDetail", loads_detail(text))
 
-    @classmethod
-    def checked(cls, fields: Mapping[str, Any]) -> ClientSaslFailDetail:
-        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
-        if not cls.DETAIL_KEYS.issuperset(fields):
-            undeclared(cls.SOURCE, cls.EVENT, fields)
-        return fields  # type: ignore[return-value]
-
 
 class ClientLoopLagDetail(TypedDict, total=False):
     engine: Any
@@ -1880,9 +1616,6 @@ class ClientLoopLag(Row):
     __slots__ = ()
     SOURCE = "client"
     EVENT = "loop_lag"
-    DETAIL_KEYS: frozenset[str] = frozenset(
-        ["engine", "from_mono_ns", "period_ms", "threshold_ms", "until_mono_ns"]
-    )
 
     def __new__(
         cls,
@@ -1922,13 +1655,6 @@ class ClientLoopLag(Row):
     def parse(text: str | None) -> ClientLoopLagDetail:
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("ClientLoopLagDetail", loads_detail(text))
-
-    @classmethod
-    def checked(cls, fields: Mapping[str, Any]) -> ClientLoopLagDetail:
-        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
-        if not cls.DETAIL_KEYS.issuperset(fields):
-            undeclared(cls.SOURCE, cls.EVENT, fields)
-        return fields  # type: ignore[return-value]
 
 
 HarnessConfigDetail = dict[str, Any]
@@ -2177,7 +1903,6 @@ class HarnessRunStart(Row):
     __slots__ = ()
     SOURCE = "harness"
     EVENT = "run_start"
-    DETAIL_KEYS: frozenset[str] = frozenset(["duration_s", "scenario", "seed", "target"])
 
     def __new__(
         cls,
@@ -2214,13 +1939,6 @@ class HarnessRunStart(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("HarnessRunStartDetail", loads_detail(text))
 
-    @classmethod
-    def checked(cls, fields: Mapping[str, Any]) -> HarnessRunStartDetail:
-        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
-        if not cls.DETAIL_KEYS.issuperset(fields):
-            undeclared(cls.SOURCE, cls.EVENT, fields)
-        return fields  # type: ignore[return-value]
-
 
 class HarnessRunEndDetail(TypedDict, total=False):
     error: Any
@@ -2234,7 +1952,6 @@ class HarnessRunEnd(Row):
     __slots__ = ()
     SOURCE = "harness"
     EVENT = "run_end"
-    DETAIL_KEYS: frozenset[str] = frozenset(["error", "scenario", "target"])
 
     def __new__(
         cls,
@@ -2272,13 +1989,6 @@ class HarnessRunEnd(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("HarnessRunEndDetail", loads_detail(text))
 
-    @classmethod
-    def checked(cls, fields: Mapping[str, Any]) -> HarnessRunEndDetail:
-        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
-        if not cls.DETAIL_KEYS.issuperset(fields):
-            undeclared(cls.SOURCE, cls.EVENT, fields)
-        return fields  # type: ignore[return-value]
-
 
 class HarnessKafkaMetricsDetail(TypedDict, total=False):
     broker: Any
@@ -2297,9 +2007,6 @@ class HarnessKafkaMetrics(Row):
     __slots__ = ()
     SOURCE = "harness"
     EVENT = "kafka_metrics"
-    DETAIL_KEYS: frozenset[str] = frozenset(
-        ["broker", "error", "samples", "scrape_ms", "target", "url"]
-    )
 
     def __new__(
         cls,
@@ -2338,13 +2045,6 @@ class HarnessKafkaMetrics(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("HarnessKafkaMetricsDetail", loads_detail(text))
 
-    @classmethod
-    def checked(cls, fields: Mapping[str, Any]) -> HarnessKafkaMetricsDetail:
-        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
-        if not cls.DETAIL_KEYS.issuperset(fields):
-            undeclared(cls.SOURCE, cls.EVENT, fields)
-        return fields  # type: ignore[return-value]
-
 
 class HarnessKernelNetDetail(TypedDict, total=False):
     error: Any
@@ -2363,9 +2063,6 @@ class HarnessKernelNet(Row):
     __slots__ = ()
     SOURCE = "harness"
     EVENT = "kernel_net"
-    DETAIL_KEYS: frozenset[str] = frozenset(
-        ["error", "listen_drops", "listen_overflows", "netns", "reqq_full_drop", "syn_cookies"]
-    )
 
     def __new__(
         cls,
@@ -2404,13 +2101,6 @@ class HarnessKernelNet(Row):
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("HarnessKernelNetDetail", loads_detail(text))
 
-    @classmethod
-    def checked(cls, fields: Mapping[str, Any]) -> HarnessKernelNetDetail:
-        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
-        if not cls.DETAIL_KEYS.issuperset(fields):
-            undeclared(cls.SOURCE, cls.EVENT, fields)
-        return fields  # type: ignore[return-value]
-
 
 class HarnessProcessStatsDetail(TypedDict, total=False):
     bytes: Any
@@ -2438,24 +2128,6 @@ class HarnessProcessStats(Row):
     __slots__ = ()
     SOURCE = "harness"
     EVENT = "process_stats"
-    DETAIL_KEYS: frozenset[str] = frozenset(
-        [
-            "bytes",
-            "cpu_s",
-            "fds",
-            "files",
-            "loop_busy",
-            "loop_busy_pid",
-            "loop_others",
-            "loop_read_mono_ns",
-            "loop_read_ms",
-            "loop_wait",
-            "pgids",
-            "processes",
-            "role",
-            "rss_kb",
-        ]
-    )
 
     def __new__(
         cls,
@@ -2492,13 +2164,6 @@ class HarnessProcessStats(Row):
     def parse(text: str | None) -> HarnessProcessStatsDetail:
         """A stored `detail` (JSON) as this event's mapping ({} when empty)."""
         return cast("HarnessProcessStatsDetail", loads_detail(text))
-
-    @classmethod
-    def checked(cls, fields: Mapping[str, Any]) -> HarnessProcessStatsDetail:
-        """A detail built at run time, its keys checked: KeyError on an undeclared one."""
-        if not cls.DETAIL_KEYS.issuperset(fields):
-            undeclared(cls.SOURCE, cls.EVENT, fields)
-        return fields  # type: ignore[return-value]
 
 
 #: the row class of every event, by (source, event)

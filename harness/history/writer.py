@@ -1,12 +1,13 @@
 """Buffered, atomic Parquet history writer.
 
 Callers (an asyncio acceptor, gevent Locust users, the runner) must never block on disk
-nor pay for a row's encoding: a row is ONE tuple appended to a list under a lock. That tuple
-is an event's typed row (`harness.history.rows`: its class takes only the event's columns
-and `detail` keys, in ``ROW`` order), handed to `append()` as it is (no dict per row,
-nothing encoded); `record()` is the keyword interface for tests and tools: it checks the
-columns and `detail` keys against the event (`harness.history.events`) at the call and
-builds the same tuple. A row's ``ts_ns`` left None is derived at the flush from its
+nor pay for a row's encoding: a row is ONE tuple in ``ROW`` order (`harness.history.rows.Row`)
+appended to a list under a lock, handed to `append()` as it is (no dict per row, nothing
+encoded): an event's row class (`harness.history.rows`: it takes only the event's columns
+and `detail` keys), or the acceptor's recorder's flat row built from typed parameters.
+`record()` is the keyword interface for everything else: it checks the columns and
+`detail` keys against the event (`harness.history.events`) at the call and builds the same
+tuple. A row's ``ts_ns`` left None is derived at the flush from its
 ``mono_ns`` and the two clocks read together when the writer started (as
 `loadprofiles.client_history` does), so the hot path reads one clock.
 
@@ -102,9 +103,6 @@ class HistoryWriter:
         self.flush_interval_s = flush_interval_s
         self.strict_events = strict_events
         self._events = EVENTS[source]
-        #: True: rows appended after `close` are dropped (the acceptor's late rows at its
-        #: shutdown), not refused with RuntimeError
-        self.drop_late = False
         self._rows: list[Row] = []
         # the clocks read together once: a row's ts from its mono_ns when it has none
         self._wall_minus_mono = time.time_ns() - time.monotonic_ns()
@@ -132,18 +130,16 @@ class HistoryWriter:
 
     # -- recording -------------------------------------------------------------------
     def append(self, row: Row) -> None:
-        """The hot path: one event's typed row (`harness.history.rows`), taken as it is.
+        """The hot path: one row in ``ROW`` order, taken as it is.
 
-        Only the event name is checked here; the row's class took only its event's
-        columns and `detail` keys. The caller must not mutate a ``detail`` mapping
-        afterwards. Once the writer is closed: RuntimeError (dropped if `drop_late`).
+        Only the event name is checked here; the caller built the row from typed
+        parameters (an event's row class, `harness.acceptor.recorder`) and must not mutate
+        a ``detail`` mapping afterwards. Raises RuntimeError once the writer is closed.
         """
         if self.strict_events and row[2] not in self._events:
             raise ValueError(f"event {row[2]!r} is not a {self.source} event")
         with self._lock:
             if self._closed:
-                if self.drop_late:
-                    return
                 raise RuntimeError(f"history writer {self.name} is closed")
             self._seq += 1
             if self.failure is not None:

@@ -1,4 +1,4 @@
-"""bench.front_cost's stand-in broker and frames: every whole request frame gets one answer
+"""bench.toolkit.front_load's stand-in broker and frames: every whole request frame gets one answer
 carrying its correlation id, however the bytes are cut, and the load reads it whole."""
 
 from __future__ import annotations
@@ -7,18 +7,16 @@ import socket
 import struct
 from typing import Any
 
-from bench.front_cost import (
-    _BODY,
-    LOOP_OWN,
+from bench.front_cost import LOOP_OWN, STAGES, stage_shares
+from bench.toolkit.front_load import (
+    BODY,
     METADATA,
-    STAGES,
     FrameReader,
     _Answerer,
     _FloorClient,
     bare_load,
     frame,
     paired_ratios,
-    stage_shares,
 )
 
 
@@ -30,7 +28,7 @@ class _Transport:
         self.written.append(data)
 
 
-def answers_to(chunks: list[bytes], body: bytes = _BODY) -> list[int]:
+def answers_to(chunks: list[bytes], body: bytes = BODY) -> list[int]:
     """The correlation ids of the stand-in's answers to `chunks`, in order."""
     proto, transport = _Answerer(body), _Transport()
     proto.connection_made(transport)  # type: ignore[arg-type]

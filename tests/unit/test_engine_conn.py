@@ -27,7 +27,6 @@ from kafka.protocol.producer import ProduceResponse
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
 from harness.history.events import conformance
-from harness.history.rows import Row
 from loadprofiles.engine import EngineConfig, StormEngine
 from loadprofiles.engine_conn import TRANSITIONS, Input, State, TransitionError, Write
 from loadprofiles.secure import SaslSettings, TlsSettings
@@ -353,17 +352,8 @@ class Rows:
         self.rows: list[dict[str, Any]] = []
         self.engine: StormEngine | None = None
 
-    def put(self, row: Row) -> None:
-        event, mono_ns, conn_id, ip, port = (
-            row.event,
-            row.mono_ns,
-            row.conn_id,
-            row.client_ip,
-            row.client_port,
-        )
-        reason, api, client_id, latency = row.reason, row.api_key, row.client_id, row.latency_ms
-        nbytes, detail = row.bytes, row.detail
-        assert event is not None
+    def row(self, event: str, mono_ns: int, conn_id: Any, listener: Any, *rest: Any) -> None:
+        ip, port, reason, api, client_id, latency, nbytes, detail = rest[:8]
         if conn_id is not None:
             assert self.engine is not None and self.engine.trace is not None
             steps = [t for t in self.engine.trace if t[0] == conn_id]

@@ -24,7 +24,6 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, Met
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from harness.history.events import conformance
-from harness.history.rows import ClientConnectInvoke
 from harness.history.schema import SCHEMA
 from loadprofiles import arrivals, clock, options, readiness
 from loadprofiles.client_history import ClientHistory
@@ -286,7 +285,7 @@ def test_late_arrivals_are_not_offered(fake_kafka: FakeKafka, tmp_path: Path) ->
 def test_client_history_columns_ts_and_seq(tmp_path: Path) -> None:
     h = ClientHistory(tmp_path / "history", "run-1", name="client-x-1")
     mono = time.monotonic_ns()
-    h.put(ClientConnectInvoke(mono, "c1", "L", "127.0.0.2", 4000, "127.0.0.2", 4000, "cid", "{}"))
+    h.row("connect_invoke", mono, "c1", "L", "127.0.0.2", 4000, None, None, "cid", None, None, "{}")
     h.record("request_ok", mono_ns=mono + 1_000_000, conn_id="c1", api_key=18, detail={"offset": 1})
     with pytest.raises(KeyError):
         h.record("closed", principal="x")
