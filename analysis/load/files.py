@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from analysis.load.run import Run
+    from analysis.load.view import RunView
 
 
 class RunDirError(ValueError):
@@ -120,7 +120,7 @@ def tally_of(table: Any) -> dict[tuple[str, str], tuple[int, int]]:
     return {(source, event): (rows, named) for source, event, rows, named in keyed}
 
 
-def tally(run: Run) -> dict[tuple[str, str], tuple[int, int]]:
+def tally(run: RunView) -> dict[tuple[str, str], tuple[int, int]]:
     """`tally_of` the run's files: three columns read with Arrow (no Spark job), once per
     run or view (`load_run` gives an in-memory run the tally of the table it read)."""
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from analysis.load.run import Run
+    from analysis.load.view import RunView
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class Incarnation:
 _ACCEPTOR_FILE = re.compile(r"^acceptor-(?P<pid>\d+)-\d+\.parquet$")
 
 
-def fault_instants(run: Run, event: str, kind: str, where: Any = None) -> list[int]:
+def fault_instants(run: RunView, event: str, kind: str, where: Any = None) -> list[int]:
     """When the runner wrote `event` (fault_start / fault_end) for faults of `kind` (and
     `where`, a column condition, if given); in one front's view of a cluster (`Run.front`),
     only those that hit its broker or its front (``detail.broker``, default node 1)."""
@@ -58,7 +58,7 @@ def fault_instants(run: Run, event: str, kind: str, where: Any = None) -> list[i
     return sorted(int(r["mono_ns"]) for r in rows)
 
 
-def front_ends(run: Run) -> list[tuple[int, bool]]:
+def front_ends(run: RunView) -> list[tuple[int, bool]]:
     """When the runner ended an acceptor process, in time order, and whether it crashed:
     `acceptor_kill` (SIGKILL, True), or a fronted broker's `broker_kill`, which stops that
     broker's front with it (SIGTERM: its history flushed, False)."""
@@ -74,7 +74,7 @@ def front_ends(run: Run) -> list[tuple[int, bool]]:
     return sorted([*kills, *((ns, False) for ns in stops)])
 
 
-def acceptor_files(run: Run) -> dict[str, list[Path]]:
+def acceptor_files(run: RunView) -> dict[str, list[Path]]:
     """Each acceptor process's history files (``acceptor-<pid>-N``), by its pid."""
     by_pid: dict[str, list[Path]] = {}
     for f in run.files:
@@ -84,7 +84,7 @@ def acceptor_files(run: Run) -> dict[str, list[Path]]:
     return by_pid
 
 
-def acceptor_spans(run: Run) -> dict[str, tuple[int, int]]:
+def acceptor_spans(run: RunView) -> dict[str, tuple[int, int]]:
     """Each acceptor process's first and last history row (mono_ns), by its pid: it writes
     none before its listeners are bound (its config, then its heartbeat's `start`): its
     first marks the end of its start-up. Read once per view (`incarnations`,
@@ -92,7 +92,7 @@ def acceptor_spans(run: Run) -> dict[str, tuple[int, int]]:
     return run.cached("acceptor_spans", lambda: _acceptor_spans(run))  # type: ignore[no-any-return]
 
 
-def _acceptor_spans(run: Run) -> dict[str, tuple[int, int]]:
+def _acceptor_spans(run: RunView) -> dict[str, tuple[int, int]]:
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -108,7 +108,7 @@ def _acceptor_spans(run: Run) -> dict[str, tuple[int, int]]:
     return out
 
 
-def acceptor_incarnations(run: Run) -> list[Incarnation]:
+def acceptor_incarnations(run: RunView) -> list[Incarnation]:
     """The run's acceptors, one per life between the runner's `acceptor_kill` faults (and,
     on a fronted cluster, its `broker_kill` faults, which stop the broker's front): no
     kill, no split (a `split` acceptor's processor processes write files of their own
