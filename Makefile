@@ -74,7 +74,7 @@ demo: setup
 # `harness broker/run --kafka-version X.Y.Z --launcher container` then runs.
 KAFKA_VERSION ?=
 images: setup
-	$(BIN)/python -m harness.broker.images $(if $(KAFKA_VERSION),--kafka-version $(KAFKA_VERSION))
+	$(BIN)/python -m broker.images $(if $(KAFKA_VERSION),--kafka-version $(KAFKA_VERSION))
 
 # compose/: Kafka, the acceptor, a Locust master and two workers from the local images run a
 # catalog scenario (single-phase, e.g. ci-gate, fleet-restart, broker-rate) headless; the

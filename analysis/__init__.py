@@ -1,7 +1,7 @@
 """The PySpark conformance stage: history → independent model + checks → verdict, report.
 
 `analyze_run(run_dir)` is the Python API the scenario runner calls; `harness analyze`
-is the same from the command line. Never imports `harness.quota`: the checker carries its
+is the same from the command line. Never imports `base.quota`: the checker carries its
 own model (analysis.model), so an enforcer bug cannot certify itself.
 """
 

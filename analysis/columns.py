@@ -11,10 +11,10 @@ if TYPE_CHECKING:
 
 def detail_col(source: str, event: str, key: str) -> Column:
     """`detail.<key>` of that event's rows, the key checked against the event's one
-    definition (`harness.history.events`): a key renamed on one side fails here."""
+    definition (`base.history.events`): a key renamed on one side fails here."""
     from pyspark.sql import functions as F
 
-    from harness.history.events import event as definition
+    from base.history.events import event as definition
 
     return F.get_json_object("detail", f"$.{definition(source, event).key(key)}")
 

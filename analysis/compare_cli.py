@@ -141,7 +141,7 @@ def _chart(a: dict[str, Any], b: dict[str, Any], la: str, lb: str) -> str | None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from analysis.report import _png
+    from analysis.report import figure_png
 
     if "_latency" not in a and "_latency" not in b:
         return None
@@ -158,7 +158,7 @@ def _chart(a: dict[str, Any], b: dict[str, Any], la: str, lb: str) -> str | None
     ax.set_ylabel("fraction of served connections")
     ax.legend()
     ax.set_title("Ready latency CDF: delays as the clients felt them")
-    return _png(fig)
+    return figure_png(fig)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from analysis.columns import detail_col, socket_rows
-from harness.history.rows import HarnessProcessStats, HarnessProcessStatsDetail
+from base.history.rows import HarnessProcessStats, HarnessProcessStatsDetail
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame

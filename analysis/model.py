@@ -1,7 +1,7 @@
 """The checker's own model of Kafka's connection quotas (KIP-402, KIP-612).
 
 Written from the behavioural reference (kafka-quota-model.md §0, §2, §3, §7), not from
-the enforcer: a bug in `harness.quota` must not be able to certify itself (Jepsen).
+the enforcer: a bug in `base.quota` must not be able to certify itself (Jepsen).
 Pure and clock-free: every call takes the time in milliseconds, the way the acceptor
 fed its engine (`now_ms = mono_ns // 1_000_000`).
 

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from harness import procfs
-from harness.supervisor import signal_group
+from base import procfs
+from base.supervisor import signal_group
 
 SERVER_ENV = "HARNESS_ANALYSIS_SERVER"
 #: How long a client waits for a server it started to answer (a Spark session's start
@@ -30,7 +30,7 @@ GONE_TIMEOUT_S = 30.0
 
 _ROOT = Path(__file__).resolve().parent.parent
 #: The code an analysis runs: the checker and the history definitions it reads through.
-_CODE = ("analysis", "harness/history")
+_CODE = ("analysis", "base/history")
 
 
 class ServerUnavailable(Exception):

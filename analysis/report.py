@@ -30,7 +30,7 @@ TEMPLATES = Path(__file__).parent / "templates"
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 
 
-def _png(fig: Figure) -> str:
+def figure_png(fig: Figure) -> str:
     import matplotlib.pyplot as plt
 
     buf = io.BytesIO()
@@ -243,7 +243,7 @@ def charts(ctx: dict[str, Any]) -> list[dict[str, str]]:
         out.append(
             {
                 "title": "Accept rate per listener",
-                "png": _png(fig),
+                "png": figure_png(fig),
                 "caption": "Dotted: quota in force (steps at config changes, dashed). Kafka "
                 "admits a burst of bound·(n−1)·w first, then delays to hold the bound.",
             }
@@ -265,7 +265,7 @@ def charts(ctx: dict[str, Any]) -> list[dict[str, str]]:
         out.append(
             {
                 "title": "Accept rate per broker",
-                "png": _png(fig),
+                "png": figure_png(fig),
                 "caption": "Each broker enforces its limits alone: every line is held to the "
                 "dotted rate by itself (the per-broker checks judge each broker's spans).",
             }
@@ -299,7 +299,7 @@ def charts(ctx: dict[str, Any]) -> list[dict[str, str]]:
         out.append(
             {
                 "title": "Per-IP connection rate",
-                "png": _png(fig),
+                "png": figure_png(fig),
                 "caption": "x: connections closed by the per-IP rate throttle.",
             }
         )
@@ -329,7 +329,9 @@ def charts(ctx: dict[str, Any]) -> list[dict[str, str]]:
             if ctx.get("throttles") is not None
             else "Client ready latency (target broker: the delay as the client saw it)"
         )
-        out.append({"title": "Delays", "png": _png(fig), "caption": "No delay may pass the cap."})
+        out.append(
+            {"title": "Delays", "png": figure_png(fig), "caption": "No delay may pass the cap."}
+        )
     conc = ctx.get("conc")
     if conc is not None and len(conc):
         fig, ax = plt.subplots(figsize=(11, 3.4))
@@ -349,7 +351,7 @@ def charts(ctx: dict[str, Any]) -> list[dict[str, str]]:
         out.append(
             {
                 "title": "Concurrency",
-                "png": _png(fig),
+                "png": figure_png(fig),
                 "caption": "Per-second view; the concurrency checks use exact event order.",
             }
         )
@@ -367,7 +369,7 @@ def charts(ctx: dict[str, Any]) -> list[dict[str, str]]:
         out.append(
             {
                 "title": "Steady clients",
-                "png": _png(fig),
+                "png": figure_png(fig),
                 "caption": "What the storm cost the well-behaved clients.",
             }
         )

@@ -15,7 +15,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.javapath import locate_java
+from base.javapath import locate_java
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -44,7 +44,7 @@ CDS_OFF_ENV = "HARNESS_SPARK_CDS"
 
 
 def java_path() -> Path | None:
-    """The `java` PySpark launches (`harness.javapath`), its links resolved."""
+    """The `java` PySpark launches (`base.javapath`), its links resolved."""
     found = locate_java()
     return None if found is None else Path(found).resolve()
 

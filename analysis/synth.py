@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from analysis.model import INT_MAX, AdmissionModel, Limits
-from harness.history.rows import (
+from base.history.rows import (
     AcceptorAccept,
     AcceptorAdmit,
     AcceptorClose,
@@ -51,7 +51,7 @@ from harness.history.rows import (
     Outcome,
     Row,
 )
-from harness.history.schema import SCHEMA
+from base.history.schema import SCHEMA
 
 BROKEN_FLAGS = frozenset(
     {
@@ -145,7 +145,7 @@ class _Parts:
         self.written = 0
 
     def put(self, row: Row) -> None:
-        """One event's typed row (`harness.history.rows`)."""
+        """One event's typed row (`base.history.rows`)."""
         self.seq += 1
         ns, detail = row.mono_ns, row.detail
         assert ns is not None

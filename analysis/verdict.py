@@ -30,7 +30,7 @@ from analysis.checks.broker_side import broker_expectations
 from analysis.checks.front import NAME as FRONT
 from analysis.checks.kafka_metrics import CAUSE_NO_METRICS, CAUSE_NO_SCRAPE_PAIR, METRICS_HINT
 from analysis.frames import build as build_frames
-from harness.history.rows import HarnessFaultEnd, HarnessFaultStart, HarnessPhaseEnd
+from base.history.rows import HarnessFaultEnd, HarnessFaultStart, HarnessPhaseEnd
 
 if TYPE_CHECKING:
     from analysis.load import Run
@@ -507,7 +507,7 @@ def _incomplete(run: Run, verdict: str, reasons: list[str]) -> tuple[str, list[s
     """A history some writer could not finish (a full disk: `HistoryWriter.marker`) proves
     nothing either way: what was written is judged and shown, the run's verdict is
     `unknown`, and the reasons name the writer, why it stopped and the rows it lost."""
-    from harness.history.writer import incomplete_markers
+    from base.history.writer import incomplete_markers
 
     markers = incomplete_markers(run.run_dir / "history")
     if not markers:

@@ -1,7 +1,7 @@
 """The Kafka release a run is judged as, and the behaviours that differ between releases.
 
-The checker's own copy (it never imports `harness.quota`, Jepsen): each difference is one
-named switch here; `harness/quota/versions.py` holds the enforcer's, and
+The checker's own copy (it never imports `base.quota`, Jepsen): each difference is one
+named switch here; `base/quota/versions.py` holds the enforcer's, and
 `tests/unit/test_kafka_versions.py` keeps the two giving the same answer for every
 release. The release comes from the runner's intent: its `config` rows carry
 `kafka.version` (the broker's release on a broker target; on the acceptor target, the
@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-#: the release a run with no recorded release is judged as (harness.quota.versions.CURRENT,
+#: the release a run with no recorded release is judged as (base.quota.versions.CURRENT,
 #: held equal by tests/unit/test_kafka_versions.py)
 CURRENT = "4.4.0"
 _VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?")

@@ -9,7 +9,7 @@ than any acceptor could, run in the same rounds as the broker (direct) and the a
   acceptor   `harness acceptor` with history and metrics on (as `bench.acceptor`);
   split:N    with ``--split N``: the same with ``acceptor.process.model=split`` (an
              accepting process and N processor processes running Kafka's three processors:
-             harness.acceptor.split); its CPU includes its processor processes';
+             acceptor.split); its CPU includes its processor processes';
   close:N    N processes sharing one listening socket (one accept queue of 50, as Kafka's),
              each a blocking ``accept()`` then ``close()``: no admission, no registration,
              no history, no upstream. ``close:1`` is the cheapest one-process Python front;
@@ -22,7 +22,7 @@ than any acceptor could, run in the same rounds as the broker (direct) and the a
              processor's hand-off queue is the kernel's for that socket,
              ``net.unix.max_dgram_qlen`` (10 by default; Kafka's is 20): the accepting
              process waits while the next processor's is full, as Kafka's acceptor does;
-  kafka:N    handoff:N with the acceptor's connection engine (`harness.quota`, no limits
+  kafka:N    handoff:N with the acceptor's connection engine (`base.quota`, no limits
              set) in the accepting process: one accept per readiness (Kafka's select loop),
              the rate step and admission, the address sent with the socket, and the
              processors' close reports read back to release the counts.
@@ -63,6 +63,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from acceptor.config import DEFAULTS as ACCEPTOR_DEFAULTS
+from base.localnet import LOOPBACK, free_port
 from bench.output import write_results
 from bench.toolkit.fronts import (
     acceptor_accepted,
@@ -76,8 +78,6 @@ from bench.toolkit.fronts import (
 from bench.toolkit.load import rotations
 from bench.toolkit.netns import in_private_netns, net_counters, reexec_in_netns
 from bench.toolkit.trogdor import accepted_total, run_trogdor, tree_cpu_s, trogdor_classpath
-from harness.acceptor.config import DEFAULTS as ACCEPTOR_DEFAULTS
-from harness.localnet import LOOPBACK, free_port
 
 BACKLOG = int(ACCEPTOR_DEFAULTS["socket.listen.backlog.size"])
 KINDS = ("close", "loop", "handoff", "kafka")
@@ -256,12 +256,12 @@ def serve_handoff(
 def serve_kafka(
     sock: socket.socket, counts: Counts, channels: Sequence[socket.socket], life_s: int
 ) -> None:
-    """Kafka's acceptor with the acceptor's connection engine (`harness.quota`, no limits
+    """Kafka's acceptor with the acceptor's connection engine (`base.quota`, no limits
     set): one accept per readiness of the listening socket (Kafka's ``select(500)`` loop),
     the rate step and admission, the socket handed to the next processor with its address,
     and the processors' close reports read between accepts to release the counts (Kafka's
     processors call ``ConnectionQuotas.dec`` themselves, under a lock)."""
-    from harness.quota import ConnectionQuotas, Outcome, parse_config
+    from base.quota import ConnectionQuotas, Outcome, parse_config
 
     port = sock.getsockname()[1]
     quotas = ConnectionQuotas(parse_config({"listeners": f"CLIENT://{LOOPBACK}:{port}"}))
@@ -505,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
         rc = reexec_in_netns(list(argv) if argv is not None else sys.argv[1:], "bench.accept_floor")
         if rc is not None:
             return rc
-    from harness.broker import start_broker
+    from broker import start_broker
 
     work = Path(tempfile.mkdtemp(prefix="bench-accept-floor-"))
     paths = len(specs) + 2 + len(split_counts)

@@ -75,6 +75,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from acceptor.config import DEFAULTS as ACCEPTOR_DEFAULTS
+from acceptor.testing import round_trip
+from base import procfs
+from base.localnet import free_port
 from bench.output import write_results
 from bench.toolkit.fronts import (
     acceptor_accepted,
@@ -96,10 +100,6 @@ from bench.toolkit.trogdor import (
     tree_cpu_s,
     trogdor_classpath,
 )
-from harness import procfs
-from harness.acceptor.config import DEFAULTS as ACCEPTOR_DEFAULTS
-from harness.acceptor.testing import round_trip
-from harness.localnet import free_port
 from harness.runner.proc_stats import schedstat
 from loadprofiles.haproxy import start_haproxy
 
@@ -865,7 +865,7 @@ def main(argv: list[str] | None = None) -> int:
         if rc is not None:
             return rc
     private = in_private_netns()
-    from harness.broker import start_broker
+    from broker import start_broker
 
     work = Path(tempfile.mkdtemp(prefix="bench-acceptor-"))
     # the acceptors: (path, its broker listener, harness/ source or None, history on, sets)

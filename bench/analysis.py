@@ -117,7 +117,7 @@ def _jvm_cpu_s() -> float:
     0 before it started. Less sensitive to the shared machine's load than wall time."""
     from pyspark import SparkContext
 
-    from harness import procfs
+    from base import procfs
 
     gateway = SparkContext._gateway
     proc = getattr(gateway, "proc", None) if gateway is not None else None

@@ -19,8 +19,8 @@ import os
 import time
 
 from bench.toolkit.trogdor import tree_cpu_s
-from harness.broker import start_broker
-from harness.broker.probe import probe
+from broker import start_broker
+from broker.probe import probe
 
 FLAVOURS = {"default": "", "c1": "-XX:TieredStopAtLevel=1"}
 

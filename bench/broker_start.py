@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from harness.broker import start_broker
+from broker import start_broker
 
 
 def main() -> None:

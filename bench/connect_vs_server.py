@@ -42,8 +42,8 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+from base import procfs
 from bench.output import args_record, write_results
-from harness import procfs
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -118,10 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1 or args.arrivals < 1 or args.rate <= 0:
         ap.error("--rounds, --arrivals and --rate must be > 0")
 
+    from base.localnet import free_port
     from bench.output import args_record, write_results
     from bench.toolkit.front_load import paired_ratios, start_stand_in
     from bench.toolkit.fronts import stop_process
-    from harness.localnet import free_port
 
     work = Path(tempfile.mkdtemp(prefix="engine-cost-"))
     srcs = {"here": ROOT, "ref": ref_tree(args.compare_ref, work / "ref")}

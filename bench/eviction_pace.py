@@ -19,8 +19,8 @@ import socket
 import statistics
 import time
 
+from acceptor.testing import api_versions_frame, close_times, raw, read_outcome
 from bench.toolkit.sidebyside import add_target_arg, side_by_side
-from harness.acceptor.testing import api_versions_frame, close_times, raw, read_outcome
 
 Address = tuple[str, int]
 LISTENERS = ("CLIENT", "REPLICATION")

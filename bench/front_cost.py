@@ -72,6 +72,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from acceptor.config import DEFAULTS as ACCEPTOR_DEFAULTS
+from base import procfs
+from base.localnet import free_port
 from bench.output import args_record, write_results
 from bench.toolkit.front_load import (
     BODY,
@@ -87,9 +90,6 @@ from bench.toolkit.front_load import (
 )
 from bench.toolkit.fronts import ref_checkout, start_acceptor, stop_process
 from bench.toolkit.profiling import collapsed_stacks, py_spy, sampling
-from harness import procfs
-from harness.acceptor.config import DEFAULTS as ACCEPTOR_DEFAULTS
-from harness.localnet import free_port
 from loadprofiles.haproxy import start_haproxy
 
 

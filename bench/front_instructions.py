@@ -43,6 +43,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from base import procfs
+from base.localnet import free_port
 from bench.output import args_record, write_results
 from bench.toolkit.front_load import (
     BODY,
@@ -55,8 +57,6 @@ from bench.toolkit.front_load import (
     start_stand_in,
 )
 from bench.toolkit.fronts import ref_checkout, start_acceptor, stop_process
-from harness import procfs
-from harness.localnet import free_port
 
 #: how long a dump may take to appear once asked for
 DUMP_TIMEOUT_S = 60.0

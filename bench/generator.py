@@ -45,6 +45,8 @@ from typing import Any
 
 import numpy as np
 
+from base.history import read_history
+from base.history.rows import ClientConnectInvoke
 from bench.toolkit.trogdor import (
     SUCCESS_METRIC,
     accepted_total,
@@ -52,8 +54,6 @@ from bench.toolkit.trogdor import (
     tree_cpu_s,
     trogdor_classpath,
 )
-from harness.history import read_history
-from harness.history.rows import ClientConnectInvoke
 from loadprofiles import readiness
 from loadprofiles.launch import locust_command
 
@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         print("bench.generator: --security starts its own broker (no --bootstrap)", file=sys.stderr)
         return 2
     if not bootstrap:
-        from harness.broker import start_broker
+        from broker import start_broker
 
         print("bench.generator: starting a local Kafka broker…", flush=True)
         if a.security:
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             bootstrap = f"127.0.0.1:{broker.listener_ports['SEC']}"
             command_config = Path(broker.client_configs["SEC"])
-            from harness.security import clientprops
+            from base.security import clientprops
 
             client_conf = clientprops.read(command_config)
             client_conf.pop("bootstrap.servers", None)

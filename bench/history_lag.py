@@ -40,8 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def child(path: str, rate: int, seconds: float) -> dict[str, Any]:
     """One round in this process: tick lateness (ms) and process CPU per recorded row."""
-    from harness.acceptor.recorder import ConnInfo, Recorder
-    from harness.history import HistoryWriter
+    from acceptor.recorder import ConnInfo, Recorder
+    from base.history import HistoryWriter
 
     tmp = tempfile.mkdtemp(prefix="bench-history-lag-")
     writer = None if path == "none" else HistoryWriter(tmp, "acceptor", "lag", name="lag")

@@ -44,10 +44,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from acceptor.testing import api_versions_frame, reset_close
+from base import procfs
+from base.localnet import free_port
 from bench.output import write_results
-from harness import procfs
-from harness.acceptor.testing import api_versions_frame, reset_close
-from harness.localnet import free_port
 
 
 def _progress(msg: str) -> None:
@@ -133,7 +133,7 @@ def steady_phase(
     per path per step (interleaved, so both paths see the same moment of the machine)."""
     from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 
-    from harness.admin.client import KafkaWire
+    from base.admin.client import KafkaWire
 
     lat: dict[str, list[float]] = {name: [] for name in paths}
     errors: list[str] = []
@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.bootstrap:
         upstream = args.bootstrap
     else:
-        from harness.broker import start_broker
+        from broker import start_broker
 
         _progress(f"starting a Kafka broker; work dir {work}")
         broker = start_broker(launcher="local", workdir=work / "broker", progress=_progress)

@@ -18,9 +18,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from base.localnet import free_port
 from bench.toolkit.fronts import start_acceptor
 from bench.toolkit.load import produce_throughput
-from harness.localnet import free_port
 
 
 def _progress(msg: str) -> None:
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--records", type=int, default=30000)
     ap.add_argument("--record-size", type=int, default=100)
     args = ap.parse_args(argv)
-    from harness.broker import start_broker
+    from broker import start_broker
 
     work = Path(tempfile.mkdtemp(prefix="bench-produce-ab-"))
     src = work / "ref-src"

@@ -24,8 +24,8 @@ import socket
 import time
 from collections.abc import Callable
 
+from acceptor.testing import api_versions_frame
 from bench.toolkit.sidebyside import add_target_arg, side_by_side
-from harness.acceptor.testing import api_versions_frame
 
 LISTENERS = ("CLIENT", "REPLICATION")
 Addresses = Callable[[str], tuple[str, int]]

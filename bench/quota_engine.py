@@ -27,7 +27,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from harness.quota import ConnectionQuotas, Decision, Outcome, parse_config
+from base.quota import ConnectionQuotas, Decision, Outcome, parse_config
 
 PROPS = {
     "listeners": "CLIENT://127.0.0.1:19092,REPLICATION://127.0.0.1:19093",

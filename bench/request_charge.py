@@ -37,11 +37,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from acceptor.testing import wait_until
+from base.admin.client import KafkaWire, alter_client_quota, describe_client_quotas
+from base.history.rows import AcceptorRequest
+from base.localnet import free_port
 from bench.toolkit.fronts import stop_process
-from harness.acceptor.testing import wait_until
-from harness.admin.client import KafkaWire, alter_client_quota, describe_client_quotas
-from harness.history.rows import AcceptorRequest
-from harness.localnet import free_port
 
 PATHS = ("kafka", "acceptor", "acceptor_log")
 
@@ -100,7 +100,7 @@ def kafka_charges(request_log: Path, prefix: str) -> tuple[list[float], list[flo
 
 def acceptor_charges(history: Path) -> dict[str, Any]:
     """What an acceptor charged its Metadata requests (its `request` rows)."""
-    from harness.history.writer import read_history
+    from base.history.writer import read_history
 
     rows = read_history(history).to_pylist()
     charged: list[float] = []
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
-    from harness.broker import start_broker
+    from broker import start_broker
 
     work = Path(tempfile.mkdtemp(prefix="bench-charge-"))
     _progress(f"starting Kafka (request log on) in {work}")

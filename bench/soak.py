@@ -40,7 +40,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from harness.history.rows import ClientRequestOk, HarnessKafkaMetrics, HarnessProcessStats
+from base.history.rows import ClientRequestOk, HarnessKafkaMetrics, HarnessProcessStats
 
 MIN_S = 60
 NS = 1_000_000_000

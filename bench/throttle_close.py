@@ -23,9 +23,9 @@ import statistics
 import threading
 import time
 
+from acceptor.testing import until_throttled
+from base.admin.client import alter_ip_quota
 from bench.toolkit.sidebyside import add_target_arg, side_by_side
-from harness.acceptor.testing import until_throttled
-from harness.admin.client import alter_ip_quota
 
 Address = tuple[str, int]
 FLOOD_IP = "127.0.0.41"

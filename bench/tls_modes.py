@@ -78,10 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
 
-    from harness.broker.local import start_local
-    from harness.localnet import free_port
-    from harness.security import clientprops
-    from loadprofiles.secure import settings_from_properties
+    from base.localnet import free_port
+    from base.security import clientprops
+    from base.security.client import settings_from_properties
+    from broker.local import start_local
 
     work = Path(tempfile.mkdtemp(prefix="tls-modes-"))
     print(f"starting Kafka with an SSL listener (work {work})", flush=True)

@@ -2,7 +2,7 @@
 
     python compose/demo.py [SCENARIO, default ci-gate] [--duration S] [--keep]  (make compose-demo)
 
-1. the local images (``harness.broker.images``; built when missing, no registry);
+1. the local images (``broker.images``; built when missing, no registry);
 2. the run itself is `harness run`'s (``harness.runner.orchestrator.Orchestrator``: run.json,
    the runner's ``config``/``run_*``/``phase_*`` rows, the samplers, the shutdown order, the
    analysis), given two parts of this file: `ComposeTarget`, the system under test as the
@@ -19,7 +19,7 @@ launchers' own server.properties for the scenario's listeners, written into the 
 directory (``broker/server.properties``); with secured listeners the real one, the
 certificates, SASL users and client configurations are in ``broker/private`` (0700), which
 every container sees at its own path, and nothing secret is in ``compose.env``
-(``harness.broker.secured``; the folder is removed when the stack is down).
+(``broker.secured``; the folder is removed when the stack is down).
 """
 
 from __future__ import annotations
@@ -77,8 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-analyze", action="store_true")
     args = parser.parse_args(argv)
 
-    from harness.broker.container import docker_available, sweep
-    from harness.broker.images import docker_client, ensure_images
+    from broker.container import docker_available, sweep
+    from broker.images import docker_client, ensure_images
     from harness.runner import catalog
     from harness.runner.acceptor_target import passed_through_request_quotas
     from harness.runner.orchestrator import EXIT_CODES, Orchestrator, RunOptions
@@ -236,9 +236,9 @@ class ComposeTarget:
     def configure(self) -> list[str]:
         """Ports, Kafka's configs, each front's acceptor.properties, compose.env and (a
         cluster) the compose file; the services to bring up."""
-        from harness import procfs
-        from harness.broker.local import cluster_id
-        from harness.localnet import free_ports
+        from base import procfs
+        from base.localnet import free_ports
+        from broker.local import cluster_id
         from harness.runner.acceptor_target import acceptor_properties
         from harness.runner.fronts import Front
 
@@ -379,10 +379,10 @@ class ComposeLoad:
         self.stack = stack
 
     def __call__(self, launch: Any) -> Any:
-        from harness.localnet import free_port
+        from base.localnet import free_port
+        from base.supervisor import ManagedProcess
         from harness.runner.loadgen import locust_argv
         from harness.runner.phases import Launched
-        from harness.supervisor import ManagedProcess
 
         phase = launch.phase
         locust = locust_argv(
@@ -430,13 +430,13 @@ class ComposeLoad:
 
 class KafkaConfig:
     """The broker's server.properties in the run directory, as the launchers write it
-    (`harness.broker.secured` with secured listeners: the real one in the private folder,
+    (`broker.secured` with secured listeners: the real one in the private folder,
     a masked copy beside it, the SCRAM users' format arguments, the client configs)."""
 
     def __init__(self, folder: Path, plan: Any, props: dict[str, str], security: Any) -> None:
-        from harness.broker.config import render_properties, server_properties
-        from harness.broker.container import DATA_DIR
-        from harness.broker.secured import PRIVATE_DIR, NodeSecurity
+        from broker.config import render_properties, server_properties
+        from broker.container import DATA_DIR
+        from broker.secured import PRIVATE_DIR, NodeSecurity
 
         folder.mkdir(parents=True, exist_ok=True)
         self.plan = plan
@@ -516,9 +516,9 @@ def _kafka_config(
     """The scenario's broker: its listeners (every client one advertised at the acceptor,
     so clients that follow metadata stay behind it) and the keys the broker behind the
     acceptor keeps (the failed-login delay)."""
-    from harness.broker.secured import check_listeners
+    from base.security.sasl import DEFAULT_USERS
+    from broker.secured import check_listeners
     from harness.runner.acceptor_target import broker_enforced
-    from harness.security.sasl import DEFAULT_USERS
 
     advertised = {n: f"127.0.0.1:{p}" for n, p in acceptor_ports.items()}
     props = broker_enforced(sc)
@@ -539,9 +539,9 @@ def _kafka_cluster(
     """The scenario's cluster as `harness run` plans a fronted one: node k's client
     listeners advertised at its acceptor, the brokers replicating over REPLICATION (their
     own listener), one quorum of every node, one set of certificates and users for all."""
-    from harness.broker.secured import check_listeners
+    from base.security.sasl import DEFAULT_USERS
+    from broker.secured import check_listeners
     from harness.runner.acceptor_target import broker_enforced
-    from harness.security.sasl import DEFAULT_USERS
 
     props = broker_enforced(sc)
     checked = check_listeners(
@@ -588,14 +588,14 @@ def cluster_services(
 
 
 def _kafka_version() -> str:
-    from harness.broker.artifacts import KAFKA_VERSION
+    from broker.artifacts import KAFKA_VERSION
 
     return KAFKA_VERSION
 
 
 def wait_kafka(port: int, deadline: float, brokers: int = 1) -> None:
     """Until the node at ``port`` answers and its Metadata lists ``brokers`` brokers."""
-    from harness.broker.probe import probe
+    from broker.probe import probe
 
     last: Exception | None = None
     while time.monotonic() < deadline:

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 
 #: subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "broker": ("harness.broker.cli", "start a real single-node Kafka broker (KRaft)"),
-    "acceptor": ("harness.acceptor.cli", "run the quota-enforcing acceptor in front of a broker"),
-    "quotas": ("harness.admin.cli", "describe/alter client quotas (kafka-configs' flags)"),
+    "broker": ("broker.cli", "start a real single-node Kafka broker (KRaft)"),
+    "acceptor": ("acceptor.cli", "run the quota-enforcing acceptor in front of a broker"),
+    "quotas": ("base.admin.cli", "describe/alter client quotas (kafka-configs' flags)"),
     "run": ("harness.runner.cli", "run a scenario end to end and print its verdict"),
     "worker": ("harness.runner.worker_cli", "one worker machine of `harness run --workers N`"),
     "scenarios": ("harness.runner.catalog_cli", "list the scenario catalog"),

@@ -28,10 +28,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness.history import events
-from harness.history.clocks import boot_id, file_metadata, shift_details
-from harness.history.schema import EVENTS, SCHEMA
-from harness.history.writer import check_row
+from base.history import events
+from base.history.clocks import boot_id, file_metadata, shift_details
+from base.history.schema import EVENTS, SCHEMA
+from base.history.writer import check_row
 
 #: the per-row columns kept in buffers (the rest are constant or derived at flush)
 BUFFERED = (
@@ -87,7 +87,7 @@ class ClientHistory:
         self._wall0 = time.time_ns()
         #: this process's offset to a reference (e.g. the Locust master's) clock:
         #: reference_time ≈ local_time + clock_offset_ns, within clock_rtt_ns / 2; kept in
-        #: every part's metadata with the boot id (harness.history.clocks)
+        #: every part's metadata with the boot id (base.history.clocks)
         self.clock_offset_ns = clock_offset_ns
         self.clock_rtt_ns: int | None = None
         #: read with the offset: (this process's wall-minus-monotonic, the reference's boot

@@ -21,7 +21,7 @@ from typing import Any
 PINGS = 5
 #: tests only: "S0,S1,…" (ns); Locust worker i runs as if on another machine whose clocks,
 #: wall and monotonic, read S_(i mod n) later than this one's (its history files then say
-#: so under a boot id of their own, harness.history.clocks)
+#: so under a boot id of their own, base.history.clocks)
 SKEW_ENV = "HARNESS_TEST_CLOCK_SKEW_NS"
 #: how far ahead of its test start the master puts the common schedule start
 START_LEAD_NS = 500_000_000
@@ -45,7 +45,7 @@ def master_side(environment: Any) -> None:
 
     environment.events.test_start.add_listener(on_test_start)
 
-    from harness.history.clocks import boot_id
+    from base.history.clocks import boot_id
 
     boot = boot_id()
 

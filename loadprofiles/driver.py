@@ -35,7 +35,7 @@ from locust import User, constant, task
 from locust.env import Environment
 from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
-from harness.history.rows import ClientRequestOk
+from base.history.rows import ClientRequestOk
 from loadprofiles import arrivals, clock, readiness, workers
 from loadprofiles.client_history import Batch, ClientHistory
 from loadprofiles.engine import EngineConfig, EngineStats, StormEngine

@@ -41,7 +41,7 @@ header claiming a client address (``proxy_protocol``, sent right after the TCP c
 before TLS), a hold time. No gevent or Locust import: the engine runs in a native thread
 under Locust and directly in tests.
 
-Secured listeners (``EngineConfig.tls``, ``EngineConfig.sasl``; ``loadprofiles.secure``):
+Secured listeners (``EngineConfig.tls``, ``EngineConfig.sasl``; ``base.security.client``):
 after the TCP connect, TLS runs over memory BIOs under the same loop (state
 HANDSHAKING, bounded by the connect timeout from its start), then SaslHandshake v1 and
 the first SaslAuthenticate v2 are pipelined in one write (PLAIN: one round trip; SCRAM:
@@ -73,7 +73,15 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.history import events
+from base.history import events
+from base.security.client import (
+    SASL_AUTHENTICATE_KEY,
+    SASL_HANDSHAKE_KEY,
+    SaslSettings,
+    TlsLink,
+    TlsSettings,
+    tls_error,
+)
 from loadprofiles import proxy_header
 from loadprofiles.addresses import BrokerTarget, broker_for
 from loadprofiles.client_history import ClientHistory
@@ -105,14 +113,6 @@ from loadprofiles.engine_frames import (
     with_correlation_id,
 )
 from loadprofiles.outcomes import classify
-from loadprofiles.secure import (
-    SASL_AUTHENTICATE_KEY,
-    SASL_HANDSHAKE_KEY,
-    SaslSettings,
-    TlsLink,
-    TlsSettings,
-    tls_error,
-)
 
 SHAPES = ("connect", "apiversions", "storm", "produce")
 IP_BIND_ADDRESS_NO_PORT = getattr(_socket, "IP_BIND_ADDRESS_NO_PORT", 24)

@@ -44,11 +44,11 @@ from __future__ import annotations
 import enum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from harness.history import events
-from loadprofiles.secure import SaslError
+from base.history import events
+from base.security.client import SaslError
 
 if TYPE_CHECKING:
-    from loadprofiles.secure import SaslExchange, TlsLink
+    from base.security.client import SaslExchange, TlsLink
 
 __all__ = [
     "NEXT",
@@ -113,7 +113,7 @@ class TransitionError(RuntimeError):
 
 
 class Write(NamedTuple):
-    """A history row a step may write, by its typed event (`harness.history.events`)."""
+    """A history row a step may write, by its typed event (`base.history.events`)."""
 
     event: events.Event
 

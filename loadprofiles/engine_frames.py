@@ -18,7 +18,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, Met
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.memory_records import MemoryRecordsBuilder
 
-from loadprofiles.secure import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY
+from base.security.client import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY
 
 API_VERSIONS_KEY = 18
 METADATA_KEY = 3

@@ -18,7 +18,7 @@ Closed model: ``-u N`` connections, from ``--source-ips`` round-robin.
 
 On a secured listener (``--command-config``, Kafka's client keys) each connection does TLS
 and the SASL login first, through the harness's own blocking client
-(`harness.admin.client.KafkaWire`), recorded as the engine records them (``tls_start``,
+(`base.admin.client.KafkaWire`), recorded as the engine records them (``tls_start``,
 ``tls_done``/``tls_fail``, ``sasl_done``/``sasl_fail`` with the principal), then pipelines
 on the secured socket as on PLAINTEXT.
 
@@ -39,9 +39,10 @@ from typing import Any
 
 from locust import User, task
 
-from harness.admin.client import AdminError, KafkaWire
-from harness.history.events import event as _event
-from harness.security import clientprops
+from base.admin.client import AdminError, KafkaWire
+from base.history.events import event as _event
+from base.security import clientprops
+from base.security.client import SASL_AUTHENTICATE_KEY
 from loadprofiles import webui  # noqa: F401  (webui: admission tab)
 from loadprofiles.common import closed_model_readiness, history, listen, settings
 from loadprofiles.engine_frames import (
@@ -53,7 +54,6 @@ from loadprofiles.engine_frames import (
     metadata_max_version,
     with_correlation_id,
 )
-from loadprofiles.secure import SASL_AUTHENTICATE_KEY
 from loadprofiles.steady_conns import principal_of
 
 PROFILE = "greedy"

@@ -23,9 +23,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import procfs
-from harness.localnet import free_port
-from harness.supervisor import ManagedProcess
+from base import procfs
+from base.localnet import free_port
+from base.supervisor import ManagedProcess
 from loadprofiles.addresses import parse_ip_pool, parse_target
 
 HAPROXY = "/usr/sbin/haproxy"

@@ -42,7 +42,7 @@ _ids = itertools.count(1)
 
 
 class Recorder(Protocol):
-    """What the client needs of ``harness.history.HistoryWriter``."""
+    """What the client needs of ``base.history.HistoryWriter``."""
 
     def record(
         self,

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from base.security.client import SaslSettings, TlsSettings, settings_from_properties
 from loadprofiles import addresses, arrivals, proxy_header
-from loadprofiles.secure import SaslSettings, TlsSettings, settings_from_properties
 
 SHAPES = ("connect", "apiversions", "storm")
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -70,7 +70,7 @@ def _command_config(text: str) -> str:
     """``--command-config``: a readable ``client.properties`` with only supported keys."""
     if not text:
         return text
-    from harness.security import clientprops
+    from base.security import clientprops
 
     try:
         props = clientprops.read(Path(text))
@@ -286,7 +286,7 @@ class Settings:
         naming the option, key or file, never a secret."""
         props: dict[str, str] = {}
         if self.command_config:
-            from harness.security import clientprops
+            from base.security import clientprops
 
             try:
                 props = clientprops.read(Path(self.command_config))

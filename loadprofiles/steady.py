@@ -59,7 +59,7 @@ def security_kwargs(command_config: str) -> dict[str, Any]:
         return {}
     from pathlib import Path
 
-    from harness.security import clientprops
+    from base.security import clientprops
 
     kw = clientprops.kafka_python_config(clientprops.read(Path(command_config)))
     kw.pop("bootstrap_servers", None)

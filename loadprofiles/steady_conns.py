@@ -307,7 +307,7 @@ def principal_of(config: dict[str, Any]) -> str | None:
         return str(user) if user else None
     certfile = config.get("ssl_certfile")
     if protocol == "SSL" and certfile:
-        from loadprofiles.secure import certificate_principal
+        from base.security.client import certificate_principal
 
         try:
             principal = certificate_principal(str(certfile))

@@ -50,7 +50,7 @@ def ensure_topic(
     ``broker``: a cluster's node id at host:port, named in the set-up connection's rows.
 
     ``client_config``: Kafka's client keys of a secured listener (TLS, SASL login): the
-    topic is then made over `harness.admin.client.KafkaWire`, which speaks them; its
+    topic is then made over `base.admin.client.KafkaWire`, which speaks them; its
     connection is recorded step by step (`SetupRows`), so Kafka's authentication counters
     are explained by client rows like every login of the load's.
 
@@ -74,7 +74,7 @@ def ensure_topic(
     def secured(props: Mapping[str, str]) -> str | None:
         from kafka.protocol.metadata import MetadataRequest
 
-        from harness.admin.client import KafkaWire
+        from base.admin.client import KafkaWire
 
         rows = SetupRows(history, listener, broker)
         try:
@@ -102,7 +102,7 @@ def ensure_topic(
         rows.closed(None)
         return why
 
-    from harness.admin.client import AdminError
+    from base.admin.client import AdminError
 
     deadline = time.monotonic() + timeout_s
     last: str | None = "no attempt"
@@ -237,7 +237,7 @@ def ensure_load_topic(s: Settings, history: Recorder | None) -> None:
     recorded as profile ``setup``); a ValueError naming the option when it cannot be."""
     from pathlib import Path
 
-    from harness.security import clientprops
+    from base.security import clientprops
 
     try:
         props = clientprops.read(Path(s.command_config)) if s.command_config else None

@@ -224,7 +224,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """After the whole run: every Parquet history the product's writers wrote under this
     session's temporary folders (the acceptor, the storm engine, the profiles, the runner)
-    holds only events, columns and `detail` keys `harness/history/events.py` declares. Hand-
+    holds only events, columns and `detail` keys `base/history/events.py` declares. Hand-
     built test histories (`analysis.synth`, files named ``*-synth-*``) are not the writers'
     and are skipped. A key a writer adds without declaring it fails the session here."""
     factory = getattr(session.config, "_tmp_path_factory", None)
@@ -238,7 +238,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     import pyarrow.parquet as pq
 
-    from harness.history.events import conformance
+    from base.history.events import conformance
 
     problems: dict[str, str] = {}
     checked = 0
@@ -257,7 +257,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if reporter is not None:
             reporter.write_line(
                 f"history conformance: {len(problems)} undeclared event, column or detail key "
-                f"in {checked} history files written this session (harness/history/events.py):",
+                f"in {checked} history files written this session (base/history/events.py):",
                 red=True,
             )
             for problem, where in list(problems.items())[:20]:

@@ -63,7 +63,7 @@ from typing import TYPE_CHECKING, Any
 from analysis.checks.base import FAIL, PASS, UNKNOWN, Check, CheckResult, Part, witness
 from analysis.columns import detail_col
 from analysis.frames import acceptor_conns, client_conns, match_attempts
-from harness.history.rows import HarnessKernelNet
+from base.history.rows import HarnessKernelNet
 
 if TYPE_CHECKING:
     from analysis.load import Run
@@ -524,9 +524,9 @@ def _on_kafka(run: Run) -> CheckResult:
             expected="Kafka's connection-creation-total grows by at least the served attempts",
             explanation="Kafka's metrics were scraped but this counter was not among them",
         )
-    from analysis.checks.broker_side import _faults
+    from analysis.checks.broker_side import fault_windows
 
-    _all, kills, _nodes, kill_nodes = _faults(run)
+    _all, kills, _nodes, kill_nodes = fault_windows(run)
     err = run.clock_error_ns
     by_broker: dict[Any, list[tuple[int, int]]] = defaultdict(list)
     # one broker's scrapes (`--broker-metrics-url 1=URL`) and attempts that name no other

@@ -48,8 +48,8 @@ from analysis.checks.base import (
 )
 from analysis.checks.broker_side import per_broker
 from analysis.checks.kafka_metrics import (
-    _no_scrapes,
     listener_aliases,
+    no_scrapes,
     per_listener,
     scrape_interval,
     scrapes,
@@ -268,7 +268,7 @@ def check_auth_counts(run: Run) -> CheckResult:
     # behind the acceptor, Kafka still authenticates: its own exporter's rows (`upstream`)
     data = scrapes(run, upstream=run.target == "acceptor")
     if len(data) < 2:
-        return _no_scrapes(name, run, taken=len(data))
+        return no_scrapes(name, run, taken=len(data))
     # a cluster the harness did not start: its own names of the load's listeners
     aliases = listener_aliases(run)
     (a0, a1), (b0, b1) = scrape_interval(*data[0]), scrape_interval(*data[-1])

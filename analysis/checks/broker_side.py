@@ -89,7 +89,7 @@ class Attempts:
         )
 
 
-def _faults(
+def fault_windows(
     run: Run,
 ) -> tuple[list[tuple[int, int]], list[tuple[int, int]], list[int | None], list[int | None]]:
     """Fault windows, broker-kill windows, and the node each hit (`fault_start`'s
@@ -145,7 +145,7 @@ def attempts(run: Run) -> Attempts:
             "broker",
         ).toPandas()
         df["invoke_ns"] = df["invoke_ns"].fillna(df["connect_ok_ns"])
-        faults, kills, fault_nodes, kill_nodes = _faults(run)
+        faults, kills, fault_nodes, kill_nodes = fault_windows(run)
         return Attempts(df, faults, kills, fault_nodes, kill_nodes)
 
     return run.cached("broker_side_attempts", build)  # type: ignore[no-any-return]

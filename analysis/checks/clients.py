@@ -36,7 +36,7 @@ from analysis.checks.loops import busy_readings, loop_summary, role_rows
 from analysis.columns import detail_col
 from analysis.frames import acceptor_conns, attempt_join, client_conns
 from analysis.model import INT_MAX
-from harness.history.rows import HarnessPhaseStart
+from base.history.rows import HarnessPhaseStart
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -615,11 +615,11 @@ def check_client_ip_concurrency(run: Run) -> CheckResult:
         .rowsBetween(Window.unboundedPreceding, 0)
     )
     ev = up.unionByName(down).withColumn("count", F.sum("d").over(w)).where(F.col("d") == 1)
-    from analysis.checks.concurrency import _keyed_limit
+    from analysis.checks.concurrency import keyed_limit
 
     ev = ev.withColumn(
         "limit",
-        _keyed_limit(
+        keyed_limit(
             run,
             F.col("ns"),
             F.col("client_ip"),

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from analysis.load import Run
 
 
-def _keyed_limit(
+def keyed_limit(
     run: Run,
     ns: Column,
     key: Column,
@@ -210,7 +210,7 @@ def check_max_connections(run: Run) -> CheckResult:
 
 def check_listener_max_connections(run: Run) -> CheckResult:
     def lim(ns: Column, k: Column) -> Column:
-        return _keyed_limit(run, ns, k, lambda x: x.listener_maxes(), lambda x: x.max_connections)
+        return keyed_limit(run, ns, k, lambda x: x.listener_maxes(), lambda x: x.max_connections)
 
     ev = _concurrency(run, "listener", lim)
     limited = listener_max_set(run) is None
@@ -230,7 +230,7 @@ def check_listener_max_connections(run: Run) -> CheckResult:
 
 def check_max_connections_per_ip(run: Run) -> CheckResult:
     def lim(ns: Column, k: Column) -> Column:
-        return _keyed_limit(
+        return keyed_limit(
             run,
             ns,
             k,

@@ -23,7 +23,7 @@ The rate meter differs by release (`analysis.versions`, switch `sampled_stat_ove
 ``overlap=False`` the ring of n samples purged by their start (2.7–3.7). With m the ring's
 slots (n+1 or n), the window is W < m·w and every event of the last (m−1)·w is in it.
 
-Pure Python, clock-free, in milliseconds; `analysis/` never imports `harness.quota`.
+Pure Python, clock-free, in milliseconds; `analysis/` never imports `base.quota`.
 """
 
 from __future__ import annotations

@@ -49,8 +49,8 @@ from analysis.checks.base import (
 )
 from analysis.checks.broker_side import per_broker
 from analysis.model import INT_MAX
-from harness.history.events import UPSTREAM_METRICS
-from harness.history.rows import HarnessKafkaMetrics, HarnessKafkaMetricsDetail
+from base.history.events import UPSTREAM_METRICS
+from base.history.rows import HarnessKafkaMetrics, HarnessKafkaMetricsDetail
 
 if TYPE_CHECKING:
     from analysis.load import Run
@@ -102,7 +102,7 @@ def scrape_interval(ns: int, detail: HarnessKafkaMetricsDetail) -> tuple[int, in
     return ns - half, ns + half
 
 
-def _no_scrapes(name: str, run: Run, *, taken: int = 0) -> CheckResult:
+def no_scrapes(name: str, run: Run, *, taken: int = 0) -> CheckResult:
     """Unknown for want of Kafka's metrics: none scraped (``taken`` = 0), or fewer than the
     two scrapes the rule compares; the hint names the fix, not the load."""
     rows = 0 if run.lacks("kafka_metrics", source="harness") else None
@@ -279,7 +279,7 @@ def check_connection_count(run: Run) -> CheckResult:
         return not_configured(name, run, "max.connections / listener.name.<l>.max.connections")
     data = scrapes(run)
     if not data:
-        return _no_scrapes(name, run)
+        return no_scrapes(name, run)
     lag = int((PROCESSOR_POLL_MS + run.slack_ms) * MS)
     judged = 0
     bad: list[dict[str, Any]] = []
@@ -383,7 +383,7 @@ def check_throttle_bounded(run: Run) -> CheckResult:
     if not data:
         if not limited:
             return not_configured(name, run, "every connection-rate and request quota")
-        return _no_scrapes(name, run)
+        return no_scrapes(name, run)
     w = tl.limits[0].window_ms
     judged = 0
     peak = 0.0
@@ -450,7 +450,7 @@ def check_ip_throttle_seen(run: Run) -> CheckResult:
         )
     data = scrapes(run)
     if not data:
-        return _no_scrapes(name, run)
+        return no_scrapes(name, run)
     df = attempts(run).df
     eofs = df[df["ready_ns"].isna() & df["eof_ns"].notna()]
     n, w = tl.limits[0].window_num, tl.limits[0].window_ms

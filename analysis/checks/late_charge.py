@@ -40,12 +40,12 @@ from analysis.checks.request_model import (
     RATE_REL_TOL,
     THROTTLE_TOL_MS,
     QuotaCallback,
-    _bucket,
-    _charged_ms,
-    _step_value,
-    _throttle,
+    charged_bucket,
+    charged_ms_of,
+    kafka_throttle_ms,
     quota_versions,
     request_quotas_set,
+    step_value,
 )
 from analysis.columns import detail_col
 from analysis.model import RateMeter
@@ -68,7 +68,7 @@ EXPECTED = (
 def _claimed_ms(r: Any) -> float:
     """The bound a late charge was claimed under: the broker time the acceptor saw
     (forward -> response), never less than what it was then charged."""
-    return max(float(r["latency_ms"] or 0.0), _charged_ms(r))
+    return max(float(r["latency_ms"] or 0.0), charged_ms_of(r))
 
 
 def _rows(run: Run) -> list[Any]:
@@ -144,7 +144,7 @@ def check_late_charges(run: Run) -> CheckResult:
         if v != version:
             version = v
             cb.update(versions[v][1])
-        charge = _bucket(cb, r, at_ns, uncharged)
+        charge = charged_bucket(cb, r, at_ns, uncharged)
         if charge is None:  # exempt, a login's, or no quota applies to its entity
             continue
         tags, t, quota = charge
@@ -153,14 +153,14 @@ def check_late_charges(run: Run) -> CheckResult:
             meter = meters[tags] = RateMeter(quota, n_w, w, overlap=overlap)
         meter.bound = quota
         if kind == _CHARGE:
-            meter.record(_step_value(r, checked) * 100.0 / 1000.0, t)
+            meter.record(step_value(r, checked) * 100.0 / 1000.0, t)
             continue
         # the claim: charged then, at most its bound, with Kafka's check: no throttle
         bound_ms = _claimed_ms(r)
         probe = copy.deepcopy(meter)
         probe.record(bound_ms * 100.0 / 1000.0, t)
         rate, window_s = probe.measure(t)
-        model = _throttle(rate, window_s, quota=quota, w=w)
+        model = kafka_throttle_ms(rate, window_s, quota=quota, w=w)
         judged += 1
         peak = max(peak, rate / quota if quota else float("inf"))
         if model > THROTTLE_TOL_MS and abs(rate - quota) > quota * RATE_REL_TOL:

@@ -136,7 +136,7 @@ def cause(share: float, wait: float | None) -> str:
 
 def _key(name: str) -> str:
     """`process_stats`' detail key, checked against the event's one definition."""
-    from harness.history.events import event as definition
+    from base.history.events import event as definition
 
     return definition("harness", "process_stats").key(name)
 

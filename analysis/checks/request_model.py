@@ -123,7 +123,7 @@ class QuotaCallback:
         return None
 
 
-def _charged_ms(r: Any) -> float:
+def charged_ms_of(r: Any) -> float:
     """The time the acceptor charged: `detail.charged_ms` where it differs from the
     request's latency (a fetch long poll's purgatory wait is not charged), else latency_ms."""
     if r["charged_ms"] is not None:
@@ -224,7 +224,7 @@ def check_request_model(run: Run) -> CheckResult:
         if v != version:
             version = v
             cb.update(versions[v][1])
-        charges.append(_bucket(cb, r, at_ns, uncharged))
+        charges.append(charged_bucket(cb, r, at_ns, uncharged))
     peers: dict[tuple[Any, int], list[int]] = {}
     for i, charge in enumerate(charges):
         if charge is not None:
@@ -245,24 +245,24 @@ def check_request_model(run: Run) -> CheckResult:
         if requests_in_ms > 1 and group[0] == pos:
             snapshots[(tags, t)] = copy.deepcopy(meter)  # before any charge of the ms
         if not checked:  # network time after the decision, or a late charge: no check
-            meter.record(_step_value(r, checked) * 100.0 / 1000.0, t)
+            meter.record(step_value(r, checked) * 100.0 / 1000.0, t)
             continue
-        meter.record(_step_value(r, checked) * 100.0 / 1000.0, t)
+        meter.record(step_value(r, checked) * 100.0 / 1000.0, t)
         rate, ws = meter.measure(t)
-        model = _throttle(rate, ws, quota=quota, w=w)
+        model = kafka_throttle_ms(rate, ws, quota=quota, w=w)
         if model:
             over += 1
         borderline = abs(rate - quota) <= quota * RATE_REL_TOL
         if requests_in_ms > 1:
             # charged first in its millisecond, and charged after all the others of it
             first = copy.deepcopy(snapshots[(tags, t)])
-            first.record(_step_value(r, checked) * 100.0 / 1000.0, t)
+            first.record(step_value(r, checked) * 100.0 / 1000.0, t)
             last = copy.deepcopy(meter)
             for i in group:
                 if i > pos and steps[i][2] is not r:
-                    last.record(_step_value(steps[i][2], steps[i][3]) * 100.0 / 1000.0, t)
-            lo = _throttle(*first.measure(t), quota=quota, w=w)
-            hi = _throttle(*last.measure(t), quota=quota, w=w)
+                    last.record(step_value(steps[i][2], steps[i][3]) * 100.0 / 1000.0, t)
+            lo = kafka_throttle_ms(*first.measure(t), quota=quota, w=w)
+            hi = kafka_throttle_ms(*last.measure(t), quota=quota, w=w)
             recorded_here = throttles.get((r["conn_id"], ns), 0.0)
             if min(lo, hi) - THROTTLE_TOL_MS <= recorded_here <= max(lo, hi) + THROTTLE_TOL_MS:
                 model = int(recorded_here)  # an order of its millisecond gives this decision
@@ -330,7 +330,7 @@ def check_request_model(run: Run) -> CheckResult:
     )
 
 
-def _bucket(
+def charged_bucket(
     cb: QuotaCallback, r: Any, at_ns: int, uncharged: Container[int]
 ) -> tuple[tuple[str, str], int, float] | None:
     """The quota bucket a request is charged to, its millisecond and its quota; None when
@@ -345,21 +345,21 @@ def _bucket(
     return tags, at_ns // 1_000_000, quota
 
 
-def _throttle(rate: float, window_s: float, *, quota: float, w: int) -> int:
+def kafka_throttle_ms(rate: float, window_s: float, *, quota: float, w: int) -> int:
     """Kafka's throttle for a measured rate: min(round((rate − q)/q · W), w) over the quota."""
     if rate <= quota * (1 + RATE_REL_TOL):
         return 0
     return w if quota == 0 else min(java_round((rate - quota) / quota * window_s), w)
 
 
-def _step_value(r: Any, checked: bool) -> float:
+def step_value(r: Any, checked: bool) -> float:
     """The ms a step charges: the handler time at a checked step; after it, the network
     time; a late charge all of it at once."""
     network = float(r["network_ms"] or 0.0)
     if checked:
-        return _charged_ms(r)
+        return charged_ms_of(r)
     late = str(r["charge_source"] or "").endswith("_late")
-    return _charged_ms(r) + network if late else network
+    return charged_ms_of(r) + network if late else network
 
 
 CHECKS = [

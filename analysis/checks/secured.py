@@ -11,7 +11,7 @@ handshook before deciding.
 
 `principal_agreement`: requests are charged to the principal (KIP-124's user). The client
 knows who it is (the SASL user it logged in as, or Kafka's name for the certificate it
-offered, `loadprofiles.secure`); the acceptor's `request` rows say whom it charged. A
+offered, `base.security.client`); the acceptor's `request` rows say whom it charged. A
 connection matched to its client attempt must name the same principal on both sides: the
 checker never takes the enforcer's word for who a client is (a certificate subject left in
 its written order, say, charges a user no quota names).

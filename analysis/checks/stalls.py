@@ -3,7 +3,7 @@ give a wait, a close or an observation that ran late because an observer could n
 (the process descheduled on a busy machine, a GC), never because the enforcer chose to
 wait. A leaf module.
 
-- The acceptor's event loop (`loop_lag` rows of source acceptor, harness.acceptor.heartbeat):
+- The acceptor's event loop (`loop_lag` rows of source acceptor, acceptor.heartbeat):
   `admission_wait_explained` (strictness) credits stalls overlapping an admission's wait,
   `ip_throttle_within_window` (delays) those overlapping a throttled socket's overdue close.
 - The storm engine's loop (`loop_lag` rows of source client, loadprofiles/engine.py) and its

@@ -12,7 +12,7 @@ nothing else meanwhile, reference §0.3): with d the recorded rate delay,
   admits past the total; on Kafka its acceptor thread races the waiter) was not free
   for this waiter.
   The only other excuse is a stall of the acceptor's own event loop, and only one its
-  heartbeat measured (`loop_lag` rows, harness.acceptor.heartbeat: a 10 ms timer whose
+  heartbeat measured (`loop_lag` rows, acceptor.heartbeat: a 10 ms timer whose
   lateness > 5 ms is written down): each stall row is credited from its tick's due time
   − period − 1 ms timer resolution to when it fired, and only where it overlaps the wait.
   An unmeasured stall is shorter than threshold + period + resolution (16 ms), inside the

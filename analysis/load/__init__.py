@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING
 from analysis.load.clocks import align_files
 from analysis.load.files import (
     RunDirError,
-    _harness_rows,
-    _rows,
+    harness_rows,
     history_files,
     history_rows,
     history_table,
     read_history,
     read_run_json,
+    row_count,
     spark_schema,
     tally,
     tally_of,
@@ -108,7 +108,7 @@ IN_MEMORY_EVENTS = 100_000
 
 def fits_in_memory(files: list[Path]) -> bool:
     """Fewer than `IN_MEMORY_EVENTS` rows in these files (their Parquet footers)?"""
-    return 0 < sum(_rows(f) for f in files) < IN_MEMORY_EVENTS
+    return 0 < sum(row_count(f) for f in files) < IN_MEMORY_EVENTS
 
 
 def load_run(spark: SparkSession, run_dir: str | Path) -> Run:
@@ -131,7 +131,7 @@ def load_run(spark: SparkSession, run_dir: str | Path) -> Run:
     else:
         history = read_history(spark, files, in_memory)
     limits = meta.get("limits") if isinstance(meta.get("limits"), dict) else None
-    cfg_rows, offset = _harness_rows(files)
+    cfg_rows, offset = harness_rows(files)
     testimony = testimony_of(cfg_rows)
     if testimony.runner:  # judge by what the runner intended, never the enforcer's word
         timeline = timeline_of(testimony, limits)

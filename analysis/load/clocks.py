@@ -14,7 +14,7 @@ def align_files(
     run_dir: Path, files: list[Path], reference: Any
 ) -> tuple[list[Path], list[dict[str, Any]]]:
     """``files`` with each one written on another machine (another boot id,
-    harness.history.clocks) replaced by a copy moved onto the runner's clock (run.json
+    base.history.clocks) replaced by a copy moved onto the runner's clock (run.json
     ``clock``), under ``report/.aligned/<source>/``: the originals are never changed. A
     run without a recorded clock (older runs) is read as it is."""
     if not isinstance(reference, dict) or not reference.get("boot_id"):
@@ -23,7 +23,7 @@ def align_files(
 
     import pyarrow.parquet as pq
 
-    from harness.history.clocks import alignment, shift_table
+    from base.history.clocks import alignment, shift_table
 
     out: list[Path] = []
     notes: list[dict[str, Any]] = []

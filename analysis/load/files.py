@@ -19,10 +19,10 @@ class RunDirError(ValueError):
 
 
 def spark_schema() -> Any:
-    """The shared Arrow schema (harness.history.schema) as a Spark StructType."""
+    """The shared Arrow schema (base.history.schema) as a Spark StructType."""
     from pyspark.sql import types as T
 
-    from harness.history.schema import SCHEMA
+    from base.history.schema import SCHEMA
 
     mapping = {
         "string": T.StringType(),
@@ -84,7 +84,7 @@ def read_run_json(run_dir: Path) -> dict[str, Any]:
     return data
 
 
-def _harness_rows(files: list[Path]) -> tuple[list[tuple[int, str | None]], int | None]:
+def harness_rows(files: list[Path]) -> tuple[list[tuple[int, str | None]], int | None]:
     """`config` rows and the wall-minus-monotonic clock offset (ns), read with Arrow from
     the small harness parts: a few rows, no Spark job."""
     import pyarrow.compute as pc
@@ -136,7 +136,7 @@ def tally(run: RunView) -> dict[tuple[str, str], tuple[int, int]]:
     return run.cached("tally", build)  # type: ignore[no-any-return]
 
 
-def _rows(f: Path) -> int:
+def row_count(f: Path) -> int:
     import pyarrow.parquet as pq
 
     return int(pq.ParquetFile(f).metadata.num_rows)
@@ -156,7 +156,7 @@ def history_table(files: list[Path]) -> Any:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from harness.history.schema import SCHEMA
+    from base.history.schema import SCHEMA
 
     tables = [pq.read_table(f).select(SCHEMA.names).cast(SCHEMA) for f in files]
     return pa.concat_tables([t.replace_schema_metadata(None) for t in tables])

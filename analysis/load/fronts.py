@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.history.rows import HarnessConfig
+from base.history.rows import HarnessConfig
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 _WRITER = re.compile(r"^acceptor-(?:config-)?(?P<pid>\d+)-\d+\.parquet$")
 
 
-def _writer_pid(f: Path) -> str | None:
+def writer_pid(f: Path) -> str | None:
     m = _WRITER.match(f.name)
     return m["pid"] if m and f.parent.name in ("acceptor", "harness") else None
 
@@ -41,7 +41,7 @@ def front_pids(files: list[Path]) -> dict[int, set[str]]:
     return out
 
 
-def _on_front(df: DataFrame, node: int) -> DataFrame:
+def on_front(df: DataFrame, node: int) -> DataFrame:
     """Client rows of the attempts that reached broker ``node`` (their `connect_invoke`'s
     ``detail.broker``; a socket's later rows follow its attempt); every other row whole.
     A client row of no attempt with a broker (one the load could not attribute) is in no

@@ -147,7 +147,7 @@ def acceptor_incarnations(run: RunView) -> list[Incarnation]:
     return out
 
 
-def _windowed(df: DataFrame, inc: Incarnation) -> DataFrame:
+def within_incarnation(df: DataFrame, inc: Incarnation) -> DataFrame:
     """Client rows and Kafka-metrics scrapes inside the incarnation's time; the rest whole."""
     from pyspark.sql import functions as F
 

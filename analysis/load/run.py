@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from analysis.load.files import _harness_rows, read_history, spark_schema, tally
-from analysis.load.fronts import _on_front, _writer_pid, front_pids
-from analysis.load.incarnations import Incarnation, _windowed, acceptor_incarnations
+from analysis.load.files import harness_rows, read_history, spark_schema, tally
+from analysis.load.fronts import front_pids, on_front, writer_pid
+from analysis.load.incarnations import Incarnation, acceptor_incarnations, within_incarnation
 from analysis.load.testimony import Testimony, for_node, testimony_of, timeline_of
 from analysis.load.timeline import ConfigTimeline
 from analysis.versions import Semantics, semantics_for
@@ -126,8 +126,8 @@ class Run:
                 return self.history.where(F.col("source") == source)
             df = read_history(self.spark, files, False).where(F.col("source") == source)
             if self.front_node is not None:
-                df = _on_front(df, self.front_node)
-            return df if self.incarnation is None else _windowed(df, self.incarnation)
+                df = on_front(df, self.front_node)
+            return df if self.incarnation is None else within_incarnation(df, self.incarnation)
 
         return self.cached(f"source-{source}", build)  # type: ignore[no-any-return]
 
@@ -223,15 +223,15 @@ class Run:
         from dataclasses import replace
 
         others = {p for i in self.incarnations() if i.index != inc.index for p in i.pids}
-        files = [f for f in self.files if _writer_pid(f) not in others]
+        files = [f for f in self.files if writer_pid(f) not in others]
         history = read_history(self.spark, files, self.in_memory)
-        testimony = testimony_of(_harness_rows(files)[0])
+        testimony = testimony_of(harness_rows(files)[0])
         if self.front_node is not None:  # one front of a cluster, restarted
-            history = _on_front(history, self.front_node)
+            history = on_front(history, self.front_node)
             testimony = for_node(testimony, self.front_node)
         return replace(
             self,
-            history=_windowed(history, inc),
+            history=within_incarnation(history, inc),
             files=files,
             incarnation=inc,
             testimony=testimony,
@@ -260,16 +260,16 @@ class Run:
     def front(self, node: int) -> Run:
         """This run seen through the acceptor of broker ``node`` alone: its history files
         (rows and `config` rows), the client rows of the attempts that reached that broker
-        (`_on_front`), every runner row; no other front's rows. A front is a separate
+        (`on_front`), every runner row; no other front's rows. A front is a separate
         enforcer (its own meters and counts, as every Kafka broker), so every acceptor
         check reads it like a run of one broker; the view names no cluster."""
         from dataclasses import replace
 
         others = {p for n, pids in self.fronts().items() if n != node for p in pids}
-        files = [f for f in self.files if _writer_pid(f) not in others]
-        history = _on_front(read_history(self.spark, files, self.in_memory), node)
+        files = [f for f in self.files if writer_pid(f) not in others]
+        history = on_front(read_history(self.spark, files, self.in_memory), node)
         meta = {k: v for k, v in self.meta.items() if k != "brokers"}
-        testimony = testimony_of(_harness_rows(files)[0])
+        testimony = testimony_of(harness_rows(files)[0])
         timeline = self.timeline
         if testimony.runner:  # each change holds on this front from when it applied it
             timeline = timeline_of(testimony, meta.get("limits"), node, propagated=True)

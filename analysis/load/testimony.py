@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 from analysis.load.timeline import (
     ConfigTimeline,
-    _parse,
     config_timeline,
     is_runner_row,
     limit_values,
+    parse,
 )
 from analysis.model import Limits
 
@@ -39,7 +39,7 @@ def as_stated(want: dict[str, Any], got: dict[str, Any]) -> dict[str, Any]:
 
 
 #: the cause on a front's `config` row when it applied a change another front of its
-#: cluster took (harness.acceptor.server: read from the shared metadata log)
+#: cluster took (acceptor.server: read from the shared metadata log)
 PROPAGATED = "metadata_log"
 
 
@@ -91,7 +91,7 @@ def pinned_runner_rows(testimony: Testimony, propagated: bool = False) -> list[t
 
 def testimony_of(cfg_rows: list[tuple[int, str | None]]) -> Testimony:
     """`config` rows split into what the runner intended and what the enforcer applied."""
-    parsed = sorted(((ns, _parse(ns, d)) for ns, d in cfg_rows), key=lambda r: r[0])
+    parsed = sorted(((ns, parse(ns, d)) for ns, d in cfg_rows), key=lambda r: r[0])
     return Testimony(
         runner=[r for r in parsed if is_runner_row(r[1])],
         enforcer=[r for r in parsed if not is_runner_row(r[1])],

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from analysis.load.files import RunDirError
 from analysis.model import INT_MAX, Limits
-from harness.history.rows import HarnessConfig
+from base.history.rows import HarnessConfig
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -93,7 +93,7 @@ def is_runner_row(detail: dict[str, Any]) -> bool:
     return detail.get("origin") == "runner"
 
 
-def _parse(ns: int, detail: str | None) -> dict[str, Any]:
+def parse(ns: int, detail: str | None) -> dict[str, Any]:
     try:
         return HarnessConfig.parse(detail)
     except ValueError as exc:

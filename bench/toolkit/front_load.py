@@ -18,9 +18,9 @@ import time
 from collections import deque
 from typing import Any
 
+from acceptor.config import DEFAULTS as ACCEPTOR_DEFAULTS
+from base.wire.framing import FrameDecoder
 from bench.toolkit.fronts import stop_process
-from harness.acceptor.config import DEFAULTS as ACCEPTOR_DEFAULTS
-from harness.wire.framing import FrameDecoder
 
 #: what the stand-in broker answers after the correlation id
 BODY = bytes(64)

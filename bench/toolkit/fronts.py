@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from base import procfs
 from bench.toolkit.trogdor import scrape
-from harness import procfs
 
 PROJECT = Path(__file__).resolve().parents[2]
 #: the project's packages, as another commit's tree may hold them (those it has are archived)

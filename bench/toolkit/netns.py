@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from harness import procfs
+from base import procfs
 
 
 def _progress(msg: str) -> None:
@@ -61,8 +61,8 @@ def reexec_in_netns(
         return None
     # The re-run has loopback only: what the broker fetches from Maven Central on first use
     # is fetched now. Without its JMX exporter the direct path has no connection count.
-    from harness.broker import BrokerError
-    from harness.broker.artifacts import jmx_exporter
+    from broker import BrokerError
+    from broker.artifacts import jmx_exporter
 
     try:
         jmx_exporter(progress=progress)

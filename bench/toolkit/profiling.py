@@ -16,13 +16,17 @@ from typing import Any
 _FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*?)(?::\d+)?\)$")
 
 
+#: the project's package folders, as a profile's frame names them
+PROJECT_ROOTS = ("base/", "acceptor/", "broker/", "loadprofiles/", "harness/", "bench/")
+
+
 def _frame_name(frame: str) -> str:
     m = _FRAME.match(frame.strip())
     if not m:
         return frame.strip()
     path = m["file"]
     short = path.split("site-packages/", 1)[-1]
-    for root in ("harness/", "bench/", "loadprofiles/", "asyncio/"):
+    for root in (*PROJECT_ROOTS, "asyncio/"):
         if root in short:
             short = root + short.split(root, 1)[1]
             break
@@ -64,7 +68,7 @@ def hot_spots(raw: str, top: int = 15) -> dict[str, Any]:
         "inclusive": [
             (f, round(100 * c / total, 1))
             for f, c in incl.most_common()
-            if "harness/" in f or "history" in f
+            if any(root in f for root in PROJECT_ROOTS)
         ][:top],
     }
 

@@ -17,8 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.acceptor import start_in_thread
-from harness.broker import Broker, start_broker
+from acceptor import start_in_thread
+from broker import Broker, start_broker
 from harness.runner.cli import add_set_acceptor
 
 CHOICES = ("broker", "acceptor", "both")

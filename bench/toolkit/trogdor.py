@@ -16,9 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness import procfs
-from harness.broker.artifacts import cache_dir, find_java, find_maven, version_dir
-from harness.localnet import free_port
+from base import procfs
+from base.localnet import free_port
+from broker.artifacts import cache_dir, find_java, find_maven, version_dir
 
 TROGDOR_VERSION = "4.3.1"
 

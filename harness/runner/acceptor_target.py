@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from harness.localnet import free_port
-from harness.quota.faults import FAULT_KEY, Faults
-from harness.quota.versions import METADATA_KEY, VERSION_KEY
+from base.localnet import free_port
+from base.quota.faults import FAULT_KEY, Faults
+from base.quota.versions import METADATA_KEY, VERSION_KEY
 from harness.runner.admin_changes import Changes, admin_listener
 from harness.runner.fronts import Front, Fronts
 from harness.runner.kafka_side import KafkaSide, broker_properties, metadata_mode
@@ -20,12 +20,12 @@ from harness.runner.scenario import BROKER_ENFORCED_KEYS, FAILED_AUTH_DELAY_KEY,
 from harness.runner.schedule import initial_limits
 
 if TYPE_CHECKING:
-    from harness.broker.config import ListenerSpec
+    from broker.config import ListenerSpec
 
 
 def listener_spec(sc: Scenario, name: str) -> ListenerSpec:
     """A listener as the broker launcher reads it (protocol, TLS, client auth)."""
-    from harness.broker.config import parse_listener
+    from broker.config import parse_listener
 
     return parse_listener(f"{name}={sc.security[name]}" if name in sc.security else name)
 
@@ -116,7 +116,7 @@ def acceptor_properties(
         if mode:
             props[f"listener.name.{n.lower()}.proxy.protocol"] = mode
     if listen_host != LOOPBACK_HOST:  # the runner's admin calls come from it
-        from harness.acceptor.config import DEFAULTS as ACCEPTOR_DEFAULTS
+        from acceptor.config import DEFAULTS as ACCEPTOR_DEFAULTS
 
         allowed = f"{ACCEPTOR_DEFAULTS['admin.allowed.addresses']},{listen_host}/32"
         props["admin.allowed.addresses"] = allowed
@@ -146,7 +146,7 @@ def refusal(plan: RunPlan) -> str | None:
 
 def wants_request_log(plan: RunPlan) -> bool:
     """Request quotas are charged Kafka's own handler time, read from the broker's request
-    log (harness.acceptor.broker_charge): only when the scenario has request quotas (a log
+    log (acceptor.broker_charge): only when the scenario has request quotas (a log
     line per request costs both sides), and not through the latency proxy (the broker
     would see the proxy's sockets, not the acceptor's)."""
     sc = plan.scenario

@@ -1,5 +1,5 @@
 """How a run's quota and config changes reach Kafka (or the acceptor): Kafka's admin
-protocol (harness.admin), the way an operator would make them, on a connection of their own
+protocol (base.admin), the way an operator would make them, on a connection of their own
 or on one held for the run (`HeldAdmin`); `Changes` is one target's set of them."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from harness.runner.scenario import Action, Scenario
 
 def _admin() -> Any:
     try:
-        import harness.admin as admin
+        import base.admin as admin
     except ImportError as exc:  # pragma: no cover - only while the admin part is missing
-        raise TargetError(f"harness.admin is not available ({exc}); cannot apply quotas") from exc
+        raise TargetError(f"base.admin is not available ({exc}); cannot apply quotas") from exc
     if not hasattr(admin, "alter_ip_quota"):
-        import harness.admin.client as admin_client
+        import base.admin.client as admin_client
 
         return admin_client
     return admin
@@ -58,7 +58,7 @@ def apply_ip_quota(
     held: HeldAdmin | None = None,
     client_config: Mapping[str, str] | None = None,
 ) -> None:
-    from harness.admin.client import IP_RATE_KEY
+    from base.admin.client import IP_RATE_KEY
 
     where, alter = _sender(bootstrap, held, "alter_client_quota", client_config)
     entity = None if ip == "default" else ip
@@ -112,7 +112,7 @@ class HeldAdmin:
     run's changes do not queue. If Kafka closes it (a broker kill, an LRU eviction), the
     next change opens a new one (and may then queue like any client).
 
-    The requests are harness.admin.client's, sent on the kept connection (`wire=`).
+    The requests are base.admin.client's, sent on the kept connection (`wire=`).
     """
 
     def __init__(
@@ -130,7 +130,7 @@ class HeldAdmin:
         self.reconnects = 0
 
     def open(self) -> None:
-        from harness.admin.client import KafkaWire
+        from base.admin.client import KafkaWire
 
         self.wire = KafkaWire(
             self.bootstrap,
@@ -162,12 +162,12 @@ class HeldAdmin:
     def alter_client_quota(
         self, entity: Mapping[str, str | None], ops: Mapping[str, float | None]
     ) -> None:
-        from harness.admin.client import alter_client_quota
+        from base.admin.client import alter_client_quota
 
         self._send(lambda wire: alter_client_quota(self.bootstrap, entity, ops, wire=wire))
 
     def alter_broker_config(self, changes: Mapping[str, str | None], broker: str = "") -> None:
-        from harness.admin.client import alter_broker_config
+        from base.admin.client import alter_broker_config
 
         self._send(
             lambda wire: alter_broker_config(self.bootstrap, changes, broker=broker, wire=wire)

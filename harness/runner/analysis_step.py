@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from base.supervisor import ManagedProcess
 from harness.runner.rundir import RunDir
-from harness.supervisor import ManagedProcess
 
 
 def analyse(

@@ -212,8 +212,8 @@ def run(args: argparse.Namespace) -> int:
         return 3
     kafka_version = None
     if args.kafka_version is not None:
-        from harness.quota.config import ConfigError
-        from harness.quota.versions import release
+        from base.quota.config import ConfigError
+        from base.quota.versions import release
 
         try:
             kafka_version = release(args.kafka_version, key="--kafka-version")
@@ -288,8 +288,8 @@ def run(args: argparse.Namespace) -> int:
 def _command_config_problem(path: Path, bootstrap_server: str | None, target: str) -> str:
     """Why a ``--command-config`` cannot be used ("" when it can): it secures the connections
     to an existing cluster (a started broker makes its own), and every key must be one the
-    harness honours (`harness.security.clientprops`)."""
-    from harness.security import clientprops
+    harness honours (`base.security.clientprops`)."""
+    from base.security import clientprops
 
     if not bootstrap_server:
         return "needs --bootstrap-server (a broker the harness starts makes its own client config)"

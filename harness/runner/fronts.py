@@ -13,8 +13,8 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from base.supervisor import ManagedProcess
 from harness.runner.plan import TargetError
-from harness.supervisor import ManagedProcess
 
 
 @dataclass

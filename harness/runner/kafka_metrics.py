@@ -29,7 +29,7 @@ import urllib.request
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from harness.history.events import UPSTREAM_METRICS
+from base.history.events import UPSTREAM_METRICS
 from harness.runner.periodic import Periodic
 
 #: The families a run records (Kafka names as the JMX exporter maps them; docs/metrics.md).
@@ -206,16 +206,16 @@ def cluster_listeners(target: Any, say: Callable[[str], None]) -> dict[str, Any]
 
     Kafka's metrics label each listener with the cluster's own name, which need not be the
     scenario's: the bootstrap broker's listener keys are read with DescribeConfigs
-    (`harness.admin.listeners`, over the run's admin login) and ``load`` maps the
+    (`base.admin.listeners`, over the run's admin login) and ``load`` maps the
     scenario's loaded listener to the cluster's listener at the bootstrap address. A
     principal that may not describe the configs leaves ``error`` instead; the checker then
     maps the names from the scraped labels (`analysis.checks.kafka_metrics`)."""
     name, broker = target.kafka.external_listener, target.kafka.broker
     if name is None or broker is None:
         return None
-    from harness.admin.listeners import read_listeners
+    from base.admin.listeners import read_listeners
+    from base.security.secrets import mask
     from harness.runner.admin_changes import admin_source_ip
-    from harness.security.secrets import mask
 
     bootstrap = str(broker.bootstrap)
     scenario = target.kafka.scenario
@@ -296,7 +296,7 @@ def compare_static(
 
 def parse_names(listeners: str | None) -> list[str]:
     """The listener names of a ``listeners`` value, in order."""
-    from harness.admin.listeners import parse_listeners
+    from base.admin.listeners import parse_listeners
 
     return list(parse_listeners(listeners))
 

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.quota.config import ConfigError
-from harness.quota.versions import CURRENT, METADATA_KEY, VERSION_KEY, release
+from base.quota.config import ConfigError
+from base.quota.versions import CURRENT, METADATA_KEY, VERSION_KEY, release
 from harness.runner.plan import LOOPBACK_HOST, Progress, RunPlan, TargetError
 from harness.runner.scenario import INT_MAX
 
@@ -134,7 +134,7 @@ class KafkaSide:
         node's listeners advertised elsewhere), or find the plan's existing cluster.
         ``listen_host``: where a started broker's client listeners listen (the load
         connects there)."""
-        from harness.broker import start_broker
+        from broker import start_broker
 
         plan, sc = self.plan, self.scenario
         bootstrap_server, launcher = plan.bootstrap_server, plan.launcher
@@ -163,7 +163,7 @@ class KafkaSide:
             return self._start_cluster(properties, request_log, node_advertised)
         if any(a.params.get("kind") == "broker_disk_full" for a in sc.schedule):
             # a log directory the run can fill: its own small file system (local launcher)
-            from harness.broker.local import LOG_DIR_MB_KEY
+            from broker.local import LOG_DIR_MB_KEY
 
             properties = {**properties, LOG_DIR_MB_KEY: str(DISK_FULL_LOG_DIR_MB)}
             if launcher == "auto":
@@ -216,7 +216,7 @@ class KafkaSide:
         ``command_config``, Kafka's client properties, when it is secured). Its static
         settings are the operators'; the scenario's dynamic limits are applied by the target
         through the admin API."""
-        from harness.broker import start_broker
+        from broker import start_broker
 
         sc, command_config = self.scenario, self.plan.command_config
         loaded = sorted({p.listener for p in sc.load})
@@ -248,7 +248,7 @@ class KafkaSide:
                 "keeps its own, and the checker judges by the scenario's"
             )
         if command_config is not None:
-            from harness.security import clientprops
+            from base.security import clientprops
 
             self.admin_config = clientprops.read(command_config)
             self.client_configs = {name: command_config}
@@ -273,7 +273,7 @@ class KafkaSide:
         connection is attributed to the broker it reached and judged per broker (the
         engine's arrivals stay on the bootstrap broker, whose node id they carry; the
         kafka-python clients follow metadata and are attributed by address)."""
-        from harness.broker.probe import cluster_brokers
+        from broker.probe import cluster_brokers
 
         try:
             nodes = cluster_brokers(bootstrap, client_config=self.admin_config)
@@ -308,8 +308,8 @@ class KafkaSide:
         containers with ``--launcher container`` (``auto`` keeps a cluster local). Nodes
         whose listeners are advertised elsewhere (an acceptor in front of each) replicate
         over a listener of their own, `REPLICATION_LISTENER`, which no front stands in."""
-        from harness.broker import KAFKA_VERSION
-        from harness.broker.cluster import start_cluster
+        from broker import KAFKA_VERSION
+        from broker.cluster import start_cluster
 
         sc, plan = self.scenario, self.plan
         n = sc.brokers

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from harness import procfs
+from base import procfs
 from harness.runner.periodic import Periodic
 
 EVENT = "kernel_net"

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.supervisor import ManagedProcess
+from base.supervisor import ManagedProcess
 
 #: the keys of `--noise`, with what each makes
 KEYS = {

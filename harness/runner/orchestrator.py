@@ -24,7 +24,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from harness.history import HistoryWriter
+from base.history import HistoryWriter
 from harness.runner.analysis_step import analyse
 from harness.runner.fault_schedule import FaultSchedule
 from harness.runner.kafka_side import metadata_mode

@@ -14,15 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness.history.readers import intended_arrivals
-from harness.localnet import free_port
+from base.history.readers import intended_arrivals
+from base.localnet import free_port
+from base.supervisor import ManagedProcess
 from harness.runner.loadgen import LoadTarget, Workers, locust_argv, max_arrivals, ready_dir
 from harness.runner.plan import TargetError
 from harness.runner.rundir import RunDir
 from harness.runner.scenario import CLOSED_PROFILES, PER_WORKER, Phase, Scenario
 from harness.runner.target import Target
 from harness.runner.worker_hosts import RunWorkers
-from harness.supervisor import ManagedProcess
 from loadprofiles.readiness import phase_state
 
 

@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness import procfs
+from base import procfs
 from harness.runner.periodic import Periodic
 
 EVENT = "process_stats"

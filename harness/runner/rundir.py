@@ -18,7 +18,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from harness.history.clocks import host_clock
+from base.history.clocks import host_clock
 from harness.runner.scenario import Scenario
 
 
@@ -188,7 +188,7 @@ def base_run_json(
 
 
 def _protocol(client_config: Path) -> str:
-    from harness.security import clientprops
+    from base.security import clientprops
 
     return clientprops.read(client_config).get("security.protocol", "PLAINTEXT").upper()
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import yaml
 
-from harness.broker.config import MAX_BROKERS
-from harness.quota.config import INT_MAX as INT_MAX  # Kafka's "unset", the enforcer's one
-from harness.security.sasl import DEFAULT_USERS
+from base.quota.config import INT_MAX as INT_MAX  # Kafka's "unset", the enforcer's one
+from base.security.sasl import DEFAULT_USERS
+from broker.config import MAX_BROKERS
 
 TARGETS = ("acceptor", "broker")
 PROFILES = ("storm", "per_request", "single_ip_flood", "steady", "greedy")
@@ -209,7 +209,7 @@ class Scenario:
     timeouts: Timeouts
     seed: int = 1
     acceptor: Mapping[str, str] = field(default_factory=dict)
-    #: secured listeners: name -> `harness.broker.config.parse_listener`'s protocol part
+    #: secured listeners: name -> `broker.config.parse_listener`'s protocol part
     #: ("SSL", "SSL:mtls", "SASL_SSL:SCRAM-SHA-512"); a listener not in here is PLAINTEXT
     security: Mapping[str, str] = field(default_factory=dict)
     #: brokers in the cluster the scenario runs against (KRaft nodes on the local launcher;
@@ -487,8 +487,8 @@ def _parse_security(
 ) -> dict[str, str]:
     """``listeners.security``: name -> protocol and options, in `harness broker --listener`'s
     syntax after the ``=`` (docs/security.md), checked by the broker's own parser."""
-    from harness.broker.config import check_secured_plan, parse_listener
-    from harness.broker.errors import BrokerError
+    from broker.config import check_secured_plan, parse_listener
+    from broker.errors import BrokerError
 
     out: dict[str, str] = {}
     for lname, text in _mapping("listeners.security", spec).items():

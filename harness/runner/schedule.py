@@ -13,8 +13,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from harness.quota import config as quota_keys
-from harness.quota.config import INT_MAX, QuotaConfig
+from base.quota import config as quota_keys
+from base.quota.config import INT_MAX, QuotaConfig
 from harness.runner.scenario import Action, Phase, Scenario
 
 #: Kafka's defaults for the keys a `config` row always carries (the enforcer's own).

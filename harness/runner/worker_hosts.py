@@ -12,11 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.localnet import free_port
+from base.localnet import free_port
+from base.supervisor import ManagedProcess
 from harness.runner.loadgen import Workers, ready_dir
 from harness.runner.plan import TargetError
 from harness.runner.scenario import ENGINE_PROFILES, PER_WORKER, Phase, Scenario
-from harness.supervisor import ManagedProcess
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,7 +6,7 @@ in N namespaces the run made: `harness.runner.netns`). What the workers said is 
 phase's roster (`loadprofiles.workers`); here it is judged: a worker that never joined
 stops the phase from starting (the run says why and exits 3), and one whose history did
 not come home whole is written down where the analysis looks for an incomplete history
-(`harness.history.writer.incomplete_markers`), naming the worker and the rows lost, so
+(`base.history.writer.incomplete_markers`), naming the worker and the rows lost, so
 the verdict is ``unknown`` and never judged as if whole.
 """
 

@@ -46,7 +46,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.quota.faults import FAULTS
+    from base.quota.faults import FAULTS
     from harness.selftest.plan import CI_FAULTS, PlanError, build_plan
     from harness.selftest.run import Selftest, run_job
 

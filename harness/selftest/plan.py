@@ -1,6 +1,6 @@
 """Which catalog scenario catches which seeded fault: the one place this mapping lives.
 
-Every fault in ``harness.quota.faults.FAULTS`` names the rule it breaks; here each gets
+Every fault in ``base.quota.faults.FAULTS`` names the rule it breaks; here each gets
 the scenario(s) that exercise that rule with the checks that judge it. ``harness
 selftest`` runs each fault against its scenarios, then each scenario once without any
 fault (the false-fail control). ``CI_FAULTS`` is the fast subset CI runs: faults whose
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.quota.faults import FAULTS
+from base.quota.faults import FAULTS
 
 __all__ = ["CI_FAULTS", "FAULT_SCENARIOS", "Job", "PlanError", "build_plan", "clean_scenarios"]
 

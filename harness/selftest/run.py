@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from harness.quota.faults import FAULT_KEY
+from base.quota.faults import FAULT_KEY
 from harness.runner.noise import NOISE_BESIDE_ENV
 from harness.selftest.plan import Job
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from harness.localnet import free_port
+from base.localnet import free_port
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = [
@@ -44,8 +44,8 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def acceptor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from harness.acceptor import start_in_thread
-    from harness.broker import start_broker
+    from acceptor import start_in_thread
+    from broker import start_broker
 
     broker = start_broker(launcher="local", workdir=tmp_path_factory.mktemp("kafka"))
     props = {

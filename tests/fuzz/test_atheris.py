@@ -1,7 +1,7 @@
 """Coverage-guided fuzzing (atheris/libFuzzer) of the same parsers, as a bounded CI step.
 
 Why next to Hypothesis: Hypothesis generates inputs from our idea of the structure;
-atheris mutates bytes guided by which branches of harness.wire, kafka-python's decoders and
+atheris mutates bytes guided by which branches of base.wire, kafka-python's decoders and
 the admin handler they reach, so it finds inputs nobody thought to describe. Each target
 runs in a child process (libFuzzer owns the process and exits when done) for a bounded
 number of runs; a crash (any exception but the documented one) fails the test with the
@@ -58,13 +58,13 @@ def _main() -> None:
 
     # coverage of our code only: instrumenting kafka-python and pyarrow costs a minute
     with atheris.instrument_imports(include=["harness"]):
-        from harness.acceptor.config import parse_acceptor_config
-        from harness.acceptor.connection import Connection
-        from harness.acceptor.processor import Processor
-        from harness.acceptor.recorder import ConnInfo
-        from harness.acceptor.server import Acceptor
-        from harness.wire.framing import FrameDecoder, FrameError, parse_request_header
-        from harness.wire.proxy import ProxyError, ProxyHeaderReader
+        from acceptor.config import parse_acceptor_config
+        from acceptor.connection import Connection
+        from acceptor.processor import Processor
+        from acceptor.recorder import ConnInfo
+        from acceptor.server import Acceptor
+        from base.wire.framing import FrameDecoder, FrameError, parse_request_header
+        from base.wire.proxy import ProxyError, ProxyHeaderReader
 
     target = sys.argv[1]
 

@@ -36,12 +36,12 @@ from kafka.protocol.admin import (
 )
 from kafka.protocol.api_header import ResponseHeader
 
-from harness.acceptor.config import parse_acceptor_config
-from harness.acceptor.connection import Connection
-from harness.acceptor.processor import Processor
-from harness.acceptor.recorder import ConnInfo
-from harness.acceptor.server import Acceptor
-from harness.wire.framing import FrameError, decode_request, parse_request_header
+from acceptor.config import parse_acceptor_config
+from acceptor.connection import Connection
+from acceptor.processor import Processor
+from acceptor.recorder import ConnInfo
+from acceptor.server import Acceptor
+from base.wire.framing import FrameError, decode_request, parse_request_header
 
 pytestmark = pytest.mark.unit
 FUZZ = settings.get_profile("fuzz")  # registered in conftest.py; not loaded globally
@@ -433,7 +433,7 @@ def test_f5_null_arrays_are_bad_frames(req: Any) -> None:
 def test_describe_filter_refuses_what_kafka_refuses(comps: list[tuple[str, int, Any]]) -> None:
     # ClientQuotasImage.describe: a repeated entity type, or SPECIFIED with a match string, is
     # never a successful (possibly empty) answer
-    from harness.quota.client_quota_admin import MATCH_SPECIFIED, validate_describe_filter
+    from base.quota.client_quota_admin import MATCH_SPECIFIED, validate_describe_filter
 
     types = [t for t, _, _ in comps]
     repeated = len(set(types)) != len(types)
@@ -450,7 +450,7 @@ def test_describe_filter_refuses_what_kafka_refuses(comps: list[tuple[str, int, 
 def test_removals_are_never_refused(entity: dict[str, str | None], keys: list[str]) -> None:
     # ClientQuotaControlManager.alterClientQuotaEntity does not validate a removal: any key,
     # set or not, of a valid entity is a successful removal (a no-op when unset)
-    from harness.quota.client_quota_admin import validate_alteration
+    from base.quota.client_quota_admin import validate_alteration
 
     ops: list[tuple[str, float | None]] = [(k, None) for k in keys]
     assert validate_alteration(entity, ops, resolve=lambda h: h) is None
@@ -460,7 +460,7 @@ def test_java_entity_string_is_hashmap_order() -> None:
     # "user".hashCode() == 3599307 in Java; with capacity 4 "client-id" lands in bucket 0 and
     # "user" in bucket 1, so a HashMap prints client-id first whatever the insertion order
     # (the same order the real broker printed in test_duplicate_key_is_answered_as_by_the_broker)
-    from harness.quota.client_quota_admin import _java_string_hash, java_entity_string
+    from base.quota.client_quota_admin import _java_string_hash, java_entity_string
 
     assert _java_string_hash("user") == 3599307
     for entity in ({"user": "u", "client-id": None}, {"client-id": None, "user": "u"}):
@@ -483,7 +483,7 @@ def test_a_failing_handler_answers_unknown_server_error(
         IncrementalAlterConfigsResponse,
     )
 
-    from harness.quota.client_quota_admin import UNKNOWN_SERVER_ERROR_MESSAGE
+    from base.quota.client_quota_admin import UNKNOWN_SERVER_ERROR_MESSAGE
 
     conn = new_connection()
     admin = conn.host.admin

@@ -18,7 +18,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 
-from harness.wire.framing import (
+from base.wire.framing import (
     FrameDecoder,
     FrameError,
     RequestInfo,

@@ -1,4 +1,4 @@
-"""Fuzz the PROXY protocol v1/v2 reader (harness.wire.proxy).
+"""Fuzz the PROXY protocol v1/v2 reader (base.wire.proxy).
 
 Why: on a `proxy.protocol=required|optional` listener these are the first bytes the
 acceptor reads from an unauthenticated peer, before any limit applies. The acceptor's
@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.wire.proxy import (
+from base.wire.proxy import (
     V1_PREFIX,
     V2_SIGNATURE,
     ProxyError,

@@ -15,7 +15,7 @@ Fixtures (names are stable; other test modules depend on them):
 
 ``broker_factory`` (function scope)
     ``broker_factory(**kwargs) -> Broker``: starts a fresh broker with
-    :func:`harness.broker.start_broker`'s keyword arguments (``properties=``, ``listeners=``,
+    :func:`broker.start_broker`'s keyword arguments (``properties=``, ``listeners=``,
     ``advertised=``, ...); launcher defaults to ``local`` and workdir to a new tmp dir. Every
     broker it started is stopped at teardown. A broker costs 6-20 s of startup (depending on
     machine load) and ~350 MB, so share one where you can (``kafka_broker``, or
@@ -42,9 +42,9 @@ from typing import Any
 
 import pytest
 
-from harness.acceptor import AcceptorHandle, start_in_thread
-from harness.acceptor.testing import nonconformant_rows
-from harness.broker import Broker, BrokerError, start_broker
+from acceptor import AcceptorHandle, start_in_thread
+from acceptor.testing import nonconformant_rows
+from broker import Broker, BrokerError, start_broker
 
 
 def _progress(message: str) -> None:

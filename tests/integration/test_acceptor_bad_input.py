@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from harness.acceptor import AcceptorHandle, start_in_thread
-from harness.acceptor.testing import (
+from acceptor import AcceptorHandle, start_in_thread
+from acceptor.testing import (
     api_versions_frame,
     connect,
     nonconformant_rows,
@@ -23,8 +23,8 @@ from harness.acceptor.testing import (
     round_trip,
     wait_until,
 )
-from harness.history import read_history
-from harness.wire.proxy import encode_v1, encode_v2
+from base.history import read_history
+from base.wire.proxy import encode_v1, encode_v2
 
 
 @pytest.fixture

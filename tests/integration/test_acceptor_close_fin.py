@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from harness.acceptor import AcceptorHandle
-from harness.acceptor.testing import history_rows, wait_until
-from harness.admin.client import split_bootstrap
+from acceptor import AcceptorHandle
+from acceptor.testing import history_rows, wait_until
+from base.admin.client import split_bootstrap
 
 
 def answer_to_half_close(addr: tuple[str, int], wait_s: float) -> str:
@@ -55,8 +55,8 @@ def test_an_immediate_half_close_gets_a_fin_as_from_the_broker(
 
 def pipelined_then_half_close(addr: tuple[str, int]) -> tuple[int, str]:
     """Three ApiVersions in one write, then the client's FIN: (responses read, how it ended)."""
-    from harness.acceptor.testing import api_versions_frame
-    from harness.wire.framing import FrameDecoder
+    from acceptor.testing import api_versions_frame
+    from base.wire.framing import FrameDecoder
 
     s = socket.create_connection(addr, timeout=10)
     decoder, answered = FrameDecoder(2**31 - 1), 0

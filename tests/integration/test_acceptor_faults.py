@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from harness.acceptor import AcceptorHandle
-from harness.acceptor.testing import (
+from acceptor import AcceptorHandle
+from acceptor.testing import (
     api_versions_frame,
     connect,
     ping,
@@ -23,10 +23,10 @@ from harness.acceptor.testing import (
     read_outcome,
     wait_until,
 )
-from harness.acceptor.testing import (
+from acceptor.testing import (
     history_rows as rows,
 )
-from harness.quota.faults import FAULT_KEY
+from base.quota.faults import FAULT_KEY
 from tests.integration.conftest import acceptor_starter
 
 Start = Callable[..., AcceptorHandle]
@@ -197,8 +197,8 @@ def test_a_per_ip_count_reject_is_closed_at_once_and_the_fault_closes_it_late(
 ) -> None:
     import time
 
-    from harness.acceptor.testing import close_times
-    from harness.quota.faults import REJECT_LATE_S
+    from acceptor.testing import close_times
+    from base.quota.faults import REJECT_LATE_S
 
     seen: dict[str, float] = {}
     for fault in ("", "ip_count_reject_close_late"):
@@ -224,7 +224,7 @@ def test_a_per_ip_count_reject_is_closed_at_once_and_the_fault_closes_it_late(
 def test_the_proxy_header_source_keys_the_client_and_the_fault_keys_the_proxy(
     start: Start,
 ) -> None:
-    from harness.wire.proxy import encode_v2
+    from base.wire.proxy import encode_v2
 
     for fault, want in (("", "127.0.9.9"), ("proxy_source_ignored", "127.0.5.2")):
         h = start(fault, **{"listener.name.client.proxy.protocol": "required"})
@@ -241,8 +241,8 @@ def test_the_proxy_header_source_keys_the_client_and_the_fault_keys_the_proxy(
 def test_a_throttled_connection_is_muted_and_the_fault_reads_it_at_once(start: Start) -> None:
     import os
 
-    from harness.acceptor.testing import bootstrap
-    from harness.admin.client import alter_client_quota
+    from acceptor.testing import bootstrap
+    from base.admin.client import alter_client_quota
     from tests.integration.test_acceptor_request_quotas import _pipelined_pair
 
     held: dict[str, bool] = {}

@@ -12,16 +12,16 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import ConfigResource, ConfigResourceType
 
-from harness.acceptor import AcceptorHandle, start_in_thread
-from harness.acceptor.testing import round_trip
-from harness.history import read_history
-from harness.localnet import free_port
+from acceptor import AcceptorHandle, start_in_thread
+from acceptor.testing import round_trip
+from base.history import read_history
+from base.localnet import free_port
 
 
 @pytest.fixture(scope="module")
 def fronted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, int]]:
     """A broker of our own advertising 127.0.0.1:<port>, where each test's acceptor listens."""
-    from harness.broker import start_broker
+    from broker import start_broker
 
     port = free_port()
     broker = start_broker(

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.acceptor import AcceptorHandle, start_in_thread
-from harness.acceptor.testing import (
+from acceptor import AcceptorHandle, start_in_thread
+from acceptor.testing import (
     StandInUpstream,
     api_versions_frame,
     history_rows,

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from harness.acceptor import AcceptorHandle
-from harness.acceptor.testing import (
+from acceptor import AcceptorHandle
+from acceptor.testing import (
     api_versions_frame,
     connect,
     ping,
@@ -25,10 +25,10 @@ from harness.acceptor.testing import (
     round_trip,
     wait_until,
 )
-from harness.acceptor.testing import (
+from acceptor.testing import (
     history_rows as rows,
 )
-from harness.admin.client import alter_ip_quota
+from base.admin.client import alter_ip_quota
 from tests.integration.conftest import acceptor_starter
 
 Start = Callable[..., AcceptorHandle]

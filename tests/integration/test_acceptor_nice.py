@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import procfs
+from base import procfs
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
 

@@ -11,9 +11,9 @@ from kafka.protocol.admin import DescribeClientQuotasRequest, DescribeClientQuot
 from kafka.protocol.metadata import ApiVersionsResponse
 from kafka.protocol.producer import ProduceRequest
 
-from harness.acceptor import AcceptorHandle
-from harness.acceptor.testing import api_versions_frame
-from harness.wire.framing import FrameDecoder
+from acceptor import AcceptorHandle
+from acceptor.testing import api_versions_frame
+from base.wire.framing import FrameDecoder
 
 
 @pytest.fixture

@@ -20,14 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from harness.acceptor import AcceptorHandle, start_in_thread
-from harness.acceptor.testing import (
+from acceptor import AcceptorHandle, start_in_thread
+from acceptor.testing import (
     StandInUpstream,
     api_versions_frame,
     history_rows,
     wait_until,
 )
-from harness.wire.framing import FrameDecoder
+from base.wire.framing import FrameDecoder
 
 HOLD_S = 2.0
 

@@ -12,8 +12,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from harness.acceptor.testing import connect, ping, wait_until
-from harness.history import read_history
+from acceptor.testing import connect, ping, wait_until
+from base.history import read_history
 
 
 def test_sigterm_exits_zero_with_flushed_history(kafka_broker: Any, tmp_path: Path) -> None:

@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from harness.acceptor import AcceptorHandle, start_in_thread
-from harness.acceptor.listener import PROXY_PENDING_MAX
-from harness.acceptor.testing import history_rows, listen_backlog, raw
-from harness.history import read_history
-from harness.wire.proxy import encode_v2
+from acceptor import AcceptorHandle, start_in_thread
+from acceptor.listener import PROXY_PENDING_MAX
+from acceptor.testing import history_rows, listen_backlog, raw
+from base.history import read_history
+from base.wire.proxy import encode_v2
 
 N = 30
 

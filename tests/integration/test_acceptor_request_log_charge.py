@@ -1,5 +1,5 @@
 """The acceptor charges Kafka's own handler time, read from the real broker's request log
-(`upstream.request.log`, harness.acceptor.broker_charge), not the wall time it sees; in
+(`upstream.request.log`, acceptor.broker_charge), not the wall time it sees; in
 both process models (in `split` each processor process reads the log for its responses and
 the accepting process's meters record what it read)."""
 
@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from harness.acceptor import AcceptorHandle, start_in_thread
-from harness.acceptor.broker_charge import DEAD_AFTER_TIMEOUTS, HOLD_MAX_S
-from harness.acceptor.testing import bootstrap, wait_until
-from harness.admin.client import KafkaWire, alter_client_quota, describe_client_quotas
-from harness.broker import Broker
-from harness.history import read_history
-from harness.history.events import conformance
+from acceptor import AcceptorHandle, start_in_thread
+from acceptor.broker_charge import DEAD_AFTER_TIMEOUTS, HOLD_MAX_S
+from acceptor.testing import bootstrap, wait_until
+from base.admin.client import KafkaWire, alter_client_quota, describe_client_quotas
+from base.history import read_history
+from base.history.events import conformance
+from broker import Broker
 
 pytestmark = pytest.mark.skipif(
     __import__("os").environ.get("HARNESS_TEST_LAUNCHER", "local") != "local"

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from harness.acceptor import AcceptorHandle, start_in_thread
-from harness.acceptor.testing import bootstrap, connect, nonconformant_rows, ping, wait_until
-from harness.admin.client import KafkaWire, alter_client_quota, describe_client_quotas
-from harness.history import read_history
+from acceptor import AcceptorHandle, start_in_thread
+from acceptor.testing import bootstrap, connect, nonconformant_rows, ping, wait_until
+from base.admin.client import KafkaWire, alter_client_quota, describe_client_quotas
+from base.history import read_history
 
 
 @pytest.fixture
@@ -141,7 +141,7 @@ class _Responses:
     """Responses read off a raw socket, each with its arrival time and throttle_time_ms."""
 
     def __init__(self, sock: Any) -> None:
-        from harness.wire.framing import FrameDecoder
+        from base.wire.framing import FrameDecoder
 
         self.sock = sock
         self.decoder = FrameDecoder(2**31 - 1)
@@ -167,7 +167,7 @@ def _pipelined_pair(addr: tuple[str, int], client_id: str) -> tuple[int, int, in
     in ONE write. Returns (sent_ns, first_ns, first_throttle_ms, second_ns)."""
     import time
 
-    from harness.acceptor.testing import raw
+    from acceptor.testing import raw
 
     sock = raw(addr, timeout=15)
     try:
@@ -201,7 +201,7 @@ def test_pipelined_requests_wait_for_the_throttle_as_on_the_broker(
     import os
 
     quota = {"request_percentage": 0.01}
-    from harness.admin.client import split_bootstrap
+    from base.admin.client import split_bootstrap
 
     targets = {
         "acceptor": (acceptor.address("CLIENT"), f"pipe-acceptor-{os.getpid()}"),
@@ -308,7 +308,7 @@ def test_a_long_poll_is_not_charged_its_wait_as_on_the_broker(
         assert all(ms >= 300 for ms, _ in results), (name, polls)  # they did wait
         assert [t for _, t in results] == [0] * 6, (name, polls)
     # the history says what was charged, next to the broker time (for the checker's model)
-    from harness.acceptor.testing import history_rows
+    from acceptor.testing import history_rows
 
     fetches = [
         r

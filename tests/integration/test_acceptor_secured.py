@@ -22,14 +22,14 @@ pytest.importorskip("cryptography", reason="the cryptography package makes the c
 
 from kafka import KafkaProducer
 
-from harness.acceptor import AcceptorHandle, start_in_thread
-from harness.acceptor.testing import history_rows, wait_until
-from harness.admin.client import AdminError, KafkaWire, alter_client_quota
-from harness.broker.local import LocalBroker, start_local
-from harness.history.rows import AcceptorRequest, ClientRequestOk
-from harness.localnet import free_port
-from harness.security import clientprops
-from harness.security.certs import CLIENT_PRINCIPAL
+from acceptor import AcceptorHandle, start_in_thread
+from acceptor.testing import history_rows, wait_until
+from base.admin.client import AdminError, KafkaWire, alter_client_quota
+from base.history.rows import AcceptorRequest, ClientRequestOk
+from base.localnet import free_port
+from base.security import clientprops
+from base.security.certs import CLIENT_PRINCIPAL
+from broker.local import LocalBroker, start_local
 
 pytestmark = pytest.mark.integration
 
@@ -272,7 +272,7 @@ def test_a_quota_closes_before_any_tls_byte(
     import socket
     import ssl
 
-    from harness.admin.client import alter_ip_quota
+    from base.admin.client import alter_ip_quota
 
     broker, ports = fronted
     files = broker.security_files
@@ -314,7 +314,7 @@ def test_the_greedy_profile_logs_in_and_is_muted_as_its_user(
 ) -> None:
     """greedy on SASL_PLAINTEXT through the acceptor: it logs in (SCRAM, as alice) with the
     listener's client keys, pipelines, and alice's request quota throttles and mutes it."""
-    from harness.history import read_history
+    from base.history import read_history
     from loadprofiles.launch import locust_command, run
 
     broker, ports = fronted

@@ -25,9 +25,9 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from harness.acceptor import AcceptorHandle, start_in_thread
-from harness.acceptor.config import MODEL_KEY, PROCESSES_KEY
-from harness.acceptor.testing import (
+from acceptor import AcceptorHandle, start_in_thread
+from acceptor.config import MODEL_KEY, PROCESSES_KEY
+from acceptor.testing import (
     connect,
     ping,
     raw,
@@ -36,16 +36,16 @@ from harness.acceptor.testing import (
     until_throttled,
     wait_until,
 )
-from harness.admin.client import (
+from base.admin.client import (
     KafkaWire,
     alter_broker_config,
     alter_client_quota,
     alter_ip_quota,
     describe_ip_quotas,
 )
-from harness.history import read_history
-from harness.history.events import conformance
-from harness.quota.config import ConfigError
+from base.history import read_history
+from base.history.events import conformance
+from base.quota.config import ConfigError
 from tests.integration.conftest import acceptor_starter
 
 Start = Callable[..., AcceptorHandle]

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from harness.acceptor import AcceptorHandle
-from harness.acceptor.testing import (
+from acceptor import AcceptorHandle
+from acceptor.testing import (
     api_versions_frame,
     bootstrap,
     raw,
@@ -19,8 +19,8 @@ from harness.acceptor.testing import (
     round_trip,
     wait_until,
 )
-from harness.admin import cli as quotas_cli
-from harness.admin.client import (
+from base.admin import cli as quotas_cli
+from base.admin.client import (
     AdminError,
     alter_broker_config,
     alter_client_quota,
@@ -28,8 +28,8 @@ from harness.admin.client import (
     describe_client_quotas,
     describe_ip_quotas,
 )
+from base.history import read_history
 from harness.cli import main as harness_main
-from harness.history import read_history
 from tests.integration.conftest import acceptor_starter
 
 Start = Callable[..., AcceptorHandle]
@@ -171,7 +171,7 @@ def test_duplicate_key_is_answered_as_by_the_broker(
     # "Ignoring duplicate entity <ClientQuotaEntity>", and nothing is applied
     from kafka.protocol.admin import AlterClientQuotasRequest as A
 
-    from harness.admin.client import KafkaWire
+    from base.admin.client import KafkaWire
 
     entry = A.EntryData(
         entity=[A.EntryData.EntityData(entity_type=t, entity_name=n) for t, n in entity.items()],
@@ -497,7 +497,7 @@ def _broker_value(boot: str, node: str, key: str) -> str:
     """DescribeConfigs of BROKER resource `node`: the value in force for `key`."""
     from kafka.protocol.admin import DescribeConfigsRequest as D
 
-    from harness.admin.client import KafkaWire
+    from base.admin.client import KafkaWire
 
     with KafkaWire(boot) as wire:
         v = wire.version_for(D)
@@ -524,7 +524,7 @@ def test_per_broker_and_cluster_default_are_separate_layers(
     # DynamicBrokerConfig: static < cluster default (resource "") < this broker (resource
     # "<node.id>"); deleting the per-broker value reveals the default. Same steps on both,
     # the value in force compared after each (the broker's from DescribeConfigs).
-    from harness.broker.config import NODE_ID
+    from broker.config import NODE_ID
 
     node = str(NODE_ID)
     h = start()  # no node.id: the acceptor asks its upstream which broker it fronts
@@ -572,8 +572,8 @@ def test_broker_resource_errors_are_the_brokers(
 ) -> None:
     from kafka.protocol.admin import IncrementalAlterConfigsRequest as I
 
-    from harness.admin.client import KafkaWire
-    from harness.broker.config import NODE_ID
+    from base.admin.client import KafkaWire
+    from broker.config import NODE_ID
 
     h = start(**{"node.id": str(NODE_ID)})
     request = I.AlterConfigsResource(
@@ -595,7 +595,7 @@ def test_broker_resource_errors_are_the_brokers(
 
 
 def test_the_seeded_fault_forgets_the_kept_quotas_on_restart(start: Start, tmp_path: Path) -> None:
-    from harness.quota.faults import FAULT_KEY
+    from base.quota.faults import FAULT_KEY
 
     state = str(tmp_path / "state-fault")
     h = start(**{"state.dir": state})

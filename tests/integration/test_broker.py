@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.broker import Broker, BrokerError, resolve_artifacts, start_broker
-from harness.broker.artifacts import KAFKA_VERSION, jar_version
-from harness.broker.container import docker_available
-from harness.broker.local import PortInUse
-from harness.broker.probe import probe
+from broker import Broker, BrokerError, resolve_artifacts, start_broker
+from broker.artifacts import KAFKA_VERSION, jar_version
+from broker.container import docker_available
+from broker.local import PortInUse
+from broker.probe import probe
 from tests.integration.conftest import pgid_gone, read_until_ready
 
 API_VERSIONS, PRODUCE, FETCH, METADATA = 18, 0, 1, 3
@@ -103,7 +103,7 @@ def test_pause_resume_kill_restart_and_advertised_listeners(
     # Metadata through each listener advertises that listener's address.
     from kafka.protocol.metadata import MetadataRequest
 
-    from harness.broker.probe import _roundtrip
+    from broker.probe import _roundtrip
 
     def advertised_via(listener: str) -> tuple[str, int]:
         with socket.create_connection(("127.0.0.1", broker.listener_ports[listener]), 10) as s:
@@ -160,7 +160,7 @@ def test_a_listen_host_carries_the_client_listeners_and_the_controller_stays_on_
     assert broker.address("INTERNAL") == f"127.0.0.5:{ports['INTERNAL']}"
     from kafka.protocol.metadata import MetadataRequest
 
-    from harness.broker.probe import _roundtrip
+    from broker.probe import _roundtrip
 
     with socket.create_connection(("127.0.0.5", ports["CLIENT"]), 10) as s:
         meta = _roundtrip(s, MetadataRequest[12](topics=[]), time.monotonic() + 10)
@@ -240,7 +240,7 @@ def test_container_launcher_without_an_engine_says_what_to_do() -> None:
 
 
 def test_kafkas_own_kafka_configs_tool_runs_from_the_cache(kafka_broker: Broker) -> None:
-    from harness.broker import run_tool
+    from broker import run_tool
 
     ip = "127.0.0.253"  # an address no other test uses: this is the shared session broker
     base = ["--bootstrap-server", kafka_broker.bootstrap, "--entity-type", "ips"]
@@ -260,7 +260,7 @@ def test_kafkas_own_kafka_configs_tool_runs_from_the_cache(kafka_broker: Broker)
 _OWNER = """
 import sys, time
 from pathlib import Path
-from harness.broker import start_broker
+from broker import start_broker
 b = start_broker(launcher="local", workdir=Path(sys.argv[1]), progress=lambda _: None)
 print("PID", b.pid, flush=True)
 time.sleep(300)

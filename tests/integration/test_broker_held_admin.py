@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from harness.admin.client import KafkaWire, alter_broker_config
+from base.admin.client import KafkaWire, alter_broker_config
 from harness.runner.admin_changes import HeldAdmin
 
 pytestmark = pytest.mark.integration
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.integration
 def _broker_default_rate(boot: str) -> str | None:
     from kafka.protocol.admin import DescribeConfigsRequest as D
 
-    from harness.admin.client import BROKER_RESOURCE
+    from base.admin.client import BROKER_RESOURCE
 
     with KafkaWire(boot, source_ip="127.0.0.253") as wire:
         res = D.DescribeConfigsResource(

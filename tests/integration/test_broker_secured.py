@@ -37,10 +37,10 @@ from kafka import KafkaAdminClient
 from kafka.errors import KafkaError
 from kafka.net.compat import KafkaNetClient
 
-from harness.broker import Broker, run_tool
-from harness.broker.local import LocalBroker
-from harness.security import clientprops
-from harness.security.secrets import MASK, leaks
+from base.security import clientprops
+from base.security.secrets import MASK, leaks
+from broker import Broker, run_tool
+from broker.local import LocalBroker
 
 pytestmark = pytest.mark.integration
 
@@ -231,8 +231,8 @@ def test_the_harness_admin_wire_and_probe_speak_each_secured_listener(
 ) -> None:
     """`harness run --bootstrap-server ... --command-config F`: the probe and the admin
     connection (quotas, broker configs) log in with Kafka's client keys from the file."""
-    from harness.admin.client import KafkaWire, alter_ip_quota, describe_ip_quotas
-    from harness.broker.probe import check_reachable
+    from base.admin.client import KafkaWire, alter_ip_quota, describe_ip_quotas
+    from broker.probe import check_reachable
 
     listener = key.partition(":")[0]
     boot = f"127.0.0.1:{secured.ports[listener]}"
@@ -251,10 +251,10 @@ def test_the_harness_admin_wire_and_probe_speak_each_secured_listener(
 def test_a_wrong_password_or_ca_on_the_admin_wire_is_a_clear_error(
     secured: SecuredBroker, tmp_path: Path
 ) -> None:
-    from harness.admin.client import AdminError, KafkaWire
-    from harness.broker.errors import BrokerError
-    from harness.broker.probe import check_reachable
-    from harness.security.certs import make_ca
+    from base.admin.client import AdminError, KafkaWire
+    from base.security.certs import make_ca
+    from broker.errors import BrokerError
+    from broker.probe import check_reachable
 
     boot = f"127.0.0.1:{secured.ports['SASL_SSL']}"
     props = clientprops.read(secured.configs["SASL_SSL"])

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.broker.errors import BrokerError
-from harness.broker.probe import probe
+from broker.errors import BrokerError
+from broker.probe import probe
 from tests.integration.conftest import pgid_gone, read_until_ready
 
 pytestmark = pytest.mark.integration
@@ -68,7 +68,7 @@ def test_three_nodes_from_the_cli_replicate_and_die_with_a_sigkilled_harness(
 
 
 def test_one_node_killed_and_restarted_under_a_running_cluster(tmp_path: Path) -> None:
-    from harness.broker.cluster import start_local_cluster
+    from broker.cluster import start_local_cluster
 
     fast = {"replica.lag.time.max.ms": "5000"}  # the dead replica leaves the ISR sooner
     with start_local_cluster(
@@ -104,8 +104,8 @@ def test_every_node_of_a_secured_cluster_logs_each_user_in(tmp_path: Path) -> No
     logs bob in over SASL_SSL and sees the whole cluster."""
     from kafka.admin import KafkaAdminClient
 
-    from harness.broker.cluster import start_local_cluster
-    from harness.security import clientprops
+    from base.security import clientprops
+    from broker.cluster import start_local_cluster
 
     listeners = ("PLAINTEXT", "S=SASL_SSL:SCRAM-SHA-256")
     with start_local_cluster(

@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from harness.broker.container import OWNER, OWNER_LABEL, docker_available
+from broker.container import OWNER, OWNER_LABEL, docker_available
 
 pytestmark = [pytest.mark.integration, pytest.mark.container, pytest.mark.slow]
 

@@ -23,8 +23,9 @@ from typing import Any
 
 import pytest
 
-from harness.broker import KAFKA_VERSION, Broker, BrokerError, start_broker
-from harness.broker.container import (
+from base.localnet import free_ports
+from broker import KAFKA_VERSION, Broker, BrokerError, start_broker
+from broker.container import (
     OWNER,
     OWNER_LABEL,
     PID_LABEL,
@@ -32,7 +33,6 @@ from harness.broker.container import (
     docker_available,
     sweep,
 )
-from harness.localnet import free_ports
 
 pytestmark = [pytest.mark.integration, pytest.mark.container]
 
@@ -49,7 +49,7 @@ def client() -> Iterator[Any]:
     ok, why = docker_available()
     if not ok:
         pytest.skip(f"no Docker engine: {why}")
-    from harness.broker.images import docker_client
+    from broker.images import docker_client
 
     c = docker_client()
     yield c
@@ -58,7 +58,7 @@ def client() -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def image(client: Any) -> str:
-    from harness.broker.images import ensure_kafka_image
+    from broker.images import ensure_kafka_image
 
     return ensure_kafka_image(client, progress=_progress).tag
 
@@ -93,7 +93,7 @@ def _api_versions(host: str, port: int, source_ip: str, timeout_s: float = 5.0) 
 
 
 def test_the_image_is_built_once_and_reused(client: Any, image: str) -> None:
-    from harness.broker.images import INPUTS_LABEL, ensure_kafka_image
+    from broker.images import INPUTS_LABEL, ensure_kafka_image
 
     again = ensure_kafka_image(client, progress=_progress)
     assert again.reused and again.build_s == 0.0 and again.tag == image
@@ -162,7 +162,7 @@ def test_another_kraft_release_runs_in_its_own_image(client: Any, image: str) ->
         assert isinstance(broker, ContainerBroker)
         assert broker.version == "3.9.1"
         assert broker.probe().brokers
-        from harness.broker.images import kafka_image
+        from broker.images import kafka_image
 
         attrs = client.images.get(kafka_image("3.9.1")).attrs
         assert attrs["Config"]["Labels"]["org.opencontainers.image.version"] == "3.9.1"
@@ -195,7 +195,7 @@ def test_a_port_taken_before_the_broker_binds_it_is_retried_on_fresh_ones(
     """The JMX exporter's port is taken when the container's JVM binds it: the container
     exits, the launcher reads why from its log (not by waiting out the ready timeout, which
     would end in `NotReady`) and starts again on fresh ports."""
-    from harness.broker.container import start_container
+    from broker.container import start_container
 
     picker = _Squatted(-1)  # the metrics agent's port
     said: list[str] = []
@@ -215,8 +215,8 @@ def test_a_cluster_of_three_containers(client: Any, image: str, tmp_path: Path) 
     and restarted rejoins, and stopping the cluster leaves no container of it. The first
     ports picked give the last node's metrics port to another process: that node exits, and
     the whole cluster starts again on fresh ports (its quorum was formatted with the old)."""
-    from harness.broker.container import start_container_cluster
-    from harness.broker.probe import probe
+    from broker.cluster import start_container_cluster
+    from broker.probe import probe
 
     picker = _Squatted(-1)
     try:
@@ -252,8 +252,8 @@ def test_secured_listeners_in_a_container_keep_their_secrets_out_of_it(
     pytest.importorskip("cryptography", reason="the cryptography package makes the certificates")
     from kafka import KafkaAdminClient
 
-    from harness.security import clientprops
-    from harness.security.secrets import leaks
+    from base.security import clientprops
+    from base.security.secrets import leaks
 
     listeners = ("PLAINTEXT", "S=SASL_SSL:SCRAM-SHA-512,PLAIN", "M=SSL:mtls")
     broker = start_broker(
@@ -317,7 +317,7 @@ def test_no_container_survives_a_sigkilled_harness(client: Any, image: str) -> N
     script = textwrap.dedent(
         """
         import sys, time
-        from harness.broker import start_broker
+        from broker import start_broker
         b = start_broker(launcher="container", progress=lambda _: None)
         print(b.container_id, flush=True)
         time.sleep(600)

@@ -1,7 +1,7 @@
 """The storm engine against a real secured Kafka broker: TLS, mutual TLS, SASL (PLAIN,
 SCRAM) and the failure shapes, judged from the client history rows it writes.
 
-One broker for the module (`harness.broker.local.start_local` with secured listeners, as
+One broker for the module (`broker.local.start_local` with secured listeners, as
 `harness broker --listener` starts them); each case is a small bounded storm (tens of
 connections, a few seconds, 127.0.0.1). No timing is asserted beyond sane latencies.
 """
@@ -20,13 +20,13 @@ import pytest
 
 pytest.importorskip("cryptography", reason="the cryptography package makes the certificates")
 
-from harness.broker.local import LocalBroker, start_local
-from harness.history.events import conformance
-from harness.security import clientprops
+from base.history.events import conformance
+from base.security import clientprops
+from base.security.client import SASL_AUTHENTICATION_FAILED, settings_from_properties
+from broker.local import LocalBroker, start_local
 from loadprofiles import arrivals
 from loadprofiles.client_history import ClientHistory
 from loadprofiles.engine import EngineConfig, StormEngine
-from loadprofiles.secure import SASL_AUTHENTICATION_FAILED, settings_from_properties
 
 pytestmark = pytest.mark.integration
 
@@ -329,7 +329,7 @@ def test_locust_storm_with_command_config_leaks_no_secret(
 ) -> None:
     """The storm profile under Locust, `--command-config` the broker's SCRAM client.properties:
     served, and the password is in none of the written files nor the process output."""
-    from harness.history import read_history
+    from base.history import read_history
     from loadprofiles.launch import locust_command, run
 
     options = {
@@ -384,7 +384,7 @@ def test_handshake_that_never_finishes_is_bounded_by_the_connect_timeout(
     """A port that accepts (the kernel's backlog) but never answers the ClientHello."""
     import socket
 
-    from loadprofiles.secure import TlsSettings
+    from base.security.client import TlsSettings
 
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
@@ -411,7 +411,7 @@ def test_handshake_that_never_finishes_is_bounded_by_the_connect_timeout(
 
 
 def test_wrong_ca_fails_the_handshake(broker: LocalBroker, tmp_path: Path) -> None:
-    from harness.security.certs import make_ca
+    from base.security.certs import make_ca
 
     other = tmp_path / "other-ca.pem"
     other.write_bytes(make_ca("not the run's CA").cert_pem)

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from harness.acceptor import start_in_thread
-from harness.acceptor.testing import api_versions_frame, close_times, raw, read_outcome
+from acceptor import start_in_thread
+from acceptor.testing import api_versions_frame, close_times, raw, read_outcome
 
 N = 6
 LISTENERS = ("CLIENT", "REPLICATION")

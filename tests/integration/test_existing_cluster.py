@@ -1,14 +1,14 @@
 """The catalog's gate against a Kafka the harness did not configure.
 
 The cluster here is configured the way an operator configures theirs, not by
-`harness.broker`: this test writes its own ``server.properties`` (listeners named its own
+`broker`: this test writes its own ``server.properties`` (listeners named its own
 way: ``OPS_SASL`` is SASL_SSL with SCRAM-SHA-512, ``OPS_TLS`` SSL, ``REPL`` the PLAINTEXT
 inter-broker listener; the Prometheus JMX exporter as a java agent), formats the storage
 with Kafka's own ``kafka.tools.StorageTool`` (the SCRAM user made there, its password in a
 private JVM argument file) and starts Kafka's own entry point, ``kafka.Kafka``, from the
 Maven-resolved jars (the distribution's ``kafka-server-start.sh`` runs the same class; the
 resolved jars carry no shell scripts). Only the jars' and the exporter agent's place in the
-cache and the certificates (`harness.security.certs`) come from the harness.
+cache and the certificates (`base.security.certs`) come from the harness.
 
 Then `harness run ci-gate --target broker --bootstrap-server <OPS_SASL> --command-config
 <client.properties> --broker-metrics-url <exporter>` must PASS with `accounting` and
@@ -45,7 +45,7 @@ STATIC = {"connection.failed.authentication.delay.ms": "500"}
 
 @dataclass
 class OwnKafka:
-    """A Kafka started from its own server.properties (not by harness.broker)."""
+    """A Kafka started from its own server.properties (not by broker)."""
 
     folder: Path
     ports: dict[str, int]
@@ -125,12 +125,12 @@ def _metrics_answer(url: str) -> bool:
 
 
 def _start(folder: Path) -> OwnKafka:
-    from harness.broker.artifacts import find_java, jmx_exporter, resolve_artifacts
-    from harness.broker.probe import probe
-    from harness.localnet import free_ports
-    from harness.security import clientprops, secrets
-    from harness.security.certs import issue, make_ca
-    from harness.security.sasl import new_users
+    from base.localnet import free_ports
+    from base.security import clientprops, secrets
+    from base.security.certs import issue, make_ca
+    from base.security.sasl import new_users
+    from broker.artifacts import find_java, jmx_exporter, resolve_artifacts
+    from broker.probe import probe
 
     java = find_java()
     jars = resolve_artifacts().classpath
@@ -218,7 +218,7 @@ def _start(folder: Path) -> OwnKafka:
 
 @pytest.fixture(scope="module")
 def own_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnKafka]:
-    from harness.security import secrets
+    from base.security import secrets
 
     folder = tmp_path_factory.mktemp("own-kafka") / "kafka"
     own = _start(folder)
@@ -232,7 +232,7 @@ def own_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnKafka]:
 def _undo_quotas(own: OwnKafka) -> None:
     """What a run set on the cluster (it keeps it, as the run says): removed, so the next
     test's scenario meets the cluster as its operators left it."""
-    from harness.admin.client import alter_broker_config, alter_ip_quota, describe_ip_quotas
+    from base.admin.client import alter_broker_config, alter_ip_quota, describe_ip_quotas
 
     boot = own.address("REPL")
     for ip in describe_ip_quotas(boot):
@@ -279,7 +279,7 @@ def _run(
 def test_ci_gate_passes_on_a_cluster_configured_by_its_operators(
     own_kafka: OwnKafka, tmp_path: Path
 ) -> None:
-    from harness.security.secrets import leaks
+    from base.security.secrets import leaks
 
     res, verdict, run_dir = _run(own_kafka, tmp_path, "ci-gate", "OPS_SASL")
     tail = res.stdout[-4000:]

@@ -27,8 +27,8 @@ from kafka.protocol.admin import (
 )
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 
-from harness.acceptor import AcceptorHandle, connection, intake, start_in_thread
-from harness.acceptor.testing import (
+from acceptor import AcceptorHandle, connection, intake, start_in_thread
+from acceptor.testing import (
     api_versions_frame,
     connect,
     nonconformant_rows,
@@ -39,11 +39,11 @@ from harness.acceptor.testing import (
     round_trip,
     wait_until,
 )
-from harness.acceptor.testing import (
+from acceptor.testing import (
     history_rows as rows,
 )
-from harness.wire.framing import java_utf8
-from harness.wire.proxy import V2_SIGNATURE, encode_v2
+from base.wire.framing import java_utf8
+from base.wire.proxy import V2_SIGNATURE, encode_v2
 
 MAX_BYTES = 1_048_576
 IDLE_MS = 60_000  # longer than any wait here: a connection left hanging shows as hanging

@@ -98,7 +98,7 @@ def verdict(run_dir: Path) -> dict[str, Any]:
 
 
 def client_rows(run_dir: Path) -> list[dict[str, Any]]:
-    from harness.history.writer import read_history
+    from base.history.writer import read_history
 
     return read_history(run_dir, "client").to_pylist()
 
@@ -221,7 +221,7 @@ def test_a_phase_whose_workers_never_join_does_not_start(tmp_path: Path) -> None
     spec["timeouts"] = {"locust_start": 15}
     path = tmp_path / "never.yaml"
     path.write_text(yaml.safe_dump(spec))
-    from harness.localnet import free_port
+    from base.localnet import free_port
 
     port = free_port()
     code, run_dir, log = run(
@@ -253,7 +253,7 @@ def test_hosts_ip_rate_passes_per_host_on_the_broker_target(tmp_path: Path) -> N
         run_dir, code, log, "client_ip_rate_span", "kafka_metric_ip_throttle_seen"
     )
     assert run_dir is not None
-    from harness.history.writer import read_history
+    from base.history.writer import read_history
 
     (start,) = [
         json.loads(r["detail"])

@@ -1,6 +1,6 @@
 """Kafka's own metrics through the Prometheus JMX exporter: a real broker, a small storm.
 
-The local broker runs with the exporter agent (harness.broker.artifacts.jmx_exporter); the
+The local broker runs with the exporter agent (broker.artifacts.jmx_exporter); the
 run's scraper (harness.runner.kafka_metrics) reads it. During a storm of connections on
 the listener, Kafka's `connection-accept-rate{listener}` must move and its
 `connection-count` must count the storm's open sockets: the testimony is real.
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from harness.broker import Broker
+from broker import Broker
 from harness.runner.kafka_metrics import EVENT, MetricsScraper, fetch, parse_samples
 
 pytestmark = pytest.mark.integration

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.broker import run_tool
-from harness.history import read_history
+from base.history import read_history
+from broker import run_tool
 from harness.runner.admin_changes import Changes
 from harness.runner.orchestrator import Orchestrator, RunOptions
 from harness.runner.scenario import load_scenario_file

@@ -16,8 +16,8 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from harness.acceptor import start_in_thread
-from harness.history import read_history
+from acceptor import start_in_thread
+from base.history import read_history
 from loadprofiles.launch import locust_command, run
 
 pytestmark = pytest.mark.timeout(180)

@@ -9,7 +9,7 @@ two workers must offer the same arrivals from the same addresses, and the verdic
 must be the same. The two workers run as if on machines whose clocks read 200 ms late
 and 200 ms early (``HARNESS_TEST_CLOCK_SKEW_NS``): each measures its offset to the master
 (the skew, within its own bound RTT/2) and the analysis moves their rows onto the
-runner's clock before any check reads them (harness.history.clocks), so the verdict is
+runner's clock before any check reads them (base.history.clocks), so the verdict is
 the single process's; judged without that alignment, the same history fails.
 """
 
@@ -105,7 +105,7 @@ def test_master_with_two_workers_matches_one_process(tmp_path: Path) -> None:
     # master runs on the runner's kernel: its boot id is run.json's)
     import pyarrow.parquet as pq
 
-    from harness.history.clocks import REFERENCE_BOOT_ID
+    from base.history.clocks import REFERENCE_BOOT_ID
 
     runner_boot = json.loads((dist_dir / "run.json").read_text())["clock"]["boot_id"]
     for f in files:

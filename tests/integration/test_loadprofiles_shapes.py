@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from harness.history import read_history
+from base.history import read_history
 from loadprofiles.launch import locust_command, run
 
 pytestmark = pytest.mark.timeout(180)
@@ -115,7 +115,7 @@ def test_sigterm_stops_an_arrival_profile_with_its_rows_written(tmp_path: Path) 
     import subprocess
     import time
 
-    from harness.localnet import free_port
+    from base.localnet import free_port
 
     argv = locust_command(
         "storm",

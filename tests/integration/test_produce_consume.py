@@ -7,7 +7,7 @@ import uuid
 
 from kafka import KafkaConsumer, KafkaProducer
 
-from harness.broker import Broker
+from broker import Broker
 
 RECORDS = 10_000
 

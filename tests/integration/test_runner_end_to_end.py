@@ -22,9 +22,9 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from harness import procfs
-from harness.history import read_history
-from harness.history.events import conformance
+from base import procfs
+from base.history import read_history
+from base.history.events import conformance
 
 TINY = """
 name: tiny-e2e
@@ -208,7 +208,7 @@ def test_tiny_scenario_end_to_end(tmp_path: Path) -> None:
     assert "accept" in acceptor and "throttle_close" in acceptor  # 7.5/s per IP vs 3/s
     for ev in ("run_start", "run_end", "phase_start", "phase_end", "config"):
         assert ev in harness, ev
-    # every row is one its event's definition allows (harness.history.events)
+    # every row is one its event's definition allows (base.history.events)
     assert conformance(table.to_pylist()) == []
     assert (run_dir / "logs" / "acceptor.log").is_file()
     assert (run_dir / "locust" / "storm_stats.csv").is_file()

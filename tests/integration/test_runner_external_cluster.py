@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.broker import Broker
+from broker import Broker
 from tests.integration.test_runner_end_to_end import harness_run, only_run_dir, write_tiny
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -93,8 +93,8 @@ def test_a_secured_cluster_is_reached_with_its_client_properties(
     """`harness run ssl-storm --bootstrap-server <SASL_SSL listener> --command-config F`:
     the probe, the quota changes and the load log in with F's keys; without F the run is
     refused before anything starts; no password reaches the run folder."""
-    from harness.security import clientprops
-    from harness.security.secrets import leaks
+    from base.security import clientprops
+    from base.security.secrets import leaks
 
     cluster = broker_factory(launcher="local", listeners=("PLAINTEXT", "SECURE=SASL_SSL:PLAIN"))
     config = cluster.client_configs["SECURE"]

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from kafka import KafkaProducer
 
-from harness.admin.client import alter_client_quota
+from base.admin.client import alter_client_quota
 from loadprofiles import steady_conns
 from loadprofiles.steady_conns import ConnectionRecorder
 from tests.unit.test_steady_conns import Rows

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from harness.acceptor import start_in_thread
-from harness.acceptor.testing import history_rows, until_throttled
-from harness.admin.client import alter_ip_quota
+from acceptor import start_in_thread
+from acceptor.testing import history_rows, until_throttled
+from base.admin.client import alter_ip_quota
 
 #: well under the 500 ms select timeout, well over a few-ms throttle and a loaded machine's
 #: scheduling noise (a turn that outlasts the throttle closes it early: see the test)

@@ -16,11 +16,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from harness.localnet import free_port
+from base.localnet import free_port
+from base.supervisor import ManagedProcess
 from harness.runner.loadgen import LoadTarget, Workers, locust_argv, max_arrivals, ready_dir
 from harness.runner.scenario import parse_scenario
 from harness.runner.workers import worker_argv
-from harness.supervisor import ManagedProcess
 from loadprofiles.readiness import phase_state
 from loadprofiles.workers import problems, read_roster
 

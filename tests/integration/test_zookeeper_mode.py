@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.admin.client import alter_ip_quota, describe_ip_quotas
-from harness.broker.errors import BrokerError
-from harness.broker.probe import probe
+from base.admin.client import alter_ip_quota, describe_ip_quotas
+from broker.errors import BrokerError
+from broker.probe import probe
 from tests.integration.conftest import pgid_gone, read_until_ready
 
 pytestmark = pytest.mark.integration
@@ -53,7 +53,7 @@ def test_the_cli_starts_zookeeper_and_the_broker_and_stops_both(tmp_path: Path) 
 
 
 def test_a_killed_broker_restarts_once_its_session_expired(tmp_path: Path) -> None:
-    from harness.broker.local import start_local
+    from broker.local import start_local
 
     broker = start_local(
         version=VERSION, zookeeper=True, metrics=False, workdir=tmp_path / "b", progress=print
@@ -71,7 +71,7 @@ def test_a_killed_broker_restarts_once_its_session_expired(tmp_path: Path) -> No
 
 
 def test_zookeeper_mode_is_refused_where_kafka_has_none() -> None:
-    from harness.broker.local import zookeeper_mode
+    from broker.local import zookeeper_mode
 
     assert zookeeper_mode("2.8.2", None) and not zookeeper_mode("3.6.2", None)
     with pytest.raises(BrokerError, match=r"4\.0 removed ZooKeeper mode"):

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.history import HistoryWriter
+from base.history import HistoryWriter
 
 Build = Callable[[HistoryWriter, HistoryWriter, HistoryWriter], None]
 

@@ -14,7 +14,7 @@ from typing import Any
 from analysis.checks import ALL_CHECKS
 from analysis.load import load_run
 from analysis.verdict import OUTAGE, overall, run_checks
-from harness.history import HistoryWriter
+from base.history import HistoryWriter
 
 S = 1_000_000_000
 MS = 1_000_000

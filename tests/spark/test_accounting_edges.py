@@ -12,7 +12,7 @@ from typing import Any
 
 from analysis.checks.accounting import CREATED, check_accounting
 from analysis.load import load_run
-from harness.history import HistoryWriter
+from base.history import HistoryWriter
 from tests.spark.histories import hand_built_run
 
 S = 1_000_000_000

@@ -25,8 +25,8 @@ from analysis.checks.clients import check_agreement
 from analysis.checks.processors import check_reject_closes_at_once
 from analysis.checks.requests import check_throttle_mutes
 from analysis.load import load_run
+from base.history import HistoryWriter
 from harness.cli import main
-from harness.history import HistoryWriter
 
 S = 1_000_000_000
 MS = 1_000_000

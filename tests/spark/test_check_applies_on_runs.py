@@ -11,7 +11,7 @@ from analysis.checks import ALL_CHECKS, NA, UNKNOWN, run_check
 from analysis.checks.base import not_applicable
 from analysis.load import load_run
 from analysis.verdict import run_checks
-from harness.history import HistoryWriter
+from base.history import HistoryWriter
 from tests.spark.histories import hand_built_run
 
 S = 1_000_000_000

@@ -9,7 +9,7 @@ from typing import Any
 
 from analysis.checks.clients import check_agreement, check_fairness
 from analysis.load import load_run
-from harness.history import HistoryWriter
+from base.history import HistoryWriter
 from tests.spark.histories import hand_built_run
 
 S = 1_000_000_000

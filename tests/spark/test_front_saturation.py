@@ -12,7 +12,7 @@ from analysis.checks.clients import check_offered_load
 from analysis.checks.front import check_front_saturation
 from analysis.load import load_run
 from analysis.verdict import overall
-from harness.history import HistoryWriter
+from base.history import HistoryWriter
 from tests.spark.histories import hand_built_run
 
 S = 1_000_000_000

@@ -18,7 +18,7 @@ import pytest
 
 from analysis.remote import SERVER_ENV, remove_server, server_pid
 from analysis.synth import SynthSpec, generate
-from harness import procfs
+from base import procfs
 from harness.cli import main
 
 

@@ -158,7 +158,7 @@ def test_a_run_folder_filling_up_is_judged_as_incomplete(
     import hashlib
     import subprocess
 
-    from harness.history import HistoryWriter
+    from base.history import HistoryWriter
 
     fs = tmp_path / "fs"
     fs.mkdir()

@@ -693,7 +693,7 @@ def test_a_throttled_socket_closes_at_the_acceptor_loops_first_turn_past_its_end
 
 
 def _loop_lag(ns: int, reason: str, late_ms: float = 0.0) -> dict[str, Any]:
-    """A heartbeat row (harness.acceptor.heartbeat: period 10 ms, threshold 5 ms)."""
+    """A heartbeat row (acceptor.heartbeat: period 10 ms, threshold 5 ms)."""
     detail = {"period_ms": 10, "threshold_ms": 5} if reason == "start" else {
         "due_mono_ns": ns - int(late_ms * MS), "period_ms": 10}  # fmt: skip
     return {"source": "acceptor", "event": "loop_lag", "mono_ns": ns, "reason": reason,

@@ -12,7 +12,7 @@ import pytest
 
 from analysis.checks.secured import check_principal_agreement, check_quota_precedes_tls
 from analysis.load import load_run
-from harness.history import HistoryWriter
+from base.history import HistoryWriter
 from tests.spark.histories import hand_built_run
 
 S = 1_000_000_000

@@ -22,7 +22,7 @@ from analysis.synth import write_rows
 from tests.spark.test_rules import BASE, MS, T0, S, cfg, conn, results
 
 SLACK_MS = 50  # expect.slack_ms default
-PERIOD_MS = 10  # harness.acceptor.heartbeat.PERIOD_MS
+PERIOD_MS = 10  # acceptor.heartbeat.PERIOD_MS
 DELAY_MS = 100.0
 
 

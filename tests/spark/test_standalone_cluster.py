@@ -25,9 +25,9 @@ import pytest
 
 from analysis import analyze_run
 from analysis.synth import SynthSpec, generate
+from base.localnet import free_port
+from base.supervisor import ManagedProcess
 from bench.catalog_verdicts import differences
-from harness.localnet import free_port
-from harness.supervisor import ManagedProcess
 
 pytestmark = pytest.mark.spark
 

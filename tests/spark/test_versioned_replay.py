@@ -1,6 +1,6 @@
 """A history is judged as the Kafka release it was recorded on (analysis.versions).
 
-The recorded decisions come from the enforcer's engine (`harness.quota`) enforcing as a
+The recorded decisions come from the enforcer's engine (`base.quota`) enforcing as a
 pre-3.8 release (n samples purged by start) or as 4.3.1 (n+1 samples, purged by last
 event), on a per-IP trace where the two rings disagree; the checker's replay passes each
 when told its release and fails it, naming the rate meter, when told the other.
@@ -16,9 +16,9 @@ import pytest
 
 from analysis.checks.model_replay import check_model_replay
 from analysis.load import load_run
-from harness.history import HistoryWriter
-from harness.quota.config import parse_config
-from harness.quota.connections import ConnectionQuotas, Outcome
+from base.history import HistoryWriter
+from base.quota.config import parse_config
+from base.quota.connections import ConnectionQuotas, Outcome
 
 S = 1_000_000_000
 MS = 1_000_000

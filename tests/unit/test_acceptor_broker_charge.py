@@ -1,4 +1,4 @@
-"""The broker's request-log lines as the acceptor reads them (harness.acceptor.broker_charge):
+"""The broker's request-log lines as the acceptor reads them (acceptor.broker_charge):
 the sans-IO parser on bytes, and the file tail with a time-injected hold."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.acceptor.broker_charge import (
+from acceptor.broker_charge import (
     LoggedRequest,
     RequestLog,
     RequestLogParser,
@@ -17,8 +17,8 @@ from harness.acceptor.broker_charge import (
     network_estimate,
     parse_line,
 )
-from harness.acceptor.charge import Logged, decide
-from harness.acceptor.tracker import Completed
+from acceptor.charge import Logged, decide
+from acceptor.tracker import Completed
 
 #: a real Kafka 4.3.1 line (kafka.request.logger at DEBUG, pattern %m%n)
 REAL = (
@@ -228,7 +228,7 @@ def test_a_wait_ends_when_the_line_comes_or_after_its_limit(tmp_path: Path) -> N
 
 
 def test_could_throttle_is_an_upper_bound_of_the_record() -> None:
-    from harness.quota.requests import RequestQuotas
+    from base.quota.requests import RequestQuotas
 
     q = RequestQuotas(11, 1)
     assert not q.could_throttle("", "c", 3, 10**9, 0)  # no quota at all: nothing charged
@@ -254,7 +254,7 @@ def test_could_throttle_leaves_the_meter_as_the_charges_made_it() -> None:
     first charge) and purged it at times no charge was made, which moved where later
     windows start; the checker's replay of the charges then disagreed by a few ms
     (selftest: clean `request-quota-two-entities` failed `request_quota_model`)."""
-    from harness.quota.requests import RequestQuotas
+    from base.quota.requests import RequestQuotas
 
     def throttles(ask: bool) -> list[int]:
         q = RequestQuotas(11, 1)

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.acceptor.config import (
+from acceptor.config import (
     apply_overrides,
     load_config,
     parse_acceptor_config,
     read_properties,
 )
-from harness.quota.config import ConfigError
+from base.quota.config import ConfigError
 
 BASE = {
     "listeners": "CLIENT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
@@ -149,7 +149,7 @@ def test_properties_file_and_overrides(tmp_path: Path) -> None:
 
 
 def test_nice_is_refused_for_an_acceptor_on_a_thread() -> None:
-    from harness.acceptor.server import start_in_thread
+    from acceptor.server import start_in_thread
 
     with pytest.raises(ConfigError) as err:
         start_in_thread({**BASE, "acceptor.nice": "5"})

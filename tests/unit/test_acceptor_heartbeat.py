@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from harness.acceptor.config import parse_acceptor_config
-from harness.acceptor.heartbeat import Heartbeat
-from harness.acceptor.stall import STALL_KEY, Stall, parse_stalls
-from harness.quota.config import ConfigError
+from acceptor.config import parse_acceptor_config
+from acceptor.heartbeat import Heartbeat
+from acceptor.stall import STALL_KEY, Stall, parse_stalls
+from base.quota.config import ConfigError
 
 
 class Rows:

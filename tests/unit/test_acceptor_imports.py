@@ -1,7 +1,7 @@
-"""No import cycle among the modules of `harness/acceptor` (issue 14: narrow dependencies).
+"""No import cycle among the modules of `acceptor` (issue 14: narrow dependencies).
 
-Components receive small interfaces (`harness.acceptor.ports`), never the whole server, so
-nothing but the entry points may import `harness.acceptor.server`. The graph is read with
+Components receive small interfaces (`acceptor.ports`), never the whole server, so
+nothing but the entry points may import `acceptor.server`. The graph is read with
 `ast`, as `../shared/tools/import_cycles.py` reads it: imports under `TYPE_CHECKING` and
 imports inside functions count too (a cycle hidden behind them is still a cycle in the
 design), `__init__.py` (a lazy re-export hub) is not a component. Cycles are the strongly
@@ -17,8 +17,8 @@ import pytest
 
 pytestmark = pytest.mark.unit
 
-PACKAGE = "harness.acceptor"
-FOLDER = Path(__file__).resolve().parents[2] / "harness" / "acceptor"
+PACKAGE = "acceptor"
+FOLDER = Path(__file__).resolve().parents[2] / "acceptor"
 
 
 def import_graph(folder: Path, package: str) -> dict[str, set[str]]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from kafka.protocol.producer import ProduceRequest
 
-from harness.acceptor.inflight import RequestGate, expects_response, produce_acks
-from harness.acceptor.testing import api_versions_frame
-from harness.wire.framing import FrameError
+from acceptor.inflight import RequestGate, expects_response, produce_acks
+from acceptor.testing import api_versions_frame
+from base.wire.framing import FrameError
 
 
 def produce(version: int, acks: int, transactional_id: str | None = None) -> bytes:
@@ -110,7 +110,7 @@ def fetch(version: int, max_wait_ms: int) -> bytes:
 
 @pytest.mark.parametrize("version", [4, 11, 12, 13, 15, 17])
 def test_fetch_max_wait_in_every_version(version: int) -> None:
-    from harness.acceptor.inflight import fetch_max_wait_ms, purgatory_allowance_ns
+    from acceptor.inflight import fetch_max_wait_ms, purgatory_allowance_ns
 
     assert fetch_max_wait_ms(fetch(version, 321)) == 321
     assert purgatory_allowance_ns(fetch(version, 321)) == 321_000_000
@@ -118,8 +118,8 @@ def test_fetch_max_wait_in_every_version(version: int) -> None:
 
 
 def test_a_fetch_that_waited_its_max_wait_is_charged_without_it() -> None:
-    from harness.acceptor.charge import Logged, charged_ns
-    from harness.acceptor.inflight import purgatory_allowance_ns
+    from acceptor.charge import Logged, charged_ns
+    from acceptor.inflight import purgatory_allowance_ns
 
     allowance = purgatory_allowance_ns(fetch(11, 500))
     assert charged_ns(None, 503_000_000, allowance) == 3_000_000  # expired in purgatory

@@ -9,9 +9,9 @@ import gc
 import inspect
 import socket
 
-from harness.acceptor.listener import _settle
-from harness.acceptor.ports import NewConnection
-from harness.acceptor.recorder import ConnInfo
+from acceptor.listener import _settle
+from acceptor.ports import NewConnection
+from acceptor.recorder import ConnInfo
 
 
 async def _admission() -> None:  # stands for ListenerAcceptor._admit_after_wait

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
 
-from harness.acceptor.request_quotas import entity_key, parse_entity_key, with_throttle_time
-from harness.quota.requests import DEFAULT
+from acceptor.request_quotas import entity_key, parse_entity_key, with_throttle_time
+from base.quota.requests import DEFAULT
 
 
 def _frame(resp, cid: int) -> bytes:

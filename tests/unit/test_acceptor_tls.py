@@ -11,11 +11,11 @@ pytest.importorskip("cryptography", reason="the cryptography package makes the c
 
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from harness.acceptor.config import parse_acceptor_config
-from harness.acceptor.tls import kafka_principal, listener_tls
-from harness.quota.config import ConfigError
-from harness.security.certs import CLIENT_PRINCIPAL, TlsBundle
-from harness.security.material import RunSecurity
+from acceptor.config import parse_acceptor_config
+from acceptor.tls import kafka_principal, listener_tls
+from base.quota.config import ConfigError
+from base.security.certs import CLIENT_PRINCIPAL, TlsBundle
+from base.security.material import RunSecurity
 
 pytestmark = pytest.mark.unit
 

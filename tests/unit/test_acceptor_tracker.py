@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.acceptor.tracker import ResponseOrder
+from acceptor.tracker import ResponseOrder
 
 
 def test_local_answer_with_nothing_pending_goes_out_at_once() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.acceptor.admin import check_broker_resource
+from acceptor.admin import check_broker_resource
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 MC = "max.connections"

@@ -1,5 +1,5 @@
-"""The acceptor's admission core (`harness.acceptor.admission`) driven by accepted sockets,
-an injected clock and Kafka's connection engine (`harness.quota.ConnectionQuotas`, itself
+"""The acceptor's admission core (`acceptor.admission`) driven by accepted sockets,
+an injected clock and Kafka's connection engine (`base.quota.ConnectionQuotas`, itself
 sans-IO). No socket, no loop: the adapter's part (sleeping, waiting for a slot, offering to
 processors) is played by the test, which comes back with `woken`, `queue_full`, `queued`.
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from harness.acceptor.admission import (
+from acceptor.admission import (
     SLOT_WAIT_POLL_S,
     TRANSITIONS,
     Action,
@@ -39,12 +39,12 @@ from harness.acceptor.admission import (
     Unwatch,
     Watch,
 )
-from harness.acceptor.ports import NewConnection
-from harness.acceptor.recorder import ConnInfo
-from harness.history import events
-from harness.quota import ConnectionQuotas, parse_config
-from harness.quota.faults import KAFKA, REJECT_LATE_S, Faults, NoFaults
-from harness.wire.proxy import ProxyHeader
+from acceptor.ports import NewConnection
+from acceptor.recorder import ConnInfo
+from base.history import events
+from base.quota import ConnectionQuotas, parse_config
+from base.quota.faults import KAFKA, REJECT_LATE_S, Faults, NoFaults
+from base.wire.proxy import ProxyHeader
 
 pytestmark = pytest.mark.unit
 
@@ -436,7 +436,7 @@ def test_a_step_outside_the_table_is_an_error() -> None:
 
 
 def test_every_row_detail_is_declared() -> None:
-    """The details admission writes are the ones `harness.history.events` declares."""
+    """The details admission writes are the ones `base.history.events` declares."""
     adm, clock, quotas = new(props={"max.connections.per.ip": "1"})
     quotas.set_ip_quota("127.0.0.9", 1, clock.ns // MS)
     quotas.reconfigure(

@@ -85,11 +85,11 @@ def test_no_server_where_none_can_start_says_so_and_leaves_the_analysis_here(
 
 
 def test_the_fingerprint_follows_the_analysis_code(tmp_path: Path) -> None:
-    for part in ("analysis/checks", "analysis/templates", "harness/history"):
+    for part in ("analysis/checks", "analysis/templates", "base/history"):
         (tmp_path / part).mkdir(parents=True)
     (tmp_path / "analysis" / "checks" / "a.py").write_text("x = 1\n")
     (tmp_path / "analysis" / "templates" / "r.html.j2").write_text("<p>\n")
-    (tmp_path / "harness" / "history" / "events.py").write_text("E = 1\n")
+    (tmp_path / "base" / "history" / "events.py").write_text("E = 1\n")
     (tmp_path / "analysis" / "notes.txt").write_text("not code\n")
     before = remote.fingerprint(tmp_path)
     (tmp_path / "analysis" / "notes.txt").write_text("still not code\n")
@@ -97,7 +97,7 @@ def test_the_fingerprint_follows_the_analysis_code(tmp_path: Path) -> None:
     for path in (
         "analysis/checks/a.py",
         "analysis/templates/r.html.j2",
-        "harness/history/events.py",
+        "base/history/events.py",
     ):
         (tmp_path / path).write_text("changed\n")
         assert remote.fingerprint(tmp_path) != before

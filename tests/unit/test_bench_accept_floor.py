@@ -9,9 +9,9 @@ import time
 
 import pytest
 
+from base import procfs
+from base.localnet import free_port
 from bench.accept_floor import FloorFront, parse_front, summarize
-from harness import procfs
-from harness.localnet import free_port
 
 
 def wait_for(cond, timeout_s: float = 10.0) -> bool:  # type: ignore[no-untyped-def]

@@ -140,21 +140,20 @@ def test_the_same_goals_are_judged_for_haproxy_in_the_same_run() -> None:
 def test_hot_spots_self_and_inclusive_shares() -> None:
     raw = "\n".join(
         [
-            "run (harness/acceptor/cli.py:90);Processor._run (/x/harness/acceptor/processor.py:3)"
-            " 6",
-            "run (harness/acceptor/cli.py:90);HistoryWriter.flush (harness/history/writer.py:9);"
+            "run (acceptor/cli.py:90);Processor._run (/x/acceptor/processor.py:3) 6",
+            "run (acceptor/cli.py:90);HistoryWriter.flush (base/history/writer.py:9);"
             "write_table (/v/site-packages/pyarrow/parquet/core.py:1) 3",
-            "run (harness/acceptor/cli.py:90) 1",
+            "run (acceptor/cli.py:90) 1",
             "garbage line",
         ]
     )
     spots = hot_spots(raw)
     assert spots["samples"] == 10
-    assert spots["self"][0] == ("Processor._run (harness/acceptor/processor.py)", 60.0)
+    assert spots["self"][0] == ("Processor._run (acceptor/processor.py)", 60.0)
     assert ("write_table (pyarrow/parquet/core.py)", 30.0) in spots["self"]
     incl = dict(spots["inclusive"])
-    assert incl["run (harness/acceptor/cli.py)"] == 100.0
-    assert incl["HistoryWriter.flush (harness/history/writer.py)"] == 30.0
+    assert incl["run (acceptor/cli.py)"] == 100.0
+    assert incl["HistoryWriter.flush (base/history/writer.py)"] == 30.0
 
 
 def test_the_netns_rerun_gets_the_brokers_jmx_exporter_while_the_network_is_there(
@@ -164,7 +163,7 @@ def test_the_netns_rerun_gets_the_brokers_jmx_exporter_while_the_network_is_ther
     exporter (the direct path's connection count) is resolved before it starts; a failure
     to resolve it is said, and the re-run still starts (the broker runs without it)."""
     import bench.toolkit.netns as ba
-    from harness.broker import BrokerError, artifacts
+    from broker import BrokerError, artifacts
 
     calls: list[str] = []
 

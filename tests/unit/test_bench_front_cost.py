@@ -103,13 +103,13 @@ def test_stage_shares_split_the_event_loops_samples_by_the_first_stage_in_each_s
     loop = "main (harness/cli.py:55);run_forever (loop.c:1);Loop__run (loop.c:2)"
     raw = "\n".join(
         [
-            f"{loop};ListenerAcceptor._turn (harness/acceptor/listener.py:270);accept4 (libc) 3",
+            f"{loop};ListenerAcceptor._turn (acceptor/listener.py:270);accept4 (libc) 3",
             # a callback nested in another stage's frame counts for the outer stage
-            f"{loop};Processor._run (harness/acceptor/processor.py:1);data_received (x.py:1) 2",
-            f"{loop};_Side.data_received (harness/acceptor/forwarding.py:80);write (libc) 4",
+            f"{loop};Processor._run (acceptor/processor.py:1);data_received (x.py:1) 2",
+            f"{loop};_Side.data_received (acceptor/forwarding.py:80);write (libc) 4",
             f"{loop};uv__io_poll (linux.c:1);epoll_pwait (libc) 1",
             # another thread's samples (history's writer) are not the loop's
-            "thread (0x1);HistoryWriter._run (harness/history/writer.py:1) 50",
+            "thread (0x1);HistoryWriter._run (base/history/writer.py:1) 50",
             "not a stack line",
         ]
     )
@@ -124,7 +124,7 @@ def test_stage_shares_split_the_event_loops_samples_by_the_first_stage_in_each_s
 
 def test_the_stages_name_frames_that_exist() -> None:
     """A renamed method would silently move its samples to the loop's own work."""
-    from harness.acceptor import forwarding, listener, processor
+    from acceptor import forwarding, listener, processor
 
     owners = {
         "ListenerAcceptor": listener.ListenerAcceptor,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.broker import artifacts
-from harness.broker.artifacts import (
+from broker import artifacts
+from broker.artifacts import (
     KAFKA_VERSION,
     MARKER,
     classify_maven_failure,
@@ -18,7 +18,7 @@ from harness.broker.artifacts import (
     render_pom,
     resolve_artifacts,
 )
-from harness.broker.errors import BrokerError
+from broker.errors import BrokerError
 
 
 def test_pom_asks_for_the_broker_tools_and_a_log_binding() -> None:
@@ -128,7 +128,7 @@ def test_a_tools_main_class_is_the_one_its_release_holds(tmp_path: Path) -> None
     import os
     import zipfile
 
-    from harness.broker.tools import TOOLS, main_class
+    from broker.tools import TOOLS, main_class
 
     def jar(name: str, *classes: str) -> str:
         path = tmp_path / name

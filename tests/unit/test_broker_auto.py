@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-import harness.broker.container as container
-import harness.broker.local as local
-from harness.broker import BrokerError, start_broker
-from harness.broker.container import ContainerUnavailable, env_for
+import broker.container as container
+import broker.local as local
+from broker import BrokerError, start_broker
+from broker.container import ContainerUnavailable, env_for
 
 pytestmark = pytest.mark.unit
 

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from harness.broker.config import (
+from broker.config import (
     CONTROLLER_LISTENER,
     DEFAULTS,
     ListenerPlan,
@@ -16,7 +16,7 @@ from harness.broker.config import (
     render_properties,
     server_properties,
 )
-from harness.broker.errors import BrokerError
+from broker.errors import BrokerError
 
 
 def _plan(**kw: object) -> ListenerPlan:
@@ -145,7 +145,7 @@ def test_values_with_line_breaks_are_refused() -> None:
 
 
 def test_the_probe_asks_metadata_at_a_version_the_broker_knows() -> None:
-    from harness.broker.probe import metadata_request
+    from broker.probe import metadata_request
 
     assert metadata_request({3: (0, 13)}).API_VERSION == 12  # ours at most
     assert metadata_request({3: (0, 11)}).API_VERSION == 11  # Kafka 2.8: v12 closes the socket
@@ -153,7 +153,7 @@ def test_the_probe_asks_metadata_at_a_version_the_broker_knows() -> None:
 
 
 def test_zookeeper_mode_wires_a_broker_id_and_no_controller() -> None:
-    from harness.broker.config import ListenerPlan, server_properties
+    from broker.config import ListenerPlan, server_properties
 
     plan = ListenerPlan(names=("PLAINTEXT",), ports={"PLAINTEXT": 9092}, controller_port=2181,
                         zookeeper="127.0.0.1:2181")  # fmt: skip
@@ -190,7 +190,7 @@ def test_a_listen_host_moves_the_client_listeners_there_and_the_controller_stays
 def test_a_listen_host_is_checked_naming_it_and_why(
     host: str, listeners: tuple[str, ...], reason: str
 ) -> None:
-    from harness.broker.config import check_listen_host, parse_listener
+    from broker.config import check_listen_host, parse_listener
 
     with pytest.raises(
         BrokerError, match=f"listen_host={re.escape(repr(host))}.*{re.escape(reason)}"
@@ -201,7 +201,7 @@ def test_a_listen_host_is_checked_naming_it_and_why(
 
 
 def test_an_existing_cluster_takes_no_listen_host() -> None:
-    from harness.broker import start_broker
+    from broker import start_broker
 
     with pytest.raises(BrokerError, match=r"listen_host=.198\.18\.3\.1. with bootstrap_server"):
         start_broker(bootstrap_server="127.0.0.1:9", listen_host="198.18.3.1")

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.broker import artifacts
-from harness.broker.artifacts import JMX_EXPORTER_VERSION, jmx_exporter
+from broker import artifacts
+from broker.artifacts import JMX_EXPORTER_VERSION, jmx_exporter
 
 
 def test_a_cached_agent_is_used_without_maven(

@@ -6,13 +6,13 @@ from collections.abc import Callable
 
 import pytest
 
-from harness.broker import BrokerError, choose_launcher
-from harness.broker.base import Broker
-from harness.broker.cli import parse_settings
-from harness.broker.container import env_for
-from harness.broker.errors import PortInUse
-from harness.broker.local import cluster_id
-from harness.broker.probe import ProbeResult
+from broker import BrokerError, choose_launcher
+from broker.base import Broker
+from broker.cli import parse_settings
+from broker.container import env_for
+from broker.errors import PortInUse
+from broker.local import cluster_id
+from broker.probe import ProbeResult
 
 
 def test_explicit_launchers_are_kept() -> None:
@@ -65,7 +65,7 @@ def test_cluster_ids_are_22_char_and_never_look_like_options() -> None:
 def test_a_pause_runc_could_not_freeze_is_tried_again_and_other_errors_are_not() -> None:
     """runc's cgroup-v1 freezer gives up on a busy cgroup now and then: the pause is
     tried again (at most PAUSE_ATTEMPTS times); any other engine error is raised at once."""
-    from harness.broker.container import PAUSE_ATTEMPTS, pause_retrying
+    from broker.container import PAUSE_ATTEMPTS, pause_retrying
 
     class APIError(Exception):  # docker.errors.APIError's message (docker is not imported)
         pass

@@ -47,7 +47,7 @@ def test_the_started_broker_is_asked_to_listen_on_the_bridge(
 ) -> None:
     """What `start_broker` is given (the launcher itself is tested against real Kafka in
     tests/integration/test_broker.py); without worker hosts, loopback."""
-    import harness.broker as broker
+    import broker as broker
 
     asked: list[str] = []
 

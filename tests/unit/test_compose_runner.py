@@ -16,7 +16,7 @@ import pytest
 
 COMPOSE = Path(__file__).resolve().parents[2] / "compose"
 
-pytestmark = pytest.mark.local  # it picks free loopback ports (harness.localnet)
+pytestmark = pytest.mark.local  # it picks free loopback ports (base.localnet)
 
 
 def _demo() -> Any:

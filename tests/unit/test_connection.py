@@ -1,4 +1,4 @@
-"""The acceptor's connection core (`harness.acceptor.connection`) driven by bytes, timer
+"""The acceptor's connection core (`acceptor.connection`) driven by bytes, timer
 ticks and answers alone: an injected clock, a recording wire, a host that answers as told.
 No socket, no loop.
 
@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from harness.acceptor.broker_charge import LoggedRequest
-from harness.acceptor.charge import Charge
-from harness.acceptor.connection import (
+from acceptor.broker_charge import LoggedRequest
+from acceptor.charge import Charge
+from acceptor.connection import (
     TRANSITIONS,
     WRITE_CLOSE,
     WRITE_REQUEST,
@@ -33,9 +33,9 @@ from harness.acceptor.connection import (
     TransitionError,
     Write,
 )
-from harness.acceptor.ports import DEFERRED, ChargeAsked
-from harness.acceptor.recorder import ConnInfo
-from harness.quota.requests import RequestCharge
+from acceptor.ports import DEFERRED, ChargeAsked
+from acceptor.recorder import ConnInfo
+from base.quota.requests import RequestCharge
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""The request-quota charge decided in the connection's core (`harness.acceptor.charge`),
+"""The request-quota charge decided in the connection's core (`acceptor.charge`),
 driven by bytes, a fake clock and a recording host whose meters are the quota engine's
 own (`RequestQuotas`), at the window's edges. No socket, no loop.
 
@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from harness.acceptor.charge import Charge, Logged, decide, late, request_detail
-from harness.acceptor.connection import Act, Connection, Side
-from harness.acceptor.tracker import Completed
-from harness.quota.faults import NO_FAULTS, Faults
-from harness.quota.requests import RequestCharge, RequestQuotas
+from acceptor.charge import Charge, Logged, decide, late, request_detail
+from acceptor.connection import Act, Connection, Side
+from acceptor.tracker import Completed
+from base.quota.faults import NO_FAULTS, Faults
+from base.quota.requests import RequestCharge, RequestQuotas
 from tests.unit.test_connection import (
     MS,
     UPSTREAM_ADDR,
@@ -262,7 +262,7 @@ def test_split_charges_are_asked_then_decided_elsewhere() -> None:
 
 
 def log_line(cid: int, local_ms: float) -> Any:
-    from harness.acceptor.broker_charge import LoggedRequest
+    from acceptor.broker_charge import LoggedRequest
 
     ns = int(local_ms * MS)
     return LoggedRequest(UPSTREAM_ADDR, cid, 3, ns, 0, ns)

@@ -26,10 +26,10 @@ from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
 from kafka.protocol.producer import ProduceResponse
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
-from harness.history.events import conformance
+from base.history.events import conformance
+from base.security.client import SaslSettings, TlsSettings
 from loadprofiles.engine import EngineConfig, StormEngine
 from loadprofiles.engine_conn import TRANSITIONS, Input, State, TransitionError, Write
-from loadprofiles.secure import SaslSettings, TlsSettings
 
 pytestmark = pytest.mark.unit
 
@@ -379,7 +379,7 @@ class Rows:
 
 
 def _event(name: str) -> Any:
-    from harness.history.events import event
+    from base.history.events import event
 
     return event("client", name)
 
@@ -424,7 +424,7 @@ S, I = State, Input  # noqa: E741
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     pytest.importorskip("cryptography")
-    from harness.security.certs import issue, make_ca
+    from base.security.certs import issue, make_ca
 
     d = tmp_path_factory.mktemp("pki")
     ca, other = make_ca(), make_ca("another CA")

@@ -11,6 +11,7 @@ from kafka.protocol.metadata import MetadataResponse
 from kafka.protocol.producer import ProduceResponse
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
+from base.security.client import SaslSettings
 from loadprofiles.engine_conn import Conn, Input, closed_fields, sasl_step, tls_fail_fields
 from loadprofiles.engine_frames import (
     API_VERSIONS_KEY,
@@ -22,7 +23,6 @@ from loadprofiles.engine_frames import (
     produce_fields,
     response_fields,
 )
-from loadprofiles.secure import SaslSettings
 
 pytestmark = pytest.mark.unit
 

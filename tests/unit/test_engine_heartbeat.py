@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from harness.history.events import conformance
+from base.history.events import conformance
 from loadprofiles.engine import PERIOD_NS, THRESHOLD_NS, EngineConfig, StormEngine
 
 MS = 1_000_000

@@ -1,5 +1,5 @@
 """A cluster the harness did not start names its listeners its own way: the runner finds the
-load's listener among the broker's (`harness.admin.listeners`), the checker maps the metrics'
+load's listener among the broker's (`base.admin.listeners`), the checker maps the metrics'
 labels to the scenario's names (`analysis.checks.kafka_metrics.cluster_name`), and a static
 setting the cluster keeps apart from the scenario's is said, key by key."""
 
@@ -9,7 +9,7 @@ import pytest
 
 from analysis.checks.kafka_metrics import cluster_name
 from analysis.verdict import _static_differs
-from harness.admin.listeners import listener_at, parse_listeners, parse_protocol_map
+from base.admin.listeners import listener_at, parse_listeners, parse_protocol_map
 from harness.runner.kafka_metrics import compare_static
 
 pytestmark = pytest.mark.unit
@@ -76,7 +76,7 @@ def test_harness_broker_prints_the_whole_gate_command_with_its_metrics_url() -> 
     from pathlib import Path
     from types import SimpleNamespace
 
-    from harness.broker.cli import gate_command, metrics_absent
+    from broker.cli import gate_command, metrics_absent
 
     ports = {"PLAINTEXT": 9092, "SASL_SSL": 9093, "SSL": 9094}
     broker = SimpleNamespace(

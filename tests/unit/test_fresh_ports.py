@@ -1,4 +1,4 @@
-"""harness.broker.local.on_fresh_ports: the one "start on fresh ports, retry when one was
+"""broker.local.on_fresh_ports: the one "start on fresh ports, retry when one was
 taken" loop of a broker and a cluster, driven with stand-ins (no JVM, no sockets)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.broker.local import PORT_ATTEMPTS, PortInUse, on_fresh_ports
+from broker.local import PORT_ATTEMPTS, PortInUse, on_fresh_ports
 
 pytestmark = pytest.mark.unit
 

@@ -1,5 +1,5 @@
 """Moving a history file written on another machine onto the runner's clock
-(harness.history.clocks), and the client writer's record of its clock: no Spark, no
+(base.history.clocks), and the client writer's record of its clock: no Spark, no
 sockets; files written here."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from analysis.load import align_files
-from harness.history import clocks
-from harness.history.clocks import Shift, alignment, file_metadata, shift_table
+from base.history import clocks
+from base.history.clocks import Shift, alignment, file_metadata, shift_table
 from loadprofiles import clock
 from loadprofiles.client_history import ClientHistory
 

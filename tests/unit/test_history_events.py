@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from harness.history.events import ALL, BY_SOURCE, OPEN, conformance, event
-from harness.history.schema import COLUMNS, EVENTS, SOURCES
+from base.history.events import ALL, BY_SOURCE, OPEN, conformance, event
+from base.history.schema import COLUMNS, EVENTS, SOURCES
 
 
 def test_schema_events_are_the_definitions() -> None:
@@ -61,7 +61,7 @@ def test_conformance_passes_declared_rows_and_names_each_kind_of_stray() -> None
 
 
 def test_a_detail_is_built_only_from_the_events_declared_keys() -> None:
-    from harness.history.events import detail
+    from base.history.events import detail
 
     assert detail("acceptor", "register", queue_depth=3, iteration=9, in_iteration=1) == (
         '{"in_iteration": 1, "iteration": 9, "queue_depth": 3}'
@@ -73,7 +73,7 @@ def test_a_detail_is_built_only_from_the_events_declared_keys() -> None:
 
 
 def test_a_detail_template_takes_its_integers_in_sorted_key_order() -> None:
-    from harness.history.events import detail_template
+    from base.history.events import detail_template
 
     t = detail_template(
         "client", "connect_invoke", slots=("intended_mono_ns", "broker"), profile="50%"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.acceptor.recorder import ConnInfo, Recorder
-from harness.history import HistoryWriter, read_history
+from acceptor.recorder import ConnInfo, Recorder
+from base.history import HistoryWriter, read_history
 
 
 def _info() -> ConnInfo:
@@ -91,7 +91,7 @@ def test_without_history_and_after_close_rows_are_dropped(tmp_path: Path) -> Non
 def test_history_on_freezes_the_start_up_heap_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import harness.acceptor.recorder as recorder
+    import acceptor.recorder as recorder
 
     gc.unfreeze()
     monkeypatch.setattr(recorder, "_frozen", False)

@@ -1,4 +1,4 @@
-"""The typed rows (`harness.history.rows`) are the event definitions' image: one row class
+"""The typed rows (`base.history.rows`) are the event definitions' image: one row class
 per event, taking only its columns and `detail` keys; writers refuse what an event lacks."""
 
 from __future__ import annotations
@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from harness.acceptor.recorder import ConnInfo
-from harness.history import codegen, rows
-from harness.history.events import ALL, CONN, OPEN, VOCABULARIES, event
-from harness.history.writer import ROW, HistoryWriter, read_history
+from acceptor.recorder import ConnInfo
+from base.history import codegen, rows
+from base.history.events import ALL, CONN, OPEN, VOCABULARIES, event
+from base.history.writer import ROW, HistoryWriter, read_history
 from loadprofiles.outcomes import Outcome
 
 
 def test_rows_py_is_generated_from_the_current_events() -> None:
     assert codegen.render() == codegen.TARGET.read_text(encoding="utf-8"), (
-        "harness/history/rows.py is stale: python -m harness.history.codegen"
+        "base/history/rows.py is stale: python -m base.history.codegen"
     )
 
 

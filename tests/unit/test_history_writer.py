@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from harness.history import SCHEMA, HistoryWriter, read_history
+from base.history import SCHEMA, HistoryWriter, read_history
 
 
 def test_rows_round_trip_with_schema_seq_and_json_detail(tmp_path: Path) -> None:
@@ -63,7 +63,7 @@ def test_rejects_unknown_events_fields_and_sources(tmp_path: Path) -> None:
 
 
 def test_append_rows_and_keyword_rows_share_seq_ts_and_columns(tmp_path: Path) -> None:
-    from harness.history.writer import ROW
+    from base.history.writer import ROW
 
     w = HistoryWriter(tmp_path, "acceptor", "run-2", background=False)
     values = {name: None for name in ROW}
@@ -112,7 +112,7 @@ def test_append_rows_and_keyword_rows_share_seq_ts_and_columns(tmp_path: Path) -
 
 
 def test_a_large_flush_is_one_part_in_chunks_with_contiguous_seq(tmp_path: Path) -> None:
-    from harness.history.writer import CHUNK
+    from base.history.writer import CHUNK
 
     w = HistoryWriter(tmp_path, "acceptor", "r", background=False)
     n = 2 * CHUNK + 3
@@ -129,7 +129,7 @@ def test_a_large_flush_is_one_part_in_chunks_with_contiguous_seq(tmp_path: Path)
 
 
 def test_append_checks_the_event_and_refuses_after_close(tmp_path: Path) -> None:
-    from harness.history.writer import ROW
+    from base.history.writer import ROW
 
     w = HistoryWriter(tmp_path, "acceptor", "r", background=False)
     row = [None] * len(ROW)
@@ -175,7 +175,7 @@ def test_a_part_that_cannot_be_written_stops_the_writer_and_leaves_a_marker(
     caller (an acceptor must keep enforcing)."""
     import errno
 
-    from harness.history.writer import incomplete_markers
+    from base.history.writer import incomplete_markers
 
     w = HistoryWriter(tmp_path, "acceptor", "r", name="acc", background=False)
     w.record("accept", mono_ns=1, conn_id="c1")
@@ -210,7 +210,7 @@ def test_a_part_that_cannot_be_written_stops_the_writer_and_leaves_a_marker(
 
 
 def test_an_empty_marker_still_says_the_history_is_incomplete(tmp_path: Path) -> None:
-    from harness.history.writer import incomplete_markers
+    from base.history.writer import incomplete_markers
 
     (tmp_path / "client").mkdir()
     (tmp_path / "client" / ".client-7.incomplete-ENOSPC-12").write_bytes(b"")  # no room for text

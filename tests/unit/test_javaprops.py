@@ -1,4 +1,4 @@
-"""One reader of Java .properties text (harness.javaprops) for the acceptor's file and
+"""One reader of Java .properties text (base.javaprops) for the acceptor's file and
 Kafka's client files."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import javaprops
+from base import javaprops
 
 pytestmark = pytest.mark.unit
 
@@ -35,9 +35,9 @@ def test_a_malformed_line_is_refused_naming_it(text: str, where: str) -> None:
 
 
 def test_the_acceptor_and_the_client_files_read_alike(tmp_path: Path) -> None:
-    from harness.acceptor.config import read_properties
-    from harness.quota.config import ConfigError
-    from harness.security import clientprops
+    from acceptor.config import read_properties
+    from base.quota.config import ConfigError
+    from base.security import clientprops
 
     f = tmp_path / "x.properties"
     f.write_text("security.protocol = SASL_SSL\nsasl.mechanism: PLAIN\nk=a\\\\b\n")

@@ -23,8 +23,8 @@ import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
-from harness.history.events import conformance
-from harness.history.schema import SCHEMA
+from base.history.events import conformance
+from base.history.schema import SCHEMA
 from loadprofiles import arrivals, clock, options, readiness
 from loadprofiles.client_history import ClientHistory
 from loadprofiles.engine import EngineConfig, StormEngine
@@ -362,7 +362,7 @@ def test_a_close_during_the_tls_handshake_is_an_eof_after_accept(
     quotas close before any TLS byte is read): the attempt reads as a close after accept
     (`eof`/`reset`, outcome ``eof_after_accept``), as a plaintext one does, so a broker
     target's checks see the quota's close; a TLS alert is a TLS failure instead."""
-    from loadprofiles.secure import TlsSettings
+    from base.security.client import TlsSettings
 
     tls = TlsSettings(check_hostname=False)
     stats, rows = run(fake_kafka.server_address[1], tmp_path, 3, shape="apiversions", tls=tls)

@@ -1,5 +1,5 @@
 """Kafka's releases differ in how they enforce; each difference is one named switch, kept
-by the enforcer (`harness/quota/versions.py`) and the checker (`analysis/versions.py`)
+by the enforcer (`base/quota/versions.py`) and the checker (`analysis/versions.py`)
 apart (Jepsen) and held to the same answer here, with a trace each switch changes."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
+from acceptor.config import parse_acceptor_config
 from analysis.model import RateMeter as ModelMeter
 from analysis.versions import CURRENT as CHECKER_CURRENT
 from analysis.versions import semantics_for
-from harness.acceptor.config import parse_acceptor_config
-from harness.quota.config import ConfigError
-from harness.quota.meter import RateMeter as EngineMeter
-from harness.quota.versions import CURRENT, parse_version, semantics
+from base.quota.config import ConfigError
+from base.quota.meter import RateMeter as EngineMeter
+from base.quota.versions import CURRENT, parse_version, semantics
 
 pytestmark = pytest.mark.unit
 
@@ -24,7 +24,7 @@ RELEASES = ["2.7.0", "2.8.2", "3.6.2", "3.7.2", "3.8.0", "3.9.1", "4.0.0", "4.3.
 
 
 def test_the_default_release_is_one_for_the_broker_the_enforcer_and_the_checker() -> None:
-    from harness.broker.artifacts import KAFKA_VERSION
+    from broker.artifacts import KAFKA_VERSION
 
     assert KAFKA_VERSION == CURRENT == CHECKER_CURRENT
     assert semantics().version == semantics_for(None).version == parse_version(CURRENT)
@@ -56,7 +56,7 @@ def test_the_enforcer_and_the_checker_agree_on_every_switch(
 def test_the_metadata_switch_changes_what_is_charged() -> None:
     """A ZooKeeper broker answers LeaderAndIsr (4) without a charge; the enforcer told
     KRaft charges what reaches it (a KRaft broker would not serve it at all)."""
-    from harness.quota.requests import RequestQuotas
+    from base.quota.requests import RequestQuotas
 
     charged = {}
     for mode in ("zookeeper", "kraft"):
@@ -123,8 +123,8 @@ def test_a_release_the_model_cannot_judge_is_refused_naming_the_key(
 
 
 def test_release_is_the_one_spelling_of_a_version() -> None:
-    from harness.quota.config import ConfigError
-    from harness.quota.versions import release
+    from base.quota.config import ConfigError
+    from base.quota.versions import release
 
     assert release("3.9") == "3.9.0" and release(" 4.4.0 ") == "4.4.0"
     with pytest.raises(ConfigError, match=r"--kafka-version=.2.6.3.*2.7.0 or newer"):
@@ -135,8 +135,8 @@ def test_another_release_is_refused_where_it_cannot_run() -> None:
     """An existing cluster runs its own release, and a container runs KRaft only: asking
     either for what it cannot be is refused before anything starts (a KRaft release other
     than the default runs in its own image: tests/integration/test_container_versions.py)."""
-    from harness.broker import BrokerError, start_broker
-    from harness.broker.images import _image_release
+    from broker import BrokerError, start_broker
+    from broker.images import _image_release
 
     with pytest.raises(BrokerError, match=r"existing cluster runs its own release"):
         start_broker(version="3.9.1", bootstrap_server="127.0.0.1:9", progress=lambda _m: None)
@@ -156,8 +156,8 @@ def test_another_release_is_refused_where_it_cannot_run() -> None:
 def test_the_runner_states_the_metadata_mode_it_knows() -> None:
     """A started broker's mode is stated (a container runs KRaft; a local broker with its
     ZooKeeper runs ZooKeeper mode); an existing cluster's is not known, so not stated."""
-    from harness.broker import ExternalBroker
-    from harness.broker.container import ContainerBroker
+    from broker import ExternalBroker
+    from broker.container import ContainerBroker
     from harness.runner.kafka_side import metadata_mode
 
     assert metadata_mode(ContainerBroker.__new__(ContainerBroker)) == "kraft"
@@ -174,8 +174,8 @@ def test_the_runner_states_the_metadata_mode_it_knows() -> None:
 def test_a_container_cluster_refuses_what_it_cannot_run(tmp_path: Path, kw: dict[str, Any]) -> None:
     """Checked before any Docker call: a cluster in containers runs KRaft releases and no
     request log (secured listeners it runs: tests/integration/test_container.py)."""
-    from harness.broker import BrokerError
-    from harness.broker.cluster import start_cluster
+    from broker import BrokerError
+    from broker.cluster import start_cluster
 
     with pytest.raises(BrokerError, match=r"launcher='container': containers run KRaft"):
         start_cluster(3, launcher="container", workdir=tmp_path, progress=lambda _m: None, **kw)

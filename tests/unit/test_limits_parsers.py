@@ -1,7 +1,7 @@
 """The connection limits read by the enforcer and by the checker, held to Kafka's answer.
 
 The checker keeps its own model of the limits (`analysis.model.Limits.from_config`), apart
-from the enforcer's (`harness.quota.config.parse_config`, through the acceptor's
+from the enforcer's (`base.quota.config.parse_config`, through the acceptor's
 `parse_acceptor_config`, its engine `ConnectionQuotas` and the `config` rows it writes,
 `DynamicConfig.limits`): a bug in one must not certify itself (Jepsen). So nothing keeps
 the two reading one set of properties alike but this test, as `test_kafka_versions.py`
@@ -35,10 +35,10 @@ from typing import Any
 
 import pytest
 
+from acceptor.config import AcceptorConfig, parse_acceptor_config, quota_engines
+from acceptor.dynamic import DynamicConfig
 from analysis.model import AdmissionModel, Limits
-from harness.acceptor.config import AcceptorConfig, parse_acceptor_config, quota_engines
-from harness.acceptor.dynamic import DynamicConfig
-from harness.quota.connections import Outcome
+from base.quota.connections import Outcome
 
 pytestmark = pytest.mark.unit
 
@@ -227,7 +227,7 @@ def _acceptor(case: Case) -> tuple[AcceptorConfig, DynamicConfig]:
 
 
 def _enforcer_config(case: Case) -> dict[str, Any]:
-    """What `harness.quota.config.QuotaConfig` says is in force."""
+    """What `base.quota.config.QuotaConfig` says is in force."""
     cfg, dynamic = _acceptor(case)
     q = cfg.quota
     view: dict[str, Any] = {

@@ -1,4 +1,4 @@
-"""harness.localnet: the free ports it hands out differ, lie below the kernel's ephemeral
+"""base.localnet: the free ports it hands out differ, lie below the kernel's ephemeral
 range (no outgoing connection can hold one when a server restarts on it), and can be
 listened on at the address they were asked for, and are not handed out again while their
 picker lives; a listening socket's accept queue is read from the socket as from
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import localnet, procfs
-from harness.localnet import LOWEST_PORT, RESERVE_S, free_port, free_ports
+from base import localnet, procfs
+from base.localnet import LOWEST_PORT, RESERVE_S, free_port, free_ports
 
 
 def ephemeral_range() -> tuple[int, int]:

@@ -1,5 +1,5 @@
-"""The fronts' metadata log (harness.acceptor.state) and the dynamic config that applies it
-(harness.acceptor.dynamic): two fronts of one cluster share `state.dir`, as two brokers
+"""The fronts' metadata log (acceptor.state) and the dynamic config that applies it
+(acceptor.dynamic): two fronts of one cluster share `state.dir`, as two brokers
 share Kafka's metadata log. No socket, no event loop: `poll` is what the server's timer
 calls."""
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.acceptor.config import parse_acceptor_config, quota_engines
-from harness.acceptor.dynamic import DynamicConfig
-from harness.acceptor.state import (
+from acceptor.config import parse_acceptor_config, quota_engines
+from acceptor.dynamic import DynamicConfig
+from acceptor.state import (
     LOG_FILE,
     ClientQuotaRecord,
     ConfigRecord,
@@ -19,9 +19,9 @@ from harness.acceptor.state import (
     decode,
     encode,
 )
-from harness.quota.config import ConfigError
-from harness.quota.faults import FAULT_KEY
-from harness.quota.requests import DEFAULT
+from base.quota.config import ConfigError
+from base.quota.faults import FAULT_KEY
+from base.quota.requests import DEFAULT
 
 pytestmark = pytest.mark.unit
 

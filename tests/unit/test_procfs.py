@@ -1,4 +1,4 @@
-"""`harness.procfs`: stat lines parsed after the command name's last ``)``, and this
+"""`base.procfs`: stat lines parsed after the command name's last ``)``, and this
 process's own /proc entries (no process is started, no socket opened)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import procfs
+from base import procfs
 
 pytestmark = [
     pytest.mark.unit,

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.wire.proxy import V2_SIGNATURE, ProxyError, ProxyHeaderReader, encode_v1, encode_v2
+from base.wire.proxy import V2_SIGNATURE, ProxyError, ProxyHeaderReader, encode_v1, encode_v2
 
 
 def _feed_bytewise(reader: ProxyHeaderReader, data: bytes):

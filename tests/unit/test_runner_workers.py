@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from harness.history.writer import incomplete_markers
+from base.history.writer import incomplete_markers
 from harness.runner import netns
 from harness.runner.loadgen import LoadTarget, Workers, locust_argv
 from harness.runner.scenario import PER_WORKER, ScenarioError, parse_scenario

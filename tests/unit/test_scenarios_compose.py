@@ -41,7 +41,7 @@ def test_services_and_wiring() -> None:
     assert {"kafka", "acceptor", "locust-master", "locust-worker-1", "locust-worker-2"} <= set(
         services
     )
-    # the locally built images (harness.broker.images), never a registry's
+    # the locally built images (broker.images), never a registry's
     assert services["kafka"]["image"] == "kafka-connection-harness/kafka:${KAFKA_VERSION}"
     env = services["kafka"]["environment"]
     # the launchers' own server.properties, written by demo.py into the run directory (which

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.history import HistoryWriter
+from base.history import HistoryWriter
 from harness.runner.phases import intended_arrivals_in
 
 

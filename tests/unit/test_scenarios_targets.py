@@ -135,7 +135,7 @@ def test_an_existing_clusters_brokers_are_learnt_from_metadata(
 ) -> None:
     """Several brokers in Metadata: the bootstrap broker first (the engine's arrivals stay
     on it), the others for attribution; none at the bootstrap's address: one broker."""
-    import harness.broker.probe as probe
+    import broker.probe as probe
 
     sc = catalog.load("ci-gate")
     nodes = [(1, "127.0.0.1", 9001), (2, "127.0.0.1", 9002), (3, "127.0.0.1", 9003)]

@@ -1,4 +1,4 @@
-"""loadprofiles.secure without sockets: SCRAM against the RFC test vectors, the SASL
+"""base.security.client without sockets: SCRAM against the RFC test vectors, the SASL
 exchange's state transitions on canned Kafka responses, TLS over memory BIOs."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from kafka.protocol.sasl import (
     SaslHandshakeResponse,
 )
 
-from loadprofiles import secure
-from loadprofiles.secure import SaslError, SaslSettings, ScramClient, TlsLink, TlsSettings
+from base.security import client as secure
+from base.security.client import SaslError, SaslSettings, ScramClient, TlsLink, TlsSettings
 
 
 def test_scram_sha1_rfc5802_vector() -> None:
@@ -199,7 +199,7 @@ def test_unknown_user_and_bad_settings() -> None:
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     pytest.importorskip("cryptography")
-    from harness.security.certs import issue, make_ca
+    from base.security.certs import issue, make_ca
 
     d = tmp_path_factory.mktemp("pki")
     ca = make_ca()

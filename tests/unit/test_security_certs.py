@@ -15,7 +15,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from harness.security.certs import (
+from base.security.certs import (
     CLIENT_PRINCIPAL,
     WRONG_HOST,
     TlsBundle,

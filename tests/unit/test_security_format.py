@@ -13,17 +13,17 @@ import pytest
 
 pytest.importorskip("cryptography", reason="the cryptography package makes the certificates")
 
-from harness.broker.artifacts import Artifacts
-from harness.broker.config import (
+from base.security import clientprops, secrets
+from base.security.material import RunSecurity
+from broker.artifacts import Artifacts
+from broker.config import (
     ListenerPlan,
     parse_listener,
     render_properties,
     server_properties,
 )
-from harness.broker.errors import BrokerError
-from harness.broker.local import LocalBroker
-from harness.security import clientprops, secrets
-from harness.security.material import RunSecurity
+from broker.errors import BrokerError
+from broker.local import LocalBroker
 
 pytestmark = pytest.mark.unit
 
@@ -108,7 +108,7 @@ def test_scram_passwords_reach_the_storage_tool_only_in_a_private_argument_file(
         kwargs["stdout"].write(b"UserScramCredentialRecord(storedKey=...)\n")
         return subprocess.CompletedProcess(cmd, 0)
 
-    monkeypatch.setattr("harness.broker.local.subprocess.run", fake_run)
+    monkeypatch.setattr("broker.local.subprocess.run", fake_run)
     broker._format()
     passwords = broker.security.passwords()
     assert not any(p in " ".join(seen["cmd"]) for p in passwords)  # nothing /proc could show
@@ -135,7 +135,7 @@ def test_a_failed_format_is_reported_masked(
         kwargs["stdout"].write(f"bad --add-scram [password={password}]\n".encode())
         return subprocess.CompletedProcess(cmd, 1)
 
-    monkeypatch.setattr("harness.broker.local.subprocess.run", failing_run)
+    monkeypatch.setattr("broker.local.subprocess.run", failing_run)
     with pytest.raises(BrokerError, match="StorageTool format exited 1") as info:
         broker._format()
     assert password not in str(info.value) and secrets.MASK in str(info.value)

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.broker.cli import configure, listener_specs
-from harness.broker.config import (
+from base.security import clientprops
+from base.security.sasl import SaslUser
+from broker.cli import configure, listener_specs
+from broker.config import (
     SECURE_LISTENERS,
     ListenerPlan,
     ListenerSpec,
@@ -19,9 +21,7 @@ from harness.broker.config import (
     security_properties,
     server_properties,
 )
-from harness.broker.errors import BrokerError
-from harness.security import clientprops
-from harness.security.sasl import SaslUser
+from broker.errors import BrokerError
 
 pytestmark = pytest.mark.unit
 
@@ -145,7 +145,7 @@ def test_cli_secure_flag_is_the_three_listener_broker() -> None:
 
 
 def test_cli_refuses_secured_listeners_it_cannot_serve(capsys: pytest.CaptureFixture[str]) -> None:
-    from harness.broker.cli import run
+    from broker.cli import run
 
     assert run(_args("--secure", "--bootstrap-server", "127.0.0.1:9")) == 2
     assert "existing cluster" in capsys.readouterr().err
@@ -227,7 +227,7 @@ def test_properties_parser_handles_comments_colons_and_continuations() -> None:
 def test_cli_bad_sasl_user_names_are_a_clear_error(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from harness.broker.cli import run
+    from broker.cli import run
 
     args = _args(
         "--secure", "--launcher", "local", "--sasl-user", "a,b", "--workdir", str(tmp_path / "wd")

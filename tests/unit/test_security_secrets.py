@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.security import secrets
-from harness.security.sasl import (
+from base.security import secrets
+from base.security.sasl import (
     SaslUser,
     client_jaas,
     new_password,
@@ -139,7 +139,7 @@ def test_private_folder_is_0700_and_its_files_0600(tmp_path: Path) -> None:
 
 def test_run_security_writes_every_file_privately(tmp_path: Path) -> None:
     pytest.importorskip("cryptography")
-    from harness.security.material import RunSecurity
+    from base.security.material import RunSecurity
 
     run = RunSecurity.generate(["alice"])
     files = run.write(tmp_path / "private")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.quota.faults import FAULTS
+from base.quota.faults import FAULTS
 from harness.runner.catalog import load
 from harness.selftest.plan import CI_FAULTS, FAULT_SCENARIOS, Job, PlanError, build_plan
 from harness.selftest.run import JobResult, Selftest, summarize

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from harness.acceptor import messages as msg
-from harness.acceptor.config import parse_acceptor_config
-from harness.acceptor.ports import ASK_CHECK, ASK_CLAIM, ASK_LATE
-from harness.acceptor.split import Owned, SplitProcessors
-from harness.quota.faults import FAULT_KEY
-from harness.quota.requests import RequestQuotas
+from acceptor import messages as msg
+from acceptor.config import parse_acceptor_config
+from acceptor.ports import ASK_CHECK, ASK_CLAIM, ASK_LATE
+from acceptor.split import Owned, SplitProcessors
+from base.quota.faults import FAULT_KEY
+from base.quota.requests import RequestQuotas
 
 pytestmark = pytest.mark.unit
 
@@ -57,7 +57,7 @@ def accepting(fault: str = "") -> tuple[Any, RequestQuotas, Link]:
 
 
 def split_child(split: SplitProcessors) -> Any:
-    from harness.acceptor.split import ProcessorProcess
+    from acceptor.split import ProcessorProcess
 
     child = ProcessorProcess.__new__(ProcessorProcess)
     child.owner = split

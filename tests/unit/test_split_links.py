@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from harness.acceptor.messages import Conn, Count, Ready, Release, Request, Took
-from harness.acceptor.ports import NewConnection
-from harness.acceptor.recorder import ConnInfo
-from harness.acceptor.split import BATCH_MAX, LAZY_S, Link, SharedCounts, hand_off_op
-from harness.acceptor.worker import RemoteCounts
+from acceptor.messages import Conn, Count, Ready, Release, Request, Took
+from acceptor.ports import NewConnection
+from acceptor.recorder import ConnInfo
+from acceptor.split import BATCH_MAX, LAZY_S, Link, SharedCounts, hand_off_op
+from acceptor.worker import RemoteCounts
 
 
 def test_shared_counts_are_read_back_by_another_mapping_of_the_same_memory() -> None:

@@ -104,7 +104,7 @@ def test_principal_as_kafkas_quota_callback_names_it(
 
 
 def test_a_client_certificates_principal_is_its_subject_reversed(tmp_path: Any) -> None:
-    from harness.security.certs import issue, make_ca
+    from base.security.certs import issue, make_ca
 
     ca = make_ca("test CA")
     cert = issue(ca, "client1", unit="harness", client=True)
@@ -218,7 +218,7 @@ def test_a_connect_kafka_python_gave_up_is_recorded_with_its_address() -> None:
     # its socket may still complete the handshake: the enforcer sees it, the history too
     import asyncio
 
-    from harness.history.events import conformance
+    from base.history.events import conformance
 
     rec, rows, clock = recorder()
     start = clock()

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import supervisor
-from harness.supervisor import ManagedProcess
+from base import supervisor
+from base.supervisor import ManagedProcess
 
 pytestmark = pytest.mark.unit
 

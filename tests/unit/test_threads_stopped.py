@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from harness.broker.local import threads_stopped
+from broker.local import threads_stopped
 
 THREADS = """
 import threading, time

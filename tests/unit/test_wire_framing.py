@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from kafka.protocol.admin import DescribeClientQuotasRequest, DescribeClientQuotasResponse
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 
-from harness.wire.framing import (
+from base.wire.framing import (
     FrameDecoder,
     FrameError,
     correlation_id_of_response,
@@ -229,7 +229,7 @@ def test_whole_frames_before_a_bad_size_travel_with_the_error() -> None:
 
 
 def test_null_non_nullable_array_is_refused_as_bad_frame() -> None:
-    from harness.wire.framing import check_nulls
+    from base.wire.framing import check_nulls
 
     D = DescribeClientQuotasRequest
     frame = _request(D[1](components=None, strict=False), 3)

@@ -2,7 +2,7 @@
 
 ``SampledStat``/``Rate``/``Sensor.checkQuotas``/``QuotaUtils`` as in reference §3, with
 sample objects and a lazily growing list, no caching and no shortcuts, so that the
-optimised ``harness.quota.meter.RateMeter`` can be compared against it on arbitrary
+optimised ``base.quota.meter.RateMeter`` can be compared against it on arbitrary
 sequences. ``legacy`` selects the pre-3.8 ring (``n`` slots, purge by window start).
 """
 

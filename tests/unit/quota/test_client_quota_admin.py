@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.quota import INVALID_REQUEST, validate_alteration, validate_describe_filter
+from base.quota import INVALID_REQUEST, validate_alteration, validate_describe_filter
 
 
 def resolve(host: str) -> str:

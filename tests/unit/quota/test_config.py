@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.quota import (
+from base.quota import (
     INT_MAX,
     ConfigError,
     ListenerSpec,

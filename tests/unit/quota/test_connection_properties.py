@@ -26,8 +26,8 @@ from collections import defaultdict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.quota import ConnectionQuotas, Outcome, parse_config
-from harness.quota.faults import NO_FAULTS
+from base.quota import ConnectionQuotas, Outcome, parse_config
+from base.quota.faults import NO_FAULTS
 
 from .kafka_port import KafkaConnectionQuotas
 

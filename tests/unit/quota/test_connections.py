@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from harness.quota import (
+from base.quota import (
     INT_MAX,
     ConfigError,
     ConnectionQuotas,
@@ -15,7 +15,7 @@ from harness.quota import (
     apply_dynamic_update,
     parse_config,
 )
-from harness.quota.connections import IP_SENSOR_EXPIRY_MS
+from base.quota.connections import IP_SENSOR_EXPIRY_MS
 
 TWO = "EXTERNAL://127.0.0.1:19092,REPLICATION://127.0.0.1:19093"
 A, B = "127.0.0.2", "127.0.0.3"

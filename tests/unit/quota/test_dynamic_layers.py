@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.quota.config import layered_update
+from base.quota.config import layered_update
 
 KEY = "max.connections"
 

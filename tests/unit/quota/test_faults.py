@@ -20,11 +20,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.acceptor.config import parse_acceptor_config
-from harness.quota import ConfigError, ConnectionQuotas, Outcome, parse_config
-from harness.quota.faults import FAULT_KEY, FAULTS, KAFKA, NO_FAULTS, AtBoundRateMeter, Faults
-from harness.quota.meter import RateMeter
-from harness.quota.requests import RequestQuotas
+from acceptor.config import parse_acceptor_config
+from base.quota import ConfigError, ConnectionQuotas, Outcome, parse_config
+from base.quota.faults import FAULT_KEY, FAULTS, KAFKA, NO_FAULTS, AtBoundRateMeter, Faults
+from base.quota.meter import RateMeter
+from base.quota.requests import RequestQuotas
 
 from .kafka_port import KafkaConnectionQuotas
 
@@ -350,8 +350,8 @@ def test_principal_not_reversed_keeps_the_written_order() -> None:
     pytest.importorskip("cryptography")
     from cryptography.hazmat.primitives.serialization import Encoding
 
-    from harness.acceptor.tls import kafka_principal
-    from harness.security.certs import TlsBundle
+    from acceptor.tls import kafka_principal
+    from base.security.certs import TlsBundle
 
     der = TlsBundle.generate().client.cert.public_bytes(Encoding.DER)
     assert kafka_principal(der) == "OU=harness,CN=client1"
@@ -398,7 +398,7 @@ def test_every_hook_answers_as_kafka_without_faults_and_names_only_known_faults(
     """Each hook of the policy: production's (`KAFKA`) returns its argument or Kafka's
     answer; the seeded policy with every fault on asks only names that exist (a misspelt
     one would raise KeyError here, not silently test nothing)."""
-    from harness.quota.faults import NoFaults, Seeded
+    from base.quota.faults import NoFaults, Seeded
 
     quotas = RequestQuotas()
     args: dict[str, tuple[object, ...]] = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.quota.inet import java_get_by_name
+from base.quota.inet import java_get_by_name
 
 REFUSED = None
 

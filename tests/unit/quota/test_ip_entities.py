@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.quota.client_quota_admin import enforced_ip_quotas, ip_entity_address
-from harness.quota.inet import java_get_by_name
+from base.quota.client_quota_admin import enforced_ip_quotas, ip_entity_address
+from base.quota.inet import java_get_by_name
 
 
 def lookup(name: str) -> str:

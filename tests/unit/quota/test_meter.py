@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.quota.meter import RateMeter, SampledAvg, java_round, throttle_time_ms
+from base.quota.meter import RateMeter, SampledAvg, java_round, throttle_time_ms
 
 from .kafka_port import KafkaRate
 

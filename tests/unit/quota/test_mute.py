@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from harness.quota.mute import TRANSITIONS, ChannelMute, MuteEvent, MuteState
+from base.quota.mute import TRANSITIONS, ChannelMute, MuteEvent, MuteState
 
 E = MuteEvent
 

@@ -10,8 +10,8 @@ with warnings.catch_warnings():  # kafka.protocol loads its schemas with depreca
     warnings.simplefilter("ignore", DeprecationWarning)
     from kafka.protocol.api_key import ApiKey
 
-from harness.quota import DEFAULT, RequestQuotas, combine
-from harness.quota.requests import (
+from base.quota import DEFAULT, RequestQuotas, combine
+from base.quota.requests import (
     CLUSTER_ACTION_API_KEYS,
     EXEMPT_API_KEYS,
     NOT_SERVED_CLUSTER_ACTION_API_KEYS,

@@ -1,6 +1,0 @@
-"""History: the one table every part writes and the analysis reads (Jepsen's interface)."""
-
-from harness.history.schema import EVENTS, SCHEMA, SOURCES
-from harness.history.writer import HistoryWriter, read_history
-
-__all__ = ["EVENTS", "SCHEMA", "SOURCES", "HistoryWriter", "read_history"]
