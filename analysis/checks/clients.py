@@ -442,6 +442,9 @@ def check_fairness(run: Run) -> CheckResult:
             expected="steady clients' p99 ratio",
             explanation="no client rows",
         )
+    unset = fairness_bound_set(run)
+    if unset is not None:  # what the analysis decides before any job, said the same here
+        return not_configured("steady_fairness", run, unset)
     storms = [p for p in phases(run) if str(p.get("profile") or p["name"]) != "steady"]
     steady = (
         client_conns(run)

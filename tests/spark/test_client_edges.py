@@ -91,7 +91,9 @@ def test_steady_rows_without_a_connection_still_count_for_fairness(
                 detail={"profile": "steady", "offset": i},
             )
 
-    run = _run(tmp_path, "steady", build)
+    # the ratio is measured where the scenario states a bound (without one: n/a, unmeasured)
+    bound = {"expect": {"fairness_p99_ratio": 5.0}}
+    run = hand_built_run(tmp_path, "steady", build, config_ns=T0, meta=bound)
     result = check_fairness(load_run(spark, run))
     assert "n=20/20" in str(result.observed), result.observed
     assert result.data.get("ratio") == 3.0
