@@ -107,7 +107,7 @@ def _start(path: Path) -> socket.socket:
         with contextlib.suppress(FileNotFoundError, ConnectionRefusedError):
             return _connect(path)
         if time.monotonic() > deadline:
-            _kill_group(pid)
+            signal_group(pid, signal.SIGKILL)
             raise ServerUnavailable(f"it did not answer in {START_TIMEOUT_S:.0f} s ({log_path})")
         time.sleep(0.1)
 
@@ -123,15 +123,11 @@ def _connect_or_start(path: Path) -> socket.socket:
         return _start(path)
 
 
-def _kill_group(pid: int) -> None:
-    signal_group(pid, signal.SIGKILL)
-
-
 def _wait_gone(pid: int, timeout: float = GONE_TIMEOUT_S) -> None:
     deadline = time.monotonic() + timeout
     while _alive(pid):
         if time.monotonic() > deadline:
-            _kill_group(pid)
+            signal_group(pid, signal.SIGKILL)
             deadline = time.monotonic() + timeout
         time.sleep(0.05)
 

@@ -445,6 +445,7 @@ def check_fairness(run: Run) -> CheckResult:
     unset = fairness_bound_set(run)
     if unset is not None:  # what the analysis decides before any job, said the same here
         return not_configured("steady_fairness", run, unset)
+    assert bound is not None  # the bound is stated: without one the check is n/a above
     storms = [p for p in phases(run) if str(p.get("profile") or p["name"]) != "steady"]
     steady = (
         client_conns(run)
@@ -507,16 +508,6 @@ def check_fairness(run: Run) -> CheckResult:
         f"(ratio {ratio:.2f}; n={row['n_base']}/{row['n_storm']})"
     )
     judged = int(row["n_base"] or 0) + int(row["n_storm"] or 0)
-    if bound is None:
-        return CheckResult(
-            "steady_fairness",
-            NA,
-            observed=observed,
-            expected="reported only (expect.fairness_p99_ratio not set)",
-            explanation="n/a: the scenario did not state a fairness bound",
-            data={"ratio": ratio},
-            judged=judged,
-        )
     return CheckResult(
         "steady_fairness",
         FAIL if ratio > float(bound) else PASS,
