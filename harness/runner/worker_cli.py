@@ -4,7 +4,8 @@ Runs a Locust worker (``locust -f - --worker``) that takes the load profile and 
 option from the master `harness run --workers N` started, so the machine needs only the
 installed package. It connects from this machine's own address (the address the
 per-IP limits see), records its history in a folder of its own and sends it home to the
-master over Locust's channel when the phase ends (`loadprofiles.workers`).
+master over Locust's channel when the phase ends (`loadprofiles.workers`). That folder
+is removed with its phase, also when the run stops the worker (SIGTERM).
 
 A run has one master per load phase, one after another on the same port: the worker
 joins each in turn, and stops once no master answered for ``--idle-timeout`` seconds (or
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -68,8 +70,14 @@ def locust_worker_argv(host: str, port: int, processes: int | None) -> list[str]
     return argv
 
 
+def _leave(signum: int, _frame: object) -> None:
+    """Stopped (its run ends, SIGTERM): leave through the phase's clean-up, not around it."""
+    raise SystemExit(128 + signum)
+
+
 def run(args: argparse.Namespace) -> int:
     host, port = args.master
+    signal.signal(signal.SIGTERM, _leave)
     if args.processes is not None and args.processes < 1:
         print(f"harness worker: --processes {args.processes}: must be >= 1")
         return 3
@@ -83,19 +91,22 @@ def run(args: argparse.Namespace) -> int:
         print(f"harness worker: joining the master at {host}:{port}", flush=True)
         # a folder of its own: Locust writes the profile it takes from the master there
         # (several workers on one machine must not share it), the history waits there
-        own = tempfile.mkdtemp(prefix="harness-worker-")
-        # the load process touches this file once it joined a phase (never log text)
-        joined = os.path.join(own, "joined")
-        try:
-            subprocess.run(
-                locust_worker_argv(host, port, args.processes),
-                timeout=MAX_PHASE_S,
-                check=False,
-                env={**os.environ, JOINED_ENV: joined, "TMPDIR": own},
-            )
-        except subprocess.TimeoutExpired:
-            print(f"harness worker: a phase ran over {MAX_PHASE_S} s; stopped it")
-        reached = os.path.exists(joined)
+        # until it went home; removed with the phase
+        with tempfile.TemporaryDirectory(
+            prefix="harness-worker-", ignore_cleanup_errors=True
+        ) as own:
+            # the load process touches this file once it joined a phase (never log text)
+            joined = os.path.join(own, "joined")
+            try:
+                subprocess.run(
+                    locust_worker_argv(host, port, args.processes),
+                    timeout=MAX_PHASE_S,
+                    check=False,
+                    env={**os.environ, JOINED_ENV: joined, "TMPDIR": own},
+                )
+            except subprocess.TimeoutExpired:
+                print(f"harness worker: a phase ran over {MAX_PHASE_S} s; stopped it")
+            reached = os.path.exists(joined)
         if reached:
             served += 1
             idle_since = time.monotonic()

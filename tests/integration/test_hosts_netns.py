@@ -41,6 +41,7 @@ import pytest
 import yaml
 
 from harness.runner import netns
+from tests.integration.offered import assert_short_honestly, fell_short
 
 pytestmark = [pytest.mark.timeout(1500), pytest.mark.slow]
 
@@ -93,6 +94,21 @@ def run(
     return code, run_dir, text
 
 
+def run_offered(
+    tmp: Path, name: str, *extra: str, env: dict[str, str] | None = None, attempts: int = 3
+) -> tuple[int, Path | None, str, str | None]:
+    """`run` of a scenario expected to pass, once more (up to ``attempts``) while the run
+    proves nothing because a busy machine starved its generator (`offered.fell_short`);
+    returns the last run and why it fell short (None when it offered its load)."""
+    for attempt in range(1, attempts + 1):
+        code, run_dir, log = run(tmp, f"{name}-{attempt}", *extra, env=env)
+        short = fell_short(run_dir)
+        if short is None:
+            return code, run_dir, log, None
+        print(f"{name} attempt {attempt}: the generator fell short: {short}")
+    return code, run_dir, log, short
+
+
 def verdict(run_dir: Path) -> dict[str, Any]:
     return json.loads((run_dir / "report" / "verdict.json").read_text())
 
@@ -103,13 +119,20 @@ def client_rows(run_dir: Path) -> list[dict[str, Any]]:
     return read_history(run_dir, "client").to_pylist()
 
 
-def passed_per_host(run_dir: Path | None, code: int, log: str, *judged: str) -> dict[str, Any]:
+def passed_per_host(
+    run_dir: Path | None, code: int, log: str, *judged: str, short: str | None = None
+) -> dict[str, Any]:
     """The run passed, every attempt from a worker host's own address (each host one
     client, none loopback), the ``judged`` checks passed, the first exercised, and the
-    histories came home whole; returns the run's ``workers`` record."""
+    histories came home whole; returns the run's ``workers`` record. A run whose generator
+    fell ``short`` on every attempt must say so and claim nothing (no check failed), the
+    rest as above."""
     assert run_dir is not None, log[-3000:]
     v = verdict(run_dir)
-    assert (code, v["verdict"]) == (0, "pass"), (v["reasons"], log[-3000:])
+    if short is not None:
+        assert_short_honestly(run_dir, code, short)
+    else:
+        assert (code, v["verdict"]) == (0, "pass"), (v["reasons"], log[-3000:])
     run_json = json.loads((run_dir / "run.json").read_text())
     hosts = run_json["workers"]["hosts"]
     assert len(hosts) == 3 and all(h.startswith("198.18.") for h in hosts)
@@ -119,8 +142,10 @@ def passed_per_host(run_dir: Path | None, code: int, log: str, *judged: str) -> 
     assert not [r for r in rows if (r["client_ip"] or "").startswith("127.")]
     checks = {c["name"]: c for c in v["checks"]}
     for name in judged:
-        assert checks[name]["verdict"] == "pass", checks[name]
-    assert checks[judged[0]].get("exercised"), checks[judged[0]]
+        assert checks[name]["verdict"] in (("pass", "unknown") if short else ("pass",)), checks[
+            name
+        ]
+    assert short or checks[judged[0]].get("exercised"), checks[judged[0]]
     # three workers' files, under the master's pid
     (phase,) = run_json["worker_phases"].values()
     assert sorted(w["index"] for w in phase) == [0, 1, 2]
@@ -129,8 +154,13 @@ def passed_per_host(run_dir: Path | None, code: int, log: str, *judged: str) -> 
 
 
 def test_hosts_ip_rate_passes_per_host_and_its_ignored_override_fails(tmp_path: Path) -> None:
-    code, run_dir, log = run(tmp_path, "pass", "hosts-ip-rate", "--workers", "3", "--worker-netns")
-    passed_per_host(run_dir, code, log, "ip_rate_span", "ip_throttle_within_window", "model_replay")
+    code, run_dir, log, short = run_offered(
+        tmp_path, "pass", "hosts-ip-rate", "--workers", "3", "--worker-netns"
+    )
+    passed_per_host(
+        run_dir, code, log, "ip_rate_span", "ip_throttle_within_window", "model_replay",
+        short=short,
+    )  # fmt: skip
 
     code, run_dir, log = run(
         tmp_path,
@@ -197,12 +227,15 @@ def test_a_worker_killed_mid_phase_makes_the_run_unknown_naming_it(tmp_path: Pat
 
 def test_a_worker_200_ms_off_has_its_rows_moved_and_the_verdict_holds(tmp_path: Path) -> None:
     skew = {"HARNESS_TEST_CLOCK_SKEW_NS": f"0,{SKEW_NS},0"}
-    code, run_dir, log = run(
+    code, run_dir, log, short = run_offered(
         tmp_path, "skew", "hosts-ip-rate", "--workers", "3", "--worker-netns", env=skew
     )
     assert run_dir is not None, log[-3000:]
     v = verdict(run_dir)
-    assert (code, v["verdict"]) == (0, "pass"), (v["reasons"], log[-3000:])
+    if short is not None:  # the rows are still moved; the verdict claims nothing
+        assert_short_honestly(run_dir, code, short)
+    else:
+        assert (code, v["verdict"]) == (0, "pass"), (v["reasons"], log[-3000:])
     moved = v.get("clock_alignment") or []
     assert moved, "no worker's rows were moved"
     for m in moved:  # only worker 1's files, back by the offset it measured, within its bound
@@ -245,12 +278,12 @@ def test_hosts_ip_rate_passes_per_host_on_the_broker_target(tmp_path: Path) -> N
     worker host's address, its ip quotas are set on them (worker host 2's override
     lower), and the per-IP checks judge those addresses. (The acceptor's seeded fault,
     the override ignored, has no counterpart in Kafka, so no fault run here.)"""
-    code, run_dir, log = run(
+    code, run_dir, log, short = run_offered(
         tmp_path, "broker", "hosts-ip-rate", "--target", "broker", "--workers", "3",
         "--worker-netns",
     )  # fmt: skip
     workers = passed_per_host(
-        run_dir, code, log, "client_ip_rate_span", "kafka_metric_ip_throttle_seen"
+        run_dir, code, log, "client_ip_rate_span", "kafka_metric_ip_throttle_seen", short=short
     )
     assert run_dir is not None
     from base.history.writer import read_history

@@ -25,6 +25,7 @@ import yaml
 from base import procfs
 from base.history import read_history
 from base.history.events import conformance
+from tests.integration.offered import fell_short
 
 TINY = """
 name: tiny-e2e
@@ -144,20 +145,6 @@ def _fail_msg(log: str) -> str:
     return f"harness run output (tail):\n{log[-4000:]}"
 
 
-def _generator_fell_short(run_dir: Path) -> str | None:
-    """The reason, when the run's load generator did not offer its intended arrivals (on
-    a machine too busy for it): such a run is `unknown` by design and proves nothing about
-    the product, so it is not the experiment the test asked for."""
-    try:
-        verdict = json.loads((run_dir / "report" / "verdict.json").read_text())
-    except (OSError, ValueError):
-        return None
-    offered = next((c for c in verdict["checks"] if c["name"] == "offered_load"), None)
-    if verdict["verdict"] == "unknown" and offered is not None and offered["verdict"] == "unknown":
-        return str(offered["observed"])
-    return None
-
-
 @pytest.mark.timeout(1800)
 @pytest.mark.slow
 def test_tiny_scenario_end_to_end(tmp_path: Path) -> None:
@@ -167,7 +154,7 @@ def test_tiny_scenario_end_to_end(tmp_path: Path) -> None:
         res = harness_run(
             [str(scenario), "--out", str(out), "--gate"], tmp_path / "run.log", timeout=900
         )
-        short = _generator_fell_short(only_run_dir(out))
+        short = fell_short(only_run_dir(out))
         if short is None:
             break
         print(f"run {attempt}: the generator fell short, so the run proves nothing: {short}")

@@ -8,6 +8,7 @@ two shares make up the one schedule; the readiness markers are the master's, per
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
@@ -57,11 +58,15 @@ def test_two_workers_send_their_histories_home_whole(tmp_path: Path) -> None:
         workers=workers,
     )
     master = ManagedProcess("master", argv, log_path=tmp_path / "master.log")
+    tmps = [tmp_path / f"tmp{j}" for j in range(2)]  # each worker's TMPDIR
+    for t in tmps:
+        t.mkdir()
     procs = [
         ManagedProcess(
             f"worker{j}",
             [*worker_argv(workers.address), "--phases", "1"],
             log_path=tmp_path / f"worker{j}.log",
+            env={**os.environ, "TMPDIR": str(tmps[j])},
         )
         for j in range(2)
     ]
@@ -83,6 +88,7 @@ def test_two_workers_send_their_histories_home_whole(tmp_path: Path) -> None:
         for p in procs:
             p.stop(timeout=5)
 
+    assert [list(t.iterdir()) for t in tmps] == [[], []]  # each phase's folder removed
     roster = read_roster(ready)
     assert problems(roster, 2) == [], roster
     files = sorted((tmp_path / "history" / "client").glob("*.parquet"))
@@ -100,3 +106,26 @@ def test_two_workers_send_their_histories_home_whole(tmp_path: Path) -> None:
     assert len(invoked) + len(late) == max_arrivals(phase), (len(invoked), len(late))
     assert {c.split("-")[0].rpartition("w")[2] for c in invoked} == {"0", "1"}
     assert json.loads((ready / "w0.done").read_text())["worker"] == 0
+
+
+def test_a_worker_stopped_by_its_run_removes_its_phase_folder(tmp_path: Path) -> None:
+    """SIGTERM (the runner stopping a worker after its phases) while it waits for a master
+    that never answers: its phase folder goes with it."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    worker = ManagedProcess(
+        "worker",
+        worker_argv(f"127.0.0.1:{free_port()}"),
+        log_path=tmp_path / "worker.log",
+        env={**os.environ, "TMPDIR": str(tmp)},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not list(tmp.iterdir()):
+            time.sleep(0.1)
+        assert list(tmp.iterdir()), worker.tail(20)  # it made its phase folder
+        worker.signal_group(signal.SIGTERM)
+        assert worker.wait(30) is not None, worker.tail(20)
+    finally:
+        worker.stop(timeout=5)
+    assert list(tmp.iterdir()) == [], worker.tail(20)
