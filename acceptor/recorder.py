@@ -80,14 +80,6 @@ class Recorder:
             )
         )
 
-    def row(self, event: str, mono_ns: int, **fields: Any) -> None:
-        """A row of no connection (loop lag, blocked listener, processor stall): rare."""
-        if self.writer is not None:
-            try:
-                self.writer.record(event, mono_ns=mono_ns, **fields)
-            except RuntimeError:  # closed at shutdown
-                pass
-
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
