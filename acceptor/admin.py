@@ -28,6 +28,7 @@ from kafka.protocol.admin import (
 
 from acceptor.dynamic import IP_RATE_KEY
 from acceptor.ports import DEFERRED
+from base.history.rows import AcceptorAdmin
 from base.quota.client_quota_admin import (
     INVALID_REQUEST,
     UNKNOWN_SERVER_ERROR,
@@ -356,16 +357,16 @@ class AdminHandler:
     def _admin_row(
         self, conn: Connection, info: RequestInfo, reason: str, detail: dict[str, Any]
     ) -> None:
-        detail = {"api_key": info.api_key, "api_version": info.api_version, **detail}
-        self.rec.conn(
-            "admin",
-            conn.info,
-            time.monotonic_ns(),
-            reason=reason,
-            api_key=info.api_key,
-            client_id=info.client_id,
-            principal="ANONYMOUS",
-            detail=detail,
+        self.rec.write(
+            AcceptorAdmin(
+                time.monotonic_ns(),
+                conn.info,
+                reason=reason,
+                api_key=info.api_key,
+                client_id=info.client_id,
+                principal="ANONYMOUS",
+                detail={"api_key": info.api_key, "api_version": info.api_version, **detail},
+            )
         )
 
     # -- refusals ----------------------------------------------------------------------------

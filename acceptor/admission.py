@@ -47,6 +47,14 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from base.history import events
+from base.history.rows import (
+    AcceptorAccept,
+    AcceptorAdmit,
+    AcceptorDelay,
+    AcceptorReject,
+    AcceptorThrottleClose,
+    Row,
+)
 from base.quota.connections import Outcome
 
 if TYPE_CHECKING:
@@ -136,14 +144,9 @@ _THROTTLED_IP, _REJECTED_IP_COUNT = Outcome.THROTTLED_IP, Outcome.REJECTED_IP_CO
 
 # -- actions: what the adapter does, in order ---------------------------------------------
 class ConnRow(NamedTuple):
-    """A history row of one connection (`Recorder.conn`); `detail` as events declare it."""
+    """A history row of one connection, built by its event's row class (`Recorder.write`)."""
 
-    event: str
-    info: ConnInfo
-    mono_ns: int
-    reason: str | None = None
-    delay_ms: float | None = None
-    detail: str | None = None
+    row: Row
 
 
 class CloseRow(NamedTuple):
@@ -264,7 +267,7 @@ def accept_row(a: Admission, item: NewConnection, _: Any) -> Action:
         detail = a.accept_detail_proxied[item.proxied] % item.tcp_accept_ns
     else:
         detail = a.accept_detail
-    return _new(ConnRow, ("accept", info, a.t0_ns, None, None, detail))
+    return _new(ConnRow, (AcceptorAccept(a.t0_ns, info, detail),))
 
 
 def count_accepted(a: Admission, item: NewConnection, _: Any) -> Action:
@@ -273,7 +276,9 @@ def count_accepted(a: Admission, item: NewConnection, _: Any) -> Action:
 
 def delay_row(a: Admission, item: NewConnection, step: RateStep) -> Action:
     detail = _DELAY_DETAIL % (step.broker_delay_ms, step.listener_delay_ms)
-    return ConnRow("delay", item.info, a.t0_ns, step.reason, float(step.delay_ms), detail=detail)
+    return ConnRow(
+        AcceptorDelay(a.t0_ns, item.info, step.reason, float(step.delay_ms), detail=detail)
+    )
 
 
 def count_delayed(a: Admission, item: NewConnection, _: Any) -> Action:
@@ -331,7 +336,7 @@ def close_rejected(a: Admission, item: NewConnection, _: Any) -> Action:
 
 def reject_row(a: Admission, item: NewConnection, adm: IpStep) -> Action:
     detail = _REJECT_DETAIL % (adm.ip_count, adm.ip_limit)
-    return ConnRow("reject", item.info, a.t1_ns, "ip_count", detail=detail)
+    return ConnRow(AcceptorReject(a.t1_ns, item.info, "ip_count", detail=detail))
 
 
 def count_rejected(a: Admission, item: NewConnection, _: Any) -> Action:
@@ -339,7 +344,7 @@ def count_rejected(a: Admission, item: NewConnection, _: Any) -> Action:
 
 
 def admit_row(a: Admission, item: NewConnection, _: Any) -> Action:
-    return _new(ConnRow, ("admit", item.info, a.t1_ns, None, (a.t1_ns - a.t0_ns) / 1e6, None))
+    return _new(ConnRow, (AcceptorAdmit(a.t1_ns, item.info, (a.t1_ns - a.t0_ns) / 1e6),))
 
 
 def hand_off(a: Admission, item: NewConnection, _: Any) -> Action:
@@ -372,12 +377,9 @@ def throttle_close_row(a: Admission, item: NewConnection, due: tuple[int, str]) 
     end_ms, closed_by = due
     detail = _THROTTLE_CLOSE_DETAIL[closed_by] % (end_ms, item.throttled_ns)  # key order
     return ConnRow(
-        "throttle_close",
-        item.info,
-        a.clock(),
-        "ip_rate",
-        float(item.throttle_ms),
-        detail=detail,
+        AcceptorThrottleClose(
+            a.clock(), item.info, "ip_rate", float(item.throttle_ms), detail=detail
+        )
     )
 
 

@@ -31,12 +31,12 @@ once and charged late, at the claim's instant, as in one process.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from acceptor.broker_charge import network_estimate
 from base.history import events
+from base.history.rows import AcceptorRequestDetail, AcceptorRequestThrottleDetail, ChargeSource
 
 if TYPE_CHECKING:
     from acceptor.broker_charge import LoggedRequest
@@ -59,9 +59,9 @@ __all__ = [
 ]
 
 #: `Charge.source` of a charge left for the broker's log line (its response is sent first)
-LATE = "late"
+LATE: Final = "late"
 #: `Charge.source` of a SASL login's request (never charged)
-LOGIN = "login"
+LOGIN: Final = "login"
 _LOGIN_DETAIL = events.detail("acceptor", "request", charged_ms=0.0, charge_source=LOGIN)
 
 
@@ -101,7 +101,7 @@ class Charge(NamedTuple):
     handler_ns: int
     network_ns: int
     at_ns: int
-    source: str | None
+    source: ChargeSource | None
     held_ns: int = 0
     late_ns: int = 0
 
@@ -214,7 +214,7 @@ def _sampled(sample: int) -> str:
     return events.detail("acceptor", "request", sample=sample)
 
 
-def request_detail(charge: Charge, sample: int) -> Mapping[str, Any] | str | None:
+def request_detail(charge: Charge, sample: int) -> AcceptorRequestDetail | str | None:
     """The `detail` of a charge's `request` row (`sample`: 1 in how many rows is written)."""
     source = charge.source
     if source == LOGIN:
@@ -222,7 +222,7 @@ def request_detail(charge: Charge, sample: int) -> Mapping[str, Any] | str | Non
     done = charge.done
     if source is None and charge.handler_ns == done.latency_ns:
         return None if sample == 1 else _sampled(sample)
-    detail: dict[str, Any] = {"charged_ms": charge.handler_ns / 1e6}
+    detail: AcceptorRequestDetail = {"charged_ms": charge.handler_ns / 1e6}
     if source is not None:  # a request log is read: which charge this is
         detail["charge_source"] = source
         if charge.network_ns:
@@ -233,13 +233,13 @@ def request_detail(charge: Charge, sample: int) -> Mapping[str, Any] | str | Non
             detail["late_ms"] = charge.late_ns / 1e6
     if sample > 1:
         detail["sample"] = sample
-    return events.checked("acceptor", "request", detail)
+    return detail
 
 
-def throttle_detail(charge: Charge, outcome: RequestCharge) -> Mapping[str, Any]:
+def throttle_detail(charge: Charge, outcome: RequestCharge) -> AcceptorRequestThrottleDetail:
     """The `detail` of the `request_throttle` row of a charge the meters throttled."""
     user, client = outcome.bucket
-    detail: dict[str, Any] = {
+    detail: AcceptorRequestThrottleDetail = {
         "bucket": {"user": user, "client-id": client},
         "quota": outcome.quota,
         "rate": outcome.rate,
@@ -250,4 +250,4 @@ def throttle_detail(charge: Charge, outcome: RequestCharge) -> Mapping[str, Any]
         detail["charge_source"] = charge.source
     if charge.network_ns:
         detail["network_ms"] = charge.network_ns / 1e6
-    return events.checked("acceptor", "request_throttle", detail)
+    return detail

@@ -25,6 +25,7 @@ from acceptor.config import AcceptorConfig
 from acceptor.connection import Connection
 from acceptor.forwarding import AsyncioWire
 from acceptor.tls import ListenerTls, listener_tls
+from base.history.rows import AcceptorEvict, AcceptorRequest, AcceptorRequestThrottle
 from base.quota.requests import RequestQuotas
 
 if TYPE_CHECKING:
@@ -210,8 +211,10 @@ class Connections:
         self._quotas.release(info.listener, info.client_ip)
         self._slot_freed()
         if evicted:
-            self.rec.conn(
-                "evict", info, now_ns, reason="max_connections", processor=conn.processor.index
+            self.rec.write(
+                AcceptorEvict(
+                    now_ns, info, processor=conn.processor.index, reason="max_connections"
+                )
             )
             self._counts.count(info.listener, info.client_ip, "evicted")
         self.rec.closed(
@@ -261,30 +264,32 @@ class Connections:
 
     def request_row(self, conn: Channel, charge: Charge) -> None:
         done = charge.done
-        self.rec.conn(
-            "request",
-            conn.info,
-            charge.at_ns,
-            api_key=done.api_key,
-            client_id=done.client_id,
-            principal=charge.principal,
-            latency_ms=done.latency_ns / 1e6,
-            bytes=done.request_bytes + done.response_bytes,
-            processor=conn.processor.index,
-            detail=request_detail(charge, self.cfg.request_sample),
+        self.rec.write(
+            AcceptorRequest(
+                charge.at_ns,
+                conn.info,
+                processor=conn.processor.index,
+                api_key=done.api_key,
+                client_id=done.client_id,
+                principal=charge.principal,
+                latency_ms=done.latency_ns / 1e6,
+                bytes=done.request_bytes + done.response_bytes,
+                detail=request_detail(charge, self.cfg.request_sample),
+            )
         )
 
     def throttle_row(self, conn: Channel, charge: Charge, outcome: RequestCharge) -> None:
         self._counts.throttled(outcome.bucket, outcome.throttle_ms)
         done = charge.done
-        self.rec.conn(
-            "request_throttle",
-            conn.info,
-            charge.at_ns,
-            delay_ms=float(outcome.throttle_ms),
-            api_key=done.api_key,
-            client_id=done.client_id,
-            principal=charge.principal,
-            processor=conn.processor.index,
-            detail=throttle_detail(charge, outcome),
+        self.rec.write(
+            AcceptorRequestThrottle(
+                charge.at_ns,
+                conn.info,
+                processor=conn.processor.index,
+                delay_ms=float(outcome.throttle_ms),
+                api_key=done.api_key,
+                client_id=done.client_id,
+                principal=charge.principal,
+                detail=throttle_detail(charge, outcome),
+            )
         )

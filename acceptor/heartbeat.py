@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable
 
 from acceptor.recorder import Recorder
+from base.history.rows import AcceptorLoopLag, AcceptorLoopLagDetail
 
 PERIOD_MS = 10
 THRESHOLD_MS = 5
@@ -54,7 +55,7 @@ class Heartbeat:
         self.clock = clock
         self.period_ns = period_ms * 1_000_000
         self.threshold_ns = threshold_ms * 1_000_000
-        self._detail_start = {
+        self._detail_start: AcceptorLoopLagDetail = {
             "period_ms": period_ms,
             "threshold_ms": threshold_ms,
             "armed": "while an admission waits or a throttled socket is parked",
@@ -70,8 +71,9 @@ class Heartbeat:
     def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         """Run on ``loop`` (default: the running one)."""
         self._loop = loop or asyncio.get_running_loop()
-        self.rec.row("loop_lag", self.clock(), reason="start", delay_ms=0.0,
-                     detail=self._detail_start)  # fmt: skip
+        self.rec.write(
+            AcceptorLoopLag(self.clock(), reason="start", delay_ms=0.0, detail=self._detail_start)
+        )
 
     def arm(self, since_ns: int | None = None) -> None:
         """An admission starts waiting: tick from now on (nested arms count).
@@ -121,12 +123,13 @@ class Heartbeat:
         if late > self.threshold_ns:
             self.stalls += 1
             self.max_late_ns = max(self.max_late_ns, late)
-            self.rec.row(
-                "loop_lag",
-                now,
-                reason="stall",
-                delay_ms=late / 1e6,
-                detail={"due_mono_ns": due_ns, "period_ms": self.period_ns / 1e6},
+            self.rec.write(
+                AcceptorLoopLag(
+                    now,
+                    reason="stall",
+                    delay_ms=late / 1e6,
+                    detail={"due_mono_ns": due_ns, "period_ms": self.period_ns / 1e6},
+                )
             )
 
     def _tick(self) -> None:

@@ -50,7 +50,7 @@ from acceptor.ports import NewConnection
 from acceptor.recorder import ConnInfo, Recorder
 from acceptor.tls import ListenerTls, listener_tls
 from base import procfs
-from base.history import events
+from base.history.rows import AcceptorBlocked, AcceptorListenerClose, AcceptorListenerCloseDetail
 from base.wire.proxy import ProxyError, ProxyHeaderReader
 
 if TYPE_CHECKING:
@@ -239,12 +239,9 @@ class ListenerAcceptor:
             # what the close resets: connections the kernel completed that were never
             # accepted (behind a blocked acceptor, a full backlog), for `accounting`
             queued = procfs.accept_queue(self._lsock)
-            fields = {} if queued is None else {"queued": queued}
-            self.rec.row(
-                "listener_close",
-                time.monotonic_ns(),
-                listener=self.name,
-                detail=events.detail("acceptor", "listener_close", **fields),
+            detail: AcceptorListenerCloseDetail = {} if queued is None else {"queued": queued}
+            self.rec.write(
+                AcceptorListenerClose(time.monotonic_ns(), listener=self.name, detail=detail)
             )
             self._lsock.close()
             self._lsock = None
@@ -269,14 +266,7 @@ class ListenerAcceptor:
             elif cls is ConnRow:
                 if TYPE_CHECKING:
                     assert isinstance(action, ConnRow)
-                self.rec.conn(
-                    action.event,
-                    action.info,
-                    action.mono_ns,
-                    reason=action.reason,
-                    delay_ms=action.delay_ms,
-                    detail=action.detail,
-                )
+                self.rec.write(action.row)
             elif cls is Count:
                 if TYPE_CHECKING:
                     assert isinstance(action, Count)
@@ -290,13 +280,14 @@ class ListenerAcceptor:
 
     def _blocked(self, a: Blocked) -> None:
         self.blocked_ns += a.end_ns - a.start_ns
-        self.rec.row(
-            "blocked",
-            a.end_ns,
-            listener=self.name,
-            reason=a.reason,
-            delay_ms=(a.end_ns - a.start_ns) / 1e6,
-            detail=events.detail("acceptor", "blocked", start_mono_ns=a.start_ns),
+        self.rec.write(
+            AcceptorBlocked(
+                a.end_ns,
+                listener=self.name,
+                reason=a.reason,
+                delay_ms=(a.end_ns - a.start_ns) / 1e6,
+                detail={"start_mono_ns": a.start_ns},
+            )
         )
 
     def _close(self, a: Close) -> None:

@@ -15,6 +15,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from base.history import events
+from base.history.rows import AcceptorRegister
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -146,13 +147,14 @@ class Processor:
         conn = host.open_channel(self, item)
         self.channels[item.info.conn_id] = conn
         now = time.monotonic_ns()
-        host.rec.conn(
-            "register",
-            item.info,
-            now,
-            processor=self.index,
-            delay_ms=(now - item.admitted_ns) / 1e6,
-            detail=_REGISTER_DETAIL % (processed + 1, self.iteration, self.queue.qsize() + 1),
+        host.rec.write(
+            AcceptorRegister(
+                now,
+                item.info,
+                processor=self.index,
+                delay_ms=(now - item.admitted_ns) / 1e6,
+                detail=_REGISTER_DETAIL % (processed + 1, self.iteration, self.queue.qsize() + 1),
+            )
         )
         run = conn.start()
         if run is not None:

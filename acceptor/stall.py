@@ -23,8 +23,9 @@ import asyncio
 import re
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from base.history.rows import AcceptorProcessorStall, AcceptorProcessorStallDetail
 from base.quota.config import ConfigError
 
 if TYPE_CHECKING:
@@ -78,14 +79,21 @@ def schedule_stalls(
     loop = asyncio.get_running_loop()
     handles = []
 
-    def row(st: Stall, reason: str, **fields: Any) -> None:
-        rec.row(
-            "processor_stall",
-            time.monotonic_ns(),
-            listener=st.listener,
-            processor=st.index,
-            reason=reason,
-            **fields,
+    def row(
+        st: Stall,
+        reason: str,
+        delay_ms: float | None = None,
+        detail: AcceptorProcessorStallDetail | None = None,
+    ) -> None:
+        rec.write(
+            AcceptorProcessorStall(
+                time.monotonic_ns(),
+                listener=st.listener,
+                processor=st.index,
+                reason=reason,
+                delay_ms=delay_ms,
+                detail=detail,
+            )
         )
 
     for st in stalls:

@@ -147,7 +147,7 @@ class _Parts:
     def put(self, row: Row) -> None:
         """One event's typed row (`base.history.rows`)."""
         self.seq += 1
-        ns, detail = row.mono_ns, row.detail
+        ns, detail = row[1], row[-1]  # FIELDS: mono_ns, detail
         assert ns is not None
         if detail is not None and not isinstance(detail, str):
             detail = json.dumps(detail, sort_keys=True)

@@ -42,6 +42,7 @@ def child(path: str, rate: int, seconds: float) -> dict[str, Any]:
     """One round in this process: tick lateness (ms) and process CPU per recorded row."""
     from acceptor.recorder import ConnInfo, Recorder
     from base.history import HistoryWriter
+    from base.history.rows import AcceptorAccept, AcceptorAdmit, AcceptorClose, AcceptorRegister
 
     tmp = tempfile.mkdtemp(prefix="bench-history-lag-")
     writer = None if path == "none" else HistoryWriter(tmp, "acceptor", "lag", name="lag")
@@ -65,24 +66,26 @@ def child(path: str, rate: int, seconds: float) -> dict[str, Any]:
             due = max(due, now - 0.001)  # a stall is counted once, not as a backlog of ticks
             for _ in range(per_tick):
                 mono = time.monotonic_ns()
-                rec.conn("accept", info, mono, detail='{"protected": false}')
-                rec.conn("admit", info, mono, delay_ms=0.01)
-                rec.conn(
-                    "register",
-                    info,
-                    mono,
-                    processor=0,
-                    delay_ms=0.02,
-                    detail=f'{{"in_iteration": 1, "iteration": {i}, "queue_depth": 1}}',
+                rec.write(AcceptorAccept(mono, info, '{"protected": false}'))
+                rec.write(AcceptorAdmit(mono, info, delay_ms=0.01))
+                rec.write(
+                    AcceptorRegister(
+                        mono,
+                        info,
+                        processor=0,
+                        delay_ms=0.02,
+                        detail=f'{{"in_iteration": 1, "iteration": {i}, "queue_depth": 1}}',
+                    )
                 )
-                rec.conn(
-                    "close",
-                    info,
-                    mono,
-                    reason="client_eof",
-                    processor=0,
-                    bytes=0,
-                    detail={"bytes_in": 0, "bytes_out": 0, "duration_ms": 0.5, "requests": i},
+                rec.write(
+                    AcceptorClose(
+                        mono,
+                        info,
+                        processor=0,
+                        reason="client_eof",
+                        bytes=0,
+                        detail={"bytes_in": 0, "bytes_out": 0, "duration_ms": 0.5, "requests": i},
+                    )
                 )
                 rows += 4
                 i += 1

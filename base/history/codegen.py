@@ -48,20 +48,22 @@ HEAD = '''"""The typed row of every history event. GENERATED from `base/history/
 
 One frozen row class per event (``<Source><Event>``): its constructor takes only the
 event's columns and a `detail` of the event's TypedDict (``<Source><Event>Detail``, only
-its declared keys), so mypy refuses a column or key the event does not have. A row IS the
-writer's buffered tuple (`base.history.writer.ROW` order): building one is one tuple,
-and the writers take it as it is. ``ts_ns`` None: the writer derives it from ``mono_ns``.
-Readers parse a stored `detail` with the row class's ``parse`` into its TypedDict.
+its declared keys), so mypy refuses a column or key the event does not have. At run time
+a row IS the writer's buffered tuple (`base.history.writer.ROW` order), a plain one: the
+class is its type and its constructor, never its instances' class. CPython untracks a
+plain tuple of atoms at its first collection and frees it on the fast path, never a
+tuple subclass's instance: the hot writers build hundreds of thousands of rows (measured
+in bench/results/NOTES.md, "Typed history rows"). ``ts_ns`` None: the writer derives it
+from ``mono_ns``. Readers parse a stored `detail` with the row class's ``parse`` into its
+TypedDict.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple, Protocol, TypedDict, cast
+from typing import Any, Literal, Protocol, TypedDict, cast
 
 from base.history.events import loads_detail
-
-_new = tuple.__new__
 
 
 class Ident(Protocol):
@@ -92,9 +94,6 @@ class ConnInfo:
     sock_ip: str
     sock_port: int
 
-
-class Row(NamedTuple):
-    """One history row as the writers buffer it (`base.history.writer.ROW`)."""
 
 '''
 
@@ -160,7 +159,9 @@ def _row_class(ev: Event) -> str:
         f"    EVENT = {ev.name!r}\n\n"
         "    def __new__(\n" + "\n".join(params) + "\n"
         f"    ) -> {name}:\n"
-        f"        return _new(cls, ({body}))\n\n"
+        f"        return (  # type: ignore[return-value]  # a plain tuple (module doc)\n"
+        f"            {body}\n"
+        "        )\n\n"
         f"    @staticmethod\n"
         f"    def parse(text: str | None) -> {detail}:\n"
         f'        """A stored `detail` (JSON) as this event\'s mapping ({{}} when empty)."""\n'
@@ -173,10 +174,16 @@ def _row_class(ev: Event) -> str:
 
 
 def render() -> str:
-    out = [HEAD]
-    for slot, kind in SLOTS:
-        out.append(f"    {slot}: {kind} | None\n")
-    out.append("\n\n")
+    out = [HEAD, "class Row(tuple[\n"]
+    out += [f"    {kind} | None,  # {slot}\n" for slot, kind in SLOTS]
+    out.append(
+        "]):\n"
+        '    """One history row as the writers buffer it: a plain tuple in `FIELDS` order\n'
+        '    (the writer\'s `ROW`), read by position, never by name."""\n\n'
+        "    __slots__ = ()\n\n\n"
+        "#: a row's fields, in order\n"
+        f"FIELDS = ({', '.join(repr(slot) for slot, _ in SLOTS)})\n\n"
+    )
     for key, values in VOCABULARIES.items():
         out.append(f"{_vocab_name(key)} = Literal[{', '.join(repr(v) for v in values)}]\n")
     for ev in ALL:

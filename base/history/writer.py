@@ -37,20 +37,20 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from base.history.events import BY_SOURCE, OPEN
-from base.history.rows import Row
+from base.history.rows import FIELDS, Row
 from base.history.schema import COLUMNS, EVENTS, SCHEMA
 
 #: a buffered row's slots, in order: ``ts`` is in ns (``time.time_ns()``) until the flush
 #: divides it; ``run_id``, ``source`` and ``seq`` are not buffered (constant or derived)
 ROW: tuple[str, ...] = ("ts_ns", "mono_ns", "event", *COLUMNS[6:])
-assert ROW == Row._fields, "base.history.rows is stale: python -m base.history.codegen"
+assert ROW == FIELDS, "base.history.rows is stale: python -m base.history.codegen"
 #: the keyword fields of `record()` (everything after ``event`` except ``detail``)
 _FIELDS = COLUMNS[6:-1]
 _FIELDS_SET = frozenset(_FIELDS)
@@ -177,7 +177,7 @@ class HistoryWriter:
         ts = time.time_ns() if ts_us is None else ts_us * 1000
         mono = time.monotonic_ns() if mono_ns is None else mono_ns
         get = fields.get
-        row = Row._make((ts, mono, event, *[get(name) for name in _FIELDS], detail))
+        row = cast(Row, (ts, mono, event, *[get(name) for name in _FIELDS], detail))
         with self._lock:
             if self._closed:
                 raise RuntimeError(f"history writer {self.name} is closed")

@@ -16,6 +16,7 @@ import pytest
 from acceptor.config import parse_acceptor_config
 from acceptor.heartbeat import Heartbeat
 from acceptor.stall import STALL_KEY, Stall, parse_stalls
+from base.history.rows import FIELDS, Row
 from base.quota.config import ConfigError
 
 
@@ -25,8 +26,8 @@ class Rows:
     def __init__(self) -> None:
         self.rows: list[dict[str, Any]] = []
 
-    def row(self, event: str, mono_ns: int, **fields: Any) -> None:
-        self.rows.append({"event": event, "mono_ns": mono_ns, **fields})
+    def write(self, row: Row) -> None:
+        self.rows.append({k: v for k, v in zip(FIELDS, row, strict=True) if v is not None})
 
 
 def _run(body: Any, armed: bool = True) -> list[dict[str, Any]]:

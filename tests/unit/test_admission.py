@@ -42,6 +42,7 @@ from acceptor.admission import (
 from acceptor.ports import NewConnection
 from acceptor.recorder import ConnInfo
 from base.history import events
+from base.history.rows import FIELDS
 from base.quota import ConnectionQuotas, parse_config
 from base.quota.faults import KAFKA, REJECT_LATE_S, Faults, NoFaults
 from base.wire.proxy import ProxyHeader
@@ -92,13 +93,20 @@ def kinds(actions: list[Action]) -> list[str]:
     return [a.__class__.__name__ for a in actions]
 
 
+def cols(action: Action) -> dict[str, Any]:
+    """A `ConnRow`'s typed row by column name (a row is a plain tuple in FIELDS order)."""
+    assert isinstance(action, ConnRow), action
+    return dict(zip(FIELDS, action.row, strict=True))
+
+
 def rows(actions: list[Action]) -> list[str]:
-    return [a.event for a in actions if isinstance(a, ConnRow)]
+    return [cols(a)["event"] for a in actions if isinstance(a, ConnRow)]
 
 
 def detail(action: Action) -> dict[str, Any]:
-    assert isinstance(action, ConnRow) and action.detail is not None
-    value: dict[str, Any] = json.loads(action.detail)
+    text = cols(action)["detail"]
+    assert text is not None
+    value: dict[str, Any] = json.loads(text)
     return value
 
 
@@ -131,11 +139,11 @@ def admitted_at_once() -> Admission:
     out = adm.admit(item)
     assert kinds(out) == ["ConnRow", "Count", "Held", "ConnRow", "HandOff"]
     accept, count, held, admit, hand = out
-    assert isinstance(accept, ConnRow) and accept.event == "accept"
+    assert cols(accept)["event"] == "accept"
     assert detail(accept) == {"protected": False}
     assert count == Count(IP, "accepted")
     assert held == Held(clock.ns, clock.ns)
-    assert isinstance(admit, ConnRow) and admit.event == "admit" and admit.delay_ms == 0
+    assert cols(admit)["event"] == "admit" and cols(admit)["delay_ms"] == 0
     assert hand == HandOff(item)
     assert item.admitted_ns == clock.ns and not item.protected
     return adm
@@ -148,24 +156,25 @@ def rate_delay_slept_out() -> Admission:
     t0 = clock.ns
     item, out = until(adm, clock, Sleep)
     assert rows(out) == ["accept", "delay"]
-    delay = out[2]
-    assert isinstance(delay, ConnRow) and delay.reason == "broker_rate"  # a tie: the broker's
-    assert delay.delay_ms is not None and delay.delay_ms > 0
-    assert set(detail(delay)) == {"broker_delay_ms", "listener_delay_ms"}
-    assert detail(delay)["listener_delay_ms"] == delay.delay_ms
+    delay = cols(out[2])
+    assert delay["reason"] == "broker_rate"  # a tie: the broker's
+    delay_ms = delay["delay_ms"]
+    assert delay_ms is not None and delay_ms > 0
+    assert set(detail(out[2])) == {"broker_delay_ms", "listener_delay_ms"}
+    assert detail(out[2])["listener_delay_ms"] == delay_ms
     assert out[3] == Count(IP, "delayed")
-    assert out[4:] == [Stall(True), Watch(t0), Sleep(delay.delay_ms / 1000)]
-    clock.advance(delay.delay_ms / 2)  # woken early (a timer's jitter): sleep the rest
+    assert out[4:] == [Stall(True), Watch(t0), Sleep(delay_ms / 1000)]
+    clock.advance(delay_ms / 2)  # woken early (a timer's jitter): sleep the rest
     again = adm.woken(item)
     assert len(again) == 1 and isinstance(again[0], Sleep)
-    clock.advance(delay.delay_ms)
+    clock.advance(delay_ms)
     done = adm.woken(item)
     assert kinds(done) == ["Unwatch", "Stall", "Blocked", "ConnRow", "HandOff"]
     assert done[1] == Stall(False)
     assert done[2] == Blocked(t0, clock.ns, "rate")  # from the wait's start: the accept
-    admit = done[3]
-    assert isinstance(admit, ConnRow) and admit.event == "admit"
-    assert admit.delay_ms == (clock.ns - t0) / 1e6
+    admit = cols(done[3])
+    assert admit["event"] == "admit"
+    assert admit["delay_ms"] == (clock.ns - t0) / 1e6
     return adm
 
 
@@ -228,10 +237,10 @@ def ip_throttled_parked_then_closed() -> Admission:
     out = adm.due()
     first_close = out[: kinds(out).index("Count") + 1]
     assert kinds(first_close) == ["Close", "ConnRow", "Count"]  # another still parked
-    row = first_close[1]
-    assert isinstance(row, ConnRow) and row.event == "throttle_close"
-    assert row.reason == "ip_rate" and row.delay_ms == float(item.throttle_ms)
-    assert detail(row) == {
+    row = cols(first_close[1])
+    assert row["event"] == "throttle_close"
+    assert row["reason"] == "ip_rate" and row["delay_ms"] == float(item.throttle_ms)
+    assert detail(first_close[1]) == {
         "throttle_start_mono_ns": item.throttled_ns,
         "end_ms": end_ms,
         "closed_by": "ip_rate",
@@ -374,10 +383,10 @@ def seeded_faults() -> Admission:
             assert n == 100
             continue
         if isinstance(out[-1], Sleep):  # doubled: twice the meter's delay
-            delay = out[2]
-            assert isinstance(delay, ConnRow) and delay.delay_ms is not None
-            assert out[-1] == Sleep(2 * delay.delay_ms / 1000)
-            clock.advance(2 * delay.delay_ms)
+            delay_ms = cols(out[2])["delay_ms"]
+            assert delay_ms is not None
+            assert out[-1] == Sleep(2 * delay_ms / 1000)
+            clock.advance(2 * delay_ms)
             first = adm.woken(item)  # a slot is free, but the first look waits for a release
             assert first == [AwaitSlot(SLOT_WAIT_POLL_S)]
             done = adm.woken(item)
@@ -455,8 +464,8 @@ def test_every_row_detail_is_declared() -> None:
     out += adm.due()
     adm, clock, _ = new(proxy="on", props={"max.connection.creation.rate": "1"})
     out += until(adm, clock, Sleep)[1]
-    written = {a.event for a in out if isinstance(a, ConnRow)}
+    written = set(rows(out))
     assert written == {"accept", "admit", "reject", "delay", "throttle_close"}
     for action in out:
-        if isinstance(action, ConnRow) and action.detail is not None:
-            events.checked("acceptor", action.event, json.loads(action.detail))
+        if isinstance(action, ConnRow) and cols(action)["detail"] is not None:
+            events.checked("acceptor", cols(action)["event"], detail(action))

@@ -1,4 +1,4 @@
-"""The acceptor's recorder: one flat row per call, the writer's schema, nothing lost or added."""
+"""The acceptor's recorder: one typed row per call, the writer's schema, nothing lost or added."""
 
 from __future__ import annotations
 
@@ -10,6 +10,14 @@ import pytest
 
 from acceptor.recorder import ConnInfo, Recorder
 from base.history import HistoryWriter, read_history
+from base.history.rows import (
+    AcceptorAccept,
+    AcceptorClose,
+    AcceptorLoopLag,
+    AcceptorRegister,
+    AcceptorRequest,
+    ClientConnectOk,
+)
 
 
 def _info() -> ConnInfo:
@@ -19,24 +27,25 @@ def _info() -> ConnInfo:
 def test_connection_rows_carry_identity_fields_and_detail(tmp_path: Path) -> None:
     rec = Recorder(HistoryWriter(tmp_path, "acceptor", "run", background=False))
     info = _info()
-    detail = {"registered": True, "upstream": "fin"}
-    rec.conn("accept", info, 100, detail='{"protected": false}')
-    rec.conn("register", info, 101, processor=2, delay_ms=0.25)
-    rec.conn(
-        "request",
-        info,
-        102,
-        api_key=3,
-        client_id="c",
-        principal="User:ANONYMOUS",
-        latency_ms=1.5,
-        bytes=60,
-        processor=2,
+    detail = {"registered": True, "requests": 3}
+    rec.write(AcceptorAccept(100, info, detail='{"protected": false}'))
+    rec.write(AcceptorRegister(101, info, processor=2, delay_ms=0.25))
+    rec.write(
+        AcceptorRequest(
+            102,
+            info,
+            api_key=3,
+            client_id="c",
+            principal="User:ANONYMOUS",
+            latency_ms=1.5,
+            bytes=60,
+            processor=2,
+        )
     )
-    rec.conn("close", info, 103, reason="client_eof", processor=2, bytes=60, detail=detail)
+    rec.closed(info, 103, "client_eof", processor=2, bytes=60, **detail)
     detail["registered"] = False  # the recorder keeps what was recorded
     info.client_port = 1  # and the identity as it was at the call
-    rec.row("loop_lag", 104, reason="stall", delay_ms=12.0, detail={"period_ms": 5.0})
+    rec.write(AcceptorLoopLag(104, reason="stall", delay_ms=12.0, detail={"period_ms": 5.0}))
     rec.close()
     rows = sorted(read_history(tmp_path).to_pylist(), key=lambda r: r["seq"])
     assert [r["event"] for r in rows] == ["accept", "register", "request", "close", "loop_lag"]
@@ -63,28 +72,32 @@ def test_connection_rows_carry_identity_fields_and_detail(tmp_path: Path) -> Non
         "User:ANONYMOUS",
     )
     assert (request["latency_ms"], request["bytes"], request["detail"]) == (1.5, 60, None)
-    assert json.loads(close["detail"]) == {"registered": True, "upstream": "fin"}
+    assert json.loads(close["detail"]) == {"registered": True, "requests": 3}
     assert close["reason"] == "client_eof" and close["bytes"] == 60
     assert lag["conn_id"] is None and json.loads(lag["detail"]) == {"period_ms": 5.0}
 
 
-def test_a_misspelt_field_fails_at_the_call(tmp_path: Path) -> None:
+def test_a_misspelt_field_or_another_sources_row_fails_at_the_call(tmp_path: Path) -> None:
     rec = Recorder(HistoryWriter(tmp_path, "acceptor", "run", background=False))
     with pytest.raises(TypeError, match="byte"):
-        rec.conn("close", _info(), 1, byte=3)  # type: ignore[call-arg]
+        AcceptorClose(1, _info(), byte=3)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="api_key"):
+        AcceptorAccept(1, _info(), api_key=3)  # type: ignore[call-arg]  # not an accept column
+    with pytest.raises(KeyError, match="no detail key"):
+        rec.closed(_info(), 1, "client_eof", byte=3)
     with pytest.raises(ValueError, match="not a acceptor event"):
-        rec.conn("connect_ok", _info(), 1)
+        rec.write(ClientConnectOk(1, "c1"))
     rec.close()
     assert read_history(tmp_path).num_rows == 0
 
 
 def test_without_history_and_after_close_rows_are_dropped(tmp_path: Path) -> None:
-    Recorder(None).conn("accept", _info(), 1)  # no writer: nothing, no error
+    Recorder(None).write(AcceptorAccept(1, _info()))  # no writer: nothing, no error
     rec = Recorder(HistoryWriter(tmp_path, "acceptor", "run", background=False))
-    rec.conn("accept", _info(), 1)
+    rec.write(AcceptorAccept(1, _info()))
     rec.close()
-    rec.conn("close", _info(), 2, reason="shutdown")  # late row at shutdown: dropped
-    rec.row("loop_lag", 3, reason="stall")
+    rec.closed(_info(), 2, "shutdown")  # late row at shutdown: dropped
+    rec.write(AcceptorLoopLag(3, reason="stall"))
     assert [r["event"] for r in read_history(tmp_path).to_pylist()] == ["accept"]
 
 
