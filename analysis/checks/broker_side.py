@@ -401,12 +401,23 @@ def _span_check(
     )
 
 
+def _never_set(run: Run, values: Any) -> bool:
+    """Every value ``values(limits)`` gives is Int.MaxValue in every version of the run's
+    limits: the rate is in force at no time, for no key (read from the config timeline,
+    before the attempts are built). `_span_check` then finds no span to judge and says
+    `not_configured`, which the span checks below say before any job instead."""
+    return all(float(v) >= INT_MAX for lim in run.timeline.limits for v in values(lim))
+
+
 def _nonprotected(run: Run, df: pd.DataFrame) -> pd.DataFrame:
     lim = run.timeline.limits[-1]
     return df.loc[[not lim.is_protected(x) for x in df["listener"]]]
 
 
 def check_broker_rate_span(run: Run) -> CheckResult:
+    name, what = "client_broker_rate_span", "max.connection.creation.rate"
+    if _never_set(run, lambda lim: (lim.broker_rate,)):
+        return not_configured(name, run, what)
     df = attempts(run).df
     np_df = _nonprotected(run, df)
     k = max(1, np_df["listener"].nunique())
@@ -414,31 +425,21 @@ def check_broker_rate_span(run: Run) -> CheckResult:
     def bound(limit: float, span: float, n: int, w: int, _key: str, overlap: bool) -> int:
         return rate_span_bound(limit, span, n, w, acceptors=k, overlap=overlap)
 
-    return _span_check(
-        run,
-        "client_broker_rate_span",
-        {"broker": np_df},
-        lambda lim, _k: lim.broker_rate,
-        bound,
-        "max.connection.creation.rate",
-    )
+    return _span_check(run, name, {"broker": np_df}, lambda lim, _k: lim.broker_rate, bound, what)
 
 
 def check_listener_rate_span(run: Run) -> CheckResult:
+    name, what = "client_listener_rate_span", "listener.name.<l>.max.connection.creation.rate"
+    # a listener's rate is its own, else the broker-wide one (`Limits.listener_rate_for`)
+    if _never_set(run, lambda lim: (lim.broker_rate, *lim.listener_rate.values())):
+        return not_configured(name, run, what)
     df = attempts(run).df
     groups = {str(name): g for name, g in df.groupby("listener")}
 
     def bound(limit: float, span: float, n: int, w: int, _key: str, overlap: bool) -> int:
         return rate_span_bound(limit, span, n, w, acceptors=1, overlap=overlap)
 
-    return _span_check(
-        run,
-        "client_listener_rate_span",
-        groups,
-        lambda lim, key: lim.listener_rate_for(key),
-        bound,
-        "listener.name.<l>.max.connection.creation.rate",
-    )
+    return _span_check(run, name, groups, lambda lim, key: lim.listener_rate_for(key), bound, what)
 
 
 def behind_proxy(run: Run) -> bool:
@@ -463,6 +464,10 @@ def check_ip_rate_span(run: Run) -> CheckResult:
             "sent through a proxy, whose client addresses the acceptor must take from the "
             "PROXY header",
         )
+    what = "connection_creation_rate (ip)"
+    # an address's quota is its own, else the default (`Limits.ip_quota`)
+    if _never_set(run, lambda lim: (lim.ip_quota_default, *lim.ip_quotas.values())):
+        return not_configured("client_ip_rate_span", run, what)
     df = attempts(run).df
     groups = {str(ip): g for ip, g in df.groupby("client_ip")}
 
@@ -470,12 +475,7 @@ def check_ip_rate_span(run: Run) -> CheckResult:
         return ip_span_bound(limit, n, w, overlap=overlap)
 
     return _span_check(
-        run,
-        "client_ip_rate_span",
-        groups,
-        lambda lim, ip: lim.ip_quota(ip),
-        bound,
-        "connection_creation_rate (ip)",
+        run, "client_ip_rate_span", groups, lambda lim, ip: lim.ip_quota(ip), bound, what
     )
 
 

@@ -58,6 +58,11 @@ def check_quota_precedes_tls(run: Run) -> CheckResult:
             name, NA, observed="no secured listener in this run", expected=expected,
             explanation="n/a: the rule is about TLS listeners",
         )  # fmt: skip
+    if run.lacks("tls_start", source="client"):  # no client started TLS (the tally)
+        return _nothing(
+            name, run, "quota-closed connections that started TLS", expected,
+            "a per-IP quota or count the TLS clients exceed",
+        )  # fmt: skip
     j = attempt_join(run).where(
         F.col("a.outcome").isin("reject", "throttle_close") & F.col("c.tls_start_ns").isNotNull()
     )
@@ -106,9 +111,13 @@ def check_principal_agreement(run: Run) -> CheckResult:
         expected, "clients that log in (SASL) or offer a certificate on a listener whose "
         "requests the acceptor reads",
     )  # fmt: skip
-    # no acceptor request charged to a principal at all (the run's tally, before any
-    # DataFrame is planned): nothing to judge
-    if run.lacks("request", source="acceptor", principal=True):
+    # no acceptor request charged to a principal at all (the run's tally), or no client
+    # row naming one in its detail (the client files' text, read with Arrow): nothing to
+    # judge, before any DataFrame is planned (a plaintext run's acceptor charges ANONYMOUS,
+    # while only the steady and the secured clients name whom they are)
+    if run.lacks("request", source="acceptor", principal=True) or run.lacks_detail(
+        "principal", source="client"
+    ):
         return nothing
     source = F.coalesce(detail_col("acceptor", "request", "charge_source"), F.lit(""))
     req = run.events("request", source="acceptor").where(

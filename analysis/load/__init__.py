@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from analysis.load.clocks import align_files
 from analysis.load.files import (
     RunDirError,
+    detail_mentions,
     harness_rows,
     history_files,
     history_rows,
@@ -78,6 +79,7 @@ __all__ = [
     "applied_on_front",
     "as_stated",
     "config_timeline",
+    "detail_mentions",
     "fault_instants",
     "fits_in_memory",
     "for_node",

@@ -136,6 +136,28 @@ def tally(run: RunView) -> dict[tuple[str, str], tuple[int, int]]:
     return run.cached("tally", build)  # type: ignore[no-any-return]
 
 
+def detail_mentions(run: RunView, source: str, key: str) -> bool:
+    """Whether some row of ``source`` may name ``key`` in its ``detail``: the JSON text of
+    that source's files searched for ``"key"`` with Arrow (no Spark job), once per run.
+    False proves that no row names it, in the run and in every view of it (a view's rows
+    come from these files); True only that one may."""
+
+    def build() -> bool:
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        needle = json.dumps(key)
+        for f in run.files:
+            if f.parent.name != source:
+                continue
+            detail = pq.read_table(f, columns=["detail"])["detail"]
+            if pc.any(pc.match_substring(detail, needle)).as_py():
+                return True
+        return False
+
+    return run.cached(f"detail-mentions-{source}-{key}", build)  # type: ignore[no-any-return]
+
+
 def row_count(f: Path) -> int:
     import pyarrow.parquet as pq
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from analysis.load.files import harness_rows, read_history, spark_schema, tally
+from analysis.load.files import detail_mentions, harness_rows, read_history, spark_schema, tally
 from analysis.load.fronts import front_pids, on_front, writer_pid
 from analysis.load.incarnations import Incarnation, acceptor_incarnations, within_incarnation
 from analysis.load.testimony import Testimony, for_node, testimony_of, timeline_of
@@ -152,6 +152,12 @@ class Run:
 
         rows = self.events(*names, source=source)
         return rows.where(F.col("principal").isNotNull()).isEmpty() if principal else rows.isEmpty()
+
+    def lacks_detail(self, key: str, *, source: str) -> bool:
+        """No row from ``source`` names ``key`` in its ``detail`` (`detail_mentions`: the
+        JSON text searched with Arrow, no Spark job). True proves it for this run and
+        every view of it; False only that some row may."""
+        return not detail_mentions(self, source, key)
 
     def span_ns(self) -> tuple[int, int]:
         """First and last mono_ns of the run (parquet min/max over one column)."""
