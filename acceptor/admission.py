@@ -52,8 +52,8 @@ from base.history.rows import (
     AcceptorAdmit,
     AcceptorDelay,
     AcceptorReject,
+    AcceptorRow,
     AcceptorThrottleClose,
-    Row,
 )
 from base.quota.connections import Outcome
 
@@ -146,7 +146,7 @@ _THROTTLED_IP, _REJECTED_IP_COUNT = Outcome.THROTTLED_IP, Outcome.REJECTED_IP_CO
 class ConnRow(NamedTuple):
     """A history row of one connection, built by its event's row class (`Recorder.write`)."""
 
-    row: Row
+    row: AcceptorRow
 
 
 class CloseRow(NamedTuple):

@@ -18,7 +18,7 @@ import gc
 from typing import Any, cast
 
 from base.history import HistoryWriter, events
-from base.history.rows import AcceptorClose, AcceptorCloseDetail, Row
+from base.history.rows import AcceptorClose, AcceptorCloseDetail, AcceptorRow
 from base.history.rows import ConnInfo as ConnInfo  # re-exported: the acceptor imports it here
 
 _frozen = False
@@ -45,7 +45,7 @@ class Recorder:
         if writer is not None:
             _freeze_start_up()
 
-    def write(self, row: Row) -> None:
+    def write(self, row: AcceptorRow) -> None:
         """One row, built by its event's row class (`base.history.rows`: only the event's
         columns and `detail` keys); dropped without a writer or after close. A `detail`
         mapping is the row's from then on: the caller builds a fresh one."""

@@ -34,6 +34,7 @@ from acceptor.recorder import Recorder
 from acceptor.split import Owned, SplitProcessors, check_split
 from acceptor.stall import parse_stalls, schedule_stalls
 from base.history import HistoryWriter
+from base.history.rows import HarnessConfig, HarnessConfigDetail
 from base.quota.config import ConfigError, QuotaConfig
 from base.quota.faults import FAULT_KEY, FAULTS, Faults
 
@@ -333,9 +334,11 @@ class Acceptor:
 
     def write_config_row(self, cause: str) -> None:
         if self.config_writer is not None:
-            detail = self.effective_limits()
+            detail: HarnessConfigDetail = self.effective_limits()
             detail["cause"] = cause
-            self.config_writer.record("config", detail=detail, reason=cause)
+            self.config_writer.append(
+                HarnessConfig(time.monotonic_ns(), reason=cause, detail=detail)
+            )
         self.metrics.limits_changed()
 
 

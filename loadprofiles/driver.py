@@ -26,7 +26,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
@@ -35,7 +35,8 @@ from locust import User, constant, task
 from locust.env import Environment
 from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
-from base.history.rows import ClientRequestOk
+from base.history.rows import FIELDS, ClientRequestOk
+from base.history.writer import encode_detail
 from loadprofiles import arrivals, clock, readiness, workers
 from loadprofiles.client_history import Batch, ClientHistory
 from loadprofiles.engine import EngineConfig, EngineStats, StormEngine
@@ -48,6 +49,19 @@ log = logging.getLogger("loadprofiles")
 
 class _Failure(Exception):
     """A failed connection or request, as Locust's statistics show it."""
+
+
+#: where `_fire` reads a row's columns (a row is a plain tuple in FIELDS order)
+_EVENT, _REASON, _API_KEY, _LATENCY, _BYTES, _DETAIL = (
+    FIELDS.index(name) for name in ("event", "reason", "api_key", "latency_ms", "bytes", "detail")
+)
+
+
+def _error_code(detail: object) -> object:
+    """A `request_ok` row's Kafka error code, its detail stored (JSON) or not yet."""
+    if isinstance(detail, Mapping):
+        return detail.get("error_code")
+    return ClientRequestOk.parse(detail if isinstance(detail, str) else None).get("error_code")
 
 
 #: a profile's own preparation, once per process before its schedule: it may change the
@@ -376,30 +390,25 @@ class EngineDriver:
         """Locust's request statistics from the rows: one request per Kafka call."""
         fire: Any = cast(Any, self.env.events).request.fire
         ctx = {"profile": self.profile}
-        lat, api, reason, nbytes, detail = (
-            b["latency_ms"],
-            b["api_key"],
-            b["reason"],
-            b["bytes"],
-            b["detail"],
-        )
-        for i, ev in enumerate(b["event"]):
+        for row in b:
+            ev, reason, api, lat = row[_EVENT], row[_REASON], row[_API_KEY], row[_LATENCY]
             if ev == "connect_ok":
-                fire(request_type="kafka", name="connect", response_time=lat[i],
+                fire(request_type="kafka", name="connect", response_time=lat,
                      response_length=0, exception=None, context=ctx)  # fmt: skip
-            elif ev == "connect_fail" and reason[i] != "not_offered":
-                fire(request_type="kafka", name="connect", response_time=lat[i],
-                     response_length=0, exception=self._error(f"connect {reason[i]}"),
+            elif ev == "connect_fail" and reason != "not_offered":
+                fire(request_type="kafka", name="connect", response_time=lat,
+                     response_length=0, exception=self._error(f"connect {reason}"),
                      context=ctx)  # fmt: skip
             elif ev == "request_ok" or ev == "request_fail":
-                name = API_NAMES.get(api[i], str(api[i]))
+                name = API_NAMES.get(cast(int, api), str(api))
                 exc = None
+                detail = row[_DETAIL]
                 if ev == "request_fail":
-                    exc = self._error(f"{name}: request {reason[i]}")
-                elif ClientRequestOk.parse(detail[i]).get("error_code") is not None:
-                    exc = self._error(f"{name}: Kafka error {detail[i]}")
-                fire(request_type="kafka", name=name, response_time=lat[i],
-                     response_length=nbytes[i] or 0, exception=exc, context=ctx)  # fmt: skip
+                    exc = self._error(f"{name}: request {reason}")
+                elif _error_code(detail) is not None:
+                    exc = self._error(f"{name}: Kafka error {encode_detail(detail)}")
+                fire(request_type="kafka", name=name, response_time=lat,
+                     response_length=row[_BYTES] or 0, exception=exc, context=ctx)  # fmt: skip
 
     def _quit_if_done(self) -> None:
         """Headless single-process run: a finished schedule ends the run."""

@@ -16,8 +16,8 @@ decoding, request encoding, gevent's socket wrappers and per-row dicts. Here:
   (state, input) that gives the next state and the rows the step may write; the frames
   (``engine_frames``), the SASL step's outcome and the rows' details
   (``engine_conn``) are pure pieces, tested alone;
-* history rows go into ``ClientHistory``'s column buffers, sealed every
-  ``seal_interval_s`` and written by another thread (off this loop);
+* history rows, each built by its event's row class, go into ``ClientHistory``'s
+  buffer, sealed every ``seal_interval_s`` and written by another thread (off this loop);
 * arrival ``k`` is due at ``start_ns + offset_k`` (absolute times from
   ``arrivals.arrival_times``): a late wake-up never shifts later arrivals, so the
   schedule cannot drift; an arrival started more than ``max_lag_ms`` late is
@@ -74,6 +74,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from base.history import events
+from base.history.rows import (
+    ClientClosed,
+    ClientConnectFail,
+    ClientConnectInvoke,
+    ClientConnectOk,
+    ClientLoopLag,
+    ClientReady,
+    ClientRequestFail,
+    ClientRequestOk,
+    ClientRow,
+    ClientSaslDone,
+    ClientSaslFail,
+    ClientTlsDone,
+    ClientTlsFail,
+    ClientTlsStart,
+)
 from base.security.client import (
     SASL_AUTHENTICATE_KEY,
     SASL_HANDSHAKE_KEY,
@@ -240,6 +256,10 @@ def _epoll() -> Any:
     return select.epoll()
 
 
+def _drop(row: ClientRow) -> None:
+    """No history: the row is not kept."""
+
+
 def _new_socket() -> Any:
     return _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM | _socket.SOCK_NONBLOCK)
 
@@ -263,6 +283,10 @@ class StormEngine:
     ) -> None:
         self.cfg = config
         self.hist = history
+        #: the hot path's writer: the history's buffer append (a row built without a history
+        #: is dropped)
+        self._put: Callable[[ClientRow], None] = history.append if history is not None else _drop
+        self._client_id = config.client_id
         self.stats = EngineStats()
         self._clock = clock
         self._new_socket = new_socket
@@ -349,52 +373,6 @@ class StormEngine:
             self.trace.append((c.conn_id, before, inp, c.state))
 
     # -- history ----------------------------------------------------------------------------
-    def _row(
-        self,
-        event: str,
-        mono_ns: int,
-        c: Conn | None,
-        reason: str | None = None,
-        api_key: int | None = None,
-        latency_ms: float | None = None,
-        nbytes: int | None = None,
-        detail: str | None = None,
-    ) -> None:
-        h = self.hist
-        if h is None:
-            return
-        if c is None:
-            h.row(
-                event,
-                mono_ns,
-                None,
-                self.cfg.listener,
-                None,
-                None,
-                reason,
-                None,
-                self.cfg.client_id,
-                latency_ms,
-                nbytes,
-                detail,
-            )
-        else:
-            h.row(
-                event,
-                mono_ns,
-                c.conn_id,
-                self.cfg.listener,
-                c.ip,
-                c.port,
-                reason,
-                api_key,
-                self.cfg.client_id,
-                latency_ms,
-                nbytes,
-                detail,
-                c.sip,
-            )
-
     def _not_offered(self, intended: int, cause: str, why: str) -> None:
         n = self.stats.not_offered
         n[cause] = n.get(cause, 0) + 1
@@ -407,7 +385,15 @@ class StormEngine:
                 profile=self.cfg.profile,
                 why=why,
             )
-            self._row("connect_fail", self._clock(), None, "not_offered", detail=detail)
+            self._put(
+                ClientConnectFail(
+                    self._clock(),
+                    listener=self.cfg.listener,
+                    reason="not_offered",
+                    client_id=self._client_id,
+                    detail=detail,
+                )
+            )
 
     # -- the heartbeat ----------------------------------------------------------------------
     def _heartbeat_start(self) -> None:
@@ -419,7 +405,16 @@ class StormEngine:
                 period_ms=PERIOD_NS / 1e6,
                 threshold_ms=THRESHOLD_NS / 1e6,
             )
-            self._row("loop_lag", self._clock(), None, "start", latency_ms=0.0, detail=detail)
+            self._put(
+                ClientLoopLag(
+                    self._clock(),
+                    listener=self.cfg.listener,
+                    reason="start",
+                    client_id=self._client_id,
+                    latency_ms=0.0,
+                    detail=detail,
+                )
+            )
 
     def _stalled(self, since: int, now: int, late: int) -> None:
         """The loop is back at its poll at ``now``, ``late`` ns after its last poll promised
@@ -436,7 +431,16 @@ class StormEngine:
                 from_mono_ns=since,
                 until_mono_ns=now + PERIOD_NS + THRESHOLD_NS,
             )
-            self._row("loop_lag", now, None, "stall", latency_ms=late / 1e6, detail=detail)
+            self._put(
+                ClientLoopLag(
+                    now,
+                    listener=self.cfg.listener,
+                    reason="stall",
+                    client_id=self._client_id,
+                    latency_ms=late / 1e6,
+                    detail=detail,
+                )
+            )
 
     # -- the loop ---------------------------------------------------------------------------
     def run(
@@ -553,6 +557,8 @@ class StormEngine:
         self._cid += 1
         c.cid = self._cid
         c.conn_id = f"{self._prefix}{k}"
+        # its rows' identity columns: a PROXY header's claimed address is the client's
+        c.ids = (c.conn_id, cfg.listener, c.ip, c.port, c.sip or c.ip, c.port)
         c.broker = node
         c.invoke_ns = invoke
         c.gen = 0
@@ -570,7 +576,7 @@ class StormEngine:
         c.state = _NEW
         st.offered += 1
         self._go(c, _INVOKED)
-        self._row("connect_invoke", invoke, c, detail=detail)
+        self._put(ClientConnectInvoke(invoke, *c.ids, client_id=self._client_id, detail=detail))
         if err == 0:
             self._connected(c)
         elif err == errno.EINPROGRESS:
@@ -601,14 +607,22 @@ class StormEngine:
         now = self._clock()
         if reason == "refused" and c.broker is not None:
             self._down[c.broker] = now + RECONNECT_BACKOFF_NS
-        self._row("connect_fail", now, c, reason, latency_ms=(now - c.invoke_ns) / 1e6)
+        self._put(
+            ClientConnectFail(
+                now,
+                *c.ids,
+                reason=reason,
+                client_id=self._client_id,
+                latency_ms=(now - c.invoke_ns) / 1e6,
+            )
+        )
         self._close(c, reason, now, outcome=reason)
 
     def _connected(self, c: Conn) -> None:
         now = self._clock()
         self._go(c, _CONNECTED)
         c.connect_ms = (now - c.invoke_ns) / 1e6
-        self._row("connect_ok", now, c, latency_ms=c.connect_ms)
+        self._put(ClientConnectOk(now, *c.ids, client_id=self._client_id, latency_ms=c.connect_ms))
         if self._proxy != "off" and not self._send_proxy_header(c, now):
             return
         if self._tls is not None:
@@ -707,10 +721,10 @@ class StormEngine:
         try:
             c.tls = TlsLink(t.context, self._sni, self._tls_session if t.resume else None)
         except (ssl.SSLError, ValueError) as exc:
-            self._row("tls_start", now, c, latency_ms=(now - c.invoke_ns) / 1e6)
+            self._tls_start_row(c, now)
             self._tls_failed(c, now, tls_error(exc))
             return
-        self._row("tls_start", now, c, latency_ms=(now - c.invoke_ns) / 1e6)
+        self._tls_start_row(c, now)
         if t.fault == "stall":
             # a partial ClientHello, then silence: the broker waits for the rest (it has no
             # handshake timeout) and the slot stays held until the hold time
@@ -746,16 +760,22 @@ class StormEngine:
             info["tls_ms"] = round(c.tls_ms, 3)
             if self._tls is not None and self._tls.principal is not None:
                 info["principal"] = self._tls.principal
-            self._row(
-                "tls_done",
-                now,
-                c,
-                latency_ms=(now - c.invoke_ns) / 1e6,
-                detail=events.detail("client", "tls_done", **info),
+            self._put(
+                ClientTlsDone(
+                    now,
+                    *c.ids,
+                    client_id=self._client_id,
+                    latency_ms=(now - c.invoke_ns) / 1e6,
+                    detail=events.detail("client", "tls_done", **info),
+                )
             )
             self._secured(c, now)
         else:
             self._watch(c, _IN | _OUT if c.out else _IN)
+
+    def _tls_start_row(self, c: Conn, now: int) -> None:
+        latency_ms = (now - c.invoke_ns) / 1e6
+        self._put(ClientTlsStart(now, *c.ids, client_id=self._client_id, latency_ms=latency_ms))
 
     def _send_tls_out(self, c: Conn, now: int) -> bool:
         """Send what the TLS link has queued as far as the socket takes it; False when the
@@ -840,13 +860,17 @@ class StormEngine:
         self._close(c, reason, now)
 
     def _tls_fail_row(self, c: Conn, now: int, reason: str, error: str) -> None:
-        self._row(
-            "tls_fail",
-            now,
-            c,
-            reason,
-            latency_ms=(now - c.invoke_ns) / 1e6,
-            detail=events.detail("client", "tls_fail", **tls_fail_fields(error, c.phase_ns, now)),
+        self._put(
+            ClientTlsFail(
+                now,
+                *c.ids,
+                reason=reason,
+                client_id=self._client_id,
+                latency_ms=(now - c.invoke_ns) / 1e6,
+                detail=events.detail(
+                    "client", "tls_fail", **tls_fail_fields(error, c.phase_ns, now)
+                ),
+            )
         )
 
     def _tls_failed(
@@ -874,26 +898,29 @@ class StormEngine:
             self._request(c, got)
         elif inp is _SASL_DONE:
             c.sasl_ms = (now - c.phase_ns) / 1e6
-            self._row(
-                "sasl_done",
-                now,
-                c,
-                None,
-                SASL_AUTHENTICATE_KEY,
-                (now - c.invoke_ns) / 1e6,
-                detail=events.detail("client", "sasl_done", **got),
+            self._put(
+                ClientSaslDone(
+                    now,
+                    *c.ids,
+                    api_key=SASL_AUTHENTICATE_KEY,
+                    client_id=self._client_id,
+                    latency_ms=(now - c.invoke_ns) / 1e6,
+                    detail=events.detail("client", "sasl_done", **got),
+                )
             )
             self._secured(c, now)
         else:
             fields, error = got
-            self._row(
-                "sasl_fail",
-                now,
-                c,
-                "auth",
-                c.api,
-                (now - c.invoke_ns) / 1e6,
-                detail=events.detail("client", "sasl_fail", **fields),
+            self._put(
+                ClientSaslFail(
+                    now,
+                    *c.ids,
+                    reason="auth",
+                    api_key=c.api,
+                    client_id=self._client_id,
+                    latency_ms=(now - c.invoke_ns) / 1e6,
+                    detail=events.detail("client", "sasl_fail", **fields),
+                )
             )
             c.fail = "auth_failed"
             c.errors = (c.errors or []) + [error]
@@ -1013,8 +1040,22 @@ class StormEngine:
         c.responses += 1
         if c.ready_ms is None:
             c.ready_ms = (now - c.invoke_ns) / 1e6
-            self._row("ready", now, c, api_key=api, latency_ms=c.ready_ms)
-        self._row("request_ok", now, c, None, api, (now - c.req_ns) / 1e6, nbytes, detail)
+            self._put(
+                ClientReady(
+                    now, *c.ids, api_key=api, client_id=self._client_id, latency_ms=c.ready_ms
+                )
+            )
+        self._put(
+            ClientRequestOk(
+                now,
+                *c.ids,
+                api_key=api,
+                client_id=self._client_id,
+                latency_ms=(now - c.req_ns) / 1e6,
+                bytes=nbytes,
+                detail=detail,
+            )
+        )
         shape = self.cfg.shape
         if api == API_VERSIONS_KEY and shape == "storm":
             self._send(c, METADATA_KEY, self._meta)
@@ -1059,7 +1100,16 @@ class StormEngine:
         self._go(c, inp)
         if reason in ("eof", "reset") and c.eof_ms is None:
             c.eof_ms = (now - c.invoke_ns) / 1e6
-        self._row("request_fail", now, c, reason, c.api, (now - c.req_ns) / 1e6)
+        self._put(
+            ClientRequestFail(
+                now,
+                *c.ids,
+                reason=reason,
+                api_key=c.api,
+                client_id=self._client_id,
+                latency_ms=(now - c.req_ns) / 1e6,
+            )
+        )
         if why:
             c.errors = (c.errors or []) + [why]
         self._close(c, reason, now)
@@ -1089,13 +1139,15 @@ class StormEngine:
             sasl.principal if sasl is not None else None,
             tls.principal if tls is not None else None,
         )
-        self._row(
-            "closed",
-            now,
-            c,
-            "refused" if outcome == "refused" else reason,
-            latency_ms=(now - c.invoke_ns) / 1e6,
-            detail=events.detail("client", "closed", **fields),
+        self._put(
+            ClientClosed(
+                now,
+                *c.ids,
+                reason="refused" if outcome == "refused" else reason,
+                client_id=self._client_id,
+                latency_ms=(now - c.invoke_ns) / 1e6,
+                detail=fields,  # typed: encoded at the flush, off this loop
+            )
         )
 
     def _classify(self, c: Conn, reason: str) -> str:

@@ -45,7 +45,9 @@ import enum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from base.history import events
+from base.history.rows import ClientClosedDetail, ClientIds
 from base.security.client import SaslError
+from loadprofiles.outcomes import closed_detail
 
 if TYPE_CHECKING:
     from base.security.client import SaslExchange, TlsLink
@@ -185,7 +187,8 @@ class Conn:
 
     __slots__ = (
         "api", "broker", "buf", "cid", "conn_id", "connect_ms", "eof_ms", "errors", "fail", "fd",
-        "gen", "invoke_ns", "ip", "out", "phase_ns", "port", "ready_ms", "req_ns", "responses",
+        "gen", "ids", "invoke_ns", "ip", "out", "phase_ns", "port", "ready_ms", "req_ns",
+        "responses",
         "sasl", "sasl_ms", "sip", "sock", "state", "tls", "tls_ms",
     )  # fmt: skip
     api: int
@@ -202,6 +205,9 @@ class Conn:
     #: bumped on every step that starts or ends a deadline: a queued deadline of an older
     #: generation is stale
     gen: int
+    #: its rows' identity columns: conn_id, listener, client_ip, client_port, sock_ip,
+    #: sock_port
+    ids: ClientIds
     invoke_ns: int
     ip: str | None
     out: bytes
@@ -275,17 +281,11 @@ def closed_fields(
     profile: str,
     sasl_principal: str | None,
     tls_principal: str | None,
-) -> dict[str, Any]:
+) -> ClientClosedDetail:
     """The `closed` detail's fields: the outcome, each stage's time it reached, who it
     logged in as (SASL's user, else the client certificate's once TLS was done), how the
     server ended it, its first three errors."""
-    d: dict[str, Any] = {"outcome": outcome, "profile": profile}
-    if outcome == "eof_after_accept":
-        d["closed_by"] = "reset" if reason == "reset" else "eof"
-    if c.connect_ms is not None:
-        d["connect_ms"] = round(c.connect_ms, 3)
-    if c.ready_ms is not None:
-        d["ready_ms"] = round(c.ready_ms, 3)
+    d = closed_detail(outcome, reason, profile, c.connect_ms, c.ready_ms, c.eof_ms, c.errors)
     if c.tls_ms is not None:
         d["tls_ms"] = round(c.tls_ms, 3)
     if c.sasl_ms is not None:
@@ -294,8 +294,4 @@ def closed_fields(
         d["principal"] = sasl_principal
     elif c.tls_ms is not None and tls_principal:
         d["principal"] = tls_principal
-    if c.eof_ms is not None:
-        d["eof_ms"] = round(c.eof_ms, 3)
-    if c.errors:
-        d["errors"] = c.errors[:3]
     return d

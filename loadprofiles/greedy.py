@@ -40,7 +40,7 @@ from typing import Any
 from locust import User, task
 
 from base.admin.client import AdminError, KafkaWire
-from base.history.events import event as _event
+from base.history import rows
 from base.security import clientprops
 from base.security.client import SASL_AUTHENTICATE_KEY
 from loadprofiles import webui  # noqa: F401  (webui: admission tab)
@@ -54,16 +54,12 @@ from loadprofiles.engine_frames import (
     metadata_max_version,
     with_correlation_id,
 )
+from loadprofiles.outcomes import Outcome
 from loadprofiles.steady_conns import principal_of
 
 PROFILE = "greedy"
 CLIENT_ID = "harness-greedy"
 log = logging.getLogger("loadprofiles.greedy")
-
-
-def client_event(name: str) -> Any:
-    """The definition of a client event (its declared `detail` keys)."""
-    return _event("client", name)
 
 
 _conn_ids = itertools.count(1)
@@ -136,23 +132,44 @@ class GreedyUser(User):
             self.security.pop("bootstrap.servers", None)
             self.principal = principal_of(clientprops.kafka_python_config(self.security))
 
-    def _row(self, event: str, conn: dict[str, Any], **fields: Any) -> None:
-        if self.hist is None:
-            return
-        detail: dict[str, Any] = fields.pop("detail", {})
-        if "profile" in client_event(event).detail:  # only where the event declares it
-            detail = {"profile": PROFILE, **detail}
-        if event == "connect_invoke" and self.node is not None:
+    def _put(self, row: rows.ClientRow) -> None:
+        if self.hist is not None:
+            self.hist.append(row)
+
+    def _ids(self, conn: dict[str, Any]) -> rows.ClientIds:
+        """The identity columns of `conn`'s rows (a dict: id, ip, port)."""
+        return (conn["id"], self.s.listener, conn["ip"], conn["port"], conn["ip"], conn["port"])
+
+    def _invoked(self, conn: dict[str, Any], invoke: int) -> None:
+        detail: rows.ClientConnectInvokeDetail = {"profile": PROFILE}
+        if self.node is not None:
             detail["broker"] = self.node
-        self.hist.record(
-            event,
-            conn_id=conn["id"],
-            listener=self.s.listener,
-            client_ip=conn["ip"],
-            client_port=conn["port"],
-            client_id=CLIENT_ID,
-            detail=detail or None,
-            **fields,
+        self._put(
+            rows.ClientConnectInvoke(invoke, *self._ids(conn), client_id=CLIENT_ID, detail=detail)
+        )
+
+    def _connect_failed(self, conn: dict[str, Any], since: float, reason: str, why: str) -> None:
+        self._put(
+            rows.ClientConnectFail(
+                time.monotonic_ns(),
+                *self._ids(conn),
+                reason=reason,
+                client_id=CLIENT_ID,
+                latency_ms=since,
+                detail={"profile": PROFILE, "why": why},
+            )
+        )
+
+    def _closed(self, conn: dict[str, Any], since: float, reason: str, outcome: Outcome) -> None:
+        self._put(
+            rows.ClientClosed(
+                time.monotonic_ns(),
+                *self._ids(conn),
+                reason=reason,
+                client_id=CLIENT_ID,
+                latency_ms=since,
+                detail={"outcome": outcome.value, "profile": PROFILE},
+            )
         )
 
     def _secured(self, conn: dict[str, Any], invoke: int) -> socket.socket | None:
@@ -166,27 +183,54 @@ class GreedyUser(User):
         def step(name: str, sock: socket.socket) -> None:
             now = time.monotonic_ns()
             steps[name] = now
+            ids = self._ids(conn)
             if name == "connected":
                 conn["port"] = sock.getsockname()[1]
-                self._row("connect_invoke", conn, mono_ns=invoke)
-                self._row("connect_ok", conn, latency_ms=ms(invoke))
+                self._invoked(conn, invoke)
+                self._put(
+                    rows.ClientConnectOk(
+                        now, *self._ids(conn), client_id=CLIENT_ID, latency_ms=ms(invoke)
+                    )
+                )
             elif name == "tls_start":
-                self._row("tls_start", conn, latency_ms=ms(invoke))
+                self._put(
+                    rows.ClientTlsStart(now, *ids, client_id=CLIENT_ID, latency_ms=ms(invoke))
+                )
             elif name == "tls_done":
-                self._row(
-                    "tls_done", conn, latency_ms=ms(invoke),
-                    detail={"tls_ms": (now - steps["tls_start"]) / 1e6},
-                )  # fmt: skip
-            elif name in ("sasl_done", "sasl_fail"):
-                since = steps.get("tls_done", steps["connected"])
-                detail: dict[str, Any] = {"sasl_ms": (now - since) / 1e6}
-                if name == "sasl_done":
-                    detail["principal"] = self.principal
-                fields = {"reason": "auth"} if name == "sasl_fail" else {}
-                self._row(
-                    name, conn, latency_ms=ms(invoke), api_key=SASL_AUTHENTICATE_KEY,
-                    detail=detail, **fields,
-                )  # fmt: skip
+                self._put(
+                    rows.ClientTlsDone(
+                        now,
+                        *ids,
+                        client_id=CLIENT_ID,
+                        latency_ms=ms(invoke),
+                        detail={"tls_ms": (now - steps["tls_start"]) / 1e6},
+                    )
+                )
+            elif name == "sasl_done":
+                sasl_ms = (now - steps.get("tls_done", steps["connected"])) / 1e6
+                self._put(
+                    rows.ClientSaslDone(
+                        now,
+                        *ids,
+                        api_key=SASL_AUTHENTICATE_KEY,
+                        client_id=CLIENT_ID,
+                        latency_ms=ms(invoke),
+                        detail={"sasl_ms": sasl_ms, "principal": self.principal},
+                    )
+                )
+            elif name == "sasl_fail":
+                sasl_ms = (now - steps.get("tls_done", steps["connected"])) / 1e6
+                self._put(
+                    rows.ClientSaslFail(
+                        now,
+                        *ids,
+                        reason="auth",
+                        api_key=SASL_AUTHENTICATE_KEY,
+                        client_id=CLIENT_ID,
+                        latency_ms=ms(invoke),
+                        detail={"sasl_ms": sasl_ms},
+                    )
+                )
 
         try:
             wire = KafkaWire(
@@ -200,16 +244,22 @@ class GreedyUser(User):
         except (OSError, AdminError) as exc:
             if "connected" not in steps:
                 conn["port"] = conn["port"] or 0
-                self._row("connect_invoke", conn, mono_ns=invoke)
+                self._invoked(conn, invoke)
                 reason = "timeout" if isinstance(exc, TimeoutError) else "refused"
-                self._row("connect_fail", conn, latency_ms=ms(invoke), reason=reason,
-                          detail={"why": repr(exc)})  # fmt: skip
+                self._connect_failed(conn, ms(invoke), reason, repr(exc))
             elif "tls_start" in steps and "tls_done" not in steps:
-                self._row("tls_fail", conn, latency_ms=ms(invoke), reason="tls",
-                          detail={"error": str(exc)[:200]})  # fmt: skip
+                self._put(
+                    rows.ClientTlsFail(
+                        time.monotonic_ns(),
+                        *self._ids(conn),
+                        reason="tls",
+                        client_id=CLIENT_ID,
+                        latency_ms=ms(invoke),
+                        detail={"error": str(exc)[:200]},
+                    )
+                )
             if "connected" in steps:
-                self._row("closed", conn, latency_ms=ms(invoke), reason="auth",
-                          detail={"outcome": "eof_after_accept"})  # fmt: skip
+                self._closed(conn, ms(invoke), "auth", Outcome.EOF_AFTER_ACCEPT)
             time.sleep(0.5)
             return None
         return wire.sock
@@ -231,13 +281,8 @@ class GreedyUser(User):
             reason = self._pipeline(sock, conn, invoke)
         finally:
             sock.close()
-        self._row(
-            "closed",
-            conn,
-            latency_ms=(time.monotonic_ns() - invoke) / 1e6,
-            reason=reason,
-            detail={"outcome": "served" if reason == "done" else "eof_after_accept"},
-        )
+        outcome = Outcome.SERVED if reason == "done" else Outcome.EOF_AFTER_ACCEPT
+        self._closed(conn, (time.monotonic_ns() - invoke) / 1e6, reason, outcome)
 
     def _plain(self, conn: dict[str, Any], invoke: int) -> socket.socket | None:
         """Connect from this user's address, each step a row; the socket, or None after a
@@ -246,23 +291,22 @@ class GreedyUser(User):
         try:
             sock.bind((self.source_ip, 0))
             conn["port"] = sock.getsockname()[1]
-            self._row("connect_invoke", conn)
+            self._invoked(conn, time.monotonic_ns())
             sock.settimeout(self.s.connect_timeout)
             try:
                 sock.connect((self.s.host, self.s.port))
             except OSError as exc:
                 reason = "timeout" if isinstance(exc, TimeoutError) else "refused"
-                self._row(
-                    "connect_fail",
-                    conn,
-                    latency_ms=(time.monotonic_ns() - invoke) / 1e6,
-                    reason=reason,
-                    detail={"why": repr(exc)},
-                )
+                self._connect_failed(conn, (time.monotonic_ns() - invoke) / 1e6, reason, repr(exc))
                 sock.close()
                 time.sleep(0.5)
                 return None
-            self._row("connect_ok", conn, latency_ms=(time.monotonic_ns() - invoke) / 1e6)
+            now = time.monotonic_ns()
+            self._put(
+                rows.ClientConnectOk(
+                    now, *self._ids(conn), client_id=CLIENT_ID, latency_ms=(now - invoke) / 1e6
+                )
+            )
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except BaseException:
             sock.close()
@@ -298,7 +342,15 @@ class GreedyUser(User):
             sock.sendall(with_correlation_id(api_versions_frame(CLIENT_ID), first))
             frame = self._read_frame(sock, buf)
             now = time.monotonic_ns()
-            self._row("ready", conn, latency_ms=(now - invoke) / 1e6, api_key=API_VERSIONS_KEY)
+            self._put(
+                rows.ClientReady(
+                    now,
+                    *self._ids(conn),
+                    api_key=API_VERSIONS_KEY,
+                    client_id=CLIENT_ID,
+                    latency_ms=(now - invoke) / 1e6,
+                )
+            )
             version = min(metadata_max_version(frame) or METADATA_MAX_VERSION, METADATA_MAX_VERSION)
             meta = metadata_frame(CLIENT_ID, version)
             outstanding: deque[tuple[int, int]] = deque()
@@ -317,13 +369,19 @@ class GreedyUser(User):
                 if int.from_bytes(frame[4:8], "big") != c:
                     return "reset"
                 throttle = metadata_throttle_ms(frame, version)
-                self._row(
-                    "request_ok",
-                    conn,
-                    api_key=METADATA_KEY,
-                    latency_ms=(now - sent) / 1e6,
-                    bytes=len(frame),
-                    detail={"throttle_time_ms": throttle} if throttle else {},
+                detail: rows.ClientRequestOkDetail = {"profile": PROFILE}
+                if throttle:
+                    detail["throttle_time_ms"] = throttle
+                self._put(
+                    rows.ClientRequestOk(
+                        now,
+                        *self._ids(conn),
+                        api_key=METADATA_KEY,
+                        client_id=CLIENT_ID,
+                        latency_ms=(now - sent) / 1e6,
+                        bytes=len(frame),
+                        detail=detail,
+                    )
                 )
         except _Closed as closed:
             return closed.reason

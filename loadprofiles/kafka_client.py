@@ -25,8 +25,9 @@ from kafka.protocol.admin.topics import CreateTopicsRequest
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 from kafka.protocol.parser import KafkaProtocol
 
+from base.history import rows
 from loadprofiles.engine import EngineConfig
-from loadprofiles.outcomes import Outcome, classify
+from loadprofiles.outcomes import Outcome, classify, closed_detail
 
 #: the highest request versions this client encodes
 MAX_VERSIONS = {
@@ -42,17 +43,10 @@ _ids = itertools.count(1)
 
 
 class Recorder(Protocol):
-    """What the client needs of ``base.history.HistoryWriter``."""
+    """What the client needs of a history writer (``ClientHistory``, ``HistoryWriter``):
+    one typed row (`base.history.rows`) at a time."""
 
-    def record(
-        self,
-        event: str,
-        *,
-        ts_us: int | None = None,
-        mono_ns: int | None = None,
-        detail: Any = None,
-        **fields: Any,
-    ) -> int: ...
+    def append(self, row: rows.ClientRow, /) -> None: ...
 
 
 class ClientError(Exception):
@@ -120,21 +114,20 @@ class KafkaConnection:
         self._closed = False
 
     # -- history -----------------------------------------------------------------------
-    def _row(self, event: str, *, mono_ns: int | None = None, **fields: Any) -> None:
-        if self.history is None:
-            return
+    def _put(self, row: rows.ClientRow) -> None:
+        if self.history is not None:
+            self.history.append(row)
+
+    def _ids(self) -> rows.ClientIds:
+        """The identity columns of this connection's rows."""
         r = self.result
-        self.history.record(
-            event,
-            mono_ns=mono_ns,
-            conn_id=self.conn_id,
-            listener=self.config.listener,
-            client_ip=r.client_ip,
-            client_port=r.client_port,
-            sock_ip=r.client_ip,
-            sock_port=r.client_port,
-            client_id=self.config.client_id,
-            **fields,
+        return (
+            self.conn_id,
+            self.config.listener,
+            r.client_ip,
+            r.client_port,
+            r.client_ip,
+            r.client_port,
         )
 
     # -- connect -----------------------------------------------------------------------
@@ -163,20 +156,35 @@ class KafkaConnection:
             r.client_ip, r.client_port = None, None
         if r.client_port == 0:
             r.client_port = None
-        detail: dict[str, Any] = {"profile": cfg.profile}
+        detail: rows.ClientConnectInvokeDetail = {"profile": cfg.profile}
         if self.broker is not None:
             detail["broker"] = self.broker
-        self._row("connect_invoke", mono_ns=self._invoke_ns, detail=detail)
+        cid = cfg.client_id
+        self._put(
+            rows.ClientConnectInvoke(self._invoke_ns, *self._ids(), client_id=cid, detail=detail)
+        )
         if failure is not None:
             sock.close()
             r.reason = failure.reason
             r.outcome = Outcome(failure.reason)
-            self._row("connect_fail", reason=failure.reason, latency_ms=_ms_since(self._invoke_ns))
+            self._put(
+                rows.ClientConnectFail(
+                    time.monotonic_ns(),
+                    *self._ids(),
+                    reason=failure.reason,
+                    client_id=cid,
+                    latency_ms=_ms_since(self._invoke_ns),
+                )
+            )
             self._finish(failure.reason)
             raise failure
         r.connect_ms = _ms_since(self._invoke_ns)
         self._sock = sock
-        self._row("connect_ok", latency_ms=r.connect_ms)
+        self._put(
+            rows.ClientConnectOk(
+                time.monotonic_ns(), *self._ids(), client_id=cid, latency_ms=r.connect_ms
+            )
+        )
 
     # -- requests ----------------------------------------------------------------------
     def version_for(self, api_key: int) -> int:
@@ -213,7 +221,7 @@ class KafkaConnection:
             raise
         r = self.result
         latency = _ms_since(start)
-        detail: dict[str, Any] = {}
+        detail: rows.ClientRequestOkDetail = {}
         error_code = _error_code(response)
         if error_code:
             detail["error_code"] = error_code
@@ -223,13 +231,25 @@ class KafkaConnection:
         r.responses += 1
         if r.ready_ms is None:
             r.ready_ms = _ms_since(self._invoke_ns)
-            self._row("ready", latency_ms=r.ready_ms, api_key=api_key)
-        self._row(
-            "request_ok",
-            api_key=api_key,
-            latency_ms=latency,
-            bytes=nbytes,
-            detail=detail or None,  # only when there is something to say: json costs CPU
+            self._put(
+                rows.ClientReady(
+                    time.monotonic_ns(),
+                    *self._ids(),
+                    api_key=api_key,
+                    client_id=self.config.client_id,
+                    latency_ms=r.ready_ms,
+                )
+            )
+        self._put(
+            rows.ClientRequestOk(
+                time.monotonic_ns(),
+                *self._ids(),
+                api_key=api_key,
+                client_id=self.config.client_id,
+                latency_ms=latency,
+                bytes=nbytes,
+                detail=detail or None,  # only when there is something to say: json costs CPU
+            )
         )
         if error_code:
             r.errors.append(f"{name}: Kafka error code {error_code}")
@@ -278,11 +298,15 @@ class KafkaConnection:
         r.reason = exc.reason
         if exc.reason in ("eof", "reset") and r.eof_ms is None:  # when the close arrived
             r.eof_ms = _ms_since(self._invoke_ns)
-        self._row(
-            "request_fail",
-            api_key=api_key,
-            reason=exc.reason,
-            latency_ms=_ms_since(start_ns),
+        self._put(
+            rows.ClientRequestFail(
+                time.monotonic_ns(),
+                *self._ids(),
+                reason=exc.reason,
+                api_key=api_key,
+                client_id=self.config.client_id,
+                latency_ms=_ms_since(start_ns),
+            )
         )
 
     def api_versions(self) -> Any:
@@ -327,23 +351,22 @@ class KafkaConnection:
         r = self.result
         if r.outcome is None:
             r.outcome = self._classify(reason)
-        detail: dict[str, Any] = {"outcome": str(r.outcome), "profile": self.config.profile}
-        if r.outcome is Outcome.EOF_AFTER_ACCEPT:
-            detail["closed_by"] = "reset" if reason == "reset" else "eof"
-        for key in ("connect_ms", "ready_ms", "eof_ms"):
-            if getattr(r, key) is not None:
-                detail[key] = round(getattr(r, key), 3)
-        if r.errors:
-            detail["errors"] = r.errors[:3]
+        detail = closed_detail(
+            r.outcome, reason, self.config.profile, r.connect_ms, r.ready_ms, r.eof_ms, r.errors
+        )
         self._closed = True
         close_reason = "done" if reason in ("done", "unsupported") else reason
         if r.outcome in (Outcome.REFUSED,):
             close_reason = "refused"
-        self._row(
-            "closed",
-            reason=close_reason,
-            latency_ms=_ms_since(self._invoke_ns) if self._invoke_ns else None,
-            detail=detail,
+        self._put(
+            rows.ClientClosed(
+                time.monotonic_ns(),
+                *self._ids(),
+                reason=close_reason,
+                client_id=self.config.client_id,
+                latency_ms=_ms_since(self._invoke_ns) if self._invoke_ns else None,
+                detail=detail,
+            )
         )
         return r.outcome
 

@@ -15,6 +15,9 @@ response is a reset or time-out.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any, cast
+
+from base.history.rows import ClientClosedDetail
 
 
 class Outcome(StrEnum):
@@ -53,3 +56,29 @@ def classify(
     if reason == "done" and connect_only:
         return Outcome.CONNECTED
     return Outcome.TIMEOUT  # connected, asked, heard nothing in time (or asked nothing)
+
+
+def closed_detail(
+    outcome: str,
+    reason: str,
+    profile: str,
+    connect_ms: float | None,
+    ready_ms: float | None,
+    eof_ms: float | None,
+    errors: list[str] | None,
+) -> ClientClosedDetail:
+    """The `closed` row's detail every client writes: the outcome, how the server ended
+    it (``closed_by`` of an EOF after accept), each stage's time it reached (ms, to the
+    µs), its first three errors. A profile adds what only it knows (TLS, SASL)."""
+    d: dict[str, Any] = {"outcome": outcome, "profile": profile}
+    if outcome == Outcome.EOF_AFTER_ACCEPT:
+        d["closed_by"] = "reset" if reason == "reset" else "eof"
+    if connect_ms is not None:
+        d["connect_ms"] = round(connect_ms, 3)
+    if ready_ms is not None:
+        d["ready_ms"] = round(ready_ms, 3)
+    if eof_ms is not None:
+        d["eof_ms"] = round(eof_ms, 3)
+    if errors:
+        d["errors"] = errors[:3]
+    return cast("ClientClosedDetail", d)

@@ -28,6 +28,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError, KafkaTimeoutError
 from locust import User, task
 
+from base.history.rows import ClientRequestFail, ClientRequestOk, ClientRequestOkDetail
 from loadprofiles import steady_conns, webui  # noqa: F401  (webui: admission tab)
 from loadprofiles.common import (
     closed_model_readiness,
@@ -65,6 +66,10 @@ def security_kwargs(command_config: str) -> dict[str, Any]:
     kw.pop("bootstrap_servers", None)
     kw.pop("client_id", None)
     return kw
+
+
+#: the client id of the steady profile's rows
+_ID = "harness-steady"
 
 
 class SteadyUser(User):
@@ -132,19 +137,41 @@ class SteadyUser(User):
                     pass
 
     def _row(
-        self, ok: bool, api_key: int, latency_ms: float, reason: str = "", **detail: Any
+        self,
+        ok: bool,
+        api_key: int,
+        latency_ms: float,
+        reason: str = "",
+        offset: int | None = None,
+        error: str | None = None,
     ) -> None:
         if self.hist is None:
             return
-        self.hist.record(
-            "request_ok" if ok else "request_fail",
-            api_key=api_key,
-            latency_ms=latency_ms,
-            reason=reason or None,
-            client_id="harness-steady",
-            listener=self.s.listener,
-            detail={"profile": "steady", **detail},
-        )
+        now, listener = time.monotonic_ns(), self.s.listener
+        if ok:
+            detail: ClientRequestOkDetail = {"profile": "steady", "offset": offset}
+            self.hist.append(
+                ClientRequestOk(
+                    now,
+                    listener=listener,
+                    api_key=api_key,
+                    client_id=_ID,
+                    latency_ms=latency_ms,
+                    detail=detail,
+                )
+            )
+        else:
+            self.hist.append(
+                ClientRequestFail(
+                    now,
+                    listener=listener,
+                    reason=reason or None,
+                    api_key=api_key,
+                    client_id=_ID,
+                    latency_ms=latency_ms,
+                    detail={"profile": "steady", "error": error},
+                )
+            )
 
     @task
     def produce_and_consume(self) -> None:

@@ -56,8 +56,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from base.history import rows
 from loadprofiles.kafka_client import Recorder
-from loadprofiles.outcomes import Outcome, classify
+from loadprofiles.outcomes import classify, closed_detail
 
 _ids = itertools.count(1)
 _RESET_ERRNOS = {errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED}
@@ -135,19 +136,9 @@ class ConnectionRecorder:
         #: sockets recorded when made (`socket_made`), until a connection takes them
         self._made: dict[tuple[str, int], _Conn] = {}
 
-    def _row(self, c: _Conn, event: str, mono_ns: int, **fields: Any) -> None:
-        self.history.record(
-            event,
-            mono_ns=mono_ns,
-            conn_id=c.conn_id,
-            listener=self.listener,
-            client_ip=c.client_ip,
-            client_port=c.client_port,
-            sock_ip=c.client_ip,
-            sock_port=c.client_port,
-            client_id=c.client_id,
-            **fields,
-        )
+    def _ids(self, c: _Conn) -> rows.ClientIds:
+        """The identity columns of `c`'s rows."""
+        return (c.conn_id, self.listener, c.client_ip, c.client_port, c.client_ip, c.client_port)
 
     def invoke(self, conn: object) -> None:
         """kafka-python starts connecting ``conn`` (before DNS and the SYN)."""
@@ -178,19 +169,23 @@ class ConnectionRecorder:
             return
         now = self.clock()
         c = _Conn(f"s{os.getpid()}-{next(_ids)}", invoke_ns, ip, port, None)
-        self._row(c, "connect_invoke", invoke_ns, detail={"profile": self.profile})
+        ids = self._ids(c)
+        self.history.append(
+            rows.ClientConnectInvoke(invoke_ns, *ids, detail={"profile": self.profile})
+        )
         reason = "cancelled" if isinstance(exc, asyncio.CancelledError) else "timeout"
-        self._row(
-            c,
-            "connect_fail",
-            now,
-            reason=reason,
-            latency_ms=(now - invoke_ns) / 1e6,
-            detail={
-                "profile": self.profile,
-                "why": f"kafka-python gave up the connect ({type(exc).__name__}) and kept the "
-                "socket open",
-            },
+        self.history.append(
+            rows.ClientConnectFail(
+                now,
+                *ids,
+                reason=reason,
+                latency_ms=(now - invoke_ns) / 1e6,
+                detail={
+                    "profile": self.profile,
+                    "why": f"kafka-python gave up the connect ({type(exc).__name__}) and kept "
+                    "the socket open",
+                },
+            )
         )
 
     def made(
@@ -222,7 +217,7 @@ class ConnectionRecorder:
         c = _Conn(f"s{os.getpid()}-{next(_ids)}", invoke_ns, ip, port, client_id)
         c.principal = self.principal
         c.connect_ms = (now - invoke_ns) / 1e6
-        detail: dict[str, Any] = {"profile": self.profile}
+        detail: rows.ClientConnectInvokeDetail = {"profile": self.profile}
         if self.brokers:
             try:
                 node = self.brokers.get((str(peername[0]), int(peername[1])))
@@ -230,8 +225,9 @@ class ConnectionRecorder:
                 node = None
             if node is not None:
                 detail["broker"] = node
-        self._row(c, "connect_invoke", invoke_ns, detail=detail)
-        self._row(c, "connect_ok", now, latency_ms=c.connect_ms)
+        ids, cid = self._ids(c), c.client_id
+        self.history.append(rows.ClientConnectInvoke(invoke_ns, *ids, client_id=cid, detail=detail))
+        self.history.append(rows.ClientConnectOk(now, *ids, client_id=cid, latency_ms=c.connect_ms))
         return c
 
     def reading(self, conn: object, sent_ns: list[int]) -> None:
@@ -251,8 +247,16 @@ class ConnectionRecorder:
         c.responses += 1
         if c.ready_ms is None:
             c.ready_ms = (now - c.invoke_ns) / 1e6
-            self._row(c, "ready", now, latency_ms=c.ready_ms, api_key=api_key)
-        detail: dict[str, Any] = {"profile": self.profile}
+            self.history.append(
+                rows.ClientReady(
+                    now,
+                    *self._ids(c),
+                    api_key=api_key,
+                    client_id=c.client_id,
+                    latency_ms=c.ready_ms,
+                )
+            )
+        detail: rows.ClientRequestOkDetail = {"profile": self.profile}
         if c.sent_ns:
             detail["in_flight_ms"] = round((now - c.sent_ns.pop(0)) / 1e6, 3)
         throttle = getattr(response, "throttle_time_ms", 0) or 0
@@ -260,7 +264,11 @@ class ConnectionRecorder:
             detail["throttle_time_ms"] = int(throttle)
         if c.principal is not None:
             detail["principal"] = c.principal
-        self._row(c, "request_ok", now, api_key=api_key, detail=detail)
+        self.history.append(
+            rows.ClientRequestOk(
+                now, *self._ids(c), api_key=api_key, client_id=c.client_id, detail=detail
+            )
+        )
 
     def lost(self, conn: object, exc: BaseException | None) -> None:
         """``conn`` is closed (by us: exc None) or lost: its ``closed`` row."""
@@ -278,17 +286,20 @@ class ConnectionRecorder:
             ready_ms=c.ready_ms,
             delayed_threshold_ms=self.delayed_threshold_ms,
         )
-        detail: dict[str, Any] = {"outcome": str(outcome), "profile": self.profile}
-        if outcome is Outcome.EOF_AFTER_ACCEPT:
-            detail["closed_by"] = "reset" if reason == "reset" else "eof"
-        for key in ("connect_ms", "ready_ms", "eof_ms"):
-            value = getattr(c, key)
-            if value is not None:
-                detail[key] = round(value, 3)
+        detail = closed_detail(
+            outcome, reason, self.profile, c.connect_ms, c.ready_ms, c.eof_ms, None
+        )
         if exc is not None and reason == "error":
             detail["error"] = f"{type(exc).__name__}: {exc}"[:200]
-        self._row(
-            c, "closed", now, reason=reason, latency_ms=(now - c.invoke_ns) / 1e6, detail=detail
+        self.history.append(
+            rows.ClientClosed(
+                now,
+                *self._ids(c),
+                reason=reason,
+                client_id=c.client_id,
+                latency_ms=(now - c.invoke_ns) / 1e6,
+                detail=detail,
+            )
         )
 
     def open_count(self) -> int:

@@ -15,6 +15,7 @@ from typing import Any
 
 from kafka.protocol.admin.topics import CreateTopicsRequest
 
+from base.history import rows
 from loadprofiles.engine import EngineConfig
 from loadprofiles.kafka_client import ClientError, KafkaConnection, Recorder
 from loadprofiles.options import Settings
@@ -117,6 +118,10 @@ def ensure_topic(
     raise TopicError(f"topic {topic!r} at {host}:{port} not ready in {timeout_s} s: {last}")
 
 
+#: the client id of the set-up connections' rows
+_ID = "harness-setup"
+
+
 class SetupRows:
     """The client rows of a set-up connection over `KafkaWire` (a secured listener), from
     the steps it reports: ``connect_invoke`` (its start) and ``connect_ok``, ``tls_start``
@@ -134,22 +139,14 @@ class SetupRows:
         self.steps: list[str] = []
         self.ready_ms: float | None = None
 
-    def _row(self, event: str, mono_ns: int, **fields: Any) -> None:
-        if self.history is None:
-            return
+    def _put(self, row: rows.ClientRow) -> None:
+        if self.history is not None:
+            self.history.append(row)
+
+    def _ids(self) -> rows.ClientIds:
+        """The identity columns of this connection's rows (no address before connected)."""
         ip, port = self.address or (None, None)
-        self.history.record(
-            event,
-            mono_ns=mono_ns,
-            conn_id=self.conn_id,
-            listener=self.listener,
-            client_ip=ip,
-            client_port=port,
-            sock_ip=ip,
-            sock_port=port,
-            client_id="harness-setup",
-            **fields,
-        )
+        return (self.conn_id, self.listener, ip, port, ip, port)
 
     def _since(self, start_ns: int, now: int) -> float:
         return (now - start_ns) / 1e6
@@ -160,21 +157,37 @@ class SetupRows:
         if name == "connected":
             ip, port = sock.getsockname()[:2]
             self.address = (str(ip), int(port))
-            detail: dict[str, Any] = {"profile": "setup"}
+            detail: rows.ClientConnectInvokeDetail = {"profile": "setup"}
             if self.broker is not None:
                 detail["broker"] = self.broker
-            self._row("connect_invoke", self.invoke_ns, detail=detail)
-            self._row("connect_ok", now, latency_ms=self._since(self.invoke_ns, now))
+            ids, since = self._ids(), self._since(self.invoke_ns, now)
+            self._put(rows.ClientConnectInvoke(self.invoke_ns, *ids, client_id=_ID, detail=detail))
+            self._put(rows.ClientConnectOk(now, *ids, client_id=_ID, latency_ms=since))
         elif name == "tls_start":
-            self._row("tls_start", now, latency_ms=self._since(self.invoke_ns, now))
+            since = self._since(self.invoke_ns, now)
+            self._put(rows.ClientTlsStart(now, *self._ids(), client_id=_ID, latency_ms=since))
         elif name == "tls_done":
-            ms = self._since(self.phase_ns, now)
-            self._row("tls_done", now, latency_ms=self._since(self.invoke_ns, now),
-                      detail={"tls_ms": round(ms, 3)})  # fmt: skip
+            ms, since = self._since(self.phase_ns, now), self._since(self.invoke_ns, now)
+            self._put(
+                rows.ClientTlsDone(
+                    now,
+                    *self._ids(),
+                    client_id=_ID,
+                    latency_ms=since,
+                    detail={"tls_ms": round(ms, 3)},
+                )
+            )
         elif name == "sasl_done":
-            ms = self._since(self.phase_ns, now)
-            self._row("sasl_done", now, latency_ms=self._since(self.invoke_ns, now),
-                      detail={"sasl_ms": round(ms, 3)})  # fmt: skip
+            ms, since = self._since(self.phase_ns, now), self._since(self.invoke_ns, now)
+            self._put(
+                rows.ClientSaslDone(
+                    now,
+                    *self._ids(),
+                    client_id=_ID,
+                    latency_ms=since,
+                    detail={"sasl_ms": round(ms, 3)},
+                )
+            )
         self.phase_ns = now
 
     def answered(self) -> None:
@@ -182,15 +195,21 @@ class SetupRows:
         if self.ready_ms is None:
             now = time.monotonic_ns()
             self.ready_ms = self._since(self.invoke_ns, now)
-            self._row("ready", now, latency_ms=self.ready_ms)
+            self._put(rows.ClientReady(now, *self._ids(), client_id=_ID, latency_ms=self.ready_ms))
 
     def closed(self, exc: BaseException | None) -> None:
         """The connection ended: by us (``exc`` None) or by ``exc`` at some step."""
         now = time.monotonic_ns()
         if "connected" not in self.steps:
-            self._row("connect_invoke", self.invoke_ns, detail={"profile": "setup"})
-            self._row("connect_fail", now, reason="refused",
-                      latency_ms=self._since(self.invoke_ns, now))  # fmt: skip
+            ids, since = self._ids(), self._since(self.invoke_ns, now)
+            self._put(
+                rows.ClientConnectInvoke(
+                    self.invoke_ns, *ids, client_id=_ID, detail={"profile": "setup"}
+                )
+            )
+            self._put(
+                rows.ClientConnectFail(now, *ids, reason="refused", client_id=_ID, latency_ms=since)
+            )
             outcome, reason = Outcome.REFUSED, "refused"
         elif exc is None:
             outcome, reason = Outcome.SERVED, "done"
@@ -204,11 +223,15 @@ class SetupRows:
             outcome = classify(
                 reason, responses=answered, ready_ms=self.ready_ms, delayed_threshold_ms=1e12
             )
-        detail: dict[str, Any] = {"outcome": str(outcome), "profile": "setup"}
+        closed: rows.ClientClosedDetail = {"outcome": outcome.value, "profile": "setup"}
         if exc is not None:
-            detail["error"] = f"{type(exc).__name__}: {exc}"[:200]
-        self._row("closed", now, reason=reason, latency_ms=self._since(self.invoke_ns, now),
-                  detail=detail)  # fmt: skip
+            closed["error"] = f"{type(exc).__name__}: {exc}"[:200]
+        since = self._since(self.invoke_ns, now)
+        self._put(
+            rows.ClientClosed(
+                now, *self._ids(), reason=reason, client_id=_ID, latency_ms=since, detail=closed
+            )
+        )
 
 
 def _not_ready(topic: str, created: Any, metadata: Callable[[], Any]) -> str | None:

@@ -83,6 +83,11 @@ class Ident(Protocol):
     def sock_port(self) -> int: ...
 
 
+#: a client connection's identity columns, in order (conn_id, listener, client_ip,
+#: client_port, sock_ip, sock_port): what a client row's constructor takes first
+ClientIds = tuple[str | None, str | None, str | None, int | None, str | None, int | None]
+
+
 @dataclass(slots=True)
 class ConnInfo:
     """A connection's identity columns (an `Ident`): the acceptor's, one per connection."""
@@ -100,6 +105,11 @@ class ConnInfo:
 
 def class_name(ev: Event) -> str:
     return ev.source.capitalize() + "".join(p.capitalize() for p in ev.name.split("_"))
+
+
+def _source_row(source: str) -> str:
+    """The base class of one source's rows (``ClientRow``): what its writer takes."""
+    return source.capitalize() + "Row"
 
 
 def _vocab_name(key: str) -> str:
@@ -153,7 +163,9 @@ def _row_class(ev: Event) -> str:
     params.append("        ts_ns: int | None = None,")
     body = ", ".join(values)
     return (
-        f"class {name}(Row):\n" + _docstring(f"{ev.source} `{ev.name}`: {ev.doc}") + "\n"
+        f"class {name}({_source_row(ev.source)}):\n"
+        + _docstring(f"{ev.source} `{ev.name}`: {ev.doc}")
+        + "\n"
         f"    __slots__ = ()\n"
         f"    SOURCE = {ev.source!r}\n"
         f"    EVENT = {ev.name!r}\n\n"
@@ -184,6 +196,12 @@ def render() -> str:
         "#: a row's fields, in order\n"
         f"FIELDS = ({', '.join(repr(slot) for slot, _ in SLOTS)})\n\n"
     )
+    for source in dict.fromkeys(ev.source for ev in ALL):
+        out.append(
+            f"\n\nclass {_source_row(source)}(Row):\n"
+            f'    """A row of the {source} history: its writer takes only these."""\n\n'
+            "    __slots__ = ()\n"
+        )
     for key, values in VOCABULARIES.items():
         out.append(f"{_vocab_name(key)} = Literal[{', '.join(repr(v) for v in values)}]\n")
     for ev in ALL:

@@ -38,6 +38,11 @@ class Ident(Protocol):
     def sock_port(self) -> int: ...
 
 
+#: a client connection's identity columns, in order (conn_id, listener, client_ip,
+#: client_port, sock_ip, sock_port): what a client row's constructor takes first
+ClientIds = tuple[str | None, str | None, str | None, int | None, str | None, int | None]
+
+
 @dataclass(slots=True)
 class ConnInfo:
     """A connection's identity columns (an `Ident`): the acceptor's, one per connection."""
@@ -100,6 +105,25 @@ FIELDS = (
     "detail",
 )
 
+
+class AcceptorRow(Row):
+    """A row of the acceptor history: its writer takes only these."""
+
+    __slots__ = ()
+
+
+class ClientRow(Row):
+    """A row of the client history: its writer takes only these."""
+
+    __slots__ = ()
+
+
+class HarnessRow(Row):
+    """A row of the harness history: its writer takes only these."""
+
+    __slots__ = ()
+
+
 Outcome = Literal[
     "served",
     "delayed_served",
@@ -122,7 +146,7 @@ class AcceptorAcceptDetail(TypedDict, total=False):
     tcp_accept_mono_ns: Any
 
 
-class AcceptorAccept(Row):
+class AcceptorAccept(AcceptorRow):
     """acceptor `accept`: socket taken (and its PROXY header read); the rate step runs now
     (Kafka's t0)
     """
@@ -170,7 +194,7 @@ class AcceptorDelayDetail(TypedDict, total=False):
     listener_delay_ms: Any
 
 
-class AcceptorDelay(Row):
+class AcceptorDelay(AcceptorRow):
     """acceptor `delay`: the rate step asked for a delay"""
 
     __slots__ = ()
@@ -217,7 +241,7 @@ class AcceptorBlockedDetail(TypedDict, total=False):
     start_mono_ns: Any
 
 
-class AcceptorBlocked(Row):
+class AcceptorBlocked(AcceptorRow):
     """acceptor `blocked`: the listener's acceptor was blocked (rate, slot, rate+slot,
     queue_full)
     """
@@ -266,7 +290,7 @@ class AcceptorListenerCloseDetail(TypedDict, total=False):
     queued: Any
 
 
-class AcceptorListenerClose(Row):
+class AcceptorListenerClose(AcceptorRow):
     """acceptor `listener_close`: the listening socket closed at the stop; `queued`: the
     connections then in its accept queue, never accepted (the kernel resets them with the
     socket)
@@ -314,7 +338,7 @@ class AcceptorAdmitDetail(TypedDict, total=False):
     pass
 
 
-class AcceptorAdmit(Row):
+class AcceptorAdmit(AcceptorRow):
     """acceptor `admit`: counted (Kafka's t1 of the IP step)"""
 
     __slots__ = ()
@@ -362,7 +386,7 @@ class AcceptorRegisterDetail(TypedDict, total=False):
     queue_depth: Any
 
 
-class AcceptorRegister(Row):
+class AcceptorRegister(AcceptorRow):
     """acceptor `register`: a processor started serving it"""
 
     __slots__ = ()
@@ -410,7 +434,7 @@ class AcceptorRejectDetail(TypedDict, total=False):
     max: Any
 
 
-class AcceptorReject(Row):
+class AcceptorReject(AcceptorRow):
     """acceptor `reject`: per-IP count: closed at once"""
 
     __slots__ = ()
@@ -458,7 +482,7 @@ class AcceptorThrottleCloseDetail(TypedDict, total=False):
     throttle_start_mono_ns: Any
 
 
-class AcceptorThrottleClose(Row):
+class AcceptorThrottleClose(AcceptorRow):
     """acceptor `throttle_close`: per-IP rate: the parked socket was closed"""
 
     __slots__ = ()
@@ -505,7 +529,7 @@ class AcceptorEvictDetail(TypedDict, total=False):
     pass
 
 
-class AcceptorEvict(Row):
+class AcceptorEvict(AcceptorRow):
     """acceptor `evict`: LRU channel shed over max.connections"""
 
     __slots__ = ()
@@ -561,7 +585,7 @@ class AcceptorCloseDetail(TypedDict, total=False):
     unanswered: Any
 
 
-class AcceptorClose(Row):
+class AcceptorClose(AcceptorRow):
     """acceptor `close`: a connection ended"""
 
     __slots__ = ()
@@ -614,7 +638,7 @@ class AcceptorRequestDetail(TypedDict, total=False):
     sample: Any
 
 
-class AcceptorRequest(Row):
+class AcceptorRequest(AcceptorRow):
     """acceptor `request`: one request answered"""
 
     __slots__ = ()
@@ -673,7 +697,7 @@ class AcceptorRequestThrottleDetail(TypedDict, total=False):
     rate: Any
 
 
-class AcceptorRequestThrottle(Row):
+class AcceptorRequestThrottle(AcceptorRow):
     """acceptor `request_throttle`: a request-quota violation muted the channel"""
 
     __slots__ = ()
@@ -722,7 +746,7 @@ class AcceptorRequestThrottle(Row):
 AcceptorAdminDetail = dict[str, Any]
 
 
-class AcceptorAdmin(Row):
+class AcceptorAdmin(AcceptorRow):
     """acceptor `admin`: a quota/config change or refusal"""
 
     __slots__ = ()
@@ -774,7 +798,7 @@ class AcceptorLoopLagDetail(TypedDict, total=False):
     threshold_ms: Any
 
 
-class AcceptorLoopLag(Row):
+class AcceptorLoopLag(AcceptorRow):
     """acceptor `loop_lag`: the heartbeat: the event loop ran late while an admission waited"""
 
     __slots__ = ()
@@ -820,7 +844,7 @@ class AcceptorProcessorStallDetail(TypedDict, total=False):
     queued: Any
 
 
-class AcceptorProcessorStall(Row):
+class AcceptorProcessorStall(AcceptorRow):
     """acceptor `processor_stall`: a test-scheduled processor stall began or ended"""
 
     __slots__ = ()
@@ -873,7 +897,7 @@ class ClientConnectInvokeDetail(TypedDict, total=False):
     proxy_protocol: Any
 
 
-class ClientConnectInvoke(Row):
+class ClientConnectInvoke(ClientRow):
     """client `connect_invoke`: an attempt starts (a Locust worker on another host: its clock
     offset; a cluster: the node id of the broker it connects to; the PROXY header version it
     sends)
@@ -930,7 +954,7 @@ class ClientConnectFailDetail(TypedDict, total=False):
     why: Any
 
 
-class ClientConnectFail(Row):
+class ClientConnectFail(ClientRow):
     """client `connect_fail`: TCP connect failed, or an intended arrival was not offered"""
 
     __slots__ = ()
@@ -983,7 +1007,7 @@ class ClientConnectOkDetail(TypedDict, total=False):
     pass
 
 
-class ClientConnectOk(Row):
+class ClientConnectOk(ClientRow):
     """client `connect_ok`: TCP handshake completed"""
 
     __slots__ = ()
@@ -1035,7 +1059,7 @@ class ClientReadyDetail(TypedDict, total=False):
     pass
 
 
-class ClientReady(Row):
+class ClientReady(ClientRow):
     """client `ready`: first Kafka response"""
 
     __slots__ = ()
@@ -1093,7 +1117,7 @@ class ClientRequestOkDetail(TypedDict, total=False):
     throttle_time_ms: Any
 
 
-class ClientRequestOk(Row):
+class ClientRequestOk(ClientRow):
     """client `request_ok`: a request got its response (kafka-python's sockets: in_flight_ms,
     send to response; principal, the user it logged in as)
     """
@@ -1151,7 +1175,7 @@ class ClientRequestFailDetail(TypedDict, total=False):
     profile: Any
 
 
-class ClientRequestFail(Row):
+class ClientRequestFail(ClientRow):
     """client `request_fail`: a request got no response"""
 
     __slots__ = ()
@@ -1215,7 +1239,7 @@ class ClientClosedDetail(TypedDict, total=False):
     tls_ms: Any
 
 
-class ClientClosed(Row):
+class ClientClosed(ClientRow):
     """client `closed`: the client is done with the connection"""
 
     __slots__ = ()
@@ -1268,7 +1292,7 @@ class ClientTlsStartDetail(TypedDict, total=False):
     pass
 
 
-class ClientTlsStart(Row):
+class ClientTlsStart(ClientRow):
     """client `tls_start`: the client starts its TLS handshake (latency_ms: since connect_invoke)"""
 
     __slots__ = ()
@@ -1323,7 +1347,7 @@ class ClientTlsDoneDetail(TypedDict, total=False):
     tls_version: Any
 
 
-class ClientTlsDone(Row):
+class ClientTlsDone(ClientRow):
     """client `tls_done`: the TLS handshake completed (tls_ms: its own duration; principal:
     Kafka's name for the client certificate offered, RFC 2253 order)
     """
@@ -1378,7 +1402,7 @@ class ClientTlsFailDetail(TypedDict, total=False):
     tls_ms: Any
 
 
-class ClientTlsFail(Row):
+class ClientTlsFail(ClientRow):
     """client `tls_fail`: the TLS handshake failed, timed out, or the server closed during it"""
 
     __slots__ = ()
@@ -1434,7 +1458,7 @@ class ClientSaslDoneDetail(TypedDict, total=False):
     sasl_ms: Any
 
 
-class ClientSaslDone(Row):
+class ClientSaslDone(ClientRow):
     """client `sasl_done`: SASL login succeeded (principal: the user it logged in as; never a
     secret)
     """
@@ -1495,7 +1519,7 @@ class ClientSaslFailDetail(TypedDict, total=False):
     sasl_ms: Any
 
 
-class ClientSaslFail(Row):
+class ClientSaslFail(ClientRow):
     """client `sasl_fail`: SASL login failed: Kafka's error code and the round (0 handshake, 1-2
     authenticate); answer_ms: from sending the failing request to its answer
     """
@@ -1555,7 +1579,7 @@ class ClientLoopLagDetail(TypedDict, total=False):
     until_mono_ns: Any
 
 
-class ClientLoopLag(Row):
+class ClientLoopLag(ClientRow):
     """client `loop_lag`: the storm engine's heartbeat: its loop could not look at its sockets
     (`start`: the period and threshold; `stall`: latency_ms how late, [from, until] the
     stretch in which an observation of it may have been late)
@@ -1605,7 +1629,7 @@ class ClientLoopLag(Row):
 HarnessConfigDetail = dict[str, Any]
 
 
-class HarnessConfig(Row):
+class HarnessConfig(HarnessRow):
     """harness `config`: every limit in force (runner: intended; acceptor: applied)"""
 
     __slots__ = ()
@@ -1649,7 +1673,7 @@ class HarnessConfig(Row):
 HarnessPhaseStartDetail = dict[str, Any]
 
 
-class HarnessPhaseStart(Row):
+class HarnessPhaseStart(HarnessRow):
     """harness `phase_start`: a load phase starts"""
 
     __slots__ = ()
@@ -1692,7 +1716,7 @@ class HarnessPhaseStart(Row):
 HarnessPhaseEndDetail = dict[str, Any]
 
 
-class HarnessPhaseEnd(Row):
+class HarnessPhaseEnd(HarnessRow):
     """harness `phase_end`: a load phase ends"""
 
     __slots__ = ()
@@ -1735,7 +1759,7 @@ class HarnessPhaseEnd(Row):
 HarnessFaultStartDetail = dict[str, Any]
 
 
-class HarnessFaultStart(Row):
+class HarnessFaultStart(HarnessRow):
     """harness `fault_start`: an injected fault starts"""
 
     __slots__ = ()
@@ -1779,7 +1803,7 @@ class HarnessFaultStart(Row):
 HarnessFaultEndDetail = dict[str, Any]
 
 
-class HarnessFaultEnd(Row):
+class HarnessFaultEnd(HarnessRow):
     """harness `fault_end`: an injected fault ends"""
 
     __slots__ = ()
@@ -1827,7 +1851,7 @@ class HarnessRunStartDetail(TypedDict, total=False):
     target: Any
 
 
-class HarnessRunStart(Row):
+class HarnessRunStart(HarnessRow):
     """harness `run_start`: the run starts"""
 
     __slots__ = ()
@@ -1873,7 +1897,7 @@ class HarnessRunEndDetail(TypedDict, total=False):
     target: Any
 
 
-class HarnessRunEnd(Row):
+class HarnessRunEnd(HarnessRow):
     """harness `run_end`: the run ends"""
 
     __slots__ = ()
@@ -1923,7 +1947,7 @@ class HarnessKafkaMetricsDetail(TypedDict, total=False):
     url: Any
 
 
-class HarnessKafkaMetrics(Row):
+class HarnessKafkaMetrics(HarnessRow):
     """harness `kafka_metrics`: one scrape of Prometheus metrics (a cluster: the broker whose
     exporter it is; target 'upstream': the Kafka behind the acceptor)
     """
@@ -1976,7 +2000,7 @@ class HarnessKernelNetDetail(TypedDict, total=False):
     syn_cookies: Any
 
 
-class HarnessKernelNet(Row):
+class HarnessKernelNet(HarnessRow):
     """harness `kernel_net`: one reading of the kernel's listen-queue drop counters (per network
     namespace)
     """
@@ -2037,7 +2061,7 @@ class HarnessProcessStatsDetail(TypedDict, total=False):
     rss_kb: Any
 
 
-class HarnessProcessStats(Row):
+class HarnessProcessStats(HarnessRow):
     """harness `process_stats`: one reading of a role's processes (descriptors, RSS, CPU, its
     busiest main thread's share of the time since the last reading), the history's size, the
     runner's own process (role runner) or the whole machine's busy CPU (role machine)

@@ -3,11 +3,8 @@
 Callers (an asyncio acceptor, gevent Locust users, the runner) must never block on disk
 nor pay for a row's encoding: a row is ONE tuple in ``ROW`` order (`base.history.rows.Row`)
 appended to a list under a lock, handed to `append()` as it is (no dict per row, nothing
-encoded): an event's row class (`base.history.rows`: it takes only the event's columns
-and `detail` keys), or the acceptor's recorder's flat row built from typed parameters.
-`record()` is the keyword interface for everything else: it checks the columns and
-`detail` keys against the event (`base.history.events`) at the call and builds the same
-tuple. A row's ``ts_ns`` left None is derived at the flush from its
+encoded), built by its event's row class (`base.history.rows`: it takes only the event's
+columns and `detail` keys). A row's ``ts_ns`` left None is derived at the flush from its
 ``mono_ns`` and the two clocks read together when the writer started (as
 `loadprofiles.client_history` does), so the hot path reads one clock.
 
@@ -37,7 +34,7 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -51,9 +48,6 @@ from base.history.schema import COLUMNS, EVENTS, SCHEMA
 #: divides it; ``run_id``, ``source`` and ``seq`` are not buffered (constant or derived)
 ROW: tuple[str, ...] = ("ts_ns", "mono_ns", "event", *COLUMNS[6:])
 assert ROW == FIELDS, "base.history.rows is stale: python -m base.history.codegen"
-#: the keyword fields of `record()` (everything after ``event`` except ``detail``)
-_FIELDS = COLUMNS[6:-1]
-_FIELDS_SET = frozenset(_FIELDS)
 #: rows converted per step of a flush (the GIL is yielded between steps)
 CHUNK = 2048
 _TYPES = [SCHEMA.field(name).type for name in COLUMNS[5:]]  # event, conn_id, ..., detail
@@ -71,6 +65,15 @@ def encode_detail(detail: Any) -> str | None:
     if detail is None or detail.__class__ is str:
         return detail
     return _ENCODE(detail)
+
+
+def row_arrays(cols: list[Any]) -> list[pa.Array]:
+    """The columns from ``event`` to ``detail`` of rows transposed (``cols[i]``: every
+    row's ``ROW[i]``), as Arrow arrays of SCHEMA's types: a mapping `detail` as sorted JSON.
+    Every writer of typed rows builds its batches here (`ClientHistory` too)."""
+    arrays = [pa.array(col, t) for col, t in zip(cols[2:-1], _TYPES[:-1], strict=True)]
+    arrays.append(pa.array([encode_detail(d) for d in cols[-1]], pa.string()))
+    return arrays
 
 
 class HistoryWriter:
@@ -150,48 +153,6 @@ class HistoryWriter:
             if len(rows) >= self.max_rows:
                 self._wake.set()
 
-    def record(
-        self,
-        event: str,
-        *,
-        ts_us: int | None = None,
-        mono_ns: int | None = None,
-        detail: Mapping[str, Any] | str | None = None,
-        **fields: Any,
-    ) -> int:
-        """Append one row; returns its ``seq``. A column or `detail` key the event does
-        not have (`base.history.events`) is a bug: KeyError, here at the call.
-
-        Only references are stored: building columns and serialising ``detail`` to
-        JSON happen in the flush thread, off the caller's event loop. A ``detail``
-        mapping is copied shallowly, so callers may reuse theirs.
-        """
-        if self.strict_events and event not in self._events:
-            raise ValueError(f"event {event!r} is not a {self.source} event")
-        if fields and not fields.keys() <= _FIELDS_SET:
-            raise KeyError(f"unknown history fields: {sorted(fields.keys() - _FIELDS_SET)}")
-        if self.strict_events:
-            check_row(self.source, event, fields, detail)
-        if detail is not None and not isinstance(detail, str):
-            detail = dict(detail)
-        ts = time.time_ns() if ts_us is None else ts_us * 1000
-        mono = time.monotonic_ns() if mono_ns is None else mono_ns
-        get = fields.get
-        row = cast(Row, (ts, mono, event, *[get(name) for name in _FIELDS], detail))
-        with self._lock:
-            if self._closed:
-                raise RuntimeError(f"history writer {self.name} is closed")
-            self._seq += 1
-            seq = self._seq
-            if self.failure is not None:
-                self.rows_lost += 1
-                return seq
-            self._rows.append(row)
-            full = len(self._rows) >= self.max_rows
-        if full:
-            self._wake.set()
-        return seq
-
     # -- flushing --------------------------------------------------------------------
     def _batch(self, rows: list[Row], first_seq: int) -> pa.RecordBatch:
         """One chunk of rows as a record batch of SCHEMA; seq numbers from ``first_seq``."""
@@ -205,8 +166,7 @@ class HistoryWriter:
             pa.array(ts_us, _TS_TYPE),
             pa.array(np.asarray(cols[1], dtype=np.int64)),
         ]
-        arrays += [pa.array(col, t) for col, t in zip(cols[2:-1], _TYPES[:-1], strict=True)]
-        arrays.append(pa.array([encode_detail(d) for d in cols[-1]], pa.string()))
+        arrays += row_arrays(cols)
         return pa.RecordBatch.from_arrays(arrays, schema=SCHEMA)
 
     def _ts_ns(self, ts: tuple[int | None, ...], mono: tuple[int, ...]) -> Any:

@@ -10,6 +10,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from base.history.rows import (
+    HarnessFaultEnd,
+    HarnessFaultEndDetail,
+    HarnessFaultStart,
+    HarnessFaultStartDetail,
+    Row,
+)
 from harness.runner.fault_kinds import KINDS, Hit
 from harness.runner.plan import TargetError
 from harness.runner.target import Target
@@ -43,13 +50,13 @@ class Restart:
 class FaultSchedule:
     def __init__(
         self,
-        record: Callable[..., None],
+        write: Callable[[Row], None],
         say: Callable[[str], None],
         elapsed: Callable[[], float],
         duration: float,
         restart_timeout: float,
     ) -> None:
-        self.record, self.say, self.elapsed = record, say, elapsed
+        self.write, self.say, self.elapsed = write, say, elapsed
         self.duration, self.restart_timeout = duration, restart_timeout
         self.target: Target | None = None
         #: the run's load phases by name (`load_kill` reads them)
@@ -92,13 +99,13 @@ class FaultSchedule:
             self.deferred_starts.append(params)
             return
         hit = self._hit(params)
-        detail = dict(params)
+        detail: HarnessFaultStartDetail = dict(params)
         if delayed:
             detail["delayed_by_restart"] = True
         self.say(f"t={elapsed:.1f}s fault {kind} starts ({params['for']:g}s)")
         if hit.with_front:
             detail["front_stopped"] = True
-        self.record("fault_start", reason=kind, detail=detail)
+        self.write(HarnessFaultStart(time.monotonic_ns(), reason=kind, detail=detail))
         self.active[kind] = self.elapsed()
         self.params[kind] = params
         self.facts[kind] = KINDS[kind].start(hit)
@@ -126,8 +133,8 @@ class FaultSchedule:
         self.say(f"t={elapsed:.1f}s restarting the {what} (same ports, same state)")
         self.restart = Restart(kind, detail, restart, "broker-restart")
 
-    def ended(self, kind: str, detail: dict[str, Any]) -> None:
-        self.record("fault_end", reason=kind, detail=detail)
+    def ended(self, kind: str, detail: HarnessFaultEndDetail) -> None:
+        self.write(HarnessFaultEnd(time.monotonic_ns(), reason=kind, detail=detail))
         self.active.pop(kind, None)
         self.params.pop(kind, None)
         self.say(f"fault {kind} ended")

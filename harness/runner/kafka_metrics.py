@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from base.history.events import UPSTREAM_METRICS
+from base.history.rows import HarnessKafkaMetrics, HarnessKafkaMetricsDetail, Row
 from harness.runner.periodic import Periodic
 
 #: The families a run records (Kafka names as the JMX exporter maps them; docs/metrics.md).
@@ -43,7 +44,7 @@ PREFIXES = (
 EVENT = "kafka_metrics"
 
 Sample = tuple[str, dict[str, str], float | None]
-Record = Callable[..., Any]
+Write = Callable[[Row], None]
 
 
 def parse_samples(text: str, prefixes: Iterable[str] = PREFIXES) -> list[Sample]:
@@ -69,12 +70,12 @@ def fetch(url: str, timeout_s: float) -> str:
 
 
 class MetricsScraper:
-    """Scrape ``url`` every ``interval_s`` into ``record`` (a HistoryWriter.record)."""
+    """Scrape ``url`` every ``interval_s`` into ``write`` (a HistoryWriter.append)."""
 
     def __init__(
         self,
         url: str,
-        record: Record,
+        write: Write,
         *,
         target: str,
         broker: int | None = None,
@@ -84,11 +85,11 @@ class MetricsScraper:
         clock_ns: Callable[[], int] = time.monotonic_ns,
     ) -> None:
         self.url = url
-        self.record = record
+        self.write = write
         self.target = target
         #: a cluster: the node whose exporter this is (every row names it)
         self.broker = broker
-        self._who: dict[str, Any] = {"url": url, "target": target}
+        self._who: HarnessKafkaMetricsDetail = {"url": url, "target": target}
         if broker is not None:
             self._who["broker"] = broker
         self.interval_s = interval_s
@@ -115,25 +116,17 @@ class MetricsScraper:
             t1 = self.clock_ns()
             self.failures += 1
             self.last_error = f"{type(exc).__name__}: {exc}"
-            self.record(
-                EVENT,
-                mono_ns=(t0 + t1) // 2,
-                reason="scrape_failed",
-                detail={**self._who, "error": self.last_error},
-            )
+            failed: HarnessKafkaMetricsDetail = {**self._who, "error": self.last_error}
+            self.write(HarnessKafkaMetrics((t0 + t1) // 2, reason="scrape_failed", detail=failed))
             return False
         t1 = self.clock_ns()
         self.scrapes += 1
-        self.record(
-            EVENT,
-            mono_ns=(t0 + t1) // 2,
-            latency_ms=(t1 - t0) / 1e6,
-            detail={
-                **self._who,
-                "scrape_ms": round((t1 - t0) / 1e6, 3),
-                "samples": [[n, labels, v] for n, labels, v in samples],
-            },
-        )
+        detail: HarnessKafkaMetricsDetail = {
+            **self._who,
+            "scrape_ms": round((t1 - t0) / 1e6, 3),
+            "samples": [[n, labels, v] for n, labels, v in samples],
+        }
+        self.write(HarnessKafkaMetrics((t0 + t1) // 2, latency_ms=(t1 - t0) / 1e6, detail=detail))
         return True
 
     def start(self) -> MetricsScraper:
@@ -302,18 +295,19 @@ def parse_names(listeners: str | None) -> list[str]:
 
 
 def start_scraper(
-    target: Any, history: Any, opts: Any, say: Callable[[str], None]
+    target: Any, write: Write, opts: Any, say: Callable[[str], None]
 ) -> MetricsScraper | Scrapers | None:
-    """The orchestrator's hook: scrape the run target's metrics into the harness history.
+    """The orchestrator's hook: scrape the run target's metrics into the harness history
+    (``write``: its writer's append).
 
     Returns None (and says why) when there is nothing to scrape; the metric checks are
     then `unknown` for this run. ``opts.broker_metrics_url`` overrides the endpoint.
     """
-    if history is None or target is None:
+    if target is None:
         return None
     given = getattr(opts, "broker_metrics_url", None)
     if isinstance(given, dict):  # N=URL: a cluster the harness did not start, per broker
-        return _per_broker_scrapers(target, history, given, say)
+        return _per_broker_scrapers(target, write, given, say)
     url, kind = metrics_url_for(target, given)
     if url is None:
         say(f"Kafka metrics not recorded: {kind}")
@@ -322,13 +316,9 @@ def start_scraper(
     fronts = target.fronts.metrics if target.fronts is not None else {}
     if cluster is not None and fronts and not given:
         # a fronted cluster: every front's own metrics and every broker's behind it
-        scrapers = [
-            MetricsScraper(u, history.record, target=kind, broker=n) for n, u in fronts.items()
-        ]
+        scrapers = [MetricsScraper(u, write, target=kind, broker=n) for n, u in fronts.items()]
         scrapers += [
-            MetricsScraper(
-                b.metrics_url, history.record, target=UPSTREAM_METRICS, broker=b.plan.node_id
-            )
+            MetricsScraper(b.metrics_url, write, target=UPSTREAM_METRICS, broker=b.plan.node_id)
             for b in cluster.brokers
             if b.metrics_url
         ]
@@ -343,12 +333,10 @@ def start_scraper(
         if len(nodes) != len(cluster.brokers):
             say("Kafka metrics not recorded: a broker of the cluster has no JMX exporter")
             return None
-        scrapers = [
-            MetricsScraper(u, history.record, target=kind, broker=n).start() for n, u in nodes
-        ]
+        scrapers = [MetricsScraper(u, write, target=kind, broker=n).start() for n, u in nodes]
         say(f"recording Kafka's metrics from {len(nodes)} brokers every second (event {EVENT})")
         return Scrapers(scrapers)
-    scraper = MetricsScraper(url, history.record, target=kind)
+    scraper = MetricsScraper(url, write, target=kind)
     if not scraper.scrape_once():
         say(f"Kafka metrics at {url} did not answer ({scraper.last_error}); retrying every second")
     say(f"recording Kafka's metrics from {url} every second (event {EVENT})")
@@ -357,13 +345,13 @@ def start_scraper(
         return scraper.start()
     # behind the acceptor Kafka still authenticates every TLS and SASL connection: its
     # counters are scraped too, as the rows of target "upstream" (kept apart by the checks)
-    behind = MetricsScraper(upstream, history.record, target=UPSTREAM_METRICS)
+    behind = MetricsScraper(upstream, write, target=UPSTREAM_METRICS)
     say(f"recording the metrics of the Kafka behind the acceptor from {upstream} too")
     return Scrapers([scraper.start(), behind.start()])
 
 
 def _per_broker_scrapers(
-    target: Any, history: Any, urls: dict[int, str], say: Callable[[str], None]
+    target: Any, write: Write, urls: dict[int, str], say: Callable[[str], None]
 ) -> Scrapers | None:
     """One scraper per broker the user named; a node the cluster's metadata does not list
     is refused (scrapes credited to the wrong broker would judge it by another's counts)."""
@@ -380,8 +368,7 @@ def _per_broker_scrapers(
     if missing:
         say(f"no --broker-metrics-url for broker(s) {missing}: their metric checks judge nothing")
     scrapers = [
-        MetricsScraper(u, history.record, target=kind, broker=n).start()
-        for n, u in sorted(urls.items())
+        MetricsScraper(u, write, target=kind, broker=n).start() for n, u in sorted(urls.items())
     ]
     say(f"recording Kafka's metrics from {len(scrapers)} brokers every second (event {EVENT})")
     return Scrapers(scrapers)

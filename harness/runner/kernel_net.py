@@ -24,9 +24,10 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import cast
 
 from base import procfs
+from base.history.rows import HarnessKernelNet, HarnessKernelNetDetail, Row
 from harness.runner.periodic import Periodic
 
 EVENT = "kernel_net"
@@ -44,8 +45,9 @@ class NetstatError(ValueError):
     pass
 
 
-def parse_netstat(text: str) -> dict[str, int]:
-    """``/proc/net/netstat`` text -> the `FIELDS` counters under their detail keys.
+def parse_netstat(text: str) -> HarnessKernelNetDetail:
+    """``/proc/net/netstat`` text -> the `FIELDS` counters under their detail keys (the
+    reading's part of its row's detail).
 
     Raises `NetstatError` when the file is malformed or the TcpExt group or a counter is
     missing (a kernel without them cannot explain a drop, and must not look as if it saw
@@ -60,7 +62,7 @@ def parse_netstat(text: str) -> dict[str, int]:
     missing = [k for k in FIELDS if k not in counters]
     if missing:
         raise NetstatError(f"TcpExt has no {', '.join(missing)}")
-    return {key: counters[name] for name, key in FIELDS.items()}
+    return cast(HarnessKernelNetDetail, {key: counters[name] for name, key in FIELDS.items()})
 
 
 def namespace() -> str:
@@ -72,25 +74,25 @@ def namespace() -> str:
 
 
 class KernelNetSampler:
-    """Read the counters every ``interval_s`` into ``record`` (a HistoryWriter.record)."""
+    """Read the counters every ``interval_s`` into ``write`` (a HistoryWriter.append)."""
 
     def __init__(
         self,
-        record: Callable[..., Any],
+        write: Callable[[Row], None],
         *,
         interval_s: float = 1.0,
         max_duration_s: float = 24 * 3600.0,
         read: Callable[[], str] = NETSTAT.read_text,
         clock_ns: Callable[[], int] = time.monotonic_ns,
     ) -> None:
-        self.record = record
+        self.write = write
         self.read = read
         self.clock_ns = clock_ns
         self.netns = namespace()
         self.readings = 0
         self.failures = 0
-        self.first: dict[str, int] | None = None
-        self.last: dict[str, int] | None = None
+        self.first: HarnessKernelNetDetail | None = None
+        self.last: HarnessKernelNetDetail | None = None
         self.last_error: str | None = None
         self._every = Periodic(
             self.sample_once, name="kernel-net", interval_s=interval_s,
@@ -104,20 +106,16 @@ class KernelNetSampler:
         except (OSError, NetstatError) as exc:
             self.failures += 1
             self.last_error = f"{type(exc).__name__}: {exc}"
-            self.record(
-                EVENT, mono_ns=t0, reason="read_failed",
-                detail={"netns": self.netns, "error": self.last_error},
-            )  # fmt: skip
+            failed: HarnessKernelNetDetail = {"netns": self.netns, "error": self.last_error}
+            self.write(HarnessKernelNet(t0, reason="read_failed", detail=failed))
             return False
         t1 = self.clock_ns()
         self.readings += 1
         if self.first is None:
             self.first = counters
         self.last = counters
-        self.record(
-            EVENT, mono_ns=t0, latency_ms=(t1 - t0) / 1e6,
-            detail={**counters, "netns": self.netns},
-        )  # fmt: skip
+        detail: HarnessKernelNetDetail = {**counters, "netns": self.netns}
+        self.write(HarnessKernelNet(t0, latency_ms=(t1 - t0) / 1e6, detail=detail))
         return True
 
     def start(self) -> KernelNetSampler:
@@ -131,19 +129,19 @@ class KernelNetSampler:
     def summary(self) -> str:
         if self.first is None or self.last is None:
             return f"no reading ({self.last_error})"
-        grew = {k: self.last[k] - self.first[k] for k in self.last}
+        was, now = self.first, self.last
         return (
             f"{self.readings} readings in {self.netns}, {self.failures} failed; during the run "
-            f"{grew['listen_drops']} listen drops ({grew['listen_overflows']} accept-queue "
-            f"overflows), {grew['reqq_full_drop']} SYNs dropped, {grew['syn_cookies']} SYN cookies"
+            f"{now['listen_drops'] - was['listen_drops']} listen drops "
+            f"({now['listen_overflows'] - was['listen_overflows']} accept-queue overflows), "
+            f"{now['reqq_full_drop'] - was['reqq_full_drop']} SYNs dropped, "
+            f"{now['syn_cookies'] - was['syn_cookies']} SYN cookies"
         )
 
 
-def start_sampler(history: Any, say: Callable[[str], None]) -> KernelNetSampler | None:
+def start_sampler(write: Callable[[Row], None], say: Callable[[str], None]) -> KernelNetSampler:
     """The orchestrator's hook: the kernel's drop counters into the harness history."""
-    if history is None:
-        return None
-    sampler = KernelNetSampler(history.record)
+    sampler = KernelNetSampler(write)
     if not sampler.sample_once():
         say(f"kernel listen-queue counters not readable ({sampler.last_error}): recorded as gaps")
     say(f"recording the kernel's listen-queue drops every second (event {EVENT})")

@@ -25,6 +25,13 @@ from types import FrameType
 from typing import Any
 
 from base.history import HistoryWriter
+from base.history.rows import (
+    HarnessRunEnd,
+    HarnessRunEndDetail,
+    HarnessRunStart,
+    HarnessRunStartDetail,
+    Row,
+)
 from harness.runner.analysis_step import analyse
 from harness.runner.fault_schedule import FaultSchedule
 from harness.runner.kafka_side import metadata_mode
@@ -135,7 +142,7 @@ class Orchestrator:
         #: where the target's client listeners listen (the worker hosts' bridge, if any)
         self.listen_host = LOOPBACK_HOST
         self.timeline: Timeline | None = None
-        self.testimony = Testimony(self.record)
+        self.testimony = Testimony(self.write)
         count = scenario.workers if opts.workers is None else opts.workers
         self.workers = RunWorkers(
             WorkerOptions(count, opts.worker_netns, opts.master_bind, opts.shared_run_dir),
@@ -151,13 +158,13 @@ class Orchestrator:
             self.run_id,
             self.seed,
             self.workers,
-            self.record,
+            self.write,
             self.say,
             web=opts.web,
             launcher=launcher,
         )
         self.faults = FaultSchedule(
-            self.record,
+            self.write,
             self.say,
             self._elapsed,
             self.duration,
@@ -165,9 +172,10 @@ class Orchestrator:
         )
         self.faults.phases = self.phases.running
 
-    def record(self, event: str, **fields: Any) -> None:
+    def write(self, row: Row) -> None:
+        """One row of the runner's history; none before the history exists."""
         if self.history is not None:
-            self.history.record(event, **fields)
+            self.history.append(row)
 
     def _save(self, key: str, value: Any) -> None:
         """One entry of run.json, written at once once the run directory exists."""
@@ -366,31 +374,25 @@ class Orchestrator:
         self.testimony.testify("start", started_ns)
         from harness.runner.kafka_metrics import start_scraper  # Kafka's metrics, every second
 
-        self.scraper = start_scraper(self.target, self.history, self.opts, self.say)
+        self.scraper = start_scraper(self.target, self.write, self.opts, self.say)
         from harness.runner.kernel_net import start_sampler  # the kernel's listen drops
 
-        self.kernel_net = start_sampler(self.history, self.say)
+        self.kernel_net = start_sampler(self.write, self.say)
         from harness.runner.proc_stats import ProcStatsSampler  # descriptors, memory, CPU
 
-        self.proc_stats = (
-            ProcStatsSampler(
-                self.history.record, self._process_groups, self.rd.root / "history", own=True
-            ).start()
-            if self.history is not None
-            else None
-        )
+        self.proc_stats = ProcStatsSampler(
+            self.write, self._process_groups, self.rd.root / "history", own=True
+        ).start()
 
     def _drive(self) -> None:
         assert self.target is not None
-        self.record(
-            "run_start",
-            detail={
-                "scenario": self.sc.name,
-                "target": self.opts.target,
-                "duration_s": self.duration,
-                "seed": self.seed,
-            },
-        )
+        started: HarnessRunStartDetail = {
+            "scenario": self.sc.name,
+            "target": self.opts.target,
+            "duration_s": self.duration,
+            "seed": self.seed,
+        }
+        self.write(HarnessRunStart(time.monotonic_ns(), detail=started))
         self.timeline = Timeline(
             self.sc,
             self.duration,
@@ -461,11 +463,13 @@ class Orchestrator:
                 target.stop()
         except Exception as exc:  # still write what we have
             self.say(f"stopping the target failed: {exc!r}")
-        self.record(
-            "run_end",
-            reason="interrupted" if self.interrupted else ("error" if self.error else "done"),
-            detail={"scenario": self.sc.name, "target": self.opts.target, "error": self.error},
-        )
+        ended: HarnessRunEndDetail = {
+            "scenario": self.sc.name,
+            "target": self.opts.target,
+            "error": self.error,
+        }
+        why = "interrupted" if self.interrupted else ("error" if self.error else "done")
+        self.write(HarnessRunEnd(time.monotonic_ns(), reason=why, detail=ended))
         if self.history is not None:
             self.history.close()
             if self.history.failure is not None:

@@ -15,6 +15,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from base.history.readers import intended_arrivals
+from base.history.rows import (
+    HarnessPhaseEnd,
+    HarnessPhaseEndDetail,
+    HarnessPhaseStart,
+    HarnessPhaseStartDetail,
+    Row,
+)
 from base.localnet import free_port
 from base.supervisor import ManagedProcess
 from harness.runner.loadgen import LoadTarget, Workers, locust_argv, max_arrivals, ready_dir
@@ -115,13 +122,13 @@ class Phases:
         run_id: str,
         seed: int,
         workers: RunWorkers,
-        record: Callable[..., None],
+        write: Callable[[Row], None],
         say: Callable[[str], None],
         web: bool = False,
         launcher: LoadLauncher = local_locust,
     ) -> None:
         self.sc, self.duration, self.rd, self.run_id, self.seed = sc, duration, rd, run_id, seed
-        self.workers, self.record, self.say, self.web = workers, record, say, web
+        self.workers, self.write, self.say, self.web = workers, write, say, web
         self.launcher = launcher
         self.target: Target | None = None
         self.running: dict[str, RunningPhase] = {}
@@ -316,21 +323,18 @@ class Phases:
                 end = start + int(rp.phase.duration * 1e9) if full else intended[-1] + 1
         start = start if start is not None else now
         end = end if end is not None and end >= start else max(now, start)
-        detail = self.detail(rp, timing=source)
+        detail: HarnessPhaseStartDetail = self.detail(rp, timing=source)
         if not rp.flowing:
             detail["never_flowed"] = True
-        self.record("phase_start", mono_ns=start, ts_us=wall_us(start), detail=detail)
-        self.record(
-            "phase_end",
-            mono_ns=end,
-            ts_us=wall_us(end),
-            detail={**detail, "exit_code": code, **extra},
-        )
+        self.write(HarnessPhaseStart(start, detail=detail, ts_ns=wall_ns(start)))
+        ended: HarnessPhaseEndDetail = {**detail, "exit_code": code, **extra}
+        self.write(HarnessPhaseEnd(end, detail=ended, ts_ns=wall_ns(end)))
 
 
-def wall_us(mono_ns: int) -> int:
-    """A monotonic instant as wall-clock microseconds (the `ts` column)."""
-    return (time.time_ns() - time.monotonic_ns() + mono_ns) // 1000
+def wall_ns(mono_ns: int) -> int:
+    """A monotonic instant as wall-clock nanoseconds, whole microseconds (the `ts`
+    column's precision)."""
+    return (time.time_ns() - time.monotonic_ns() + mono_ns) // 1000 * 1000
 
 
 def intended_arrivals_in(client_dir: Path, pattern: str) -> list[int]:

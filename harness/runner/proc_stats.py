@@ -37,9 +37,10 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Literal
 
 from base import procfs
+from base.history.rows import HarnessProcessStats, HarnessProcessStatsDetail, Row
 from harness.runner.periodic import Periodic
 
 EVENT = "process_stats"
@@ -55,6 +56,8 @@ EVERY_THREAD = frozenset({"load"})
 #: loop's process's other threads ran (`loop_others`) bounds the loop's waits for the GIL
 THREADED = frozenset({"acceptor", "load"})
 PROC = Path("/proc")
+#: the readings whose peak the summary says
+PEAKS: tuple[Literal["fds", "rss_kb", "bytes"], ...] = ("fds", "rss_kb", "bytes")
 _PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
 
@@ -89,10 +92,13 @@ def scan(proc: Path = PROC) -> dict[int, list[tuple[int, float, int]]]:
     return groups
 
 
-def group_totals(members: Sequence[tuple[int, float, int]], proc: Path = PROC) -> dict[str, Any]:
+def group_totals(
+    members: Sequence[tuple[int, float, int]], proc: Path = PROC
+) -> HarnessProcessStatsDetail:
     """Processes, descriptors, RSS and CPU summed over ``members`` (`scan`'s entries of a
-    role's groups); one gone before its descriptors were counted is left out."""
-    out: dict[str, Any] = {"processes": 0, "fds": 0, "rss_kb": 0, "cpu_s": 0.0}
+    role's groups), as those keys of its row's detail; one gone before its descriptors
+    were counted is left out."""
+    out: HarnessProcessStatsDetail = {"processes": 0, "fds": 0, "rss_kb": 0, "cpu_s": 0.0}
     for pid, cpu, rss_kb in members:
         try:
             fds = len(os.listdir(proc / str(pid) / "fd"))
@@ -125,7 +131,7 @@ class ProcStatsSampler:
 
     def __init__(
         self,
-        record: Callable[..., Any],
+        write: Callable[[Row], None],
         roles: Callable[[], Mapping[str, Sequence[int]]],
         history: Path | None,
         *,
@@ -135,7 +141,7 @@ class ProcStatsSampler:
         clock_ns: Callable[[], int] = time.monotonic_ns,
         own: bool = False,
     ) -> None:
-        self.record = record
+        self.write = write
         #: also a row for the sampling process itself (role `runner`)
         self.own = own
         self.roles = roles
@@ -153,14 +159,19 @@ class ProcStatsSampler:
 
     def sample_once(self) -> None:
         t0 = self.clock_ns()
-        rows: list[dict[str, Any]] = []
+        rows: list[HarnessProcessStatsDetail] = []
         roles = {role: pgids for role, pgids in sorted(self.roles().items()) if pgids}
         groups = scan(self.proc) if roles else {}
         for role, pgids in roles.items():
             members = [m for g in pgids for m in groups.get(g, [])]
-            row = {"role": role, "pgids": list(pgids), **group_totals(members, self.proc)}
-            row.update(self._loop_busy(role, [pid for pid, _, _ in members]))
-            rows.append(row)
+            rows.append(
+                {
+                    "role": role,
+                    "pgids": list(pgids),
+                    **group_totals(members, self.proc),
+                    **self._loop_busy(role, [pid for pid, _, _ in members]),
+                }
+            )
         if self.own and roles:  # the runner itself: its readers, scrapes and waits (only it)
             me = os.getpid()
             own = [m for m in groups.get(os.getpgrp(), []) if m[0] == me]
@@ -173,14 +184,14 @@ class ProcStatsSampler:
             rows.append({"role": "history", "bytes": size, "files": files})
         t1 = self.clock_ns()
         for detail in rows:
-            self.record(EVENT, mono_ns=t0, latency_ms=(t1 - t0) / 1e6, detail=detail)
+            self.write(HarnessProcessStats(t0, latency_ms=(t1 - t0) / 1e6, detail=detail))
             peak = self.peak.setdefault(str(detail["role"]), {})
-            for key in ("fds", "rss_kb", "bytes"):
+            for key in PEAKS:
                 if key in detail:
                     peak[key] = max(peak.get(key, 0), float(detail[key]))
         self.readings += 1
 
-    def _loop_busy(self, role: str, pids: Sequence[int]) -> dict[str, Any]:
+    def _loop_busy(self, role: str, pids: Sequence[int]) -> HarnessProcessStatsDetail:
         """The busiest loop of the role since its last reading: its share of the interval
         (on a CPU or waiting for one) and its pid (thread id); ``loop_others``: the share
         its process's other threads spent on a CPU (a Python loop waiting for the GIL that
@@ -211,7 +222,10 @@ class ProcStatsSampler:
             return {}
         last = self._busy.get(role)
         self._busy[role] = (now, now_read)
-        read = {"loop_read_mono_ns": now, "loop_read_ms": round((now - began) / 1e6, 3)}
+        read: HarnessProcessStatsDetail = {
+            "loop_read_mono_ns": now,
+            "loop_read_ms": round((now - began) / 1e6, 3),
+        }
         if last is None or now <= last[0]:
             return read
         interval = now - last[0]

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from base.history.rows import HarnessConfig, HarnessConfigDetail, Row
 from harness.runner.fault_schedule import FaultSchedule
 from harness.runner.phases import Phases
 from harness.runner.plan import TargetError
@@ -24,8 +25,8 @@ class Testimony:
     `applied_from_mono_ns` is when the runner started applying a change, so the enforcer's
     own record of it must fall in [applied_from, this row]."""
 
-    def __init__(self, record: Callable[..., None]) -> None:
-        self.record = record
+    def __init__(self, write: Callable[[Row], None]) -> None:
+        self.write = write
         self.limits: dict[str, Any] = {}
         #: per broker of a cluster, the dynamic keys set on its own layer (BROKER "<id>")
         self.node_layers: dict[int, dict[str, Any]] = {}
@@ -38,15 +39,16 @@ class Testimony:
             self.node_layers[action.node] = {k: v for k, v in layer.items() if v is not None}
 
     def testify(self, why: str, applied_from_ns: int | None = None) -> None:
-        detail: dict[str, Any] = {**self.limits, "origin": "runner", "cause": why}
+        detail: HarnessConfigDetail = {**self.limits, "origin": "runner", "cause": why}
         if applied_from_ns is not None:
             detail["applied_from_mono_ns"] = applied_from_ns
-        self.record("config", reason=why, detail=detail)
+        self.write(HarnessConfig(time.monotonic_ns(), reason=why, detail=detail))
         # a broker with a per-broker change of its own: its limits, in a row of its own
         # (analysis.load.for_node), for this and every later change
         for node, layer in sorted(self.node_layers.items()):
             own = apply_change(self.limits, Action(0, "broker_config", layer))
-            self.record("config", reason=why, detail={**detail, **own, "node.id": node})
+            mine: HarnessConfigDetail = {**detail, **own, "node.id": node}
+            self.write(HarnessConfig(time.monotonic_ns(), reason=why, detail=mine))
 
 
 class Timeline:

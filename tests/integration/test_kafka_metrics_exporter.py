@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from base.history.rows import FIELDS
 from broker import Broker
 from harness.runner.kafka_metrics import EVENT, MetricsScraper, fetch, parse_samples
 
@@ -42,9 +43,9 @@ def test_exporter_shows_the_listener_accept_rate_moving_during_a_storm(
 ) -> None:
     url = getattr(rate_broker, "metrics_url", None)
     assert url, "the local broker must run the JMX exporter (HARNESS_BROKER_METRICS unset)"
-    rows: list[tuple[str, dict[str, Any]]] = []
+    rows: list[dict[str, Any]] = []
     scraper = MetricsScraper(
-        url, lambda event, **kw: rows.append((event, kw)), target="broker", interval_s=1.0
+        url, lambda row: rows.append(dict(zip(FIELDS, row, strict=True))), target="broker"
     )
     # the first answer after the broker's start loads the exporter's classes: it may take
     # longer than a scrape's timeout (0.8 x the interval) on a busy machine
@@ -81,8 +82,8 @@ def test_exporter_shows_the_listener_accept_rate_moving_during_a_storm(
     assert SSM + "connection_accept_throttle_time" in names
     assert SSM + "ip_connection_accept_throttle_time" in names
     # and the scraper recorded them as kafka_metrics rows with the layout docs/history.md gives
-    assert rows and all(event == EVENT for event, _ in rows)
-    scraped = [kw["detail"] for _, kw in rows if "samples" in kw["detail"]]
+    assert rows and all(r["event"] == EVENT for r in rows)
+    scraped = [r["detail"] for r in rows if "samples" in r["detail"]]
     assert scraped, rows
     detail = scraped[-1]
     assert detail["target"] == "broker" and detail["url"] == url

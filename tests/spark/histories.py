@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from base.history import HistoryWriter
+from tests.handbuilt import record
 
 Build = Callable[[HistoryWriter, HistoryWriter, HistoryWriter], None]
 
@@ -29,7 +30,7 @@ def hand_built_run(
     cw = HistoryWriter(run / "history", "client", name, background=False)
     aw = HistoryWriter(run / "history", "acceptor", name, background=False)
     hw = HistoryWriter(run / "history", "harness", name, background=False)
-    hw.record("config", mono_ns=config_ns, detail={"max.connections": 2147483647})
+    record(hw, "config", mono_ns=config_ns, detail={"max.connections": 2147483647})
     build(cw, aw, hw)
     for w in (cw, aw, hw):
         w.close()

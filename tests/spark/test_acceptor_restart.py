@@ -15,6 +15,7 @@ from analysis.checks import ALL_CHECKS
 from analysis.load import load_run
 from analysis.verdict import OUTAGE, overall, run_checks
 from base.history import HistoryWriter
+from tests.handbuilt import record
 
 S = 1_000_000_000
 MS = 1_000_000
@@ -28,25 +29,25 @@ def _attempt(
     cw: HistoryWriter, port: int, start: int, *, refused: bool = False, reset_at: int = 0
 ) -> None:
     a = {**ADDR, "client_port": port}
-    cw.record("connect_invoke", mono_ns=start, detail={"profile": "storm"}, **a)
+    record(cw, "connect_invoke", mono_ns=start, detail={"profile": "storm"}, **a)
     if refused:
-        cw.record("connect_fail", mono_ns=start + MS, reason="refused", latency_ms=1.0, **a)
+        record(cw, "connect_fail", mono_ns=start + MS, reason="refused", latency_ms=1.0, **a)
         return
-    cw.record("connect_ok", mono_ns=start + MS, latency_ms=1.0, **a)
+    record(cw, "connect_ok", mono_ns=start + MS, latency_ms=1.0, **a)
     if reset_at:  # queued in the listening socket, reset when it closed
-        cw.record("closed", mono_ns=reset_at, reason="reset", latency_ms=(reset_at - start) / MS,
+        record(cw, "closed", mono_ns=reset_at, reason="reset", latency_ms=(reset_at - start) / MS,
                   detail={"outcome": "reset", "profile": "storm"}, **a)  # fmt: skip
         return
-    cw.record("ready", mono_ns=start + 3 * MS, latency_ms=3.0, api_key=18, **a)
-    cw.record("closed", mono_ns=start + 5 * MS, reason="done", latency_ms=5.0,
+    record(cw, "ready", mono_ns=start + 3 * MS, latency_ms=3.0, api_key=18, **a)
+    record(cw, "closed", mono_ns=start + 5 * MS, reason="done", latency_ms=5.0,
               detail={"outcome": "served", "profile": "storm"}, **a)  # fmt: skip
 
 
 def _conn(aw: HistoryWriter, pid: str, port: int, at: int) -> None:
     c = {**ADDR, "client_port": port, "conn_id": f"CLIENT-{pid}-{port}"}
-    aw.record("accept", mono_ns=at, **c)
-    aw.record("admit", mono_ns=at, delay_ms=0.0, **c)
-    aw.record("close", mono_ns=at + 4 * MS, reason="client_eof", **c)
+    record(aw, "accept", mono_ns=at, **c)
+    record(aw, "admit", mono_ns=at, delay_ms=0.0, **c)
+    record(aw, "close", mono_ns=at + 4 * MS, reason="client_eof", **c)
 
 
 def _run(
@@ -60,31 +61,35 @@ def _run(
     first = HistoryWriter(h, "acceptor", name, name="acceptor-111", background=False)
     second = HistoryWriter(h, "acceptor", name, name="acceptor-222", background=False)
     hw = HistoryWriter(h, "harness", name, background=False)
-    hw.record("config", mono_ns=T0, detail={"max.connections": 2147483647})
+    record(hw, "config", mono_ns=T0, detail={"max.connections": 2147483647})
     for i in range(10):  # served by the first process
         _attempt(cw, 40000 + i, T0 + i * S)
         _conn(first, "111", 40000 + i, T0 + i * S + 2 * MS)
     # connected, in its backlog when it died (or was stopped: reset by the stop)
     _attempt(cw, 40100, T0 + 10_200 * MS, reset_at=KILL + 2 * MS if stop else 0)
     if stop:  # its broker killed, the front stopped with it (SIGTERM: its rows flushed)
-        hw.record("fault_start", mono_ns=KILL, reason="broker_kill",
+        record(hw, "fault_start", mono_ns=KILL, reason="broker_kill",
                   detail={"kind": "broker_kill", "broker": 1, "front_stopped": True})  # fmt: skip
-        first.record("close", mono_ns=KILL + 3 * MS, reason="shutdown",
+        record(first, "close", mono_ns=KILL + 3 * MS, reason="shutdown",
                      conn_id="CLIENT-111-40001", **{**ADDR, "client_port": 40001})  # fmt: skip
     elif kill:
-        hw.record(
-            "fault_start", mono_ns=KILL, reason="acceptor_kill", detail={"kind": "acceptor_kill"}
+        record(
+            hw,
+            "fault_start",
+            mono_ns=KILL,
+            reason="acceptor_kill",
+            detail={"kind": "acceptor_kill"},
         )
     # connected to the dying process's socket just after the kill was sent, reset with its
     # backlog: the outage's, not the restarted process's
     _attempt(cw, 40150, KILL + MS, reset_at=KILL + 2 * MS if stop else 0)
     _attempt(cw, 40200, T0 + 11 * S, refused=True)  # no front
     if stop:
-        hw.record("fault_end", mono_ns=BACK, reason="broker_kill",
+        record(hw, "fault_end", mono_ns=BACK, reason="broker_kill",
                   detail={"kind": "broker_kill", "broker": 1})  # fmt: skip
     elif kill:
-        hw.record(
-            "fault_end", mono_ns=BACK, reason="acceptor_kill", detail={"kind": "acceptor_kill"}
+        record(
+            hw, "fault_end", mono_ns=BACK, reason="acceptor_kill", detail={"kind": "acceptor_kill"}
         )
     for i in range(5):  # served by the restarted one
         _attempt(cw, 40300 + i, BACK + (i + 1) * S)
@@ -94,7 +99,7 @@ def _run(
     if lost_after_restart and stop:  # connected, reset 1 ms before the stop, never recorded
         _attempt(cw, 40050, T0 + 10_400 * MS, reset_at=KILL - MS)
     for t in range(0, 22):  # the kernel counted no drop all run
-        hw.record("kernel_net", mono_ns=T0 + t * S, latency_ms=0.01,
+        record(hw, "kernel_net", mono_ns=T0 + t * S, latency_ms=0.01,
                   detail={"listen_drops": 0, "listen_overflows": 0, "reqq_full_drop": 0,
                           "syn_cookies": 0, "netns": "net:[1]"})  # fmt: skip
     for w in (cw, first, second, hw):

@@ -13,6 +13,7 @@ from typing import Any
 from analysis.checks.accounting import CREATED, check_accounting
 from analysis.load import load_run
 from base.history import HistoryWriter
+from tests.handbuilt import record
 from tests.spark.histories import hand_built_run
 
 S = 1_000_000_000
@@ -36,31 +37,31 @@ def _attempt(
     ready: int | None = None,
 ) -> None:
     addr = {"client_ip": "127.0.0.7", "client_port": port, "listener": "CLIENT"}
-    cw.record("connect_invoke", mono_ns=start, detail={"profile": "storm"}, **addr)
+    record(cw, "connect_invoke", mono_ns=start, detail={"profile": "storm"}, **addr)
     if fail is not None:
-        cw.record("connect_fail", mono_ns=end, reason=fail, latency_ms=1.0, **addr)
+        record(cw, "connect_fail", mono_ns=end, reason=fail, latency_ms=1.0, **addr)
         return
     if ok:
-        cw.record("connect_ok", mono_ns=start + MS, latency_ms=1.0, **addr)
+        record(cw, "connect_ok", mono_ns=start + MS, latency_ms=1.0, **addr)
     if ready is not None:
-        cw.record("ready", mono_ns=ready, latency_ms=1.0, api_key=18, **addr)
+        record(cw, "ready", mono_ns=ready, latency_ms=1.0, api_key=18, **addr)
     if end:
         outcome = "served" if ready is not None else "eof_after_accept"
-        cw.record("closed", mono_ns=end, reason="eof", latency_ms=1.0,
+        record(cw, "closed", mono_ns=end, reason="eof", latency_ms=1.0,
                   detail={"outcome": outcome, "profile": "storm"}, **addr)  # fmt: skip
 
 
 def _accepted(aw: HistoryWriter, n: int, port: int, at: int) -> None:
     conn = {"conn_id": f"CLIENT-{n}", "listener": "CLIENT", "client_ip": "127.0.0.7",
             "client_port": port}  # fmt: skip
-    aw.record("accept", mono_ns=at, **conn)
-    aw.record("admit", mono_ns=at, delay_ms=0.0, **conn)
-    aw.record("close", mono_ns=at + 100 * MS, reason="client_eof", **conn)
+    record(aw, "accept", mono_ns=at, **conn)
+    record(aw, "admit", mono_ns=at, delay_ms=0.0, **conn)
+    record(aw, "close", mono_ns=at + 100 * MS, reason="client_eof", **conn)
 
 
 def _readings(hw: HistoryWriter, *points: tuple[int, int]) -> None:
     for t, drops in points:
-        hw.record("kernel_net", mono_ns=t, latency_ms=READ_NS / MS,
+        record(hw, "kernel_net", mono_ns=t, latency_ms=READ_NS / MS,
                   detail={"listen_drops": drops, "listen_overflows": drops, "reqq_full_drop": 0,
                           "syn_cookies": 0, "netns": "net:[1]"})  # fmt: skip
 
@@ -161,7 +162,7 @@ def _scrape(hw: HistoryWriter, at: int, created: float) -> None:
     samples = [[CREATED, {"listener": "CLIENT", "networkProcessor": str(p)}, created / 2]
                for p in (0, 1)]  # fmt: skip
     detail = {"url": "u", "target": "broker", "scrape_ms": 2.0, "samples": samples}
-    hw.record("kafka_metrics", mono_ns=at, latency_ms=2.0, detail=detail)
+    record(hw, "kafka_metrics", mono_ns=at, latency_ms=2.0, detail=detail)
 
 
 def _kafka_case(grew: float) -> Any:
@@ -199,8 +200,8 @@ def test_no_scrape_pair_spans_a_broker_restart(spark: Any, tmp_path: Path) -> No
     # the restarted broker counts from zero: 3 served against a counter that went 10 -> 1
     def build(cw: HistoryWriter, aw: HistoryWriter, hw: HistoryWriter) -> None:
         _kafka_case(-9.0)(cw, aw, hw)
-        hw.record("fault_start", mono_ns=T0 + 400 * MS, reason="broker_kill", detail={})
-        hw.record("fault_end", mono_ns=T0 + 600 * MS, reason="broker_kill", detail={})
+        record(hw, "fault_start", mono_ns=T0 + 400 * MS, reason="broker_kill", detail={})
+        record(hw, "fault_end", mono_ns=T0 + 600 * MS, reason="broker_kill", detail={})
 
     r = check_accounting(load_run(spark, _run(tmp_path, "kafka-restart", build, target="broker")))
     assert r.verdict == "unknown" and r.judged == 0, r.observed
@@ -216,7 +217,7 @@ def _queued_at_the_stop(queued: int) -> Any:
         _accepted(aw, 1, 40001, T0 + 150 * MS)
         for i, port in enumerate((40010, 40011, 40012)):
             _attempt(cw, port, T0 + 2_500 * MS + i * MS, 0)  # no row after connect_ok
-        aw.record("listener_close", mono_ns=T0 + 3 * S, listener="CLIENT",
+        record(aw, "listener_close", mono_ns=T0 + 3 * S, listener="CLIENT",
                   detail={"queued": queued})  # fmt: skip
         _readings(hw, (T0, 0), (T0 + S, 0), (T0 + 2 * S, 0), (T0 + 4 * S, 0))
 

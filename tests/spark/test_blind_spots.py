@@ -27,6 +27,7 @@ from analysis.checks.requests import check_throttle_mutes
 from analysis.load import load_run
 from base.history import HistoryWriter
 from harness.cli import main
+from tests.handbuilt import record
 
 S = 1_000_000_000
 MS = 1_000_000
@@ -42,7 +43,7 @@ def _run(tmp: Path, name: str, build: Any, config: dict[str, Any] | None = None)
     cw = HistoryWriter(run / "history", "client", name, background=False)
     aw = HistoryWriter(run / "history", "acceptor", name, background=False)
     hw = HistoryWriter(run / "history", "harness", name, background=False)
-    hw.record("config", mono_ns=T0, detail=config or {"max.connections": 2147483647})
+    record(hw, "config", mono_ns=T0, detail=config or {"max.connections": 2147483647})
     build(cw, aw, hw)
     for w in (cw, aw, hw):
         w.close()
@@ -55,15 +56,16 @@ def _served(cw: HistoryWriter, aw: HistoryWriter, i: int, seen_as: str | None) -
     ip, port = f"127.0.0.{100 + i % 3}", 40_000 + i
     t = T0 + 1 * S + i * 10 * MS
     c = {"client_ip": ip, "client_port": port}
-    cw.record("connect_invoke", mono_ns=t, detail={"profile": "single_ip_flood"}, **c)
-    cw.record("connect_ok", mono_ns=t + MS // 10, latency_ms=0.1, **c)
-    cw.record("ready", mono_ns=t + 2 * MS, latency_ms=2.0, api_key=18, **c)
+    record(cw, "connect_invoke", mono_ns=t, detail={"profile": "single_ip_flood"}, **c)
+    record(cw, "connect_ok", mono_ns=t + MS // 10, latency_ms=0.1, **c)
+    record(cw, "ready", mono_ns=t + 2 * MS, latency_ms=2.0, api_key=18, **c)
     a = {"client_ip": seen_as, "client_port": 50_000 + i} if seen_as else c
     conn = {"conn_id": f"CLIENT-{i}", "listener": "CLIENT", **a}
-    aw.record("accept", mono_ns=t + MS // 2, **conn)
-    aw.record("admit", mono_ns=t + MS // 2 + 1_000, delay_ms=0.0, **conn)
-    aw.record("close", mono_ns=t + 5 * MS, reason="client_eof", **conn)
-    cw.record(
+    record(aw, "accept", mono_ns=t + MS // 2, **conn)
+    record(aw, "admit", mono_ns=t + MS // 2 + 1_000, delay_ms=0.0, **conn)
+    record(aw, "close", mono_ns=t + 5 * MS, reason="client_eof", **conn)
+    record(
+        cw,
         "closed",
         mono_ns=t + 5 * MS,
         reason="done",
@@ -101,17 +103,17 @@ def test_one_unexplained_connection_during_the_load_fails_and_admin_ones_are_exp
             # before the load: the runner's start-up admin request (explained)
             early = {"conn_id": "REPL-0", "listener": "REPLICATION"}
             early |= {"client_ip": "127.0.0.1", "client_port": 30_000}
-            aw.record("accept", mono_ns=T0 + S // 2, **early)
-            aw.record("admit", mono_ns=T0 + S // 2 + 1_000, delay_ms=0.0, **early)
-            aw.record("close", mono_ns=T0 + S // 2 + MS, reason="client_eof", **early)
+            record(aw, "accept", mono_ns=T0 + S // 2, **early)
+            record(aw, "admit", mono_ns=T0 + S // 2 + 1_000, delay_ms=0.0, **early)
+            record(aw, "close", mono_ns=T0 + S // 2 + MS, reason="client_eof", **early)
             # during the load, no client attempt: explained only by its admin request
             mid = {"conn_id": "REPL-1", "listener": "REPLICATION"}
             mid |= {"client_ip": "127.0.0.1", "client_port": 30_001}
-            aw.record("accept", mono_ns=T0 + 1 * S + 50 * MS, **mid)
-            aw.record("admit", mono_ns=T0 + 1 * S + 50 * MS + 1_000, delay_ms=0.0, **mid)
+            record(aw, "accept", mono_ns=T0 + 1 * S + 50 * MS, **mid)
+            record(aw, "admit", mono_ns=T0 + 1 * S + 50 * MS + 1_000, delay_ms=0.0, **mid)
             if extra_admin:
-                aw.record("admin", mono_ns=T0 + 1 * S + 51 * MS, reason="applied", **mid)
-            aw.record("close", mono_ns=T0 + 1 * S + 52 * MS, reason="client_eof", **mid)
+                record(aw, "admin", mono_ns=T0 + 1 * S + 51 * MS, reason="applied", **mid)
+            record(aw, "close", mono_ns=T0 + 1 * S + 52 * MS, reason="client_eof", **mid)
 
         return inner
 
@@ -143,19 +145,19 @@ def _mute_run(
     def build(cw: HistoryWriter, aw: HistoryWriter, hw: HistoryWriter) -> None:
         c = {"client_ip": "127.0.0.1", "client_port": 41_000, "conn_id": "greedy-1"}
         s = T0 + 1 * S
-        cw.record("connect_invoke", mono_ns=s - 5 * MS, detail={"profile": "greedy"}, **c)
+        record(cw, "connect_invoke", mono_ns=s - 5 * MS, detail={"profile": "greedy"}, **c)
         answered = s + 10 * MS
         first = timing(10.0)
         first["detail"]["throttle_time_ms"] = 100
-        cw.record("request_ok", mono_ns=answered, api_key=3, **first, **c)
+        record(cw, "request_ok", mono_ns=answered, api_key=3, **first, **c)
         nxt = s + 100 * MS + int(client_gap_ms * MS)
-        cw.record("request_ok", mono_ns=nxt, api_key=3, **timing(95.0), **c)
+        record(cw, "request_ok", mono_ns=nxt, api_key=3, **timing(95.0), **c)
         a = {**c, "conn_id": "CLIENT-1", "listener": "CLIENT"}
         req = {"api_key": 3, "client_id": "g", "principal": "User:ANONYMOUS"}
-        aw.record("request", mono_ns=answered - MS, latency_ms=8.0, **req, **a)
-        aw.record("request_throttle", mono_ns=answered - MS, delay_ms=100.0, **req, **a)
+        record(aw, "request", mono_ns=answered - MS, latency_ms=8.0, **req, **a)
+        record(aw, "request_throttle", mono_ns=answered - MS, delay_ms=100.0, **req, **a)
         forwarded = answered - MS + 100 * MS + int(acceptor_gap_ms * MS)
-        aw.record("request", mono_ns=forwarded + 2 * MS, latency_ms=2.0, **req, **a)
+        record(aw, "request", mono_ns=forwarded + 2 * MS, latency_ms=2.0, **req, **a)
 
     return _run(tmp, name, build, REQUEST_QUOTA)
 
@@ -199,12 +201,13 @@ def _reject_run(tmp: Path, name: str, profile: str, eof_after_ms: float) -> Path
     def build(cw: HistoryWriter, aw: HistoryWriter, hw: HistoryWriter) -> None:
         c = {"client_ip": "127.0.0.7", "client_port": 42_000}
         t = T0 + 1 * S
-        cw.record("connect_invoke", mono_ns=t, detail={"profile": profile}, **c)
-        cw.record("connect_ok", mono_ns=t + MS // 10, latency_ms=0.1, **c)
+        record(cw, "connect_invoke", mono_ns=t, detail={"profile": profile}, **c)
+        record(cw, "connect_ok", mono_ns=t + MS // 10, latency_ms=0.1, **c)
         a = {**c, "conn_id": "CLIENT-1", "listener": "CLIENT"}
-        aw.record("accept", mono_ns=t + MS // 2, **a)
-        aw.record("reject", mono_ns=t + MS, reason="ip_count", **a)
-        cw.record(
+        record(aw, "accept", mono_ns=t + MS // 2, **a)
+        record(aw, "reject", mono_ns=t + MS, reason="ip_count", **a)
+        record(
+            cw,
             "request_fail",
             mono_ns=t + MS + int(eof_after_ms * MS),
             api_key=18,
@@ -212,7 +215,8 @@ def _reject_run(tmp: Path, name: str, profile: str, eof_after_ms: float) -> Path
             reason="eof",
             **c,
         )
-        cw.record(
+        record(
+            cw,
             "closed",
             mono_ns=t + MS + int(eof_after_ms * MS) + 1_000,
             reason="eof",
@@ -259,17 +263,17 @@ def test_an_attempt_cut_off_when_its_load_stopped_is_explained_not_before(
     def build(at_ms: int) -> Any:
         def inner(cw: HistoryWriter, aw: HistoryWriter, hw: HistoryWriter) -> None:
             flood = {"name": "flood", "profile": "single_ip_flood", "source_ips": "127.0.0.100"}
-            hw.record("phase_start", mono_ns=T0 + 1 * S, detail=flood)
-            hw.record("phase_end", mono_ns=T0 + 1 * S + 300 * MS, detail=flood)
+            record(hw, "phase_start", mono_ns=T0 + 1 * S, detail=flood)
+            record(hw, "phase_end", mono_ns=T0 + 1 * S + 300 * MS, detail=flood)
             for i in range(30):  # 0..290 ms, all from 127.0.0.100
                 _served(cw, aw, i * 3, seen_as=None)
             steady = {"client_ip": "127.0.0.1", "client_port": 41_000}
-            cw.record("connect_invoke", mono_ns=T0 + 2 * S, detail={"profile": "steady"}, **steady)
+            record(cw, "connect_invoke", mono_ns=T0 + 2 * S, detail={"profile": "steady"}, **steady)
             cut = {"conn_id": "CLIENT-cut", "listener": "CLIENT", "client_ip": "127.0.0.100"}
             cut["client_port"] = 39_999
-            aw.record("accept", mono_ns=T0 + 1 * S + at_ms * MS, **cut)
-            aw.record("admit", mono_ns=T0 + 1 * S + at_ms * MS + 1_000, delay_ms=0.0, **cut)
-            aw.record("close", mono_ns=T0 + 1 * S + at_ms * MS + 2_000, reason="client_eof", **cut)
+            record(aw, "accept", mono_ns=T0 + 1 * S + at_ms * MS, **cut)
+            record(aw, "admit", mono_ns=T0 + 1 * S + at_ms * MS + 1_000, delay_ms=0.0, **cut)
+            record(aw, "close", mono_ns=T0 + 1 * S + at_ms * MS + 2_000, reason="client_eof", **cut)
 
         return inner
 

@@ -12,6 +12,7 @@ from analysis.checks.base import not_applicable
 from analysis.load import load_run
 from analysis.verdict import run_checks
 from base.history import HistoryWriter
+from tests.handbuilt import record
 from tests.spark.histories import hand_built_run
 
 S = 1_000_000_000
@@ -24,16 +25,16 @@ def _served(cw: HistoryWriter, aw: HistoryWriter, hw: HistoryWriter) -> None:
     for i in range(2):
         addr: dict[str, Any] = {"client_ip": "127.0.0.7", "client_port": 55580 + i}
         at = T0 + (1 + i) * S
-        cw.record("connect_invoke", mono_ns=at, detail={"profile": "steady"}, **addr)
-        cw.record("connect_ok", mono_ns=at + 1_000, latency_ms=0.001, **addr)
-        cw.record("ready", mono_ns=at + 2_000_000, **addr)
-        cw.record(
-            "closed", mono_ns=at + S // 2, reason="done", detail={"outcome": "served"}, **addr
+        record(cw, "connect_invoke", mono_ns=at, detail={"profile": "steady"}, **addr)
+        record(cw, "connect_ok", mono_ns=at + 1_000, latency_ms=0.001, **addr)
+        record(cw, "ready", mono_ns=at + 2_000_000, **addr)
+        record(
+            cw, "closed", mono_ns=at + S // 2, reason="done", detail={"outcome": "served"}, **addr
         )
         conn: dict[str, Any] = {"conn_id": f"CLIENT-{i}", "listener": "CLIENT", **addr}
-        aw.record("accept", mono_ns=at + 500_000, **conn)
-        aw.record("admit", mono_ns=at + 600_000, **conn)
-        aw.record("close", mono_ns=at + S // 2, **conn)
+        record(aw, "accept", mono_ns=at + 500_000, **conn)
+        record(aw, "admit", mono_ns=at + 600_000, **conn)
+        record(aw, "close", mono_ns=at + S // 2, **conn)
 
 
 def test_not_configured_is_na_as_the_check_itself_says(spark: Any, tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 from analysis.checks.clients import check_agreement, check_fairness
 from analysis.load import load_run
 from base.history import HistoryWriter
+from tests.handbuilt import record
 from tests.spark.histories import hand_built_run
 
 S = 1_000_000_000
@@ -23,9 +24,10 @@ def _run(tmp: Path, name: str, build: Any) -> Path:
 def _backlog_case(client_closes_at: int) -> Any:
     def build(cw: HistoryWriter, aw: HistoryWriter, hw: HistoryWriter) -> None:
         addr = {"client_ip": "127.0.0.7", "client_port": 55580}
-        cw.record("connect_invoke", mono_ns=T0 + 1 * S, detail={"profile": "storm"}, **addr)
-        cw.record("connect_ok", mono_ns=T0 + 1 * S + 1_000, latency_ms=0.001, **addr)
-        cw.record(
+        record(cw, "connect_invoke", mono_ns=T0 + 1 * S, detail={"profile": "storm"}, **addr)
+        record(cw, "connect_ok", mono_ns=T0 + 1 * S + 1_000, latency_ms=0.001, **addr)
+        record(
+            cw,
             "closed",
             mono_ns=client_closes_at,
             reason="timeout",
@@ -33,8 +35,9 @@ def _backlog_case(client_closes_at: int) -> Any:
             **addr,
         )
         conn = {"conn_id": "CLIENT-1", "listener": "CLIENT", **addr}
-        aw.record("accept", mono_ns=T0 + 13 * S, **conn)
-        aw.record(
+        record(aw, "accept", mono_ns=T0 + 13 * S, **conn)
+        record(
+            aw,
             "throttle_close",
             mono_ns=T0 + 13 * S + 62_000_000,
             reason="ip_rate",
@@ -79,11 +82,12 @@ def test_steady_rows_without_a_connection_still_count_for_fairness(
 ) -> None:
     def build(cw: HistoryWriter, aw: HistoryWriter, hw: HistoryWriter) -> None:
         storm = {"name": "storm", "profile": "storm", "intended_rate": 0}
-        hw.record("phase_start", mono_ns=T0 + 10 * S, detail=storm)
-        hw.record("phase_end", mono_ns=T0 + 20 * S, detail=storm)
+        record(hw, "phase_start", mono_ns=T0 + 10 * S, detail=storm)
+        record(hw, "phase_end", mono_ns=T0 + 20 * S, detail=storm)
         for i in range(40):  # 10 ms before the storm, 30 ms during it
             during = i >= 20
-            cw.record(
+            record(
+                cw,
                 "request_ok",
                 mono_ns=T0 + (10 * S if during else 0) + (i % 20) * (S // 2),
                 api_key=0,

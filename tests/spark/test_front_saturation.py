@@ -13,6 +13,7 @@ from analysis.checks.front import check_front_saturation
 from analysis.load import load_run
 from analysis.verdict import overall
 from base.history import HistoryWriter
+from tests.handbuilt import record
 from tests.spark.histories import hand_built_run
 
 S = 1_000_000_000
@@ -23,14 +24,14 @@ ADDR = {"client_ip": "127.0.0.7", "listener": "CLIENT"}
 
 def _conn(cw: HistoryWriter, aw: HistoryWriter, port: int, ok: int, accept: int) -> None:
     a = {**ADDR, "client_port": port}
-    cw.record("connect_invoke", mono_ns=ok - MS, detail={"profile": "storm"}, **a)
-    cw.record("connect_ok", mono_ns=ok, latency_ms=1.0, **a)
-    cw.record("closed", mono_ns=accept + 10 * MS, reason="done", latency_ms=1.0,
+    record(cw, "connect_invoke", mono_ns=ok - MS, detail={"profile": "storm"}, **a)
+    record(cw, "connect_ok", mono_ns=ok, latency_ms=1.0, **a)
+    record(cw, "closed", mono_ns=accept + 10 * MS, reason="done", latency_ms=1.0,
               detail={"outcome": "served", "profile": "storm"}, **a)  # fmt: skip
     c = {**a, "conn_id": f"CLIENT-{port}"}
-    aw.record("accept", mono_ns=accept, detail={"protected": False}, **c)
-    aw.record("admit", mono_ns=accept, delay_ms=0.0, **c)
-    aw.record("close", mono_ns=accept + 10 * MS, reason="client_eof", **c)
+    record(aw, "accept", mono_ns=accept, detail={"protected": False}, **c)
+    record(aw, "admit", mono_ns=accept, delay_ms=0.0, **c)
+    record(aw, "close", mono_ns=accept + 10 * MS, reason="client_eof", **c)
 
 
 def _run(
@@ -45,16 +46,16 @@ def _run(
 ) -> Any:
     def build(cw: HistoryWriter, aw: HistoryWriter, hw: HistoryWriter) -> None:
         for k, n in enumerate(drops or []):  # the kernel's counters, one reading a second
-            hw.record("kernel_net", mono_ns=T0 + k * S, latency_ms=0.01,
+            record(hw, "kernel_net", mono_ns=T0 + k * S, latency_ms=0.01,
                       detail={"listen_drops": n, "listen_overflows": n, "reqq_full_drop": 0,
                               "syn_cookies": 0, "netns": "net:[1]"})  # fmt: skip
-        hw.record("phase_start", mono_ns=T0, detail={"name": "storm"})
+        record(hw, "phase_start", mono_ns=T0, detail={"name": "storm"})
         for i in range(3):  # taken at once
             _conn(cw, aw, 40000 + i, T0 + i * 100 * MS, T0 + i * 100 * MS + MS)
         # in the second interval: 80 ms in the queue, 20 of them while blocked on a rate delay
         ok = T0 + 1_500 * MS
         _conn(cw, aw, 40100, ok, ok + 80 * MS)
-        aw.record("blocked", mono_ns=ok + 30 * MS, listener="CLIENT", reason="rate",
+        record(aw, "blocked", mono_ns=ok + 30 * MS, listener="CLIENT", reason="rate",
                   delay_ms=20.0, detail={"start_mono_ns": ok + 10 * MS})  # fmt: skip
         shares = [None, 0.5, busy, 0.2] if busy is not None else [None] * 4  # None: not read
         for k, share in enumerate(shares):
@@ -63,13 +64,13 @@ def _run(
                 d |= {"loop_busy": share, "loop_busy_pid": 4242}
                 if wait is not None:
                     d |= {"loop_wait": wait if share == busy else 0.0, "cpu_s": 0.4 * k}
-            hw.record("process_stats", mono_ns=T0 + k * S, latency_ms=1.0, detail=d)
+            record(hw, "process_stats", mono_ns=T0 + k * S, latency_ms=1.0, detail=d)
         for k, cpu in enumerate(noise_cpu_s or []):  # neighbours made on purpose
             noise = {"role": "noise", "pgids": [2], "processes": 3, "cpu_s": cpu}
-            hw.record("process_stats", mono_ns=T0 + k * S, latency_ms=1.0, detail=noise)
+            record(hw, "process_stats", mono_ns=T0 + k * S, latency_ms=1.0, detail=noise)
         for k, cpu in enumerate(machine_cpu_s or []):  # /proc/stat: every process's
             machine = {"role": "machine", "pgids": [], "cpu_s": cpu}
-            hw.record("process_stats", mono_ns=T0 + k * S, latency_ms=1.0, detail=machine)
+            record(hw, "process_stats", mono_ns=T0 + k * S, latency_ms=1.0, detail=machine)
 
     return hand_built_run(tmp, name, build, config_ns=T0 - S)
 
@@ -156,15 +157,15 @@ def test_a_reading_of_the_acceptors_own_start_up_is_not_its_pace(
 
     def run(first_row_ns: int) -> Any:
         def build(cw: HistoryWriter, aw: HistoryWriter, hw: HistoryWriter) -> None:
-            aw.record("loop_lag", mono_ns=first_row_ns, reason="start", delay_ms=0.0,
+            record(aw, "loop_lag", mono_ns=first_row_ns, reason="start", delay_ms=0.0,
                       detail={"period_ms": 10, "threshold_ms": 5})  # fmt: skip
-            cw.record("connect_invoke", mono_ns=T0 + 1_500 * MS, detail={"profile": "storm"},
+            record(cw, "connect_invoke", mono_ns=T0 + 1_500 * MS, detail={"profile": "storm"},
                       client_ip="127.0.0.7", client_port=40001, listener="CLIENT")  # fmt: skip
             for k, share in enumerate([None, 0.5, 0.998, 0.2]):
                 d: dict[str, Any] = {"role": "acceptor", "pgids": [1], "processes": 1}
                 if share is not None:  # this test's own pid: the acceptor files' writer
                     d |= {"loop_busy": share, "loop_busy_pid": os.getpid()}
-                hw.record("process_stats", mono_ns=T0 + k * S, latency_ms=1.0, detail=d)
+                record(hw, "process_stats", mono_ns=T0 + k * S, latency_ms=1.0, detail=d)
 
         return hand_built_run(tmp_path, f"start-{first_row_ns}", build, config_ns=T0 - S)
 
@@ -182,13 +183,13 @@ def test_a_loop_busy_when_nothing_was_at_stake_is_left_out(spark: Any, tmp_path:
 
     def run(name: str, attempt_ns: int) -> Any:
         def build(cw: HistoryWriter, aw: HistoryWriter, hw: HistoryWriter) -> None:
-            cw.record("connect_invoke", mono_ns=attempt_ns, detail={"profile": "storm"},
+            record(cw, "connect_invoke", mono_ns=attempt_ns, detail={"profile": "storm"},
                       client_ip="127.0.0.7", client_port=40001, listener="CLIENT")  # fmt: skip
             for k, share in enumerate([None, 0.5, 0.998, 0.2]):
                 d: dict[str, Any] = {"role": "acceptor", "pgids": [1], "processes": 1}
                 if share is not None:
                     d |= {"loop_busy": share, "loop_busy_pid": 4242}
-                hw.record("process_stats", mono_ns=T0 + k * S, latency_ms=1.0, detail=d)
+                record(hw, "process_stats", mono_ns=T0 + k * S, latency_ms=1.0, detail=d)
 
         return hand_built_run(tmp_path, name, build, config_ns=T0 - S)
 

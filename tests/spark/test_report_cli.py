@@ -12,6 +12,7 @@ import pytest
 from analysis.checks import ALL_CHECKS
 from analysis.synth import SynthSpec, generate, write_rows
 from harness.cli import main
+from tests.handbuilt import record
 from tests.spark.test_checks import RUN, _edge_rows
 
 
@@ -172,7 +173,8 @@ def test_a_run_folder_filling_up_is_judged_as_incomplete(
         w = HistoryWriter(run_dir / "history", "harness", "r", name="runner", background=False)
         for part in range(200):
             for i in range(200):
-                w.record(
+                record(
+                    w,
                     "kafka_metrics",
                     mono_ns=part * 1000 + i,
                     detail={"url": "http://x/metrics", "target": "acceptor", "samples": []},

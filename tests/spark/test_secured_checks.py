@@ -13,6 +13,7 @@ import pytest
 from analysis.checks.secured import check_principal_agreement, check_quota_precedes_tls
 from analysis.load import load_run
 from base.history import HistoryWriter
+from tests.handbuilt import record
 from tests.spark.histories import hand_built_run
 
 S = 1_000_000_000
@@ -25,30 +26,30 @@ def _client(
     cw: HistoryWriter, port: int, at: int, *, tls_done: bool, principal: str | None
 ) -> None:
     addr = {"client_ip": "127.0.0.7", "client_port": port, "listener": "CLIENT"}
-    cw.record("connect_invoke", mono_ns=at, detail={"profile": "storm"}, **addr)
-    cw.record("connect_ok", mono_ns=at + MS, latency_ms=1.0, **addr)
-    cw.record("tls_start", mono_ns=at + MS, latency_ms=1.0, **addr)
+    record(cw, "connect_invoke", mono_ns=at, detail={"profile": "storm"}, **addr)
+    record(cw, "connect_ok", mono_ns=at + MS, latency_ms=1.0, **addr)
+    record(cw, "tls_start", mono_ns=at + MS, latency_ms=1.0, **addr)
     if tls_done:
-        cw.record("tls_done", mono_ns=at + 5 * MS, latency_ms=5.0, **addr)
+        record(cw, "tls_done", mono_ns=at + 5 * MS, latency_ms=5.0, **addr)
     else:
-        cw.record("tls_fail", mono_ns=at + 900 * MS, latency_ms=900.0, reason="eof", **addr)
+        record(cw, "tls_fail", mono_ns=at + 900 * MS, latency_ms=900.0, reason="eof", **addr)
     detail: dict[str, Any] = {"outcome": "served" if tls_done else "eof_after_accept"}
     if principal is not None:
         detail["principal"] = principal
-    cw.record("closed", mono_ns=at + S, reason="eof", latency_ms=1000.0, detail=detail, **addr)
+    record(cw, "closed", mono_ns=at + S, reason="eof", latency_ms=1000.0, detail=detail, **addr)
 
 
 def _conn(aw: HistoryWriter, n: int, port: int, at: int, *, throttled: bool) -> dict[str, Any]:
     conn = {"conn_id": f"CLIENT-{n}", "listener": "CLIENT", "client_ip": "127.0.0.7",
             "client_port": port}  # fmt: skip
-    aw.record("accept", mono_ns=at, **conn)
+    record(aw, "accept", mono_ns=at, **conn)
     if throttled:
         detail = {"throttle_start_mono_ns": at, "closed_by": "ip_rate"}
-        aw.record("throttle_close", mono_ns=at + 800 * MS, delay_ms=800.0, reason="ip_rate",
+        record(aw, "throttle_close", mono_ns=at + 800 * MS, delay_ms=800.0, reason="ip_rate",
                   detail=detail, **conn)  # fmt: skip
     else:
-        aw.record("admit", mono_ns=at, delay_ms=0.0, **conn)
-        aw.record("close", mono_ns=at + S, reason="client_eof", **conn)
+        record(aw, "admit", mono_ns=at, delay_ms=0.0, **conn)
+        record(aw, "close", mono_ns=at + S, reason="client_eof", **conn)
     return conn
 
 
@@ -91,9 +92,9 @@ def _charged(to: str) -> Any:
                    "processor": 0}  # fmt: skip
             # the login's own request: uncharged, recorded before the user is known
             login = {"charged_ms": 0.0, "charge_source": "login"}
-            aw.record("request", mono_ns=at + 10 * MS, principal="ANONYMOUS", detail=login,
+            record(aw, "request", mono_ns=at + 10 * MS, principal="ANONYMOUS", detail=login,
                       **row, **conn)  # fmt: skip
-            aw.record("request", mono_ns=at + 20 * MS, principal=who,
+            record(aw, "request", mono_ns=at + 20 * MS, principal=who,
                       **{**row, "api_key": 3}, **conn)  # fmt: skip
 
     return build

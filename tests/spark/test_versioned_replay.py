@@ -19,6 +19,7 @@ from analysis.load import load_run
 from base.history import HistoryWriter
 from base.quota.config import parse_config
 from base.quota.connections import ConnectionQuotas, Outcome
+from tests.handbuilt import record
 
 S = 1_000_000_000
 MS = 1_000_000
@@ -41,7 +42,8 @@ def _record(tmp: Path, recorded_as: str, judged_as: str) -> Path:
     (run / "run.json").write_text(json.dumps({"run_id": name, "target": "acceptor"}))
     aw = HistoryWriter(run / "history", "acceptor", name, background=False)
     hw = HistoryWriter(run / "history", "harness", name, background=False)
-    hw.record(
+    record(
+        hw,
         "config",
         mono_ns=T0 - 1,
         detail={
@@ -57,10 +59,11 @@ def _record(tmp: Path, recorded_as: str, judged_as: str) -> Path:
         conn["client_port"] = 40_000 + i
         step = engine.record_connection_rate("CLIENT", t)
         assert step.delay_ms == 0
-        aw.record("accept", mono_ns=ns, **conn)
+        record(aw, "accept", mono_ns=ns, **conn)
         adm = engine.admit("CLIENT", IP, t)
         if adm.outcome is Outcome.THROTTLED_IP:
-            aw.record(
+            record(
+                aw,
                 "throttle_close",
                 mono_ns=ns + adm.throttle_ms * MS + 1_000,
                 delay_ms=float(adm.throttle_ms),
@@ -69,8 +72,8 @@ def _record(tmp: Path, recorded_as: str, judged_as: str) -> Path:
                 **conn,
             )
         else:
-            aw.record("admit", mono_ns=ns + 100, delay_ms=0.0, **conn)
-            aw.record("close", mono_ns=ns + 200, reason="client_eof", **conn)
+            record(aw, "admit", mono_ns=ns + 100, delay_ms=0.0, **conn)
+            record(aw, "close", mono_ns=ns + 200, reason="client_eof", **conn)
             engine.release("CLIENT", IP)
     aw.close()
     hw.close()

@@ -15,6 +15,7 @@ from analysis.checks.accounting import (
     explain_by_drops,
     reset_in_queue,
 )
+from base.history.rows import FIELDS, HarnessKernelNetDetail
 from harness.runner.kernel_net import EVENT, KernelNetSampler, NetstatError, parse_netstat
 
 NETSTAT = """\
@@ -26,12 +27,15 @@ IpExt: 0 0
 
 
 def test_parse_netstat_reads_the_listen_counters() -> None:
-    assert parse_netstat(NETSTAT) == {
+    counters = parse_netstat(NETSTAT)
+    assert counters == {
         "listen_overflows": 12,
         "listen_drops": 15,
         "reqq_full_drop": 0,
         "syn_cookies": 3,
     }
+    # the keys its rows carry are the event's declared detail keys
+    assert set(counters) <= HarnessKernelNetDetail.__optional_keys__
 
 
 def test_a_kernel_without_the_counters_is_an_error_not_zero() -> None:
@@ -42,7 +46,7 @@ def test_a_kernel_without_the_counters_is_an_error_not_zero() -> None:
 
 
 def test_the_sampler_records_the_read_span_and_a_failed_read_as_a_gap() -> None:
-    rows: list[tuple[str, dict[str, Any]]] = []
+    rows: list[dict[str, Any]] = []
     ticks = iter([1_000, 1_250, 5_000])
     texts = iter([NETSTAT])
 
@@ -53,12 +57,14 @@ def test_the_sampler_records_the_read_span_and_a_failed_read_as_a_gap() -> None:
             raise OSError("gone") from None
 
     s = KernelNetSampler(
-        lambda e, **kw: rows.append((e, kw)), read=read, clock_ns=lambda: next(ticks)
+        lambda row: rows.append(dict(zip(FIELDS, row, strict=True))),
+        read=read,
+        clock_ns=lambda: next(ticks),
     )
     assert s.sample_once() is True
     assert s.sample_once() is False
-    (e1, ok), (e2, bad) = rows
-    assert e1 == e2 == EVENT
+    ok, bad = rows
+    assert ok["event"] == bad["event"] == EVENT
     assert ok["mono_ns"] == 1_000 and ok["latency_ms"] == pytest.approx(250 / 1e6)
     assert ok["detail"]["listen_drops"] == 15 and "netns" in ok["detail"]
     assert bad["reason"] == "read_failed" and "gone" in bad["detail"]["error"]

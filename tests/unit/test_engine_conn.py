@@ -27,6 +27,8 @@ from kafka.protocol.producer import ProduceResponse
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
 from base.history.events import conformance
+from base.history.rows import FIELDS, Row
+from base.history.writer import encode_detail
 from base.security.client import SaslSettings, TlsSettings
 from loadprofiles.engine import EngineConfig, StormEngine
 from loadprofiles.engine_conn import TRANSITIONS, Input, State, TransitionError, Write
@@ -352,8 +354,11 @@ class Rows:
         self.rows: list[dict[str, Any]] = []
         self.engine: StormEngine | None = None
 
-    def row(self, event: str, mono_ns: int, conn_id: Any, listener: Any, *rest: Any) -> None:
-        ip, port, reason, api, client_id, latency, nbytes, detail = rest[:8]
+    def append(self, row: Row) -> None:
+        r = dict(zip(FIELDS, row, strict=True))
+        r["detail"] = encode_detail(r["detail"])  # as stored
+        event, conn_id = r["event"], r["conn_id"]
+        assert event is not None and row[0] is None  # ts derived from mono_ns at the flush
         if conn_id is not None:
             assert self.engine is not None and self.engine.trace is not None
             steps = [t for t in self.engine.trace if t[0] == conn_id]
@@ -361,11 +366,7 @@ class Rows:
             _, before, inp, _ = steps[-1]
             writes = TRANSITIONS[(before, inp)].writes
             assert Write(_event(event)) in writes, f"{event} is no write of {before}, {inp}"
-        self.rows.append(
-            {"event": event, "mono_ns": mono_ns, "conn_id": conn_id, "client_ip": ip,
-             "client_port": port, "reason": reason, "api_key": api, "client_id": client_id,
-             "latency_ms": latency, "bytes": nbytes, "detail": detail, "source": "client"}
-        )  # fmt: skip
+        self.rows.append({**r, "source": "client"})
 
     def seal(self) -> None:
         pass

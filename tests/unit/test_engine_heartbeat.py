@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from base.history.events import conformance
+from base.history.rows import FIELDS, Row
 from loadprofiles.engine import PERIOD_NS, THRESHOLD_NS, EngineConfig, StormEngine
 
 MS = 1_000_000
@@ -18,20 +19,10 @@ class Rows:
     def __init__(self) -> None:
         self.rows: list[dict[str, Any]] = []
 
-    def row(self, event: str, mono_ns: int, conn_id: Any, listener: Any, *rest: Any) -> None:
-        reason, _api, client_id, latency, _nbytes, detail = rest[2:8]
-        self.rows.append(
-            {
-                "event": event,
-                "mono_ns": mono_ns,
-                "conn_id": conn_id,
-                "listener": listener,
-                "client_id": client_id,
-                "reason": reason,
-                "latency_ms": latency,
-                "detail": detail,
-            }
-        )
+    def append(self, row: Row) -> None:
+        keep = ("event", "mono_ns", "conn_id", "listener", "client_id", "reason", "latency_ms")
+        r = dict(zip(FIELDS, row, strict=True))
+        self.rows.append({k: r[k] for k in (*keep, "detail")})
 
     def seal(self) -> None:
         pass

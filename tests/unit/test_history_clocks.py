@@ -13,6 +13,7 @@ import pytest
 from analysis.load import align_files
 from base.history import clocks
 from base.history.clocks import Shift, alignment, file_metadata, shift_table
+from base.history.rows import ClientConnectInvoke, ClientConnectInvokeDetail, ClientConnectOk
 from loadprofiles import clock
 from loadprofiles.client_history import ClientHistory
 
@@ -59,7 +60,7 @@ def test_the_client_writer_keeps_the_clocks_read_with_its_offset(tmp_path: Path)
     h = ClientHistory(tmp_path / "history", "r", name="client-w", simulated_skew_ns=5)
     h.clock_offset_ns, h.clock_rtt_ns = -5, 100_000
     h.clock_sample = (42, "runner-boot", 40)
-    h.record("connect_ok", mono_ns=5_002_000_000, conn_id="c-1", latency_ms=2.0)
+    h.append(ClientConnectOk(5_002_000_000, "c-1", latency_ms=2.0))
     h.close()
     (part,) = (tmp_path / "history" / "client").glob("*.parquet")
     meta = pq.read_schema(part).metadata
@@ -72,9 +73,9 @@ def test_the_client_writer_keeps_the_clocks_read_with_its_offset(tmp_path: Path)
 def _written(tmp_path: Path, skew_ns: int, offset_ns: int) -> tuple[Path, list[dict]]:
     h = ClientHistory(tmp_path / "history", "r", name="client-w", simulated_skew_ns=skew_ns)
     h.clock_offset_ns, h.clock_rtt_ns = offset_ns, 100_000
-    h.record("connect_invoke", mono_ns=5_000_000_000, conn_id="c-1",
-             detail={"intended_mono_ns": 4_999_000_000, "profile": "storm"})  # fmt: skip
-    h.record("connect_ok", mono_ns=5_002_000_000, conn_id="c-1", latency_ms=2.0)
+    detail: ClientConnectInvokeDetail = {"intended_mono_ns": 4_999_000_000, "profile": "storm"}
+    h.append(ClientConnectInvoke(5_000_000_000, "c-1", detail=detail))
+    h.append(ClientConnectOk(5_002_000_000, "c-1", latency_ms=2.0))
     path = h.flush()
     assert path is not None
     return path, pq.read_table(path).to_pylist()

@@ -74,13 +74,14 @@ def test_the_outcome_vocabulary_is_the_clients_classification() -> None:
     assert tuple(o.value for o in Outcome) == VOCABULARIES["outcome"]
 
 
-def test_a_writer_refuses_a_column_or_detail_key_its_event_lacks(tmp_path: Path) -> None:
+def test_a_row_refuses_a_column_its_event_lacks_and_the_writer_takes_it_as_built(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(TypeError, match="api_key"):
+        rows.AcceptorAdmit(1, ConnInfo("c", "L", "i", 1, "i", 1), api_key=3)  # type: ignore[call-arg]
     with HistoryWriter(tmp_path, "acceptor", "r1", background=False) as w:
-        with pytest.raises(KeyError, match=r"no detail key\(s\) \['queue_dept'\]"):
-            w.record("register", conn_id="c", processor=0, detail={"queue_dept": 1})
-        with pytest.raises(KeyError, match=r"no column\(s\) \['api_key'\]"):
-            w.record("admit", conn_id="c", api_key=3)
-        w.record("register", conn_id="c", processor=0, detail={"queue_depth": 1})
+        info = ConnInfo("c", "CLIENT", "10.0.0.1", 4, "10.0.0.1", 4)
+        w.append(rows.AcceptorRegister(1, info, processor=0, detail={"queue_depth": 1}))
         info = ConnInfo("c2", "CLIENT", "10.0.0.1", 5, "10.0.0.1", 6)
         w.append(rows.AcceptorAdmit(123, info, delay_ms=0.5))
     table = sorted(read_history(tmp_path, "acceptor").to_pylist(), key=lambda r: r["seq"])
@@ -88,3 +89,23 @@ def test_a_writer_refuses_a_column_or_detail_key_its_event_lacks(tmp_path: Path)
     admit = table[1]
     assert (admit["conn_id"], admit["client_port"], admit["delay_ms"]) == ("c2", 5, 0.5)
     assert admit["ts"] is not None  # derived from mono_ns at the flush
+
+
+def test_mypy_refuses_a_detail_key_or_column_its_event_lacks(tmp_path: Path) -> None:
+    """What keeps a writer to its event's columns and `detail` keys: the type checker
+    (run here on three calls), and at run time an unknown parameter's TypeError."""
+    from mypy import api
+
+    src = tmp_path / "misuse.py"
+    src.write_text(
+        "from base.history.rows import ConnInfo, AcceptorRegister\n"
+        "i = ConnInfo('c', 'L', 'a', 1, 'a', 1)\n"
+        "AcceptorRegister(1, i, processor=0, detail={'queue_depth': 1})\n"
+        "AcceptorRegister(1, i, processor=0, detail={'queue_dept': 1})\n"
+        "AcceptorRegister(1, i, api_key=3)\n"
+    )
+    out, _, code = api.run([str(src), "--no-error-summary", "--follow-imports=silent"])
+    errors = [line for line in out.splitlines() if ": error:" in line]
+    assert code == 1 and len(errors) == 2, out
+    assert "misuse.py:4:" in errors[0] and "AcceptorRegisterDetail" in errors[0], errors
+    assert "misuse.py:5:" in errors[1] and '"api_key"' in errors[1], errors

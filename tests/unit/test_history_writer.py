@@ -9,20 +9,32 @@ import pyarrow.parquet as pq
 import pytest
 
 from base.history import SCHEMA, HistoryWriter, read_history
+from base.history.rows import (
+    AcceptorAccept,
+    AcceptorAdmit,
+    AcceptorClose,
+    AcceptorReject,
+    AcceptorRequest,
+    ClientClosed,
+    ClientConnectInvoke,
+    ConnInfo,
+    HarnessPhaseStart,
+)
+
+
+def _info(conn_id: str = "c1", port: int = 5000) -> ConnInfo:
+    return ConnInfo(conn_id, "CLIENT", "127.0.0.2", port, "127.0.0.2", port)
 
 
 def test_rows_round_trip_with_schema_seq_and_json_detail(tmp_path: Path) -> None:
     w = HistoryWriter(tmp_path, "acceptor", "run-1", background=False)
-    detail = {"count": 6, "max": 5}
-    s1 = w.record("accept", mono_ns=10, conn_id="c1", client_ip="127.0.0.2", client_port=5000)
-    s2 = w.record("reject", mono_ns=11, conn_id="c1", reason="ip_count", detail=detail)
-    detail["count"] = 99  # the writer keeps what was recorded, not later mutations
+    w.append(AcceptorAccept(10, _info()))
+    w.append(AcceptorReject(11, _info(), reason="ip_count", detail={"count": 6, "max": 5}))
     w.close()
-    assert (s1, s2) == (1, 2)
     table = read_history(tmp_path)
     assert table.schema == SCHEMA
     rows = table.to_pylist()
-    assert [r["event"] for r in rows] == ["accept", "reject"]
+    assert [(r["seq"], r["event"]) for r in rows] == [(1, "accept"), (2, "reject")]
     assert rows[0]["client_port"] == 5000 and rows[0]["detail"] is None
     assert json.loads(rows[1]["detail"]) == {"count": 6, "max": 5}
     assert {r["source"] for r in rows} == {"acceptor"} and {r["run_id"] for r in rows} == {"run-1"}
@@ -30,9 +42,9 @@ def test_rows_round_trip_with_schema_seq_and_json_detail(tmp_path: Path) -> None
 
 def test_parts_are_atomic_and_named_per_writer(tmp_path: Path) -> None:
     w = HistoryWriter(tmp_path, "client", "r", name="client-a", background=False)
-    w.record("connect_invoke")
+    w.append(ClientConnectInvoke(1, "c1"))
     first = w.flush()
-    w.record("closed", reason="done")
+    w.append(ClientClosed(2, "c1", reason="done"))
     w.close()
     files = sorted(p.name for p in (tmp_path / "client").iterdir())
     assert files == ["client-a-00001.parquet", "client-a-00002.parquet"]
@@ -43,26 +55,26 @@ def test_parts_are_atomic_and_named_per_writer(tmp_path: Path) -> None:
 def test_background_thread_flushes_when_buffer_is_full(tmp_path: Path) -> None:
     w = HistoryWriter(tmp_path, "harness", "r", max_rows=10, flush_interval_s=30)
     for _ in range(25):
-        w.record("phase_start", detail={"name": "storm"})
+        w.append(HarnessPhaseStart(1, detail={"name": "storm"}))
     w.close()
     assert read_history(tmp_path, "harness").num_rows == 25
     assert not [p for p in (tmp_path / "harness").iterdir() if p.name.startswith(".")]
 
 
-def test_rejects_unknown_events_fields_and_sources(tmp_path: Path) -> None:
+def test_rejects_another_sources_rows_unknown_columns_and_sources(tmp_path: Path) -> None:
     w = HistoryWriter(tmp_path, "client", "r", background=False)
     with pytest.raises(ValueError, match="not a client event"):
-        w.record("accept")
-    with pytest.raises(KeyError, match="bogus"):
-        w.record("closed", bogus=1)
+        w.append(AcceptorAccept(1, _info()))
+    with pytest.raises(TypeError, match="bogus"):
+        ClientClosed(1, bogus=1)  # type: ignore[call-arg]
     with pytest.raises(ValueError, match="unknown history source"):
         HistoryWriter(tmp_path, "nobody", "r")
     w.close()
     with pytest.raises(RuntimeError, match="closed"):
-        w.record("closed")
+        w.append(ClientClosed(1))
 
 
-def test_append_rows_and_keyword_rows_share_seq_ts_and_columns(tmp_path: Path) -> None:
+def test_rows_given_whole_or_by_their_class_share_seq_ts_and_columns(tmp_path: Path) -> None:
     from base.history.writer import ROW
 
     w = HistoryWriter(tmp_path, "acceptor", "run-2", background=False)
@@ -83,9 +95,9 @@ def test_append_rows_and_keyword_rows_share_seq_ts_and_columns(tmp_path: Path) -
         bytes=77,
         detail={"registered": True, "path": tmp_path},
     )
-    assert w.record("accept", ts_us=5, mono_ns=41, conn_id="c9", detail='{"protected": false}') == 1
-    w.append(tuple(values[name] for name in ROW))
-    assert w.record("request", mono_ns=43, api_key=18, latency_ms=1.25, principal="User:A") == 3
+    w.append(AcceptorAccept(41, _info("c9"), detail='{"protected": false}', ts_ns=5000))
+    w.append(tuple(values[name] for name in ROW))  # type: ignore[arg-type]
+    w.append(AcceptorRequest(43, _info(), api_key=18, latency_ms=1.25, principal="User:A"))
     w.close()
     rows = sorted(read_history(tmp_path).to_pylist(), key=lambda r: r["seq"])
     assert [(r["seq"], r["event"]) for r in rows] == [(1, "accept"), (2, "close"), (3, "request")]
@@ -108,7 +120,7 @@ def test_append_rows_and_keyword_rows_share_seq_ts_and_columns(tmp_path: Path) -
     # a mapping is encoded as json.dumps(sort_keys=True, default=str) would
     assert close["detail"] == json.dumps(values["detail"], sort_keys=True, default=str)
     assert (request["api_key"], request["latency_ms"], request["principal"]) == (18, 1.25, "User:A")
-    assert request["conn_id"] is None and request["detail"] is None
+    assert request["conn_id"] == "c1" and request["detail"] is None
 
 
 def test_a_large_flush_is_one_part_in_chunks_with_contiguous_seq(tmp_path: Path) -> None:
@@ -117,7 +129,7 @@ def test_a_large_flush_is_one_part_in_chunks_with_contiguous_seq(tmp_path: Path)
     w = HistoryWriter(tmp_path, "acceptor", "r", background=False)
     n = 2 * CHUNK + 3
     for i in range(n):
-        w.record("admit", mono_ns=i, conn_id=f"c{i}", delay_ms=float(i))
+        w.append(AcceptorAdmit(i, _info(f"c{i}"), delay_ms=float(i)))
     part = w.flush()
     w.close()
     assert part is not None
@@ -151,7 +163,7 @@ def test_flushes_from_two_threads_keep_every_row_once_in_seq_order(tmp_path: Pat
 
     def produce(k: int) -> None:
         for i in range(500):
-            w.record("phase_start", mono_ns=k * 1000 + i)
+            w.append(HarnessPhaseStart(k * 1000 + i))
 
     threads = [threading.Thread(target=produce, args=(k,)) for k in range(3)]
     for t in threads:
@@ -178,7 +190,7 @@ def test_a_part_that_cannot_be_written_stops_the_writer_and_leaves_a_marker(
     from base.history.writer import incomplete_markers
 
     w = HistoryWriter(tmp_path, "acceptor", "r", name="acc", background=False)
-    w.record("accept", mono_ns=1, conn_id="c1")
+    w.append(AcceptorAccept(1, _info()))
     first = w.flush()
     assert first is not None
     written = first.read_bytes()
@@ -190,9 +202,9 @@ def test_a_part_that_cannot_be_written_stops_the_writer_and_leaves_a_marker(
 
     monkeypatch.setattr(pq, "write_table", full)
     for i in range(3):
-        w.record("accept", mono_ns=2 + i, conn_id=f"c{2 + i}")
+        w.append(AcceptorAccept(2 + i, _info(f"c{2 + i}")))
     assert w.flush() is None
-    w.record("close", mono_ns=9, conn_id="c1", reason="client_eof")  # after: counted, not kept
+    w.append(AcceptorClose(9, _info(), reason="client_eof"))  # after: counted, not kept
     monkeypatch.setattr(pq, "write_table", real)
     w.close()
     assert w.failure is not None and "No space left on device" in w.failure

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
 
+from base.history.rows import FIELDS, Row
 from loadprofiles import arrivals
 from loadprofiles.client_history import ClientHistory
 from loadprofiles.engine import EngineConfig, StormEngine
@@ -29,14 +30,13 @@ from loadprofiles.steady_conns import ConnectionRecorder
 
 
 class Rows:
-    """Records rows the way HistoryWriter.record is called."""
+    """Keeps the rows a history writer is given, by column name."""
 
     def __init__(self) -> None:
         self.rows: list[dict[str, Any]] = []
 
-    def record(self, event: str, **fields: Any) -> int:
-        self.rows.append({"event": event, **fields})
-        return len(self.rows)
+    def append(self, row: Row) -> None:
+        self.rows.append(dict(zip(FIELDS, row, strict=True)))
 
     def events(self) -> list[str]:
         return [r["event"] for r in self.rows]

@@ -24,6 +24,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, Met
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from base.history.events import conformance
+from base.history.rows import ClientClosed, ClientConnectInvoke, ClientRequestOk
 from base.history.schema import SCHEMA
 from loadprofiles import arrivals, clock, options, readiness
 from loadprofiles.client_history import ClientHistory
@@ -285,12 +286,12 @@ def test_late_arrivals_are_not_offered(fake_kafka: FakeKafka, tmp_path: Path) ->
 def test_client_history_columns_ts_and_seq(tmp_path: Path) -> None:
     h = ClientHistory(tmp_path / "history", "run-1", name="client-x-1")
     mono = time.monotonic_ns()
-    h.row("connect_invoke", mono, "c1", "L", "127.0.0.2", 4000, None, None, "cid", None, None, "{}")
-    h.record("request_ok", mono_ns=mono + 1_000_000, conn_id="c1", api_key=18, detail={"offset": 1})
-    with pytest.raises(KeyError):
-        h.record("closed", principal="x")
-    with pytest.raises(ValueError):
-        h.record("accept")
+    h.append(
+        ClientConnectInvoke(mono, "c1", "L", "127.0.0.2", 4000, "127.0.0.2", 4000, "cid", "{}")
+    )
+    h.append(ClientRequestOk(mono + 1_000_000, "c1", api_key=18, detail={"offset": 1}))
+    with pytest.raises(TypeError, match="principal"):
+        ClientClosed(mono, "c1", principal="x")  # type: ignore[call-arg]  # not a client column
     path = h.flush()
     assert path is not None and path.name == "client-x-1-00001.parquet"
     table = pq.read_table(path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from base.history.rows import FIELDS
 from harness.runner.kafka_metrics import EVENT, MetricsScraper, metrics_url_for, parse_samples
 
 TEXT = """\
@@ -39,7 +40,7 @@ def test_parse_keeps_only_connection_and_quota_families_and_nan_is_none() -> Non
 
 
 def test_each_scrape_is_one_row_and_a_failure_is_recorded_not_raised() -> None:
-    rows: list[tuple[str, dict[str, Any]]] = []
+    rows: list[dict[str, Any]] = []
     answers: list[Any] = [TEXT, OSError("connection refused")]
 
     def fetcher(url: str, timeout: float) -> str:
@@ -51,15 +52,15 @@ def test_each_scrape_is_one_row_and_a_failure_is_recorded_not_raised() -> None:
     clock = iter(range(1_000, 10_000, 500))
     s = MetricsScraper(
         "http://127.0.0.1:1/metrics",
-        lambda ev, **kw: rows.append((ev, kw)),
+        lambda row: rows.append(dict(zip(FIELDS, row, strict=True))),
         target="broker",
         fetcher=fetcher,
         clock_ns=lambda: next(clock),
     )
     assert s.scrape_once() is True
     assert s.scrape_once() is False
-    assert [r[0] for r in rows] == [EVENT, EVENT]
-    ok, bad = rows[0][1], rows[1][1]
+    assert [r["event"] for r in rows] == [EVENT, EVENT]
+    ok, bad = rows
     assert ok["mono_ns"] == 1_250  # the middle of the request
     assert ok["detail"]["target"] == "broker" and len(ok["detail"]["samples"]) == 4
     assert bad["reason"] == "scrape_failed" and "connection refused" in bad["detail"]["error"]
@@ -113,7 +114,7 @@ def test_a_broker_the_cluster_does_not_list_is_refused() -> None:
     target = type("T", (), {"name": "broker", "broker_addresses": {"CLIENT": [(1, "h", 1)]}})()
     opts = type("O", (), {"broker_metrics_url": {1: "http://a/m", 7: "http://b/m"}})()
     said: list[str] = []
-    assert start_scraper(target, object(), opts, said.append) is None
+    assert start_scraper(target, lambda _row: None, opts, said.append) is None
     assert "broker(s) [7]" in said[0] and "lists [1]" in said[0]
 
 
@@ -126,14 +127,13 @@ def test_the_acceptor_target_also_scrapes_the_kafka_behind_it(monkeypatch: Any) 
     monkeypatch.setattr(MetricsScraper, "start", lambda self: self)
     monkeypatch.setattr(MetricsScraper, "stop", lambda self: None)
 
-    rows: list[dict[str, Any]] = []
-    history = type("H", (), {"record": staticmethod(lambda *a, **kw: rows.append(kw))})()
+    rows: list[Any] = []
     broker = type("B", (), {"metrics_url": "http://b/metrics"})()
     kafka = type("K", (), {"broker": broker, "cluster": None})()
     target = type("T", (), {"name": "acceptor", "metrics_url": "http://a/metrics",
                             "kafka": kafka, "fronts": None})()  # fmt: skip
     opts = type("O", (), {"broker_metrics_url": None})()
-    scrapers = start_scraper(target, history, opts, lambda _m: None)
+    scrapers = start_scraper(target, rows.append, opts, lambda _m: None)
     try:
         assert isinstance(scrapers, Scrapers)
         assert [(s.url, s.target) for s in scrapers.scrapers] == [

@@ -9,10 +9,16 @@ from typing import Any
 
 import pytest
 
+from base.history.rows import FIELDS, Row
 from harness.runner.proc_stats import EVENT, ProcStatsSampler, folder_bytes, read_stat
 
 TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def _fields(row: Row) -> dict[str, Any]:
+    """A written row by its column names."""
+    return dict(zip(FIELDS, row, strict=True))
 
 
 def _stat(pid: int, comm: str, pgrp: int, utime: int, stime: int, rss_pages: int) -> str:
@@ -45,16 +51,16 @@ def test_a_role_sums_every_process_of_its_groups_and_the_history_folder(tmp_path
     hist = tmp_path / "history"
     (hist / "client").mkdir(parents=True)
     (hist / "client" / "a.parquet").write_bytes(b"x" * 1000)
-    rows: list[tuple[str, dict[str, Any]]] = []
+    rows: list[dict[str, Any]] = []
     s = ProcStatsSampler(
-        lambda e, **kw: rows.append((e, kw["detail"])),
+        lambda row: rows.append(_fields(row)),
         lambda: {"acceptor": [100], "load": []},
         hist,
         proc=proc,
     )
     s.sample_once()
-    assert [e for e, _ in rows] == [EVENT, EVENT]
-    acceptor, history = rows[0][1], rows[1][1]
+    assert [r["event"] for r in rows] == [EVENT, EVENT]
+    acceptor, history = rows[0]["detail"], rows[1]["detail"]
     assert acceptor["role"] == "acceptor" and acceptor["processes"] == 2
     assert acceptor["fds"] == 12 and acceptor["rss_kb"] == 30 * PAGE_KB
     assert acceptor["cpu_s"] == pytest.approx(2.0)
@@ -75,7 +81,7 @@ def test_loop_busy_is_the_busiest_main_threads_share_of_the_interval(tmp_path: P
     now = [0]
     rows: list[dict[str, Any]] = []
     s = ProcStatsSampler(
-        lambda e, **kw: rows.append(kw["detail"]),
+        lambda row: rows.append(_fields(row)["detail"]),
         lambda: {"acceptor": [100]},
         None,
         proc=proc,
@@ -104,7 +110,7 @@ def test_the_load_roles_busiest_thread_of_any_kind_is_its_loop(tmp_path: Path) -
     now = [0]
     rows: list[dict[str, Any]] = []
     s = ProcStatsSampler(
-        lambda e, **kw: rows.append(kw["detail"]),
+        lambda row: rows.append(_fields(row)["detail"]),
         lambda: {"load": [200], "acceptor": [200]},
         None,
         proc=proc,
@@ -139,8 +145,13 @@ def test_the_loops_are_placed_by_their_own_read_not_the_whole_readings(tmp_path:
     _schedstat(proc, 100, 0, 0)
     ticks = iter(range(0, 100 * 300_000_000, 300_000_000))  # each clock reading 300 ms on
     rows: list[tuple[int, float, dict[str, Any]]] = []
+
+    def write(row: Row) -> None:
+        f = _fields(row)
+        rows.append((f["mono_ns"], f["latency_ms"], f["detail"]))
+
     s = ProcStatsSampler(
-        lambda e, **kw: rows.append((kw["mono_ns"], kw["latency_ms"], kw["detail"])),
+        write,
         lambda: {"acceptor": [100]},
         None,
         proc=proc,
@@ -161,7 +172,7 @@ def test_the_sampler_reads_its_own_process_as_the_runner(tmp_path: Path) -> None
     the run's own readers and scrapes cost), read from the real /proc."""
     rows: list[dict[str, Any]] = []
     sampler = ProcStatsSampler(
-        lambda _event, **f: rows.append(f["detail"]), lambda: {"load": [os.getpgrp()]}, None,
+        lambda row: rows.append(_fields(row)["detail"]), lambda: {"load": [os.getpgrp()]}, None,
         own=True,
     )  # fmt: skip
     sampler.sample_once()

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from base.history.rows import FIELDS, Row
 from loadprofiles.steady_conns import ConnectionRecorder, close_reason, principal_of
 
 
@@ -14,17 +15,8 @@ class Rows:
     def __init__(self) -> None:
         self.rows: list[dict[str, Any]] = []
 
-    def record(
-        self,
-        event: str,
-        *,
-        ts_us: Any = None,
-        mono_ns: Any = None,
-        detail: Any = None,
-        **fields: Any,
-    ) -> int:
-        self.rows.append({"event": event, "mono_ns": mono_ns, "detail": detail, **fields})
-        return len(self.rows)
+    def append(self, row: Row) -> None:
+        self.rows.append(dict(zip(FIELDS, row, strict=True)))
 
 
 class Clock:
