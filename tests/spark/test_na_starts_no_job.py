@@ -20,6 +20,7 @@ from analysis.checks.secured import check_principal_agreement, check_quota_prece
 from analysis.load import load_run
 from analysis.synth import write_rows
 from base.history import HistoryWriter
+from tests.handbuilt import record
 from tests.spark.histories import hand_built_run
 
 S = 1_000_000_000
@@ -51,23 +52,23 @@ def _plaintext(principal: str | None, tls: bool = False) -> Any:
         for n, port in ((1, 40001), (2, 40002)):
             at = T0 + n * S
             addr = {"client_ip": "127.0.0.7", "client_port": port, "listener": "CLIENT"}
-            cw.record("connect_invoke", mono_ns=at, detail={"profile": "steady"}, **addr)
-            cw.record("connect_ok", mono_ns=at + MS, latency_ms=1.0, **addr)
+            record(cw, "connect_invoke", mono_ns=at, detail={"profile": "steady"}, **addr)
+            record(cw, "connect_ok", mono_ns=at + MS, latency_ms=1.0, **addr)
             if tls:
-                cw.record("tls_start", mono_ns=at + MS, latency_ms=1.0, **addr)
-                cw.record("tls_done", mono_ns=at + 2 * MS, latency_ms=1.0, **addr)
-            cw.record("ready", mono_ns=at + 3 * MS, latency_ms=3.0, **addr)
+                record(cw, "tls_start", mono_ns=at + MS, latency_ms=1.0, **addr)
+                record(cw, "tls_done", mono_ns=at + 2 * MS, latency_ms=1.0, **addr)
+            record(cw, "ready", mono_ns=at + 3 * MS, latency_ms=3.0, **addr)
             named = {"principal": principal} if principal is not None else {}
-            cw.record("request_ok", mono_ns=at + 20 * MS, latency_ms=1.0, api_key=3,
+            record(cw, "request_ok", mono_ns=at + 20 * MS, latency_ms=1.0, api_key=3,
                       detail=named or None, **addr)  # fmt: skip
-            cw.record("closed", mono_ns=at + S, reason="done",
+            record(cw, "closed", mono_ns=at + S, reason="done",
                       detail={"outcome": "served", **named}, **addr)  # fmt: skip
             conn = {"conn_id": f"CLIENT-{n}", **addr}
-            aw.record("accept", mono_ns=at + MS // 2, **conn)
-            aw.record("admit", mono_ns=at + MS // 2, delay_ms=0.0, **conn)
-            aw.record("request", mono_ns=at + 20 * MS, principal="ANONYMOUS", api_key=3,
+            record(aw, "accept", mono_ns=at + MS // 2, **conn)
+            record(aw, "admit", mono_ns=at + MS // 2, delay_ms=0.0, **conn)
+            record(aw, "request", mono_ns=at + 20 * MS, principal="ANONYMOUS", api_key=3,
                       client_id="c", latency_ms=1.0, bytes=10, processor=0, **conn)  # fmt: skip
-            aw.record("close", mono_ns=at + S, reason="client_eof", **conn)
+            record(aw, "close", mono_ns=at + S, reason="client_eof", **conn)
 
     return build
 
