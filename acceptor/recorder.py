@@ -15,6 +15,7 @@ constant string, or a mapping the flush thread encodes as JSON), ``ts`` is deriv
 from __future__ import annotations
 
 import gc
+from collections.abc import Callable
 from typing import Any, cast
 
 from base.history import HistoryWriter, events
@@ -39,23 +40,22 @@ def _freeze_start_up() -> None:
         gc.freeze()
 
 
+def _drop(row: AcceptorRow) -> None:
+    """No history: the row is not kept."""
+
+
 class Recorder:
     def __init__(self, writer: HistoryWriter | None) -> None:
         self.writer = writer
+        #: one row, built by its event's row class (`base.history.rows`: only the event's
+        #: columns and `detail` keys), handed to the writer as it is (no frame of ours on
+        #: the hot path); dropped without a writer, or after it closed at shutdown. A
+        #: `detail` mapping is the row's from then on: the caller builds a fresh one.
+        self.write: Callable[[AcceptorRow], None] = _drop
         if writer is not None:
+            writer.drop_after_close = True
+            self.write = writer.append
             _freeze_start_up()
-
-    def write(self, row: AcceptorRow) -> None:
-        """One row, built by its event's row class (`base.history.rows`: only the event's
-        columns and `detail` keys); dropped without a writer or after close. A `detail`
-        mapping is the row's from then on: the caller builds a fresh one."""
-        writer = self.writer
-        if writer is None:
-            return
-        try:
-            writer.append(row)
-        except RuntimeError:  # the writer closed at shutdown: late rows are dropped
-            pass
 
     def closed(
         self,

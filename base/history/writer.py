@@ -114,6 +114,10 @@ class HistoryWriter:
         self._seq = 0  # rows appended so far (the last row's seq)
         self._part = 0
         self._closed = False
+        #: rows appended after close are dropped (counted in `rows_late`), not refused: an
+        #: acceptor's connections may still end while it shuts down
+        self.drop_after_close = False
+        self.rows_late = 0
         self.rows_written = 0
         #: why writing stopped (None while it works) and the rows lost since
         self.failure: str | None = None
@@ -137,12 +141,16 @@ class HistoryWriter:
 
         Only the event name is checked here; the caller built the row from typed
         parameters (an event's row class, `acceptor.recorder`) and must not mutate
-        a ``detail`` mapping afterwards. Raises RuntimeError once the writer is closed.
+        a ``detail`` mapping afterwards. Raises RuntimeError once the writer is closed
+        (unless `drop_after_close`).
         """
         if self.strict_events and row[2] not in self._events:
             raise ValueError(f"event {row[2]!r} is not a {self.source} event")
         with self._lock:
             if self._closed:
+                if self.drop_after_close:
+                    self.rows_late += 1
+                    return
                 raise RuntimeError(f"history writer {self.name} is closed")
             self._seq += 1
             if self.failure is not None:
