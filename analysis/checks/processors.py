@@ -122,10 +122,9 @@ def check_queue_depth(run: Run) -> CheckResult:
 def check_reject_closes_at_once(run: Run) -> CheckResult:
     from pyspark.sql import functions as F
 
-    rejects = acceptor_conns(run).where(F.col("outcome") == "reject")
     kinds = census(run)
     n = tally(kinds, lambda k: k.outcome == "reject")
-    if n == 0:
+    if n == 0:  # from the census (a list): no DataFrame planned on the way to n/a
         limited = any(
             lim.max_connections_per_ip < INT_MAX or lim.per_ip_overrides
             for lim in run.timeline.limits
@@ -141,6 +140,7 @@ def check_reject_closes_at_once(run: Run) -> CheckResult:
         )
         res.raise_hint = "the connections one IP holds open at once above max.connections.per.ip"
         return res
+    rejects = acceptor_conns(run).where(F.col("outcome") == "reject")
     served = rejects.where(F.col("register_ns").isNotNull())
     slack_ns = int(run.slack_ms * MS)
     n_served = tally(kinds, lambda k: k.outcome == "reject" and k.registered)

@@ -149,3 +149,25 @@ def test_a_span_check_without_its_rate_starts_no_job(spark: Any, tmp_path: Path,
     judged = _broker_run(tmp_path, "set", limit)
     r, jobs = jobs_during(spark, lambda: run_check(check, load_run(spark, judged)))
     assert r.verdict != "n/a" and jobs > 0, r.observed
+
+
+def test_no_reject_and_no_per_ip_limit_plans_no_dataframe(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ip_count_reject_closes_at_once` finds no reject in the census (a shared frame, a
+    list built before the checks) and no per-IP limit: `n/a` without planning a DataFrame
+    (each `where` is analysed by the JVM as it is built, 0.1 s on a cold one)."""
+    import analysis.checks.processors as processors
+    from analysis.frames import census
+
+    run = load_run(spark, hand_built_run(tmp_path, "plain", _plaintext(None), config_ns=T0 - S))
+    census(run)  # built before the checks, as `_judge` does
+
+    def planned(*_args: Any) -> Any:
+        raise AssertionError("a DataFrame planned on the way to n/a")
+
+    monkeypatch.setattr(processors, "acceptor_conns", planned)
+    monkeypatch.setattr(processors, "attempt_join", planned)
+    r, jobs = jobs_during(spark, lambda: processors.check_reject_closes_at_once(run))
+    assert (r.verdict, jobs) == ("n/a", 0), r.observed
+    assert r.observed.startswith("not configured: max.connections.per.ip (or overrides)")
