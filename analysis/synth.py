@@ -39,6 +39,7 @@ from base.history.rows import (
     ClientConnectInvoke,
     ClientConnectInvokeDetail,
     ClientConnectOk,
+    ClientIds,
     ClientReady,
     ClientRequestFail,
     ClientRequestOk,
@@ -50,6 +51,7 @@ from base.history.rows import (
     HarnessRunStart,
     Outcome,
     Row,
+    client_ids,
 )
 from base.history.schema import SCHEMA
 
@@ -231,9 +233,9 @@ class _Conn:
     t0_ns: int = 0
     delay_ms: int = 0
 
-    def ids(self) -> tuple[None, str, str, int, str, int]:
+    def ids(self) -> ClientIds:
         """Its client rows' identity columns (no conn_id: joined by address)."""
-        return (None, self.listener, self.ip, self.port, self.ip, self.port)
+        return client_ids(None, self.listener, self.ip, self.port)
 
 
 # event kinds, ordered so that at one instant closes free slots before new admissions

@@ -89,6 +89,7 @@ from base.history.rows import (
     ClientTlsDone,
     ClientTlsFail,
     ClientTlsStart,
+    client_ids,
 )
 from base.security.client import (
     SASL_AUTHENTICATE_KEY,
@@ -558,7 +559,7 @@ class StormEngine:
         c.cid = self._cid
         c.conn_id = f"{self._prefix}{k}"
         # its rows' identity columns: a PROXY header's claimed address is the client's
-        c.ids = (c.conn_id, cfg.listener, c.ip, c.port, c.sip or c.ip, c.port)
+        c.ids = client_ids(c.conn_id, cfg.listener, c.ip, c.port, c.sip)
         c.broker = node
         c.invoke_ns = invoke
         c.gen = 0

@@ -188,8 +188,7 @@ class Conn:
     __slots__ = (
         "api", "broker", "buf", "cid", "conn_id", "connect_ms", "eof_ms", "errors", "fail", "fd",
         "gen", "ids", "invoke_ns", "ip", "out", "phase_ns", "port", "ready_ms", "req_ns",
-        "responses",
-        "sasl", "sasl_ms", "sip", "sock", "state", "tls", "tls_ms",
+        "responses", "sasl", "sasl_ms", "sip", "sock", "state", "tls", "tls_ms",
     )  # fmt: skip
     api: int
     broker: int | None

@@ -138,7 +138,7 @@ class GreedyUser(User):
 
     def _ids(self, conn: dict[str, Any]) -> rows.ClientIds:
         """The identity columns of `conn`'s rows (a dict: id, ip, port)."""
-        return (conn["id"], self.s.listener, conn["ip"], conn["port"], conn["ip"], conn["port"])
+        return rows.client_ids(conn["id"], self.s.listener, conn["ip"], conn["port"])
 
     def _invoked(self, conn: dict[str, Any], invoke: int) -> None:
         detail: rows.ClientConnectInvokeDetail = {"profile": PROFILE}

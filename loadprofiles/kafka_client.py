@@ -121,14 +121,7 @@ class KafkaConnection:
     def _ids(self) -> rows.ClientIds:
         """The identity columns of this connection's rows."""
         r = self.result
-        return (
-            self.conn_id,
-            self.config.listener,
-            r.client_ip,
-            r.client_port,
-            r.client_ip,
-            r.client_port,
-        )
+        return rows.client_ids(self.conn_id, self.config.listener, r.client_ip, r.client_port)
 
     # -- connect -----------------------------------------------------------------------
     def connect(self) -> None:

@@ -138,7 +138,7 @@ class ConnectionRecorder:
 
     def _ids(self, c: _Conn) -> rows.ClientIds:
         """The identity columns of `c`'s rows."""
-        return (c.conn_id, self.listener, c.client_ip, c.client_port, c.client_ip, c.client_port)
+        return rows.client_ids(c.conn_id, self.listener, c.client_ip, c.client_port)
 
     def invoke(self, conn: object) -> None:
         """kafka-python starts connecting ``conn`` (before DNS and the SYN)."""

@@ -146,7 +146,7 @@ class SetupRows:
     def _ids(self) -> rows.ClientIds:
         """The identity columns of this connection's rows (no address before connected)."""
         ip, port = self.address or (None, None)
-        return (self.conn_id, self.listener, ip, port, ip, port)
+        return rows.client_ids(self.conn_id, self.listener, ip, port)
 
     def _since(self, start_ns: int, now: int) -> float:
         return (now - start_ns) / 1e6

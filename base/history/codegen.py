@@ -88,6 +88,18 @@ class Ident(Protocol):
 ClientIds = tuple[str | None, str | None, str | None, int | None, str | None, int | None]
 
 
+def client_ids(
+    conn_id: str | None,
+    listener: str | None,
+    ip: str | None,
+    port: int | None,
+    sock_ip: str | None = None,
+) -> ClientIds:
+    """A client connection's identity columns: the socket's address is the client's, but
+    for ``sock_ip`` when a PROXY header claimed ``ip`` (the port is the socket's in both)."""
+    return (conn_id, listener, ip, port, sock_ip or ip, port)
+
+
 @dataclass(slots=True)
 class ConnInfo:
     """A connection's identity columns (an `Ident`): the acceptor's, one per connection."""

@@ -109,3 +109,11 @@ def test_mypy_refuses_a_detail_key_or_column_its_event_lacks(tmp_path: Path) -> 
     assert code == 1 and len(errors) == 2, out
     assert "misuse.py:4:" in errors[0] and "AcceptorRegisterDetail" in errors[0], errors
     assert "misuse.py:5:" in errors[1] and '"api_key"' in errors[1], errors
+
+
+def test_a_client_connections_identity_columns_take_the_proxied_socket_address() -> None:
+    assert rows.client_ids("c1", "L", "10.0.0.1", 5) == ("c1", "L", "10.0.0.1", 5, "10.0.0.1", 5)
+    claimed = rows.client_ids("c1", "L", "203.0.113.9", 5, sock_ip="127.0.0.2")
+    assert claimed == ("c1", "L", "203.0.113.9", 5, "127.0.0.2", 5)
+    row = rows.ClientConnectOk(1, *claimed)
+    assert dict(zip(ROW, row, strict=True))["sock_ip"] == "127.0.0.2"
