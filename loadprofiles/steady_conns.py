@@ -22,7 +22,9 @@ same fields (conn_id, listener, client_ip/port = the socket's local address, cli
   which are the profile's own produce/end-to-end rows, are not changed;
 - ``closed`` with ``detail.outcome`` classified as KafkaConnection classifies
   (``eof_after_accept`` when the broker closed before any response, ``reason`` eof /
-  reset / timeout / done).
+  reset / timeout / done). ``done`` is our own close, also one kafka-python makes while
+  the connection is still initialising (`own_close`): such a connection read nothing, so
+  it has no EOF to show whatever the broker did (the checks do not judge it).
 
 A connect that fails before the handshake with an error has nothing the enforcer saw and
 is not recorded (kafka-python retries it with backoff; the steady profile's own
@@ -81,14 +83,27 @@ class _Conn:
     sent_ns: list[int] = field(default_factory=list)
 
 
+def own_close(exc: BaseException | None) -> bool:
+    """``connection_lost(exc)`` reports our own close: None (a close once the connection
+    is set up) or the bare ``KafkaConnectionError()`` (no args) kafka-python 3.0's
+    ``KafkaConnection.close(error=None)`` puts in when it is called while the connection
+    is still initialising (its ApiVersions or SASL exchange), as a consumer's or
+    producer's own ``close()`` at the end of a phase does (kafka/net/connection.py).
+    Every failure kafka-python detects itself says what it was: ``socket disconnected``
+    (the peer's FIN), the OSError it wraps, a time-out or protocol error by name."""
+    if exc is None:
+        return True
+    return type(exc).__name__ == "KafkaConnectionError" and not exc.args
+
+
 def close_reason(exc: BaseException | None) -> str:
     """The history ``reason`` of a kafka-python ``connection_lost(exc)``.
 
-    None is our own close (``done``); kafka-python reports a peer's FIN as
-    ``KafkaConnectionError('socket disconnected')`` and a reset as a
-    KafkaConnectionError wrapping the OSError; request and setup time-outs by name.
+    Our own close (`own_close`, during the set-up or after it) is ``done``; kafka-python
+    reports a peer's FIN as ``KafkaConnectionError('socket disconnected')`` and a reset as
+    a KafkaConnectionError wrapping the OSError; request and setup time-outs by name.
     """
-    if exc is None:
+    if exc is None or own_close(exc):
         return "done"
     name = type(exc).__name__
     text = str(exc)
@@ -271,7 +286,7 @@ class ConnectionRecorder:
         )
 
     def lost(self, conn: object, exc: BaseException | None) -> None:
-        """``conn`` is closed (by us: exc None) or lost: its ``closed`` row."""
+        """``conn`` is closed (by us: `own_close`) or lost: its ``closed`` row."""
         self._pending.pop(id(conn), None)
         c = self._conns.pop(id(conn), None)
         if c is None:

@@ -179,6 +179,74 @@ def test_kafka_python_error_types_map() -> None:
     assert close_reason(Errors.KafkaConnectionError("socket disconnected")) == "eof"
     assert close_reason(Errors.RequestTimedOutError("Request timed out after 5 ms")) == "timeout"
     assert close_reason(Errors.KafkaTimeoutError()) == "timeout"
+    # KafkaConnection.close() while initialising: our own close, not a failure
+    assert close_reason(Errors.KafkaConnectionError()) == "done"
+    assert close_reason(Errors.KafkaConnectionError("Connection closed during connect")) == "error"
+    assert close_reason(ConnectionError()) == "error"  # only kafka-python's own close is ours
+
+
+def _lost_on_a_real_transport(close_ourselves: bool) -> BaseException | None:
+    """What kafka-python 3.0 hands ``connection_lost`` for a connection still initialising
+    (its transport on one end of a socket pair, no broker) whose peer has closed: our own
+    ``close()`` before kafka-python read the socket, or kafka-python reading the EOF."""
+    import socket
+
+    from kafka.net.connection import KafkaConnection
+    from kafka.net.selector import NetworkSelector
+    from kafka.net.transport import KafkaTCPTransport
+
+    got: list[BaseException | None] = []
+
+    class Conn(KafkaConnection):  # type: ignore[misc]
+        def connection_lost(self, exc: BaseException | None) -> None:
+            got.append(exc)
+            super().connection_lost(exc)
+
+    net = NetworkSelector()
+    ours, peer = socket.socketpair()
+    try:
+        ours.setblocking(False)
+        conn = Conn(net)
+        conn.connection_made(KafkaTCPTransport(net, ours))
+        assert conn.initializing
+        peer.close()  # the enforcer closes at once: a FIN waits unread in our socket
+        if close_ourselves:
+            conn.close()  # a consumer's close() at the end of its phase
+        for _ in range(10):
+            if got:
+                break
+            net.poll(timeout_ms=20)
+    finally:
+        ours.close()
+        net.close()
+    assert got, "kafka-python reported no connection_lost"
+    return got[0]
+
+
+def test_our_own_close_while_initialising_is_done_and_the_peers_fin_is_eof() -> None:
+    """Read against kafka-python itself: the two ways one rejected, still initialising
+    connection ends. Our close before reading is ``done`` (not an ``error``: it saw nothing
+    of the close either way); the FIN read is ``eof``."""
+    own = _lost_on_a_real_transport(close_ourselves=True)
+    assert type(own).__name__ == "KafkaConnectionError" and own is not None and not own.args
+    assert close_reason(own) == "done"
+    fin = _lost_on_a_real_transport(close_ourselves=False)
+    assert close_reason(fin) == "eof", fin
+
+
+def test_our_own_close_before_a_response_is_done_with_no_eof() -> None:
+    import kafka.errors as Errors
+
+    rec, h, clock = recorder()
+    conn = object()
+    rec.invoke(conn)
+    rec.made(conn, ("127.0.0.2", 40004), "c")
+    clock.ms(5)
+    rec.lost(conn, Errors.KafkaConnectionError())
+    closed = h.rows[-1]
+    assert closed["event"] == "closed" and closed["reason"] == "done"
+    assert "eof_ms" not in closed["detail"] and "error" not in closed["detail"]
+    assert "closed_by" not in closed["detail"]
 
 
 def test_a_socket_is_recorded_when_made_and_its_connection_takes_the_same_record() -> None:
