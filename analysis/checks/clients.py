@@ -45,6 +45,27 @@ if TYPE_CHECKING:
 
 OFFERED_MIN = 0.95
 MS = 1_000_000
+#: a client's `closed` reason when it closed the connection itself (every profile: the storm
+#: engine, the steady profile's kafka-python connections, also one kafka-python closes while
+#: it is still initialising, `loadprofiles.steady_conns.own_close`)
+OWN_CLOSE = "done"
+
+
+def closed_unread(run: Run, cand: DataFrame) -> DataFrame:
+    """The rows of `cand` (columns client_ip, client_port, closed_ns, and any others; a
+    few rows) that the client closed itself: its `closed` row at closed_ns says reason
+    `OWN_CLOSE`. A caller asks it of a connection that had read nothing (no response, no
+    EOF) when it closed within the slack of the enforcer's close: such a client saw
+    nothing of that close either way, so its missing EOF is not judged."""
+    from pyspark.sql import functions as F
+
+    keys = ["client_ip", "client_port", "closed_ns"]
+    own = (
+        run.events("closed", source="client")
+        .where(F.col("reason") == OWN_CLOSE)
+        .select("client_ip", "client_port", F.col("mono_ns").alias("closed_ns"))
+    )
+    return F.broadcast(cand).join(own, keys)  # the few candidates, not every closed row
 
 
 #: the acceptor connections of one address that no client attempt made and nothing
@@ -83,7 +104,9 @@ def _agreement_counts(run: Run, a: DataFrame, j: DataFrame) -> Any:
     )
     ends = list(_load_end_by_address(run).items())
     end_df = run.spark.createDataFrame(ends, "client_ip string, load_end long")
-    matched = j.select(F.col("a.conn_id").alias("conn_id"), "why", F.lit(True).alias("matched"))
+    matched = j.select(
+        F.col("a.conn_id").alias("conn_id"), "why", "unread", F.lit(True).alias("matched")
+    )
     rows = (
         a.select("conn_id", "client_ip", "client_port", "listener", "accept_ns")
         .join(matched, "conn_id", "left")
@@ -105,6 +128,7 @@ def _agreement_counts(run: Run, a: DataFrame, j: DataFrame) -> Any:
         F.count(F.lit(1)).alias("total"),
         n(F.col("matched").isNotNull()).alias("joined"),
         n(F.col("why").isNotNull()).alias("bad"),
+        n(F.col("unread")).alias("unread"),
         n(unmatched).alias("unmatched"),
         n(unexplained).alias("unexplained"),
         first.alias("first"),
@@ -124,6 +148,7 @@ def _agreement_counts(run: Run, a: DataFrame, j: DataFrame) -> Any:
         F.sum("total").alias("total"),
         F.sum("joined").alias("joined"),
         F.sum("bad").alias("bad"),
+        F.sum("unread").alias("unread"),
         F.sum("unmatched").alias("unmatched"),
         F.sum("unexplained").alias("unexplained"),
         F.slice(F.sort_array(F.collect_list(worst), asc=False), 1, 10).alias("worst"),
@@ -213,6 +238,15 @@ def check_agreement(run: Run) -> CheckResult:
         & F.col("c.closed_ns").isNotNull()
         & (F.col("c.closed_ns") > closed_by_acceptor + F.lit(run.clock_error_ns))
     )
+    # One that had read nothing and closed within the slack of that close may have closed
+    # it itself before reading (`closed_unread`, asked only when there are any): not judged.
+    slack_ns = int(run.slack_ms * MS)
+    unread = (
+        dropped_no_eof
+        & ~served_but_dropped
+        & F.col("c.ready_ns").isNull()
+        & (F.col("c.closed_ns") <= closed_by_acceptor + F.lit(slack_ns))
+    )
     too_fast = (
         (F.col("a.outcome") == "admit")
         & (F.col("a.delay_ms") > 0)
@@ -238,14 +272,24 @@ def check_agreement(run: Run) -> CheckResult:
                 F.lit(" ms"),
             ),
         ),
-    )
+    ).withColumn("unread", F.coalesce(unread, F.lit(False)))
     # every count, and the addresses nothing explains, in one job
     counts = _agreement_counts(run, a, j)
     assert counts is not None
     total, joined, bad = (int(counts[k] or 0) for k in ("total", "joined", "bad"))
     n_unmatched, n_unexplained = int(counts["unmatched"] or 0), int(counts["unexplained"] or 0)
+    own: list[str] = []
+    if int(counts["unread"] or 0):  # which of those the client closed itself
+        cand = j.where(F.col("unread")).select(
+            F.col("a.conn_id").alias("conn_id"),
+            F.col("c.client_ip").alias("client_ip"),
+            F.col("c.client_port").alias("client_port"),
+            F.col("c.closed_ns").alias("closed_ns"),
+        )
+        own = sorted({r["conn_id"] for r in closed_unread(run, cand).select("conn_id").collect()})
+    bad -= len(own)
     rows = (
-        j.where(F.col("why").isNotNull())
+        j.where(F.col("why").isNotNull() & ~F.col("a.conn_id").isin(own))
         .select(
             "a.conn_id",
             "a.client_ip",
@@ -264,11 +308,18 @@ def check_agreement(run: Run) -> CheckResult:
     wit = [witness(r.asDict(), r["why"]) for r in rows]
     worst = counts["worst"] or []
     wit = (_unexplained_witnesses(run, worst) if worst else []) + wit
+    unread_note = (
+        f"{len(own)} not judged: a reject or throttle_close the client closed itself within "
+        f"the slack ({fmt(run.slack_ms)} ms) of it, having read nothing (it saw nothing of "
+        "that close either way)"
+        if own
+        else ""
+    )
     parts = [
         Part(
             "both ends agree on each matched connection",
-            joined,
-            "" if joined else "no acceptor connection matched a client attempt",
+            joined - len(own),
+            unread_note if joined else "no acceptor connection matched a client attempt",
             "load through the acceptor that the clients record",
         ),
         Part("every unmatched acceptor connection explained", total),
@@ -285,7 +336,13 @@ def check_agreement(run: Run) -> CheckResult:
         verdict,
         observed=(
             f"{joined}/{total} acceptor connections matched a client attempt; {bad} of those "
-            f"disagree; {n_unmatched} unmatched ({explained} explained: before or after the "
+            f"disagree"
+            + (
+                f", {len(own)} not judged (closed by the client itself before reading)"
+                if own
+                else ""
+            )
+            + f"; {n_unmatched} unmatched ({explained} explained: before or after the "
             f"load, or admin; {n_unexplained} not)"
         ),
         expected=(
@@ -293,7 +350,11 @@ def check_agreement(run: Run) -> CheckResult:
             "the load, admin); reject/throttle_close ↔ client EOF, never served; ready "
             "latency ≥ acceptor delay"
         ),
-        tolerance=f"{fmt(tol)} ms on latency vs delay; none on matching",
+        tolerance=(
+            f"{fmt(tol)} ms on latency vs delay; none on matching; a dropped connection the "
+            f"client closed itself (reason {OWN_CLOSE}) within the slack ({fmt(run.slack_ms)} ms) "
+            "of the acceptor's close, before it read a response or the EOF, is not judged"
+        ),
         witnesses=wit,
         explanation=(
             "the two ends of each connection were joined on (client_ip, client_port)"
@@ -304,7 +365,7 @@ def check_agreement(run: Run) -> CheckResult:
                 else ""
             )
         ),
-        judged=joined,
+        judged=joined - len(own),
         parts=parts if total else [],
     )
 

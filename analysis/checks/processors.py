@@ -3,12 +3,15 @@
 Each processor's new-connection queue is an ArrayBlockingQueue(20): a queue depth above
 20 at hand-off cannot happen in Kafka. A per-IP count rejection is accept-then-close-now:
 the connection is never registered nor served, and the client sees EOF right away (the
-storm engine within the slack; a kafka-python client at its next poll of that socket).
+storm engine within the slack; a kafka-python client at its next poll of that socket). A
+client that closed the connection itself within the slack of the reject, before it read a
+response or the EOF (a kafka-python consumer's own close at its phase's end), saw nothing
+of the close either way: not judged, neither a failure nor evidence of a pass.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from analysis.checks.base import (
     FAIL,
@@ -22,6 +25,7 @@ from analysis.checks.base import (
     nothing_judged,
     witness,
 )
+from analysis.checks.clients import OWN_CLOSE, closed_unread
 from analysis.checks.stalls import client_stalls
 from analysis.columns import detail_col
 from analysis.frames import MS, acceptor_conns, attempt_join, census, tally
@@ -119,6 +123,36 @@ def check_queue_depth(run: Run) -> CheckResult:
     )
 
 
+def _closed_unread(run: Run, rows: list[Any], slack_ns: int) -> set[tuple[str, int, int]]:
+    """The (client_ip, client_port, closed_ns) of the rejected connections' client attempts
+    in `rows` that read nothing (no response, no EOF) and closed within the slack of the
+    reject, by themselves (`closed_unread`): each saw nothing of the close either way. No
+    job when no row is such a candidate."""
+    cand = [
+        (r["client_ip"], r["client_port"], r["closed_ns"])
+        for r in rows
+        if r["ready_ns"] is None
+        and r["eof_ns"] is None
+        and r["closed_ns"] is not None
+        and r["closed_ns"] - r["reject_ns"] <= slack_ns
+    ]
+    if not cand:
+        return set()
+    df = run.spark.createDataFrame(cand, "client_ip string, client_port long, closed_ns long")
+    return {
+        (r["client_ip"], r["client_port"], r["closed_ns"]) for r in closed_unread(run, df).collect()
+    }
+
+
+def _unread_note(k: int) -> str:
+    return (
+        f"; {k} not judged: the client closed the connection itself within the slack of the "
+        "reject, having read nothing (it saw nothing of the close either way)"
+        if k
+        else ""
+    )
+
+
 def check_reject_closes_at_once(run: Run) -> CheckResult:
     from pyspark.sql import functions as F
 
@@ -148,7 +182,7 @@ def check_reject_closes_at_once(run: Run) -> CheckResult:
         witness(r.asDict(), "rejected for per-IP count but registered with a processor")
         for r in (served.limit(5).collect() if n_served else [])
     ]
-    n_late = unwatched = 0
+    n_late = unwatched = n_unread = unread_timed = 0
     n_joined = n_timed = 0
     client_note = "no client rows"
     if run.has_source("client"):
@@ -169,10 +203,16 @@ def check_reject_closes_at_once(run: Run) -> CheckResult:
             | (watching & (F.col("c.eof_ns") - F.col("a.reject_ns") > F.lit(slack_ns)))
         )
         stalls = client_stalls(run)
-        cols = ["a.*", "c.eof_ns", "c.ready_ns", "c.profile", "c.c_conn_id"]
-        for r in late.select(*cols).collect():
+        cols = ["a.*", "c.eof_ns", "c.ready_ns", "c.profile", "c.c_conn_id", "c.closed_ns"]
+        late_rows = late.select(*cols).collect()
+        own = _closed_unread(run, late_rows, slack_ns)
+        for r in late_rows:
             if r["ready_ns"] is not None:
                 why = "client was served after a per-IP count reject"
+            elif (r["client_ip"], r["client_port"], r["closed_ns"]) in own:
+                n_unread += 1  # it closed the connection itself before reading: not judged
+                unread_timed += r["profile"] != "steady"
+                continue
             elif r["eof_ns"] is None:
                 why = "client saw no EOF after the reject"
             elif stalls.covers(r["c_conn_id"], r["profile"], r["eof_ns"]):
@@ -186,25 +226,30 @@ def check_reject_closes_at_once(run: Run) -> CheckResult:
             n_late += 1
             if len(wit) < 10:
                 wit.append(witness(r.asDict(), why))
-        client_note = f"{n_late} without a prompt client EOF"
+        client_note = f"{n_late} without a prompt client EOF" + (
+            f", {n_unread} closed by the client itself before reading (not judged)"
+            if n_unread
+            else ""
+        )
     parts = [
         Part("never registered", n),
         Part(
             "client EOF, never served",
-            n_joined,
-            "" if n_joined else "no reject matched a client attempt",
+            n_joined - n_unread,
+            ("" if n_joined else "no reject matched a client attempt") + _unread_note(n_unread),
             "client rows for the rejected connections",
         ),
         Part(
             "close timing",
-            n_timed - unwatched,
+            n_timed - unwatched - unread_timed,
             ("engine clients" if n_timed else "steady clients only (their EOF time bounds nothing)")
             + (
                 f"; {unwatched} not timed: seen while their engine measurably could not look "
                 f"({stalls.describe()})"
                 if unwatched
                 else ""
-            ),
+            )
+            + _unread_note(unread_timed),
             "engine (storm) clients held open at the per-IP count limit (--hold-ms)",
         ),
     ]
@@ -219,7 +264,9 @@ def check_reject_closes_at_once(run: Run) -> CheckResult:
         tolerance=f"slack {fmt(run.slack_ms)} ms; EOF time of engine clients only (a steady "
         "kafka-python client sees the close at its next poll), and not of an EOF the engine saw "
         "inside a stall it measured itself (its heartbeat's loop_lag rows, or an arrival of it "
-        "due by then that started after): its observation then bounds nothing (not timed)",
+        "due by then that started after): its observation then bounds nothing (not timed); a "
+        f"client that closed the connection itself (reason {OWN_CLOSE}) within the slack of the "
+        "reject, before it read a response or the EOF, is not judged",
         witnesses=wit,
         explanation="max.connections.per.ip is enforced by accept-then-close, the client reads EOF",
         judged=n,
