@@ -95,7 +95,8 @@ def test_a_client_that_closed_itself_before_reading_is_not_judged(
 def test_past_the_slack_or_not_its_own_close_it_still_fails(
     spark: Any, tmp_path: Path, profile: str, reason: str, after_ms: float
 ) -> None:
-    run = load_run(spark, _run(tmp_path, f"{profile}-{reason}-{after_ms}", profile, reason, after_ms))
+    name = f"{profile}-{reason}-{after_ms}"
+    run = load_run(spark, _run(tmp_path, name, profile, reason, after_ms))
     rej = check_reject_closes_at_once(run)
     assert rej.verdict == "fail", (rej.observed, rej.witnesses)
     assert rej.witnesses[0]["client_port"] == PORT
