@@ -104,9 +104,7 @@ def _agreement_counts(run: Run, a: DataFrame, j: DataFrame) -> Any:
     )
     ends = list(_load_end_by_address(run).items())
     end_df = run.spark.createDataFrame(ends, "client_ip string, load_end long")
-    matched = j.select(
-        F.col("a.conn_id").alias("conn_id"), "why", "unread", F.lit(True).alias("matched")
-    )
+    matched = j.select(F.col("a.conn_id").alias("conn_id"), "why", F.lit(True).alias("matched"))
     rows = (
         a.select("conn_id", "client_ip", "client_port", "listener", "accept_ns")
         .join(matched, "conn_id", "left")
@@ -128,7 +126,6 @@ def _agreement_counts(run: Run, a: DataFrame, j: DataFrame) -> Any:
         F.count(F.lit(1)).alias("total"),
         n(F.col("matched").isNotNull()).alias("joined"),
         n(F.col("why").isNotNull()).alias("bad"),
-        n(F.col("unread")).alias("unread"),
         n(unmatched).alias("unmatched"),
         n(unexplained).alias("unexplained"),
         first.alias("first"),
@@ -148,7 +145,6 @@ def _agreement_counts(run: Run, a: DataFrame, j: DataFrame) -> Any:
         F.sum("total").alias("total"),
         F.sum("joined").alias("joined"),
         F.sum("bad").alias("bad"),
-        F.sum("unread").alias("unread"),
         F.sum("unmatched").alias("unmatched"),
         F.sum("unexplained").alias("unexplained"),
         F.slice(F.sort_array(F.collect_list(worst), asc=False), 1, 10).alias("worst"),
@@ -239,7 +235,7 @@ def check_agreement(run: Run) -> CheckResult:
         & (F.col("c.closed_ns") > closed_by_acceptor + F.lit(run.clock_error_ns))
     )
     # One that had read nothing and closed within the slack of that close may have closed
-    # it itself before reading (`closed_unread`, asked only when there are any): not judged.
+    # it itself before reading (`closed_unread`, asked only of a failing run): not judged.
     slack_ns = int(run.slack_ms * MS)
     unread = (
         dropped_no_eof
@@ -272,15 +268,15 @@ def check_agreement(run: Run) -> CheckResult:
                 F.lit(" ms"),
             ),
         ),
-    ).withColumn("unread", F.coalesce(unread, F.lit(False)))
+    )
     # every count, and the addresses nothing explains, in one job
     counts = _agreement_counts(run, a, j)
     assert counts is not None
     total, joined, bad = (int(counts[k] or 0) for k in ("total", "joined", "bad"))
     n_unmatched, n_unexplained = int(counts["unmatched"] or 0), int(counts["unexplained"] or 0)
     own: list[str] = []
-    if int(counts["unread"] or 0):  # which of those the client closed itself
-        cand = j.where(F.col("unread")).select(
+    if bad:  # which of those the client closed itself, before reading
+        cand = j.where(unread).select(
             F.col("a.conn_id").alias("conn_id"),
             F.col("c.client_ip").alias("client_ip"),
             F.col("c.client_port").alias("client_port"),
