@@ -9,6 +9,7 @@ session and leaves no verdict (exit 130 / 143). Exit 0; with --gate 0/1/2 for pa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -90,7 +91,7 @@ def _server_for(args: argparse.Namespace) -> Path | None:
 def run(args: argparse.Namespace) -> int:
     from analysis import analyze_run
     from analysis.load import RunDirError
-    from analysis.session import EnvironmentProblem
+    from analysis.session import EnvironmentProblem, end_jvm
 
     run_dir = Path(args.run_dir)
 
@@ -144,6 +145,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        with contextlib.suppress(Exception):  # said above, if it matters
+            end_jvm()  # this process ends next: so does the JVM it started, now
     if not args.quiet:
         print()
         print(summary_table(verdict))

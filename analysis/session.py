@@ -35,6 +35,17 @@ SMALL_RUN_CODEGEN = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
 }
+#: the driver JVM of a small run's analysis (`build_session`): C1-compiled code only, and
+#: core reflection's native accessors kept. py4j calls every JVM method it is asked for by
+#: reflection, and JDK 17 replaces a method's native accessor by a generated class after
+#: 15 calls (`sun.reflect.inflationThreshold`): 548 classes made and loaded in a cold
+#: 4.4 k-event analysis, for calls whose count a short analysis never repays (its JVM CPU
+#: 8.4 -> 7.2 s; bench/results/NOTES.md). Ignored by JDK 18 and later, whose reflection
+#: is method handles.
+SMALL_RUN_JVM = (
+    "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m "
+    "-Dsun.reflect.inflationThreshold=2147483647"
+)
 #: where the driver JVM's class archives live (`analysis.cds` makes them; beside Kafka's
 #: jars, `make clean` removes both)
 CACHE = Path(__file__).resolve().parent.parent / ".cache" / "spark-cds"
@@ -104,11 +115,14 @@ def build_session(
     master: str | None = None, app_name: str = "harness-analyze", small: bool = False
 ) -> SparkSession:
     """The session; `small` (a history under SMALL_RUN_EVENTS rows) starts the driver JVM
-    with C1-compiled code only (-XX:TieredStopAtLevel=1): a short analysis spends much of
-    its CPU in the C2 compiler, whose code arrives too late to pay for itself (a cold 12 k
-    event analysis took 19-23 s instead of 31-33 s at load average ~5), and with the class
-    archive `make setup` made (`analysis.cds`), if there is one. Only a JVM this call
-    starts is affected; a large run keeps the default tiered compilation."""
+    with C1-compiled code only (`SMALL_RUN_JVM`, -XX:TieredStopAtLevel=1): a short
+    analysis spends much of its CPU in the C2 compiler, whose code arrives too late to pay
+    for itself (a cold 12 k event analysis took 19-23 s instead of 31-33 s at load average
+    ~5), with the class archive `make setup` made (`analysis.cds`), if there is one, and
+    with one partition for a table made from the driver's rows (the history, read into
+    memory: `load.IN_MEMORY_EVENTS`), not four slices of a few hundred rows, each a task
+    of every job that scans it. Only a JVM this call starts is affected; a large run keeps
+    the default tiered compilation and four partitions."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -138,9 +152,8 @@ def build_session(
     )
     if small:
         builder = builder.config(
-            "spark.driver.extraJavaOptions",
-            f"-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m {cds_options()}".strip(),
-        )
+            "spark.driver.extraJavaOptions", f"{SMALL_RUN_JVM} {cds_options()}".strip()
+        ).config("spark.default.parallelism", "1")
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
@@ -193,3 +206,32 @@ def _restore(spark: SparkSession, before: dict[str, str | None]) -> None:
             spark.conf.unset(key)
         else:
             spark.conf.set(key, old)
+
+
+def end_jvm(timeout_s: float = 30.0) -> None:
+    """End the driver JVM this process launched, once its session stopped, and wait for it:
+    for a process about to exit (`harness analyze`), which then leaves no JVM behind.
+
+    py4j's gateway is shut first, so the JVM exits at once: otherwise its threads blocked in
+    native socket reads hold HotSpot's exit for 300 ms (`VM_Exit` waits that long for
+    threads in native code), and whoever reads this process's output waits for the JVM's
+    too (it inherits stdout). A JVM still there after ``timeout_s`` is killed."""
+    import subprocess
+
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    if gateway is None or SparkContext._active_spark_context is not None:
+        return
+    proc = getattr(gateway, "proc", None)
+    gateway.shutdown()
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    if proc is None:
+        return
+    proc.stdin.close()  # PythonGatewayServer exits when its stdin closes
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

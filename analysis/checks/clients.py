@@ -33,7 +33,7 @@ from analysis.checks.base import (
 )
 from analysis.checks.login_delay import DELAYED_ERRORS, KAFKA_CLOCK_MS, configured_delay_ms
 from analysis.checks.loops import busy_readings, loop_summary, role_rows
-from analysis.columns import detail_col
+from analysis.columns import detail_col, driver_table
 from analysis.frames import acceptor_conns, attempt_join, client_conns
 from analysis.model import INT_MAX
 from base.history.rows import HarnessPhaseStart
@@ -103,7 +103,7 @@ def _agreement_counts(run: Run, a: DataFrame, j: DataFrame) -> Any:
         .withColumn("admin", F.lit(True))
     )
     ends = list(_load_end_by_address(run).items())
-    end_df = run.spark.createDataFrame(ends, "client_ip string, load_end long")
+    end_df = driver_table(run.spark, ends, [("client_ip", "string"), ("load_end", "long")])
     matched = j.select(F.col("a.conn_id").alias("conn_id"), "why", F.lit(True).alias("matched"))
     rows = (
         a.select("conn_id", "client_ip", "client_port", "listener", "accept_ns")

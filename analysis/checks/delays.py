@@ -28,6 +28,7 @@ from analysis.checks.base import (
     witness,
 )
 from analysis.checks.stalls import heartbeat_stalls, overlap
+from analysis.columns import driver_table
 from analysis.frames import MS, acceptor_conns, census, outside, tally
 from analysis.model import INT_MAX
 
@@ -205,7 +206,7 @@ def _stall_credit(conns: DataFrame, stalls: list[tuple[int, int]]) -> DataFrame:
 
     if not stalls:
         return conns.withColumn("stall_ns", F.lit(0).cast("long"))
-    st = conns.sparkSession.createDataFrame(stalls, "stall_a long, stall_b long")
+    st = driver_table(conns.sparkSession, stalls, [("stall_a", "long"), ("stall_b", "long")])
     lo, hi = F.col("close_by_ns"), F.col("throttle_close_ns")
     credit = (
         conns.select("conn_id", "close_by_ns", "throttle_close_ns")

@@ -49,7 +49,7 @@ from analysis.checks.loops import (
     saturated_spans,
     saturated_with_wait,
 )
-from analysis.columns import detail_col
+from analysis.columns import detail_col, driver_table
 from analysis.frames import acceptor_conns, client_conns, match_attempts
 
 if TYPE_CHECKING:
@@ -229,7 +229,9 @@ def _at_stake(run: Run, readings: list[Busy]) -> tuple[list[Busy], int]:
     if not busy:
         return readings, 0
     spark = run.history.sparkSession
-    spans = spark.createDataFrame([(r.prev_ns, r.at_ns) for r in busy], "lo long, hi long")
+    spans = driver_table(
+        spark, [(r.prev_ns, r.at_ns) for r in busy], [("lo", "long"), ("hi", "long")]
+    )
     events = run.history.where(
         ((F.col("source") == "client") & (F.col("event") == "connect_invoke"))
         | ((F.col("source") == "acceptor") & (F.col("event") == "accept"))

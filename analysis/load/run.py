@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from analysis.load.files import detail_mentions, harness_rows, read_history, spark_schema, tally
+from analysis.load.files import detail_mentions, harness_rows, read_history, tally
 from analysis.load.fronts import front_pids, on_front, writer_pid
 from analysis.load.incarnations import Incarnation, acceptor_incarnations, within_incarnation
 from analysis.load.testimony import Testimony, for_node, testimony_of, timeline_of
@@ -120,8 +120,8 @@ class Run:
             from pyspark.sql import functions as F
 
             files = [f for f in self.files if f.parent.name == source]
-            if not files:
-                return self.spark.createDataFrame([], spark_schema())
+            if not files:  # no row: the history's columns, nothing read (Spark prunes it)
+                return self.history.where(F.lit(False))
             if self.in_memory:  # one table already: filter it, read nothing again
                 return self.history.where(F.col("source") == source)
             df = read_history(self.spark, files, False).where(F.col("source") == source)
