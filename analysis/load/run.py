@@ -200,20 +200,34 @@ class Run:
 
     def persist(self, df: DataFrame) -> DataFrame:
         """``df`` kept by Spark (memory, then disk) until `release`: the one way a derived
-        table of this run or of any view of it is stored."""
+        table of this run or of any view of it is stored.
+
+        Kept as Spark's columnar cache, or, while whole-stage code generation is off (a
+        small run's analysis: `session.sized_conf`), as rows (a local checkpoint, made
+        now): without whole-stage generation a cached table is read back row by row
+        through column accessors generated and compiled (Janino) for each set of columns
+        a query reads, 27 classes in a cold 4.4 k-event analysis; a checkpoint's rows are
+        read as they are (that analysis's JVM CPU 9.1 -> 7.4 s, bench/results/NOTES.md)."""
         from pyspark import StorageLevel
 
-        kept = df.persist(StorageLevel.MEMORY_AND_DISK)
+        if self.spark.conf.get("spark.sql.codegen.wholeStage", "true") == "false":
+            kept = df.localCheckpoint(eager=True, storageLevel=StorageLevel.MEMORY_AND_DISK)
+        else:
+            kept = df.persist(StorageLevel.MEMORY_AND_DISK)
         with _LOCKS_GUARD:
             self._persisted.append(kept)
         return kept
 
     def release(self) -> None:
-        """Free every table `persist` kept for this run and its views (the analysis's end)."""
+        """Free every table `persist` kept for this run and its views (the analysis's end):
+        a cached one unpersisted, a checkpointed one's blocks (its RDD's) removed."""
         with _LOCKS_GUARD:
             kept, self._persisted[:] = list(self._persisted), []
         for df in kept:
-            df.unpersist()
+            if df.is_cached:
+                df.unpersist()
+            else:  # a local checkpoint: the plan is a scan of the checkpointed RDD
+                df._jdf.logicalPlan().rdd().unpersist(False)
 
     def incarnations(self) -> list[Incarnation]:
         """The acceptor's processes in this run, in order: one, unless the acceptor was
