@@ -11,7 +11,7 @@ import contextlib
 import sys
 import threading
 from collections.abc import Callable
-from concurrent.futures import Executor, Future
+from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +35,6 @@ def analyze_run(
 
     from analysis.load import history_rows, load_run
     from analysis.report import draw, write_report
-    from analysis.report import painter as start_painter
     from analysis.session import SMALL_RUN_EVENTS, build_session, ensure_open_files, sized_for
     from analysis.verdict import (
         build_verdict,
@@ -53,9 +52,6 @@ def analyze_run(
     rows = history_rows(Path(run_dir)) if (Path(run_dir) / "history").is_dir() else 0
     clear_outputs(report_dir)
     own = False
-    #: the charts' own process (`report.painter`), for an analysis that starts its JVM: a
-    #: session the caller keeps (the analysis server, tests) draws them on its thread
-    painter: Executor | None = None
     if spark is None:
         from pyspark.sql import SparkSession
 
@@ -63,15 +59,8 @@ def analyze_run(
         if spark is None:  # ours to stop; an active session belongs to the caller
             ensure_open_files()  # a clear error instead of a JVM that cannot start
             _prefetch(report)
-            if report and REPORT_BESIDE:
-                painter = start_painter()
             say("starting Spark (local JVM, ~5 s)…")
-            try:
-                spark = build_session(spark_master, small=rows < SMALL_RUN_EVENTS)
-            except BaseException:
-                if painter is not None:
-                    painter.shutdown(wait=False, cancel_futures=True)
-                raise
+            spark = build_session(spark_master, small=rows < SMALL_RUN_EVENTS)
             own = True
     try:
         say(f"loading {run_dir}…")
@@ -96,7 +85,7 @@ def analyze_run(
             # the report's charts drawn beside the checks (they read the same frames and
             # nothing a check decides): a small run's checks leave the driver idle between
             # their jobs, and the charts' jobs and drawing fill it
-            drawing = _beside(lambda r: draw(r, painter), run) if report and REPORT_BESIDE else None
+            drawing = _beside(draw, run) if report and REPORT_BESIDE else None
             try:
                 say("checks…")
                 results = run_checks(run, progress=say)
@@ -125,8 +114,6 @@ def analyze_run(
         write_verdict(report_dir, verdict)
         return verdict
     finally:
-        if painter is not None:
-            painter.shutdown(wait=False, cancel_futures=True)
         if own:
             _stop(spark, raising=sys.exc_info()[0] is not None)
 
@@ -135,11 +122,10 @@ def analyze_run(
 #: after them
 REPORT_BESIDE = True
 #: what an analysis imports on its way, each the first time its step needs it (pandas for
-#: the checks' small tables, jinja2 for the report; matplotlib is the charts' process's,
-#: `report.painter`): read while the driver JVM starts, on a thread of their own, instead
-#: of in the steps' way
+#: the checks' small tables, matplotlib and jinja2 for the report): read while the driver
+#: JVM starts, on a thread of their own, instead of in the steps' way
 PREFETCH = ("pandas", "pyarrow.parquet")
-PREFETCH_REPORT = ("jinja2",)
+PREFETCH_REPORT = ("matplotlib.pyplot", "jinja2")
 
 
 def _prefetch(report: bool) -> None:
@@ -154,6 +140,10 @@ def _prefetch(report: bool) -> None:
     def load() -> None:
         for name in names:
             with contextlib.suppress(Exception):
+                if name == "matplotlib.pyplot":
+                    import matplotlib
+
+                    matplotlib.use("Agg")  # as `report.charts` does, before pyplot
                 importlib.import_module(name)
 
     threading.Thread(target=load, name="analysis-prefetch", daemon=True).start()

@@ -19,8 +19,6 @@ from analysis.model import INT_MAX
 from analysis.verdict import write_atomically
 
 if TYPE_CHECKING:
-    from concurrent.futures import Executor
-
     import pandas as pd
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
@@ -436,9 +434,7 @@ class Drawn:
     outcomes: dict[str, int]
 
 
-def draw(run: Run, painter: Executor | None = None) -> Drawn:
-    """The charts and the outcome counts of ``run``: the data from Spark here, the charts
-    drawn by ``painter`` (`painter`'s process) when given, else here."""
+def draw(run: Run) -> Drawn:
     ctx = chart_data(run)
     outcomes = ctx.get("outcomes")
     summary = (
@@ -446,39 +442,7 @@ def draw(run: Run, painter: Executor | None = None) -> Drawn:
         if outcomes is None
         else {str(r["outcome"]): int(r["count"]) for _, r in outcomes.iterrows()}
     )
-    if painter is None:
-        return Drawn(charts(ctx), summary)
-    from concurrent.futures.process import BrokenProcessPool
-
-    try:
-        return Drawn(painter.submit(charts, ctx).result(), summary)
-    except BrokenProcessPool:  # the process could not start or died: draw them here
-        return Drawn(charts(ctx), summary)
-
-
-def painter() -> Executor:
-    """A process of its own that draws the charts (`draw`), started now so that it imports
-    matplotlib while the driver JVM starts.
-
-    Drawing holds the interpreter lock for about a CPU-second in a small run (matplotlib's
-    Agg renderer does not release it), and the checks' threads need that lock for each of
-    their py4j calls: drawn on a thread of the analysis process, the charts stalled the
-    checks (measured in bench/results/NOTES.md). Spawned, never forked: this process runs
-    py4j's and the checks' threads. Its caller shuts it down (``shutdown(cancel_futures=
-    True)``); a process left without its parent ends when its pipe closes."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
-    pool.submit(_import_pyplot)
-    return pool
-
-
-def _import_pyplot() -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")  # as `charts` does, before pyplot
-    import matplotlib.pyplot
+    return Drawn(charts(ctx), summary)
 
 
 def write_report(run: Run, verdict: dict[str, Any], path: Path, drawn: Drawn | None = None) -> Path:
