@@ -164,6 +164,11 @@ def compare(base: Path, new: Path) -> int:
     return 0 if n_diff == 0 else 1
 
 
+#: the runner's change a `lost_change` run's enforcer never records: without one, there is
+#: nothing to lose and the run conforms
+LOST_CHANGE = {"listener.name.client.max.connection.creation.rate": 20}
+
+
 def synth(runs: Path, events: int, scale: float = 1.0) -> int:
     """A conforming synthetic run, one per broken rule, and one on the broker target."""
     from analysis.synth import BROKEN_FLAGS, SynthSpec, generate
@@ -176,7 +181,12 @@ def synth(runs: Path, events: int, scale: float = 1.0) -> int:
         run_id = f"synth-{name}-{target}-20000101T000000Z-s7"
         shutil.rmtree(runs / run_id, ignore_errors=True)
         spec = SynthSpec(
-            run_id=run_id, target_events=events, scale=scale, target=target, broken=broken
+            run_id=run_id,
+            target_events=events,
+            scale=scale,
+            target=target,
+            broken=broken,
+            config_change=LOST_CHANGE if "lost_change" in broken else None,
         )
         gen = generate(runs / run_id, spec)
         print(f"{run_id:<60} {int(gen['events']):>7} events", flush=True)
