@@ -11,7 +11,13 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession, WindowSpec
 
 #: `driver_table`'s column types: Spark's name -> Arrow's type (what the JVM reads it as)
-ARROW_TYPES = {"long": "int64", "string": "string", "boolean": "bool", "double": "float64"}
+ARROW_TYPES = {
+    "long": "int64",
+    "int": "int32",
+    "string": "string",
+    "boolean": "bool",
+    "double": "float64",
+}
 
 
 def driver_table(

@@ -27,13 +27,11 @@ from analysis.checks.base import (
 )
 from analysis.checks.clients import OWN_CLOSE, closed_unread
 from analysis.checks.stalls import client_stalls
-from analysis.columns import detail_col
+from analysis.columns import detail_col, driver_table
 from analysis.frames import MS, acceptor_conns, attempt_join, census, tally
 from analysis.model import INT_MAX
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
-
     from analysis.load import Run
 
 QUEUE_SIZE = 20
@@ -125,35 +123,28 @@ def check_queue_depth(run: Run) -> CheckResult:
     )
 
 
-def _closed_unread(
-    run: Run, late: DataFrame, rows: list[Any], slack_ns: int
-) -> set[tuple[str, int, int]]:
+def _closed_unread(run: Run, rows: list[Any], slack_ns: int) -> set[tuple[str, int, int]]:
     """The (client_ip, client_port, closed_ns) of the rejected connections' client attempts
-    (`late`, collected as `rows`) that read nothing (no response, no EOF) and closed within
-    the slack of the reject, by themselves (`closed_unread`): each saw nothing of the close
-    either way. No job when no row of `rows` is such a candidate."""
-    from pyspark.sql import functions as F
-
-    if not any(
-        r["ready_ns"] is None
+    (`rows`, collected; the address is both ends', as `attempt_join` joined them) that read
+    nothing (no response, no EOF) and closed within the slack of the reject, by themselves
+    (`closed_unread`): each saw nothing of the close either way. No job when no row is
+    such a candidate."""
+    cand = [
+        (r["client_ip"], r["client_port"], r["closed_ns"])
+        for r in rows
+        if r["ready_ns"] is None
         and r["eof_ns"] is None
         and r["closed_ns"] is not None
         and r["closed_ns"] - r["reject_ns"] <= slack_ns
-        for r in rows
-    ):
+    ]
+    if not cand:
         return set()
-    cand = late.where(
-        F.col("c.ready_ns").isNull()
-        & F.col("c.eof_ns").isNull()
-        & (F.col("c.closed_ns") - F.col("a.reject_ns") <= F.lit(slack_ns))
-    ).select(
-        F.col("c.client_ip").alias("client_ip"),
-        F.col("c.client_port").alias("client_port"),
-        F.col("c.closed_ns").alias("closed_ns"),
+    table = driver_table(
+        run.spark, cand, [("client_ip", "string"), ("client_port", "int"), ("closed_ns", "long")]
     )
     return {
         (r["client_ip"], r["client_port"], r["closed_ns"])
-        for r in closed_unread(run, cand).collect()
+        for r in closed_unread(run, table).collect()
     }
 
 
@@ -218,7 +209,7 @@ def check_reject_closes_at_once(run: Run) -> CheckResult:
         stalls = client_stalls(run)
         cols = ["a.*", "c.eof_ns", "c.ready_ns", "c.profile", "c.c_conn_id", "c.closed_ns"]
         late_rows = late.select(*cols).collect()
-        own = _closed_unread(run, late, late_rows, slack_ns)
+        own = _closed_unread(run, late_rows, slack_ns)
         for r in late_rows:
             if r["ready_ns"] is not None:
                 why = "client was served after a per-IP count reject"

@@ -54,11 +54,10 @@ def test_a_conforming_analysis_forks_no_python_worker(synth_root: Path) -> None:
 
 
 def test_driver_table_holds_the_rows_in_their_columns_and_none(spark: Any) -> None:
-    df = driver_table(
-        spark, [("10.0.0.1", 5), ("10.0.0.2", None)], [("ip", "string"), ("n", "long")]
-    )
-    assert [tuple(r) for r in df.orderBy("ip").collect()] == [("10.0.0.1", 5), ("10.0.0.2", None)]
-    assert df.dtypes == [("ip", "string"), ("n", "bigint")]
+    rows = [("10.0.0.1", 5, 9092), ("10.0.0.2", None, 9093)]
+    df = driver_table(spark, rows, [("ip", "string"), ("n", "long"), ("port", "int")])
+    assert [tuple(r) for r in df.orderBy("ip").collect()] == rows
+    assert df.dtypes == [("ip", "string"), ("n", "bigint"), ("port", "int")]
     empty = driver_table(spark, [], [("stall_a", "long"), ("stall_b", "long")])
     assert empty.dtypes == [("stall_a", "bigint"), ("stall_b", "bigint")]
     assert empty.count() == 0
