@@ -31,17 +31,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.catalog_verdicts import copy_run, differences
+
 HERE = Path(__file__).resolve().parent.parent
 #: the verdict line's own figure (`… 4369 events in 10.94 s)`)
 SECONDS = re.compile(r"events in ([0-9.]+) s\)")
-
-
-def _copy(run: Path, into: Path) -> Path:
-    into.mkdir(parents=True)
-    shutil.copytree(run / "history", into / "history")
-    if (run / "run.json").is_file():
-        shutil.copy2(run / "run.json", into / "run.json")
-    return into
 
 
 def _perf() -> list[str]:
@@ -123,7 +117,7 @@ def main() -> int:
     rounds: list[dict[str, dict[str, Any]]] = []
     with tempfile.TemporaryDirectory(prefix="analyze-cold-") as tmp:
         scratch = Path(tmp)
-        copies = {label: _copy(args.run, scratch / label) for label in trees}
+        copies = {label: copy_run(args.run, scratch / label) for label in trees}
         for i in range(1, args.rounds + 1):
             row = {}
             for label, tree in trees.items():
@@ -136,8 +130,6 @@ def main() -> int:
                     flush=True,
                 )
             rounds.append(row)
-        from bench.catalog_verdicts import differences
-
         verdicts = {
             label: json.loads((copies[label] / "report" / "verdict.json").read_text())
             for label in trees

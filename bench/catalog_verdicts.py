@@ -41,6 +41,16 @@ WITNESS_KEYS = ("conn_id", "client_ip", "client_port", "mono_ns", "why")
 CHECK_LINE = re.compile(r"^\s+(?P<name>\w+)\s+\S+\s+\((?P<seconds>[0-9.]+)s\)$")
 
 
+def copy_run(src: Path, dst: Path) -> Path:
+    """A run's inputs (history/ and run.json) copied into a new folder ``dst``, to be judged
+    there: the run's own report/ is never touched."""
+    dst.mkdir(parents=True)
+    shutil.copytree(src / "history", dst / "history")
+    if (src / "run.json").exists():
+        shutil.copy2(src / "run.json", dst / "run.json")
+    return dst
+
+
 def newest_runs(runs: Path, target: str) -> list[Path]:
     """The newest run folder of every scenario for one target, sorted by scenario."""
     newest: dict[str, tuple[str, Path]] = {}
@@ -78,10 +88,7 @@ def analyse(out: Path, runs: Path, target: str, spark_master: str | None) -> int
         for src in newest_runs(runs, target):
             dst = out / src.name
             shutil.rmtree(dst, ignore_errors=True)
-            dst.mkdir()
-            shutil.copytree(src / "history", dst / "history")
-            if (src / "run.json").exists():
-                shutil.copy2(src / "run.json", dst / "run.json")
+            copy_run(src, dst)
             t = time.monotonic()
             this_run.clear()
             verdict = analyze_run(dst, spark=spark, report=False, progress=tally)
