@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.load import history_rows
-from analysis.session import SMALL_RUN_EVENTS, sized_conf, sized_for
+from analysis.session import SMALL_RUN_EVENTS, SMALL_RUN_JVM, sized_conf, sized_for
 from analysis.synth import SynthSpec, generate
 
 
@@ -31,3 +31,11 @@ def test_history_rows_counts_the_parquet_footers(tmp_path: Path) -> None:
     info = generate(tmp_path / "run", SynthSpec(run_id="rows", cycles=1, target_events=2000))
     assert history_rows(tmp_path / "run") == info["events"]
     assert history_rows(tmp_path / "missing") == 0
+
+
+def test_a_small_runs_jvm_keeps_native_reflection_and_one_partition(spark: Any) -> None:
+    """The tests' session is a small run's (`build_session(small=True)`)."""
+    conf = spark.sparkContext.getConf()
+    assert SMALL_RUN_JVM in (conf.get("spark.driver.extraJavaOptions") or "")
+    assert "-Dsun.reflect.inflationThreshold=2147483647" in SMALL_RUN_JVM
+    assert spark.sparkContext.defaultParallelism == 1
