@@ -12,6 +12,10 @@ taken by creating the bridge (the kernel refuses a second of one name), and the 
 alias records the owner's pid, so `sweep` removes what a run that died left behind
 without touching a live one's. `remove` is idempotent; callers use it in ``finally``.
 
+The hosts share one temporary folder, ``<tmp>/hkw<i>-tmp`` (`WorkerHosts.tmp`): what runs
+in them is given it as ``TMPDIR``, so what a process killed there could not clean up goes
+with the hosts (`remove`, and `sweep` after a run that died).
+
 ``ip`` (iproute2) does the work; it needs root (CAP_NET_ADMIN). `permitted` says whether
 this process may.
 """
@@ -20,7 +24,9 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,6 +58,11 @@ def worker_address(index: int, j: int) -> str:
     if not 1 <= j <= MAX_HOSTS:
         raise NetnsError(f"worker {j}: between 1 and {MAX_HOSTS} worker hosts")
     return str(subnet(index).network_address + 10 + j)
+
+
+def tmp_dir(index: int) -> str:
+    """The temporary folder of run index ``index``'s hosts."""
+    return os.path.join(tempfile.gettempdir(), f"{PREFIX}{index}-tmp")
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -103,6 +114,11 @@ class WorkerHosts:
     def exec_prefix(self, j: int) -> list[str]:
         return ["ip", "netns", "exec", self.namespace(j)]
 
+    @property
+    def tmp(self) -> str:
+        """The hosts' temporary folder: ``TMPDIR`` of what runs in them (removed with them)."""
+        return tmp_dir(self.index)
+
     @classmethod
     def create(cls, count: int) -> WorkerHosts:
         """Take a free index, make the bridge and ``count`` hosts; on any failure remove
@@ -126,6 +142,8 @@ class WorkerHosts:
     def _build(self) -> None:
         br, prefix = self.bridge, subnet(self.index).prefixlen
         _ip("link", "set", br, "alias", f"owner={os.getpid()}")
+        shutil.rmtree(self.tmp, ignore_errors=True)  # the index is ours: nothing there is live
+        os.mkdir(self.tmp, 0o700)
         _ip("addr", "add", f"{self.host}/{prefix}", "dev", br)
         _ip("link", "set", br, "up")
         for j in range(1, self.count + 1):
@@ -168,6 +186,9 @@ def _remove(index: int) -> list[str]:
         time.sleep(0.1)
     else:
         left += links
+    shutil.rmtree(tmp_dir(index), ignore_errors=True)
+    if os.path.lexists(tmp_dir(index)):
+        left.append(tmp_dir(index))
     return left
 
 
@@ -202,7 +223,10 @@ def leftovers(index: int) -> list[str]:
     """Names of run index ``index`` still present (empty once removed)."""
     mine = f"{PREFIX}{index}"
     found = [n for n in _names(("netns", "list")) if n.startswith(f"{mine}n")]
-    return found + [n for n in _links() if n.startswith(f"{mine}v") or n == f"{mine}br"]
+    found += [n for n in _links() if n.startswith(f"{mine}v") or n == f"{mine}br"]
+    if os.path.lexists(tmp_dir(index)):
+        found.append(tmp_dir(index))
+    return found
 
 
 def _alive(pid: int) -> bool:

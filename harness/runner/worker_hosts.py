@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -133,7 +134,8 @@ class RunWorkers:
         for j in range(1, workers.count + 1):
             argv = [*hosts.exec_prefix(j), *worker_argv(workers.address), "--phases", "1"]
             log = logs / f"worker-{phase.name}-{j}.log"
-            out.append(ManagedProcess(f"worker-{phase.name}-{j}", argv, log_path=log))
+            env = {**os.environ, "TMPDIR": hosts.tmp}  # a killed worker's folder goes with them
+            out.append(ManagedProcess(f"worker-{phase.name}-{j}", argv, log_path=log, env=env))
         return out
 
     def addresses(self, phase: Phase | None = None) -> list[str]:

@@ -60,13 +60,19 @@ def run(
     tmp: Path, name: str, *extra: str, env: dict[str, str] | None = None, during: Any = None
 ) -> tuple[int, Path | None, str]:
     """`harness run` to its end (bounded); ``during(run_dir)`` runs beside it once the run
-    folder exists. Afterwards nothing of the run's worker hosts may be left."""
+    folder exists. Afterwards nothing of the run's worker hosts may be left: no namespace,
+    link or temporary folder, and no worker's folder in the run's own ``TMPDIR``."""
     out = tmp / name
     log = tmp / f"{name}.log"
+    own_tmp = tmp / f"{name}.tmp"
+    own_tmp.mkdir()
     argv = [sys.executable, "-m", "harness", "run", *extra, "--out", str(out), "--gate"]
     with open(log, "w") as fh:
         proc = subprocess.Popen(
-            argv, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+            argv,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "TMPDIR": str(own_tmp), **(env or {})},
         )
         helper = None
         if during is not None:
@@ -91,6 +97,10 @@ def run(
             if left:
                 netns._remove(index)
             assert not left, f"worker hosts left behind: {left}"
+    left = [
+        p.name for p in own_tmp.iterdir() if p.name.startswith(("harness-worker-", netns.PREFIX))
+    ]
+    assert not left, f"worker folders left behind in TMPDIR: {left}"
     return code, run_dir, text
 
 
