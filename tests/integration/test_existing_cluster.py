@@ -33,6 +33,7 @@ from typing import Any
 
 import pytest
 
+from tests.integration.offered import assert_short_honestly, fell_short
 from tests.integration.test_runner_end_to_end import harness_run, only_run_dir
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -242,16 +243,17 @@ def _undo_quotas(own: OwnKafka) -> None:
     )
 
 
-def _passed_or_generator_short(verdict: dict[str, Any], tail: str) -> None:
-    """PASS; or, on a machine too busy for the TLS logins' pace, UNKNOWN because the
-    generator fell short of the intended load (said so, never fail), as
-    test_runner_external_cluster's secured run allows."""
-    checks = {c["name"]: c for c in verdict["checks"]}
-    if verdict["verdict"] == "unknown" and checks["offered_load"]["verdict"] != "pass":
-        print("the generator fell behind its schedule:", verdict["reasons"])
-        assert any("give the load generator room" in r for r in verdict["reasons"]), verdict
+def _passed_or_generator_short(res: Any, verdict: dict[str, Any], run_dir: Path) -> None:
+    """PASS with exit 0; or, on a machine too busy for the TLS logins' pace, the honest
+    UNKNOWN of a generator that measured itself short (`tests.integration.offered`)."""
+    short = fell_short(run_dir)
+    if short:
+        assert_short_honestly(run_dir, res.returncode, short)
         return
-    assert verdict["verdict"] == "pass", (verdict["reasons"], tail)
+    assert (res.returncode, verdict["verdict"]) == (0, "pass"), (
+        verdict["reasons"],
+        res.stdout[-4000:],
+    )
 
 
 def _run(
@@ -282,10 +284,8 @@ def test_ci_gate_passes_on_a_cluster_configured_by_its_operators(
     from base.security.secrets import leaks
 
     res, verdict, run_dir = _run(own_kafka, tmp_path, "ci-gate", "OPS_SASL")
-    tail = res.stdout[-4000:]
     checks = {c["name"]: c for c in verdict["checks"]}
-    _passed_or_generator_short(verdict, tail)
-    assert res.returncode == (0 if verdict["verdict"] == "pass" else 2)
+    _passed_or_generator_short(res, verdict, run_dir)
     # judged on the cluster's own listener (OPS_SASL), not the scenario's CLIENT
     for name in ("accounting", "kafka_metric_auth_counts"):
         assert checks[name]["verdict"] == "pass" and checks[name]["judged"] > 0, checks[name]
@@ -319,7 +319,7 @@ def test_without_the_metrics_url_every_metrics_hint_names_it(
 def test_ssl_storm_passes_on_the_clusters_ssl_listener(own_kafka: OwnKafka, tmp_path: Path) -> None:
     res, verdict, run_dir = _run(own_kafka, tmp_path, "ssl-storm", "OPS_TLS")
     checks = {c["name"]: c for c in verdict["checks"]}
-    _passed_or_generator_short(verdict, res.stdout[-4000:])
+    _passed_or_generator_short(res, verdict, run_dir)
     for name in ("accounting", "kafka_metric_auth_counts"):
         assert checks[name]["verdict"] == "pass" and checks[name]["judged"] > 0, checks[name]
     meta = json.loads((run_dir / "run.json").read_text())
@@ -335,7 +335,7 @@ def test_auth_failure_storm_passes_where_the_static_keys_are_the_scenarios(
     failed-login delay and Kafka's failed-authentication counter are judged."""
     res, verdict, run_dir = _run(own_kafka, tmp_path, "auth-failure-storm", "OPS_SASL")
     checks = {c["name"]: c for c in verdict["checks"]}
-    _passed_or_generator_short(verdict, res.stdout[-4000:])
+    _passed_or_generator_short(res, verdict, run_dir)
     assert "the cluster's static settings equal the scenario's" in res.stdout
     assert checks["client_failed_login_delay"]["verdict"] == "pass"
     auth = checks["kafka_metric_auth_counts"]
