@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from base import procfs
 from base.javapath import locate_java
 
 if TYPE_CHECKING:
@@ -87,6 +90,31 @@ def cds_options() -> str:
     return f"-XX:SharedArchiveFile={path} -Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
 
 
+#: the driver's scratch folders (Spark's `spark.local.dir`: its block manager's files, the
+#: shuffle's, a small run's kept tables): one per process that starts a JVM, named by its pid
+#: and start time. A JVM killed before its shutdown hooks ran (an analysis server whose
+#: client went away: `analysis.server`) leaves its folder behind; the next session started
+#: on the machine removes it (`sweep_local_dirs`).
+LOCAL_DIR_PREFIX = "harness-spark-"
+
+
+def local_dir() -> Path:
+    """This process's driver scratch folder (in ``TMPDIR``)."""
+    pid = os.getpid()
+    return Path(tempfile.gettempdir()) / f"{LOCAL_DIR_PREFIX}{pid}-{procfs.start_time(pid)}"
+
+
+def sweep_local_dirs() -> list[Path]:
+    """Remove the scratch folders (in ``TMPDIR``) of processes that are gone; returns them."""
+    removed = []
+    for path in Path(tempfile.gettempdir()).glob(f"{LOCAL_DIR_PREFIX}*"):
+        pid, _, started = path.name.removeprefix(LOCAL_DIR_PREFIX).partition("-")
+        if pid.isdigit() and started and not procfs.alive(int(pid), started):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
 class EnvironmentProblem(RuntimeError):
     """The machine cannot run the analysis as set up (said before any JVM starts)."""
 
@@ -154,6 +182,10 @@ def build_session(
         builder = builder.config(
             "spark.driver.extraJavaOptions", f"{SMALL_RUN_JVM} {cds_options()}".strip()
         ).config("spark.default.parallelism", "1")
+    if "SPARK_LOCAL_DIRS" not in os.environ:  # an operator's own choice wins (Spark's rule)
+        sweep_local_dirs()
+        local_dir().mkdir(exist_ok=True)
+        builder = builder.config("spark.local.dir", str(local_dir()))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
@@ -215,7 +247,8 @@ def end_jvm(timeout_s: float = 30.0) -> None:
     py4j's gateway is shut first, so the JVM exits at once: otherwise its threads blocked in
     native socket reads hold HotSpot's exit for 300 ms (`VM_Exit` waits that long for
     threads in native code), and whoever reads this process's output waits for the JVM's
-    too (it inherits stdout). A JVM still there after ``timeout_s`` is killed."""
+    too (it inherits stdout). A JVM still there after ``timeout_s`` is killed; then its
+    scratch folder (`local_dir`) is removed."""
     import subprocess
 
     from pyspark import SparkContext
@@ -235,3 +268,4 @@ def end_jvm(timeout_s: float = 30.0) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+    shutil.rmtree(local_dir(), ignore_errors=True)  # emptied by the JVM's hooks, unless killed

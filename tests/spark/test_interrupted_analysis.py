@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from analysis.remote import SERVER_ENV, remove_server, server_pid
+from analysis.session import LOCAL_DIR_PREFIX, sweep_local_dirs
 from analysis.synth import SynthSpec, generate
 from base import procfs
 from harness.cli import main
@@ -86,5 +88,10 @@ def test_sigterm_leaves_no_jvm_and_no_verdict_and_a_rerun_judges(
     while _session_processes(jvm_session) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert _session_processes(jvm_session) == []  # the Spark JVM went with it
+    if where == "server":  # killed with it, before Spark's hooks ran: its scratch folder stays
+        left = list(Path(tempfile.gettempdir()).glob(f"{LOCAL_DIR_PREFIX}{jvm_session}-*"))
+        assert len(left) == 1, left
+        assert left[0] in sweep_local_dirs()  # what the next session started does first
+        assert not left[0].exists()
     assert main(["analyze", str(run_dir), "--quiet", "--no-html"]) == 0
     assert json.loads((report / "verdict.json").read_text())["verdict"] in ("pass", "unknown")
