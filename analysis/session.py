@@ -184,8 +184,9 @@ def build_session(
         ).config("spark.default.parallelism", "1")
     if "SPARK_LOCAL_DIRS" not in os.environ:  # an operator's own choice wins (Spark's rule)
         sweep_local_dirs()
-        local_dir().mkdir(exist_ok=True)
-        builder = builder.config("spark.local.dir", str(local_dir()))
+        own = local_dir()
+        own.mkdir(exist_ok=True)
+        builder = builder.config("spark.local.dir", str(own))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark

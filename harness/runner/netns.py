@@ -186,9 +186,10 @@ def _remove(index: int) -> list[str]:
         time.sleep(0.1)
     else:
         left += links
-    shutil.rmtree(tmp_dir(index), ignore_errors=True)
-    if os.path.lexists(tmp_dir(index)):
-        left.append(tmp_dir(index))
+    tmp = tmp_dir(index)
+    shutil.rmtree(tmp, ignore_errors=True)
+    if os.path.lexists(tmp):
+        left.append(tmp)
     return left
 
 
@@ -223,10 +224,7 @@ def leftovers(index: int) -> list[str]:
     """Names of run index ``index`` still present (empty once removed)."""
     mine = f"{PREFIX}{index}"
     found = [n for n in _names(("netns", "list")) if n.startswith(f"{mine}n")]
-    found += [n for n in _links() if n.startswith(f"{mine}v") or n == f"{mine}br"]
-    if os.path.lexists(tmp_dir(index)):
-        found.append(tmp_dir(index))
-    return found
+    return found + [n for n in _links() if n.startswith(f"{mine}v") or n == f"{mine}br"]
 
 
 def _alive(pid: int) -> bool:

@@ -131,10 +131,10 @@ class RunWorkers:
         if hosts is None:
             return []
         out = []
+        env = {**os.environ, "TMPDIR": hosts.tmp}  # a killed worker's folder goes with them
         for j in range(1, workers.count + 1):
             argv = [*hosts.exec_prefix(j), *worker_argv(workers.address), "--phases", "1"]
             log = logs / f"worker-{phase.name}-{j}.log"
-            env = {**os.environ, "TMPDIR": hosts.tmp}  # a killed worker's folder goes with them
             out.append(ManagedProcess(f"worker-{phase.name}-{j}", argv, log_path=log, env=env))
         return out
 
